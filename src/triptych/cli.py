@@ -1,0 +1,197 @@
+"""The ``triptych`` command: serve, mcp, token, reindex, kb import."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from triptych import __version__
+from triptych.config import Settings, load_settings
+
+SURFACES = ("metronix",)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(
+        host=getattr(args, "host", None),
+        port=getattr(args, "port", None),
+        data_dir=getattr(args, "data_dir", None),
+    )
+
+
+def _log_to_stderr(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr, level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from triptych.app import create_app
+
+    settings = _settings(args)
+    _log_to_stderr(settings.log_level)
+    try:
+        app = create_app(settings)
+    except ValueError as exc:  # a configuration problem, said plainly
+        print(f"triptych: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"triptych {__version__}: serving on http://{settings.host}:{settings.port} "
+        "(Metronix /mcp, Hadron /hadron/mcp, Metergraph /v1/agent/mcp; "
+        f"data in {settings.data_dir.resolve()}; "
+        f"auth {'on' if settings.auth_enabled else 'off'})",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    from triptych.metronix.surface import Metronix
+
+    settings = _settings(args)
+    # stdout carries the protocol: every log line goes to stderr.
+    _log_to_stderr(settings.log_level if settings.log_level != "info" else "warning")
+    metronix = Metronix.open(settings)
+    server = metronix.mcp_server(stdio_agent_id=os.environ.get("TRIPTYCH_AGENT_ID"))
+
+    async def run() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    try:
+        anyio.run(run)
+    finally:
+        metronix.close()
+    return 0
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from triptych.core.auth import mint_token
+
+    settings = _settings(args)
+    if not settings.jwt_secret:
+        print(
+            "triptych: set TRIPTYCH_JWT_SECRET (or METRONIX_SECRET_KEY) to mint HS256 tokens", file=sys.stderr
+        )
+        return 2
+    token = mint_token(settings.jwt_secret, args.user, args.role, args.workspace or [], args.ttl)
+    print(token)
+    scope = (
+        ", ".join(args.workspace)
+        if args.workspace
+        else ("all workspaces" if args.role == "admin" else "none")
+    )
+    print(f"minted {args.role} token for {args.user} ({scope}), valid {args.ttl} s", file=sys.stderr)
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from triptych.metronix.surface import Metronix
+
+    settings = _settings(args)
+    metronix = Metronix.open(settings)
+    try:
+        total = metronix.knowledge.store.count_chunks()
+        with tqdm(total=total, unit="chunk", desc="re-embedding", file=sys.stderr) as bar:
+            done = metronix.knowledge.reindex(bar.update)
+    finally:
+        metronix.close()
+    print(f"re-embedded {done} chunks with {metronix.embedder.name} ({metronix.embedder.dim} dimensions)")
+    return 0
+
+
+def cmd_kb_import(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from triptych.core.auth import local_principal
+    from triptych.metronix.importer import import_paths
+    from triptych.metronix.surface import Metronix
+
+    settings = _settings(args)
+    _log_to_stderr("warning")
+    metronix = Metronix.open(settings)
+
+    def progress(items: Any, total: int) -> Any:
+        return tqdm(items, total=total, unit="file", desc="importing", file=sys.stderr)
+
+    try:
+        summary = import_paths(
+            metronix.knowledge, local_principal(), args.workspace, [Path(p) for p in args.paths], progress
+        )
+    except FileNotFoundError as exc:
+        print(f"triptych: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        metronix.close()
+    print(
+        f"imported into workspace {args.workspace!r}: "
+        f"{summary.documents} documents, {summary.chunks} chunks, "
+        f"{summary.unchanged} skipped unchanged, {summary.failed} failed"
+    )
+    for error in summary.errors:
+        print(f"  failed: {error}", file=sys.stderr)
+    return 1 if summary.failed and not summary.documents and not summary.unchanged else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="triptych", description="Triptych: a context server for AI agents.")
+    parser.add_argument("--version", action="version", version=f"triptych {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    data_dir: dict[str, Any] = {
+        "type": Path,
+        "help": "data directory (env TRIPTYCH_DATA_DIR, default ./data)",
+    }
+
+    serve = sub.add_parser("serve", help="start the HTTP server (all three MCP endpoints)")
+    serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve.add_argument("--data-dir", **data_dir)
+    serve.set_defaults(func=cmd_serve)
+
+    mcp = sub.add_parser("mcp", help="serve one surface over stdio, for MCP hosts that launch a process")
+    mcp.add_argument("surface", choices=SURFACES)
+    mcp.add_argument("--data-dir", **data_dir)
+    mcp.set_defaults(func=cmd_mcp)
+
+    token = sub.add_parser("token", help="print an HS256 JWT signed with TRIPTYCH_JWT_SECRET")
+    token.add_argument("--user", required=True, help="the sub claim")
+    token.add_argument("--role", choices=("admin", "editor", "viewer"), default="editor")
+    token.add_argument("--workspace", action="append", help="a granted workspace (repeat for several)")
+    token.add_argument("--ttl", type=int, default=86_400, help="lifetime in seconds (default 86400)")
+    token.set_defaults(func=cmd_token)
+
+    reindex = sub.add_parser(
+        "reindex", help="re-embed every stored chunk with the configured embedding model"
+    )
+    reindex.add_argument("--data-dir", **data_dir)
+    reindex.set_defaults(func=cmd_reindex)
+
+    kb = sub.add_parser("kb", help="knowledge-base commands")
+    kb_sub = kb.add_subparsers(dest="kb_command", required=True)
+    kb_import = kb_sub.add_parser("import", help="import Markdown, text and HTML files or folders")
+    kb_import.add_argument("paths", nargs="+", help="files or folders")
+    kb_import.add_argument("--workspace", default="default", help="target workspace (default 'default')")
+    kb_import.add_argument("--data-dir", **data_dir)
+    kb_import.set_defaults(func=cmd_kb_import)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.func(args)
+    return result

@@ -1,0 +1,83 @@
+"""Settings, read in one place from the environment (and CLI flags, which override it).
+
+Every setting has a ``TRIPTYCH_`` name; a few also answer to the upstream products' names
+(``AUTH_ENABLED``, ``METRONIX_SECRET_KEY``) so an existing deployment's environment works as is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _alias(*names: str) -> AliasChoices:
+    return AliasChoices(*names)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    host: str = Field("127.0.0.1", validation_alias=_alias("TRIPTYCH_HOST", "host"))
+    port: int = Field(8000, validation_alias=_alias("TRIPTYCH_PORT", "port"))
+    data_dir: Path = Field(Path("data"), validation_alias=_alias("TRIPTYCH_DATA_DIR", "data_dir"))
+
+    auth_enabled: bool = Field(
+        False, validation_alias=_alias("TRIPTYCH_AUTH_ENABLED", "AUTH_ENABLED", "auth_enabled")
+    )
+    jwt_secret: str | None = Field(
+        None, validation_alias=_alias("TRIPTYCH_JWT_SECRET", "METRONIX_SECRET_KEY", "jwt_secret")
+    )
+    # RS256: a PEM public key (inline or a path to a file) or a JWKS URL.
+    jwt_public_key: str | None = Field(
+        None, validation_alias=_alias("TRIPTYCH_JWT_PUBLIC_KEY", "jwt_public_key")
+    )
+    jwt_jwks_url: str | None = Field(None, validation_alias=_alias("TRIPTYCH_JWT_JWKS_URL", "jwt_jwks_url"))
+    jwt_audience: str | None = Field(None, validation_alias=_alias("TRIPTYCH_JWT_AUDIENCE", "jwt_audience"))
+
+    # DNS-rebinding guard: Host headers and Origins the MCP endpoints accept.
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        validation_alias=_alias("TRIPTYCH_ALLOWED_HOSTS", "allowed_hosts"),
+    )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        validation_alias=_alias("TRIPTYCH_ALLOWED_ORIGINS", "allowed_origins"),
+    )
+
+    default_workspace: str = Field(
+        "default", validation_alias=_alias("TRIPTYCH_DEFAULT_WORKSPACE", "default_workspace")
+    )
+
+    # Embeddings: the bundled local model unless an OpenAI-compatible endpoint is configured.
+    embed_url: str | None = Field(None, validation_alias=_alias("TRIPTYCH_EMBED_URL", "embed_url"))
+    embed_model: str | None = Field(None, validation_alias=_alias("TRIPTYCH_EMBED_MODEL", "embed_model"))
+    embed_api_key: str | None = Field(
+        None, validation_alias=_alias("TRIPTYCH_EMBED_API_KEY", "embed_api_key")
+    )
+    embed_threads: int = Field(0, validation_alias=_alias("TRIPTYCH_EMBED_THREADS", "embed_threads"))
+
+    # Chunking, chosen by the SciFact benchmark (docs/benchmarks.md).
+    chunk_tokens: int = Field(200, validation_alias=_alias("TRIPTYCH_CHUNK_TOKENS", "chunk_tokens"))
+
+    log_level: str = Field("info", validation_alias=_alias("TRIPTYCH_LOG_LEVEL", "log_level"))
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _split_csv(cls, value: Any) -> Any:
+        # A comma-separated environment value is friendlier than JSON for a list of hosts.
+        if isinstance(value, str) and not value.lstrip().startswith("["):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def metronix_db(self) -> Path:
+        return self.data_dir / "metronix.db"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment, with explicit (flag) values taking precedence."""
+    clean = {key: value for key, value in overrides.items() if value is not None}
+    return Settings(**clean)

@@ -1,0 +1,1 @@
+"""Shared by every surface; imports none of them."""

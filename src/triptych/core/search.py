@@ -1,0 +1,193 @@
+"""Retrieval primitives: keyword query building, dense vector indexes and rank fusion.
+
+Hybrid retrieval = BM25 candidates (SQLite FTS5) + dense candidates (exact numpy up to
+``HNSW_THRESHOLD`` vectors, usearch HNSW above it), fused by reciprocal rank. Each partition
+(a workspace's chunks, say) has its own index, so filtering by partition happens inside the query
+and ``top_k`` is never cut short by a later filter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from triptych.core import embed as _embed  # noqa: F401  (onnxruntime before usearch, see embed.py)
+
+Vector = npt.NDArray[np.float32]
+
+HNSW_THRESHOLD = 20_000
+RRF_K = 60
+
+# Words that match most documents make an FTS5 OR-query slow and add nothing to BM25.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me more most my
+    myself no nor not now of off on once only or other our ours ourselves out over own same she should so
+    some such than that the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with would you your
+    yours yourself yourselves""".split()
+)
+_TERM = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def partition_token(key: str) -> str:
+    """An FTS5-safe token naming a partition (workspace ids may hold any character)."""
+    return "p" + hashlib.sha1(key.encode()).hexdigest()[:20]
+
+
+def keyword_terms(text: str, max_terms: int = 32) -> list[str]:
+    terms: list[str] = []
+    seen: set[str] = set()
+    for raw in _TERM.findall(text.lower()):
+        if raw in STOPWORDS or raw in seen:
+            continue
+        seen.add(raw)
+        terms.append(raw)
+    if not terms:  # a query made only of stopwords still deserves an answer
+        terms = list(dict.fromkeys(_TERM.findall(text.lower())))
+    return terms[:max_terms]
+
+
+def fts_match(text: str, partition: str | None = None, partition_column: str = "part") -> str | None:
+    """An FTS5 MATCH expression: any of the query's terms, inside one partition."""
+    terms = keyword_terms(text)
+    if not terms:
+        return None
+    any_term = " OR ".join(f'"{term}"' for term in terms)
+    if partition is None:
+        return any_term
+    return f"{partition_column}:{partition_token(partition)} AND ({any_term})"
+
+
+def rrf(
+    rankings: Sequence[Sequence[int]], weights: Sequence[float] | None = None, k: int = RRF_K
+) -> dict[int, float]:
+    """Reciprocal rank fusion, normalised so that first place in every ranking scores 1.0."""
+    weights = weights or [1.0] * len(rankings)
+    best = sum(w / (k + 1) for w in weights) or 1.0
+    scores: dict[int, float] = {}
+    for ranking, weight in zip(rankings, weights, strict=True):
+        for rank, item in enumerate(ranking):
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank + 1)
+    return {item: score / best for item, score in scores.items()}
+
+
+@dataclass
+class _Partition:
+    ids: list[int] = field(default_factory=list)
+    matrix: Vector = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    position: dict[int, int] = field(default_factory=dict)
+    hnsw: object | None = None
+    generation: int = -1
+
+
+class VectorIndex:
+    """In-memory dense indexes, one per partition, rebuilt from the database when stale.
+
+    The database is the source of truth. Every write bumps the partition's generation in the same
+    transaction; a process that sees a generation it did not produce reloads the partition, so
+    several workers over one database never serve stale vectors.
+    """
+
+    def __init__(self, dim: int, loader: Callable[[str], tuple[list[int], Vector]]) -> None:
+        self.dim = dim
+        self._loader = loader
+        self._parts: dict[str, _Partition] = {}
+        self._lock = threading.RLock()
+
+    def _load(self, key: str, generation: int) -> _Partition:
+        ids, matrix = self._loader(key)
+        part = _Partition(ids=list(ids), matrix=matrix.reshape(len(ids), self.dim).astype(np.float32))
+        part.position = {item: i for i, item in enumerate(part.ids)}
+        part.generation = generation
+        if len(part.ids) >= HNSW_THRESHOLD:
+            part.hnsw = self._build_hnsw(part.ids, part.matrix)
+        return part
+
+    def _build_hnsw(self, ids: Sequence[int], matrix: Vector) -> object:
+        from usearch.index import Index
+
+        index = Index(
+            ndim=self.dim, metric="ip", dtype="f16", connectivity=16, expansion_add=128, expansion_search=64
+        )
+        index.add(np.asarray(ids, dtype=np.uint64), matrix, threads=2)
+        return index
+
+    def sync(self, key: str, generation: int) -> _Partition:
+        with self._lock:
+            part = self._parts.get(key)
+            if part is None or part.generation != generation:
+                part = self._load(key, generation)
+                self._parts[key] = part
+            return part
+
+    def apply(
+        self,
+        key: str,
+        before: int,
+        after: int,
+        added: Iterable[tuple[int, Vector]] = (),
+        removed: Iterable[int] = (),
+    ) -> None:
+        """Apply this process's own committed write, if the cached index was current before it."""
+        with self._lock:
+            part = self._parts.get(key)
+            if part is None:
+                return
+            if part.generation != before:
+                del self._parts[key]  # someone else wrote in between: reload on next use
+                return
+            removed_set = set(removed)
+            added_list = list(added)
+            if removed_set:
+                keep = [i for i, item in enumerate(part.ids) if item not in removed_set]
+                part.ids = [part.ids[i] for i in keep]
+                part.matrix = part.matrix[keep] if keep else np.zeros((0, self.dim), dtype=np.float32)
+                if part.hnsw is not None:
+                    for item in removed_set:
+                        part.hnsw.remove(item)  # type: ignore[attr-defined]
+            if added_list:
+                new_ids = [item for item, _ in added_list]
+                new_matrix = np.vstack([vec.reshape(1, self.dim) for _, vec in added_list]).astype(np.float32)
+                part.ids.extend(new_ids)
+                part.matrix = new_matrix if part.matrix.size == 0 else np.vstack([part.matrix, new_matrix])
+                if part.hnsw is not None:
+                    part.hnsw.add(np.asarray(new_ids, dtype=np.uint64), new_matrix)  # type: ignore[attr-defined]
+            part.position = {item: i for i, item in enumerate(part.ids)}
+            if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
+                part.hnsw = self._build_hnsw(part.ids, part.matrix)
+            part.generation = after
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._parts.pop(key, None)
+
+    def search(self, key: str, generation: int, query: Vector, k: int) -> list[tuple[int, float]]:
+        """The ``k`` nearest ids by cosine similarity (vectors are L2-normalised), best first."""
+        part = self.sync(key, generation)
+        n = len(part.ids)
+        if n == 0 or k <= 0:
+            return []
+        k = min(k, n)
+        if part.hnsw is not None:
+            matches = part.hnsw.search(query.astype(np.float32), k)  # type: ignore[attr-defined]
+            # usearch's "ip" distance is 1 - dot product.
+            return [
+                (int(key_), 1.0 - float(dist))
+                for key_, dist in zip(matches.keys, matches.distances, strict=False)
+            ]
+        scores = part.matrix @ query.astype(np.float32)
+        top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
+        top = top[np.argsort(-scores[top])]
+        return [(part.ids[i], float(scores[i])) for i in top]
+
+    def vectors(self, key: str, generation: int, ids: Sequence[int]) -> dict[int, Vector]:
+        part = self.sync(key, generation)
+        return {item: part.matrix[part.position[item]] for item in ids if item in part.position}

@@ -1,0 +1,1 @@
+"""Hadron: graph memory and team coordination surface."""

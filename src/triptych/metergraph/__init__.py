@@ -1,0 +1,1 @@
+"""Metergraph: LLM usage and cost telemetry surface."""

@@ -1,0 +1,1 @@
+"""Metronix: the knowledge base and agent memory surface."""

@@ -1,0 +1,267 @@
+"""The knowledge-base service: store, get, hybrid search and status, with every rule in one place.
+
+Tools and REST handlers call these methods with a ``Principal``; workspace grants and the write
+permission are checked here, before any data access.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from triptych.core.auth import Principal, require_write, resolve_workspace
+from triptych.core.chunking import chunk_text
+from triptych.core.embed import Embedder
+from triptych.core.errors import EmbeddingMismatch, IngestionFailed, InvalidParams, NotFound, TriptychError
+from triptych.core.search import rrf
+from triptych.metronix.store import KnowledgeStore, NewDocument
+
+log = logging.getLogger(__name__)
+
+MAX_CONTENT_CHARS = 5_000_000
+MAX_LABEL_CHARS = 512
+
+
+def content_hash(title: str | None, content: str, metadata: dict[str, Any]) -> str:
+    payload = json.dumps([title, content, metadata], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def embedding_text(title: str | None, chunk: str) -> str:
+    # The title gives a chunk its context ("Results" alone says little about what was studied).
+    return f"{title}\n{chunk}" if title else chunk
+
+
+def new_label() -> str:
+    return "MEM-" + secrets.token_hex(4).upper()
+
+
+@dataclass(frozen=True, slots=True)
+class StoreResult:
+    doc_label: str
+    chunks_stored: int
+    unchanged: bool
+
+
+class KnowledgeService:
+    def __init__(
+        self,
+        store: KnowledgeStore,
+        embedder: Embedder,
+        default_workspace: str = "default",
+        chunk_tokens: int = 200,
+        candidates: int = 50,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.default_workspace = default_workspace
+        self.chunk_tokens = chunk_tokens
+        self.candidates = candidates
+        self._mismatch: str | None = None
+        stored = store.embedding_model()
+        if stored is None or (stored != self._model and store.count_chunks() == 0):
+            store.set_embedding_model(*self._model)
+        else:
+            self._refresh_mismatch()
+
+    @property
+    def _model(self) -> tuple[str, int]:
+        return (self.embedder.name, self.embedder.dim)
+
+    def _refresh_mismatch(self) -> None:
+        stored = self.store.embedding_model()
+        if stored is None or stored == self._model:
+            self._mismatch = None
+            return
+        self._mismatch = (
+            f"the index was built with {stored[0]} ({stored[1]} dimensions) but the server is configured "
+            f"with {self._model[0]} ({self._model[1]} dimensions); vectors from two models cannot be mixed"
+        )
+
+    def workspace(self, principal: Principal, requested: str | None) -> str:
+        return resolve_workspace(principal, requested, self.default_workspace)
+
+    def _check_model(self) -> None:
+        if self._mismatch:
+            self._refresh_mismatch()  # `triptych reindex` may have run in another process since
+        if self._mismatch:
+            raise EmbeddingMismatch(self._mismatch)
+
+    # -- writes ------------------------------------------------------------------
+
+    def store_document(
+        self,
+        principal: Principal,
+        workspace_id: str | None,
+        content: str,
+        title: str | None = None,
+        doc_label: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        source_type: str | None = None,
+        skip_unchanged: bool = False,
+    ) -> StoreResult:
+        workspace = self.workspace(principal, workspace_id)
+        require_write(principal)
+        if not content or not content.strip():
+            raise InvalidParams("content must not be empty", details={"field": "content"})
+        if len(content) > MAX_CONTENT_CHARS:
+            raise InvalidParams(
+                f"content is {len(content)} characters; the limit is {MAX_CONTENT_CHARS}",
+                hint="Split the document into parts with their own doc_label",
+                details={"field": "content"},
+            )
+        if doc_label is not None and (not doc_label.strip() or len(doc_label) > MAX_LABEL_CHARS):
+            raise InvalidParams(
+                f"doc_label must be 1-{MAX_LABEL_CHARS} non-blank characters", details={"field": "doc_label"}
+            )
+        self._check_model()
+        label = doc_label or new_label()
+        meta = dict(metadata or {})
+        digest = content_hash(title, content, meta)
+        if skip_unchanged and self.store.document_hash(workspace, label) == digest:
+            existing = self.store.get_document(workspace, label)
+            return StoreResult(label, existing.chunk_count if existing else 0, unchanged=True)
+        chunks = [c.text for c in chunk_text(content, self.chunk_tokens)]
+        if not chunks:
+            raise InvalidParams("content has no text to index", details={"field": "content"})
+        try:
+            vectors = self.embedder.embed([embedding_text(title, c) for c in chunks])
+        except TriptychError:
+            raise
+        except Exception as exc:
+            log.exception("embedding failed for %s", label)
+            raise IngestionFailed(f"embedding failed for {label}: {exc}") from exc
+        source = (
+            source_type
+            or _str(meta.get("source_type"))
+            or (label.split(":", 1)[0] if ":" in label else "manual")
+        )
+        doc = NewDocument(
+            workspace_id=workspace,
+            doc_label=label,
+            title=title,
+            content=content,
+            source_type=source,
+            url=_str(meta.get("url")),
+            date=_str(meta.get("date")),
+            metadata=meta,
+            content_hash=digest,
+            chunks=chunks,
+            embeddings=vectors,
+        )
+        try:
+            stored = self.store.put_document(doc)
+        except Exception as exc:
+            log.exception("storing %s failed", label)
+            raise IngestionFailed(f"storing {label} failed: {exc}") from exc
+        return StoreResult(label, stored, unchanged=False)
+
+    def delete_document(self, principal: Principal, workspace_id: str | None, doc_label: str) -> bool:
+        workspace = self.workspace(principal, workspace_id)
+        require_write(principal)
+        return self.store.delete_document(workspace, doc_label)
+
+    # -- reads -------------------------------------------------------------------
+
+    def get(self, principal: Principal, workspace_id: str | None, doc_label: str) -> dict[str, Any]:
+        workspace = self.workspace(principal, workspace_id)
+        if not doc_label or not doc_label.strip():
+            raise InvalidParams("doc_label must not be empty", details={"field": "doc_label"})
+        doc = self.store.get_document(workspace, doc_label)
+        if doc is None:
+            raise NotFound(f"Document not found: {doc_label}", details={"doc_label": doc_label})
+        return {
+            "doc_label": doc.doc_label,
+            "title": doc.title,
+            "content": doc.content,
+            "source_type": doc.source_type,
+            "timestamp": doc.date or doc.updated_at[:10],
+            "metadata": doc.metadata,
+        }
+
+    def search(
+        self, principal: Principal, workspace_id: str | None, query: str, top_k: int = 10
+    ) -> dict[str, Any]:
+        started = time.perf_counter()
+        workspace = self.workspace(principal, workspace_id)
+        if not query or not query.strip():
+            raise InvalidParams("query must not be empty", details={"field": "query"})
+        if not 1 <= top_k <= 50:
+            raise InvalidParams(f"top_k must be between 1 and 50, got {top_k}", details={"field": "top_k"})
+        self._check_model()
+        results = self.hybrid(workspace, query, top_k)
+        return {
+            "results": results,
+            "count": len(results),
+            "latency_ms": round((time.perf_counter() - started) * 1000),
+        }
+
+    def hybrid(self, workspace: str, query: str, top_k: int) -> list[dict[str, Any]]:
+        """BM25 and dense candidates from the workspace only, fused by reciprocal rank."""
+        n = max(self.candidates, top_k * 3)
+        keyword = self.store.keyword_search(workspace, query, n)
+        vector = self.embedder.embed([query])[0]
+        dense = self.store.vector_search(workspace, vector, n)
+        fused = rrf([[i for i, _ in keyword], [i for i, _ in dense]])
+        top = sorted(fused, key=lambda i: fused[i], reverse=True)[:top_k]
+        hits = self.store.chunk_hits(workspace, top)
+        dense_scores = dict(dense)
+        keyword_scores = dict(keyword)
+        results = []
+        for chunk_id in top:
+            hit = hits.get(chunk_id)
+            if hit is None:  # deleted between the index read and now
+                continue
+            results.append(
+                {
+                    "doc_label": hit.doc_label,
+                    "title": hit.title,
+                    "content": hit.text,
+                    "source_type": hit.source_type,
+                    "score": round(fused[chunk_id], 4),
+                    "url": hit.url,
+                    "date": hit.date,
+                    "dense_score": _round(dense_scores.get(chunk_id)),
+                    "keyword_score": _round(keyword_scores.get(chunk_id)),
+                }
+            )
+        return results
+
+    def reindex(self, progress: Callable[[int], None] | None = None) -> int:
+        """Re-embed every stored chunk with the configured model; returns how many were re-embedded."""
+        done = 0
+        for batch in self.store.iter_chunks():
+            vectors = self.embedder.embed([embedding_text(title, text) for _, title, text in batch])
+            self.store.replace_embeddings(
+                [(chunk_id, vectors[i]) for i, (chunk_id, _, _) in enumerate(batch)]
+            )
+            done += len(batch)
+            if progress:
+                progress(len(batch))
+        self.store.set_embedding_model(self.embedder.name, self.embedder.dim)
+        self._mismatch = None
+        return done
+
+    def status(self, principal: Principal, workspace_id: str | None) -> dict[str, Any]:
+        workspace = self.workspace(principal, workspace_id)
+        total = self.store.count_documents(workspace)
+        return {
+            "status": "healthy" if total else "initializing",
+            "documents": {"total": total},
+            "last_sync": self.store.last_sync(workspace),
+            "embedding_model": self.embedder.name,
+        }
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

@@ -1,0 +1,351 @@
+"""Knowledge-base persistence: documents, chunks, the keyword index and the dense vectors.
+
+``KnowledgeStore`` is the engine-neutral interface the service uses; ``SqliteKnowledgeStore`` is the
+embedded default (one SQLite file: FTS5 for BM25, vectors as float32 blobs, served from an in-memory
+index per workspace). A PostgreSQL + pgvector store implements the same protocol.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from triptych.core.db import Database
+from triptych.core.search import Vector, VectorIndex, fts_match, partition_token
+
+MIGRATIONS = [
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        generation INTEGER NOT NULL DEFAULT 0,
+        last_sync TEXT
+    );
+    CREATE TABLE documents (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        doc_label TEXT NOT NULL,
+        title TEXT,
+        content TEXT NOT NULL,
+        source_type TEXT NOT NULL,
+        url TEXT,
+        date TEXT,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        content_hash TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (workspace_id, doc_label)
+    );
+    CREATE TABLE chunks (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+        workspace_id TEXT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        text TEXT NOT NULL,
+        embedding BLOB NOT NULL
+    );
+    CREATE INDEX chunks_by_workspace ON chunks (workspace_id, id);
+    CREATE INDEX chunks_by_document ON chunks (document_id);
+    -- part: the workspace as one token, so a MATCH stays inside its workspace.
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(part, title, body, tokenize = 'porter unicode61');
+    """
+]
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentRecord:
+    workspace_id: str
+    doc_label: str
+    title: str | None
+    content: str
+    source_type: str
+    url: str | None
+    date: str | None
+    metadata: dict[str, Any]
+    content_hash: str
+    created_at: str
+    updated_at: str
+    chunk_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NewDocument:
+    workspace_id: str
+    doc_label: str
+    title: str | None
+    content: str
+    source_type: str
+    url: str | None
+    date: str | None
+    metadata: dict[str, Any]
+    content_hash: str
+    chunks: list[str] = field(default_factory=list)
+    embeddings: Vector = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkHit:
+    chunk_id: int
+    doc_label: str
+    title: str | None
+    text: str
+    source_type: str
+    url: str | None
+    date: str | None
+
+
+class KnowledgeStore(Protocol):
+    def embedding_model(self) -> tuple[str, int] | None: ...
+    def set_embedding_model(self, name: str, dim: int) -> None: ...
+    def count_chunks(self) -> int: ...
+    def put_document(self, doc: NewDocument) -> int: ...
+    def get_document(self, workspace_id: str, doc_label: str) -> DocumentRecord | None: ...
+    def document_hash(self, workspace_id: str, doc_label: str) -> str | None: ...
+    def delete_document(self, workspace_id: str, doc_label: str) -> bool: ...
+    def count_documents(self, workspace_id: str) -> int: ...
+    def last_sync(self, workspace_id: str) -> str | None: ...
+    def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]: ...
+    def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]: ...
+    def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]: ...
+    def iter_chunks(self, batch: int = 256) -> Iterator[list[tuple[int, str | None, str]]]: ...
+    def replace_embeddings(self, rows: Sequence[tuple[int, Vector]]) -> None: ...
+    def close(self) -> None: ...
+
+
+class SqliteKnowledgeStore:
+    def __init__(self, path: Path, dim: int) -> None:
+        self.db = Database(path, MIGRATIONS)
+        self.index = VectorIndex(dim, self._load_vectors)
+
+    # -- embedding model ---------------------------------------------------
+
+    def embedding_model(self) -> tuple[str, int] | None:
+        rows = dict(
+            self.db.conn.execute("SELECT key, value FROM meta WHERE key LIKE 'embedding_%'").fetchall()
+        )
+        if "embedding_model" not in rows:
+            return None
+        return rows["embedding_model"], int(rows["embedding_dim"])
+
+    def set_embedding_model(self, name: str, dim: int) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('embedding_model', ?)", (name,))
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('embedding_dim', ?)", (str(dim),))
+
+    def count_chunks(self) -> int:
+        return int(self.db.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    # -- documents -----------------------------------------------------------
+
+    def _generation(self, workspace_id: str) -> int:
+        row = self.db.conn.execute(
+            "SELECT generation FROM workspaces WHERE id = ?", (workspace_id,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def put_document(self, doc: NewDocument) -> int:
+        """Insert or replace a document and all its chunks in one transaction; returns the chunk count."""
+        now = utcnow()
+        part = partition_token(doc.workspace_id)
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO workspaces (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
+                (doc.workspace_id, now),
+            )
+            before = int(
+                conn.execute(
+                    "SELECT generation FROM workspaces WHERE id = ?", (doc.workspace_id,)
+                ).fetchone()[0]
+            )
+            old = conn.execute(
+                "SELECT id, created_at FROM documents WHERE workspace_id = ? AND doc_label = ?",
+                (doc.workspace_id, doc.doc_label),
+            ).fetchone()
+            removed: list[int] = []
+            if old is not None:
+                removed = [
+                    r[0] for r in conn.execute("SELECT id FROM chunks WHERE document_id = ?", (old[0],))
+                ]
+                conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in removed])
+                conn.execute("DELETE FROM chunks WHERE document_id = ?", (old[0],))
+                conn.execute("DELETE FROM documents WHERE id = ?", (old[0],))
+            created = old[1] if old is not None else now
+            cursor = conn.execute(
+                "INSERT INTO documents (workspace_id, doc_label, title, content, source_type, url, date,"
+                " metadata, content_hash, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    doc.workspace_id,
+                    doc.doc_label,
+                    doc.title,
+                    doc.content,
+                    doc.source_type,
+                    doc.url,
+                    doc.date,
+                    json.dumps(doc.metadata),
+                    doc.content_hash,
+                    created,
+                    now,
+                ),
+            )
+            document_id = cursor.lastrowid
+            added: list[tuple[int, Vector]] = []
+            for ordinal, (text, vector) in enumerate(zip(doc.chunks, doc.embeddings, strict=True)):
+                vec = np.ascontiguousarray(vector, dtype=np.float32)
+                chunk_id = conn.execute(
+                    "INSERT INTO chunks (document_id, workspace_id, ordinal, text, embedding)"
+                    " VALUES (?,?,?,?,?)",
+                    (document_id, doc.workspace_id, ordinal, text, vec.tobytes()),
+                ).lastrowid
+                assert chunk_id is not None
+                conn.execute(
+                    "INSERT INTO chunks_fts (rowid, part, title, body) VALUES (?,?,?,?)",
+                    (chunk_id, part, doc.title or "", text),
+                )
+                added.append((chunk_id, vec))
+            conn.execute(
+                "UPDATE workspaces SET generation = generation + 1 WHERE id = ?", (doc.workspace_id,)
+            )
+        self.index.apply(doc.workspace_id, before, before + 1, added=added, removed=removed)
+        return len(added)
+
+    def delete_document(self, workspace_id: str, doc_label: str) -> bool:
+        with self.db.transaction() as conn:
+            row = conn.execute(
+                "SELECT id FROM documents WHERE workspace_id = ? AND doc_label = ?", (workspace_id, doc_label)
+            ).fetchone()
+            if row is None:
+                return False
+            before = self._generation(workspace_id)
+            removed = [r[0] for r in conn.execute("SELECT id FROM chunks WHERE document_id = ?", (row[0],))]
+            conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in removed])
+            conn.execute("DELETE FROM chunks WHERE document_id = ?", (row[0],))
+            conn.execute("DELETE FROM documents WHERE id = ?", (row[0],))
+            conn.execute("UPDATE workspaces SET generation = generation + 1 WHERE id = ?", (workspace_id,))
+        self.index.apply(workspace_id, before, before + 1, removed=removed)
+        return True
+
+    def get_document(self, workspace_id: str, doc_label: str) -> DocumentRecord | None:
+        row = self.db.conn.execute(
+            "SELECT d.*, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"
+            " FROM documents d WHERE workspace_id = ? AND doc_label = ?",
+            (workspace_id, doc_label),
+        ).fetchone()
+        if row is None:
+            return None
+        return DocumentRecord(
+            workspace_id=row["workspace_id"],
+            doc_label=row["doc_label"],
+            title=row["title"],
+            content=row["content"],
+            source_type=row["source_type"],
+            url=row["url"],
+            date=row["date"],
+            metadata=json.loads(row["metadata"]),
+            content_hash=row["content_hash"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            chunk_count=row["chunk_count"],
+        )
+
+    def document_hash(self, workspace_id: str, doc_label: str) -> str | None:
+        row = self.db.conn.execute(
+            "SELECT content_hash FROM documents WHERE workspace_id = ? AND doc_label = ?",
+            (workspace_id, doc_label),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def count_documents(self, workspace_id: str) -> int:
+        row = self.db.conn.execute("SELECT count(*) FROM documents WHERE workspace_id = ?", (workspace_id,))
+        return int(row.fetchone()[0])
+
+    def last_sync(self, workspace_id: str) -> str | None:
+        row = self.db.conn.execute(
+            "SELECT last_sync FROM workspaces WHERE id = ?", (workspace_id,)
+        ).fetchone()
+        return None if row is None else row[0]
+
+    # -- retrieval ------------------------------------------------------------
+
+    def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]:
+        match = fts_match(query, workspace_id)
+        if match is None:
+            return []
+        # bm25() is lower-is-better; the partition column weighs nothing, the title a little more.
+        rows = self.db.conn.execute(
+            "SELECT rowid, -bm25(chunks_fts, 0.0, 2.0, 1.0) AS score FROM chunks_fts"
+            " WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts, 0.0, 2.0, 1.0) LIMIT ?",
+            (match, limit),
+        ).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
+        return self.index.search(workspace_id, self._generation(workspace_id), query, limit)
+
+    def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
+        rows = self.db.conn.execute(
+            "SELECT id, embedding FROM chunks WHERE workspace_id = ? ORDER BY id", (workspace_id,)
+        ).fetchall()
+        ids = [int(r[0]) for r in rows]
+        if not rows:
+            return ids, np.zeros((0, self.index.dim), dtype=np.float32)
+        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+        return ids, matrix
+
+    def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]:
+        if not chunk_ids:
+            return {}
+        marks = ",".join("?" * len(chunk_ids))
+        rows = self.db.conn.execute(
+            "SELECT c.id, c.text, d.doc_label, d.title, d.source_type, d.url, d.date FROM chunks c"
+            f" JOIN documents d ON d.id = c.document_id WHERE c.workspace_id = ? AND c.id IN ({marks})",
+            (workspace_id, *chunk_ids),
+        ).fetchall()
+        return {
+            int(r["id"]): ChunkHit(
+                chunk_id=int(r["id"]),
+                doc_label=r["doc_label"],
+                title=r["title"],
+                text=r["text"],
+                source_type=r["source_type"],
+                url=r["url"],
+                date=r["date"],
+            )
+            for r in rows
+        }
+
+    # -- re-embedding ------------------------------------------------------------
+
+    def iter_chunks(self, batch: int = 256) -> Iterator[list[tuple[int, str | None, str]]]:
+        last = 0
+        while True:
+            rows = self.db.conn.execute(
+                "SELECT c.id, d.title, c.text FROM chunks c JOIN documents d ON d.id = c.document_id"
+                " WHERE c.id > ? ORDER BY c.id LIMIT ?",
+                (last, batch),
+            ).fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield [(int(r[0]), r[1], r[2]) for r in rows]
+
+    def replace_embeddings(self, rows: Sequence[tuple[int, Vector]]) -> None:
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "UPDATE chunks SET embedding = ? WHERE id = ?",
+                [(np.ascontiguousarray(v, dtype=np.float32).tobytes(), i) for i, v in rows],
+            )
+            conn.execute("UPDATE workspaces SET generation = generation + 1")
+
+    def close(self) -> None:
+        self.db.close()

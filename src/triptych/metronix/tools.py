@@ -1,0 +1,114 @@
+"""Metronix MCP tools: argument models (the contract as data) and thin adapters onto the services."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mcp_types as types
+from pydantic import Field
+
+from triptych.core.errors import TriptychError
+from triptych.core.mcp import Caller, Tool, ToolArgs
+from triptych.metronix.knowledge import KnowledgeService
+
+# Codes the Metronix contract documents; anything else is rendered as the closest of them, with the
+# precise reason kept in details.reason.
+CONTRACT_CODES = {
+    "INVALID_PARAMS",
+    "DOCUMENT_NOT_FOUND",
+    "INGESTION_FAILED",
+    "WORKSPACE_NOT_FOUND",
+    "QDRANT_UNAVAILABLE",
+    "GRAPH_UNAVAILABLE",
+    "AUTH_REQUIRED",
+    "RATE_LIMITED",
+    "INTERNAL_ERROR",
+}
+_NEAREST = {"FORBIDDEN": "AUTH_REQUIRED"}
+
+
+def render_error(exc: TriptychError) -> types.CallToolResult:
+    body = exc.to_dict()
+    if body["code"] not in CONTRACT_CODES:
+        body["details"] = {**body["details"], "reason": body["code"]}
+        body["code"] = _NEAREST.get(body["code"], "INTERNAL_ERROR")
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps({"error": body}, ensure_ascii=False))],
+        structured_content={"error": body},
+        is_error=True,
+    )
+
+
+WorkspaceField = Field(
+    None, description='Target workspace (default: "default", or your first granted workspace)'
+)
+
+
+class SearchFastArgs(ToolArgs):
+    query: str = Field(description="Natural language query or keyword")
+    workspace_id: str | None = WorkspaceField
+    top_k: int = Field(10, ge=1, le=50, description="Results to return (1-50)")
+
+
+class GetArgs(ToolArgs):
+    doc_label: str = Field(description="Document label (e.g. jira:MTRNIX-303, confluence:12345)")
+    workspace_id: str | None = WorkspaceField
+
+
+class StoreArgs(ToolArgs):
+    content: str = Field(description="Document content")
+    title: str | None = Field(None, description="Document title")
+    workspace_id: str | None = WorkspaceField
+    doc_label: str | None = Field(None, description="Unique identifier (MEM-{hex} if omitted)")
+    metadata: dict[str, Any] | None = Field(
+        None, description="Additional key-value metadata (url, date, ...)"
+    )
+
+
+class StatusArgs(ToolArgs):
+    workspace_id: str | None = WorkspaceField
+
+
+def knowledge_tools(service: KnowledgeService) -> list[Tool]:
+    def search_fast(caller: Caller, args: SearchFastArgs) -> dict[str, Any]:
+        return service.search(caller.principal, args.workspace_id, args.query, args.top_k)
+
+    def get(caller: Caller, args: GetArgs) -> dict[str, Any]:
+        return service.get(caller.principal, args.workspace_id, args.doc_label)
+
+    def store(caller: Caller, args: StoreArgs) -> dict[str, Any]:
+        result = service.store_document(
+            caller.principal, args.workspace_id, args.content, args.title, args.doc_label, args.metadata
+        )
+        return {"success": True, "doc_label": result.doc_label, "chunks_stored": result.chunks_stored}
+
+    def status(caller: Caller, args: StatusArgs) -> dict[str, Any]:
+        return service.status(caller.principal, args.workspace_id)
+
+    return [
+        Tool(
+            "metronix_search_fast",
+            "Low-latency hybrid search (BM25 + dense vectors, fused) over the knowledge base. Returns raw "
+            "document chunks without LLM synthesis; use it as the default search tool.",
+            SearchFastArgs,
+            search_fast,
+        ),
+        Tool(
+            "metronix_get",
+            "Retrieve a specific document by its unique label "
+            "(get doc_label values from metronix_search_fast).",
+            GetArgs,
+            get,
+        ),
+        Tool(
+            "metronix_store",
+            "Index a new document into the knowledge base "
+            "(chunking, embedding, vector and keyword indexing). "
+            "Storing an existing doc_label replaces that document atomically.",
+            StoreArgs,
+            store,
+            read_only=False,
+        ),
+        Tool("metronix_status", "Workspace health check and document statistics.", StatusArgs, status),
+    ]
