@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Set up and run Triptych with nothing but Python 3.11+.
+
+    python3 tasks.py serve [triptych serve flags]   # set up .venv, start the server on 127.0.0.1:8000
+    python3 tasks.py test [pytest args]             # set up .venv and .venv-mcp1, lint, type-check, run tests
+    python3 tasks.py bench [scifact|latency] [...]  # run a benchmark (see bench/README.md)
+
+Both setup steps are idempotent: packages are (re)installed only when pyproject.toml or a
+constraints file changed since the last run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+VENV_MCP1 = ROOT / ".venv-mcp1"  # the 1.x MCP client, for the contract's own Python example
+
+
+def _bin(env: Path, name: str) -> Path:
+    return env / ("Scripts" if os.name == "nt" else "bin") / name
+
+
+def _run(*cmd: str | Path, env: dict[str, str] | None = None) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, env=env)
+
+
+def _ensure(env: Path, inputs: list[Path], install: list[str]) -> None:
+    if sys.version_info < (3, 11):  # noqa: UP036  (this file runs on whatever python3 is)
+        sys.exit(f"Python 3.11 or newer is needed (this is {sys.version.split()[0]})")
+    stamp = env / ".triptych-stamp"
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in inputs) + " ".join(install).encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest and _bin(env, "python").exists():
+        return
+    if not _bin(env, "python").exists():
+        print(f"creating {env.name} ...", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=True).create(env)
+    _run(_bin(env, "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    _run(_bin(env, "python"), "-m", "pip", "install", "--quiet", *install)
+    stamp.write_text(digest)
+
+
+def setup(dev: bool) -> None:
+    constraints = ROOT / "constraints.txt"
+    target = "-e.[dev]" if dev else "-e."
+    _ensure(VENV, [ROOT / "pyproject.toml", constraints], ["-c", str(constraints), target])
+    if dev:
+        mcp1 = ROOT / "tests" / "contract" / "mcp1-requirements.txt"
+        _ensure(VENV_MCP1, [mcp1], ["-r", str(mcp1)])
+
+
+def serve(args: list[str]) -> int:
+    setup(dev=False)
+    os.execv(_bin(VENV, "triptych"), [str(_bin(VENV, "triptych")), "serve", *args])
+    return 0  # not reached
+
+
+def test(args: list[str]) -> int:
+    setup(dev=True)
+    python = _bin(VENV, "python")
+    _run(python, "-m", "ruff", "check", "src", "tests", "bench", "tasks.py")
+    _run(python, "-m", "ruff", "format", "--check", "src", "tests", "bench", "tasks.py")
+    _run(python, "-m", "mypy")
+    return subprocess.run([str(python), "-m", "pytest", *args], cwd=ROOT).returncode
+
+
+def bench(args: list[str]) -> int:
+    setup(dev=True)
+    scripts = {"scifact": "bench/scifact.py", "latency": "bench/latency_100k.py"}
+    if not args or args[0] not in scripts:
+        sys.exit(f"usage: python3 tasks.py bench {{{'|'.join(scripts)}}} [options]")
+    return subprocess.run([str(_bin(VENV, "python")), scripts[args[0]], *args[1:]], cwd=ROOT).returncode
+
+
+def main() -> int:
+    commands = {"serve": serve, "test": test, "bench": bench}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        print(__doc__)
+        return 2
+    try:
+        return commands[sys.argv[1]](sys.argv[2:])
+    except subprocess.CalledProcessError as exc:
+        step = " ".join(map(str, exc.cmd))
+        print(f"tasks.py: step failed (exit {exc.returncode}): {step}", file=sys.stderr)
+        return exc.returncode or 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

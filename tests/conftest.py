@@ -1,0 +1,27 @@
+"""Session fixtures: one auth-disabled and one auth-enabled `triptych serve`, shared by the contract tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from harness import SECRET, ServerProcess
+
+
+@pytest.fixture(scope="session")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Auth disabled: the local development configuration."""
+    server = ServerProcess(
+        tmp_path_factory.mktemp("open") / "data", {"TRIPTYCH_AUTH_ENABLED": "false"}
+    ).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Auth enabled with the upstream product's variable names (AUTH_ENABLED, METRONIX_SECRET_KEY)."""
+    env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET}
+    server = ServerProcess(tmp_path_factory.mktemp("auth") / "data", env).start()
+    yield server
+    server.stop()

@@ -1,0 +1,163 @@
+"""Authentication, workspace grants, roles and isolation on a server with auth enabled."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+
+import httpx
+import jwt
+import pytest
+from harness import SECRET, ServerProcess, bearer, mcp_session, token
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def _b64(data: dict[str, object]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+
+def _unsigned() -> str:
+    claims = {"sub": "mallory", "role": "admin", "workspace_ids": [], "exp": int(time.time()) + 600}
+    return f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(claims)}."
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        "Basic dXNlcjpwYXNz",
+        "Bearer not-a-jwt",
+        "Bearer "
+        + jwt.encode({"sub": "a", "exp": int(time.time()) + 600}, "wrong-secret-wrong-secret-32bytes!"),
+        "Bearer " + token(ttl=-30),
+        "Bearer " + _unsigned(),
+    ],
+    ids=["missing", "basic", "malformed", "bad-signature", "expired", "alg-none"],
+)
+def test_mcp_without_a_valid_bearer_jwt_is_401_with_www_authenticate(
+    auth_server: ServerProcess, authorization: str | None
+) -> None:
+    headers = dict(MCP_HEADERS)
+    if authorization:
+        headers["Authorization"] = authorization
+    response = httpx.post(auth_server.url + "/mcp", json=INITIALIZE, headers=headers)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert response.json()["error"]["code"] == "AUTH_REQUIRED"
+
+
+def test_a_valid_token_opens_the_endpoint(auth_server: ServerProcess) -> None:
+    headers = {**MCP_HEADERS, **bearer(token(workspaces=["A"]))}
+    response = httpx.post(auth_server.url + "/mcp", json=INITIALIZE, headers=headers)
+    assert response.status_code == 200
+
+
+async def test_an_ungranted_workspace_is_refused_without_revealing_whether_it_exists(
+    auth_server: ServerProcess,
+) -> None:
+    existing, missing = "exists-" + uuid.uuid4().hex[:6], "missing-" + uuid.uuid4().hex[:6]
+    async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[existing]))) as owner:
+        await owner.call("metronix_store", content="Private roadmap.", workspace_id=existing)
+    async with mcp_session(auth_server.url + "/mcp", bearer(token(user="eve", workspaces=["other"]))) as eve:
+        refusals = [
+            await eve.call("metronix_search_fast", query="roadmap", workspace_id=w)
+            for w in (existing, missing)
+        ]
+        stores = [await eve.call("metronix_store", content="x", workspace_id=w) for w in (existing, missing)]
+    for result in refusals + stores:
+        assert result.error_code == "WORKSPACE_NOT_FOUND"
+    # Same answer whether or not the workspace exists, apart from echoing the requested id.
+    assert refusals[0].data["error"]["message"].replace(existing, "W") == refusals[1].data["error"][
+        "message"
+    ].replace(missing, "W")
+
+
+async def test_nothing_stored_in_workspace_a_reaches_a_caller_of_workspace_b(
+    auth_server: ServerProcess,
+) -> None:
+    a, b = "iso-a-" + uuid.uuid4().hex[:6], "iso-b-" + uuid.uuid4().hex[:6]
+    async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[a]))) as alice:
+        await alice.call(
+            "metronix_store", content="Quarterly revenue grew by 12 percent.", doc_label="fin", workspace_id=a
+        )
+    async with mcp_session(auth_server.url + "/mcp", bearer(token(user="bob", workspaces=[b]))) as bob:
+        await bob.call(
+            "metronix_store", content="The cafeteria opens at noon.", doc_label="misc", workspace_id=b
+        )
+        search = await bob.call(
+            "metronix_search_fast", query="quarterly revenue grew", workspace_id=b, top_k=50
+        )
+        implicit = await bob.call("metronix_search_fast", query="quarterly revenue grew")
+        get_same_label = await bob.call("metronix_get", doc_label="fin", workspace_id=b)
+        get_default = await bob.call("metronix_get", doc_label="fin")
+        status = await bob.call("metronix_status", workspace_id=b)
+    labels = {r["doc_label"] for r in search.data["results"]} | {
+        r["doc_label"] for r in implicit.data["results"]
+    }
+    assert labels == {"misc"}
+    assert (
+        get_same_label.error_code == "DOCUMENT_NOT_FOUND" and get_default.error_code == "DOCUMENT_NOT_FOUND"
+    )
+    assert status.data["documents"] == {"total": 1}
+
+
+async def test_an_omitted_workspace_selects_the_first_granted_one(auth_server: ServerProcess) -> None:
+    first, second = "first-" + uuid.uuid4().hex[:6], "second-" + uuid.uuid4().hex[:6]
+    async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[first, second]))) as mcp:
+        await mcp.call("metronix_store", content="Lands in the first grant.", doc_label="x")
+        in_first = await mcp.call("metronix_get", doc_label="x", workspace_id=first)
+        in_second = await mcp.call("metronix_get", doc_label="x", workspace_id=second)
+    assert in_first.data["content"] == "Lands in the first grant."
+    assert in_second.error_code == "DOCUMENT_NOT_FOUND"
+
+
+async def test_a_viewer_may_read_but_not_write(auth_server: ServerProcess) -> None:
+    workspace = "view-" + uuid.uuid4().hex[:6]
+    async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[workspace]))) as editor:
+        await editor.call(
+            "metronix_store", content="Readable by viewers.", doc_label="doc", workspace_id=workspace
+        )
+    async with mcp_session(auth_server.url + "/mcp", bearer(token("vic", "viewer", [workspace]))) as viewer:
+        read = await viewer.call("metronix_get", doc_label="doc", workspace_id=workspace)
+        write = await viewer.call(
+            "metronix_store", content="Overwrite!", doc_label="doc", workspace_id=workspace
+        )
+        again = await viewer.call("metronix_get", doc_label="doc", workspace_id=workspace)
+    assert read.data["content"] == "Readable by viewers."
+    assert write.error_code == "AUTH_REQUIRED"
+    assert write.data["error"]["details"]["reason"] == "FORBIDDEN"
+    assert again.data["content"] == "Readable by viewers."
+
+
+async def test_an_admin_token_without_workspaces_reaches_every_workspace(auth_server: ServerProcess) -> None:
+    workspace = "adm-" + uuid.uuid4().hex[:6]
+    async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[workspace]))) as editor:
+        await editor.call(
+            "metronix_store", content="Seen by the admin.", doc_label="d", workspace_id=workspace
+        )
+    async with mcp_session(auth_server.url + "/mcp", bearer(token("root", "admin", []))) as admin:
+        got = await admin.call("metronix_get", doc_label="d", workspace_id=workspace)
+    assert got.data["content"] == "Seen by the admin."
+
+
+def test_the_token_secret_is_the_one_the_cli_signs_with() -> None:
+    claims = jwt.decode(token("u", "viewer", ["W"]), SECRET, algorithms=["HS256"])
+    assert {k: claims[k] for k in ("sub", "role", "workspace_ids")} == {
+        "sub": "u",
+        "role": "viewer",
+        "workspace_ids": ["W"],
+    }
+    assert claims["exp"] > claims["iat"]

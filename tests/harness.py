@@ -1,0 +1,123 @@
+"""Test helpers: real `triptych serve` processes on 127.0.0.1 and the official MCP clients."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from triptych.core.auth import mint_token
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+TRIPTYCH = str(VENV_BIN / "triptych")
+SECRET = "test-secret-that-is-long-enough-for-hs256"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """A real `triptych serve` subprocess; its log is in ``log_path`` for post-mortems."""
+
+    data_dir: Path
+    env: dict[str, str]
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> ServerProcess:
+        self.port = free_port()
+        self.log_path = self.data_dir.parent / f"server-{self.port}.log"
+        env = {**os.environ, **self.env, "TRIPTYCH_DATA_DIR": str(self.data_dir)}
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [TRIPTYCH, "serve", "--port", str(self.port)], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"server did not become healthy:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def token(
+    user: str = "alice", role: str = "editor", workspaces: list[str] | None = None, ttl: int = 600
+) -> str:
+    return mint_token(SECRET, user, role, workspaces or [], ttl)  # type: ignore[arg-type]
+
+
+@dataclass
+class ToolResult:
+    is_error: bool
+    data: dict[str, Any]
+
+    @property
+    def error_code(self) -> str | None:
+        return self.data["error"]["code"] if self.is_error else None
+
+
+class McpSession:
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def call(self, tool: str, **arguments: Any) -> ToolResult:
+        result = await self.client.call_tool(tool, arguments)
+        text = result.content[0].text  # type: ignore[union-attr]
+        return ToolResult(bool(result.is_error), json.loads(text))
+
+    async def tool_names(self) -> list[str]:
+        return [tool.name for tool in (await self.client.list_tools()).tools]
+
+
+@asynccontextmanager
+async def mcp_session(url: str, headers: dict[str, str] | None = None) -> AsyncIterator[McpSession]:
+    """The official 2.x MCP client over streamable HTTP."""
+    async with httpx2.AsyncClient(headers=headers or {}, timeout=60.0) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            yield McpSession(client)
+
+
+def bearer(tok: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {tok}"}
