@@ -6,9 +6,12 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import Server
+from starlette.routing import Route
 
 from triptych.core.errors import TriptychError
+from triptych.core.http import McpEndpoint, jwt_authenticator
 from triptych.core.mcp import build_server
+from triptych.core.surface import Mounted, Shared
 
 
 def render_error(exc: TriptychError) -> types.CallToolResult:
@@ -20,3 +23,8 @@ def render_error(exc: TriptychError) -> types.CallToolResult:
 
 def mcp_server() -> Server[Any]:
     return build_server("hadron", [], render_error, "Hadron graph memory and team coordination.")
+
+
+def mount(shared: Shared) -> Mounted:
+    endpoint = McpEndpoint(mcp_server(), shared.settings, jwt_authenticator(shared.settings))
+    return Mounted(routes=[Route("/hadron/mcp", endpoint=endpoint)], endpoints=[endpoint])

@@ -7,9 +7,12 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import Server
+from starlette.routing import Route
 
 from triptych.core.errors import TriptychError
+from triptych.core.http import McpEndpoint, jwt_authenticator
 from triptych.core.mcp import build_server
+from triptych.core.surface import Mounted, Shared
 
 # Metergraph's stateless endpoint refuses bodies over 1 MiB.
 MAX_BODY = 1024 * 1024
@@ -24,3 +27,15 @@ def render_error(exc: TriptychError) -> types.CallToolResult:
 
 def mcp_server() -> Server[Any]:
     return build_server("metergraph", [], render_error, "Metergraph LLM usage and cost telemetry.")
+
+
+def mount(shared: Shared) -> Mounted:
+    endpoint = McpEndpoint(
+        mcp_server(),
+        shared.settings,
+        jwt_authenticator(shared.settings),
+        stateless=True,
+        json_response=True,
+        max_body=MAX_BODY,
+    )
+    return Mounted(routes=[Route("/v1/agent/mcp", endpoint=endpoint)], endpoints=[endpoint])

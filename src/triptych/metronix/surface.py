@@ -6,10 +6,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp.server import Server
+from starlette.routing import Route
 
 from triptych.config import Settings
 from triptych.core.embed import Embedder, build_embedder
+from triptych.core.http import McpEndpoint, jwt_authenticator
 from triptych.core.mcp import Tool, build_server
+from triptych.core.surface import Mounted, Shared
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.store import SqliteKnowledgeStore
 from triptych.metronix.tools import knowledge_tools, render_error
@@ -45,3 +48,16 @@ class Metronix:
 
     def close(self) -> None:
         self.knowledge.store.close()
+
+
+def mount(shared: Shared) -> tuple[Metronix, Mounted]:
+    metronix = Metronix.open(shared.settings, shared.embedder)
+    endpoint = McpEndpoint(metronix.mcp_server(), shared.settings, jwt_authenticator(shared.settings))
+    warm = getattr(metronix.embedder, "warm_up", None)
+    # Route, not Mount: a Mount answers POST /mcp with a redirect to /mcp/.
+    return metronix, Mounted(
+        routes=[Route("/mcp", endpoint=endpoint)],
+        endpoints=[endpoint],
+        on_startup=[warm] if warm is not None else [],
+        on_close=[metronix.close],
+    )

@@ -1,0 +1,38 @@
+"""What a surface hands the app: its routes, the MCP endpoints whose session managers the app runs,
+and what to do at startup and shutdown. Each surface builds this in its own ``surface.mount()``, so
+``app.py`` never needs to know a surface's internals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from starlette.routing import BaseRoute
+
+from triptych.config import Settings
+from triptych.core.embed import Embedder, build_embedder
+from triptych.core.http import McpEndpoint
+
+
+class Shared:
+    """Resources several surfaces use, created once: the settings and the embedding model."""
+
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self._embedder = embedder
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            s = self.settings
+            self._embedder = build_embedder(s.embed_url, s.embed_model, s.embed_api_key, s.embed_threads)
+        return self._embedder
+
+
+@dataclass
+class Mounted:
+    routes: list[BaseRoute] = field(default_factory=list)
+    endpoints: list[McpEndpoint] = field(default_factory=list)
+    on_startup: list[Callable[[], None]] = field(default_factory=list)
+    on_close: list[Callable[[], None]] = field(default_factory=list)
