@@ -54,7 +54,7 @@ def valid_agent_id(value: str | None) -> str | None:
     if value is None:
         return None
     value = value.strip()
-    return value if _AGENT_ID.match(value) else None
+    return value if _AGENT_ID.fullmatch(value) else None
 
 
 def resolve_workspace(principal: Principal, requested: str | None, default: str) -> str:
@@ -67,7 +67,7 @@ def resolve_workspace(principal: Principal, requested: str | None, default: str)
         if principal.workspace_ids and not principal.local:
             return principal.workspace_ids[0]
         requested = default
-    if not _WORKSPACE_ID.match(requested):
+    if not _WORKSPACE_ID.fullmatch(requested):
         raise InvalidParams(
             f"workspace_id {requested!r} is not valid: use 1-128 characters from A-Z a-z 0-9 . _ : @ -",
             details={"field": "workspace_id"},

@@ -46,7 +46,8 @@ def split_sentences(text: str) -> list[str]:
 
 def _cut_long(sentence: str, max_tokens: int) -> list[str]:
     words = sentence.split()
-    per_piece = max(1, int(max_tokens / 1.3))
+    # estimate_tokens() rounds up, so leave a token of room.
+    per_piece = max(1, int((max_tokens - 1) / 1.3))
     return [" ".join(words[i : i + per_piece]) for i in range(0, len(words), per_piece)]
 
 

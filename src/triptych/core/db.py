@@ -16,14 +16,15 @@ Migration = str  # one SQL script; its position in the list is its version
 
 
 class Database:
-    def __init__(self, path: Path, migrations: Sequence[Migration]) -> None:
+    """One SQLite file. Several stores may share it, each with its own ``component`` and migrations."""
+
+    def __init__(self, path: Path, migrations: Sequence[Migration], component: str = "main") -> None:
         self.path = path
-        self._migrations = list(migrations)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._migrate()
+        self.migrate(component, migrations)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
@@ -58,17 +59,22 @@ class Database:
         else:
             conn.execute("COMMIT")
 
-    def _migrate(self) -> None:
+    def migrate(self, component: str, migrations: Sequence[Migration]) -> None:
+        """Apply the component's migrations not yet applied, each in its own transaction."""
         with self.transaction() as conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            row = conn.execute("SELECT version FROM schema_version").fetchone()
-            current = row[0] if row else 0
-            if row is None:
-                conn.execute("INSERT INTO schema_version VALUES (0)")
-            for version, script in enumerate(self._migrations[current:], start=current + 1):
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version"
+                " (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+            )
+            conn.execute("INSERT OR IGNORE INTO schema_version VALUES (?, 0)", (component,))
+        query = "SELECT version FROM schema_version WHERE component = ?"
+        current = int(self.conn.execute(query, (component,)).fetchone()[0])
+        for version, script in enumerate(migrations[current:], start=current + 1):
+            with self.transaction() as conn:
                 for statement in _statements(script):
                     conn.execute(statement)
-                conn.execute("UPDATE schema_version SET version = ?", (version,))
+                update = "UPDATE schema_version SET version = ? WHERE component = ?"
+                conn.execute(update, (version, component))
 
     def close(self) -> None:
         with self._all_lock:

@@ -136,7 +136,10 @@ class VectorIndex:
         added: Iterable[tuple[int, Vector]] = (),
         removed: Iterable[int] = (),
     ) -> None:
-        """Apply this process's own committed write, if the cached index was current before it."""
+        """Apply this process's own committed write, if the cached index was current before it.
+
+        All or nothing: if anything goes wrong the partition is dropped and reloads from the database.
+        """
         with self._lock:
             part = self._parts.get(key)
             if part is None:
@@ -144,26 +147,40 @@ class VectorIndex:
             if part.generation != before:
                 del self._parts[key]  # someone else wrote in between: reload on next use
                 return
-            removed_set = set(removed)
-            added_list = list(added)
-            if removed_set:
-                keep = [i for i, item in enumerate(part.ids) if item not in removed_set]
-                part.ids = [part.ids[i] for i in keep]
-                part.matrix = part.matrix[keep] if keep else np.zeros((0, self.dim), dtype=np.float32)
-                if part.hnsw is not None:
-                    for item in removed_set:
-                        part.hnsw.remove(item)  # type: ignore[attr-defined]
-            if added_list:
-                new_ids = [item for item, _ in added_list]
-                new_matrix = np.vstack([vec.reshape(1, self.dim) for _, vec in added_list]).astype(np.float32)
-                part.ids.extend(new_ids)
-                part.matrix = new_matrix if part.matrix.size == 0 else np.vstack([part.matrix, new_matrix])
-                if part.hnsw is not None:
-                    part.hnsw.add(np.asarray(new_ids, dtype=np.uint64), new_matrix)  # type: ignore[attr-defined]
-            part.position = {item: i for i, item in enumerate(part.ids)}
-            if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
-                part.hnsw = self._build_hnsw(part.ids, part.matrix)
-            part.generation = after
+            try:
+                self._apply(part, after, added, removed)
+            except Exception:
+                self._parts.pop(key, None)
+                raise
+
+    def _apply(
+        self, part: _Partition, after: int, added: Iterable[tuple[int, Vector]], removed: Iterable[int]
+    ) -> None:
+        removed_set = set(removed)
+        added_list = list(added)
+        # Shape problems surface here, before the partition is touched.
+        new_matrix = (
+            np.vstack([vec.reshape(1, self.dim) for _, vec in added_list]).astype(np.float32)
+            if added_list
+            else None
+        )
+        if removed_set:
+            keep = [i for i, item in enumerate(part.ids) if item not in removed_set]
+            part.ids = [part.ids[i] for i in keep]
+            part.matrix = part.matrix[keep] if keep else np.zeros((0, self.dim), dtype=np.float32)
+            if part.hnsw is not None:
+                for item in removed_set:
+                    part.hnsw.remove(item)  # type: ignore[attr-defined]
+        if new_matrix is not None:
+            new_ids = [item for item, _ in added_list]
+            part.ids.extend(new_ids)
+            part.matrix = new_matrix if part.matrix.size == 0 else np.vstack([part.matrix, new_matrix])
+            if part.hnsw is not None:
+                part.hnsw.add(np.asarray(new_ids, dtype=np.uint64), new_matrix)  # type: ignore[attr-defined]
+        part.position = {item: i for i, item in enumerate(part.ids)}
+        if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
+            part.hnsw = self._build_hnsw(part.ids, part.matrix)
+        part.generation = after
 
     def forget(self, key: str) -> None:
         with self._lock:

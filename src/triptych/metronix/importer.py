@@ -7,6 +7,7 @@ Each file becomes one document labelled ``file:<path relative to the imported ro
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,11 @@ SUFFIXES = {
     ".html": "html",
     ".htm": "html",
 }
+
+
+_BLOCKS = "p, div, li, h1, h2, h3, h4, h5, h6, br, tr, td, th, pre, blockquote, section, article, table, dd, dt"
+_SPACES = re.compile(r"[ \t]+")
+_BLANK_LINES = re.compile(r"\s*\n\s*\n\s*")
 
 
 @dataclass
@@ -65,8 +71,13 @@ def extract(file: Path) -> tuple[str | None, str]:
         title = title_node.text(strip=True) if title_node else None
         for node in tree.css("script, style, noscript, nav, header, footer"):
             node.decompose()
+        # Blocks become paragraphs; inline tags (<b>, <a>) must not split words.
+        for node in tree.css(_BLOCKS):
+            node.insert_before("\n\n")
+            node.insert_after("\n\n")
         body = tree.body or tree.root
-        text = body.text(separator="\n", strip=True) if body is not None else ""
+        raw_text = body.text(separator="", strip=False) if body is not None else ""
+        text = _BLANK_LINES.sub("\n\n", _SPACES.sub(" ", raw_text)).strip()
         return title or file.stem, text
     if kind == "markdown":
         for line in raw.splitlines():

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from triptych.core.auth import Principal, require_write, resolve_workspace
 from triptych.core.chunking import chunk_text
 from triptych.core.embed import Embedder
@@ -137,6 +139,11 @@ class KnowledgeService:
         except Exception as exc:
             log.exception("embedding failed for %s", label)
             raise IngestionFailed(f"embedding failed for {label}: {exc}") from exc
+        if vectors.shape != (len(chunks), self.embedder.dim) or not np.isfinite(vectors).all():
+            raise IngestionFailed(
+                f"the embedding model returned vectors of shape {vectors.shape} for {len(chunks)} chunks "
+                f"(expected dimension {self.embedder.dim}); nothing was stored"
+            )
         source = (
             source_type
             or _str(meta.get("source_type"))

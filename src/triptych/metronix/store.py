@@ -156,6 +156,9 @@ class SqliteKnowledgeStore:
 
     def put_document(self, doc: NewDocument) -> int:
         """Insert or replace a document and all its chunks in one transaction; returns the chunk count."""
+        expected = (len(doc.chunks), self.index.dim)
+        if doc.embeddings.ndim != 2 or doc.embeddings.shape != expected:
+            raise ValueError(f"embeddings have shape {doc.embeddings.shape}, expected {expected}")
         now = utcnow()
         part = partition_token(doc.workspace_id)
         with self.db.transaction() as conn:

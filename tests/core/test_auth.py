@@ -1,0 +1,409 @@
+"""Workspace rules, roles, agent ids and bearer-token verification (HS256 and RS256)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from triptych.config import Settings
+from triptych.core.auth import (
+    Principal,
+    TokenVerifier,
+    bearer_token,
+    local_principal,
+    mint_token,
+    require_write,
+    resolve_workspace,
+    valid_agent_id,
+)
+from triptych.core.errors import AuthRequired, Forbidden, InvalidParams, WorkspaceNotFound
+
+# 64 bytes or more: PyJWT warns (an error here) about HMAC keys shorter than the hash (HS512: 64).
+SECRET = "test-secret-" + "0123456789abcdef" * 4
+OTHER_SECRET = "other-secret-" + "fedcba9876543210" * 4
+
+
+def _settings(**values: Any) -> Settings:
+    # Explicit values win over any TRIPTYCH_* variable in the environment.
+    base: dict[str, Any] = {
+        "jwt_secret": None,
+        "jwt_public_key": None,
+        "jwt_jwks_url": None,
+        "jwt_audience": None,
+    }
+    base.update(values)
+    return Settings(**base)
+
+
+def _claims(**overrides: Any) -> dict[str, Any]:
+    now = int(time.time())
+    claims: dict[str, Any] = {
+        "sub": "alice",
+        "role": "editor",
+        "workspace_ids": ["team-a", "team-b"],
+        "iat": now,
+        "exp": now + 3600,
+    }
+    claims.update(overrides)
+    return {key: value for key, value in claims.items() if value is not None}
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _raw_token(header: dict[str, Any], claims: dict[str, Any], key: bytes | None) -> str:
+    """A JWT assembled by hand, so tests can sign what a careful library would refuse to."""
+    signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+    signature = hmac.new(key, signing_input.encode(), hashlib.sha256).digest() if key is not None else b""
+    return f"{signing_input}.{_b64(signature)}"
+
+
+@pytest.fixture(scope="module")
+def rsa_keys() -> tuple[rsa.RSAPrivateKey, str]:
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public_pem = (
+        private.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    return private, public_pem
+
+
+# -- Principal and resolve_workspace ----------------------------------------------------------
+
+
+def test_omitted_workspace_selects_the_first_granted_one() -> None:
+    editor = Principal(user="bob", role="editor", workspace_ids=("team-b", "team-a"))
+
+    assert resolve_workspace(editor, None, "default") == "team-b"
+    assert resolve_workspace(editor, "", "default") == "team-b"
+
+
+def test_omitted_workspace_is_the_default_for_local_and_unrestricted_admin() -> None:
+    assert resolve_workspace(local_principal(), None, "default") == "default"
+    assert resolve_workspace(Principal(user="root", role="admin"), None, "main") == "main"
+    # A local principal ignores any grants: it acts on the configured default.
+    local = Principal(user="local", role="admin", workspace_ids=("x",), local=True)
+    assert resolve_workspace(local, None, "default") == "default"
+
+
+def test_granted_workspace_is_returned_unchanged() -> None:
+    editor = Principal(user="bob", role="editor", workspace_ids=("team-a", "team:b@corp.example"))
+
+    assert resolve_workspace(editor, "team:b@corp.example", "default") == "team:b@corp.example"
+
+
+def test_local_and_unrestricted_admin_may_use_any_valid_workspace() -> None:
+    assert resolve_workspace(local_principal(), "anything", "default") == "anything"
+    assert resolve_workspace(Principal(user="root", role="admin"), "elsewhere", "d") == "elsewhere"
+
+
+def test_admin_with_grants_is_limited_to_them() -> None:
+    admin = Principal(user="root", role="admin", workspace_ids=("team-a",))
+
+    with pytest.raises(WorkspaceNotFound):
+        resolve_workspace(admin, "team-b", "default")
+
+
+def test_ungranted_workspace_is_refused_as_workspace_not_found() -> None:
+    viewer = Principal(user="eve", role="viewer", workspace_ids=("team-a",))
+
+    with pytest.raises(WorkspaceNotFound) as refused:
+        resolve_workspace(viewer, "team-b", "default")
+
+    assert refused.value.code == "WORKSPACE_NOT_FOUND"
+    assert refused.value.http_status == 403
+
+
+def test_refusal_of_an_ungranted_workspace_reads_the_same_for_any_workspace() -> None:
+    editor = Principal(user="bob", role="editor", workspace_ids=("team-a",))
+    refusals = []
+    for workspace in ("team-b", "no-such-workspace"):
+        with pytest.raises(WorkspaceNotFound) as refused:
+            resolve_workspace(editor, workspace, "default")
+        # Only the echoed id differs; nothing hints at whether the workspace exists.
+        refusals.append(json.dumps(refused.value.to_dict()).replace(workspace, "<id>"))
+
+    assert refusals[0] == refusals[1]
+
+
+def test_editor_without_grants_falls_back_to_a_default_it_may_not_use() -> None:
+    editor = Principal(user="bob", role="editor")
+
+    with pytest.raises(WorkspaceNotFound):
+        resolve_workspace(editor, None, "default")
+
+
+@pytest.mark.parametrize(
+    "workspace",
+    ["has space", "a/b", "semi;colon", "x" * 129, "é", "quote'", "tab\tinside"],
+)
+def test_invalid_workspace_id_is_refused_as_invalid_params(workspace: str) -> None:
+    with pytest.raises(InvalidParams) as refused:
+        resolve_workspace(local_principal(), workspace, "default")
+
+    assert refused.value.details == {"field": "workspace_id"}
+
+
+def test_invalid_workspace_id_is_refused_before_the_grant_check() -> None:
+    viewer = Principal(user="eve", role="viewer", workspace_ids=("team-a",))
+
+    with pytest.raises(InvalidParams):
+        resolve_workspace(viewer, "not granted/and invalid", "default")
+
+
+def test_longest_valid_workspace_id_is_accepted() -> None:
+    assert resolve_workspace(local_principal(), "w" * 128, "default") == "w" * 128
+
+
+def test_workspace_id_with_a_trailing_newline_is_invalid() -> None:
+    with pytest.raises(InvalidParams):
+        resolve_workspace(local_principal(), "default\n", "default")
+
+
+# -- roles ---------------------------------------------------------------------------
+
+
+def test_viewer_may_not_write() -> None:
+    viewer = Principal(user="eve", role="viewer", workspace_ids=("team-a",))
+
+    assert not viewer.can_write
+    with pytest.raises(Forbidden) as refused:
+        require_write(viewer)
+    assert refused.value.code == "FORBIDDEN"
+
+
+@pytest.mark.parametrize(
+    "principal",
+    [
+        Principal(user="e", role="editor", workspace_ids=("a",)),
+        Principal(user="a", role="admin"),
+        local_principal(),
+    ],
+    ids=["editor", "admin", "local"],
+)
+def test_editors_admins_and_local_may_write(principal: Principal) -> None:
+    require_write(principal)
+
+    assert principal.can_write
+
+
+# -- agent ids ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["a", "agent-1", "Claude_Code.v2", "A" * 64, "0.9_-x"])
+def test_agent_id_of_allowed_characters_is_kept(value: str) -> None:
+    assert valid_agent_id(value) == value
+
+
+def test_agent_id_surrounding_whitespace_is_trimmed() -> None:
+    assert valid_agent_id("  agent-7\n") == "agent-7"
+
+
+@pytest.mark.parametrize(
+    "value", [None, "", "   ", "A" * 65, "has space", "slash/", "colon:x", "ümlaut", "new\nline", "a@b"]
+)
+def test_agent_id_outside_the_rules_is_dropped(value: str | None) -> None:
+    assert valid_agent_id(value) is None
+
+
+# -- bearer_token -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        ("Bearer abc.def.ghi", "abc.def.ghi"),
+        ("bearer   abc ", "abc"),
+        (None, None),
+        ("", None),
+        ("Bearer ", None),
+        ("Basic dXNlcjpwYXNz", None),
+        ("abc.def.ghi", None),
+    ],
+)
+def test_bearer_token_is_taken_only_from_a_bearer_authorization(
+    header: str | None, token: str | None
+) -> None:
+    assert bearer_token(header) == token
+
+
+# -- TokenVerifier: HS256 ---------------------------------------------------------------
+
+
+def test_verifier_without_any_key_refuses_to_start() -> None:
+    with pytest.raises(ValueError, match="no key is configured"):
+        TokenVerifier(_settings())
+
+
+def test_valid_hs256_token_yields_its_principal() -> None:
+    token = jwt.encode(_claims(), SECRET, algorithm="HS256")
+
+    principal = TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+    assert principal == Principal(user="alice", role="editor", workspace_ids=("team-a", "team-b"))
+    assert not principal.local
+    assert principal.claims["sub"] == "alice"
+
+
+def test_minted_token_round_trips_through_the_verifier() -> None:
+    token = mint_token(SECRET, "bob", "viewer", ["ws1"])
+
+    principal = TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+    assert (principal.user, principal.role, principal.workspace_ids) == ("bob", "viewer", ("ws1",))
+
+
+def test_token_without_role_is_a_viewer() -> None:
+    token = jwt.encode(_claims(role=None), SECRET, algorithm="HS256")
+
+    principal = TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+    assert principal.role == "viewer"
+    assert not principal.can_write
+
+
+def test_expired_token_is_refused() -> None:
+    token = mint_token(SECRET, "alice", "editor", ["a"], ttl_seconds=60, now=int(time.time()) - 3600)
+
+    with pytest.raises(AuthRequired, match="expired"):
+        TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+
+def test_token_signed_with_another_secret_is_refused() -> None:
+    token = jwt.encode(_claims(), OTHER_SECRET, algorithm="HS256")
+
+    with pytest.raises(AuthRequired, match="invalid token"):
+        TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+
+def test_token_with_a_tampered_payload_is_refused() -> None:
+    header, _, signature = jwt.encode(_claims(role="viewer"), SECRET, algorithm="HS256").split(".")
+    forged_payload = _b64(json.dumps(_claims(role="admin", workspace_ids=[])).encode())
+
+    with pytest.raises(AuthRequired):
+        TokenVerifier(_settings(jwt_secret=SECRET)).verify(f"{header}.{forged_payload}.{signature}")
+
+
+def test_unsigned_alg_none_token_is_refused() -> None:
+    token = _raw_token({"alg": "none", "typ": "JWT"}, _claims(role="admin"), key=None)
+
+    with pytest.raises(AuthRequired, match="'none' is not accepted"):
+        TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+
+@pytest.mark.parametrize("algorithm", ["HS384", "HS512"])
+def test_token_with_an_algorithm_not_configured_is_refused(algorithm: str) -> None:
+    token = jwt.encode(_claims(), SECRET, algorithm=algorithm)
+
+    with pytest.raises(AuthRequired, match="not accepted"):
+        TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+
+def test_rs256_token_is_refused_when_only_a_secret_is_configured(
+    rsa_keys: tuple[rsa.RSAPrivateKey, str],
+) -> None:
+    token = jwt.encode(_claims(), rsa_keys[0], algorithm="RS256")
+
+    with pytest.raises(AuthRequired, match="not accepted"):
+        TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+
+@pytest.mark.parametrize("role", ["owner", "ADMIN", "", 1])
+def test_token_role_outside_admin_editor_viewer_is_refused(role: object) -> None:
+    token = jwt.encode(_claims(role=role), SECRET, algorithm="HS256")
+
+    with pytest.raises(AuthRequired, match="role"):
+        TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+
+@pytest.mark.parametrize("workspaces", ["team-a", [1, 2], {"team-a": True}])
+def test_token_workspace_ids_must_be_a_list_of_strings(workspaces: object) -> None:
+    token = jwt.encode(_claims(workspace_ids=workspaces), SECRET, algorithm="HS256")
+
+    with pytest.raises(AuthRequired, match="workspace_ids"):
+        TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+
+@pytest.mark.parametrize("missing", ["sub", "exp"])
+def test_token_without_sub_or_exp_is_refused(missing: str) -> None:
+    token = jwt.encode(_claims(**{missing: None}), SECRET, algorithm="HS256")
+
+    with pytest.raises(AuthRequired):
+        TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+
+@pytest.mark.parametrize("token", ["", "garbage", "a.b.c", "...."])
+def test_malformed_token_is_refused_as_auth_required(token: str) -> None:
+    with pytest.raises(AuthRequired):
+        TokenVerifier(_settings(jwt_secret=SECRET)).verify(token)
+
+
+def test_configured_audience_must_be_in_the_token() -> None:
+    verifier = TokenVerifier(_settings(jwt_secret=SECRET, jwt_audience="triptych"))
+
+    assert verifier.verify(jwt.encode(_claims(aud="triptych"), SECRET, algorithm="HS256")).user == "alice"
+    for claims in (_claims(), _claims(aud="someone-else")):
+        with pytest.raises(AuthRequired):
+            verifier.verify(jwt.encode(claims, SECRET, algorithm="HS256"))
+
+
+# -- TokenVerifier: RS256 ---------------------------------------------------------------
+
+
+def test_valid_rs256_token_is_accepted_with_an_inline_pem_public_key(
+    rsa_keys: tuple[rsa.RSAPrivateKey, str],
+) -> None:
+    private, public_pem = rsa_keys
+    token = jwt.encode(_claims(role="admin", workspace_ids=[]), private, algorithm="RS256")
+
+    principal = TokenVerifier(_settings(jwt_public_key=public_pem)).verify(token)
+
+    assert (principal.user, principal.role, principal.all_workspaces) == ("alice", "admin", True)
+
+
+def test_rs256_public_key_may_be_given_as_a_file_path(
+    rsa_keys: tuple[rsa.RSAPrivateKey, str], tmp_path: Path
+) -> None:
+    private, public_pem = rsa_keys
+    key_file = tmp_path / "public.pem"
+    key_file.write_text(public_pem)
+    token = jwt.encode(_claims(), private, algorithm="RS256")
+
+    assert TokenVerifier(_settings(jwt_public_key=str(key_file))).verify(token).user == "alice"
+
+
+def test_rs256_token_signed_by_another_key_is_refused(rsa_keys: tuple[rsa.RSAPrivateKey, str]) -> None:
+    stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    token = jwt.encode(_claims(), stranger, algorithm="RS256")
+
+    with pytest.raises(AuthRequired, match="invalid token"):
+        TokenVerifier(_settings(jwt_public_key=rsa_keys[1])).verify(token)
+
+
+def test_hs256_token_keyed_with_the_public_key_is_refused(rsa_keys: tuple[rsa.RSAPrivateKey, str]) -> None:
+    # The classic algorithm-confusion attack: HMAC "signed" with the server's public key.
+    public_pem = rsa_keys[1]
+    token = _raw_token({"alg": "HS256", "typ": "JWT"}, _claims(role="admin"), key=public_pem.encode())
+
+    with pytest.raises(AuthRequired, match="not accepted"):
+        TokenVerifier(_settings(jwt_public_key=public_pem)).verify(token)
+
+
+def test_verifier_with_both_keys_accepts_hs256_and_rs256(rsa_keys: tuple[rsa.RSAPrivateKey, str]) -> None:
+    private, public_pem = rsa_keys
+    verifier = TokenVerifier(_settings(jwt_secret=SECRET, jwt_public_key=public_pem))
+
+    assert verifier.verify(jwt.encode(_claims(sub="h"), SECRET, algorithm="HS256")).user == "h"
+    assert verifier.verify(jwt.encode(_claims(sub="r"), private, algorithm="RS256")).user == "r"

@@ -1,0 +1,258 @@
+"""Importing folders of Markdown, text and HTML into a real knowledge store in tmp_path."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from triptych.core.auth import Principal, local_principal
+from triptych.core.embed import Matrix
+from triptych.metronix.importer import discover, extract, import_paths
+from triptych.metronix.knowledge import KnowledgeService
+from triptych.metronix.store import SqliteKnowledgeStore
+
+LOCAL = local_principal()
+
+HTML = """<!doctype html>
+<html>
+<head>
+  <title>Kite Guide</title>
+  <style>body { color: red; }</style>
+  <script>window.trackingSecret = "do-not-index";</script>
+</head>
+<body>
+  <nav>Home | About | Contact</nav>
+  <h1>Flying kites</h1>
+  <p>Kites fly best in a steady breeze.</p>
+  <script>console.log("inline script");</script>
+  <noscript>Enable JavaScript please.</noscript>
+  <p>Check the line before launch.</p>
+  <footer>Copyright footer text</footer>
+</body>
+</html>
+"""
+
+
+class HashedWords:
+    """A small deterministic embedder (hashed bag of words): the importer's tests are about files."""
+
+    name = "hashed-words-test"
+    dim = 32
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        self.texts.extend(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            out[row, 0] = 1e-3
+            for word in re.findall(r"\w+", text.lower()):
+                out[row, int(hashlib.sha1(word.encode()).hexdigest(), 16) % self.dim] += 1.0
+        normalised: Matrix = out / np.linalg.norm(out, axis=1, keepdims=True)
+        return normalised
+
+
+@pytest.fixture
+def embedder() -> HashedWords:
+    return HashedWords()
+
+
+@pytest.fixture
+def service(tmp_path: Path, embedder: HashedWords) -> Iterator[KnowledgeService]:
+    store = SqliteKnowledgeStore(tmp_path / "metronix.db", embedder.dim)
+    yield KnowledgeService(store, embedder)
+    store.close()
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "notes"
+    (root / "sub").mkdir(parents=True)
+    (root / ".obsidian").mkdir()
+    (root / "alpha.md").write_text("Intro line.\n\n# Alpha Notes\n\nRivers carry water to the sea.\n")
+    (root / "beta.txt").write_text("Mountains are tall. Glaciers carve valleys.\n")
+    (root / "sub" / "page.html").write_text(HTML)
+    (root / "sub" / "empty.txt").write_text("")
+    (root / "picture.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (root / ".obsidian" / "workspace.md").write_text("# Hidden\n\nEditor settings.\n")
+    (root / ".draft.md").write_text("# Draft\n\nNot ready.\n")
+    return root
+
+
+def _labels(service: KnowledgeService, workspace: str = "default") -> set[str]:
+    store = service.store
+    assert isinstance(store, SqliteKnowledgeStore)
+    rows = store.db.conn.execute("SELECT doc_label FROM documents WHERE workspace_id = ?", (workspace,))
+    return {r[0] for r in rows}
+
+
+def test_import_of_a_folder_stores_supported_files_and_counts_them(
+    service: KnowledgeService, folder: Path
+) -> None:
+    summary = import_paths(service, LOCAL, "default", [folder])
+
+    assert (summary.documents, summary.unchanged, summary.failed) == (3, 0, 1)
+    assert summary.chunks >= 3
+    assert summary.chunks == service.store.count_chunks()
+    assert len(summary.errors) == 1 and "empty.txt" in summary.errors[0]
+    # Labels are paths relative to the imported root; hidden entries and images are left out.
+    assert _labels(service) == {"file:alpha.md", "file:beta.txt", "file:sub/page.html"}
+
+
+def test_imported_documents_keep_their_titles_text_and_source(
+    service: KnowledgeService, folder: Path
+) -> None:
+    import_paths(service, LOCAL, "default", [folder])
+
+    alpha = service.get(LOCAL, None, "file:alpha.md")
+    beta = service.get(LOCAL, None, "file:beta.txt")
+    assert (alpha["title"], alpha["source_type"]) == ("Alpha Notes", "file")
+    assert alpha["content"] == (folder / "alpha.md").read_text()
+    assert alpha["metadata"] == {"path": str((folder / "alpha.md").resolve())}
+    assert (beta["title"], beta["content"]) == ("beta", "Mountains are tall. Glaciers carve valleys.\n")
+
+
+def test_imported_html_has_its_title_and_body_text_without_scripts_or_page_chrome(
+    service: KnowledgeService, folder: Path
+) -> None:
+    import_paths(service, LOCAL, "default", [folder])
+
+    page = service.get(LOCAL, None, "file:sub/page.html")
+
+    assert page["title"] == "Kite Guide"
+    content = page["content"]
+    for kept in ("Flying kites", "Kites fly best in a steady breeze.", "Check the line before launch."):
+        assert kept in content
+    for dropped in ("trackingSecret", "do-not-index", "console.log", "color: red", "Enable JavaScript"):
+        assert dropped not in content
+    for chrome in ("Home | About", "Copyright footer"):
+        assert chrome not in content
+    assert _hits(service, "kites breeze") == ["file:sub/page.html"]
+    assert _hits(service, "trackingSecret") == []
+
+
+def _hits(service: KnowledgeService, query: str) -> list[str]:
+    results = service.search(LOCAL, None, query, top_k=10)["results"]
+    return [r["doc_label"] for r in results if r["keyword_score"] is not None]
+
+
+def test_html_without_a_title_is_named_by_its_first_heading_or_file_name(tmp_path: Path) -> None:
+    with_heading = tmp_path / "with-heading.html"
+    with_heading.write_text("<html><body><h1>Main Heading</h1><p>Body text.</p></body></html>")
+    bare = tmp_path / "bare.htm"
+    bare.write_text("<p>Only a paragraph.</p>")
+
+    assert extract(with_heading) == ("Main Heading", "Main Heading\n\nBody text.")
+    assert extract(bare) == ("bare", "Only a paragraph.")
+
+
+def test_markdown_without_a_heading_is_named_by_its_file_name(tmp_path: Path) -> None:
+    note = tmp_path / "plain-note.markdown"
+    note.write_text("Just text, #not a heading.\n")
+
+    assert extract(note) == ("plain-note", "Just text, #not a heading.\n")
+
+
+def test_html_inline_markup_does_not_split_words(tmp_path: Path) -> None:
+    page = tmp_path / "inline.html"
+    page.write_text("<html><body><p>An un<b>believ</b>able <em>result</em>.</p></body></html>")
+
+    _, text = extract(page)
+
+    assert "unbelievable" in text.split()
+
+
+def test_running_the_same_import_again_changes_nothing(
+    service: KnowledgeService, folder: Path, embedder: HashedWords
+) -> None:
+    import_paths(service, LOCAL, "default", [folder])
+    embedded = len(embedder.texts)
+    chunk_ids = _chunk_ids(service)
+
+    again = import_paths(service, LOCAL, "default", [folder])
+
+    assert (again.documents, again.chunks, again.unchanged, again.failed) == (0, 0, 3, 1)
+    assert len(embedder.texts) == embedded  # nothing re-embedded
+    assert _chunk_ids(service) == chunk_ids  # nothing rewritten
+
+
+def test_a_changed_file_is_imported_again_and_the_rest_are_skipped(
+    service: KnowledgeService, folder: Path
+) -> None:
+    import_paths(service, LOCAL, "default", [folder])
+    (folder / "beta.txt").write_text("Deserts are dry. Cacti store water.\n")
+
+    again = import_paths(service, LOCAL, "default", [folder])
+
+    assert (again.documents, again.unchanged, again.failed) == (1, 2, 1)
+    assert service.get(LOCAL, None, "file:beta.txt")["content"] == "Deserts are dry. Cacti store water.\n"
+    assert _hits(service, "glaciers") == []
+    assert _hits(service, "cacti") == ["file:beta.txt"]
+
+
+def test_empty_and_whitespace_only_files_count_as_failed(service: KnowledgeService, tmp_path: Path) -> None:
+    (tmp_path / "empty.md").write_text("")
+    (tmp_path / "blank.txt").write_text("  \n\n\t \n")
+    (tmp_path / "script-only.html").write_text("<html><body><script>var x = 1;</script></body></html>")
+
+    summary = import_paths(service, LOCAL, "default", [tmp_path])
+
+    assert (summary.documents, summary.failed) == (0, 3)
+    assert service.store.count_documents("default") == 0
+
+
+def test_single_file_is_labelled_by_its_name(service: KnowledgeService, folder: Path) -> None:
+    summary = import_paths(service, LOCAL, "ws", [folder / "sub" / "page.html"])
+
+    assert summary.documents == 1
+    assert _labels(service, "ws") == {"file:page.html"}
+
+
+def test_missing_path_is_refused(service: KnowledgeService, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        import_paths(service, LOCAL, "default", [tmp_path / "nowhere"])
+
+
+def test_discover_lists_supported_visible_files_in_a_stable_order(folder: Path) -> None:
+    (folder / "UPPER.MD").write_text("# Upper\n\nCase suffix.\n")
+
+    found = [file.relative_to(root).as_posix() for file, root in discover([folder])]
+
+    assert found == ["UPPER.MD", "alpha.md", "beta.txt", "sub/empty.txt", "sub/page.html"]
+
+
+def test_import_reports_every_file_to_the_progress_wrapper(service: KnowledgeService, folder: Path) -> None:
+    seen: list[int] = []
+
+    def progress(files: Iterable[tuple[Path, Path]], total: int) -> Iterable[tuple[Path, Path]]:
+        seen.append(total)
+        return files
+
+    summary = import_paths(service, LOCAL, "default", [folder], progress=progress)
+
+    assert seen == [4]
+    assert summary.documents + summary.unchanged + summary.failed == 4
+
+
+def test_import_as_a_viewer_stores_nothing_and_reports_every_file(
+    service: KnowledgeService, folder: Path
+) -> None:
+    viewer = Principal(user="eve", role="viewer", workspace_ids=("default",))
+
+    summary = import_paths(service, viewer, "default", [folder])
+
+    assert (summary.documents, summary.failed) == (0, 4)
+    assert any("may read but not write" in error for error in summary.errors)
+    assert service.store.count_documents("default") == 0
+
+
+def _chunk_ids(service: KnowledgeService) -> set[int]:
+    store = service.store
+    assert isinstance(store, SqliteKnowledgeStore)
+    return {int(r[0]) for r in store.db.conn.execute("SELECT id FROM chunks")}
