@@ -64,6 +64,20 @@ class Settings(BaseSettings):
 
     log_level: str = Field("info", validation_alias=_alias("TRIPTYCH_LOG_LEVEL", "log_level"))
 
+    # Agent memory: the upstream product's variable names.
+    memory_session_ttl: int = Field(14_400, validation_alias=_alias("METRONIX_MEMORY_SESSION_TTL"))
+    memory_dense_weight: float = Field(0.6, validation_alias=_alias("METRONIX_MEMORY_SEARCH_DENSE_WEIGHT"))
+    memory_graph_weight: float = Field(0.3, validation_alias=_alias("METRONIX_MEMORY_SEARCH_GRAPH_WEIGHT"))
+    memory_session_weight: float = Field(
+        0.1, validation_alias=_alias("METRONIX_MEMORY_SEARCH_SESSION_WEIGHT")
+    )
+    reconciler_threshold: float = Field(
+        0.85, validation_alias=_alias("METRONIX_FRESHNESS_RECONCILER_THRESHOLD")
+    )
+    decision_threshold: float = Field(
+        0.7, validation_alias=_alias("METRONIX_FRESHNESS_DECISION_CONFIDENCE_THRESHOLD")
+    )
+
     @field_validator("allowed_hosts", "allowed_origins", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:

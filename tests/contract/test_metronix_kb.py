@@ -8,16 +8,28 @@ import uuid
 from harness import ServerProcess, mcp_session
 
 KB_TOOLS = {"metronix_search_fast", "metronix_get", "metronix_store", "metronix_status"}
+MEMORY_TOOLS = {
+    "memory_store",
+    "memory_search",
+    "memory_delete",
+    "memory_batch_store",
+    "memory_list",
+    "memory_update",
+    "memory_review_list",
+    "memory_review_resolve",
+}
 
 
 def ws() -> str:
     return "ws-" + uuid.uuid4().hex[:8]
 
 
-async def test_registered_tools_are_the_contracts_knowledge_base_tools(open_server: ServerProcess) -> None:
+async def test_registered_tools_are_the_contracts_tools_and_their_metronix_aliases(
+    open_server: ServerProcess,
+) -> None:
     async with mcp_session(open_server.url + "/mcp") as mcp:
         tools = {tool.name: tool for tool in (await mcp.client.list_tools()).tools}
-    assert set(tools) == KB_TOOLS
+    assert set(tools) == KB_TOOLS | MEMORY_TOOLS | {"metronix_" + name for name in MEMORY_TOOLS}
     search = tools["metronix_search_fast"].input_schema
     assert search["required"] == ["query"]
     assert search["additionalProperties"] is False

@@ -205,6 +205,20 @@ class VectorIndex:
         top = top[np.argsort(-scores[top])]
         return [(part.ids[i], float(scores[i])) for i in top]
 
+    def search_subset(
+        self, key: str, generation: int, query: Vector, ids: Sequence[int], k: int
+    ) -> list[tuple[int, float]]:
+        """Exact nearest neighbours among ``ids`` only: filters decided elsewhere apply before top-k."""
+        part = self.sync(key, generation)
+        positions = np.fromiter((part.position[i] for i in ids if i in part.position), dtype=np.int64)
+        if positions.size == 0 or k <= 0:
+            return []
+        scores = part.matrix[positions] @ query.astype(np.float32)
+        k = min(k, positions.size)
+        top = np.argpartition(-scores, k - 1)[:k] if k < positions.size else np.arange(positions.size)
+        top = top[np.argsort(-scores[top])]
+        return [(part.ids[positions[i]], float(scores[i])) for i in top]
+
     def vectors(self, key: str, generation: int, ids: Sequence[int]) -> dict[int, Vector]:
         part = self.sync(key, generation)
         return {item: part.matrix[part.position[item]] for item in ids if item in part.position}

@@ -30,7 +30,9 @@ SUFFIXES = {
 }
 
 
-_BLOCKS = "p, div, li, h1, h2, h3, h4, h5, h6, br, tr, td, th, pre, blockquote, section, article, table, dd, dt"
+_BLOCKS = (
+    "p, div, li, h1, h2, h3, h4, h5, h6, br, tr, td, th, pre, blockquote, section, article, table, dd, dt"
+)
 _SPACES = re.compile(r"[ \t]+")
 _BLANK_LINES = re.compile(r"\s*\n\s*\n\s*")
 

@@ -14,6 +14,9 @@ from triptych.core.http import McpEndpoint, jwt_authenticator
 from triptych.core.mcp import Tool, build_server
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.knowledge import KnowledgeService
+from triptych.metronix.memory import MemoryService, MemorySettings
+from triptych.metronix.memory_store import SqliteMemoryStore
+from triptych.metronix.memory_tools import memory_tools
 from triptych.metronix.store import SqliteKnowledgeStore
 from triptych.metronix.tools import knowledge_tools, render_error
 
@@ -28,6 +31,7 @@ class Metronix:
     settings: Settings
     embedder: Embedder
     knowledge: KnowledgeService
+    memory: MemoryService
 
     @classmethod
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> Metronix:
@@ -38,10 +42,28 @@ class Metronix:
         knowledge = KnowledgeService(
             store, embedder, default_workspace=settings.default_workspace, chunk_tokens=settings.chunk_tokens
         )
-        return cls(settings, embedder, knowledge)
+        memory_settings = MemorySettings(
+            session_ttl=settings.memory_session_ttl,
+            dense_weight=settings.memory_dense_weight,
+            graph_weight=settings.memory_graph_weight,
+            session_weight=settings.memory_session_weight,
+            reconciler_threshold=settings.reconciler_threshold,
+            decision_threshold=settings.decision_threshold,
+        )
+        memory = MemoryService(
+            SqliteMemoryStore(store.db, embedder.dim), embedder, memory_settings, settings.default_workspace
+        )
+        return cls(settings, embedder, knowledge, memory)
 
     def tools(self) -> list[Tool]:
-        return knowledge_tools(self.knowledge)
+        return knowledge_tools(self.knowledge) + memory_tools(self.memory)
+
+    def start(self) -> None:
+        """Warm the model and finish any freshness check a crash interrupted."""
+        warm = getattr(self.embedder, "warm_up", None)
+        if warm is not None:
+            warm()
+        self.memory.run_pending_checks()
 
     def mcp_server(self, stdio_agent_id: str | None = None) -> Server[Any]:
         return build_server("metronix", self.tools(), render_error, INSTRUCTIONS, stdio_agent_id)
@@ -53,11 +75,10 @@ class Metronix:
 def mount(shared: Shared) -> tuple[Metronix, Mounted]:
     metronix = Metronix.open(shared.settings, shared.embedder)
     endpoint = McpEndpoint(metronix.mcp_server(), shared.settings, jwt_authenticator(shared.settings))
-    warm = getattr(metronix.embedder, "warm_up", None)
     # Route, not Mount: a Mount answers POST /mcp with a redirect to /mcp/.
     return metronix, Mounted(
         routes=[Route("/mcp", endpoint=endpoint)],
         endpoints=[endpoint],
-        on_startup=[warm] if warm is not None else [],
+        on_startup=[metronix.start],
         on_close=[metronix.close],
     )

@@ -1,0 +1,739 @@
+"""The agent-memory service: scoped records, dedup, hybrid search, lifecycle and the freshness checks.
+
+Every rule of the Metronix memory contract lives here, once; the MCP tools and the REST routes call
+these methods with a ``Principal`` and plain arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from triptych.core.auth import Principal, require_write, resolve_workspace, valid_agent_id
+from triptych.core.embed import Embedder
+from triptych.core.errors import InvalidParams, NotFound, TriptychError
+from triptych.core.search import rrf
+from triptych.metronix.entities import extract_entities
+from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
+from triptych.metronix.memory_store import (
+    KINDS,
+    SCOPES,
+    STATUSES,
+    MemoryRecord,
+    SqliteMemoryStore,
+    Visibility,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_CONTENT = 100_000
+MAX_TAGS = 50
+MAX_TAG_CHARS = 100
+NOTES_CAP = 1024
+REVIEW_REASONS = ("possible_duplicate", "possible_contradiction", "low_confidence_decision")
+# REST search shows everything an inspector may want except the two terminal statuses.
+REST_EXCLUDED = ("archived", "superseded")
+RECORD_HINT = "Check the record id; memory_list and memory_search return ids"
+REVIEW_HINT = "The entry may have been resolved already; memory_review_list shows the pending ones"
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySettings:
+    session_ttl: int = 14_400
+    dense_weight: float = 0.6
+    graph_weight: float = 0.3
+    session_weight: float = 0.1
+    reconciler_threshold: float = 0.85
+    decision_threshold: float = 0.7
+    contradiction_floor: float = 0.5  # neighbours less similar than this are not compared at all
+
+
+def content_hash(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class MemoryService:
+    def __init__(
+        self,
+        store: SqliteMemoryStore,
+        embedder: Embedder,
+        settings: MemorySettings | None = None,
+        default_workspace: str = "default",
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.settings = settings or MemorySettings()
+        self.default_workspace = default_workspace
+
+    # -- argument rules --------------------------------------------------------------
+
+    def _workspace(self, principal: Principal, requested: str | None) -> str:
+        return resolve_workspace(principal, requested, self.default_workspace)
+
+    @staticmethod
+    def _agent(agent_id: str | None) -> str:
+        valid = valid_agent_id(agent_id)
+        if not agent_id:
+            raise InvalidParams("agent_id is required", details={"field": "agent_id"})
+        if valid is None or valid != agent_id:
+            raise InvalidParams(
+                f"agent_id {agent_id!r} is not valid: use 1-64 characters from A-Z a-z 0-9 . _ -",
+                details={"field": "agent_id"},
+            )
+        return valid
+
+    @staticmethod
+    def _scope(scope: str | None, session_id: str | None, required: bool = True) -> str | None:
+        if scope is None and not required:
+            return None
+        scope = scope or "per_agent"
+        if scope not in SCOPES:
+            raise InvalidParams(
+                f"scope must be one of {', '.join(SCOPES)}, got {scope!r}", details={"field": "scope"}
+            )
+        if required and scope == "session" and not session_id:
+            raise InvalidParams(
+                "session_id is required when scope is 'session'", details={"field": "session_id"}
+            )
+        return scope
+
+    @staticmethod
+    def _content(content: str | None) -> str:
+        text = (content or "").strip()
+        if not text:
+            raise InvalidParams("content must not be empty", details={"field": "content"})
+        if len(text) > MAX_CONTENT:
+            raise InvalidParams(
+                f"content is longer than {MAX_CONTENT} characters", details={"field": "content"}
+            )
+        return text
+
+    @staticmethod
+    def _tags(tags: list[str] | None) -> list[str]:
+        clean = list(dict.fromkeys(t.strip() for t in (tags or []) if t and t.strip()))
+        if len(clean) > MAX_TAGS or any(len(t) > MAX_TAG_CHARS for t in clean):
+            raise InvalidParams(
+                f"at most {MAX_TAGS} tags of at most {MAX_TAG_CHARS} characters", details={"field": "tags"}
+            )
+        return clean
+
+    @staticmethod
+    def _kind(kind: str | None) -> str | None:
+        if kind is not None and kind not in KINDS:
+            raise InvalidParams(
+                f"kind must be one of {', '.join(KINDS)}, got {kind!r}", details={"field": "kind"}
+            )
+        return kind
+
+    @staticmethod
+    def _statuses(status: list[str] | None, default: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if status is None:
+            return default
+        if "all" in status:
+            if len(status) > 1:
+                raise InvalidParams(
+                    "'all' cannot be combined with other statuses", details={"field": "status"}
+                )
+            return None
+        unknown = [s for s in status if s not in STATUSES]
+        if unknown or not status:
+            raise InvalidParams(
+                f"unknown status {unknown[0] if unknown else '(empty list)'!r}; valid: {', '.join(STATUSES)}, all",
+                details={"field": "status"},
+            )
+        return tuple(dict.fromkeys(status))
+
+    def _ttl(self, scope: str) -> str | None:
+        if scope != "session":
+            return None
+        return _iso(_now() + timedelta(seconds=self.settings.session_ttl))
+
+    # -- writes ------------------------------------------------------------------------
+
+    def store_record(
+        self,
+        principal: Principal,
+        workspace_id: str | None,
+        content: str,
+        agent_id: str,
+        scope: str | None = "per_agent",
+        tags: list[str] | None = None,
+        importance_score: float = 0.5,
+        source_type: str = "",
+        session_id: str | None = None,
+        kind: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        workspace = self._workspace(principal, workspace_id)
+        require_write(principal)
+        text = self._content(content)
+        agent = self._agent(agent_id)
+        scope_name = self._scope(scope, session_id) or "per_agent"
+        clean_tags = self._tags(tags)
+        if not 0.0 <= importance_score <= 1.0:
+            raise InvalidParams(
+                "importance_score must be between 0.0 and 1.0", details={"field": "importance_score"}
+            )
+        vector = self.embedder.embed([text])[0]
+        return self._insert(
+            workspace, text, agent, scope_name, clean_tags, importance_score, source_type, session_id,
+            self._kind(kind) or "fact", metadata or {}, vector,
+        )  # fmt: skip
+
+    def _insert(
+        self,
+        workspace: str,
+        text: str,
+        agent: str,
+        scope: str,
+        tags: list[str],
+        importance: float,
+        source_type: str,
+        session_id: str | None,
+        kind: str,
+        metadata: dict[str, Any],
+        vector: Any,
+    ) -> dict[str, Any]:
+        now = _iso(_now())
+        record = MemoryRecord(
+            id=str(uuid.uuid4()),
+            workspace_id=workspace,
+            agent_id=agent,
+            scope=scope,
+            session_id=session_id if scope == "session" else None,
+            kind=kind,
+            content=text,
+            content_hash=content_hash(text),
+            tags=tags,
+            importance_score=importance,
+            source_type=source_type or "",
+            metadata=metadata,
+            status="active",
+            created_at=now,
+            updated_at=now,
+            ttl_expires_at=self._ttl(scope),
+        )
+        stored, deduped = self.store.insert(record, vector, extract_entities(text, tags))
+        if not deduped:
+            self._check(stored)
+        return {"id": stored.id, "content_hash": stored.content_hash, "deduped": deduped}
+
+    def batch_store(
+        self,
+        principal: Principal,
+        workspace_id: str | None,
+        records: list[dict[str, Any]],
+        agent_id: str,
+        scope: str | None = "per_agent",
+        importance_score: float = 0.5,
+        source_type: str = "",
+        session_id: str | None = None,
+        kind: str | None = None,
+    ) -> dict[str, Any]:
+        workspace = self._workspace(principal, workspace_id)
+        require_write(principal)
+        agent = self._agent(agent_id)
+        scope_name = self._scope(scope, session_id) or "per_agent"
+        if not records:
+            raise InvalidParams("records must hold at least one record", details={"field": "records"})
+        if len(records) > 100:
+            raise InvalidParams(
+                f"at most 100 records per batch, got {len(records)}", details={"field": "records"}
+            )
+        if not 0.0 <= importance_score <= 1.0:
+            raise InvalidParams(
+                "importance_score must be between 0.0 and 1.0", details={"field": "importance_score"}
+            )
+        default_kind = self._kind(kind) or "fact"
+        prepared: list[tuple[int, str, list[str], dict[str, Any]] | tuple[int, TriptychError]] = []
+        for i, item in enumerate(records):
+            try:
+                if not isinstance(item, dict):
+                    raise InvalidParams("each record must be an object {content, tags?}")
+                unknown = set(item) - {"content", "tags", "metadata"}
+                if unknown:
+                    raise InvalidParams(f"unknown field {sorted(unknown)[0]!r} in record")
+                tags = item.get("tags")
+                if tags is not None and not (
+                    isinstance(tags, list) and all(isinstance(t, str) for t in tags)
+                ):
+                    raise InvalidParams("tags must be a list of strings")
+                content = item.get("content")
+                if not isinstance(content, str):
+                    raise InvalidParams("content must be a string")
+                metadata = item.get("metadata") or {}
+                if not isinstance(metadata, dict):
+                    raise InvalidParams("metadata must be an object")
+                prepared.append((i, self._content(content), self._tags(tags), metadata))
+            except TriptychError as exc:
+                prepared.append((i, exc))
+        texts = [p[1] for p in prepared if len(p) == 4]
+        vectors = iter(self.embedder.embed(texts)) if texts else iter(())
+        results: list[dict[str, Any]] = []
+        stored = deduped = 0
+        # Sequential, in order: a duplicate inside the batch dedups against the earlier one.
+        for entry in prepared:
+            if len(entry) == 2:
+                results.append(
+                    {"id": None, "content_hash": None, "deduped": False, "error": entry[1].message}
+                )
+                continue
+            _, text, tags, metadata = entry
+            try:
+                result = self._insert(
+                    workspace, text, agent, scope_name, tags, importance_score, source_type, session_id,
+                    default_kind, metadata, next(vectors),
+                )  # fmt: skip
+            except TriptychError as exc:
+                results.append({"id": None, "content_hash": None, "deduped": False, "error": exc.message})
+                continue
+            results.append({**result, "error": None})
+            deduped += result["deduped"]
+            stored += not result["deduped"]
+        return {"stored": stored, "deduped": deduped, "results": results}
+
+    def delete(self, principal: Principal, workspace_id: str | None, record_id: str) -> dict[str, Any]:
+        workspace = self._workspace(principal, workspace_id)
+        require_write(principal)
+        if not record_id or not record_id.strip():
+            raise InvalidParams("record_id must not be empty", details={"field": "record_id"})
+        record = self.store.get(workspace, record_id)
+        if record is None:
+            return {"success": True, "found": False}
+        if record.scope == "session":
+            raise InvalidParams(
+                "session-scoped records are managed by the session lifecycle (they expire), not memory_delete",
+                hint="Let the session TTL expire it, or store the fact with scope per_agent or global",
+                details={"record_id": record_id},
+            )
+        found = self.store.delete(workspace, record_id)
+        return {"success": True, "found": found}
+
+    def update(
+        self,
+        principal: Principal,
+        workspace_id: str | None,
+        record_id: str,
+        content: str | None = None,
+        tags: list[str] | None = None,
+        importance_score: float | None = None,
+        kind: str | None = None,
+    ) -> dict[str, Any]:
+        workspace = self._workspace(principal, workspace_id)
+        require_write(principal)
+        record = self.store.get(workspace, record_id) if record_id else None
+        if record is None:
+            raise NotFound(
+                f"Memory record not found: {record_id}", hint=RECORD_HINT, details={"record_id": record_id}
+            )
+        changes: dict[str, Any] = {}
+        vector = None
+        entities = None
+        if content is not None:
+            text = self._content(content)
+            if text != record.content:
+                changes["content"] = text
+                changes["content_hash"] = content_hash(text)
+                vector = self.embedder.embed([text])[0]
+                entities = extract_entities(text, tags if tags is not None else record.tags)
+        if tags is not None:
+            clean = self._tags(tags)
+            if clean != record.tags:
+                changes["tags"] = clean
+        if importance_score is not None:
+            if not 0.0 <= importance_score <= 1.0:
+                raise InvalidParams(
+                    "importance_score must be between 0.0 and 1.0", details={"field": "importance_score"}
+                )
+            if importance_score != record.importance_score:
+                changes["importance_score"] = importance_score
+        if kind is not None and self._kind(kind) != record.kind:
+            changes["kind"] = kind
+        if not changes:
+            return {"id": record.id, "content_hash": record.content_hash, "updated_fields": []}
+        try:
+            updated = self.store.update(record, changes, vector, entities, enqueue=vector is not None)
+        except sqlite3.IntegrityError as exc:
+            raise InvalidParams(
+                "another record of this agent and scope already has this content",
+                hint="Delete one of the two records, or change the content",
+                details={"field": "content"},
+            ) from exc
+        if vector is not None:
+            self._check(updated)
+        fields = [f for f in ("content", "tags", "importance_score", "kind") if f in changes]
+        return {"id": updated.id, "content_hash": updated.content_hash, "updated_fields": fields}
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def list_records(
+        self,
+        principal: Principal,
+        workspace_id: str | None,
+        agent_id: str,
+        scope: str | None = None,
+        tags: list[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        status: list[str] | None = None,
+        kind: str | None = None,
+    ) -> dict[str, Any]:
+        workspace = self._workspace(principal, workspace_id)
+        agent = self._agent(agent_id)
+        if not 1 <= limit <= 100:
+            raise InvalidParams(f"limit must be between 1 and 100, got {limit}", details={"field": "limit"})
+        if offset < 0:
+            raise InvalidParams("offset must not be negative", details={"field": "offset"})
+        view = Visibility(
+            workspace_id=workspace,
+            agent_id=agent,
+            statuses=self._statuses(status, ("active",)),
+            scope=self._scope(scope, None, required=False),
+            tags=tuple(self._tags(tags)),
+            kind=self._kind(kind),
+        )
+        records, total = self.store.list_records(view, limit, offset)
+        self._touch(records)
+        return {
+            "records": [
+                {
+                    "id": r.id,
+                    "content": r.content,
+                    "agent_id": r.agent_id,
+                    "scope": r.scope,
+                    "tags": r.tags,
+                    "importance_score": r.importance_score,
+                    "content_hash": r.content_hash,
+                    "created_at": r.created_at,
+                    "status": r.status,
+                    "kind": r.kind,
+                    "session_id": r.session_id,
+                    "source_type": r.source_type,
+                    "metadata": r.metadata,
+                }
+                for r in records
+            ],
+            "count": len(records),
+            "total": total,
+            "limit": limit,
+            "offset": offset,
+        }
+
+    def get_record(self, principal: Principal, workspace_id: str | None, record_id: str) -> dict[str, Any]:
+        workspace = self._workspace(principal, workspace_id)
+        record = self.store.get(workspace, record_id)
+        if record is None or (record.ttl_expires_at is not None and record.ttl_expires_at <= _iso(_now())):
+            raise NotFound(
+                f"Memory record not found: {record_id}", hint=RECORD_HINT, details={"record_id": record_id}
+            )
+        return {
+            **record.contract(),
+            "verification_state": record.verification_state,
+            "superseded_by": record.superseded_by,
+        }
+
+    def search(
+        self,
+        principal: Principal,
+        workspace_id: str | None,
+        query: str,
+        agent_id: str,
+        scope: str | None = None,
+        tags: list[str] | None = None,
+        session_id: str | None = None,
+        top_k: int = 5,
+        status: list[str] | None = None,
+        kind: str | None = None,
+        rest_defaults: bool = False,
+    ) -> dict[str, Any]:
+        started = time.perf_counter()
+        workspace = self._workspace(principal, workspace_id)
+        agent = self._agent(agent_id)
+        if not query or not query.strip():
+            raise InvalidParams("query must not be empty", details={"field": "query"})
+        if not 1 <= top_k <= 50:
+            raise InvalidParams(f"top_k must be between 1 and 50, got {top_k}", details={"field": "top_k"})
+        statuses = self._statuses(status, None if rest_defaults else ("active",))
+        view = Visibility(
+            workspace_id=workspace,
+            agent_id=agent,
+            statuses=statuses,
+            scope=self._scope(scope, None, required=False),
+            tags=tuple(self._tags(tags)),
+            kind=self._kind(kind),
+            exclude_statuses=REST_EXCLUDED if rest_defaults and status is None else (),
+        )
+        results = self._rank(view, query, session_id, top_k)
+        self._touch([r for r, _ in results])
+        return {
+            "results": [{"record": record.contract(), **scores} for record, scores in results],
+            "count": len(results),
+            "latency_ms": round((time.perf_counter() - started) * 1000, 2),
+        }
+
+    def _rank(
+        self, view: Visibility, query: str, session_id: str | None, top_k: int
+    ) -> list[tuple[MemoryRecord, dict[str, Any]]]:
+        pool = max(50, top_k * 5)
+        seqs = self.store.visible_seqs(view)
+        if not seqs:
+            return []
+        keyword = self.store.keyword_search(view, query, pool)
+        vector = self.embedder.embed([query])[0]
+        dense = self.store.vector_search(view.workspace_id, seqs, vector, pool)
+        first = rrf([[s for s, _ in dense], [s for s, _ in keyword]])
+        candidates = sorted(first, key=lambda s: first[s], reverse=True)[: max(top_k * 4, 20)]
+        records = self.store.by_seqs(candidates)
+        graph = self._graph_scores(query, candidates, records, first)
+        keyword_scores = dict(keyword)
+        top_bm25 = max(keyword_scores.values(), default=0.0) or 1.0
+        cosine = dict(dense)
+        now = _now()
+        s = self.settings
+        scored = []
+        for seq in candidates:
+            record = records.get(seq)
+            if record is None:
+                continue
+            boost = _session_boost(record, session_id, now)
+            total = (
+                s.dense_weight * first[seq] + s.graph_weight * graph.get(seq, 0.0) + s.session_weight * boost
+            )
+            scored.append(
+                (
+                    total,
+                    record,
+                    {
+                        "score": round(total, 4),
+                        "dense_score": round(first[seq], 4),
+                        "graph_score": round(graph.get(seq, 0.0), 4),
+                        "session_boost": round(boost, 4),
+                        "keyword_score": round(max(keyword_scores.get(seq, 0.0), 0.0) / top_bm25, 4),
+                        "cosine": round(cosine[seq], 4) if seq in cosine else None,
+                    },
+                )
+            )
+        scored.sort(key=lambda item: (-item[0], -item[1].importance_score, item[1].created_at))
+        return [(record, {**scores, "rank": i + 1}) for i, (_, record, scores) in enumerate(scored[:top_k])]
+
+    def _graph_scores(
+        self, query: str, candidates: list[int], records: dict[int, MemoryRecord], first: dict[int, float]
+    ) -> dict[int, float]:
+        """Entity overlap with the query, plus one hop from the three strongest first-stage hits."""
+        entities = self.store.entities(candidates)
+        links = self.store.links(candidates)
+        wanted = extract_entities(query)
+        seeds = candidates[:3]
+        seed_ids = {records[s].id for s in seeds if s in records}
+        scores: dict[int, float] = {}
+        for seq in candidates:
+            own = entities.get(seq, set())
+            direct = len(wanted & own) / len(wanted) if wanted else 0.0
+            neighbours = [
+                other
+                for other in seeds
+                if other != seq and (own & entities.get(other, set()) or links.get(seq, set()) & seed_ids)
+            ]
+            hop = len(neighbours) / max(len([o for o in seeds if o != seq]), 1)
+            scores[seq] = max(direct, 0.5 * hop)
+        return scores
+
+    def _touch(self, records: list[MemoryRecord]) -> None:
+        sessions = [r.seq for r in records if r.scope == "session"]
+        if sessions:
+            self.store.touch(sessions, self._ttl("session") or "")
+
+    # -- freshness -------------------------------------------------------------------------
+
+    def _check(self, record: MemoryRecord) -> None:
+        """Run the freshness checks for a record whose check is queued; dequeue when done."""
+        try:
+            self._freshness(record)
+        except Exception:
+            # The check stays queued and is retried at the next start.
+            log.exception("freshness check of %s failed", record.id)
+            return
+        self.store.check_done(record.id)
+
+    def _freshness(self, record: MemoryRecord) -> None:
+        view = Visibility(
+            workspace_id=record.workspace_id,
+            agent_id=record.agent_id,
+            statuses=("active",),
+            session_id=record.session_id if record.scope == "session" else None,
+        )
+        seqs = [s for s in self.store.visible_seqs(view) if s != record.seq]
+        if not seqs:
+            return
+        vector = self.store.vectors(record.workspace_id, [record.seq]).get(record.seq)
+        if vector is None:
+            return
+        neighbours = self.store.vector_search(record.workspace_id, seqs, vector, 5)
+        neighbours = [(s, sim) for s, sim in neighbours if sim >= self.settings.contradiction_floor]
+        if not neighbours:
+            return
+        others = self.store.by_seqs([s for s, _ in neighbours])
+        s = self.settings
+        for seq, similarity in neighbours:
+            other = others.get(seq)
+            if other is None:
+                continue
+            contradiction = detect_contradiction(other.content, record.content)
+            if contradiction is not None:
+                confidence = round(min(1.0, contradiction.confidence * (0.5 + similarity / 2)), 4)
+                self.store.file_review(record, "possible_contradiction", other.id, confidence, "conflicted")
+                self.store.add_link(record.seq, other.id, "contradicts")
+                return
+        best_seq, best_similarity = neighbours[0]
+        best = others.get(best_seq)
+        if best is None:
+            return
+        lexical = jaccard(best.content, record.content)
+        if best_similarity >= s.reconciler_threshold and lexical >= 0.5:
+            self.store.file_review(record, "possible_duplicate", best.id, best_similarity, "review_needed")
+            return
+        confidence = decision_confidence(best_similarity, lexical, s.reconciler_threshold)
+        if confidence < s.decision_threshold:
+            self.store.file_review(record, "low_confidence_decision", best.id, confidence, "review_needed")
+
+    def run_pending_checks(self) -> int:
+        """Checks a crash interrupted (queued with their write, never completed); run at start."""
+        done = 0
+        for workspace, record_id in self.store.pending_checks(limit=10_000):
+            record = self.store.get(workspace, record_id)
+            if record is None:
+                self.store.check_done(record_id)
+                continue
+            self._check(record)
+            done += 1
+        return done
+
+    # -- review queue -------------------------------------------------------------------------
+
+    def review_list(
+        self,
+        principal: Principal,
+        workspace_id: str | None,
+        reason: str | None = None,
+        record_id: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        workspace = self._workspace(principal, workspace_id)
+        if reason is not None and reason not in REVIEW_REASONS:
+            raise InvalidParams(
+                f"reason must be one of {', '.join(REVIEW_REASONS)}, got {reason!r}",
+                details={"field": "reason"},
+            )
+        if not 1 <= limit <= 100:
+            raise InvalidParams(f"limit must be between 1 and 100, got {limit}", details={"field": "limit"})
+        if offset < 0:
+            raise InvalidParams("offset must not be negative", details={"field": "offset"})
+        entries, total = self.store.list_reviews(workspace, reason, record_id, limit, offset)
+        return {
+            "entries": [e.contract() for e in entries],
+            "count": len(entries),
+            "total": total,
+            "limit": limit,
+            "offset": offset,
+        }
+
+    def review_resolve(
+        self,
+        principal: Principal,
+        workspace_id: str | None,
+        review_id: str,
+        action: str,
+        notes: str | None = None,
+        actor: str = "mcp_caller",
+    ) -> dict[str, Any]:
+        workspace = self._workspace(principal, workspace_id)
+        require_write(principal)
+        superseded_by = None
+        if action == "keep":
+            status, state = "active", "keep_resolved"
+        elif action == "archive":
+            status, state = "archived", "archived_via_review"
+        elif action == "discard":
+            status, state = "archived", "discarded_via_review"
+        elif action.startswith("merge_into:"):
+            superseded_by = action.split(":", 1)[1].strip()
+            if not superseded_by:
+                raise InvalidParams(
+                    "merge_into needs a record id: merge_into:<record_id>", details={"field": "action"}
+                )
+            status, state = "superseded", "merged_via_review"
+        else:
+            raise InvalidParams(
+                f"unknown action {action!r}: use keep, archive, discard or merge_into:<record_id>",
+                details={"field": "action"},
+            )
+        review = self.store.get_review(workspace, review_id)
+        if review is None:
+            raise NotFound(
+                f"Review entry not found: {review_id}", hint=REVIEW_HINT, details={"review_id": review_id}
+            )
+        record = self.store.get(workspace, review.target_id)
+        if record is None:
+            raise NotFound(
+                f"Memory record not found: {review.target_id}", details={"record_id": review.target_id}
+            )
+        if superseded_by is not None:
+            if superseded_by == record.id:
+                raise InvalidParams("a record cannot be merged into itself", details={"field": "action"})
+            if self.store.get(workspace, superseded_by) is None:
+                raise InvalidParams(
+                    f"merge_into target {superseded_by!r} is not a record of this workspace",
+                    details={"field": "action"},
+                )
+        capped = notes[:NOTES_CAP] if notes else None
+        payload = {
+            "review_id": review.id,
+            "reason": review.reason,
+            "action": action,
+            "old_status": record.status,
+            "new_status": status,
+            "notes": capped,
+            "related_record_id": review.related_record_id,
+        }
+        event_id = self.store.resolve_review(review, record, status, state, superseded_by, actor, payload)
+        if event_id is None:
+            raise NotFound(
+                f"Review entry not found: {review_id}", hint=REVIEW_HINT, details={"review_id": review_id}
+            )
+        return {
+            "success": True,
+            "review_id": review.id,
+            "target_id": record.id,
+            "action": action,
+            "old_status": record.status,
+            "new_status": status,
+            "superseded_by": superseded_by,
+            "machine_event_id": event_id,
+        }
+
+
+def _session_boost(record: MemoryRecord, session_id: str | None, now: datetime) -> float:
+    """Same-session records get 0.5 plus up to 0.5 for recency (half-life one hour)."""
+    if not session_id or record.session_id != session_id:
+        return 0.0
+    try:
+        age = (now - datetime.fromisoformat(record.updated_at)).total_seconds()
+    except ValueError:
+        return 0.5
+    return 0.5 + 0.5 * math.pow(0.5, max(age, 0.0) / 3600.0)

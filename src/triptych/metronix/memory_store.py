@@ -1,0 +1,671 @@
+"""Agent-memory persistence: records, their tags, entities, vectors, the review queue and the audit log.
+
+The embedded default keeps everything in ``metronix.db`` (its own migration component), with the
+dense vectors served from an in-process ``VectorIndex`` per workspace like the knowledge base.
+Dedup is a UNIQUE constraint on (workspace, agent, scope, session, content hash): two concurrent
+writers of the same content cannot both insert.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from triptych.core.db import Database
+from triptych.core.search import Vector, VectorIndex, fts_match, partition_token
+from triptych.metronix.store import utcnow
+
+STATUSES = ("active", "candidate", "stale", "superseded", "archived", "conflicted", "review_needed")
+SCOPES = ("global", "per_agent", "session")
+KINDS = ("fact", "preference", "pinned")
+
+MIGRATIONS = [
+    """
+    CREATE TABLE memory_records (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        workspace_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        session_id TEXT,
+        kind TEXT NOT NULL DEFAULT 'fact',
+        content TEXT NOT NULL,
+        content_hash TEXT NOT NULL,
+        tags TEXT NOT NULL DEFAULT '[]',
+        importance_score REAL NOT NULL DEFAULT 0.5,
+        source_type TEXT NOT NULL DEFAULT '',
+        metadata TEXT NOT NULL DEFAULT '{}',
+        status TEXT NOT NULL DEFAULT 'active',
+        verification_state TEXT,
+        superseded_by TEXT,
+        ttl_expires_at TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        embedding BLOB NOT NULL,
+        dedup_key TEXT NOT NULL UNIQUE
+    );
+    CREATE INDEX memory_by_agent ON memory_records (workspace_id, agent_id, status);
+    CREATE INDEX memory_by_scope ON memory_records (workspace_id, scope, status);
+    CREATE TABLE memory_tags (
+        seq INTEGER NOT NULL REFERENCES memory_records(seq) ON DELETE CASCADE,
+        tag TEXT NOT NULL,
+        PRIMARY KEY (seq, tag)
+    );
+    CREATE INDEX memory_tags_by_tag ON memory_tags (tag, seq);
+    CREATE TABLE memory_entities (
+        seq INTEGER NOT NULL REFERENCES memory_records(seq) ON DELETE CASCADE,
+        entity TEXT NOT NULL,
+        PRIMARY KEY (seq, entity)
+    );
+    CREATE INDEX memory_entities_by_entity ON memory_entities (entity, seq);
+    -- explicit relationships from updates and reviews: superseded_by, merged_into, contradicts ...
+    CREATE TABLE memory_links (
+        seq INTEGER NOT NULL REFERENCES memory_records(seq) ON DELETE CASCADE,
+        related_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        PRIMARY KEY (seq, related_id, kind)
+    );
+    CREATE VIRTUAL TABLE memory_fts USING fts5(part, content, tags, tokenize = 'porter unicode61');
+    CREATE TABLE memory_generations (workspace_id TEXT PRIMARY KEY, generation INTEGER NOT NULL);
+    CREATE TABLE review_entries (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL,
+        target_id TEXT NOT NULL,
+        target_kind TEXT NOT NULL DEFAULT 'memory_record',
+        reason TEXT NOT NULL,
+        related_record_id TEXT NOT NULL DEFAULT '',
+        content TEXT NOT NULL,
+        confidence REAL NOT NULL,
+        created_at TEXT NOT NULL,
+        UNIQUE (target_id, related_record_id, reason)
+    );
+    CREATE INDEX review_by_workspace ON review_entries (workspace_id, created_at);
+    CREATE TABLE machine_events (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL,
+        event_type TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        target_id TEXT,
+        payload TEXT NOT NULL DEFAULT '{}',
+        created_at TEXT NOT NULL
+    );
+    -- Writes enqueue their freshness check in the same transaction, so a crash loses none.
+    CREATE TABLE freshness_queue (
+        record_id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL,
+        enqueued_at TEXT NOT NULL
+    );
+    """
+]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    id: str
+    workspace_id: str
+    agent_id: str
+    scope: str
+    session_id: str | None
+    kind: str
+    content: str
+    content_hash: str
+    tags: list[str]
+    importance_score: float
+    source_type: str
+    metadata: dict[str, Any]
+    status: str
+    created_at: str
+    updated_at: str
+    ttl_expires_at: str | None = None
+    verification_state: str | None = None
+    superseded_by: str | None = None
+    seq: int = 0
+
+    def contract(self) -> dict[str, Any]:
+        """The record as the contract's ``memory_search`` shows it (plus kind and updated_at)."""
+        return {
+            "id": self.id,
+            "workspace_id": self.workspace_id,
+            "agent_id": self.agent_id,
+            "scope": self.scope,
+            "source_type": self.source_type,
+            "content": self.content,
+            "tags": self.tags,
+            "importance_score": self.importance_score,
+            "ttl_expires_at": self.ttl_expires_at,
+            "content_hash": self.content_hash,
+            "created_at": self.created_at,
+            "session_id": self.session_id,
+            "metadata": self.metadata,
+            "status": self.status,
+            "kind": self.kind,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Visibility:
+    """Which records a caller sees: its workspace, its agent's view and the filters of the call."""
+
+    workspace_id: str
+    agent_id: str
+    statuses: tuple[str, ...] | None  # None: every status
+    scope: str | None = None
+    tags: tuple[str, ...] = ()
+    session_id: str | None = None
+    kind: str | None = None
+    now: str = field(default_factory=utcnow)
+    exclude_statuses: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewEntry:
+    id: str
+    workspace_id: str
+    target_id: str
+    target_kind: str
+    reason: str
+    related_record_id: str | None
+    content: str
+    confidence: float
+    created_at: str
+
+    def contract(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "workspace_id": self.workspace_id,
+            "target_id": self.target_id,
+            "target_kind": self.target_kind,
+            "reason": self.reason,
+            "related_record_id": self.related_record_id,
+            "content": self.content,
+            "confidence": self.confidence,
+            "created_at": self.created_at,
+        }
+
+
+def _record(row: Any) -> MemoryRecord:
+    return MemoryRecord(
+        id=row["id"],
+        workspace_id=row["workspace_id"],
+        agent_id=row["agent_id"],
+        scope=row["scope"],
+        session_id=row["session_id"],
+        kind=row["kind"],
+        content=row["content"],
+        content_hash=row["content_hash"],
+        tags=json.loads(row["tags"]),
+        importance_score=row["importance_score"],
+        source_type=row["source_type"],
+        metadata=json.loads(row["metadata"]),
+        status=row["status"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        ttl_expires_at=row["ttl_expires_at"],
+        verification_state=row["verification_state"],
+        superseded_by=row["superseded_by"],
+        seq=row["seq"],
+    )
+
+
+def _review(row: Any) -> ReviewEntry:
+    return ReviewEntry(
+        id=row["id"],
+        workspace_id=row["workspace_id"],
+        target_id=row["target_id"],
+        target_kind=row["target_kind"],
+        reason=row["reason"],
+        related_record_id=row["related_record_id"] or None,
+        content=row["content"],
+        confidence=row["confidence"],
+        created_at=row["created_at"],
+    )
+
+
+def dedup_key(workspace_id: str, agent_id: str, scope: str, session_id: str | None, content_hash: str) -> str:
+    return "\x1f".join([workspace_id, agent_id, scope, session_id or "", content_hash])
+
+
+_COLUMNS = (
+    "r.seq, r.id, r.workspace_id, r.agent_id, r.scope, r.session_id, r.kind, r.content, r.content_hash, \
+r.tags, r.importance_score, r.source_type, r.metadata, r.status, r.verification_state, r.superseded_by, \
+r.ttl_expires_at, r.created_at, r.updated_at"
+)
+
+
+class SqliteMemoryStore:
+    def __init__(self, db: Database, dim: int) -> None:
+        self.db = db
+        db.migrate("memory", MIGRATIONS)
+        self.index = VectorIndex(dim, self._load_vectors)
+
+    # -- generations (vector cache coherence) -------------------------------------
+
+    def _generation(self, workspace_id: str) -> int:
+        row = self.db.conn.execute(
+            "SELECT generation FROM memory_generations WHERE workspace_id = ?", (workspace_id,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _bump(self, conn: Any, workspace_id: str) -> int:
+        conn.execute(
+            "INSERT INTO memory_generations VALUES (?, 1) ON CONFLICT (workspace_id)"
+            " DO UPDATE SET generation = generation + 1",
+            (workspace_id,),
+        )
+        return int(
+            conn.execute(
+                "SELECT generation FROM memory_generations WHERE workspace_id = ?", (workspace_id,)
+            ).fetchone()[0]
+        )
+
+    def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
+        rows = self.db.conn.execute(
+            "SELECT seq, embedding FROM memory_records WHERE workspace_id = ? ORDER BY seq", (workspace_id,)
+        ).fetchall()
+        if not rows:
+            return [], np.zeros((0, self.index.dim), dtype=np.float32)
+        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+        return [int(r[0]) for r in rows], matrix
+
+    # -- writes ----------------------------------------------------------------------
+
+    def insert(
+        self, record: MemoryRecord, embedding: Vector, entities: set[str], enqueue: bool = True
+    ) -> tuple[MemoryRecord, bool]:
+        """Insert, or return the existing record with the same dedup key and True."""
+        key = dedup_key(
+            record.workspace_id, record.agent_id, record.scope, record.session_id, record.content_hash
+        )
+        vec = np.ascontiguousarray(embedding, dtype=np.float32)
+        if vec.shape != (self.index.dim,):
+            raise ValueError(f"embedding has shape {vec.shape}, expected ({self.index.dim},)")
+        with self.db.transaction() as conn:
+            existing = conn.execute(
+                f"SELECT {_COLUMNS} FROM memory_records r WHERE dedup_key = ?", (key,)
+            ).fetchone()
+            if existing is not None:
+                found = _record(existing)
+                if found.scope == "session" and record.ttl_expires_at:
+                    # Sliding TTL: storing it again keeps it alive.
+                    conn.execute(
+                        "UPDATE memory_records SET ttl_expires_at = ? WHERE seq = ?",
+                        (record.ttl_expires_at, found.seq),
+                    )
+                    found = replace(found, ttl_expires_at=record.ttl_expires_at)
+                return found, True
+            before = self._generation(record.workspace_id)
+            seq = conn.execute(
+                "INSERT INTO memory_records (id, workspace_id, agent_id, scope, session_id, kind, content,"
+                " content_hash, tags, importance_score, source_type, metadata, status, ttl_expires_at,"
+                " created_at, updated_at,"
+                " embedding, dedup_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    record.id,
+                    record.workspace_id,
+                    record.agent_id,
+                    record.scope,
+                    record.session_id,
+                    record.kind,
+                    record.content,
+                    record.content_hash,
+                    json.dumps(record.tags),
+                    record.importance_score,
+                    record.source_type,
+                    json.dumps(record.metadata),
+                    record.status,
+                    record.ttl_expires_at,
+                    record.created_at,
+                    record.updated_at,
+                    vec.tobytes(),
+                    key,
+                ),
+            ).lastrowid
+            assert seq is not None
+            self._write_side_tables(conn, seq, record.workspace_id, record.content, record.tags, entities)
+            if enqueue:
+                conn.execute(
+                    "INSERT OR REPLACE INTO freshness_queue VALUES (?, ?, ?)",
+                    (record.id, record.workspace_id, utcnow()),
+                )
+            after = self._bump(conn, record.workspace_id)
+        self.index.apply(record.workspace_id, before, after, added=[(seq, vec)])
+        return replace(record, seq=seq), False
+
+    def _write_side_tables(
+        self, conn: Any, seq: int, workspace_id: str, content: str, tags: list[str], entities: set[str]
+    ) -> None:
+        conn.execute("DELETE FROM memory_tags WHERE seq = ?", (seq,))
+        conn.execute("DELETE FROM memory_entities WHERE seq = ?", (seq,))
+        conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (seq,))
+        conn.executemany("INSERT OR IGNORE INTO memory_tags VALUES (?, ?)", [(seq, t) for t in tags])
+        conn.executemany("INSERT OR IGNORE INTO memory_entities VALUES (?, ?)", [(seq, e) for e in entities])
+        conn.execute(
+            "INSERT INTO memory_fts (rowid, part, content, tags) VALUES (?, ?, ?, ?)",
+            (seq, partition_token(workspace_id), content, " ".join(tags)),
+        )
+
+    def update(
+        self,
+        record: MemoryRecord,
+        changes: dict[str, Any],
+        embedding: Vector | None,
+        entities: set[str] | None,
+        enqueue: bool,
+    ) -> MemoryRecord:
+        """Apply ``changes`` (field -> value); a content change comes with its new embedding."""
+        updated = replace(record, **changes, updated_at=utcnow())
+        key = dedup_key(
+            updated.workspace_id, updated.agent_id, updated.scope, updated.session_id, updated.content_hash
+        )
+        with self.db.transaction() as conn:
+            before = self._generation(record.workspace_id)
+            conn.execute(
+                "UPDATE memory_records SET content = ?, content_hash = ?, tags = ?, importance_score = ?,"
+                " kind = ?,"
+                " status = ?, verification_state = ?, superseded_by = ?, updated_at = ?, dedup_key = ?,"
+                " embedding = COALESCE(?, embedding) WHERE seq = ?",
+                (
+                    updated.content,
+                    updated.content_hash,
+                    json.dumps(updated.tags),
+                    updated.importance_score,
+                    updated.kind,
+                    updated.status,
+                    updated.verification_state,
+                    updated.superseded_by,
+                    updated.updated_at,
+                    key,
+                    None
+                    if embedding is None
+                    else np.ascontiguousarray(embedding, dtype=np.float32).tobytes(),
+                    record.seq,
+                ),
+            )
+            if entities is not None or "tags" in changes:
+                ents = (
+                    entities if entities is not None else self.entities([record.seq]).get(record.seq, set())
+                )
+                ents = {e for e in ents if not e.startswith("tag:")} | {
+                    "tag:" + t.lower() for t in updated.tags
+                }
+                self._write_side_tables(
+                    conn, record.seq, record.workspace_id, updated.content, updated.tags, ents
+                )
+            if enqueue:
+                conn.execute(
+                    "INSERT OR REPLACE INTO freshness_queue VALUES (?, ?, ?)",
+                    (record.id, record.workspace_id, utcnow()),
+                )
+            # Only a new vector changes the dense index; status, tags and the rest are read from SQL.
+            after = self._bump(conn, record.workspace_id) if embedding is not None else before
+        if embedding is not None:
+            vec = np.ascontiguousarray(embedding, dtype=np.float32)
+            self.index.apply(
+                record.workspace_id, before, after, added=[(record.seq, vec)], removed=[record.seq]
+            )
+        return updated
+
+    def delete(self, workspace_id: str, record_id: str) -> bool:
+        with self.db.transaction() as conn:
+            row = conn.execute(
+                "SELECT seq FROM memory_records WHERE workspace_id = ? AND id = ?", (workspace_id, record_id)
+            ).fetchone()
+            if row is None:
+                return False
+            before = self._generation(workspace_id)
+            conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (row[0],))
+            conn.execute("DELETE FROM memory_records WHERE seq = ?", (row[0],))
+            conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
+            conn.execute(
+                "DELETE FROM review_entries WHERE target_id = ? OR related_record_id = ?",
+                (record_id, record_id),
+            )
+            after = self._bump(conn, workspace_id)
+        self.index.apply(workspace_id, before, after, removed=[int(row[0])])
+        return True
+
+    def purge_expired(self, now: str) -> int:
+        """Delete session records whose TTL has passed (they are already invisible to reads)."""
+        rows = self.db.conn.execute(
+            "SELECT workspace_id, id FROM memory_records WHERE scope = 'session' AND ttl_expires_at <= ?",
+            (now,),
+        ).fetchall()
+        for row in rows:
+            self.delete(row[0], row[1])
+        return len(rows)
+
+    def touch(self, seqs: Sequence[int], ttl_expires_at: str) -> None:
+        if not seqs:
+            return
+        marks = ",".join("?" * len(seqs))
+        with self.db.transaction() as conn:
+            conn.execute(
+                f"UPDATE memory_records SET ttl_expires_at = ? WHERE scope = 'session' AND seq IN ({marks})",
+                (ttl_expires_at, *seqs),
+            )
+
+    def add_link(self, seq: int, related_id: str, kind: str) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO memory_links VALUES (?, ?, ?)", (seq, related_id, kind))
+
+    # -- reads -------------------------------------------------------------------------
+
+    def get(self, workspace_id: str, record_id: str) -> MemoryRecord | None:
+        row = self.db.conn.execute(
+            f"SELECT {_COLUMNS} FROM memory_records r WHERE r.workspace_id = ? AND r.id = ?",
+            (workspace_id, record_id),
+        ).fetchone()
+        return None if row is None else _record(row)
+
+    def by_seqs(self, seqs: Sequence[int]) -> dict[int, MemoryRecord]:
+        if not seqs:
+            return {}
+        marks = ",".join("?" * len(seqs))
+        rows = self.db.conn.execute(
+            f"SELECT {_COLUMNS} FROM memory_records r WHERE r.seq IN ({marks})", tuple(seqs)
+        )
+        return {int(r["seq"]): _record(r) for r in rows}
+
+    def _where(self, view: Visibility) -> tuple[str, list[Any]]:
+        """The WHERE clause of everything ``view`` may see; every filter applies here, inside the query."""
+        clauses = [
+            "r.workspace_id = ?",
+            "(r.scope = 'global' OR (r.agent_id = ? AND (r.scope = 'per_agent'"
+            " OR (r.scope = 'session' AND r.ttl_expires_at > ? AND (? IS NULL OR r.session_id = ?)))))",
+        ]
+        params: list[Any] = [view.workspace_id, view.agent_id, view.now, view.session_id, view.session_id]
+        if view.statuses is not None:
+            clauses.append(f"r.status IN ({','.join('?' * len(view.statuses))})")
+            params.extend(view.statuses)
+        if view.exclude_statuses:
+            clauses.append(f"r.status NOT IN ({','.join('?' * len(view.exclude_statuses))})")
+            params.extend(view.exclude_statuses)
+        if view.scope is not None:
+            clauses.append("r.scope = ?")
+            params.append(view.scope)
+        if view.kind is not None:
+            clauses.append("r.kind = ?")
+            params.append(view.kind)
+        for tag in view.tags:
+            clauses.append("EXISTS (SELECT 1 FROM memory_tags t WHERE t.seq = r.seq AND t.tag = ?)")
+            params.append(tag)
+        return " AND ".join(clauses), params
+
+    def list_records(self, view: Visibility, limit: int, offset: int) -> tuple[list[MemoryRecord], int]:
+        where, params = self._where(view)
+        total = int(
+            self.db.conn.execute(f"SELECT count(*) FROM memory_records r WHERE {where}", params).fetchone()[0]
+        )
+        rows = self.db.conn.execute(
+            f"SELECT {_COLUMNS} FROM memory_records r WHERE {where} ORDER BY r.created_at DESC, r.seq DESC"
+            " LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        ).fetchall()
+        return [_record(r) for r in rows], total
+
+    def visible_seqs(self, view: Visibility) -> list[int]:
+        where, params = self._where(view)
+        return [
+            int(r[0])
+            for r in self.db.conn.execute(f"SELECT r.seq FROM memory_records r WHERE {where}", params)
+        ]
+
+    def keyword_search(self, view: Visibility, query: str, limit: int) -> list[tuple[int, float]]:
+        match = fts_match(query, view.workspace_id)
+        if match is None:
+            return []
+        where, params = self._where(view)
+        rows = self.db.conn.execute(
+            "SELECT f.rowid, -bm25(memory_fts, 0.0, 1.0, 0.5) AS score FROM memory_fts f"
+            f" JOIN memory_records r ON r.seq = f.rowid WHERE memory_fts MATCH ? AND {where}"
+            " ORDER BY bm25(memory_fts, 0.0, 1.0, 0.5) LIMIT ?",
+            (match, *params, limit),
+        ).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    def vector_search(
+        self, workspace_id: str, seqs: Sequence[int], query: Vector, limit: int
+    ) -> list[tuple[int, float]]:
+        return self.index.search_subset(workspace_id, self._generation(workspace_id), query, seqs, limit)
+
+    def vectors(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, Vector]:
+        return self.index.vectors(workspace_id, self._generation(workspace_id), seqs)
+
+    def entities(self, seqs: Sequence[int]) -> dict[int, set[str]]:
+        if not seqs:
+            return {}
+        marks = ",".join("?" * len(seqs))
+        found: dict[int, set[str]] = {}
+        for seq, entity in self.db.conn.execute(
+            f"SELECT seq, entity FROM memory_entities WHERE seq IN ({marks})", tuple(seqs)
+        ):
+            found.setdefault(int(seq), set()).add(entity)
+        return found
+
+    def links(self, seqs: Sequence[int]) -> dict[int, set[str]]:
+        if not seqs:
+            return {}
+        marks = ",".join("?" * len(seqs))
+        found: dict[int, set[str]] = {}
+        for seq, related in self.db.conn.execute(
+            f"SELECT seq, related_id FROM memory_links WHERE seq IN ({marks})", tuple(seqs)
+        ):
+            found.setdefault(int(seq), set()).add(related)
+        return found
+
+    # -- review queue and audit -----------------------------------------------------------
+
+    def file_review(
+        self,
+        record: MemoryRecord,
+        reason: str,
+        related_id: str | None,
+        confidence: float,
+        new_status: str | None,
+    ) -> bool:
+        """File a review entry (idempotent per target, related record and reason); True if it is new."""
+        with self.db.transaction() as conn:
+            cursor = conn.execute(
+                "INSERT OR IGNORE INTO review_entries (id, workspace_id, target_id, target_kind, reason,"
+                " related_record_id, content, confidence, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    "review_" + uuid.uuid4().hex,
+                    record.workspace_id,
+                    record.id,
+                    "memory_record",
+                    reason,
+                    related_id or "",
+                    record.content,
+                    round(confidence, 4),
+                    utcnow(),
+                ),
+            )
+            created = cursor.rowcount > 0
+            if created and new_status is not None:
+                conn.execute("UPDATE memory_records SET status = ? WHERE seq = ?", (new_status, record.seq))
+        return created
+
+    def list_reviews(
+        self, workspace_id: str, reason: str | None, record_id: str | None, limit: int, offset: int
+    ) -> tuple[list[ReviewEntry], int]:
+        clauses, params = ["workspace_id = ?"], [workspace_id]
+        if reason is not None:
+            clauses.append("reason = ?")
+            params.append(reason)
+        if record_id is not None:
+            clauses.append("(target_id = ? OR related_record_id = ?)")
+            params.extend([record_id, record_id])
+        where = " AND ".join(clauses)
+        total = int(
+            self.db.conn.execute(f"SELECT count(*) FROM review_entries WHERE {where}", params).fetchone()[0]
+        )
+        rows = self.db.conn.execute(
+            f"SELECT * FROM review_entries WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        ).fetchall()
+        return [_review(r) for r in rows], total
+
+    def get_review(self, workspace_id: str, review_id: str) -> ReviewEntry | None:
+        row = self.db.conn.execute(
+            "SELECT * FROM review_entries WHERE workspace_id = ? AND id = ?", (workspace_id, review_id)
+        ).fetchone()
+        return None if row is None else _review(row)
+
+    def resolve_review(
+        self,
+        review: ReviewEntry,
+        record: MemoryRecord,
+        status: str,
+        verification_state: str,
+        superseded_by: str | None,
+        actor: str,
+        payload: dict[str, Any],
+    ) -> str | None:
+        """Apply a resolution in one transaction; the machine event id, or None if already resolved."""
+        event_id = "evt_" + secrets.token_hex(12)
+        with self.db.transaction() as conn:
+            gone = conn.execute("DELETE FROM review_entries WHERE id = ?", (review.id,)).rowcount == 0
+            if gone:  # a concurrent caller resolved it first
+                return None
+            conn.execute(
+                "UPDATE memory_records SET status = ?, verification_state = ?, superseded_by = ?,"
+                " updated_at = ?"
+                " WHERE seq = ?",
+                (status, verification_state, superseded_by, utcnow(), record.seq),
+            )
+            if superseded_by is not None:
+                conn.execute(
+                    "INSERT OR IGNORE INTO memory_links VALUES (?, ?, 'superseded_by')",
+                    (record.seq, superseded_by),
+                )
+            conn.execute(
+                "INSERT INTO machine_events VALUES (?, ?, 'freshness_review_resolved', ?, ?, ?, ?)",
+                (event_id, review.workspace_id, actor, record.id, json.dumps(payload), utcnow()),
+            )
+        return event_id
+
+    def events(self, workspace_id: str, target_id: str) -> list[dict[str, Any]]:
+        rows = self.db.conn.execute(
+            "SELECT * FROM machine_events WHERE workspace_id = ? AND target_id = ? ORDER BY created_at, id",
+            (workspace_id, target_id),
+        ).fetchall()
+        return [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]
+
+    # -- freshness queue -----------------------------------------------------------------
+
+    def pending_checks(self, limit: int = 100) -> list[tuple[str, str]]:
+        rows = self.db.conn.execute(
+            "SELECT workspace_id, record_id FROM freshness_queue ORDER BY enqueued_at LIMIT ?", (limit,)
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def check_done(self, record_id: str) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
