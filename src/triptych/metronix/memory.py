@@ -392,11 +392,14 @@ class MemoryService:
         offset: int = 0,
         status: list[str] | None = None,
         kind: str | None = None,
+        max_limit: int = 100,
     ) -> dict[str, Any]:
         workspace = self._workspace(principal, workspace_id)
         agent = self._agent(agent_id)
-        if not 1 <= limit <= 100:
-            raise InvalidParams(f"limit must be between 1 and 100, got {limit}", details={"field": "limit"})
+        if not 1 <= limit <= max_limit:
+            raise InvalidParams(
+                f"limit must be between 1 and {max_limit}, got {limit}", details={"field": "limit"}
+            )
         if offset < 0:
             raise InvalidParams("offset must not be negative", details={"field": "offset"})
         view = Visibility(

@@ -17,6 +17,7 @@ from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.memory_tools import memory_tools
+from triptych.metronix.rest import memory_routes
 from triptych.metronix.store import SqliteKnowledgeStore
 from triptych.metronix.tools import knowledge_tools, render_error
 
@@ -74,10 +75,12 @@ class Metronix:
 
 def mount(shared: Shared) -> tuple[Metronix, Mounted]:
     metronix = Metronix.open(shared.settings, shared.embedder)
-    endpoint = McpEndpoint(metronix.mcp_server(), shared.settings, jwt_authenticator(shared.settings))
+    authenticate = jwt_authenticator(shared.settings)
+    endpoint = McpEndpoint(metronix.mcp_server(), shared.settings, authenticate)
+    rest = memory_routes(metronix.memory, metronix.knowledge, authenticate, shared.settings.auth_enabled)
     # Route, not Mount: a Mount answers POST /mcp with a redirect to /mcp/.
     return metronix, Mounted(
-        routes=[Route("/mcp", endpoint=endpoint)],
+        routes=[Route("/mcp", endpoint=endpoint), *rest],
         endpoints=[endpoint],
         on_startup=[metronix.start],
         on_close=[metronix.close],
