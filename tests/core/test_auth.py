@@ -407,3 +407,39 @@ def test_verifier_with_both_keys_accepts_hs256_and_rs256(rsa_keys: tuple[rsa.RSA
 
     assert verifier.verify(jwt.encode(_claims(sub="h"), SECRET, algorithm="HS256")).user == "h"
     assert verifier.verify(jwt.encode(_claims(sub="r"), private, algorithm="RS256")).user == "r"
+
+
+def test_rs256_token_is_verified_against_a_jwks_url(rsa_keys: tuple[rsa.RSAPrivateKey, str]) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    private, _ = rsa_keys
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(private.public_key()))
+    body = json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}).encode()
+
+    class Jwks(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        verifier = TokenVerifier(
+            _settings(jwt_jwks_url=f"http://127.0.0.1:{server.server_address[1]}/jwks.json")
+        )
+        good = jwt.encode(_claims(sub="jw"), private, algorithm="RS256", headers={"kid": "k1"})
+        assert verifier.verify(good).user == "jw"
+        stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        forged = jwt.encode(_claims(), stranger, algorithm="RS256", headers={"kid": "k1"})
+        with pytest.raises(AuthRequired):
+            verifier.verify(forged)
+    finally:
+        server.shutdown()
+        server.server_close()
