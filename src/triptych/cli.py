@@ -147,6 +147,44 @@ def cmd_kb_import(args: argparse.Namespace) -> int:
     return 1 if summary.failed and not summary.documents and not summary.unchanged else 0
 
 
+def cmd_sources(args: argparse.Namespace) -> int:
+    from triptych.core.errors import InvalidParams
+    from triptych.metronix.sources import load_sources, parse_source, save_sources, sources_path
+
+    settings = _settings(args)
+    path = sources_path(settings.data_dir, settings.mcp_sources)
+    try:
+        sources = load_sources(path)
+        if args.sources_command == "list":
+            if not sources:
+                print(f"no MCP sources registered in {path}")
+            for source in sources.values():
+                where = " ".join([source.command or "", *source.args]) if source.command else source.url
+                print(f"{source.name}\t{source.transport}\t{where}")
+            return 0
+        if args.sources_command == "remove":
+            if args.name not in sources:
+                print(f"triptych: no source named {args.name!r} in {path}", file=sys.stderr)
+                return 2
+            del sources[args.name]
+            save_sources(path, sources)
+            print(f"removed source {args.name!r} from {path}")
+            return 0
+        pairs = dict(item.split("=", 1) for item in (args.env or []) + (args.header or []) if "=" in item)
+        spec: dict[str, Any] = (
+            {"command": args.command, "args": args.arg or [], "env": pairs}
+            if args.command
+            else {"url": args.url, "headers": pairs}
+        )
+        sources[args.name] = parse_source(args.name, spec)
+        save_sources(path, sources)
+        print(f"registered source {args.name!r} ({sources[args.name].transport}) in {path}")
+        return 0
+    except InvalidParams as exc:
+        print(f"triptych: {exc.message}", file=sys.stderr)
+        return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triptych", description="Triptych: a context server for AI agents.")
     parser.add_argument("--version", action="version", version=f"triptych {__version__}")
@@ -180,6 +218,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reindex.add_argument("--data-dir", **data_dir)
     reindex.set_defaults(func=cmd_reindex)
+
+    sources = sub.add_parser(
+        "sources", help="the MCP sources metronix_sync reads (.metronix/mcp_servers.json)"
+    )
+    with_data_dir = argparse.ArgumentParser(add_help=False)
+    with_data_dir.add_argument("--data-dir", **data_dir)
+    sources_sub = sources.add_subparsers(dest="sources_command", required=True)
+    sources_sub.add_parser("list", help="list registered sources", parents=[with_data_dir])
+    add = sources_sub.add_parser(
+        "add", help="register a source (stdio --command or streamable HTTP --url)", parents=[with_data_dir]
+    )
+    add.add_argument("name", help="source name (1-64 of A-Z a-z 0-9 . _ -)")
+    how = add.add_mutually_exclusive_group(required=True)
+    how.add_argument("--command", help="executable of a stdio MCP server")
+    how.add_argument("--url", help="URL of a streamable HTTP MCP server")
+    add.add_argument("--arg", action="append", help="an argument of --command (repeat)")
+    add.add_argument("--env", action="append", help="KEY=VALUE for --command's environment (repeat)")
+    add.add_argument("--header", action="append", help="KEY=VALUE HTTP header for --url (repeat)")
+    remove = sources_sub.add_parser("remove", help="unregister a source", parents=[with_data_dir])
+    remove.add_argument("name")
+    sources.set_defaults(func=cmd_sources)
 
     kb = sub.add_parser("kb", help="knowledge-base commands")
     kb_sub = kb.add_subparsers(dest="kb_command", required=True)

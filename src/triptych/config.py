@@ -64,6 +64,15 @@ class Settings(BaseSettings):
 
     log_level: str = Field("info", validation_alias=_alias("TRIPTYCH_LOG_LEVEL", "log_level"))
 
+    # MCP sources for metronix_sync (default: <data dir>/.metronix/mcp_servers.json).
+    mcp_sources: str | None = Field(None, validation_alias=_alias("TRIPTYCH_MCP_SOURCES", "mcp_sources"))
+    sync_timeout: float = Field(30.0, validation_alias=_alias("TRIPTYCH_SYNC_TIMEOUT", "sync_timeout"))
+    # The answer endpoint's upstream LLM (any OpenAI-compatible /v1/chat/completions).
+    llm_url: str | None = Field(None, validation_alias=_alias("TRIPTYCH_LLM_URL", "llm_url"))
+    llm_model: str | None = Field(None, validation_alias=_alias("TRIPTYCH_LLM_MODEL", "llm_model"))
+    llm_api_key: str | None = Field(None, validation_alias=_alias("TRIPTYCH_LLM_API_KEY", "llm_api_key"))
+    llm_timeout: float = Field(120.0, validation_alias=_alias("TRIPTYCH_LLM_TIMEOUT", "llm_timeout"))
+
     # Agent memory: the upstream product's variable names.
     memory_session_ttl: int = Field(14_400, validation_alias=_alias("METRONIX_MEMORY_SESSION_TTL"))
     memory_dense_weight: float = Field(0.6, validation_alias=_alias("METRONIX_MEMORY_SEARCH_DENSE_WEIGHT"))

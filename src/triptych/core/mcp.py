@@ -8,6 +8,7 @@ the embedding model.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +49,8 @@ class Tool:
     name: str
     description: str
     args: type[BaseModel]
-    handler: Callable[[Caller, Any], dict[str, Any]]
+    # A plain function runs in a worker thread; a coroutine function runs on the event loop.
+    handler: Callable[[Caller, Any], Any]
     read_only: bool = True
 
     def definition(self) -> types.Tool:
@@ -130,7 +132,10 @@ def build_server(
                 )
             caller = caller_from(ctx, stdio_agent_id)
             args = parse_args(tool.args, params.arguments)
-            payload = await anyio.to_thread.run_sync(tool.handler, caller, args)
+            if inspect.iscoroutinefunction(tool.handler):
+                payload = await tool.handler(caller, args)
+            else:
+                payload = await anyio.to_thread.run_sync(tool.handler, caller, args)
             return json_result(payload)
         except TriptychError as exc:
             return render_error(exc)

@@ -115,6 +115,8 @@ class KnowledgeStore(Protocol):
     def delete_document(self, workspace_id: str, doc_label: str) -> bool: ...
     def count_documents(self, workspace_id: str) -> int: ...
     def last_sync(self, workspace_id: str) -> str | None: ...
+    def set_last_sync(self, workspace_id: str, when: str) -> None: ...
+    def labels_with_prefix(self, workspace_id: str, prefix: str) -> dict[str, str]: ...
     def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]: ...
     def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]: ...
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]: ...
@@ -277,6 +279,23 @@ class SqliteKnowledgeStore:
             "SELECT last_sync FROM workspaces WHERE id = ?", (workspace_id,)
         ).fetchone()
         return None if row is None else row[0]
+
+    def set_last_sync(self, workspace_id: str, when: str) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO workspaces (id, created_at, last_sync) VALUES (?, ?, ?)"
+                " ON CONFLICT (id) DO UPDATE SET last_sync = excluded.last_sync",
+                (workspace_id, when, when),
+            )
+
+    def labels_with_prefix(self, workspace_id: str, prefix: str) -> dict[str, str]:
+        """label -> content hash of the workspace's documents whose label starts with ``prefix``."""
+        # LIKE would be case-insensitive and treat _ and % as wildcards: compare the prefix exactly.
+        rows = self.db.conn.execute(
+            "SELECT doc_label, content_hash FROM documents WHERE workspace_id = ? AND substr(doc_label, 1, ?) = ?",
+            (workspace_id, len(prefix), prefix),
+        ).fetchall()
+        return {r[0]: r[1] for r in rows}
 
     # -- retrieval ------------------------------------------------------------
 

@@ -18,8 +18,10 @@ from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.memory_tools import memory_tools
 from triptych.metronix.rest import memory_routes
+from triptych.metronix.sources import sources_path
 from triptych.metronix.store import SqliteKnowledgeStore
-from triptych.metronix.tools import knowledge_tools, render_error
+from triptych.metronix.sync import SyncService
+from triptych.metronix.tools import knowledge_tools, render_error, sync_tools
 
 INSTRUCTIONS = (
     "Metronix: a knowledge base and agent memory. Use metronix_search_fast for passages, metronix_get for a "
@@ -33,6 +35,7 @@ class Metronix:
     embedder: Embedder
     knowledge: KnowledgeService
     memory: MemoryService
+    sync: SyncService
 
     @classmethod
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> Metronix:
@@ -54,10 +57,12 @@ class Metronix:
         memory = MemoryService(
             SqliteMemoryStore(store.db, embedder.dim), embedder, memory_settings, settings.default_workspace
         )
-        return cls(settings, embedder, knowledge, memory)
+        sources = sources_path(settings.data_dir, settings.mcp_sources)
+        sync = SyncService(knowledge, sources, settings.sync_timeout)
+        return cls(settings, embedder, knowledge, memory, sync)
 
     def tools(self) -> list[Tool]:
-        return knowledge_tools(self.knowledge) + memory_tools(self.memory)
+        return knowledge_tools(self.knowledge) + sync_tools(self.sync) + memory_tools(self.memory)
 
     def start(self) -> None:
         """Warm the model and finish any freshness check a crash interrupted."""

@@ -11,6 +11,7 @@ from pydantic import Field
 from triptych.core.errors import TriptychError
 from triptych.core.mcp import Caller, Tool, ToolArgs
 from triptych.metronix.knowledge import KnowledgeService
+from triptych.metronix.sync import SyncService
 
 # Codes the Metronix contract documents; anything else is rendered as the closest of them, with the
 # precise reason kept in details.reason.
@@ -111,4 +112,26 @@ def knowledge_tools(service: KnowledgeService) -> list[Tool]:
             read_only=False,
         ),
         Tool("metronix_status", "Workspace health check and document statistics.", StatusArgs, status),
+    ]
+
+
+class SyncArgs(ToolArgs):
+    source: str | None = Field(None, description="Specific MCP server name (syncs all if omitted)")
+    workspace_id: str | None = WorkspaceField
+    force_full: bool = Field(False, description="Force full sync, skip change detection")
+
+
+def sync_tools(service: SyncService) -> list[Tool]:
+    async def sync(caller: Caller, args: SyncArgs) -> dict[str, Any]:
+        return await service.sync(caller.principal, args.workspace_id, args.source, args.force_full)
+
+    return [
+        Tool(
+            "metronix_sync",
+            "Sync documents from the MCP sources registered in .metronix/mcp_servers.json: each resource "
+            "becomes the document mcp:<source>:<uri>; unchanged ones are skipped, vanished ones removed.",
+            SyncArgs,
+            sync,
+            read_only=False,
+        )
     ]

@@ -1,0 +1,95 @@
+"""The registry of MCP sources that ``metronix_sync`` reads: ``.metronix/mcp_servers.json``.
+
+The file has the shape MCP hosts already use::
+
+    {"mcpServers": {"docs": {"command": "python", "args": ["server.py"], "env": {}},
+                    "wiki": {"url": "http://127.0.0.1:9000/mcp", "headers": {"Authorization": "Bearer ..."}}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triptych.core.errors import InvalidParams
+
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    name: str
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command else "http"
+
+    def to_json(self) -> dict[str, Any]:
+        if self.command:
+            return {"command": self.command, "args": self.args, "env": self.env}
+        return {"url": self.url, "headers": self.headers}
+
+
+def sources_path(data_dir: Path, override: str | None = None) -> Path:
+    if override:
+        return Path(override)
+    return data_dir / ".metronix" / "mcp_servers.json"
+
+
+def parse_source(name: str, spec: Any) -> Source:
+    if not _NAME.fullmatch(name):
+        raise InvalidParams(f"source name {name!r} must be 1-64 of A-Z a-z 0-9 . _ -")
+    if not isinstance(spec, dict):
+        raise InvalidParams(f"source {name!r} must be an object with 'command' or 'url'")
+    if spec.get("command"):
+        args = spec.get("args") or []
+        env = spec.get("env") or {}
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise InvalidParams(f"source {name!r}: args must be a list of strings")
+        if not isinstance(env, dict):
+            raise InvalidParams(f"source {name!r}: env must be an object")
+        return Source(name, command=str(spec["command"]), args=args, env={k: str(v) for k, v in env.items()})
+    if spec.get("url"):
+        url = str(spec["url"])
+        if not url.startswith(("http://", "https://")):
+            raise InvalidParams(f"source {name!r}: url must start with http:// or https://")
+        headers = spec.get("headers") or {}
+        if not isinstance(headers, dict):
+            raise InvalidParams(f"source {name!r}: headers must be an object")
+        return Source(name, url=url, headers={k: str(v) for k, v in headers.items()})
+    raise InvalidParams(f"source {name!r} needs 'command' (stdio) or 'url' (streamable HTTP)")
+
+
+def load_sources(path: Path) -> dict[str, Source]:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InvalidParams(
+            f"{path} is not valid JSON: {exc}", hint="Fix or recreate it with `triptych sources`"
+        ) from exc
+    servers = data.get("mcpServers", {}) if isinstance(data, dict) else None
+    if not isinstance(servers, dict):
+        raise InvalidParams(f"{path} must hold an object with an 'mcpServers' object")
+    return {name: parse_source(name, spec) for name, spec in servers.items()}
+
+
+def save_sources(path: Path, sources: dict[str, Source]) -> None:
+    """Write atomically: a crash mid-write never leaves a truncated registry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps({"mcpServers": {n: s.to_json() for n, s in sorted(sources.items())}}, indent=2)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".mcp_servers.")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(payload + "\n")
+    os.replace(tmp, path)
