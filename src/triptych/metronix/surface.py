@@ -13,10 +13,12 @@ from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint, jwt_authenticator
 from triptych.core.mcp import Tool, build_server
 from triptych.core.surface import Mounted, Shared
+from triptych.metronix.answer import AnswerService, LlmClient
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.memory_tools import memory_tools
+from triptych.metronix.openai_api import answer_routes
 from triptych.metronix.rest import memory_routes
 from triptych.metronix.sources import sources_path
 from triptych.metronix.store import SqliteKnowledgeStore
@@ -36,6 +38,7 @@ class Metronix:
     knowledge: KnowledgeService
     memory: MemoryService
     sync: SyncService
+    answers: AnswerService
 
     @classmethod
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> Metronix:
@@ -59,7 +62,14 @@ class Metronix:
         )
         sources = sources_path(settings.data_dir, settings.mcp_sources)
         sync = SyncService(knowledge, sources, settings.sync_timeout)
-        return cls(settings, embedder, knowledge, memory, sync)
+        llm = (
+            LlmClient(
+                settings.llm_url, settings.llm_model or "default", settings.llm_api_key, settings.llm_timeout
+            )
+            if settings.llm_url
+            else None
+        )
+        return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm))
 
     def tools(self) -> list[Tool]:
         return knowledge_tools(self.knowledge) + sync_tools(self.sync) + memory_tools(self.memory)
@@ -85,7 +95,7 @@ def mount(shared: Shared) -> tuple[Metronix, Mounted]:
     rest = memory_routes(metronix.memory, metronix.knowledge, authenticate, shared.settings.auth_enabled)
     # Route, not Mount: a Mount answers POST /mcp with a redirect to /mcp/.
     return metronix, Mounted(
-        routes=[Route("/mcp", endpoint=endpoint), *rest],
+        routes=[Route("/mcp", endpoint=endpoint), *rest, *answer_routes(metronix.answers, authenticate)],
         endpoints=[endpoint],
         on_startup=[metronix.start],
         on_close=[metronix.close],

@@ -1,0 +1,226 @@
+"""Synthesized answers with citations: retrieval over the knowledge base, then an upstream LLM or,
+without one, an extractive answer built only from the retrieved sentences (it never invents text).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import httpx
+
+from triptych.core.auth import Principal
+from triptych.core.chunking import split_sentences
+from triptych.core.errors import InvalidParams, TriptychError
+from triptych.core.search import keyword_terms
+from triptych.metronix.knowledge import KnowledgeService
+
+EXTRACTIVE_MODEL = "triptych-extractive"
+RAG_MODEL = "triptych-rag"
+HISTORY_TURNS = 3
+_CITATION = re.compile(r"\[(\d{1,2})\]")
+
+SYSTEM_PROMPT = (
+    "You answer questions using only the numbered passages below. Cite every claim with the passage "
+    "number in square brackets, like [1] or [2][3]. If the passages do not contain the answer, say that "
+    "you do not know. Never use outside knowledge.\n\nPassages:\n{passages}"
+)
+
+
+class UpstreamError(TriptychError):
+    """The upstream LLM failed; ``http_status`` is what the client gets (502 or 504)."""
+
+    code = "UPSTREAM_ERROR"
+    http_status = 502
+    default_hint = "Check TRIPTYCH_LLM_URL / TRIPTYCH_LLM_MODEL and the upstream server's log"
+
+    def __init__(self, message: str, status: int = 502) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    number: int
+    doc_label: str
+    title: str | None
+    url: str | None
+    content: str
+
+    def citation(self) -> dict[str, Any]:
+        return {"index": self.number, "doc_label": self.doc_label, "title": self.title, "url": self.url}
+
+
+def text_of(content: Any) -> str:
+    """A message's text: a string, or the text parts of an OpenAI content-part list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+def retrieval_query(messages: list[dict[str, Any]]) -> str:
+    """The last user message, preceded by a short window of the conversation for context."""
+    users = [
+        i for i, m in enumerate(messages) if m.get("role") == "user" and text_of(m.get("content")).strip()
+    ]
+    if not users:
+        raise InvalidParams("messages must contain a user message with text", details={"field": "messages"})
+    last = users[-1]
+    window = [
+        text_of(m.get("content"))
+        for m in messages[max(0, last - HISTORY_TURNS) : last]
+        if m.get("role") != "system"
+    ]
+    # The question itself counts most: it goes last and again first, so BM25 and the embedding both see it.
+    question = text_of(messages[last].get("content")).strip()
+    return " ".join([question, *window[-HISTORY_TURNS:], question]) if window else question
+
+
+def cited(text: str, passages: list[Passage]) -> list[dict[str, Any]]:
+    numbers = sorted({int(n) for n in _CITATION.findall(text)})
+    chosen = [p for p in passages if p.number in numbers] or passages
+    return [p.citation() for p in chosen]
+
+
+def extractive_answer(question: str, passages: list[Passage], sentences: int = 3) -> str:
+    """The best-matching sentences of the passages, verbatim, each with its citation."""
+    terms = set(keyword_terms(question))
+    scored: list[tuple[float, int, int, str]] = []
+    for passage in passages:
+        for position, sentence in enumerate(split_sentences(passage.content)):
+            words = set(keyword_terms(sentence))
+            overlap = len(terms & words)
+            if overlap:
+                # Earlier passages rank higher in retrieval; keep that as a tie-breaker.
+                scored.append(
+                    (overlap / (len(terms) or 1) - 0.01 * passage.number, passage.number, position, sentence)
+                )
+    if not scored:
+        if not passages:
+            return "I could not find anything about this in the knowledge base."
+        first = passages[0]
+        return f"{split_sentences(first.content)[0]} [{first.number}]"
+    best = sorted(scored, key=lambda s: -s[0])[:sentences]
+    best.sort(key=lambda s: (s[1], s[2]))  # read in document order
+    return " ".join(f"{sentence} [{number}]" for _, number, _, sentence in best)
+
+
+class LlmClient:
+    """An OpenAI-compatible upstream ``/chat/completions``."""
+
+    def __init__(self, url: str, model: str, api_key: str | None, timeout: float) -> None:
+        self.url = url.rstrip("/") + (
+            "" if url.rstrip("/").endswith("/chat/completions") else "/chat/completions"
+        )
+        self.model = model
+        self.timeout = timeout
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def _body(self, messages: list[dict[str, Any]], extra: dict[str, Any], stream: bool) -> dict[str, Any]:
+        return {**extra, "model": self.model, "messages": messages, "stream": stream}
+
+    async def complete(self, messages: list[dict[str, Any]], extra: dict[str, Any]) -> str:
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as client:
+                response = await client.post(
+                    self.url, json=self._body(messages, extra, False), headers=self.headers
+                )
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(f"the upstream LLM did not answer within {self.timeout:.0f} s", 504) from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"the upstream LLM could not be reached: {exc}") from exc
+        if response.status_code >= 400:
+            raise UpstreamError(
+                f"the upstream LLM answered HTTP {response.status_code}: {response.text[:300]}"
+            )
+        try:
+            return str(response.json()["choices"][0]["message"]["content"] or "")
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise UpstreamError("the upstream LLM returned a malformed completion") from exc
+
+    async def stream(self, messages: list[dict[str, Any]], extra: dict[str, Any]) -> AsyncIterator[str]:
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as client:
+                body = self._body(messages, extra, True)
+                async with client.stream("POST", self.url, json=body, headers=self.headers) as response:
+                    if response.status_code >= 400:
+                        detail = (await response.aread()).decode(errors="replace")[:300]
+                        raise UpstreamError(
+                            f"the upstream LLM answered HTTP {response.status_code}: {detail}"
+                        )
+                    async for line in response.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            return
+                        try:
+                            delta = json.loads(data)["choices"][0].get("delta", {}).get("content")
+                        except (ValueError, KeyError, IndexError, TypeError) as exc:
+                            raise UpstreamError("the upstream LLM streamed a malformed chunk") from exc
+                        if delta:
+                            yield str(delta)
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(f"the upstream LLM did not answer within {self.timeout:.0f} s", 504) from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"the upstream LLM could not be reached: {exc}") from exc
+
+
+class AnswerService:
+    def __init__(self, knowledge: KnowledgeService, llm: LlmClient | None, passages: int = 5) -> None:
+        self.knowledge = knowledge
+        self.llm = llm
+        self.passages = passages
+
+    def models(self) -> list[str]:
+        return ([RAG_MODEL] if self.llm else []) + [EXTRACTIVE_MODEL]
+
+    def uses_llm(self, requested_model: str | None) -> bool:
+        return self.llm is not None and requested_model != EXTRACTIVE_MODEL
+
+    def model_name(self, requested_model: str | None) -> str:
+        if self.uses_llm(requested_model):
+            assert self.llm is not None
+            return f"{RAG_MODEL}/{self.llm.model}"
+        return EXTRACTIVE_MODEL
+
+    async def retrieve(
+        self, principal: Principal, workspace_id: str | None, messages: list[dict[str, Any]]
+    ) -> tuple[str, list[Passage]]:
+        query = retrieval_query(messages)
+        workspace = self.knowledge.workspace(principal, workspace_id)
+        hits = await anyio.to_thread.run_sync(self.knowledge.hybrid, workspace, query, self.passages)
+        passages = [
+            Passage(i + 1, h["doc_label"], h["title"], h["url"], h["content"]) for i, h in enumerate(hits)
+        ]
+        return query, passages
+
+    def prompt(self, messages: list[dict[str, Any]], passages: list[Passage]) -> list[dict[str, Any]]:
+        listing = (
+            "\n\n".join(
+                f"[{p.number}] {p.title or p.doc_label} ({p.doc_label})\n{p.content}" for p in passages
+            )
+            or "(no passages were found)"
+        )
+        conversation = [m for m in messages if m.get("role") in ("user", "assistant")][
+            -(2 * HISTORY_TURNS + 1) :
+        ]
+        return [{"role": "system", "content": SYSTEM_PROMPT.format(passages=listing)}, *conversation]
+
+
+def completion_id() -> str:
+    return "chatcmpl-" + uuid.uuid4().hex[:24]
+
+
+def now() -> int:
+    return int(time.time())
