@@ -125,16 +125,23 @@ class LlmClient:
         self.model = model
         self.timeout = timeout
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        # One pooled client: building one per call costs a TLS context and a new connection each time.
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.timeout)
+        return self._client
 
     def _body(self, messages: list[dict[str, Any]], extra: dict[str, Any], stream: bool) -> dict[str, Any]:
         return {**extra, "model": self.model, "messages": messages, "stream": stream}
 
     async def complete(self, messages: list[dict[str, Any]], extra: dict[str, Any]) -> str:
         try:
-            async with httpx.AsyncClient(timeout=self.timeout) as client:
-                response = await client.post(
-                    self.url, json=self._body(messages, extra, False), headers=self.headers
-                )
+            response = await self.client.post(
+                self.url, json=self._body(messages, extra, False), headers=self.headers
+            )
         except httpx.TimeoutException as exc:
             raise UpstreamError(f"the upstream LLM did not answer within {self.timeout:.0f} s", 504) from exc
         except httpx.HTTPError as exc:
@@ -149,27 +156,24 @@ class LlmClient:
             raise UpstreamError("the upstream LLM returned a malformed completion") from exc
 
     async def stream(self, messages: list[dict[str, Any]], extra: dict[str, Any]) -> AsyncIterator[str]:
+        body = self._body(messages, extra, True)
         try:
-            async with httpx.AsyncClient(timeout=self.timeout) as client:
-                body = self._body(messages, extra, True)
-                async with client.stream("POST", self.url, json=body, headers=self.headers) as response:
-                    if response.status_code >= 400:
-                        detail = (await response.aread()).decode(errors="replace")[:300]
-                        raise UpstreamError(
-                            f"the upstream LLM answered HTTP {response.status_code}: {detail}"
-                        )
-                    async for line in response.aiter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == "[DONE]":
-                            return
-                        try:
-                            delta = json.loads(data)["choices"][0].get("delta", {}).get("content")
-                        except (ValueError, KeyError, IndexError, TypeError) as exc:
-                            raise UpstreamError("the upstream LLM streamed a malformed chunk") from exc
-                        if delta:
-                            yield str(delta)
+            async with self.client.stream("POST", self.url, json=body, headers=self.headers) as response:
+                if response.status_code >= 400:
+                    detail = (await response.aread()).decode(errors="replace")[:300]
+                    raise UpstreamError(f"the upstream LLM answered HTTP {response.status_code}: {detail}")
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    try:
+                        delta = json.loads(data)["choices"][0].get("delta", {}).get("content")
+                    except (ValueError, KeyError, IndexError, TypeError) as exc:
+                        raise UpstreamError("the upstream LLM streamed a malformed chunk") from exc
+                    if delta:
+                        yield str(delta)
         except httpx.TimeoutException as exc:
             raise UpstreamError(f"the upstream LLM did not answer within {self.timeout:.0f} s", 504) from exc
         except httpx.HTTPError as exc:

@@ -33,6 +33,7 @@ from triptych.metronix.store import utcnow
 log = logging.getLogger(__name__)
 
 MAX_RESOURCES = 100_000
+READS_IN_FLIGHT = 8
 
 
 @dataclass
@@ -126,43 +127,48 @@ class SyncService:
     async def _sync_source(
         self, principal: Principal, workspace: str, source: Source, force_full: bool, report: SourceReport
     ) -> None:
-        with anyio.fail_after(2 * self.timeout):
-            async with connect(source, self.timeout) as client:
+        existing = await anyio.to_thread.run_sync(
+            self.knowledge.store.labels_with_prefix, workspace, label_for(source.name, "")
+        )
+        seen: set[str] = set()
+        # Reads overlap with embedding: several resources are in flight at once.
+        limiter = anyio.CapacityLimiter(READS_IN_FLIGHT)
+
+        async def ingest(client: Client, resource: types.Resource) -> None:
+            label = label_for(source.name, resource.uri)
+            async with limiter:
+                try:
+                    with anyio.fail_after(self.timeout):
+                        text = _text_of(
+                            await client.read_resource(resource.uri, cache_mode="bypass"), resource.mime_type
+                        )
+                    if not text.strip():
+                        raise ValueError("resource has no text")
+                    metadata = {"source": source.name, "uri": resource.uri, "mime_type": resource.mime_type}
+                    result = await anyio.to_thread.run_sync(
+                        functools.partial(
+                            self.knowledge.store_document, principal, workspace, text, resource.title or resource.name,
+                            label, metadata, "mcp", skip_unchanged=not force_full,
+                        )
+                    )  # fmt: skip
+                except Exception as exc:
+                    log.warning("resource %s of %s failed: %s", resource.uri, source.name, exc)
+                    report.failed += 1
+                    return
+            if result.unchanged:
+                report.unchanged += 1
+            elif label in existing:
+                report.updated += 1
+            else:
+                report.added += 1
+
+        async with connect(source, self.timeout) as client:
+            with anyio.fail_after(2 * self.timeout):  # connecting and listing; each read has its own limit
                 resources = await self._list(client)
-                seen: set[str] = set()
-                existing = await anyio.to_thread.run_sync(
-                    self.knowledge.store.labels_with_prefix, workspace, label_for(source.name, "")
-                )
+            seen.update(label_for(source.name, r.uri) for r in resources)
+            async with anyio.create_task_group() as group:
                 for resource in resources:
-                    label = label_for(source.name, resource.uri)
-                    seen.add(label)
-                    try:
-                        with anyio.fail_after(self.timeout):
-                            text = _text_of(await client.read_resource(resource.uri), resource.mime_type)
-                        if not text.strip():
-                            raise ValueError("resource has no text")
-                        metadata = {
-                            "source": source.name,
-                            "uri": resource.uri,
-                            "mime_type": resource.mime_type,
-                        }
-                        title = resource.title or resource.name
-                        result = await anyio.to_thread.run_sync(
-                            functools.partial(
-                                self.knowledge.store_document, principal, workspace, text, title, label, metadata,
-                                "mcp", skip_unchanged=not force_full,
-                            )
-                        )  # fmt: skip
-                    except Exception as exc:
-                        log.warning("resource %s of %s failed: %s", resource.uri, source.name, exc)
-                        report.failed += 1
-                        continue
-                    if result.unchanged:
-                        report.unchanged += 1
-                    elif label in existing:
-                        report.updated += 1
-                    else:
-                        report.added += 1
+                    group.start_soon(ingest, client, resource)
         # Only a complete listing may remove documents: a failure above never reaches this line.
         for label in sorted(set(existing) - seen):
             await anyio.to_thread.run_sync(self.knowledge.delete_document, principal, workspace, label)
