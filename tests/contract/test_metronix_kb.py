@@ -7,7 +7,7 @@ import uuid
 
 from harness import ServerProcess, mcp_session
 
-KB_TOOLS = {"metronix_search_fast", "metronix_get", "metronix_store", "metronix_status"}
+KB_TOOLS = {"metronix_search_fast", "metronix_get", "metronix_store", "metronix_status", "metronix_sync"}
 MEMORY_TOOLS = {
     "memory_store",
     "memory_search",
