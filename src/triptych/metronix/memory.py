@@ -392,8 +392,11 @@ class MemoryService:
         offset: int = 0,
         status: list[str] | None = None,
         kind: str | None = None,
-        max_limit: int = 100,
+        rest_defaults: bool = False,
     ) -> dict[str, Any]:
+        """MCP: ``status`` defaults to active, limit 1-100. REST (the inspector's view, as upstream):
+        every status by default, limit 1-200."""
+        max_limit = 200 if rest_defaults else 100
         workspace = self._workspace(principal, workspace_id)
         agent = self._agent(agent_id)
         if not 1 <= limit <= max_limit:
@@ -405,7 +408,7 @@ class MemoryService:
         view = Visibility(
             workspace_id=workspace,
             agent_id=agent,
-            statuses=self._statuses(status, ("active",)),
+            statuses=self._statuses(status, None if rest_defaults else ("active",)),
             scope=self._scope(scope, None, required=False),
             tags=tuple(self._tags(tags)),
             kind=self._kind(kind),

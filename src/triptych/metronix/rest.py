@@ -153,12 +153,12 @@ def memory_routes(
     async def list_records(request: Request, principal: Principal) -> Response:
         q = request.query_params
         limit, offset = _int(request, "limit", 50), _int(request, "offset", 0)
-        statuses = _list(request, "status_filter") or _list(request, "status") or ["all"]
+        statuses = _list(request, "status_filter") or _list(request, "status")
         kinds = _list(request, "kind_filter") or _list(request, "kind")
         result = await run(
             lambda: memory.list_records(
                 principal, _ws(request), q.get("agent_id", ""), q.get("scope"), _list(request, "tags"), limit,
-                offset, statuses, kinds[0] if kinds else None, 200,
+                offset, statuses, kinds[0] if kinds else None, True,
             )
         )  # fmt: skip
         return JSONResponse({**result, "has_more": result["offset"] + result["count"] < result["total"]})
