@@ -29,7 +29,7 @@ _AUXILIARIES = frozenset(
     {"do", "does", "did", "is", "am", "are", "was", "were", "be", "been", "will", "would", "a", "an", "the"}
 )
 _TOKEN = re.compile(r"[a-z0-9]+(?:[.:/-][a-z0-9]+)*")
-_NUMBER = re.compile(r"^\d[\d.:/-]*$")
+_NUMBER = re.compile(r"^\d[\d.:/,-]*[a-z]{0,2}$")  # 42, 3.5, 2026-04-17, 10:30, 3pm, 4th
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,9 @@ class Contradiction:
 
 def _tokens(text: str) -> list[str]:
     lowered = text.lower().replace("\u2019", "'")
-    lowered = lowered.replace("won't", "will not").replace("can't", "cannot").replace("n't", " not")
+    # "can't" and "cannot" keep their modal: "can attend" vs "can not attend" is a negation.
+    lowered = re.sub(r"\bcan(?:'t|not)\b", "can not", lowered)
+    lowered = lowered.replace("won't", "will not").replace("n't", " not")
     return _TOKEN.findall(lowered)
 
 
@@ -90,6 +92,8 @@ def detect_contradiction(old: str, new: str) -> Contradiction | None:
     if len(changes) != 1 or changes[0][0] != "replace":
         return None  # additions or several edits: a refinement, not a contradiction
     _, i1, i2, j1, j2 = changes[0]
+    if i1 == 0 and j1 == 0:
+        return None  # the subject changed ("Alice likes coffee" / "Bob likes coffee"): two facts, no conflict
     removed, added = core_a[i1:i2], core_b[j1:j2]
     if len(removed) > 3 or len(added) > 3:
         return None

@@ -85,6 +85,13 @@ class MemoryService:
     def _workspace(self, principal: Principal, requested: str | None) -> str:
         return resolve_workspace(principal, requested, self.default_workspace)
 
+    def _live(self, workspace: str, record_id: str) -> MemoryRecord | None:
+        """The record, unless it does not exist or its session TTL has passed (then it is gone)."""
+        record = self.store.get(workspace, record_id)
+        if record is None or (record.ttl_expires_at is not None and record.ttl_expires_at <= _iso(_now())):
+            return None
+        return record
+
     @staticmethod
     def _agent(agent_id: str | None) -> str:
         valid = valid_agent_id(agent_id)
@@ -101,6 +108,10 @@ class MemoryService:
     def _scope(scope: str | None, session_id: str | None, required: bool = True) -> str | None:
         if scope is None and not required:
             return None
+        if scope == "":
+            raise InvalidParams(
+                f"scope must be one of {', '.join(SCOPES)}, not empty", details={"field": "scope"}
+            )
         scope = scope or "per_agent"
         if scope not in SCOPES:
             raise InvalidParams(
@@ -312,7 +323,7 @@ class MemoryService:
         require_write(principal)
         if not record_id or not record_id.strip():
             raise InvalidParams("record_id must not be empty", details={"field": "record_id"})
-        record = self.store.get(workspace, record_id)
+        record = self._live(workspace, record_id)
         if record is None:
             return {"success": True, "found": False}
         if record.scope == "session":
@@ -336,7 +347,7 @@ class MemoryService:
     ) -> dict[str, Any]:
         workspace = self._workspace(principal, workspace_id)
         require_write(principal)
-        record = self.store.get(workspace, record_id) if record_id else None
+        record = self._live(workspace, record_id) if record_id else None
         if record is None:
             raise NotFound(
                 f"Memory record not found: {record_id}", hint=RECORD_HINT, details={"record_id": record_id}
@@ -442,8 +453,8 @@ class MemoryService:
 
     def get_record(self, principal: Principal, workspace_id: str | None, record_id: str) -> dict[str, Any]:
         workspace = self._workspace(principal, workspace_id)
-        record = self.store.get(workspace, record_id)
-        if record is None or (record.ttl_expires_at is not None and record.ttl_expires_at <= _iso(_now())):
+        record = self._live(workspace, record_id)
+        if record is None:
             raise NotFound(
                 f"Memory record not found: {record_id}", hint=RECORD_HINT, details={"record_id": record_id}
             )

@@ -286,6 +286,8 @@ class SqliteMemoryStore:
         vec = np.ascontiguousarray(embedding, dtype=np.float32)
         if vec.shape != (self.index.dim,):
             raise ValueError(f"embedding has shape {vec.shape}, expected ({self.index.dim},)")
+        if record.scope == "session":
+            self.purge_expired(utcnow())  # an expired twin must not come back under its old id
         with self.db.transaction() as conn:
             existing = conn.execute(
                 f"SELECT {_COLUMNS} FROM memory_records r WHERE dedup_key = ?", (key,)

@@ -51,7 +51,10 @@ class DeleteArgs(ToolArgs):
 
 class BatchStoreArgs(ToolArgs):
     # Records are checked one by one in the service, so one bad record never aborts the batch.
-    records: list[dict[str, Any]] = Field(description="Array of {content, tags?} objects (max 100)")
+    records: list[Any] = Field(
+        description="Array of {content, tags?} objects (max 100)",
+        json_schema_extra={"items": {"type": "object"}},
+    )
     agent_id: str = Field(description="Agent identity (same for all records)")
     workspace_id: str | None = WORKSPACE
     scope: str = Field("per_agent", description="Scope for all records")

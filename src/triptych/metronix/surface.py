@@ -21,7 +21,7 @@ from triptych.metronix.memory_tools import memory_tools
 from triptych.metronix.openai_api import answer_routes
 from triptych.metronix.rest import memory_routes
 from triptych.metronix.sources import sources_path
-from triptych.metronix.store import SqliteKnowledgeStore
+from triptych.metronix.store import SqliteKnowledgeStore, utcnow
 from triptych.metronix.sync import SyncService
 from triptych.metronix.tools import knowledge_tools, render_error, sync_tools
 
@@ -80,6 +80,7 @@ class Metronix:
         if warm is not None:
             warm()
         self.memory.run_pending_checks()
+        self.memory.store.purge_expired(utcnow())
 
     def mcp_server(self, stdio_agent_id: str | None = None) -> Server[Any]:
         return build_server("metronix", self.tools(), render_error, INSTRUCTIONS, stdio_agent_id)

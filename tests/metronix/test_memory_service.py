@@ -1,0 +1,448 @@
+"""MemoryService over a real SQLite store in tmp_path with the real local model, and the pure freshness rules."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from triptych.core.auth import Principal, local_principal
+from triptych.core.db import Database
+from triptych.core.embed import LocalEmbedder
+from triptych.core.errors import Forbidden, InvalidParams, NotFound, WorkspaceNotFound
+from triptych.metronix.entities import extract_entities
+from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
+from triptych.metronix.memory import MemoryService, MemorySettings, content_hash
+from triptych.metronix.memory_store import MemoryRecord, SqliteMemoryStore
+from triptych.metronix.store import utcnow
+
+LOCAL = local_principal()
+WS = "svc"
+
+
+@pytest.fixture(scope="module")
+def embedder() -> LocalEmbedder:
+    """The real local model, loaded once for this module."""
+    local = LocalEmbedder(threads=1)
+    local.warm_up()
+    return local
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = Database(tmp_path / "metronix.db", [])
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def service(db: Database, embedder: LocalEmbedder) -> MemoryService:
+    return MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
+
+
+def store(service: MemoryService, content: str, agent: str = "hermes", **kwargs: Any) -> dict[str, Any]:
+    return service.store_record(LOCAL, kwargs.pop("workspace_id", WS), content, agent, **kwargs)
+
+
+def raw_record(content: str, agent: str = "hermes", status: str = "active", **fields: Any) -> MemoryRecord:
+    now = utcnow()
+    return MemoryRecord(
+        id=str(uuid.uuid4()),
+        workspace_id=fields.pop("workspace_id", WS),
+        agent_id=agent,
+        scope=fields.pop("scope", "per_agent"),
+        session_id=None,
+        kind="fact",
+        content=content,
+        content_hash=content_hash(content),
+        tags=fields.pop("tags", []),
+        importance_score=0.5,
+        source_type="",
+        metadata={},
+        status=status,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+# -- dedup ----------------------------------------------------------------------------------
+
+
+def test_storing_the_same_content_again_returns_the_existing_id_with_deduped_true(
+    service: MemoryService,
+) -> None:
+    first = store(service, "The build server is called hopper.")
+    again = store(service, "The build server is called hopper.")
+    assert first["deduped"] is False and again["deduped"] is True
+    assert again["id"] == first["id"]
+    assert first["content_hash"] == hashlib.sha256(b"The build server is called hopper.").hexdigest()
+
+
+def test_dedup_is_keyed_by_workspace_agent_scope_and_session(service: MemoryService) -> None:
+    text = "Standups happen at nine."
+    base = store(service, text)
+    variants = [
+        store(service, text, workspace_id="svc-other"),
+        store(service, text, agent="athena"),
+        store(service, text, scope="global"),
+        store(service, text, scope="session", session_id="s1"),
+        store(service, text, scope="session", session_id="s2"),
+    ]
+    assert all(v["deduped"] is False for v in variants)
+    assert len({base["id"], *(v["id"] for v in variants)}) == 6
+    assert store(service, text, scope="session", session_id="s1")["id"] == variants[3]["id"]
+
+
+def test_concurrent_writers_of_the_same_content_leave_exactly_one_record(service: MemoryService) -> None:
+    results: list[dict[str, Any]] = []
+    barrier = threading.Barrier(4)
+
+    def write() -> None:
+        barrier.wait()
+        results.append(store(service, "Concurrent writers agree on one record."))
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({r["id"] for r in results}) == 1
+    assert sorted(r["deduped"] for r in results) == [False, True, True, True]
+    assert service.list_records(LOCAL, WS, "hermes")["total"] == 1
+
+
+# -- lifecycle filters happen before top_k ----------------------------------------------------
+
+
+def test_many_archived_matches_do_not_crowd_the_active_record_out_of_top_k(
+    service: MemoryService, embedder: LocalEmbedder
+) -> None:
+    texts = [
+        f"Archived note {i}: the quarterly invoice export runs on the finance cluster." for i in range(60)
+    ]
+    for text, vector in zip(texts, embedder.embed(texts), strict=True):
+        service.store.insert(raw_record(text, status="archived"), vector, set(), False)
+    store(service, "Invoices for the quarter are exported by a cron job.")
+    found = service.search(LOCAL, WS, "quarterly invoice export finance cluster", "hermes", top_k=1)
+    assert [r["record"]["content"] for r in found["results"]] == [
+        "Invoices for the quarter are exported by a cron job."
+    ]
+    every = service.search(LOCAL, WS, "quarterly invoice export", "hermes", top_k=50, status=["all"])
+    assert every["count"] == 50
+    listed = service.list_records(LOCAL, WS, "hermes", status=["archived"], limit=5)
+    assert (listed["count"], listed["total"]) == (5, 60)
+
+
+def test_rest_search_defaults_exclude_only_archived_and_superseded(
+    service: MemoryService, embedder: LocalEmbedder
+) -> None:
+    statuses = ("active", "candidate", "stale", "superseded", "archived", "conflicted", "review_needed")
+    texts = [f"Lifecycle probe record in status {status} about the vendor contract." for status in statuses]
+    for status, text, vector in zip(statuses, texts, embedder.embed(texts), strict=True):
+        service.store.insert(raw_record(text, status=status), vector, set(), False)
+    rest = service.search(
+        LOCAL, WS, "vendor contract lifecycle probe", "hermes", top_k=50, rest_defaults=True
+    )
+    mcp = service.search(LOCAL, WS, "vendor contract lifecycle probe", "hermes", top_k=50)
+    assert {r["record"]["status"] for r in rest["results"]} == {
+        "active",
+        "candidate",
+        "stale",
+        "conflicted",
+        "review_needed",
+    }
+    assert {r["record"]["status"] for r in mcp["results"]} == {"active"}
+
+
+# -- search scoring -------------------------------------------------------------------------------
+
+
+def test_configured_weights_compose_the_score(db: Database, embedder: LocalEmbedder) -> None:
+    settings = MemorySettings(dense_weight=0.2, graph_weight=0.5, session_weight=0.3)
+    service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder, settings)
+    store(service, "Priya reviews every pull request for MTRNIX-77.", scope="session", session_id="s9")
+    store(service, "The coffee machine on floor two is broken.")
+    found = service.search(LOCAL, WS, "who reviews MTRNIX-77", "hermes", session_id="s9")
+    assert found["count"] == 2
+    for hit in found["results"]:
+        expected = 0.2 * hit["dense_score"] + 0.5 * hit["graph_score"] + 0.3 * hit["session_boost"]
+        assert hit["score"] == pytest.approx(expected, abs=2e-4)
+    top = found["results"][0]
+    assert top["record"]["content"].startswith("Priya")
+    assert top["graph_score"] == 1.0 and top["session_boost"] > 0.5
+
+
+# -- update -------------------------------------------------------------------------------------
+
+
+def test_updating_content_to_another_records_content_is_invalid_params_not_a_crash(
+    service: MemoryService,
+) -> None:
+    store(service, "The release train leaves on Thursdays.")
+    other = store(service, "Lunch is catered on Wednesdays.")
+    with pytest.raises(InvalidParams):
+        service.update(LOCAL, WS, other["id"], content="The release train leaves on Thursdays.")
+    listed = service.list_records(LOCAL, WS, "hermes", status=["all"])
+    assert sorted(r["content"] for r in listed["records"]) == [
+        "Lunch is catered on Wednesdays.",
+        "The release train leaves on Thursdays.",
+    ]
+
+
+def test_updating_a_record_of_another_workspace_is_not_found(service: MemoryService) -> None:
+    stored = store(service, "Only in the first workspace.")
+    with pytest.raises(NotFound):
+        service.update(LOCAL, "svc-other", stored["id"], tags=["x"])
+
+
+def test_an_expired_session_record_is_gone_for_update_too(db: Database, embedder: LocalEmbedder) -> None:
+    service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder, MemorySettings(session_ttl=1))
+    stored = store(service, "Scratch note for this session only.", scope="session", session_id="s1")
+    time.sleep(1.05)  # TTLs have one-second resolution: gone at most one second after the last touch
+    assert service.list_records(LOCAL, WS, "hermes", status=["all"])["total"] == 0
+    with pytest.raises(NotFound):
+        service.get_record(LOCAL, WS, stored["id"])
+    with pytest.raises(NotFound):
+        service.update(LOCAL, WS, stored["id"], tags=["revived"])
+
+
+# -- roles ----------------------------------------------------------------------------------------
+
+
+def test_a_viewer_searches_but_every_write_is_forbidden(service: MemoryService) -> None:
+    stored = store(service, "Visible to viewers of the workspace.", scope="global")
+    viewer = Principal(user="vic", role="viewer", workspace_ids=(WS,))
+    found = service.search(viewer, WS, "visible to viewers", "anyone")
+    assert [r["record"]["id"] for r in found["results"]] == [stored["id"]]
+    writes = [
+        lambda: service.store_record(viewer, WS, "nope", "vic"),
+        lambda: service.batch_store(viewer, WS, [{"content": "nope"}], "vic"),
+        lambda: service.update(viewer, WS, stored["id"], tags=["x"]),
+        lambda: service.delete(viewer, WS, stored["id"]),
+        lambda: service.review_resolve(viewer, WS, "review_x", "keep"),
+    ]
+    for write in writes:
+        with pytest.raises(Forbidden):
+            write()
+    with pytest.raises(WorkspaceNotFound):
+        service.search(viewer, "svc-other", "visible", "anyone")
+
+
+# -- freshness pipeline: durable, idempotent, three detectors -----------------------------------------
+
+
+def test_a_check_queued_before_a_crash_is_run_by_the_next_service_and_files_the_review(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    path = tmp_path / "crash.db"
+    first_db = Database(path, [])
+    first = MemoryService(SqliteMemoryStore(first_db, embedder.dim), embedder)
+    old = store(first, "User prefers dark mode")
+    record = raw_record("User prefers light mode")
+    # The write commits with its queued check, then the process "dies" before running the check.
+    first.store.insert(record, embedder.embed([record.content])[0], extract_entities(record.content), True)
+    assert first.store.pending_checks() == [(WS, record.id)]
+    assert first.review_list(LOCAL, WS)["total"] == 0
+    first_db.close()
+
+    second_db = Database(path, [])
+    try:
+        second = MemoryService(SqliteMemoryStore(second_db, embedder.dim), embedder)
+        assert second.run_pending_checks() == 1
+        reviews = second.review_list(LOCAL, WS)
+        assert [(e["target_id"], e["related_record_id"], e["reason"]) for e in reviews["entries"]] == [
+            (record.id, old["id"], "possible_contradiction")
+        ]
+        assert second.get_record(LOCAL, WS, record.id)["status"] == "conflicted"
+        assert second.store.pending_checks() == []
+        assert second.run_pending_checks() == 0
+    finally:
+        second_db.close()
+
+
+def test_deleting_a_record_drops_its_queued_check(service: MemoryService, embedder: LocalEmbedder) -> None:
+    record = raw_record("Ephemeral thought about the roadmap.")
+    service.store.insert(record, embedder.embed([record.content])[0], set(), True)
+    assert service.store.pending_checks() == [(WS, record.id)]
+    service.store.delete(WS, record.id)
+    assert service.run_pending_checks() == 0
+    assert service.store.pending_checks() == []
+
+
+def test_a_completed_write_leaves_nothing_queued(service: MemoryService) -> None:
+    store(service, "User prefers dark mode")
+    store(service, "User prefers light mode")
+    assert service.store.pending_checks() == []
+
+
+def test_filing_the_same_review_twice_keeps_one_entry(service: MemoryService) -> None:
+    old = store(service, "User prefers dark mode")
+    new = store(service, "User prefers light mode")
+    record = service.store.get(WS, new["id"])
+    assert record is not None
+    assert service.store.file_review(record, "possible_contradiction", old["id"], 0.7, "conflicted") is False
+    # Re-running the whole check (as a restart would) files nothing new either.
+    service.store.update(record, {}, None, None, enqueue=True)
+    assert service.run_pending_checks() == 1
+    assert service.review_list(LOCAL, WS)["total"] == 1
+
+
+def test_a_similar_but_reworded_record_files_a_low_confidence_decision(service: MemoryService) -> None:
+    old = store(service, "The office wifi password changes monthly")
+    new = store(service, "Wifi credentials at the office rotate every month")
+    reviews = service.review_list(LOCAL, WS, reason="low_confidence_decision")
+    assert [(e["target_id"], e["related_record_id"]) for e in reviews["entries"]] == [(new["id"], old["id"])]
+    assert reviews["entries"][0]["confidence"] < 0.7
+    assert service.get_record(LOCAL, WS, new["id"])["status"] == "review_needed"
+    assert service.get_record(LOCAL, WS, old["id"])["status"] == "active"
+
+
+def test_unrelated_records_file_no_review(service: MemoryService) -> None:
+    store(service, "User prefers dark mode")
+    store(service, "The cafeteria serves pasta on fridays")
+    store(service, "Backups are encrypted with age before upload")
+    assert service.review_list(LOCAL, WS)["total"] == 0
+
+
+def test_review_resolution_writes_an_audit_event_with_capped_notes(service: MemoryService) -> None:
+    store(service, "User prefers dark mode")
+    new = store(service, "User prefers light mode")
+    review = service.review_list(LOCAL, WS)["entries"][0]
+    resolved = service.review_resolve(LOCAL, WS, review["id"], "discard", notes="n" * 5000)
+    events = service.store.events(WS, new["id"])
+    assert [(e["id"], e["event_type"], e["actor"]) for e in events] == [
+        (resolved["machine_event_id"], "freshness_review_resolved", "mcp_caller")
+    ]
+    assert events[0]["payload"]["notes"] == "n" * 1024
+    assert service.get_record(LOCAL, WS, new["id"])["verification_state"] == "discarded_via_review"
+
+
+# -- detect_contradiction: clear positives and clear negatives -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "kind"),
+    [
+        ("User prefers dark mode", "User prefers light mode", "value"),
+        ("The team has 12 engineers", "The team has 15 engineers", "number"),
+        ("The server listens on port 8080", "The server listens on port 9090", "number"),
+        ("The release is scheduled for 2026-04-17", "The release is scheduled for 2026-05-02", "number"),
+        ("The standup is at 9:30", "The standup is at 10:15", "number"),
+        ("The launch date is March 3", "The launch date is March 10", "number"),
+        ("Alice likes coffee", "Alice does not like coffee", "negation"),
+        ("Bob is not allergic to peanuts", "Bob is allergic to peanuts", "negation"),
+        ("The API is stable", "The API isn't stable", "negation"),
+        ("Bob will attend the offsite", "Bob won't attend the offsite", "negation"),
+        ("The project lead is Alice", "The project lead is Bob", "value"),
+        ("Caroline lives in Boston", "Caroline lives in Denver", "value"),
+        ("We use PostgreSQL for storage", "We use SQLite for storage", "value"),
+    ],
+)
+def test_detect_contradiction_finds_one_changed_value_number_date_negation_or_name(
+    old: str, new: str, kind: str
+) -> None:
+    found = detect_contradiction(old, new)
+    assert found is not None
+    assert found.kind == kind
+    assert 0.5 <= found.confidence <= 1.0
+
+
+def test_detect_contradiction_reports_what_changed() -> None:
+    found = detect_contradiction("User prefers dark mode", "User prefers light mode")
+    assert found is not None
+    assert (found.before, found.after) == ("dark", "light")
+
+
+@pytest.mark.parametrize(
+    "negated", ["Alice cannot attend the meeting", "Alice can't attend the meeting"], ids=["cannot", "cant"]
+)
+def test_detect_contradiction_finds_a_negation_added_with_cannot(negated: str) -> None:
+    assert detect_contradiction("Alice can attend the meeting", negated) is not None
+    assert detect_contradiction(negated, "Alice can attend the meeting") is not None
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("User prefers dark mode", "User prefers dark mode in the editor"),
+        ("The deploy runs nightly", "The deploy runs nightly on GitHub Actions"),
+        ("The meeting is at 3pm", "The meeting is at 3pm on Monday"),
+        ("Alice likes coffee", "Alice likes coffee and tea"),
+        ("User prefers dark mode", "The cafeteria serves pasta on Fridays"),
+        ("The quarterly report is due soon", "Kubernetes pods restart after an OOM kill"),
+        ("User prefers dark mode", "The user likes a dark theme"),
+        ("The user dislikes meetings before 10am", "Before 10am the user dislikes meetings"),
+        ("User prefers dark mode", "user prefers DARK mode."),
+        ("I like apples", "I like apples"),
+    ],
+    ids=[
+        "refine-where",
+        "refine-how",
+        "refine-when",
+        "refine-and",
+        "unrelated",
+        "unrelated-2",
+        "paraphrase",
+        "reordered",
+        "case-and-punctuation",
+        "identical",
+    ],
+)
+def test_detect_contradiction_ignores_refinements_unrelated_statements_and_paraphrases(
+    old: str, new: str
+) -> None:
+    assert detect_contradiction(old, new) is None
+
+
+# -- jaccard and decision_confidence ------------------------------------------------------------------
+
+
+def test_jaccard_compares_content_words_ignoring_case_stopwords_and_plurals() -> None:
+    assert jaccard("User prefers dark mode", "user prefer DARK modes!") == 1.0
+    assert jaccard("User prefers dark mode", "User prefers light mode") == pytest.approx(3 / 5)
+    assert jaccard("User prefers dark mode", "The cafeteria serves pasta") == 0.0
+    assert jaccard("", "anything") == 0.0
+    assert jaccard("the a of", "the a of") == 0.0  # only stopwords: nothing to compare
+
+
+def test_jaccard_keeps_negations_so_a_negated_statement_is_not_identical() -> None:
+    assert jaccard("Alice likes coffee", "Alice does not like coffee") < 1.0
+
+
+def test_jaccard_is_symmetric() -> None:
+    a, b = "The deploy pipeline runs nightly", "Nightly runs of the deploy job"
+    assert jaccard(a, b) == jaccard(b, a)
+
+
+@pytest.mark.parametrize(
+    ("similarity", "lexical", "expected"),
+    [
+        (0.99, 1.0, 0.5),  # both saturated: 1 - max / 2
+        (0.3, 0.0, 1.0),  # neither does: certainly a distinct memory
+        (0.5, 0.0, 1.0),
+        (0.95, 0.1, 0.8),  # semantic saturated, lexical weak: they disagree
+        (0.6, 0.6, 1.0 - (0.1 / 0.35)),  # lexical saturated, semantic weak: 1 - min
+        (0.7, 0.2, 1.0 - (0.2 / 0.35) / 2),  # neither saturated: 1 - max / 2
+    ],
+)
+def test_decision_confidence_follows_the_documented_formula(
+    similarity: float, lexical: float, expected: float
+) -> None:
+    assert decision_confidence(similarity, lexical, 0.85) == pytest.approx(expected)
+
+
+def test_decision_confidence_stays_within_zero_and_one() -> None:
+    for s in (-1.0, 0.0, 0.5, 0.7, 0.85, 1.0):
+        for j in (0.0, 0.25, 0.5, 1.0):
+            assert 0.0 <= decision_confidence(s, j, 0.85) <= 1.0
+
+
+def test_decision_confidence_falls_as_the_two_signals_disagree_more() -> None:
+    # Close in meaning, sharing few words: the write is the hardest to call.
+    assert decision_confidence(0.81, 0.22, 0.85) < 0.7 < decision_confidence(0.55, 0.0, 0.85)
