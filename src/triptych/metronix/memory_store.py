@@ -541,25 +541,16 @@ class SqliteMemoryStore:
         return self.index.vectors(workspace_id, self._generation(workspace_id), seqs)
 
     def entities(self, seqs: Sequence[int]) -> dict[int, set[str]]:
-        if not seqs:
-            return {}
-        marks = ",".join("?" * len(seqs))
-        found: dict[int, set[str]] = {}
-        for seq, entity in self.db.conn.execute(
-            f"SELECT seq, entity FROM memory_entities WHERE seq IN ({marks})", tuple(seqs)
-        ):
-            found.setdefault(int(seq), set()).add(entity)
-        return found
+        return self._grouped("SELECT seq, entity FROM memory_entities WHERE seq IN ({})", seqs)
 
     def links(self, seqs: Sequence[int]) -> dict[int, set[str]]:
-        if not seqs:
-            return {}
-        marks = ",".join("?" * len(seqs))
+        return self._grouped("SELECT seq, related_id FROM memory_links WHERE seq IN ({})", seqs)
+
+    def _grouped(self, query: str, seqs: Sequence[int]) -> dict[int, set[str]]:
         found: dict[int, set[str]] = {}
-        for seq, related in self.db.conn.execute(
-            f"SELECT seq, related_id FROM memory_links WHERE seq IN ({marks})", tuple(seqs)
-        ):
-            found.setdefault(int(seq), set()).add(related)
+        if seqs:
+            for seq, value in self.db.conn.execute(query.format(",".join("?" * len(seqs))), tuple(seqs)):
+                found.setdefault(int(seq), set()).add(value)
         return found
 
     # -- review queue and audit -----------------------------------------------------------
