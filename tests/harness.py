@@ -23,6 +23,8 @@ from mcp.client.streamable_http import streamable_http_client
 from triptych.core.auth import mint_token
 
 ROOT = Path(__file__).resolve().parent.parent
+# Data sets nobody here wrote live beside the repository (a copy of shared/ in CI), never inside it.
+SHARED = Path(os.environ.get("TRIPTYCH_SHARED_DIR", ROOT.parent / "shared"))
 VENV_BIN = Path(sys.executable).parent
 TRIPTYCH = str(VENV_BIN / "triptych")
 SECRET = "test-secret-that-is-long-enough-for-hs256"

@@ -247,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     kb_import.add_argument("--workspace", default="default", help="target workspace (default 'default')")
     kb_import.add_argument("--data-dir", **data_dir)
     kb_import.set_defaults(func=cmd_kb_import)
+
+    from triptych.hadron.cli import register as register_hadron
+
+    register_hadron(sub)
     return parser
 
 

@@ -61,9 +61,12 @@ async def test_stdio_serves_the_same_tools_with_logs_on_stderr(tmp_path: Path) -
 async def test_hadron_and_metergraph_endpoints_answer_initialize_and_tools_list(
     open_server: ServerProcess,
 ) -> None:
-    for path in ("/hadron/mcp", "/v1/agent/mcp"):
-        async with mcp_session(open_server.url + path) as mcp:
-            assert await mcp.tool_names() == []
+    from triptych.hadron.tools import ISSUE_5_TOOLS
+
+    async with mcp_session(open_server.url + "/hadron/mcp") as mcp:
+        assert sorted(await mcp.tool_names()) == sorted(ISSUE_5_TOOLS)
+    async with mcp_session(open_server.url + "/v1/agent/mcp") as mcp:
+        assert isinstance(await mcp.tool_names(), list)
 
 
 def test_legacy_initialize_over_plain_http_on_every_endpoint(open_server: ServerProcess) -> None:

@@ -1,30 +1,105 @@
-"""Assembles the Hadron surface. Its tools arrive with the graph-memory issues; the endpoint answers now."""
+"""Assembles the Hadron surface: its database, access policy, services, tools and the endpoint."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import mcp_types as types
 from mcp.server import Server
 from starlette.routing import Route
 
-from triptych.core.errors import TriptychError
-from triptych.core.http import McpEndpoint, jwt_authenticator
-from triptych.core.mcp import build_server
+from triptych.config import Settings
+from triptych.core.db import Database
 from triptych.core.surface import Mounted, Shared
+from triptych.hadron.access import AccessPolicy
+from triptych.hadron.identity import authenticator
+from triptych.hadron.server import HadronEndpoint, build_server, render_error
+from triptych.hadron.services.nodes import NodeService
+from triptych.hadron.services.objects import ObjectService
+from triptych.hadron.services.selection import SelectionService
+from triptych.hadron.services.tenancy import TenancyAdmin
+from triptych.hadron.services.validate import ValidateService
+from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, open_database
+from triptych.hadron.tools.apps import app_tools
+from triptych.hadron.tools.base import HadronTool
+from triptych.hadron.tools.edges import edge_tools
+from triptych.hadron.tools.memories import memory_tools
+from triptych.hadron.tools.nodes import node_tools
+from triptych.hadron.tools.objects import object_tools
+from triptych.hadron.tools.server_info import server_info_tools
+from triptych.hadron.tools.validate import validate_tools
+
+__all__ = ["Hadron", "mount", "render_error"]
+
+INSTRUCTIONS = (
+    "Hadron graph memory. Call hadron_list_memories to see where you can read and write, bind one with "
+    "hadron_set_active_memory, then read and write nodes by loc. Send a stable X-Hadron-Client-Id header "
+    "to keep selections across reconnects; hadron_server_info says what this build can do."
+)
 
 
-def render_error(exc: TriptychError) -> types.CallToolResult:
-    # Hadron refusals are text that starts with the typed code, then the message.
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"{exc.code}: {exc.message}")], is_error=True
-    )
+def database_path(settings: Settings) -> Path:
+    return settings.data_dir / "hadron.db"
 
 
-def mcp_server() -> Server[Any]:
-    return build_server("hadron", [], render_error, "Hadron graph memory and team coordination.")
+@dataclass
+class Hadron:
+    db: Database
+    tenancy: SqliteTenancyStore
+    graph: SqliteGraphStore
+    access: AccessPolicy
+    selections: SelectionService
+    nodes: NodeService
+    objects: ObjectService
+    validator: ValidateService
+
+    @classmethod
+    def open(cls, path: Path) -> Hadron:
+        db = open_database(path)
+        tenancy = SqliteTenancyStore(db)
+        access = AccessPolicy(tenancy)
+        graph = SqliteGraphStore(db)
+        selections = SelectionService(tenancy, access)
+        nodes = NodeService(tenancy, graph, access, selections)
+        return cls(
+            db,
+            tenancy,
+            graph,
+            access,
+            selections,
+            nodes,
+            ObjectService(graph, access, nodes),
+            ValidateService(tenancy, graph, access),
+        )
+
+    def admin(self) -> TenancyAdmin:
+        return TenancyAdmin(self.tenancy)
+
+    def tools(self) -> list[HadronTool]:
+        return [
+            *memory_tools(self.access, self.selections),
+            *app_tools(self.access, self.selections),
+            *server_info_tools(self.selections),
+            *node_tools(self.nodes),
+            *edge_tools(self.nodes),
+            *object_tools(self.objects),
+            *validate_tools(self.validator),
+        ]
+
+    def mcp_server(self) -> Server[Any]:
+        return build_server(self.tools(), self.selections, INSTRUCTIONS)
+
+    def close(self) -> None:
+        self.db.close()
 
 
 def mount(shared: Shared) -> Mounted:
-    endpoint = McpEndpoint(mcp_server(), shared.settings, jwt_authenticator(shared.settings))
-    return Mounted(routes=[Route("/hadron/mcp", endpoint=endpoint)], endpoints=[endpoint])
+    settings = shared.settings
+    hadron = Hadron.open(database_path(settings))
+    endpoint = HadronEndpoint(
+        hadron.mcp_server(), settings, authenticator(settings, hadron.tenancy), hadron.selections
+    )
+    return Mounted(
+        routes=[Route("/hadron/mcp", endpoint=endpoint)], endpoints=[endpoint], on_close=[hadron.close]
+    )

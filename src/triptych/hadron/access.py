@@ -1,0 +1,189 @@
+"""Who may read and write which memory: decided here and nowhere else, failing closed.
+
+A memory the caller cannot read is reported exactly like a memory that does not exist
+(``[memory_not_found]``); one the caller can read but not write refuses writes with ``FORBIDDEN``.
+
+The rules, per memory class and owner:
+
+- ``private`` (user-owned): its owner only; grants do not open it.
+- ``personal`` (user-owned): its owner read-write; others through a share (a grant).
+- org-owned ``knowledge``: every org member reads; CONTRIBUTOR and above write.
+- org-owned ``group``/``app``: its members (grants); org OWNER/ADMIN read-write.
+- ``system``: readable by members of the owning org or app, written only by org OWNER/ADMIN.
+- app-owned: app members by role (READER reads, CONTRIBUTOR+ writes), the owning org's
+  OWNER/ADMIN, the owner of a user-owned app, and the app's own key.
+- an app key also reaches memories granted to its app, and its org's ``knowledge`` read-only.
+
+Grants add to what ownership gives; they never take away.
+"""
+
+from __future__ import annotations
+
+from triptych.hadron.domain.loc import MemoryKey, is_id, parse_memory_ref
+from triptych.hadron.domain.model import AccessLevel, App, Memory, role_at_least
+from triptych.hadron.domain.urn import UrnError
+from triptych.hadron.errors import BadInput, Forbidden, NotFound, Unauthenticated
+from triptych.hadron.identity import HadronCaller
+from triptych.hadron.store import TenancyStore
+
+RW: AccessLevel = "read-write"
+RO: AccessLevel = "read-only"
+
+
+def _level(value: str | None) -> AccessLevel | None:
+    return RW if value == RW else RO if value == RO else None
+
+
+def _best(*levels: AccessLevel | None) -> AccessLevel | None:
+    if RW in levels:
+        return RW
+    return RO if RO in levels else None
+
+
+class AccessPolicy:
+    def __init__(self, tenancy: TenancyStore) -> None:
+        self.tenancy = tenancy
+
+    # ── memories ────────────────────────────────────────────────────────────
+
+    def memory_level(self, caller: HadronCaller, memory: Memory) -> AccessLevel | None:
+        if caller.kind == "app" and caller.app is not None:
+            return self._app_key_level(caller.app, memory)
+        if caller.user is None:
+            return None
+        user_id = caller.user.id
+        if memory.memory_class == "private":
+            return RW if memory.user_id == user_id else None
+        grant = self.tenancy.grants(memory.id).get(("user", user_id))
+        owned: AccessLevel | None = None
+        if memory.user_id is not None:
+            owned = RW if memory.user_id == user_id else None
+        elif memory.org_id is not None:
+            owned = self._org_member_level(memory, self.tenancy.org_role(memory.org_id, user_id))
+        elif memory.app_id is not None:
+            owned = self._app_member_level(memory, user_id)
+        return _best(owned, _level(grant))
+
+    @staticmethod
+    def _org_member_level(memory: Memory, role: str | None) -> AccessLevel | None:
+        if role is None:
+            return None
+        if role_at_least(role, "ADMIN"):
+            return RW
+        if memory.memory_class == "knowledge":
+            return RW if role_at_least(role, "CONTRIBUTOR") else RO
+        if memory.memory_class == "system":
+            return RO
+        return None  # group/app memories: membership comes from grants
+
+    def _app_member_level(self, memory: Memory, user_id: str) -> AccessLevel | None:
+        app = self.tenancy.app(memory.app_id or "")
+        if app is None:
+            return None
+        if app.owner_user_id == user_id:
+            return RW
+        if app.org_id and role_at_least(self.tenancy.org_role(app.org_id, user_id), "ADMIN"):
+            return RW
+        role = self.tenancy.app_role(app.id, user_id)
+        if role is None:
+            return None
+        if memory.memory_class == "system":
+            return RO
+        return RW if role_at_least(role, "CONTRIBUTOR") else RO
+
+    def _app_key_level(self, app: App, memory: Memory) -> AccessLevel | None:
+        if memory.memory_class == "private":
+            return None
+        owned: AccessLevel | None = None
+        if memory.app_id == app.id:
+            owned = RO if memory.memory_class == "system" else RW
+        elif memory.org_id is not None and memory.org_id == app.org_id and memory.memory_class == "knowledge":
+            owned = RO
+        return _best(owned, _level(self.tenancy.grants(memory.id).get(("app", app.id))))
+
+    def readable(self, caller: HadronCaller) -> list[tuple[Memory, AccessLevel]]:
+        """Every memory the caller may read, with its access level, in URN order."""
+        if caller.kind == "anonymous":
+            return []
+        out = []
+        for memory in self.tenancy.memories():
+            level = self.memory_level(caller, memory)
+            if level is not None:
+                out.append((memory, level))
+        return out
+
+    def find_memory(self, ref: str) -> Memory | None:
+        """The memory a reference names (URN in any accepted form, or id), readable or not."""
+        try:
+            key = parse_memory_ref(ref)
+        except UrnError as exc:
+            raise BadInput(str(exc), details={"reason": exc.reason, "ref": ref}) from exc
+        if key is None:
+            return self.tenancy.memory(ref) if is_id(ref) else None
+        return self.tenancy.memory_by_key(key.root, key.slug)
+
+    def read_memory(self, caller: HadronCaller, ref: str | MemoryKey) -> tuple[Memory, AccessLevel]:
+        """The memory ``ref`` names, if the caller may read it; otherwise ``[memory_not_found]``."""
+        require_identity(caller)
+        if isinstance(ref, MemoryKey):
+            memory = self.tenancy.memory_by_key(ref.root, ref.slug)
+            shown = ref.urn
+        else:
+            memory = self.find_memory(ref)
+            shown = ref
+        level = self.memory_level(caller, memory) if memory is not None else None
+        if memory is None or level is None:
+            raise NotFound("memory", shown, hint="hadron_list_memories lists the memories you can reach")
+        return memory, level
+
+    def write_memory(self, caller: HadronCaller, ref: str | MemoryKey | Memory) -> Memory:
+        if isinstance(ref, Memory):
+            level = self.memory_level(caller, ref)
+            if level is None:
+                raise NotFound("memory", ref.urn)
+            memory = ref
+        else:
+            memory, level = self.read_memory(caller, ref)
+        if level != RW:
+            raise Forbidden(
+                f"read-only access to {memory.urn}: this write needs read-write access",
+                details={"memoryUrn": memory.urn, "access": level},
+                hint="Ask an owner of the memory for read-write access",
+            )
+        return memory
+
+    def can_read_id(self, caller: HadronCaller, memory_id: str) -> bool:
+        memory = self.tenancy.memory(memory_id)
+        return memory is not None and self.memory_level(caller, memory) is not None
+
+    # ── apps ───────────────────────────────────────────────────────────────
+
+    def app_role(self, caller: HadronCaller, app: App) -> str | None:
+        """The caller's role on ``app`` (its own for an app key), or None when it may not use it."""
+        if caller.kind == "app":
+            return "APP_KEY" if caller.app is not None and caller.app.id == app.id else None
+        if caller.user is None:
+            return None
+        if app.owner_user_id == caller.user.id:
+            return "OWNER"
+        role = self.tenancy.app_role(app.id, caller.user.id)
+        if role is not None:
+            return role
+        if app.org_id is not None:
+            org_role = self.tenancy.org_role(app.org_id, caller.user.id)
+            if org_role is not None:
+                return f"ORG_{org_role}"
+        return None
+
+    def visible_apps(self, caller: HadronCaller) -> list[tuple[App, str]]:
+        out = []
+        for app in self.tenancy.apps():
+            role = self.app_role(caller, app)
+            if role is not None:
+                out.append((app, role))
+        return out
+
+
+def require_identity(caller: HadronCaller) -> None:
+    if caller.kind == "anonymous":
+        raise Unauthenticated("this tool needs an authenticated caller")

@@ -1,0 +1,187 @@
+"""``triptych hadron ...``: the admin commands that set up a world (organizations, users, apps,
+memberships, memories, access grants, app keys, schemas) and print what they made.
+
+``register(subparsers)`` adds the ``hadron`` command tree to the main CLI; ``python -m
+triptych.hadron.cli ...`` runs the same tree on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from triptych.config import load_settings
+from triptych.core.errors import TriptychError
+from triptych.hadron.domain.model import ACCESS_LEVELS, MEMORY_CLASSES, ORG_ROLES
+from triptych.hadron.services.tenancy import TenancyAdmin
+
+Action = Callable[[TenancyAdmin, argparse.Namespace], str]
+
+
+def _run(action: Action) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        # Only the store and the admin service: no server, no embedding model to import.
+        from triptych.hadron.store import SqliteTenancyStore, open_database
+
+        settings = load_settings(data_dir=getattr(args, "data_dir", None))
+        db = open_database(settings.data_dir / "hadron.db")
+        try:
+            print(action(TenancyAdmin(SqliteTenancyStore(db)), args))
+        except TriptychError as exc:
+            print(f"triptych hadron: {exc.code}: {exc.message}", file=sys.stderr)
+            return 2
+        finally:
+            db.close()
+        return 0
+
+    return run
+
+
+def _org_create(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    org = admin.create_org(a.root, a.name)
+    return f"created organization {org.urn} ({org.name}) id={org.id}"
+
+
+def _user_create(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    user = admin.create_user(a.handle, a.name)
+    return f"created user {user.urn} ({user.name}) id={user.id}; its JWT subject is {user.handle!r}"
+
+
+def _org_member(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    org, user, role = admin.add_org_member(a.org, a.user, a.role)
+    return f"{user.urn} is {role} of {org.urn}"
+
+
+def _app_create(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    app = admin.create_app(a.slug, a.name, a.org, a.owner)
+    return f"created app {app.urn} ({app.name}) id={app.id}"
+
+
+def _app_member(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    app, user, role = admin.add_app_member(a.app, a.user, a.role)
+    return f"{user.urn} is {role} of {app.urn}"
+
+
+def _app_key(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    app, raw = admin.create_app_key(a.app, a.label)
+    print(f"created an app key for {app.urn}; it is shown once, store it now:", file=sys.stderr)
+    return raw
+
+
+def _app_attach(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    app, memory = admin.attach(a.app, a.memory)
+    return f"attached {memory.urn} to {app.urn}"
+
+
+def _memory_create(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    memory = admin.create_memory(
+        a.slug,
+        a.memory_class,
+        org=a.org,
+        app=a.app,
+        user=a.user,
+        name=a.name,
+        description=a.description or "",
+        encrypted=a.encrypted,
+    )
+    return f"created {memory.memory_class} memory {memory.urn} ({memory.name}) id={memory.id}"
+
+
+def _memory_grant(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    return "granted: " + admin.grant(a.memory, a.access, user=a.user, app=a.app)
+
+
+def _memory_schema(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    text = None if a.clear else Path(a.file).read_text() if a.file != "-" else sys.stdin.read()
+    memory = admin.set_schema(a.memory, text)
+    return f"{'cleared the schema of' if a.clear else 'set the schema of'} {memory.urn}"
+
+
+def register(subparsers: Any) -> None:
+    """Add ``hadron`` (org, user, app, memory subcommands) to an argparse subparsers object."""
+    hadron = subparsers.add_parser(
+        "hadron", help="Hadron admin: organizations, users, apps, memories, access"
+    )
+    groups = hadron.add_subparsers(dest="hadron_command", required=True)
+    data_dir: dict[str, Any] = {
+        "type": Path,
+        "help": "data directory (env TRIPTYCH_DATA_DIR, default ./data)",
+    }
+
+    def command(parent: Any, name: str, help_text: str, action: Action) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = parent.add_parser(name, help=help_text)
+        parser.add_argument("--data-dir", **data_dir)
+        parser.set_defaults(func=_run(action))
+        return parser
+
+    org = groups.add_parser("org", help="organizations").add_subparsers(dest="org_command", required=True)
+    p = command(org, "create", "create an organization rooted at a dotted domain", _org_create)
+    p.add_argument("root", help="the organization's root, a dotted domain such as acme.com")
+    p.add_argument("--name", help="display name")
+    p = command(org, "member", "add a user to an organization (or change the role)", _org_member)
+    p.add_argument("org", help="hrn:org:<root>, the root, or the id")
+    p.add_argument("user", help="user handle")
+    p.add_argument("--role", choices=ORG_ROLES, type=str.upper, required=True)
+
+    user = groups.add_parser("user", help="users").add_subparsers(dest="user_command", required=True)
+    p = command(user, "create", "create a user; the handle is the sub claim of their JWT", _user_create)
+    p.add_argument("handle", help="lower-case handle without dots (the JWT subject)")
+    p.add_argument("--name", help="display name")
+
+    app = groups.add_parser("app", help="apps").add_subparsers(dest="app_command", required=True)
+    p = command(app, "create", "create an app owned by an organization or a user", _app_create)
+    p.add_argument("slug", help="lower-case slug")
+    p.add_argument("--name", help="display name")
+    owner = p.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--org", help="owning organization")
+    owner.add_argument("--owner", help="owning user handle (a personal app)")
+    p = command(app, "member", "add a user to an app (or change the role)", _app_member)
+    p.add_argument("app", help="hrn:app:<root>:<slug> or id")
+    p.add_argument("user", help="user handle")
+    p.add_argument("--role", choices=ORG_ROLES, type=str.upper, required=True)
+    p = command(app, "key", "mint an app key (printed once on stdout)", _app_key)
+    p.add_argument("app", help="hrn:app:<root>:<slug> or id")
+    p.add_argument("--label", help="a label for the key")
+    p = command(app, "attach", "attach a memory to an app (the app's search rung)", _app_attach)
+    p.add_argument("app")
+    p.add_argument("memory")
+
+    memory = groups.add_parser("memory", help="memories").add_subparsers(dest="memory_command", required=True)
+    p = command(
+        memory, "create", "create a memory owned by an organization, an app or a user", _memory_create
+    )
+    p.add_argument("slug", help="lower-case slug, unique under its owner's root")
+    p.add_argument("--class", dest="memory_class", choices=MEMORY_CLASSES, required=True)
+    owner = p.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--org", help="owning organization")
+    owner.add_argument("--app", help="owning app")
+    owner.add_argument("--user", help="owning user handle")
+    p.add_argument("--name", help="display name")
+    p.add_argument("--description", help="description")
+    p.add_argument("--encrypted", action="store_true", help="mark the memory encrypted")
+    p = command(memory, "grant", "give a user or an app read-only or read-write access", _memory_grant)
+    p.add_argument("memory", help="hrn:mem:<root>:<slug> or id")
+    p.add_argument("--access", choices=ACCESS_LEVELS, required=True)
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", help="user handle")
+    who.add_argument("--app", help="app URN or id (its keys get the access)")
+    p = command(memory, "schema", "set (or clear) the memory's collections schema", _memory_schema)
+    p.add_argument("memory")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--file", help='a JSON file {"collections": {...}} ("-" for stdin)')
+    source.add_argument("--clear", action="store_true", help="remove the schema")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="triptych")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Locs (a node's address inside a memory) and the references tools accept for memories and nodes.
+
+A loc is 1-32 atoms joined by ``:``; each atom is 1-64 characters of ``[A-Za-z0-9._-]`` that
+start and end alphanumeric (the URN grammar's atom). A memory is addressed as ``hrn:mem:<root>:<slug>``
+(``<root>`` an org domain or a user handle); a node as ``hrn:node:<root>:<slug>:<loc...>``. The v1
+``::`` forms and the legacy ``urn:`` scheme are read too; the server only writes the v2 form.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from triptych.hadron.domain.urn import (
+    MAX_ATOM_LEN,
+    UrnError,
+    normalize_scheme,
+    parse_urn,
+    split_node_urn,
+)
+
+MAX_LOC_ATOMS = 32
+_ATOM = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_ID = re.compile(r"[0-9a-f]{32}")
+_PREFIX = re.compile(r"(?:hrn|urn):([a-z][a-z0-9-]*):")
+_NODE_TYPES = frozenset(
+    ("node", "abstract", "partial", "parent", "plan", "prompt", "record", "task", "review", "chat",
+     "chat-message", "config", "conversation", "event", "goal", "stage", "data", "condition")
+)  # fmt: skip
+
+
+def check_loc(loc: str, field: str = "loc") -> str:
+    """Return ``loc`` when every atom is well formed, else raise ``UrnError`` naming the bad atom."""
+    if loc.startswith("loc:"):
+        loc = loc[4:]
+    if not loc:
+        raise UrnError("empty-segment", loc, message=f"{field} is empty")
+    atoms = loc.split(":")
+    if len(atoms) > MAX_LOC_ATOMS:
+        raise UrnError("invalid-segment-shape", loc, message=f"{field} has more than {MAX_LOC_ATOMS} atoms")
+    for atom in atoms:
+        if not atom:
+            raise UrnError("empty-segment", loc, message=f"{field} {loc!r} has an empty atom")
+        if len(atom) > MAX_ATOM_LEN:
+            raise UrnError("slug-too-long", loc, atom, message=f"{field} atom {atom!r} is over 64 characters")
+        if not _ATOM.fullmatch(atom):
+            raise UrnError(
+                "invalid-charset",
+                loc,
+                atom,
+                message=f"{field} atom {atom!r} must be [A-Za-z0-9._-], starting and ending alphanumeric",
+            )
+    return loc
+
+
+def parent_loc(loc: str) -> str:
+    """The loc one level up; the empty string for a root-level node."""
+    return loc.rpartition(":")[0]
+
+
+def leaf(loc: str) -> str:
+    return loc.rpartition(":")[2]
+
+
+def is_id(value: str) -> bool:
+    return _ID.fullmatch(value) is not None
+
+
+def is_urn(value: str) -> bool:
+    return _PREFIX.match(value) is not None
+
+
+def memory_urn(root: str, slug: str) -> str:
+    return f"hrn:mem:{root}:{slug}"
+
+
+def node_urn(root: str, slug: str, loc: str) -> str:
+    return f"hrn:node:{root}:{slug}:{loc}"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryKey:
+    """A memory named by its root and slug (the two halves of ``hrn:mem:<root>:<slug>``)."""
+
+    root: str
+    slug: str
+
+    @property
+    def urn(self) -> str:
+        return memory_urn(self.root, self.slug)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRef:
+    """A node reference: a loc, optionally inside a named memory (``memory`` None: the active one)."""
+
+    loc: str
+    memory: MemoryKey | None = None
+
+
+def parse_memory_ref(value: str) -> MemoryKey | None:
+    """A memory URN in any accepted form (``hrn:mem:``, ``hrn:memory:...::``, ``urn:``, bare
+    ``root:slug``), or None when ``value`` is not a URN (then it may be an id)."""
+    value = value.strip()
+    if is_id(value):
+        return None
+    m = _PREFIX.match(value)
+    if m is None:
+        parts = value.replace("::", ":").split(":")
+        if len(parts) == 2 and all(_ATOM.fullmatch(p) for p in parts):
+            return MemoryKey(parts[0], parts[1])
+        raise UrnError("urn-not-qualified", value, message=f"{value!r} is not a memory URN or id")
+    if m[1] not in ("mem", "memory"):
+        raise UrnError(
+            "urn-not-qualified", value, message=f"expected a memory URN (hrn:mem:...), got {value!r}"
+        )
+    canonical = parse_urn(normalize_scheme(value))
+    segments = [s for seg in canonical.path_segments for s in seg.split(":")]
+    if len(segments) != 2:
+        raise UrnError(
+            "urn-not-qualified", value, message=f"memory URN {value!r} must be hrn:mem:<org-or-user>:<slug>"
+        )
+    return MemoryKey(segments[0], segments[1])
+
+
+def parse_node_ref(value: str) -> NodeRef:
+    """A node URN (v2, v1 or ``urn:``) or a bare loc (``a:b``, ``loc:a:b``) relative to a memory."""
+    value = value.strip()
+    m = _PREFIX.match(value)
+    if m is None:
+        return NodeRef(check_loc(value))
+    if m[1] not in _NODE_TYPES:
+        raise UrnError(
+            "urn-not-qualified", value, message=f"expected a node URN (hrn:node:...), got {value!r}"
+        )
+    normalized = normalize_scheme(value)
+    if "::" in normalized:
+        parse_urn(normalized)  # the full v1 grammar, for its reason codes
+    parts = split_node_urn(normalized)
+    root, _, slug = parts.memory_urn.partition(":")
+    return NodeRef(check_loc(parts.loc), MemoryKey(root, slug))
+
+
+def require_qualified_node(value: str) -> NodeRef:
+    """A fully qualified node URN; a bare loc is refused with ``urn-not-qualified``."""
+    ref = parse_node_ref(value)
+    if ref.memory is None:
+        raise UrnError(
+            "urn-not-qualified",
+            value,
+            message=f"{value!r} is not a fully qualified node URN (hrn:node:<root>:<memory>:<loc>)",
+        )
+    return ref

@@ -1,0 +1,1 @@
+"""Hadron services: every rule of the surface, called by the MCP tools and the admin CLI."""

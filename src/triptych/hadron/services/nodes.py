@@ -1,0 +1,580 @@
+"""Nodes and edges: create/upsert, update, merge data, edges, get, next, list, move and delete.
+
+Every rule of the graph tools lives here. A tool passes what the caller sent; this service resolves
+the memory (the URN in the reference, else the memory argument, else the session's active memory),
+asks ``AccessPolicy`` for read or write access, validates against the memory's schema, and writes
+the node, its edges and its revision in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from triptych.hadron.access import AccessPolicy, require_identity
+from triptych.hadron.domain import schema as schemas
+from triptych.hadron.domain.loc import (
+    MemoryKey,
+    NodeRef,
+    check_loc,
+    is_id,
+    leaf,
+    node_urn,
+    parse_memory_ref,
+    parse_node_ref,
+    require_qualified_node,
+)
+from triptych.hadron.domain.model import EdgeRecord, Memory, NodeRecord
+from triptych.hadron.domain.urn import UrnError
+from triptych.hadron.errors import (
+    BadInput,
+    Conflict,
+    HadronError,
+    NotFound,
+    UrnAlreadyExists,
+    UrnNotQualified,
+)
+from triptych.hadron.identity import HadronCaller
+from triptych.hadron.services.selection import SelectionService, SessionState
+from triptych.hadron.store import GraphStore, TenancyStore, new_id, utcnow
+
+CHAT_ROOT_TYPES = frozenset(("chat",))
+MAX_EDGES = 500
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeInput:
+    target: str  # node id, node URN or loc (relative to the source's memory)
+    name: str | None = None
+    description: str | None = None
+    loc: str | None = None
+    is_runnable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFields:
+    """The writable fields of a node; ``present`` names those the caller actually passed."""
+
+    values: dict[str, Any]
+    present: frozenset[str]
+
+
+def urn_error(exc: UrnError) -> HadronError:
+    if exc.reason == "urn-not-qualified":
+        return UrnNotQualified(str(exc), details={"reason": exc.reason, "value": exc.value})
+    return BadInput(
+        str(exc), details={"reason": exc.reason, "value": exc.value, "segment": exc.offending_segment}
+    )
+
+
+class NodeService:
+    def __init__(
+        self,
+        tenancy: TenancyStore,
+        graph: GraphStore,
+        access: AccessPolicy,
+        selections: SelectionService,
+        clock: Callable[[], str] = utcnow,
+    ) -> None:
+        self.tenancy = tenancy
+        self.graph = graph
+        self.access = access
+        self.selections = selections
+        self.clock = clock
+
+    # ── resolution ─────────────────────────────────────────────────────────
+
+    def parse_ref(self, value: str, *, qualified: bool = False) -> NodeRef:
+        try:
+            return require_qualified_node(value) if qualified else parse_node_ref(value)
+        except UrnError as exc:
+            raise urn_error(exc) from exc
+
+    def memory_of(
+        self, caller: HadronCaller, state: SessionState, ref: NodeRef, memory: str | None = None
+    ) -> Memory:
+        """The (readable) memory a reference lives in: its URN, else ``memory``, else the active one."""
+        require_identity(caller)
+        if ref.memory is not None:
+            if memory is not None and self._key(memory) not in (ref.memory, None):
+                raise BadInput(f"the loc names {ref.memory.urn} but the memory argument names {memory}")
+            return self.access.read_memory(caller, ref.memory)[0]
+        if memory is not None:
+            return self.access.read_memory(caller, memory)[0]
+        return self.selections.active_memory(caller, state)
+
+    def _key(self, memory: str) -> MemoryKey | None:
+        try:
+            return parse_memory_ref(memory)
+        except UrnError as exc:
+            raise urn_error(exc) from exc
+
+    def find(
+        self, caller: HadronCaller, state: SessionState, value: str, memory: str | None = None
+    ) -> tuple[Memory, NodeRecord]:
+        """A live node by id, URN or loc that the caller may read; else ``[node_not_found]``."""
+        value = value.strip()
+        if is_id(value):
+            node = self.graph.node_by_id(value)
+            found = self.tenancy.memory(node.memory_id) if node is not None else None
+            if node is not None and found is not None and self.access.memory_level(caller, found) is not None:
+                return found, node
+            if not (memory or state.memory_id):
+                raise NotFound("node", value)
+        ref = self.parse_ref(value)
+        mem = self.memory_of(caller, state, ref, memory)
+        node = self.graph.node_by_loc(mem.id, ref.loc)
+        if node is None:
+            raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
+        return mem, node
+
+    # ── views ──────────────────────────────────────────────────────────────
+
+    def view(
+        self, caller: HadronCaller, memory: Memory, node: NodeRecord, revisions: int = 10
+    ) -> dict[str, Any]:
+        edges = self.graph.edges_from([node.id]).get(node.id, [])
+        return {
+            "id": node.id,
+            "urn": node_urn(memory.root, memory.slug, node.loc),
+            "memoryUrn": memory.urn,
+            "loc": node.loc,
+            "name": node.name,
+            "nodeType": node.node_type,
+            "objectType": node.object_type,
+            "description": node.description,
+            "content": node.content,
+            "seq": node.seq,
+            "tags": node.tags,
+            "properties": node.properties,
+            "data": node.data,
+            "llmModel": node.llm_model,
+            "aiAgent": node.ai_agent,
+            "revision": node.revision,
+            "createdAt": node.created_at,
+            "updatedAt": node.updated_at,
+            "createdBy": node.created_by,
+            "updatedBy": node.updated_by,
+            "edges": [self.edge_view(caller, e) for e in edges],
+            "revisions": [
+                {
+                    "revision": r.revision,
+                    "operation": r.operation,
+                    "actor": r.actor,
+                    "at": r.at,
+                    "reason": r.reason,
+                }
+                for r in self.graph.revisions(node.id, revisions)
+            ]
+            if revisions
+            else [],
+        }
+
+    def edge_view(self, caller: HadronCaller, edge: EdgeRecord) -> dict[str, Any]:
+        target: dict[str, Any] | None = None
+        node = self.graph.node_by_id(edge.target_id) if edge.target_id else None
+        if node is None and edge.target_memory_id and edge.target_loc:
+            node = self.graph.node_by_loc(edge.target_memory_id, edge.target_loc)
+        memory_id = node.memory_id if node else edge.target_memory_id
+        memory = self.tenancy.memory(memory_id) if memory_id else None
+        readable = memory is not None and self.access.memory_level(caller, memory) is not None
+        if memory is not None and readable:
+            loc = node.loc if node else edge.target_loc or ""
+            target = {
+                "id": node.id if node else None,
+                "urn": node_urn(memory.root, memory.slug, loc),
+                "loc": loc,
+            }
+        elif memory is None and not edge.target_memory_id:
+            target = {"id": None, "urn": None, "ref": edge.target_ref}  # a dangling id reference
+        return {
+            "loc": edge.loc,
+            "name": edge.name,
+            "description": edge.description,
+            "isRunnable": edge.is_runnable,
+            "target": target,  # null when the far end is in a memory you cannot read
+            "dangling": node is None,
+        }
+
+    # ── writes ─────────────────────────────────────────────────────────────
+
+    def _check_fields(self, values: dict[str, Any]) -> None:
+        data = values.get("data")
+        if data is not None and not isinstance(data, dict):
+            raise BadInput("data must be a JSON object", details={"field": "data"})
+        tags = values.get("tags")
+        if tags is not None and not all(isinstance(t, str) for t in tags):
+            raise BadInput("tags must be strings", details={"field": "tags"})
+        if "name" in values and (values["name"] is None or not str(values["name"]).strip()):
+            raise BadInput("name must not be empty", details={"field": "name"})
+
+    def _resolve_edges(
+        self, caller: HadronCaller, memory: Memory, source_id: str, edges: Sequence[EdgeInput]
+    ) -> list[EdgeRecord]:
+        if len(edges) > MAX_EDGES:
+            raise BadInput(f"at most {MAX_EDGES} edges per node", details={"field": "edges"})
+        out: list[EdgeRecord] = []
+        seen: set[str] = set()
+        for position, edge in enumerate(edges):
+            record = self._edge(caller, memory, source_id, edge, position)
+            if record.loc in seen:
+                raise BadInput(f"two edges share the edge loc {record.loc!r}", details={"field": "edges"})
+            seen.add(record.loc)
+            out.append(record)
+        return out
+
+    def _edge(
+        self, caller: HadronCaller, memory: Memory, source_id: str, edge: EdgeInput, position: int
+    ) -> EdgeRecord:
+        target = edge.target.strip()
+        if not target:
+            raise BadInput(
+                "an edge needs a target (targetId, targetUrn or targetLoc)", details={"field": "edges"}
+            )
+        target_id: str | None = None
+        target_memory: Memory | None = None
+        target_loc: str | None = None
+        if is_id(target):
+            node = self.graph.node_by_id(target)
+            if node is not None and self.access.can_read_id(caller, node.memory_id):
+                target_id, target_loc = node.id, node.loc
+                target_memory = self.tenancy.memory(node.memory_id)
+        else:
+            ref = self.parse_ref(target)
+            # Cross-memory edges only into memories the caller can read (else: not found).
+            target_memory = self.access.read_memory(caller, ref.memory)[0] if ref.memory else memory
+            target_loc = ref.loc
+            found = self.graph.node_by_loc(target_memory.id, ref.loc)
+            target_id = found.id if found else None
+        loc = edge.loc or target_loc or target
+        try:
+            loc = check_loc(loc, "edge loc")
+        except UrnError as exc:
+            raise urn_error(exc) from exc
+        return EdgeRecord(
+            id=new_id(),
+            source_id=source_id,
+            loc=loc,
+            name=edge.name,
+            description=edge.description,
+            target_id=target_id,
+            target_memory_id=target_memory.id if target_memory else None,
+            target_loc=target_loc,
+            target_ref=target,
+            is_runnable=edge.is_runnable,
+            position=position,
+        )
+
+    def create(
+        self,
+        caller: HadronCaller,
+        state: SessionState,
+        loc: str,
+        fields: NodeFields,
+        edges: Sequence[EdgeInput] | None,
+        memory: str | None = None,
+        operation: str = "create",
+    ) -> tuple[Memory, NodeRecord, bool]:
+        """Create the node at ``loc``, or upsert it when it exists; returns (memory, node, created)."""
+        ref = self.parse_ref(loc)
+        mem = self.access.write_memory(caller, self.memory_of(caller, state, ref, memory))
+        self._check_fields(fields.values)
+        now, actor = self.clock(), caller.actor
+        with self.graph.atomic():
+            existing = self.graph.node_by_loc(mem.id, ref.loc)
+            if existing is not None:
+                node = self._apply(existing, fields, now, actor)
+                op = "upsert"
+            else:
+                v = fields.values
+                node = NodeRecord(
+                    id=new_id(), memory_id=mem.id, loc=ref.loc, name=str(v["name"]).strip(),
+                    node_type=v.get("nodeType") or "info", object_type=v.get("objectType"),
+                    description=v.get("description"), content=v.get("content"), seq=v.get("seq"),
+                    tags=list(v.get("tags") or []), properties=dict(v.get("properties") or {}),
+                    data=v.get("data"), llm_model=v.get("llmModel"), ai_agent=v.get("aiAgent"), revision=1,
+                    created_at=now, updated_at=now, created_by=actor, updated_by=actor,
+                )  # fmt: skip
+                op = operation
+            schemas.validate(mem.schema, node.object_type, node.properties)
+            if existing is None:
+                self.graph.insert_node(node)
+            else:
+                self.graph.update_node(node)
+            if edges is not None:
+                self.graph.replace_edges(node.id, self._resolve_edges(caller, mem, node.id, edges))
+            self.graph.add_revision(node, op, actor, None)
+        return mem, node, existing is None
+
+    @staticmethod
+    def _apply(node: NodeRecord, fields: NodeFields, now: str, actor: str) -> NodeRecord:
+        names = {
+            "name": "name", "nodeType": "node_type", "objectType": "object_type", "description": "description",
+            "content": "content", "seq": "seq", "tags": "tags", "properties": "properties", "data": "data",
+            "llmModel": "llm_model", "aiAgent": "ai_agent",
+        }  # fmt: skip
+        changes: dict[str, Any] = {}
+        for key in fields.present & names.keys():
+            value = fields.values.get(key)
+            if key in ("tags",):
+                value = list(value or [])
+            elif key == "properties":
+                value = dict(value or {})
+            elif key == "nodeType":
+                value = value or "info"
+            elif key == "name":
+                value = str(value).strip()
+            changes[names[key]] = value
+        return replace(node, **changes, revision=node.revision + 1, updated_at=now, updated_by=actor)
+
+    def update(
+        self,
+        caller: HadronCaller,
+        state: SessionState,
+        loc: str,
+        fields: NodeFields,
+        edges: Sequence[EdgeInput] | None,
+        reason: str | None,
+    ) -> tuple[Memory, NodeRecord]:
+        mem, node = self.find(caller, state, loc)
+        self.access.write_memory(caller, mem)
+        if not (fields.present or edges is not None):
+            raise BadInput("nothing to update: pass at least one field", hint="See the tool's input schema")
+        self._check_fields({k: fields.values.get(k) for k in fields.present})
+        now = self.clock()
+        with self.graph.atomic():
+            updated = self._apply(node, fields, now, caller.actor)
+            schemas.validate(mem.schema, updated.object_type, updated.properties)
+            self.graph.update_node(updated)
+            if edges is not None:
+                self.graph.replace_edges(node.id, self._resolve_edges(caller, mem, node.id, edges))
+            self.graph.add_revision(updated, "update", caller.actor, reason)
+        return mem, updated
+
+    def merge_data(
+        self, caller: HadronCaller, state: SessionState, ref: str, patch: Any
+    ) -> tuple[Memory, NodeRecord]:
+        if not isinstance(patch, dict):
+            kind = "null" if patch is None else "an array" if isinstance(patch, list) else "a scalar"
+            raise BadInput(f"the data patch must be a JSON object, got {kind}", details={"field": "data"})
+        mem, node = self.find(caller, state, ref)
+        self.access.write_memory(caller, mem)
+        with self.graph.atomic():
+            merged = {**(node.data or {}), **patch}
+            updated = replace(
+                node,
+                data=merged,
+                revision=node.revision + 1,
+                updated_at=self.clock(),
+                updated_by=caller.actor,
+            )
+            self.graph.update_node(updated)
+            self.graph.add_revision(updated, "update_data", caller.actor, None)
+        return mem, updated
+
+    def create_edge(
+        self, caller: HadronCaller, state: SessionState, source: str, edge: EdgeInput
+    ) -> tuple[Memory, NodeRecord, EdgeRecord, bool]:
+        ref = self.parse_ref(source, qualified=True)
+        mem = self.memory_of(caller, state, ref)
+        node = self.graph.node_by_loc(mem.id, ref.loc)
+        if node is None:
+            raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
+        self.access.write_memory(caller, mem)
+        with self.graph.atomic():
+            record = self._edge(caller, mem, node.id, edge, 0)
+            stored = self.graph.upsert_edge(record)
+            created = stored.id == record.id
+            if created:
+                node = replace(
+                    node, revision=node.revision + 1, updated_at=self.clock(), updated_by=caller.actor
+                )
+                self.graph.update_node(node)
+                self.graph.add_revision(node, "create_edge", caller.actor, f"edge {stored.loc}")
+        return mem, node, stored, created
+
+    # ── reads ──────────────────────────────────────────────────────────────
+
+    def next_node(
+        self, caller: HadronCaller, state: SessionState, parent: str, current: str | None
+    ) -> tuple[Memory, NodeRecord | None]:
+        ref = self.parse_ref(parent)
+        mem = self.memory_of(caller, state, ref)
+        children = self.graph.children(mem.id, ref.loc)
+        if current is None:
+            return mem, children[0] if children else None
+        cur = self.parse_ref(current)
+        cur_loc = cur.loc if ":" in cur.loc or cur.memory else f"{ref.loc}:{cur.loc}"
+        for index, child in enumerate(children):
+            if child.loc == cur_loc:
+                return mem, children[index + 1] if index + 1 < len(children) else None
+        raise NotFound("node", node_urn(mem.root, mem.slug, cur_loc))
+
+    def tree(
+        self, caller: HadronCaller, state: SessionState, parent: str | None, memory: str | None, depth: int
+    ) -> tuple[Memory, str, list[tuple[int, NodeRecord]]]:
+        if parent:
+            ref = self.parse_ref(parent)
+            mem = self.memory_of(caller, state, ref, memory)
+            if self.graph.node_by_loc(mem.id, ref.loc) is None and not self.graph.children(
+                mem.id, ref.loc, 1
+            ):
+                raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
+            root = ref.loc
+        else:
+            mem = self.memory_of(caller, state, NodeRef(""), memory)
+            root = ""
+        out: list[tuple[int, NodeRecord]] = []
+
+        def walk(loc: str, level: int) -> None:
+            for child in self.graph.children(mem.id, loc):
+                if len(out) >= 2000:
+                    return
+                out.append((level, child))
+                if level < depth:
+                    walk(child.loc, level + 1)
+
+        walk(root, 1)
+        return mem, root, out
+
+    # ── move and delete ────────────────────────────────────────────────────
+
+    def move(
+        self,
+        caller: HadronCaller,
+        state: SessionState,
+        source: str,
+        target: str,
+        overwrite: bool,
+        rename_to_leaf: bool,
+    ) -> tuple[Memory, Memory, str, int]:
+        src_ref = self.parse_ref(source)
+        src = self.memory_of(caller, state, src_ref)
+        dst_ref = self.parse_ref(target)
+        dst = self.memory_of(
+            caller, state, NodeRef(dst_ref.loc, dst_ref.memory or MemoryKey(src.root, src.slug))
+        )
+        self.access.write_memory(caller, src)
+        self.access.write_memory(caller, dst)
+        old, new = src_ref.loc, dst_ref.loc
+        if src.id == dst.id and (new == old or new.startswith(old + ":")):
+            raise BadInput(f"cannot move {old!r} onto itself or under its own subtree")
+        subtree = self.graph.subtree(src.id, old)
+        if not subtree or subtree[0].loc != old:
+            raise NotFound("node", node_urn(src.root, src.slug, old))
+        cross = src.id != dst.id
+        if cross:
+            self._check_cross_memory_move(src, dst, subtree)
+        moving = {n.id for n in subtree}
+        relocated = [(n, new + n.loc[len(old) :]) for n in subtree]
+        now = self.clock()
+        with self.graph.atomic():
+            taken = {
+                loc: nid
+                for loc, nid in self.graph.live_locs(dst.id, [loc for _, loc in relocated]).items()
+                if nid not in moving
+            }
+            if new in taken and overwrite:
+                victim = self.graph.node_by_id(taken.pop(new))
+                if victim is not None:
+                    self.graph.soft_delete([victim.id], now)
+                    self.graph.add_revision(
+                        replace(victim, deleted_at=now, revision=victim.revision + 1, updated_at=now),
+                        "delete",
+                        caller.actor,
+                        "overwritten by a move",
+                    )
+            if taken:
+                first = sorted(taken)[:5]
+                raise UrnAlreadyExists(
+                    f"the move would land on {len(taken)} existing node(s): "
+                    + ", ".join(node_urn(dst.root, dst.slug, loc) for loc in first),
+                    hint="Pass overwrite: true to replace the node at the target (descendant slots never are)",
+                    details={"collisions": [node_urn(dst.root, dst.slug, loc) for loc in first]},
+                )
+            moves = []
+            for node, loc in relocated:
+                name = leaf(new) if rename_to_leaf and node.loc == old else node.name
+                moves.append((node.id, dst.id, loc, name))
+            self.graph.relocate(moves, caller.actor, now)
+            self.graph.retarget_dangling([n.id for n in subtree], src.id, old, dst.id, new)
+            revisions: list[tuple[NodeRecord, str | None]] = [
+                (
+                    replace(
+                        node, memory_id=dst.id, loc=loc, name=name, revision=node.revision + 1, updated_at=now
+                    ),
+                    f"from {node_urn(src.root, src.slug, node.loc)}",
+                )
+                for (node, loc), (_, _, _, name) in zip(relocated, moves, strict=True)
+            ]
+            self.graph.add_revisions(revisions, "move", caller.actor, full=False)
+        return src, dst, new, len(subtree)
+
+    def _check_cross_memory_move(self, src: Memory, dst: Memory, subtree: list[NodeRecord]) -> None:
+        for memory in (src, dst):
+            if memory.encrypted:
+                raise BadInput(
+                    f"cross-memory moves are refused for encrypted memories ({memory.urn})",
+                    details={"reason": "encrypted_memory", "memoryUrn": memory.urn},
+                )
+        for node in subtree:
+            if node.node_type in CHAT_ROOT_TYPES:
+                raise BadInput(
+                    f"the subtree contains a chat root ({node.loc}); chats are tied to their memory's class",
+                    details={"reason": "chat_root", "loc": node.loc},
+                )
+            problem = schemas.violation(dst.schema, node.object_type, node.properties)
+            if problem is not None:
+                problem.details["loc"] = node.loc
+                problem.details["memoryUrn"] = dst.urn
+                raise problem
+
+    def delete(
+        self, caller: HadronCaller, state: SessionState, urn: str, hard: bool, recursive: bool, cascade: bool
+    ) -> tuple[Memory, str, int, int]:
+        """Returns (memory, loc, nodes deleted, cross-memory edges removed)."""
+        ref = self.parse_ref(urn, qualified=True)
+        mem = self.memory_of(caller, state, ref)
+        subtree = self.graph.subtree(mem.id, ref.loc)
+        if not subtree or subtree[0].loc != ref.loc:
+            raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
+        self.access.write_memory(caller, mem)
+        if len(subtree) > 1 and not recursive:
+            raise Conflict(
+                f"{node_urn(mem.root, mem.slug, ref.loc)} has {len(subtree) - 1} descendant(s)",
+                hint="Pass recursive: true to delete the whole subtree",
+                details={"descendants": len(subtree) - 1},
+            )
+        ids = [n.id for n in subtree]
+        now = self.clock()
+        removed = 0
+        with self.graph.atomic():
+            if hard:
+                idset = set(ids)
+                crossing = [e.id for e, source_memory in self.graph.incoming_edges(ids)
+                            if source_memory != mem.id and e.source_id not in idset]  # fmt: skip
+                outgoing = self.graph.edges_from(ids)
+                crossing += [e.id for edges in outgoing.values() for e in edges
+                             if e.target_memory_id is not None and e.target_memory_id != mem.id]  # fmt: skip
+                if crossing and not cascade:
+                    raise Conflict(
+                        f"the subtree has {len(crossing)} cross-memory edge(s)",
+                        hint="Pass cascadeCrossMemoryEdges: true to remove them with the nodes",
+                        details={"crossMemoryEdges": len(crossing)},
+                    )
+                self.graph.delete_edges(crossing)
+                removed = len(crossing)
+                gone: list[tuple[NodeRecord, str | None]] = [
+                    (replace(n, revision=n.revision + 1, updated_at=now), None) for n in subtree
+                ]
+                self.graph.add_revisions(gone, "hard_delete", caller.actor, full=False)
+                self.graph.hard_delete(ids)
+            else:
+                self.graph.soft_delete(ids, now)
+                soft: list[tuple[NodeRecord, str | None]] = [
+                    (replace(n, deleted_at=now, revision=n.revision + 1, updated_at=now), None)
+                    for n in subtree
+                ]
+                self.graph.add_revisions(soft, "delete", caller.actor, full=False)
+        return mem, ref.loc, len(ids), removed

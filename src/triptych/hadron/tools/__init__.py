@@ -1,0 +1,34 @@
+"""Hadron's MCP tools, one module per family; ``ISSUE_5_TOOLS`` is the contract's list for this build."""
+
+from __future__ import annotations
+
+# The tools of the graph-memory issue, named exactly as in the contract (spec/hadron.md).
+SELECTION_TOOLS = (
+    "hadron_list_memories",
+    "hadron_set_active_memory",
+    "hadron_list_apps",
+    "hadron_set_active_app",
+    "hadron_set_active_org",
+    "hadron_server_info",
+)
+NODE_TOOLS = (
+    "hadron_create_node",
+    "hadron_create_parent_node",
+    "hadron_update_node",
+    "hadron_update_node_data",
+    "hadron_create_edge",
+    "hadron_move_node",
+    "hadron_delete_node",
+    "hadron_get_node",
+    "hadron_get_next_node",
+    "hadron_list_nodes",
+)
+OBJECT_TOOLS = (
+    "hadron_create_object",
+    "hadron_get_object",
+    "hadron_update_object",
+    "hadron_delete_object",
+    "hadron_find_objects",
+)
+VALIDATE_TOOLS = ("hadron_validate",)
+ISSUE_5_TOOLS = SELECTION_TOOLS + NODE_TOOLS + OBJECT_TOOLS + VALIDATE_TOOLS

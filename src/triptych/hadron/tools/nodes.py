@@ -1,0 +1,293 @@
+"""Node tools: create (upsert), create parent, update, merge data, get, next, list, move, delete."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from triptych.hadron.services.nodes import EdgeInput, NodeFields, NodeService
+from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+
+LOC = "Loc path inside the memory (a:b:c) or a full node URN (hrn:node:<root>:<memory>:<loc>)"
+
+
+class EdgeArg(ToolArgs):
+    targetId: str | None = Field(None, description="Target node id, loc or URN")
+    targetUrn: str | None = Field(None, description="Target node URN (another memory must be readable)")
+    targetLoc: str | None = Field(None, description="Target loc in the source node's memory")
+    name: str | None = None
+    description: str | None = None
+    loc: str | None = Field(
+        None, description="The edge's own loc (default: the target's loc); unique per node"
+    )
+    isRunnable: bool = False
+
+    @model_validator(mode="after")
+    def _one_target(self) -> EdgeArg:
+        given = [v for v in (self.targetId, self.targetUrn, self.targetLoc) if v]
+        if len(given) != 1:
+            raise ValueError("each edge needs exactly one of targetId, targetUrn or targetLoc")
+        return self
+
+    def as_input(self) -> EdgeInput:
+        target = self.targetId or self.targetUrn or self.targetLoc or ""
+        return EdgeInput(target, self.name, self.description, self.loc, self.isRunnable)
+
+
+class NodeBody(ToolArgs):
+    description: str | None = None
+    content: str | None = Field(None, description="Markdown body")
+    seq: int | None = Field(None, description="Order among siblings (hadron_get_next_node walks by it)")
+    tags: list[str] | None = None
+    properties: dict[str, Any] | None = Field(
+        None, description="Typed fields; validated against the memory's schema when objectType is set"
+    )
+    data: dict[str, Any] | None = Field(None, description="The data bag; replaces the whole bag")
+    edges: list[EdgeArg] | None = Field(None, description="Replaces the node's full edge set")
+    llmModel: str | None = None
+    aiAgent: str | None = None
+
+
+class CreateNodeArgs(NodeBody):
+    loc: str = Field(description=LOC)
+    name: str = Field(description="Display title")
+    nodeType: str = Field("info", description="Node type (default info; parent for sections)")
+    objectType: str | None = Field(None, description="Schema collection this node belongs to")
+    memoryId: str | None = Field(
+        None, description="Memory URN or id (default: the loc's URN, else the active memory)"
+    )
+
+
+class CreateParentArgs(ToolArgs):
+    loc: str = Field(description=LOC)
+    name: str
+    description: str | None = None
+    seq: int | None = None
+    tags: list[str] | None = None
+    memoryId: str | None = Field(None, description="Memory URN or id (default: the active memory)")
+
+
+class UpdateNodeArgs(NodeBody):
+    loc: str = Field(description=LOC)
+    name: str | None = None
+    nodeType: str | None = None
+    objectType: str | None = None
+    reason: str | None = Field(None, description="Why; stored in the revision history")
+
+
+class UpdateNodeDataArgs(ToolArgs):
+    nodeUrn: str = Field(description="Node URN or id")
+    data: Any = Field(description="A JSON object whose top-level keys overwrite the data bag's")
+
+
+class GetNodeArgs(ToolArgs):
+    loc: str = Field(description=LOC)
+
+
+class GetNextNodeArgs(ToolArgs):
+    parent: str = Field(description="Parent loc or URN")
+    current: str | None = Field(None, description="The current child (loc or URN); omit for the first")
+
+
+class ListNodesArgs(ToolArgs):
+    parentRel: str | None = Field(None, description="Parent loc or URN (default: the memory's root)")
+    memoryUrn: str | None = Field(None, description="Memory (default: the active memory)")
+    depth: int = Field(1, ge=1, le=10, description="Levels to descend (1-10)")
+
+
+class MoveNodeArgs(ToolArgs):
+    urn: str = Field(description="The node's current URN (or loc in the active memory)")
+    targetUrn: str = Field(description="Destination URN; another memory performs a cross-memory move")
+    overwrite: bool = Field(False, description="Soft-delete an existing node at the target first")
+    renameToLeaf: bool = Field(False, description="Also set name to the target loc's last atom")
+
+
+class DeleteNodeArgs(ToolArgs):
+    urn: str = Field(description="Fully-qualified node URN")
+    hard: bool = Field(False, description="Remove the rows instead of soft-deleting")
+    recursive: bool = Field(False, description="Also delete every descendant")
+    cascadeCrossMemoryEdges: bool = Field(False, description="Hard delete: remove cross-memory edges too")
+
+
+_BODY = ("description", "content", "seq", "tags", "properties", "data", "llmModel", "aiAgent")
+
+
+def _fields(args: ToolArgs, names: tuple[str, ...], always: tuple[str, ...] = ()) -> NodeFields:
+    present = frozenset(n for n in names if n in args.model_fields_set or n in always)
+    return NodeFields({n: getattr(args, n, None) for n in names}, present)
+
+
+def render_node(view: dict[str, Any]) -> str:
+    lines = ["---", f"urn: {view['urn']}", f"id: {view['id']}", f"name: {view['name']}"]
+    for key in ("nodeType", "objectType", "description", "seq", "llmModel", "aiAgent"):
+        if view.get(key) is not None:
+            lines.append(f"{key}: {view[key]}")
+    if view["tags"]:
+        lines.append(f"tags: {json.dumps(view['tags'], ensure_ascii=False)}")
+    last = view["revisions"][0] if view["revisions"] else None
+    revision = f"revision: {view['revision']}"
+    if last:
+        revision += f" ({last['operation']} by {last['actor']} at {last['at']}"
+        revision += f", reason: {last['reason']})" if last["reason"] else ")"
+    lines += [revision, "---"]
+    if view["content"]:
+        lines.append(view["content"])
+    if view["properties"]:
+        lines += ["", "## properties", json.dumps(view["properties"], ensure_ascii=False, sort_keys=True)]
+    if view["data"] is not None:
+        lines += ["", "## data", json.dumps(view["data"], ensure_ascii=False, sort_keys=True)]
+    if view["edges"]:
+        lines += ["", "## edges"]
+        for edge in view["edges"]:
+            target = edge["target"]
+            where = (
+                "(in a memory you cannot read)" if target is None else target.get("urn") or target.get("ref")
+            )
+            note = " [dangling]" if edge["dangling"] and target is not None else ""
+            label = f" ({edge['name']})" if edge["name"] else ""
+            lines.append(f"- {edge['loc']} → {where}{label}{note}")
+    return "\n".join(lines)
+
+
+def node_tools(nodes: NodeService) -> list[HadronTool]:
+    def written(ctx: Ctx, mem: Any, node: Any, verb: str) -> ToolOutput:
+        view = nodes.view(ctx.caller, mem, node, revisions=1)
+        return ToolOutput(f"{verb} {view['urn']} (revision {node.revision})", view)
+
+    def create_node(ctx: Ctx, args: CreateNodeArgs) -> ToolOutput:
+        fields = _fields(args, ("name", "nodeType", "objectType", *_BODY), always=("name",))
+        edges = [e.as_input() for e in args.edges] if args.edges is not None else None
+        mem, node, created = nodes.create(ctx.caller, ctx.session, args.loc, fields, edges, args.memoryId)
+        return written(ctx, mem, node, "Created" if created else "Updated (upsert)")
+
+    def create_parent_node(ctx: Ctx, args: CreateParentArgs) -> ToolOutput:
+        values = {"name": args.name, "nodeType": "parent", "description": args.description, "seq": args.seq,
+                  "tags": args.tags}  # fmt: skip
+        present = frozenset({"name", "nodeType"} | (args.model_fields_set & {"description", "seq", "tags"}))
+        mem, node, created = nodes.create(
+            ctx.caller, ctx.session, args.loc, NodeFields(values, present), None, args.memoryId
+        )
+        return written(ctx, mem, node, "Created parent" if created else "Updated parent (upsert)")
+
+    def update_node(ctx: Ctx, args: UpdateNodeArgs) -> ToolOutput:
+        fields = _fields(args, ("name", "nodeType", "objectType", *_BODY))
+        edges = [e.as_input() for e in args.edges] if args.edges is not None else None
+        mem, node = nodes.update(ctx.caller, ctx.session, args.loc, fields, edges, args.reason)
+        return written(ctx, mem, node, "Updated")
+
+    def update_node_data(ctx: Ctx, args: UpdateNodeDataArgs) -> ToolOutput:
+        mem, node = nodes.merge_data(ctx.caller, ctx.session, args.nodeUrn, args.data)
+        return written(ctx, mem, node, "Merged data into")
+
+    def get_node(ctx: Ctx, args: GetNodeArgs) -> ToolOutput:
+        mem, node = nodes.find(ctx.caller, ctx.session, args.loc)
+        view = nodes.view(ctx.caller, mem, node)
+        return ToolOutput(render_node(view), view)
+
+    def get_next_node(ctx: Ctx, args: GetNextNodeArgs) -> ToolOutput:
+        mem, node = nodes.next_node(ctx.caller, ctx.session, args.parent, args.current)
+        if node is None:
+            return ToolOutput("No next node: that was the last child.", {"node": None})
+        view = nodes.view(ctx.caller, mem, node)
+        return ToolOutput(render_node(view), {"node": view})
+
+    def list_nodes(ctx: Ctx, args: ListNodesArgs) -> ToolOutput:
+        mem, root, rows = nodes.tree(ctx.caller, ctx.session, args.parentRel, args.memoryUrn, args.depth)
+        items: list[dict[str, Any]] = [
+            {"loc": n.loc, "name": n.name, "description": n.description, "nodeType": n.node_type, "depth": d}
+            for d, n in rows
+        ]
+        head = f"{mem.urn}{':' + root if root else ''} — {len(items)} node(s), depth {args.depth}"
+        lines = [head] + [
+            f"{'  ' * (d - 1)}- {n.loc} — {n.name}" + (f": {n.description}" if n.description else "")
+            for d, n in rows
+        ]
+        return ToolOutput("\n".join(lines), {"memoryUrn": mem.urn, "parent": root or None, "nodes": items})
+
+    def move_node(ctx: Ctx, args: MoveNodeArgs) -> ToolOutput:
+        src, dst, loc, count = nodes.move(
+            ctx.caller, ctx.session, args.urn, args.targetUrn, args.overwrite, args.renameToLeaf
+        )
+        urn = f"hrn:node:{dst.root}:{dst.slug}:{loc}"
+        kind = "cross-memory move" if src.id != dst.id else "move"
+        return ToolOutput(
+            f"Moved {count} node(s) to {urn} ({kind})",
+            {"urn": urn, "moved": count, "crossMemory": src.id != dst.id, "fromMemoryUrn": src.urn},
+        )
+
+    def delete_node(ctx: Ctx, args: DeleteNodeArgs) -> ToolOutput:
+        mem, loc, count, edges = nodes.delete(
+            ctx.caller, ctx.session, args.urn, args.hard, args.recursive, args.cascadeCrossMemoryEdges
+        )
+        urn = f"hrn:node:{mem.root}:{mem.slug}:{loc}"
+        how = "Hard-deleted" if args.hard else "Soft-deleted"
+        extra = f", removed {edges} cross-memory edge(s)" if edges else ""
+        return ToolOutput(
+            f"{how} {urn} ({count} node(s){extra})",
+            {"urn": urn, "deleted": count, "hard": args.hard, "crossMemoryEdgesRemoved": edges},
+        )
+
+    return [
+        HadronTool(
+            "hadron_create_node",
+            "Create or upsert a node. nodeType defaults to info. data replaces the whole data bag "
+            "(hadron_update_node_data merges); edges replaces the edge set (hadron_create_edge appends one).",
+            CreateNodeArgs,
+            create_node,
+            read_only=False,
+        ),
+        HadronTool(
+            "hadron_create_parent_node",
+            "Create a section/category container node (nodeType pinned to parent).",
+            CreateParentArgs,
+            create_parent_node,
+            read_only=False,
+        ),
+        HadronTool(
+            "hadron_update_node",
+            "Partially update a node: only the fields you pass change. data replaces the whole data bag (use "
+            "hadron_update_node_data to merge); edges replaces the edge set; reason is kept in the revision history.",
+            UpdateNodeArgs,
+            update_node,
+            read_only=False,
+        ),
+        HadronTool(
+            "hadron_update_node_data",
+            "Merge a JSON object into a node's data bag (shallow: the patch's top-level keys win, other keys stay). "
+            "The patch must be an object. To replace the whole bag use hadron_update_node.",
+            UpdateNodeDataArgs,
+            update_node_data,
+            read_only=False,
+        ),
+        HadronTool("hadron_get_node", "Read a single node by loc path or full URN.", GetNodeArgs, get_node),
+        HadronTool(
+            "hadron_get_next_node",
+            "Read the next sibling under a parent, ordered by seq (the first child without current).",
+            GetNextNodeArgs,
+            get_next_node,
+        ),
+        HadronTool(
+            "hadron_list_nodes",
+            "Browse the tree under a parent: names and descriptions only, optionally to a depth.",
+            ListNodesArgs,
+            list_nodes,
+        ),
+        HadronTool(
+            "hadron_move_node",
+            "Move a node with its whole loc-subtree, within a memory or across memories. Ids and names are kept "
+            "(renameToLeaf re-derives the name). A collision refuses URN_ALREADY_EXISTS unless overwrite.",
+            MoveNodeArgs,
+            move_node,
+            read_only=False,
+        ),
+        HadronTool(
+            "hadron_delete_node",
+            "Delete a node: soft by default, hard: true removes the rows. Refuses with descendants unless "
+            "recursive; a hard delete refuses cross-memory edges unless cascadeCrossMemoryEdges.",
+            DeleteNodeArgs,
+            delete_node,
+            read_only=False,
+        ),
+    ]

@@ -1,0 +1,68 @@
+"""The tools this build registers for the graph issue are exactly the contract's, read from the spec."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from harness import SHARED
+
+from triptych.hadron.surface import Hadron
+from triptych.hadron.tools import ISSUE_5_TOOLS
+
+SPEC = Path(os.environ.get("HADRON_SPEC", SHARED / "spec" / "hadron.md"))
+# Contract sections whose tools belong to this issue, and the tools of them that come later.
+SECTIONS = {
+    "Memory selection": {"hadron_sync_graph"},
+    "Browse nodes": {"hadron_find_nodes", "hadron_search"},
+    "Mutate nodes": set(),
+    "Object store": set(),
+    "Validate & run": {"hadron_run_action"},
+    "App selection": set(),
+    "Organization selection": set(),
+    "Server identity": set(),
+}
+
+
+def contract_tools() -> set[str]:
+    text = SPEC.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    names: set[str] = set()
+    for title, later in SECTIONS.items():
+        start = lines.index(title)
+        section: set[str] = set()
+        for line in lines[start + 1 :]:
+            if line in SECTIONS or (
+                line and not line.startswith("|") and section and line[0].isupper() and len(line) < 40
+            ):
+                break
+            if m := re.match(r"\| (hadron_[a-z_]+) \|", line):
+                section.add(m[1])
+        assert section, title
+        names |= section - later
+    return names
+
+
+def test_registered_tools_are_the_contracts_tools_of_this_issue(tmp_path: Path) -> None:
+    hadron = Hadron.open(tmp_path / "hadron.db")
+    try:
+        registered = {tool.name for tool in hadron.tools()}
+    finally:
+        hadron.close()
+    assert registered == set(ISSUE_5_TOOLS) == contract_tools()
+
+
+def test_every_argument_model_refuses_unknown_arguments(tmp_path: Path) -> None:
+    hadron = Hadron.open(tmp_path / "hadron.db")
+    try:
+        for tool in hadron.tools():
+            assert tool.args.model_config.get("extra") == "forbid", tool.name
+            assert tool.description, tool.name
+    finally:
+        hadron.close()
+
+
+def test_every_tool_is_documented() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "hadron.md").read_text(encoding="utf-8")
+    assert [name for name in ISSUE_5_TOOLS if f"`{name}`" not in doc] == []

@@ -1,0 +1,105 @@
+"""The graph store's invariants on SQLite: live locs are unique, subtrees are exact, edges follow ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from triptych.hadron.domain.model import EdgeRecord, Memory, NodeRecord
+from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, new_id, open_database
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> tuple[SqliteTenancyStore, SqliteGraphStore, Memory]:
+    db = open_database(tmp_path / "hadron.db")
+    tenancy = SqliteTenancyStore(db)
+    org = tenancy.add_org("acme.com", "Acme")
+    memory = tenancy.add_memory(
+        Memory(new_id(), "acme.com", "specs", "Specs", "", "knowledge", org.id, None, None)
+    )
+    return tenancy, SqliteGraphStore(db), memory
+
+
+def make(memory: Memory, loc: str) -> NodeRecord:
+    return NodeRecord(
+        id=new_id(), memory_id=memory.id, loc=loc, name=loc, node_type="info", object_type=None,
+        description=None, content="x", seq=None, tags=[], properties={}, data=None, llm_model=None,
+        ai_agent=None, revision=1, created_at="t", updated_at="t", created_by="a", updated_by="a",
+    )  # fmt: skip
+
+
+def test_a_subtree_is_the_node_and_its_descendants_only(
+    stores: tuple[SqliteTenancyStore, SqliteGraphStore, Memory],
+) -> None:
+    _, graph, memory = stores
+    for loc in ("a", "a:b", "a:b:c", "a.b", "a0", "ab", "a-b", "b:a"):
+        graph.insert_node(make(memory, loc))
+    assert [n.loc for n in graph.subtree(memory.id, "a")] == ["a", "a:b", "a:b:c"]
+    assert graph.count_descendants(memory.id, "a") == 2
+    assert [n.loc for n in graph.subtree(memory.id, "a:b")] == ["a:b", "a:b:c"]
+    assert graph.subtree(memory.id, "zz") == []
+
+
+def test_live_locs_are_unique_and_a_soft_delete_frees_the_loc(
+    stores: tuple[SqliteTenancyStore, SqliteGraphStore, Memory],
+) -> None:
+    import sqlite3
+
+    _, graph, memory = stores
+    first = make(memory, "x")
+    graph.insert_node(first)
+    with pytest.raises(sqlite3.IntegrityError):
+        graph.insert_node(make(memory, "x"))
+    graph.soft_delete([first.id], "t2")
+    assert graph.node_by_loc(memory.id, "x") is None
+    graph.insert_node(make(memory, "x"))
+    assert graph.node_by_loc(memory.id, "x") is not None
+
+
+def test_a_failed_write_leaves_nothing_behind(
+    stores: tuple[SqliteTenancyStore, SqliteGraphStore, Memory],
+) -> None:
+    _, graph, memory = stores
+    node = make(memory, "tx")
+    with pytest.raises(RuntimeError), graph.atomic():
+        graph.insert_node(node)
+        graph.add_revision(node, "create", "a", None)
+        raise RuntimeError("boom")
+    assert graph.node_by_id(node.id) is None and graph.revisions(node.id) == []
+
+
+def test_relocate_points_edges_at_the_new_address_and_carries_embeddings(
+    stores: tuple[SqliteTenancyStore, SqliteGraphStore, Memory],
+) -> None:
+    tenancy, graph, memory = stores
+    other = tenancy.add_memory(
+        Memory(new_id(), "acme.com", "team", "Team", "", "group", memory.org_id, None, None)
+    )
+    target, source = make(memory, "t"), make(memory, "s")
+    graph.insert_node(target)
+    graph.insert_node(source)
+    edge = EdgeRecord(new_id(), source.id, "to-t", None, None, target.id, memory.id, "t", "t", False, 0)
+    graph.replace_edges(source.id, [edge])
+    with graph.atomic() as tx:
+        tx.execute("INSERT INTO node_embeddings VALUES (?, 'm', 3, x'00', 'ok', NULL, 't')", (target.id,))
+    graph.relocate([(target.id, other.id, "moved:t", "t")], "a", "t2")
+    stored = graph.edges_from([source.id])[source.id][0]
+    assert (stored.target_memory_id, stored.target_loc) == (other.id, "moved:t")
+    moved = graph.node_by_id(target.id)
+    assert moved is not None and (moved.memory_id, moved.loc, moved.revision) == (other.id, "moved:t", 2)
+    row = graph.conn.execute("SELECT status FROM node_embeddings WHERE node_id = ?", (target.id,)).fetchone()
+    assert row[0] == "ok"
+
+
+def test_hard_delete_removes_edges_and_embeddings(
+    stores: tuple[SqliteTenancyStore, SqliteGraphStore, Memory],
+) -> None:
+    _, graph, memory = stores
+    node = make(memory, "h")
+    graph.insert_node(node)
+    graph.upsert_edge(
+        EdgeRecord(new_id(), node.id, "self", None, None, node.id, memory.id, "h", "h", False, 0)
+    )
+    graph.hard_delete([node.id])
+    assert graph.edges_from([node.id]) == {} and graph.node_by_id(node.id) is None

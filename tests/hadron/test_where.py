@@ -1,0 +1,87 @@
+"""The where predicate grammar: every operator, casts, branches and the bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from triptych.hadron.domain.where import compile_where
+from triptych.hadron.errors import BadInput
+
+PROPS = {
+    "price": 12,
+    "name": "Widget",
+    "tags": ["a", "b"],
+    "when": "2026-03-01T10:00:00Z",
+    "live": "true",
+    "nested": {"x": [5, 6]},
+}
+DATA = {"owner": "sam"}
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ({"path": "price", "eq": 12}, True),
+        ({"path": "price", "ne": 12}, False),
+        ({"path": "absent", "ne": 1}, True),
+        ({"path": "price", "in": [1, 12]}, True),
+        ({"path": "price", "lt": 12}, False),
+        ({"path": "price", "lte": 12}, True),
+        ({"path": "price", "gt": 11}, True),
+        ({"path": "price", "gte": 13}, False),
+        ({"path": "price", "between": [10, 12]}, True),
+        ({"path": "price", "exists": True}, True),
+        ({"path": "absent", "exists": False}, True),
+        ({"path": "absent", "eq": None}, False),
+        ({"path": "name", "contains": "idg"}, True),
+        ({"path": "tags", "contains": "b"}, True),
+        ({"path": "price", "eq": "12", "as": "number"}, True),
+        ({"path": "price", "eq": "12", "as": "text"}, True),
+        ({"path": "live", "eq": True, "as": "boolean"}, True),
+        ({"path": "when", "gt": "2026-01-01T00:00:00Z", "as": "datetime"}, True),
+        ({"path": "when", "lt": "2026-01-01", "as": "datetime"}, False),
+        ({"path": "nested.x.1", "eq": 6}, True),
+        ({"path": "owner", "eq": "sam", "field": "data"}, True),
+        ({"path": "owner", "eq": "sam"}, False),
+        ({"path": "name", "lt": 3}, False),  # incomparable types are simply false
+        ({"and": [{"path": "price", "gt": 1}, {"path": "name", "eq": "Widget"}]}, True),
+        ({"or": [{"path": "price", "gt": 100}, {"path": "name", "eq": "Widget"}]}, True),
+        ({"not": {"path": "price", "gt": 100}}, True),
+    ],
+)
+def test_operators(where: dict[str, Any], expected: bool) -> None:
+    assert compile_where(where)(PROPS, DATA) is expected
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ({}, "non-empty"),
+        ({"path": "a"}, "exactly one operator"),
+        ({"path": "a", "eq": 1, "gt": 2}, "exactly one operator"),
+        ({"path": "a", "near": 1}, "unknown key"),
+        ({"path": "a", "eq": 1, "field": "content"}, "field must be"),
+        ({"path": "a", "eq": 1, "as": "money"}, "as must be"),
+        ({"path": "a", "in": 1}, "in takes a list"),
+        ({"path": "a", "between": [1]}, "between takes"),
+        ({"path": "a", "exists": "yes"}, "exists takes"),
+        ({"path": "a", "eq": "x", "as": "number"}, "cannot read"),
+        ({"path": "a.b.c.d.e.f.g.h.i", "eq": 1}, "path"),
+        ({"path": "a..b", "eq": 1}, "path"),
+        ({"and": []}, "non-empty list"),
+        ({"and": [{"path": "a", "eq": 1}], "or": []}, "only key"),
+        ({"not": {"not": {"not": {"not": {"path": "a", "eq": 1}}}}}, "deeper than 4"),
+        ({"or": [{"path": "a", "eq": i} for i in range(33)]}, "more than 32 leaves"),
+    ],
+)
+def test_refusals_name_the_problem(where: dict[str, Any], message: str) -> None:
+    with pytest.raises(BadInput) as refused:
+        compile_where(where)
+    assert message in refused.value.message
+
+
+def test_the_bounds_themselves_are_allowed() -> None:
+    assert compile_where({"not": {"not": {"not": {"path": "a.b.c.d.e.f.g.h", "exists": True}}}})({}, None)
+    assert compile_where({"or": [{"path": "a", "eq": i} for i in range(32)]})({"a": 31}, None)
