@@ -32,12 +32,18 @@ def _run(*cmd: str | Path, env: dict[str, str] | None = None) -> None:
     subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, env=env)
 
 
-def _ensure(env: Path, inputs: list[Path], install: list[str]) -> None:
+def _digest(inputs: list[Path], install: list[str]) -> str:
+    return hashlib.sha256(b"".join(p.read_bytes() for p in inputs) + " ".join(install).encode()).hexdigest()
+
+
+def _ensure(env: Path, inputs: list[Path], install: list[str], also_fine: list[str] | None = None) -> None:
+    """Install unless the venv's stamp says this (or a superset, ``also_fine``) is already installed."""
     if sys.version_info < (3, 11):  # noqa: UP036  (this file runs on whatever python3 is)
         sys.exit(f"Python 3.11 or newer is needed (this is {sys.version.split()[0]})")
     stamp = env / ".triptych-stamp"
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in inputs) + " ".join(install).encode()).hexdigest()
-    if stamp.exists() and stamp.read_text() == digest and _bin(env, "python").exists():
+    digest = _digest(inputs, install)
+    current = stamp.read_text() if stamp.exists() else None
+    if current in {digest, *(also_fine or [])} and _bin(env, "python").exists():
         return
     if not _bin(env, "python").exists():
         print(f"creating {env.name} ...", flush=True)
@@ -49,8 +55,13 @@ def _ensure(env: Path, inputs: list[Path], install: list[str]) -> None:
 
 def setup(dev: bool) -> None:
     constraints = ROOT / "constraints.txt"
-    target = "-e.[dev]" if dev else "-e."
-    _ensure(VENV, [ROOT / "pyproject.toml", constraints], ["-c", str(constraints), target])
+    inputs = [ROOT / "pyproject.toml", constraints]
+    with_dev = ["-c", str(constraints), "-e.[dev]"]
+    # A venv set up for tests (with the dev extras) serves as it is.
+    if dev:
+        _ensure(VENV, inputs, with_dev)
+    else:
+        _ensure(VENV, inputs, ["-c", str(constraints), "-e."], also_fine=[_digest(inputs, with_dev)])
     if dev:
         mcp1 = ROOT / "tests" / "contract" / "mcp1-requirements.txt"
         _ensure(VENV_MCP1, [mcp1], ["-r", str(mcp1)])
