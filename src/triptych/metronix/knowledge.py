@@ -21,7 +21,7 @@ from triptych.core.auth import Principal, require_write, resolve_workspace
 from triptych.core.chunking import chunk_text
 from triptych.core.embed import Embedder
 from triptych.core.errors import EmbeddingMismatch, IngestionFailed, InvalidParams, NotFound, TriptychError
-from triptych.core.search import rrf
+from triptych.core.search import convex
 from triptych.metronix.store import KnowledgeStore, NewDocument
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class KnowledgeService:
         embedder: Embedder,
         default_workspace: str = "default",
         chunk_tokens: int = 200,
-        candidates: int = 50,
+        candidates: int = 100,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -210,21 +210,27 @@ class KnowledgeService:
         }
 
     def hybrid(self, workspace: str, query: str, top_k: int) -> list[dict[str, Any]]:
-        """BM25 and dense candidates from the workspace only, fused by reciprocal rank."""
-        n = max(self.candidates, top_k * 3)
+        """BM25 and dense candidates from the workspace only, fused, best chunk per document."""
+        n = max(self.candidates, top_k * 5)
         keyword = self.store.keyword_search(workspace, query, n)
         vector = self.embedder.embed([query])[0]
         dense = self.store.vector_search(workspace, vector, n)
-        fused = rrf([[i for i, _ in keyword], [i for i, _ in dense]])
-        top = sorted(fused, key=lambda i: fused[i], reverse=True)[:top_k]
-        hits = self.store.chunk_hits(workspace, top)
+        fused = convex([dense, keyword], [0.5, 0.5])
         dense_scores = dict(dense)
         keyword_scores = dict(keyword)
-        results = []
-        for chunk_id in top:
+        # Ties go to the chunk both retrievers found.
+        ranked = sorted(
+            fused, key=lambda i: (fused[i], (i in dense_scores) + (i in keyword_scores)), reverse=True
+        )
+        # One result per document: its best chunk. Over-fetch so top_k documents survive the dedup.
+        hits = self.store.chunk_hits(workspace, ranked[: top_k * 4])
+        results: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for chunk_id in ranked[: top_k * 4]:
             hit = hits.get(chunk_id)
-            if hit is None:  # deleted between the index read and now
+            if hit is None or hit.doc_label in seen:  # deleted meanwhile, or the document is already in
                 continue
+            seen.add(hit.doc_label)
             results.append(
                 {
                     "doc_label": hit.doc_label,
@@ -238,6 +244,8 @@ class KnowledgeService:
                     "keyword_score": _round(keyword_scores.get(chunk_id)),
                 }
             )
+            if len(results) == top_k:
+                break
         return results
 
     def reindex(self, progress: Callable[[int], None] | None = None) -> int:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from triptych.core.db import Database
-from triptych.core.search import Vector, VectorIndex, fts_match, partition_token
+from triptych.core.search import Vector, VectorIndex, fts_match, partition_token, selective_terms
 
 MIGRATIONS = [
     """
@@ -55,7 +55,11 @@ MIGRATIONS = [
     CREATE INDEX chunks_by_document ON chunks (document_id);
     -- part: the workspace as one token, so a MATCH stays inside its workspace.
     CREATE VIRTUAL TABLE chunks_fts USING fts5(part, title, body, tokenize = 'porter unicode61');
+    """,
+    # Document frequencies per term, to leave the commonest query terms out of the OR-query.
     """
+    CREATE VIRTUAL TABLE chunks_vocab USING fts5vocab(chunks_fts, 'row');
+    """,
 ]
 
 
@@ -300,7 +304,8 @@ class SqliteKnowledgeStore:
     # -- retrieval ------------------------------------------------------------
 
     def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]:
-        match = fts_match(query, workspace_id)
+        terms = selective_terms(self.db.conn, "chunks_vocab", query, self._total_chunks())
+        match = fts_match(query, workspace_id, terms=terms)
         if match is None:
             return []
         # bm25() is lower-is-better; the partition column weighs nothing, the title a little more.
@@ -310,6 +315,11 @@ class SqliteKnowledgeStore:
             (match, limit),
         ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _total_chunks(self) -> int:
+        # max(rowid) is free and close enough to the row count for choosing which terms are common.
+        row = self.db.conn.execute("SELECT max(rowid) FROM chunks_fts").fetchone()
+        return int(row[0] or 0)
 
     def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
         return self.index.search(workspace_id, self._generation(workspace_id), query, limit)
