@@ -13,7 +13,7 @@ from typing import Any
 from triptych import __version__
 from triptych.config import Settings, load_settings
 
-SURFACES = ("metronix",)
+SURFACES = ("metronix", "metergraph")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -55,6 +55,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    if args.surface == "metergraph":
+        # A stdio bridge to a running server's /v1/agent/mcp (METERGRAPH_URL, METERGRAPH_AGENT_TOKEN).
+        from triptych.metergraph.bridge import main as metergraph_bridge
+
+        return metergraph_bridge()
+
     import anyio
     from mcp.server.stdio import stdio_server
 
@@ -251,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     from triptych.hadron.cli import register as register_hadron
 
     register_hadron(sub)
+
+    from triptych.metergraph.cli import register as register_metergraph
+
+    register_metergraph(sub)
     return parser
 
 

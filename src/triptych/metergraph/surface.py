@@ -1,41 +1,53 @@
-"""Assembles the Metergraph surface. Its tools arrive with the telemetry issue; the endpoint answers now."""
+"""Assembles the Metergraph surface: store and services, the stateless MCP endpoint, ingest, OTLP,
+the Agent Access REST mirrors and ``/healthz``.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-import mcp_types as types
-from mcp.server import Server
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
-from triptych.core.errors import TriptychError
-from triptych.core.http import McpEndpoint, jwt_authenticator
-from triptych.core.mcp import build_server
 from triptych.core.surface import Mounted, Shared
+from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.mcp_http import McpEndpoint, McpRpc
+from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
+from triptych.metergraph.service import Metergraph
+from triptych.metergraph.settings import load_metergraph_settings
 
 # Metergraph's stateless endpoint refuses bodies over 1 MiB.
 MAX_BODY = 1024 * 1024
 
 
-def render_error(exc: TriptychError) -> types.CallToolResult:
-    body = {"error": {"code": exc.code.lower(), "message": exc.message}}
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=json.dumps(body))], is_error=True
-    )
+async def not_found(request: Request) -> Response:
+    return Response(status_code=404)
 
 
-def mcp_server() -> Server[Any]:
-    return build_server("metergraph", [], render_error, "Metergraph LLM usage and cost telemetry.")
+def open_metergraph(shared: Shared) -> Metergraph:
+    settings = shared.settings
+    # Auth off (local development) and no static agent tokens: unauthenticated reads act on the default
+    # workspace. Ingest always needs an app token.
+    local = settings.default_workspace if not settings.auth_enabled else None
+    return Metergraph.open(settings.data_dir, load_metergraph_settings(), local_workspace=local)
 
 
 def mount(shared: Shared) -> Mounted:
+    mg = open_metergraph(shared)
+
+    def authenticate(request: Request) -> AgentPrincipal:
+        return agent_principal(mg, request)
+
+    settings = shared.settings
     endpoint = McpEndpoint(
-        mcp_server(),
-        shared.settings,
-        jwt_authenticator(shared.settings),
-        stateless=True,
-        json_response=True,
-        max_body=MAX_BODY,
+        McpRpc(mg.tools), authenticate, list(settings.allowed_origins), MAX_BODY, list(settings.allowed_hosts)
     )
-    return Mounted(routes=[Route("/v1/agent/mcp", endpoint=endpoint)], endpoints=[endpoint])
+    routes = [
+        # Route, not Mount: the exact path only; the trailing-slash path is a 404.
+        Route("/v1/agent/mcp", endpoint.handle, methods=["GET", "POST", "DELETE"]),
+        # The app router would redirect the trailing-slash path (307); the contract wants a plain 404.
+        Route("/v1/agent/mcp/", not_found, methods=["GET", "POST", "DELETE"]),
+        *ingest_routes(mg),
+        *agent_routes(mg),
+        health_route(),
+    ]
+    return Mounted(routes=routes, endpoints=[], on_close=[mg.close])

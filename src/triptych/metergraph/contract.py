@@ -1,0 +1,302 @@
+"""The Agent Access contract (``metergraph.agent-access/v1``) as data: tools, capabilities, bounds,
+warning and error codes, and the response envelope every investigation read carries.
+
+Declared once; the MCP adapter, the REST mirrors and capability discovery all read from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from triptych.core.errors import TriptychError
+
+CONTRACT_VERSION = "metergraph.agent-access/v1"
+TRACE_DEBUG_VERSION = "metergraph.trace-debug/v1"
+DEPLOYMENT_PROFILE = "triptych"
+
+MAX_DAYS = 90
+MAX_ROWS = 200
+MAX_RESPONSE_BYTES = 5 * 1024 * 1024
+
+# Scopes. A Debug key also holds the metadata scope; a Replay key holds all three.
+SCOPE_METADATA = "agent:metadata"
+SCOPE_READ = "agent:read"
+SCOPE_REPLAY = "agent:replay"
+ROLE_SCOPES: dict[str, tuple[str, ...]] = {
+    "metadata": (SCOPE_METADATA,),
+    "debug": (SCOPE_METADATA, SCOPE_READ),
+    "replay": (SCOPE_METADATA, SCOPE_READ, SCOPE_REPLAY),
+}
+ROLES = tuple(ROLE_SCOPES)
+
+WARNING_CODES = frozenset(
+    {
+        "truncated",
+        "spans_limited",
+        "content_omitted",
+        "capability_unavailable",
+        "unsupported_field",
+        "coverage_incomplete",
+        "metadata_key_mostly_missing",
+    }
+)
+
+
+class MetergraphError(TriptychError):
+    """A refusal in the contract's shape: a stable lower-case ``error.code``."""
+
+    code: ClassVar[str] = "invalid_argument"
+    http_status: ClassVar[int] = 422
+
+
+class InvalidArgument(MetergraphError):
+    code = "invalid_argument"
+    http_status = 422
+
+
+class NotFoundError(MetergraphError):
+    code = "not_found"
+    http_status = 404
+
+
+class ForbiddenError(MetergraphError):
+    code = "forbidden"
+    http_status = 403
+
+
+class ReplayNotEligible(MetergraphError):
+    code = "replay_not_eligible"
+    http_status = 409
+
+
+class ResponseTooLarge(MetergraphError):
+    code = "response_too_large"
+    http_status = 413
+
+
+class UnsupportedCapability(MetergraphError):
+    code = "unsupported_capability"
+    http_status = 501
+
+
+class RateLimited(MetergraphError):
+    code = "rate_limited"
+    http_status = 429
+
+
+class Unauthenticated(MetergraphError):
+    """Not a contract code: a missing or invalid token is HTTP 401 before any tool runs."""
+
+    code = "unauthenticated"
+    http_status = 401
+
+
+ERROR_CODES = frozenset(
+    c.code
+    for c in (
+        InvalidArgument,
+        NotFoundError,
+        ForbiddenError,
+        ReplayNotEligible,
+        ResponseTooLarge,
+        UnsupportedCapability,
+        RateLimited,
+    )
+)
+
+
+def error_document(exc: MetergraphError) -> dict[str, Any]:
+    code = exc.code if exc.code in ERROR_CODES else "invalid_argument"
+    return {"schema_version": CONTRACT_VERSION, "error": {"code": code, "message": exc.message}}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContract:
+    name: str
+    capability: str
+    privacy_class: str  # metadata | content | replay
+    required_scope: str
+    schema: str
+    available: bool
+    external_calls: bool = False
+    mutates: bool = False
+
+    @property
+    def content(self) -> bool:
+        return self.privacy_class != "metadata"
+
+
+def _t(name: str, capability: str, privacy: str, scope: str, schema: str, available: bool) -> ToolContract:
+    return ToolContract(
+        name, capability, privacy, scope, schema, available, external_calls=privacy == "replay"
+    )
+
+
+TOOL_CONTRACT: tuple[ToolContract, ...] = (
+    _t(
+        "metergraph_get_workspace_context",
+        "workspace_context",
+        "metadata",
+        SCOPE_METADATA,
+        "agent-access/workspace-context",
+        True,
+    ),
+    _t(
+        "metergraph_get_capabilities",
+        "capability_discovery",
+        "metadata",
+        SCOPE_METADATA,
+        "agent-access/capabilities",
+        True,
+    ),
+    _t("metergraph_list_routes", "routes", "metadata", SCOPE_METADATA, "agent-access/routes", True),
+    _t("metergraph_get_usage", "usage", "metadata", SCOPE_METADATA, "agent-access/usage", True),
+    _t(
+        "metergraph_get_usage_aggregates",
+        "usage_aggregates",
+        "metadata",
+        SCOPE_METADATA,
+        "agent-access/usage-aggregates",
+        True,
+    ),
+    _t(
+        "metergraph_get_ingestion_health",
+        "ingestion_health",
+        "metadata",
+        SCOPE_METADATA,
+        "agent-access/ingestion-health",
+        True,
+    ),
+    _t("metergraph_list_incidents", "incidents", "metadata", SCOPE_METADATA, "agent-access/incidents", False),
+    _t(
+        "metergraph_query_traces",
+        "trace_metadata",
+        "metadata",
+        SCOPE_METADATA,
+        "agent-access/trace-metadata",
+        True,
+    ),
+    _t(
+        "metergraph_list_analysis_runs",
+        "analysis_runs",
+        "metadata",
+        SCOPE_METADATA,
+        "agent-access/analysis-runs",
+        False,
+    ),
+    _t(
+        "metergraph_get_analysis_run",
+        "analysis_run",
+        "metadata",
+        SCOPE_METADATA,
+        "agent-access/analysis-run",
+        False,
+    ),
+    _t("metergraph_list_reports", "reports", "metadata", SCOPE_METADATA, "agent-access/reports", False),
+    _t("metergraph_get_report", "report_detail", "metadata", SCOPE_METADATA, "agent-access/report", False),
+    _t(
+        "metergraph_get_suite_results",
+        "suite_results",
+        "metadata",
+        SCOPE_METADATA,
+        "agent-access/suite-results",
+        False,
+    ),
+    ToolContract(
+        "metergraph_start_analysis",
+        "analysis_start",
+        "metadata",
+        SCOPE_READ,
+        "agent-access/analysis-run",
+        False,
+        mutates=True,
+    ),
+    ToolContract(
+        "metergraph_start_classification",
+        "classification_start",
+        "metadata",
+        SCOPE_READ,
+        "agent-access/analysis-run",
+        False,
+        mutates=True,
+    ),
+    _t(
+        "metergraph_get_report_evidence",
+        "report_evidence",
+        "content",
+        SCOPE_READ,
+        "agent-access/report-evidence",
+        False,
+    ),
+    _t("metergraph_get_trace", "trace_content", "content", SCOPE_READ, "trace-debug/trace", True),
+    _t("metergraph_replay_trace", "trace_replay", "replay", SCOPE_REPLAY, "trace-debug/replay", False),
+)
+TOOLS_BY_NAME = {tool.name: tool for tool in TOOL_CONTRACT}
+
+PRIVACY_DESCRIPTIONS = {
+    "metadata": "Tenant-scoped operational metadata without captured request or response content.",
+    "content": "Metadata plus retained request/response text, tool definitions, and tool calls.",
+    "replay": "Content access plus a non-persistent call to a configured external provider.",
+}
+_METADATA_FIELDS = [
+    "identifiers",
+    "timestamps",
+    "counts",
+    "token totals",
+    "cost",
+    "latency",
+    "status",
+    "stable error kinds",
+    "route/provider/model names",
+    "metadata keys and values",
+    "ingestion counts",
+]
+PRIVACY_FIELDS = {
+    "metadata": _METADATA_FIELDS,
+    "content": [
+        *_METADATA_FIELDS,
+        "spans[].content.request.text",
+        "spans[].content.response.text",
+        "spans[].tool_calls",
+    ],
+    "replay": [
+        *_METADATA_FIELDS,
+        "spans[].content.request.text",
+        "spans[].content.response.text",
+        "comparison.replay.input",
+        "comparison.replay.output",
+    ],
+}
+
+
+def now_iso(now: datetime | None = None) -> str:
+    return (now or datetime.now(UTC)).isoformat()
+
+
+def provenance(
+    workspace_id: str, now: datetime | None = None, source: str = "live-database"
+) -> dict[str, str]:
+    return {
+        "deployment_profile": DEPLOYMENT_PROFILE,
+        "workspace_id": workspace_id,
+        "generated_at": now_iso(now),
+        "source": source,
+    }
+
+
+def warning(code: str, message: str) -> dict[str, str]:
+    if code not in WARNING_CODES:
+        raise ValueError(f"unknown warning code: {code}")
+    return {"code": code, "message": message}
+
+
+def envelope(workspace_id: str, now: datetime | None = None, **fields: Any) -> dict[str, Any]:
+    """The fields every investigation response starts with."""
+    return {
+        "schema_version": CONTRACT_VERSION,
+        "provenance": provenance(workspace_id, now),
+        "warnings": [],
+        **fields,
+    }

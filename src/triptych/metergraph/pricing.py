@@ -1,0 +1,299 @@
+"""Pricing with the bundled ``genai-prices`` data, one library lookup per (provider, model, UTC day).
+
+The library is asked once per key for the model's price table; each call is then priced from that
+cached rate with the library's own rules: input tokens include cache reads and writes (each priced at
+its own rate when the table has one, else at the input rate), reasoning tokens are part of output
+(priced at a reasoning rate only when the table has one), tiered rates are chosen by the call's total
+input tokens. ``tests/metergraph/test_pricing.py`` checks this against ``genai_prices.calc_price``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import genai_prices
+from genai_prices import data_snapshot, types
+
+LIBRARY = f"genai-prices {genai_prices.__version__}"
+
+# Common spellings of providers that genai-prices knows under another id.
+_PROVIDER_ALIASES = {
+    "gemini": "google",
+    "google_genai": "google",
+    "google-genai": "google",
+    "vertex_ai": "google",
+    "vertexai": "google",
+    "gcp.gemini": "google",
+    "gcp.vertex_ai": "google",
+    "azure.ai.openai": "azure",
+    "az.ai.openai": "azure",
+    "aws.bedrock": "aws",
+    "bedrock": "aws",
+    "mistralai": "mistral",
+    "x_ai": "x-ai",
+    "xai": "x-ai",
+}
+
+Rate = Decimal | types.TieredPrices | None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRate:
+    """A model's per-million-token rates for one day, or why there is none."""
+
+    provider_id: str | None
+    model_id: str | None
+    input: Rate = None
+    output: Rate = None
+    cache_read: Rate = None
+    cache_write: Rate = None
+    reasoning: Rate = None
+    per_request: Decimal | None = None
+    # Per-token float rates (input, output, cache_read, cache_write, reasoning, per_request) when no
+    # rate is tiered: the hot path then prices a call with a few float multiplications.
+    fast: tuple[float | None, ...] | None = None
+
+    @property
+    def found(self) -> bool:
+        return self.model_id is not None
+
+    @property
+    def source(self) -> dict[str, Any]:
+        return {"library": LIBRARY, "provider": self.provider_id, "model": self.model_id}
+
+    @property
+    def source_json(self) -> str:
+        return json.dumps(self.source, sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    cost_usd: float | None
+    computed_cost_usd: float | None
+    status: str  # priced | partial | unpriced | zero
+    missing_rates: tuple[str, ...]
+    source: dict[str, Any] | None
+    unknown: bool  # no model or no usage at all: the call cannot be told apart
+    source_json: str | None = None
+
+
+def _rate_per_token(rate: Rate, total_input: int) -> Decimal | None:
+    if rate is None:
+        return None
+    if isinstance(rate, types.TieredPrices):
+        applicable = rate.base
+        for tier in reversed(rate.tiers):
+            if total_input > tier.start:
+                applicable = tier.price
+                break
+        return applicable / 1_000_000
+    return rate / 1_000_000
+
+
+def _fast_compute(
+    fast: tuple[float | None, ...],
+    input_t: int,
+    output_t: int,
+    cache_read: int,
+    cache_write: int,
+    reasoning: int,
+) -> tuple[float, tuple[str, ...]]:
+    """``Pricer._compute`` with float rates (no tiers): the same rules, a few multiplications."""
+    rate_in, rate_out, rate_read, rate_write, rate_reasoning, per_request = fast
+    missing: list[str] = []
+    total = 0.0
+    uncached = max(0, input_t - cache_read - cache_write)
+    for count, own, fallback, kind in (
+        (uncached, rate_in, None, "input"),
+        (cache_read, rate_read, rate_in, "cache_read"),
+        (cache_write, rate_write, rate_in, "cache_write"),
+        (reasoning if rate_reasoning is not None else 0, rate_reasoning, rate_out, "reasoning"),
+        (max(0, output_t - reasoning) if rate_reasoning is not None else output_t, rate_out, None, "output"),
+    ):
+        if count <= 0:
+            continue
+        per = own if own is not None else fallback
+        if per is None:
+            missing.append(kind)
+        else:
+            total += per * count
+    if per_request is not None:
+        total += per_request
+    return total, tuple(missing)
+
+
+def _per_request(rate: Rate) -> Decimal | None:
+    if isinstance(rate, Decimal):
+        return rate / 1000
+    return None
+
+
+class Pricer:
+    """Prices calls; the library is consulted once per (provider, model, day) and the rate cached."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, str, int], ResolvedRate] = {}
+        self._json_cache: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self.lookups = 0  # library consultations, for tests and the benchmark
+
+    def resolve(self, provider: str | None, model: str, ts: datetime) -> ResolvedRate:
+        day = int(ts.timestamp() // 86_400)
+        key = ((provider or "").lower(), model.lower(), day)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is None:
+                cached = self._lookup(provider, model, datetime.fromtimestamp(day * 86_400 + 43_200, UTC))
+                self._cache[key] = cached
+        return cached
+
+    def _lookup(self, provider: str | None, model: str, when: datetime) -> ResolvedRate:
+        self.lookups += 1
+        snapshot = data_snapshot.get_snapshot()
+        provider_id = _PROVIDER_ALIASES.get((provider or "").lower(), provider or None)
+        try:
+            found_provider, found_model = snapshot.find_provider_model(model, None, provider_id, None)
+        except LookupError:
+            if provider_id is None:
+                return ResolvedRate(None, None)
+            try:  # an unknown provider name: let the model name find its provider
+                found_provider, found_model = snapshot.find_provider_model(model, None, None, None)
+            except LookupError:
+                return ResolvedRate(None, None)
+        prices = found_model.get_prices(when)
+
+        def rate(name: str) -> Rate:
+            value = getattr(prices, name, None)
+            return value if isinstance(value, Decimal | types.TieredPrices) else None
+
+        rates = [rate(k) for k in ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok",
+                                       "output_reasoning_mtok")]  # fmt: skip
+        per_request = _per_request(rate("requests_kcount"))
+        fast: tuple[float | None, ...] | None = None
+        if not any(isinstance(r, types.TieredPrices) for r in rates):
+            fast = (*(float(r) / 1_000_000 if isinstance(r, Decimal) else None for r in rates),
+                    None if per_request is None else float(per_request))  # fmt: skip
+        return ResolvedRate(
+            found_provider.id,
+            found_model.id,
+            input=rates[0],
+            output=rates[1],
+            cache_read=rates[2],
+            cache_write=rates[3],
+            reasoning=rates[4],
+            per_request=per_request,
+            fast=fast,
+        )
+
+    def price(
+        self,
+        provider: str | None,
+        model: str | None,
+        ts: datetime,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+        reasoning_tokens: int | None = None,
+        reported_cost_usd: float | None = None,
+    ) -> Price:
+        has_usage = any(
+            t is not None
+            for t in (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens)
+        )
+        computed: Decimal | None = None
+        missing: tuple[str, ...] = ()
+        status = "unpriced"
+        source: dict[str, Any] | None = None
+        source_json: str | None = None
+        if model and has_usage:
+            resolved = self.resolve(provider, model, ts)
+            source = resolved.source
+            source_json = self._source_json(resolved)
+            if resolved.found and resolved.fast is not None:
+                cost, missing = _fast_compute(
+                    resolved.fast,
+                    input_tokens or 0,
+                    output_tokens or 0,
+                    cache_read_tokens or 0,
+                    cache_write_tokens or 0,
+                    reasoning_tokens or 0,
+                )
+                status = "partial" if missing else ("zero" if cost == 0 else "priced")
+                if reported_cost_usd is None:
+                    return Price(cost, cost, status, missing, source, False, source_json)
+                computed = Decimal(repr(cost))
+            elif resolved.found:
+                computed, missing = self._compute(
+                    resolved,
+                    input_tokens or 0,
+                    output_tokens or 0,
+                    cache_read_tokens or 0,
+                    cache_write_tokens or 0,
+                    reasoning_tokens or 0,
+                )
+                status = "partial" if missing else ("zero" if computed == 0 else "priced")
+        computed_f = float(computed) if computed is not None else None
+        if reported_cost_usd is not None:
+            # A cost reported with the call is the provider's own figure: kept and preferred.
+            status = "zero" if reported_cost_usd == 0 else "priced"
+            source = {**(source or {}), "reported": True}
+            return Price(
+                reported_cost_usd,
+                computed_f,
+                status,
+                missing,
+                source,
+                False,
+                json.dumps(source, sort_keys=True),
+            )
+        return Price(computed_f, computed_f, status, missing, source, not (model and has_usage), source_json)
+
+    def _source_json(self, resolved: ResolvedRate) -> str:
+        # Resolved rates live in self._cache for the process's lifetime, so their ids are stable keys.
+        cached = self._json_cache.get(id(resolved))
+        if cached is None:
+            cached = self._json_cache[id(resolved)] = resolved.source_json
+        return cached
+
+    @staticmethod
+    def _compute(
+        rate: ResolvedRate, input_t: int, output_t: int, cache_read: int, cache_write: int, reasoning: int
+    ) -> tuple[Decimal, tuple[str, ...]]:
+        missing: list[str] = []
+        input_rate = _rate_per_token(rate.input, input_t)
+        uncached = max(0, input_t - cache_read - cache_write)
+        total = Decimal(0)
+
+        def add(count: int, own: Rate, fallback: Decimal | None, kind: str) -> None:
+            nonlocal total
+            if count <= 0:
+                return
+            per = _rate_per_token(own, input_t)
+            if per is None:
+                per = fallback
+            if per is None:
+                missing.append(kind)
+                return
+            total += per * count
+
+        add(uncached, rate.input, None, "input")
+        add(cache_read, rate.cache_read, input_rate, "cache_read")
+        add(cache_write, rate.cache_write, input_rate, "cache_write")
+        output_rate = _rate_per_token(rate.output, input_t)
+        if rate.reasoning is not None:
+            add(reasoning, rate.reasoning, output_rate, "reasoning")
+            add(max(0, output_t - reasoning), rate.output, None, "output")
+        else:
+            add(output_t, rate.output, None, "output")
+        if rate.per_request is not None:
+            total += rate.per_request
+        return total, tuple(missing)

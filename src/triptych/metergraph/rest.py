@@ -1,0 +1,261 @@
+"""HTTP doors: ingest (SDK rows, sessions, route config), OTLP/HTTP traces, the Agent Access REST mirrors
+and ``/healthz``. Handlers parse, authenticate and render; the rules live in the services.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from triptych.metergraph import otlp
+from triptych.metergraph.contract import (
+    MAX_RESPONSE_BYTES,
+    InvalidArgument,
+    MetergraphError,
+    ResponseTooLarge,
+    Unauthenticated,
+    error_document,
+)
+from triptych.metergraph.ingest import BadBatch
+from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
+from triptych.metergraph.service import Metergraph
+from triptych.metergraph.tools import ArgumentError, parse
+from triptych.metergraph.web import BadEncoding, BodyTooLarge, bearer, decode_body, json_response, read_body
+
+log = logging.getLogger(__name__)
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _error_response(exc: MetergraphError) -> Response:
+    headers = {"WWW-Authenticate": 'Bearer error="invalid_token"'} if exc.http_status == 401 else None
+    if isinstance(exc, Unauthenticated):
+        return json_response({"error": {"code": "unauthenticated", "message": exc.message}}, 401, headers)
+    return json_response(error_document(exc), exc.http_status, headers)
+
+
+def agent_principal(mg: Metergraph, request: Request) -> AgentPrincipal:
+    token = bearer(request)
+    if token is None and mg.local_principal is not None:
+        return mg.local_principal
+    return mg.keys.agent(token)
+
+
+# -- ingest ---------------------------------------------------------------------------------------
+
+
+def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
+    settings = mg.settings
+
+    async def read_json(request: Request) -> Any:
+        raw = await read_body(request, settings.max_body_bytes)
+        body = decode_body(request, raw, settings.max_body_bytes)
+        try:
+            return json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise BadBatch("the body is not valid JSON") from None
+
+    async def guarded(request: Request, work: Callable[[AppPrincipal], Awaitable[Response]]) -> Response:
+        try:
+            app = mg.keys.app(bearer(request))
+            try:
+                return await work(app)
+            except BadBatch:
+                # A refused batch is a permanent ingestion failure of this workspace: health shows it.
+                source = "otlp" if request.url.path == "/v1/traces" else "sdk"
+                await anyio.to_thread.run_sync(
+                    mg.store.record_failed_batch, app.workspace, source, int(time.time() * 1000), "permanent"
+                )
+                raise
+        except BodyTooLarge:
+            return json_response({"error": {"code": "payload_too_large", "message": "body too large"}}, 413)
+        except BadEncoding as exc:
+            return json_response({"error": {"code": "invalid_argument", "message": str(exc)}}, 400)
+        except MetergraphError as exc:
+            return _error_response(exc)
+
+    async def ingest(request: Request) -> Response:
+        async def work(app: AppPrincipal) -> Response:
+            document = await read_json(request)
+            result = await anyio.to_thread.run_sync(mg.ingest.ingest_document, app, document)
+            return json_response({"accepted": result.accepted, "ignored": result.ignored}, 202)
+
+        return await guarded(request, work)
+
+    async def sessions(request: Request) -> Response:
+        async def work(app: AppPrincipal) -> Response:
+            if (bearer(request) or "").startswith("mgsess_"):
+                raise Unauthenticated("a session token cannot mint another session: send the app token")
+            document = await read_json(request)
+            if not isinstance(document, dict) or document.get("protocol_version") != 2:
+                raise BadBatch("protocol_version must be 2")
+            repository = document.get("repository")
+            sdk_version = document.get("sdk_version")
+            if not isinstance(repository, str) or not repository.strip() or len(repository) > 512:
+                raise BadBatch("repository must be a non-empty string (owner/name)")
+            if not isinstance(sdk_version, str) or len(sdk_version) > 64:
+                raise BadBatch("sdk_version must be a string")
+            token, expires = await anyio.to_thread.run_sync(
+                mg.keys.create_session, app, repository, sdk_version
+            )
+            expires_at = datetime.fromtimestamp(expires, UTC).isoformat()
+            return json_response({"session_token": token, "expires_at": expires_at}, 201)
+
+        return await guarded(request, work)
+
+    async def config(request: Request) -> Response:
+        async def work(app: AppPrincipal) -> Response:
+            routes = await anyio.to_thread.run_sync(mg.store.route_config, app.workspace)
+            body = json.dumps({"routes": routes}, sort_keys=True, separators=(",", ":"))
+            etag = '"' + hashlib.sha256(body.encode()).hexdigest()[:32] + '"'
+            if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+                return Response(status_code=304, headers={"ETag": etag})
+            return Response(body, media_type="application/json", headers={"ETag": etag})
+
+        return await guarded(request, work)
+
+    async def traces(request: Request) -> Response:
+        async def work(app: AppPrincipal) -> Response:
+            raw = await read_body(request, settings.max_body_bytes)
+            body = decode_body(request, raw, settings.max_body_bytes)
+            content_type = request.headers.get("content-type", "application/x-protobuf").lower()
+            try:
+                decoded = otlp.to_rows(otlp.parse_request(body, content_type))
+            except otlp.OtlpDecodeError as exc:
+                raise BadBatch(str(exc)) from None
+            if decoded.rows:
+                await anyio.to_thread.run_sync(
+                    lambda: mg.ingest.ingest_rows(
+                        app, decoded.rows, "otlp", unknown_attributes=decoded.unknown_attributes
+                    )
+                )
+            payload, media = otlp.encode_response(content_type)
+            return Response(payload, media_type=media)
+
+        return await guarded(request, work)
+
+    return [
+        Route("/v1/ingest", ingest, methods=["POST"]),
+        Route("/v1/ingest/sessions", sessions, methods=["POST"]),
+        Route("/v1/config", config, methods=["GET"]),
+        Route("/v1/traces", traces, methods=["POST"]),
+    ]
+
+
+# -- Agent Access REST mirrors --------------------------------------------------------------------
+
+_INT_PARAMS = ("days", "limit")
+_LIST_PARAMS = ("route", "provider", "model", "environment")
+
+
+def parse_metadata_param(raw: str) -> dict[str, str]:
+    """``metadata`` as one URL-encoded JSON object: malformed, duplicated or non-string is 422."""
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        if len(keys) != len(set(keys)):
+            raise InvalidArgument("metadata has a duplicate key")
+        return dict(pairs)
+
+    try:
+        value = json.loads(raw, object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError:
+        raise InvalidArgument("metadata must be one JSON object of string keys and string values") from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise InvalidArgument("metadata must be one JSON object of string keys and string values")
+    return value
+
+
+def query_arguments(request: Request, list_params: tuple[str, ...], split_group_by: bool) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    params = request.query_params
+    for key in params.keys():
+        values = params.getlist(key)
+        if key == "metadata":
+            if len(values) != 1:
+                raise InvalidArgument("send metadata once, as one JSON object")
+            args["metadata"] = parse_metadata_param(values[0])
+        elif key in _INT_PARAMS:
+            if len(values) != 1 or not values[0].lstrip("-").isdigit():
+                raise InvalidArgument(f"{key} must be one integer")
+            args[key] = int(values[0])
+        elif key == "group_by" and split_group_by:
+            entries: list[str] = []
+            for value in values:
+                # Only built-in dimensions are split on commas; a metadata.<key> entry is taken whole.
+                entries.extend(
+                    [value] if value.startswith("metadata.") else [v for v in value.split(",") if v]
+                )
+            args["group_by"] = entries
+        elif key in list_params:
+            args[key] = [v for value in values for v in value.split(",") if v]
+        else:
+            if len(values) != 1:
+                raise InvalidArgument(f"send {key} once")
+            args[key] = values[0]
+    return args
+
+
+def agent_routes(mg: Metergraph) -> list[BaseRoute]:
+    tools = {t.name: t for t in mg.tools}
+
+    def mirror(
+        tool_name: str, list_params: tuple[str, ...] = (), path_args: tuple[str, ...] = ()
+    ) -> Endpoint:
+        tool = tools[tool_name]
+
+        async def endpoint(request: Request) -> Response:
+            try:
+                principal = agent_principal(mg, request)
+                arguments = query_arguments(request, list_params, split_group_by=True)
+                for name in path_args:
+                    arguments[name] = request.path_params[name]
+                try:
+                    args = parse(tool.args, arguments)
+                except ArgumentError as exc:
+                    raise InvalidArgument(str(exc)) from None
+                document = await anyio.to_thread.run_sync(tool.handler, principal, args)
+                response = json_response(document, headers={"Cache-Control": "no-store"})
+                if len(response.body) > MAX_RESPONSE_BYTES:
+                    raise ResponseTooLarge("the response exceeds 5 MiB: narrow the window or lower the limit")
+            except MetergraphError as exc:
+                return _error_response(exc)
+            return response
+
+        return endpoint
+
+    return [
+        Route("/v1/agent/workspace", mirror("metergraph_get_workspace_context"), methods=["GET"]),
+        Route("/v1/agent/capabilities", mirror("metergraph_get_capabilities"), methods=["GET"]),
+        Route("/v1/agent/routes", mirror("metergraph_list_routes"), methods=["GET"]),
+        Route("/v1/agent/usage", mirror("metergraph_get_usage"), methods=["GET"]),
+        Route("/v1/agent/usage/aggregates", mirror("metergraph_get_usage_aggregates", _LIST_PARAMS), methods=["GET"]),
+        Route("/v1/agent/ingestion-health", mirror("metergraph_get_ingestion_health"), methods=["GET"]),
+        Route("/v1/agent/incidents", mirror("metergraph_list_incidents"), methods=["GET"]),
+        Route("/v1/agent/traces", mirror("metergraph_query_traces", ("environment",)), methods=["GET"]),
+        Route("/v1/agent/analysis-runs", mirror("metergraph_list_analysis_runs"), methods=["GET"]),
+        Route("/v1/agent/analysis-runs/{run_id}", mirror("metergraph_get_analysis_run", (), ("run_id",)),
+              methods=["GET"]),
+        Route("/v1/agent/reports", mirror("metergraph_list_reports"), methods=["GET"]),
+        Route("/v1/agent/reports/{analysis_id}", mirror("metergraph_get_report", (), ("analysis_id",)),
+              methods=["GET"]),
+        Route("/v1/agent/debug/traces/{trace_id}", mirror("metergraph_get_trace", (), ("trace_id",)),
+              methods=["GET"]),
+    ]  # fmt: skip
+
+
+def health_route() -> BaseRoute:
+    async def healthz(request: Request) -> Response:
+        return json_response({"status": "ok"})
+
+    return Route("/healthz", healthz, methods=["GET"])

@@ -1,0 +1,74 @@
+"""The Metergraph services over one store, built from settings: what every door (MCP, REST, CLI) uses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from triptych.metergraph.ingest import IngestService
+from triptych.metergraph.keys import AgentPrincipal, KeyService
+from triptych.metergraph.pricing import Pricer
+from triptych.metergraph.ratelimit import RateLimiter
+from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
+from triptych.metergraph.store import SqliteTelemetryStore
+from triptych.metergraph.tools import ToolSpec, build_tools
+from triptych.metergraph.traces import TraceService
+from triptych.metergraph.usage import UsageService
+from triptych.metergraph.workspace import WorkspaceService
+
+DB_FILE = "metergraph.db"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Metergraph:
+    settings: MetergraphSettings
+    store: SqliteTelemetryStore
+    keys: KeyService
+    ingest: IngestService
+    workspace: WorkspaceService
+    usage: UsageService
+    traces: TraceService
+    tools: list[ToolSpec]
+    # When set (auth disabled and no static agent tokens), an unauthenticated read acts as this principal.
+    local_principal: AgentPrincipal | None = None
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: Path,
+        settings: MetergraphSettings | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        local_workspace: str | None = None,
+    ) -> Metergraph:
+        settings = settings or load_metergraph_settings()
+        store = SqliteTelemetryStore(data_dir / DB_FILE)
+        pricer = Pricer()
+        workspace = WorkspaceService(store, clock)
+        usage = UsageService(store, clock)
+        traces = TraceService(store, clock)
+        limiter = RateLimiter(settings.agent_rate_per_minute)
+        local = (
+            AgentPrincipal(local_workspace, "debug", "local")
+            if local_workspace is not None and not settings.agent_tokens
+            else None
+        )
+        return cls(
+            settings,
+            store,
+            KeyService(store, settings),
+            IngestService(store, pricer, settings.max_rows, clock=lambda: clock().timestamp()),
+            workspace,
+            usage,
+            traces,
+            [replace(t, handler=limiter.wrap(t.handler)) for t in build_tools(workspace, usage, traces)],
+            local,
+        )
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,60 @@
+"""Metergraph settings, read from the environment (upstream self-hosted names where they exist)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class MetergraphSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    max_rows: int = Field(5000, ge=1, validation_alias=AliasChoices("MG_MAX_ROWS", "max_rows"))
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, validation_alias=AliasChoices("MG_MAX_BODY_BYTES", "max_body_bytes")
+    )
+    # Static tokens, as in the upstream self-hosted server: ingest (app) and read (agent) tokens.
+    tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias=AliasChoices("MG_TOKENS", "tokens")
+    )
+    agent_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias=AliasChoices("MG_AGENT_TOKENS", "agent_tokens")
+    )
+    # The workspace static tokens act on, and the role static agent tokens carry.
+    static_workspace: str = Field(
+        "default",
+        validation_alias=AliasChoices("MG_WORKSPACE", "TRIPTYCH_DEFAULT_WORKSPACE", "static_workspace"),
+    )
+    static_agent_role: str = Field(
+        "metadata", validation_alias=AliasChoices("MG_AGENT_TOKENS_ROLE", "static_agent_role")
+    )
+    session_ttl_seconds: int = Field(
+        3600, ge=60, validation_alias=AliasChoices("MG_SESSION_TTL_SECONDS", "session_ttl_seconds")
+    )
+    # Agent reads per key and minute (0: unlimited).
+    agent_rate_per_minute: int = Field(
+        600, ge=0, validation_alias=AliasChoices("MG_AGENT_RATE_PER_MINUTE", "agent_rate_per_minute")
+    )
+    # Bodies of the stateless MCP endpoint (contract: 1 MiB).
+    mcp_max_body_bytes: int = 1024 * 1024
+
+    @field_validator("tokens", "agent_tokens", mode="before")
+    @classmethod
+    def _split_csv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("static_agent_role")
+    @classmethod
+    def _role(cls, value: str) -> str:
+        if value not in ("metadata", "debug", "replay"):
+            raise ValueError("MG_AGENT_TOKENS_ROLE must be metadata, debug or replay")
+        return value
+
+
+def load_metergraph_settings(**overrides: Any) -> MetergraphSettings:
+    """Settings from the environment, explicit values taking precedence."""
+    return MetergraphSettings(**{k: v for k, v in overrides.items() if v is not None})

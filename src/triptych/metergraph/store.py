@@ -1,0 +1,865 @@
+"""Metergraph persistence: call rows, retained content, rollups, keys, sessions and ingest batches.
+
+``SqliteTelemetryStore`` is the embedded default (one WAL-mode SQLite file, ``metergraph.db``). The
+services talk to it through plain dataclasses (``CallFilter``, ``AggRow``) and SQL-free method names, so
+a ClickHouse store can implement the same methods later.
+
+Rollups: every accepted call is added, in the same transaction as its row, to a daily and an hourly
+rollup keyed by (workspace, bucket, route, provider, model, environment) with sums and a mergeable
+latency histogram. Empty strings stand for a missing route/provider/model/environment in rollup keys.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from triptych.core.db import Database
+from triptych.metergraph import histogram
+
+MIGRATIONS = [
+    """
+    CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        retain_content INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE keys (
+        id TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        kind TEXT NOT NULL,            -- app | agent
+        role TEXT,                     -- agent keys: metadata | debug | replay
+        environments TEXT,             -- JSON list, NULL = unrestricted
+        token_hash TEXT NOT NULL UNIQUE,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+    );
+    CREATE TABLE sessions (
+        token_hash TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        app TEXT NOT NULL,
+        repository TEXT,
+        sdk_version TEXT,
+        expires_at INTEGER NOT NULL
+    );
+    CREATE TABLE calls (
+        id INTEGER PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        app TEXT,
+        source TEXT NOT NULL,          -- sdk | otlp
+        ts_ms INTEGER NOT NULL,
+        route TEXT, provider TEXT, model TEXT, environment TEXT, operation TEXT,
+        latency_ms REAL, ttft_ms REAL, lat_bucket INTEGER,
+        input_tokens INTEGER, output_tokens INTEGER, cache_read_tokens INTEGER,
+        cache_write_tokens INTEGER, reasoning_tokens INTEGER,
+        status TEXT, status_code TEXT, finish_reason TEXT, error INTEGER NOT NULL DEFAULT 0, error_type TEXT,
+        endpoint TEXT, request_id TEXT, session_id TEXT, conversation_id TEXT,
+        trace_id TEXT, span_id TEXT, parent_span_id TEXT, trace_name TEXT, template_hash TEXT,
+        unit_name TEXT, unit_count REAL, tool_names TEXT, tool_call_count INTEGER,
+        stream INTEGER, batch INTEGER, func TEXT, module TEXT, tags TEXT,
+        sdk TEXT, sdk_version TEXT, runtime TEXT,
+        cost_usd REAL, computed_cost_usd REAL, reported_cost_usd REAL,
+        cost_status TEXT NOT NULL, cost_unknown INTEGER NOT NULL DEFAULT 0, missing_rates TEXT, price_source TEXT,
+        has_content INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX calls_by_time ON calls (workspace, ts_ms);
+    CREATE INDEX calls_by_trace ON calls (workspace, trace_id);
+    CREATE INDEX calls_by_route ON calls (workspace, route, ts_ms);
+    -- Retained prompt/response content lives apart from the call rows; only Debug reads reach it.
+    CREATE TABLE call_content (
+        call_id INTEGER PRIMARY KEY REFERENCES calls(id),
+        workspace TEXT NOT NULL,
+        request_text TEXT,
+        response_text TEXT,
+        tool_calls TEXT
+    );
+    CREATE TABLE rollup_daily (
+        workspace TEXT NOT NULL, bucket INTEGER NOT NULL,
+        route TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL, environment TEXT NOT NULL,
+        calls INTEGER NOT NULL, errors INTEGER NOT NULL, cost_usd REAL NOT NULL,
+        input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, cache_read_tokens INTEGER NOT NULL,
+        cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+        latency_sum REAL NOT NULL, latency_count INTEGER NOT NULL,
+        priced INTEGER NOT NULL, partial INTEGER NOT NULL, zero INTEGER NOT NULL, unpriced INTEGER NOT NULL,
+        unknown INTEGER NOT NULL, hist BLOB NOT NULL,
+        PRIMARY KEY (workspace, bucket, route, provider, model, environment)
+    ) WITHOUT ROWID;
+    CREATE TABLE rollup_hourly (
+        workspace TEXT NOT NULL, bucket INTEGER NOT NULL,
+        route TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL, environment TEXT NOT NULL,
+        calls INTEGER NOT NULL, errors INTEGER NOT NULL, cost_usd REAL NOT NULL,
+        input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, cache_read_tokens INTEGER NOT NULL,
+        cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+        latency_sum REAL NOT NULL, latency_count INTEGER NOT NULL,
+        priced INTEGER NOT NULL, partial INTEGER NOT NULL, zero INTEGER NOT NULL, unpriced INTEGER NOT NULL,
+        unknown INTEGER NOT NULL, hist BLOB NOT NULL,
+        PRIMARY KEY (workspace, bucket, route, provider, model, environment)
+    ) WITHOUT ROWID;
+    CREATE TABLE ingest_batches (
+        id INTEGER PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        source TEXT NOT NULL,
+        received_ms INTEGER NOT NULL,
+        processed_ms INTEGER,
+        status TEXT NOT NULL,          -- processed | failed
+        failure_class TEXT,            -- permanent | recoverable | NULL
+        accepted INTEGER NOT NULL DEFAULT 0,
+        ignored INTEGER NOT NULL DEFAULT 0,
+        dropped INTEGER NOT NULL DEFAULT 0,
+        transport_errors INTEGER NOT NULL DEFAULT 0,
+        unknown_attributes INTEGER NOT NULL DEFAULT 0,
+        content_dropped INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX batches_by_time ON ingest_batches (workspace, received_ms);
+    CREATE TABLE routes (
+        workspace TEXT NOT NULL,
+        route TEXT NOT NULL,
+        description TEXT,
+        constraints TEXT NOT NULL DEFAULT '{}',
+        config TEXT NOT NULL DEFAULT '{}',
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (workspace, route)
+    );
+    """,
+    # 2: route-free rollups, so provider/model reads touch a few hundred rows a day instead of one per
+    # route; the route-keyed hourly rollup (about as large as the raw calls) is dropped.
+    """
+    DROP TABLE rollup_hourly;
+    CREATE TABLE rollup_daily_coarse AS SELECT * FROM rollup_daily WHERE 0;
+    CREATE TABLE rollup_hourly_coarse AS SELECT * FROM rollup_daily WHERE 0;
+    CREATE UNIQUE INDEX rollup_daily_coarse_key
+        ON rollup_daily_coarse (workspace, bucket, route, provider, model, environment);
+    CREATE UNIQUE INDEX rollup_hourly_coarse_key
+        ON rollup_hourly_coarse (workspace, bucket, route, provider, model, environment);
+    """,
+]
+# 3: histogram buckets as integer columns (h0..h95) instead of a blob: SQLite sums them in C, zero
+# counts cost one header byte, and the upsert needs no Python function. Rollups are rebuilt from calls.
+_ROLLUP_TABLES = ("rollup_daily", "rollup_daily_coarse", "rollup_hourly_coarse")
+_HIST_DDL = ", ".join(f"h{i} INTEGER NOT NULL DEFAULT 0" for i in range(histogram.BUCKETS))
+MIGRATIONS.append(
+    "\n".join(
+        [f"DROP TABLE {t};" for t in _ROLLUP_TABLES]
+        + [
+            f"""CREATE TABLE {t} (
+    workspace TEXT NOT NULL, bucket INTEGER NOT NULL,
+    route TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL, environment TEXT NOT NULL,
+    calls INTEGER NOT NULL, errors INTEGER NOT NULL, cost_usd REAL NOT NULL,
+    input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, cache_read_tokens INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+    latency_sum REAL NOT NULL, latency_count INTEGER NOT NULL,
+    priced INTEGER NOT NULL, partial INTEGER NOT NULL, zero INTEGER NOT NULL, unpriced INTEGER NOT NULL,
+    unknown INTEGER NOT NULL, {_HIST_DDL},
+    PRIMARY KEY (workspace, bucket, route, provider, model, environment)
+) WITHOUT ROWID;"""
+            for t in _ROLLUP_TABLES
+        ]
+    )
+)
+HIST_COLUMNS = tuple(f"h{i}" for i in range(histogram.BUCKETS))
+# Rollup tables: name -> (bucket width in ms, keeps the route).
+ROLLUPS: dict[str, tuple[int, bool]] = {
+    "rollup_daily": (86_400_000, True),
+    "rollup_daily_coarse": (86_400_000, False),
+    "rollup_hourly_coarse": (3_600_000, False),
+}
+
+CALL_COLUMNS = (
+    "workspace", "app", "source", "ts_ms", "route", "provider", "model", "environment", "operation",
+    "latency_ms", "ttft_ms", "lat_bucket", "input_tokens", "output_tokens", "cache_read_tokens",
+    "cache_write_tokens", "reasoning_tokens", "status", "status_code", "finish_reason", "error", "error_type",
+    "endpoint", "request_id", "session_id", "conversation_id", "trace_id", "span_id", "parent_span_id",
+    "trace_name", "template_hash", "unit_name", "unit_count", "tool_names", "tool_call_count", "stream",
+    "batch", "func", "module", "tags", "sdk", "sdk_version", "runtime", "cost_usd", "computed_cost_usd",
+    "reported_cost_usd", "cost_status", "cost_unknown", "missing_rates", "price_source", "has_content",
+)  # fmt: skip
+_INSERT_CALL = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
+
+SUMS = (
+    "calls", "errors", "cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+    "reasoning_tokens", "latency_sum", "latency_count", "priced", "partial", "zero", "unpriced", "unknown",
+)  # fmt: skip
+ROLLUP_KEY = ("route", "provider", "model", "environment")
+DIMENSIONS = ("provider", "model", "route", "day")
+UNTAGGED = ""
+_UNTAGGED_SQL = "(environment IS NULL OR trim(environment) = '')"
+
+
+@dataclass
+class Content:
+    request_text: str | None
+    response_text: str | None
+    tool_calls: str | None
+
+
+@dataclass
+class CallFilter:
+    """Which calls a read covers. ``environments`` None = every environment (untagged included)."""
+
+    workspace: str
+    since_ms: int
+    until_ms: int
+    routes: Sequence[str] | None = None
+    providers: Sequence[str] | None = None
+    models: Sequence[str] | None = None
+    environments: Sequence[str] | None = None
+    metadata: Sequence[tuple[str, str]] = ()
+    status: str | None = None
+    request_id: str | None = None
+
+
+@dataclass
+class AggRow:
+    key: tuple[Any, ...]
+    sums: np.ndarray[Any, np.dtype[np.float64]] = field(default_factory=lambda: np.zeros(len(SUMS)))
+    hist: histogram.Hist = field(default_factory=histogram.empty)
+
+    def get(self, name: str) -> float:
+        return float(self.sums[SUMS.index(name)])
+
+
+def _placeholders(values: Sequence[Any]) -> str:
+    return ", ".join("?" * len(values))
+
+
+def _json_path(key: str) -> str | None:
+    # SQLite JSON paths cannot quote a label containing '"' or '\'; those keys use json_each instead.
+    if '"' in key or "\\" in key:
+        return None
+    return '$."' + key + '"'
+
+
+def _meta_exprs(key: str) -> tuple[str, str, str]:
+    """(type SQL, value SQL, the one argument each of them takes) for one tags key of a ``calls`` row."""
+    path = _json_path(key)
+    if path is not None:
+        return "json_type(tags, ?)", "json_extract(tags, ?)", path
+    return (
+        "(SELECT type FROM json_each(calls.tags) WHERE key = ?)",
+        "(SELECT value FROM json_each(calls.tags) WHERE key = ?)",
+        key,
+    )
+
+
+def call_where(f: CallFilter, params: list[Any]) -> str:
+    clauses = ["workspace = ?", "ts_ms >= ?", "ts_ms < ?"]
+    params.extend([f.workspace, f.since_ms, f.until_ms])
+    for column, values in (("route", f.routes), ("provider", f.providers), ("model", f.models)):
+        if values is not None:  # an empty list selects nothing
+            clauses.append(f"{column} IN ({_placeholders(values)})" if values else "0")
+            params.extend(values)
+    if f.environments is not None:
+        clauses.append(f"environment IN ({_placeholders(f.environments)})" if f.environments else "0")
+        params.extend(f.environments)
+    if f.status is not None:
+        clauses.append("status = ?")
+        params.append(f.status)
+    if f.request_id is not None:
+        clauses.append("request_id = ?")
+        params.append(f.request_id)
+    for key, value in f.metadata:
+        type_sql, value_sql, arg = _meta_exprs(key)
+        clauses.append(f"{type_sql} = 'text' AND {value_sql} = ?")
+        params.extend([arg, arg, value])
+    return " AND ".join(clauses)
+
+
+class TelemetryStore(Protocol):
+    """What the services need from a telemetry engine. ``SqliteTelemetryStore`` is the embedded one; a
+    ClickHouse store (server mode, a later issue) implements the same methods."""
+
+    def close(self) -> None: ...
+    def workspace(self, workspace: str) -> dict[str, Any] | None: ...
+    def set_retain_content(self, workspace: str, retain: bool, now_iso: str) -> None: ...
+    def insert_key(
+        self, key_id: str, workspace: str, kind: str, role: str | None, environments: Sequence[str] | None,
+        token_hash: str, now_iso: str,
+    ) -> None: ...  # fmt: skip
+    def key_by_hash(self, token_hash: str) -> dict[str, Any] | None: ...
+    def list_keys(self, workspace: str | None = None) -> list[dict[str, Any]]: ...
+    def revoke_key(self, key_id: str, now_iso: str) -> bool: ...
+    def insert_session(
+        self, token_hash: str, workspace: str, app: str, repository: str, sdk_version: str, expires_at: int
+    ) -> None: ...
+    def session_by_hash(self, token_hash: str) -> dict[str, Any] | None: ...
+    def insert_batch(
+        self, workspace: str, source: str, calls: Sequence[dict[str, Any]], contents: Sequence[Content | None],
+        batch: dict[str, Any], now_iso: str,
+    ) -> None: ...  # fmt: skip
+    def record_failed_batch(
+        self, workspace: str, source: str, received_ms: int, failure_class: str
+    ) -> None: ...
+    def aggregate_rollups(
+        self,
+        table: str,
+        f: CallFilter,
+        bucket_from: int,
+        bucket_to: int,
+        dims: Sequence[str],
+        bucket_per_day: int,
+    ) -> dict[tuple[Any, ...], AggRow]: ...
+    def aggregate_raw(
+        self, f: CallFilter, dims: Sequence[str], meta_key: str | None
+    ) -> dict[tuple[Any, ...], AggRow]: ...
+    def trace_page(
+        self,
+        f: CallFilter,
+        trace_filter_envs: Sequence[str] | None,
+        cursor: tuple[int, int] | None,
+        limit: int,
+    ) -> list[dict[str, Any]]: ...
+    def trace_summaries(self, f: CallFilter, keys: Sequence[str]) -> list[dict[str, Any]]: ...
+    def sample_calls(self, f: CallFilter, slices: Sequence[tuple[int, int]]) -> list[str]: ...
+    def trace_spans(self, workspace: str, trace_key: str, limit: int) -> list[dict[str, Any]]: ...
+    def routes(self, f: CallFilter) -> list[dict[str, Any]]: ...
+    def route_config(self, workspace: str) -> dict[str, Any]: ...
+    def set_route(
+        self, workspace: str, route: str, description: str | None, config: dict[str, Any], now_iso: str
+    ) -> None: ...
+    def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]: ...
+
+
+class SqliteTelemetryStore:
+    def __init__(self, path: Path) -> None:
+        self.db = Database(path, MIGRATIONS)
+        conn = self.db.conn
+        if (
+            conn.execute("SELECT 1 FROM calls LIMIT 1").fetchone()
+            and not conn.execute("SELECT 1 FROM rollup_daily LIMIT 1").fetchone()
+        ):
+            self.rebuild_rollups()  # a database from before migration 3
+
+    def rebuild_rollups(self) -> None:
+        """Recompute every rollup from the raw calls (one transaction)."""
+        columns = ", ".join(
+            ["workspace", "ts_ms", "route", "provider", "model", "environment", "latency_ms", "lat_bucket", "error",
+             "cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+             "reasoning_tokens", "cost_status", "cost_unknown"]
+        )  # fmt: skip
+        with self.db.transaction() as conn:
+            for table in ROLLUPS:
+                conn.execute(f"DELETE FROM {table}")
+            cursor = conn.execute(f"SELECT {columns} FROM calls ORDER BY workspace")
+            while batch := [dict(r) for r in cursor.fetchmany(50_000)]:
+                by_workspace: dict[str, list[dict[str, Any]]] = {}
+                for call in batch:
+                    by_workspace.setdefault(call["workspace"], []).append(call)
+                for workspace, calls in by_workspace.items():
+                    for table, (width, keep_route) in ROLLUPS.items():
+                        _merge_rollups(conn, table, workspace, rollup_deltas(calls, width, keep_route))
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- workspaces, keys, sessions -------------------------------------------------------------
+
+    def ensure_workspace(self, conn: sqlite3.Connection, workspace: str, now_iso: str) -> None:
+        conn.execute("INSERT OR IGNORE INTO workspaces (id, created_at) VALUES (?, ?)", (workspace, now_iso))
+
+    def workspace(self, workspace: str) -> dict[str, Any] | None:
+        row = self.db.conn.execute("SELECT * FROM workspaces WHERE id = ?", (workspace,)).fetchone()
+        return dict(row) if row else None
+
+    def set_retain_content(self, workspace: str, retain: bool, now_iso: str) -> None:
+        with self.db.transaction() as conn:
+            self.ensure_workspace(conn, workspace, now_iso)
+            conn.execute("UPDATE workspaces SET retain_content = ? WHERE id = ?", (int(retain), workspace))
+
+    def insert_key(
+        self,
+        key_id: str,
+        workspace: str,
+        kind: str,
+        role: str | None,
+        environments: Sequence[str] | None,
+        token_hash: str,
+        now_iso: str,
+    ) -> None:
+        with self.db.transaction() as conn:
+            self.ensure_workspace(conn, workspace, now_iso)
+            conn.execute(
+                "INSERT INTO keys (id, workspace, kind, role, environments, token_hash, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (key_id, workspace, kind, role, json.dumps(list(environments)) if environments else None,
+                 token_hash, now_iso),
+            )  # fmt: skip
+
+    def key_by_hash(self, token_hash: str) -> dict[str, Any] | None:
+        row = self.db.conn.execute(
+            "SELECT * FROM keys WHERE token_hash = ? AND revoked_at IS NULL", (token_hash,)
+        ).fetchone()
+        return dict(row) if row else None
+
+    def list_keys(self, workspace: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT id, workspace, kind, role, environments, created_at, revoked_at FROM keys"
+        args: tuple[Any, ...] = ()
+        if workspace is not None:
+            sql += " WHERE workspace = ?"
+            args = (workspace,)
+        return [dict(r) for r in self.db.conn.execute(sql + " ORDER BY created_at", args)]
+
+    def revoke_key(self, key_id: str, now_iso: str) -> bool:
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now_iso, key_id)
+            )
+            return cur.rowcount > 0
+
+    def insert_session(
+        self, token_hash: str, workspace: str, app: str, repository: str, sdk_version: str, expires_at: int
+    ) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM sessions WHERE expires_at < ?", (expires_at - 7 * 86_400,))
+            conn.execute(
+                "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?)",
+                (token_hash, workspace, app, repository, sdk_version, expires_at),
+            )
+
+    def session_by_hash(self, token_hash: str) -> dict[str, Any] | None:
+        row = self.db.conn.execute("SELECT * FROM sessions WHERE token_hash = ?", (token_hash,)).fetchone()
+        return dict(row) if row else None
+
+    # -- ingest ---------------------------------------------------------------------------------
+
+    def insert_batch(
+        self,
+        workspace: str,
+        source: str,
+        calls: Sequence[dict[str, Any]],
+        contents: Sequence[Content | None],
+        batch: dict[str, Any],
+        now_iso: str,
+    ) -> None:
+        """Rows, content, rollups and the batch record: one transaction, all or nothing."""
+        deltas = {
+            table: rollup_deltas(calls, width, keep_route) for table, (width, keep_route) in ROLLUPS.items()
+        }
+        # Durable before the 202: the WAL is synced at every ingest commit (the default NORMAL would
+        # survive a crash of the process but not of the machine).
+        self.db.conn.execute("PRAGMA synchronous=FULL")
+        with self.db.transaction() as conn:
+            self.ensure_workspace(conn, workspace, now_iso)
+            run: list[tuple[Any, ...]] = []  # rows without content go in runs, keeping batch order
+            for call, content in zip(calls, contents, strict=True):
+                values = tuple(call[k] for k in CALL_COLUMNS)
+                if content is None:
+                    run.append(values)
+                    continue
+                if run:
+                    conn.executemany(_INSERT_CALL, run)
+                    run = []
+                cur = conn.execute(_INSERT_CALL, values)
+                conn.execute(
+                    "INSERT INTO call_content VALUES (?, ?, ?, ?, ?)",
+                    (
+                        cur.lastrowid,
+                        workspace,
+                        content.request_text,
+                        content.response_text,
+                        content.tool_calls,
+                    ),
+                )
+            if run:
+                conn.executemany(_INSERT_CALL, run)
+            for table, rows in deltas.items():
+                _merge_rollups(conn, table, workspace, rows)
+            conn.execute(
+                "INSERT INTO ingest_batches (workspace, source, received_ms, processed_ms, status, accepted,"
+                " ignored, dropped, transport_errors, unknown_attributes, content_dropped)"
+                " VALUES (?, ?, ?, ?, 'processed', ?, ?, ?, ?, ?, ?)",
+                (workspace, source, batch["received_ms"], batch["processed_ms"], len(calls), batch["ignored"],
+                 batch["dropped"], batch["transport_errors"], batch["unknown_attributes"],
+                 batch["content_dropped"]),
+            )  # fmt: skip
+
+    def record_failed_batch(self, workspace: str, source: str, received_ms: int, failure_class: str) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO ingest_batches (workspace, source, received_ms, status, failure_class)"
+                " VALUES (?, ?, ?, 'failed', ?)",
+                (workspace, source, received_ms, failure_class),
+            )
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def aggregate_rollups(
+        self,
+        table: str,
+        f: CallFilter,
+        bucket_from: int,
+        bucket_to: int,
+        dims: Sequence[str],
+        bucket_per_day: int,
+    ) -> dict[tuple[Any, ...], AggRow]:
+        """Group rollup rows in [bucket_from, bucket_to) by ``dims`` (route/provider/model/day)."""
+        assert table in ROLLUPS
+        params: list[Any] = [f.workspace, bucket_from, bucket_to]
+        where = ["workspace = ?", "bucket >= ?", "bucket < ?"]
+        for column, values in (("route", f.routes), ("provider", f.providers), ("model", f.models)):
+            if values is not None:  # an empty list selects nothing
+                where.append(f"{column} IN ({_placeholders(values)})" if values else "0")
+                params.extend(values)
+        if f.environments is not None:
+            where.append(f"environment IN ({_placeholders(f.environments)})" if f.environments else "0")
+            params.extend(f.environments)
+        exprs = [f"bucket / {bucket_per_day}" if d == "day" else d for d in dims]
+        group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(exprs)))}" if exprs else ""
+        cols = ", ".join([*exprs, *(f"SUM({c})" for c in (*SUMS, *HIST_COLUMNS))])
+        sql = f"SELECT {cols} FROM {table} WHERE {' AND '.join(where)}{group}"
+        result: dict[tuple[Any, ...], AggRow] = {}
+        n, m = len(exprs), len(SUMS)
+        for row in self.db.conn.execute(sql, params):
+            if row[n] is None:
+                continue  # nothing matched (an aggregate without GROUP BY still returns one row)
+            key = tuple(None if v == "" and d != "day" else v for v, d in zip(row[:n], dims, strict=True))
+            measured = np.array(row[n:], dtype=np.float64)
+            result[key] = AggRow(key, measured[:m], measured[m:].astype(histogram.DTYPE))
+        return result
+
+    def aggregate_raw(
+        self, f: CallFilter, dims: Sequence[str], meta_key: str | None
+    ) -> dict[tuple[Any, ...], AggRow]:
+        """Group raw calls by ``dims`` and, when given, one metadata key's (class, value).
+
+        The metadata class is 'v' (a string of at most 1,000 characters), 'm' (key missing) or 'i'
+        (present but not an eligible string); the value is NULL unless the class is 'v'.
+        """
+        params: list[Any] = []
+        inner = [f"{'ts_ms / 86400000' if d == 'day' else d} AS d{i}" for i, d in enumerate(dims)]
+        select = [f"d{i}" for i in range(len(dims))]
+        if meta_key is not None:
+            # The key's type and value are read once per row in a subquery that LIMIT -1 keeps from being
+            # flattened (flattening would parse the JSON again for every use).
+            t, v, arg = _meta_exprs(meta_key)
+            inner += [f"{t} AS mt", f"{v} AS mv"]
+            params.extend([arg, arg])
+            eligible = "mt = 'text' AND length(mv) <= 1000"
+            select.append(f"CASE WHEN mt IS NULL THEN 'm' WHEN {eligible} THEN 'v' ELSE 'i' END")
+            select.append(f"CASE WHEN {eligible} THEN mv END")
+        measures = (
+            "lat_bucket, error, cost_usd, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
+            " reasoning_tokens, latency_ms, cost_status, cost_unknown"
+        )
+        sums = (
+            "COUNT(*), SUM(error), COALESCE(SUM(cost_usd), 0), COALESCE(SUM(input_tokens), 0),"
+            " COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_read_tokens), 0),"
+            " COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(reasoning_tokens), 0),"
+            " COALESCE(SUM(latency_ms), 0), COUNT(latency_ms),"
+            " SUM(cost_status = 'priced'), SUM(cost_status = 'partial'), SUM(cost_status = 'zero'),"
+            " SUM(cost_status = 'unpriced' AND cost_unknown = 0), SUM(cost_unknown)"
+        )
+        where = call_where(f, params)
+        group = ", ".join([str(i + 1) for i in range(len(select))] + [str(len(select) + 1)])
+        sql = (
+            f"SELECT {', '.join([*select, 'lat_bucket'])}, {sums}"
+            f" FROM (SELECT {', '.join([*inner, measures])} FROM calls WHERE {where} LIMIT -1) GROUP BY {group}"
+        )
+        result: dict[tuple[Any, ...], AggRow] = {}
+        n = len(select)
+        for row in self.db.conn.execute(sql, params):
+            key = tuple(row[:n])
+            agg = result.get(key)
+            if agg is None:
+                agg = result[key] = AggRow(key)
+            agg.sums += np.array([v or 0 for v in row[n + 1 :]], dtype=np.float64)
+            if row[n] is not None:
+                agg.hist[int(row[n])] += int(row[n + 1])
+        return result
+
+    def trace_page(
+        self,
+        f: CallFilter,
+        trace_filter_envs: Sequence[str] | None,
+        cursor: tuple[int, int] | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        """Traces (grouped by trace id; a call without one is its own trace) newest first.
+
+        Walks matching calls newest first along the (workspace, ts_ms) index and stops after ``limit``
+        distinct traces, so a page costs about ``limit`` traces' worth of rows, not the whole window. A
+        trace's position is its newest matching call (ts_ms, id), returned as ``position``; a cursor
+        resumes after it.
+        """
+        params: list[Any] = []
+        where = call_where(f, params)
+        if cursor is not None:
+            where += " AND ts_ms <= ?"
+            params.append(cursor[0])
+        sql = f"SELECT id, ts_ms, trace_id FROM calls WHERE {where} ORDER BY ts_ms DESC, id DESC"
+        seen: set[str] = set()
+        keys: list[str] = []
+        positions: dict[str, tuple[int, int]] = {}
+        for call_id, ts_ms, trace_id in self.db.conn.execute(sql, params):
+            key = trace_id if trace_id is not None else f"call:{call_id}"
+            if key in seen:
+                continue
+            seen.add(key)
+            position = (ts_ms, call_id)
+            if cursor is not None:
+                if trace_id is not None:
+                    position = self._newest_matching(f, trace_id)
+                if position >= cursor:
+                    continue  # listed on an earlier page
+            if (
+                trace_filter_envs is not None
+                and trace_id is not None
+                and self._has_span_outside(f.workspace, trace_id, trace_filter_envs)
+            ):
+                continue
+            keys.append(key)
+            positions[key] = position
+            if len(keys) >= limit:
+                break
+        summaries = self.trace_summaries(f, keys)
+        for summary in summaries:
+            summary["position"] = positions[summary["trace_key"]]
+        return summaries
+
+    def _newest_matching(self, f: CallFilter, trace_id: str) -> tuple[int, int]:
+        params: list[Any] = []
+        where = call_where(f, params)
+        row = self.db.conn.execute(
+            f"SELECT ts_ms, id FROM calls WHERE {where} AND trace_id = ? ORDER BY ts_ms DESC, id DESC LIMIT 1",
+            [*params, trace_id],
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def _has_span_outside(self, workspace: str, trace_id: str, envs: Sequence[str]) -> bool:
+        row = self.db.conn.execute(
+            "SELECT 1 FROM calls WHERE workspace = ? AND trace_id = ?"
+            f" AND (environment IS NULL OR environment NOT IN ({_placeholders(envs)})) LIMIT 1",
+            [workspace, trace_id, *envs],
+        ).fetchone()
+        return row is not None
+
+    def trace_summaries(self, f: CallFilter, keys: Sequence[str]) -> list[dict[str, Any]]:
+        if not keys:
+            return []
+        trace_ids = [k for k in keys if not k.startswith("call:")]
+        call_ids = [int(k[5:]) for k in keys if k.startswith("call:") and k[5:].isdigit()]
+        parts: list[str] = []
+        params: list[Any] = []
+        if trace_ids:
+            where = call_where(f, params)
+            parts.append(
+                f"SELECT *, trace_id AS trace_key FROM calls WHERE {where} AND trace_id IN ({_placeholders(trace_ids)})"
+            )
+            params.extend(trace_ids)
+        if call_ids:
+            where = call_where(f, params)
+            parts.append(
+                f"SELECT *, 'call:' || id AS trace_key FROM calls WHERE {where} AND id IN ({_placeholders(call_ids)})"
+            )
+            params.extend(call_ids)
+        sql = (
+            "SELECT trace_key, MAX(trace_name) AS trace_name, MIN(ts_ms) AS first_ms,"
+            " MAX(ts_ms) AS last_ms, COUNT(*) AS span_count,"
+            " COALESCE(SUM(input_tokens), 0) AS input_tokens, COALESCE(SUM(output_tokens), 0) AS output_tokens,"
+            " COALESCE(SUM(cache_read_tokens), 0) AS cache_read_tokens,"
+            " COALESCE(SUM(cache_write_tokens), 0) AS cache_write_tokens,"
+            " COALESCE(SUM(reasoning_tokens), 0) AS reasoning_tokens, SUM(cost_usd) AS cost_usd,"
+            " SUM(cost_status IN ('unpriced', 'partial')) AS unpriced_calls, MAX(error) AS error,"
+            " json_group_array(DISTINCT route) AS routes, json_group_array(DISTINCT provider) AS providers,"
+            " json_group_array(DISTINCT model) AS models, json_group_array(DISTINCT environment) AS envs,"
+            " SUM(latency_ms) AS latency_ms"
+            f" FROM ({' UNION ALL '.join(parts)}) GROUP BY trace_key"
+        )
+        rows = {r["trace_key"]: dict(r) for r in self.db.conn.execute(sql, params)}
+        return [rows[k] for k in keys if k in rows]
+
+    def sample_calls(self, f: CallFilter, slices: Sequence[tuple[int, int]]) -> list[str]:
+        """For each [start, end) slice, the trace key of the matching call nearest the slice's middle."""
+        found: list[str] = []
+        for start, end in slices:
+            lo, hi = max(f.since_ms, start), min(f.until_ms, end)
+            middle = (start + end) // 2
+            best: tuple[int, int, str] | None = None
+            for side_lo, side_hi, order in ((middle, hi, "ASC"), (lo, middle, "DESC")):
+                params: list[Any] = []
+                sub = CallFilter(**{**f.__dict__, "since_ms": side_lo, "until_ms": side_hi})
+                row = self.db.conn.execute(
+                    f"SELECT ts_ms, id, COALESCE(trace_id, 'call:' || id) FROM calls WHERE {call_where(sub, params)}"
+                    f" ORDER BY ts_ms {order}, id LIMIT 1",
+                    params,
+                ).fetchone()
+                if row is not None:
+                    candidate = (abs(row[0] - middle), row[1], row[2])
+                    best = candidate if best is None or candidate < best else best
+            if best is not None:
+                found.append(best[2])
+        return found
+
+    def trace_spans(self, workspace: str, trace_key: str, limit: int) -> list[dict[str, Any]]:
+        if trace_key.startswith("call:") and trace_key[5:].isdigit():
+            where, arg = "c.id = ?", int(trace_key[5:])
+        else:
+            where, arg = "c.trace_id = ?", trace_key  # type: ignore[assignment]
+        sql = (
+            "SELECT c.*, cc.request_text, cc.response_text, cc.tool_calls AS content_tool_calls"
+            f" FROM calls c LEFT JOIN call_content cc ON cc.call_id = c.id AND cc.workspace = c.workspace"
+            f" WHERE c.workspace = ? AND {where} ORDER BY c.ts_ms, c.id LIMIT ?"
+        )
+        return [dict(r) for r in self.db.conn.execute(sql, (workspace, arg, limit))]
+
+    def routes(self, f: CallFilter) -> list[dict[str, Any]]:
+        params: list[Any] = []
+        where = call_where(f, params)
+        sql = (
+            "SELECT route, COUNT(*) AS calls, SUM(has_content) AS replay_eligible_calls, MAX(ts_ms) AS last_ms"
+            f" FROM calls WHERE {where} AND route IS NOT NULL GROUP BY route"
+        )
+        found = {r["route"]: dict(r) for r in self.db.conn.execute(sql, params)}
+        for r in self.db.conn.execute("SELECT * FROM routes WHERE workspace = ?", (f.workspace,)):
+            entry = found.setdefault(
+                r["route"], {"route": r["route"], "calls": 0, "replay_eligible_calls": 0}
+            )
+            entry.update(description=r["description"], constraints=json.loads(r["constraints"]),
+                         updated_at=r["updated_at"])  # fmt: skip
+        return [found[k] for k in sorted(found)]
+
+    def route_config(self, workspace: str) -> dict[str, Any]:
+        rows = self.db.conn.execute("SELECT route, config FROM routes WHERE workspace = ?", (workspace,))
+        return {r["route"]: json.loads(r["config"]) for r in rows}
+
+    def set_route(
+        self, workspace: str, route: str, description: str | None, config: dict[str, Any], now_iso: str
+    ) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO routes (workspace, route, description, config, updated_at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (workspace, route) DO UPDATE SET description = excluded.description,"
+                " config = excluded.config, updated_at = excluded.updated_at",
+                (workspace, route, description, json.dumps(config, sort_keys=True), now_iso),
+            )
+
+    def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]:
+        row = self.db.conn.execute(
+            "SELECT SUM(status = 'processed') AS processed, SUM(status = 'failed') AS failed,"
+            " SUM(failure_class = 'permanent') AS permanent, SUM(failure_class = 'recoverable') AS recoverable,"
+            " SUM(status = 'failed' AND failure_class IS NULL) AS unclassified,"
+            " MAX(received_ms) AS last_received, MAX(processed_ms) AS last_processed,"
+            " SUM(accepted) AS accepted, SUM(ignored) AS ignored, MAX(dropped) AS dropped,"
+            " MAX(transport_errors) AS transport_errors, SUM(unknown_attributes) AS unknown_attributes,"
+            " SUM(content_dropped) AS content_dropped"
+            " FROM ingest_batches WHERE workspace = ? AND received_ms >= ?",
+            (workspace, since_ms),
+        ).fetchone()
+        return {k: row[k] for k in row.keys()}
+
+    def count_calls(self, workspace: str) -> int:
+        return int(
+            self.db.conn.execute("SELECT COUNT(*) FROM calls WHERE workspace = ?", (workspace,)).fetchone()[0]
+        )
+
+    def raw_calls(self, workspace: str) -> list[dict[str, Any]]:
+        """Every stored call row of a workspace (tests and operators; never an agent surface)."""
+        rows = self.db.conn.execute("SELECT * FROM calls WHERE workspace = ? ORDER BY id", (workspace,))
+        return [dict(r) for r in rows]
+
+    def raw_content(self, workspace: str) -> list[dict[str, Any]]:
+        rows = self.db.conn.execute("SELECT * FROM call_content WHERE workspace = ?", (workspace,))
+        return [dict(r) for r in rows]
+
+
+def _measures(call: dict[str, Any]) -> tuple[float, ...]:
+    status = call["cost_status"]
+    latency = call["latency_ms"]
+    return (
+        1.0,
+        call["error"],
+        call["cost_usd"] or 0.0,
+        call["input_tokens"] or 0,
+        call["output_tokens"] or 0,
+        call["cache_read_tokens"] or 0,
+        call["cache_write_tokens"] or 0,
+        call["reasoning_tokens"] or 0,
+        latency or 0.0,
+        0 if latency is None else 1,
+        status == "priced",
+        status == "partial",
+        status == "zero",
+        status == "unpriced" and not call["cost_unknown"],
+        call["cost_unknown"],
+    )
+
+
+def group_sum(
+    positions: np.ndarray[Any, Any], matrix: np.ndarray[Any, Any], groups: int
+) -> np.ndarray[Any, Any]:
+    """Row sums of ``matrix`` per group index (a sort and ``reduceat``: far faster than ``np.add.at``)."""
+    order = np.argsort(positions, kind="stable")
+    ordered = positions[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    out = np.zeros((groups, matrix.shape[1]), dtype=matrix.dtype)
+    out[ordered[starts]] = np.add.reduceat(matrix[order], starts, axis=0)
+    return out
+
+
+Measures = tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.int64]]]
+
+
+def batch_measures(calls: Sequence[dict[str, Any]]) -> Measures:
+    """The summed columns of every call, and its latency bucket (-1 without a latency), once per batch."""
+    values = np.array([_measures(c) for c in calls], dtype=np.float64).reshape(len(calls), len(SUMS))
+    buckets = np.array([-1 if c["lat_bucket"] is None else c["lat_bucket"] for c in calls], dtype=np.int64)
+    return values, buckets
+
+
+def rollup_deltas(
+    calls: Sequence[dict[str, Any]], bucket_ms: int, keep_route: bool = True, measures: Measures | None = None
+) -> list[tuple[Any, ...]]:
+    """Per (bucket, route, provider, model, environment): summed measures and a latency histogram,
+    computed for the whole batch at once."""
+    if not calls:
+        return []
+    values, buckets = measures if measures is not None else batch_measures(calls)
+    index: dict[tuple[Any, ...], int] = {}
+    positions = np.fromiter(
+        (
+            index.setdefault((c["ts_ms"] // bucket_ms, (c["route"] or "") if keep_route else "", c["provider"] or "", c["model"] or "",
+                              c["environment"] or ""), len(index))
+            for c in calls
+        ),
+        dtype=np.int64,
+        count=len(calls),
+    )  # fmt: skip
+    sums = group_sum(positions, values, len(index))
+    timed = buckets >= 0
+    cells = np.bincount(
+        positions[timed] * histogram.BUCKETS + buckets[timed], minlength=len(index) * histogram.BUCKETS
+    )
+    hists = cells.reshape(len(index), histogram.BUCKETS).astype(histogram.DTYPE)
+    rows: list[tuple[Any, ...]] = []
+    int_columns = [i for i, name in enumerate(SUMS) if name not in ("cost_usd", "latency_sum")]
+    for key, i in index.items():
+        row: list[Any] = sums[i].tolist()
+        for j in int_columns:
+            row[j] = int(row[j])
+        rows.append((*key, *row, *hists[i].tolist()))
+    return rows
+
+
+def _merge_rollups(
+    conn: sqlite3.Connection, table: str, workspace: str, deltas: list[tuple[Any, ...]]
+) -> None:
+    """Upsert: sums and histogram buckets add up in SQL."""
+    if not deltas:
+        return
+    cols = ("workspace", "bucket", *ROLLUP_KEY, *SUMS, *HIST_COLUMNS)
+    updates = ", ".join(f"{c} = {c} + excluded.{c}" for c in (*SUMS, *HIST_COLUMNS))
+    upsert = (
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({_placeholders(cols)})"
+        f" ON CONFLICT (workspace, bucket, {', '.join(ROLLUP_KEY)}) DO UPDATE SET {updates}"
+    )
+    conn.executemany(upsert, [(workspace, *row) for row in deltas])
+
+
+def iter_chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

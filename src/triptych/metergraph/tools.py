@@ -1,0 +1,282 @@
+"""Metergraph tools: argument models (the contract as data) and thin adapters onto the services.
+
+Schema violations (unknown tools, unknown arguments, wrong types, out-of-range values) are JSON-RPC
+-32602 protocol errors; a well-formed call the services refuse is a tool result carrying the contract's
+``error.code``. Messages about metadata never repeat a key or value the caller sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
+
+from triptych.metergraph.contract import TOOLS_BY_NAME, ForbiddenError, UnsupportedCapability
+from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.traces import TraceService
+from triptych.metergraph.usage import UsageService
+from triptych.metergraph.workspace import WorkspaceService, tool_visible
+
+
+class Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+Days = Annotated[StrictInt, Field(ge=1, le=90, description="1 to 90")]
+Metadata = Annotated[
+    dict[str, str],
+    Field(min_length=1, max_length=5, description="exact, case-sensitive string pairs, ANDed (1 to 5 keys)"),
+]
+Value512 = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+Env = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+Id200 = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+Cursor = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+FilterList = Annotated[list[Value512], Field(min_length=1, max_length=20)]
+
+
+class NoArgs(Args):
+    pass
+
+
+class UsageArgs(Args):
+    days: Days = 7
+    limit: Annotated[StrictInt, Field(ge=1, le=200)] = 100
+    metadata: Metadata | None = None
+
+
+class AggregatesArgs(Args):
+    group_by: Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=209)]],
+                        Field(min_length=1, max_length=5)] | None = None  # fmt: skip
+    days: Days | None = None
+    since: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+    until: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+    route: FilterList | None = None
+    provider: FilterList | None = None
+    model: FilterList | None = None
+    environment: Annotated[list[Env], Field(min_length=1, max_length=20)] | None = None
+    metadata: Metadata | None = None
+    limit: Annotated[StrictInt, Field(ge=1, le=200)] = 100
+
+
+class HealthArgs(Args):
+    days: Days = 7
+
+
+class LimitArgs(Args):
+    limit: Annotated[StrictInt, Field(ge=1, le=200)] = 50
+
+
+class TracesArgs(Args):
+    route: Value512 | None = None
+    status: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+    workload: Id200 | None = None
+    environment: (
+        Annotated[list[Env], Field(min_length=1, max_length=20, json_schema_extra={"uniqueItems": True})]
+        | None
+    ) = None
+    metadata: Metadata | None = None
+    cursor: Cursor | None = None
+    days: Days = 7
+    limit: Annotated[StrictInt, Field(ge=1, le=200)] = 50
+    sample: Literal["spread"] | None = None
+
+
+class RunsArgs(Args):
+    limit: Annotated[StrictInt, Field(ge=1, le=200)] = 50
+    cursor: Cursor | None = None
+
+
+class RunArgs(Args):
+    run_id: Annotated[str, StringConstraints(min_length=1, max_length=36)]
+
+
+class ReportArgs(Args):
+    analysis_id: Id200
+
+
+class SuiteArgs(Args):
+    analysis_id: Id200
+    workload_id: Id200
+
+
+class EvidenceArgs(Args):
+    analysis_id: Id200
+    workload_id: Id200
+    cursor: Cursor | None = None
+    limit: Annotated[StrictInt, Field(ge=1, le=50)] = 50
+
+
+class TraceArgs(Args):
+    trace_id: Id200
+
+
+class ReplayArgs(Args):
+    trace_id: Id200
+    overrides: dict[str, Any] | None = None
+    timeout_seconds: Annotated[StrictInt, Field(ge=1, le=30)] | None = None
+
+
+class OpenArgs(BaseModel):
+    """Tools the contract names without an argument table (not available here): any object."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ArgumentError(Exception):
+    """Arguments that do not fit the tool's schema: JSON-RPC -32602."""
+
+
+def argument_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        loc = [str(p) for p in error["loc"]]
+        if loc and loc[0] == "metadata":
+            loc = loc[:1]  # never repeat a metadata key the caller sent
+        where = ".".join(loc) or "arguments"
+        if error["type"] == "extra_forbidden":
+            parts.append(f"unknown argument {where!r}")
+        elif error["type"] == "missing":
+            parts.append(f"missing required argument {where!r}")
+        else:
+            parts.append(f"{where}: {error['msg']}")
+    return "; ".join(dict.fromkeys(parts))
+
+
+def parse(model: type[BaseModel], arguments: Any) -> Any:
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise ArgumentError("arguments must be an object")
+    try:
+        return model.model_validate(arguments)
+    except ValidationError as exc:
+        raise ArgumentError(argument_message(exc)) from None
+
+
+Handler = Callable[[AgentPrincipal, Any], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    args: type[BaseModel]
+    handler: Handler
+
+    def definition(self) -> dict[str, Any]:
+        schema = self.args.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        schema["additionalProperties"] = self.args.model_config.get("extra") != "forbid"
+        contract = TOOLS_BY_NAME[self.name]
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": schema,
+            "annotations": {"readOnlyHint": not contract.mutates, "openWorldHint": contract.external_calls},
+        }
+
+
+def _unsupported(name: str) -> Handler:
+    def handler(principal: AgentPrincipal, args: Any) -> dict[str, Any]:
+        contract = TOOLS_BY_NAME[name]
+        if not principal.has(contract.required_scope):
+            raise ForbiddenError(f"{name} needs {contract.required_scope}")
+        raise UnsupportedCapability(f"{name} ({contract.capability}) is not available in this deployment")
+
+    return handler
+
+
+def build_tools(workspace: WorkspaceService, usage: UsageService, traces: TraceService) -> list[ToolSpec]:
+    def aggregates(p: AgentPrincipal, a: AggregatesArgs) -> dict[str, Any]:
+        return usage.aggregates(
+            p,
+            a.group_by,
+            a.days,
+            a.since,
+            a.until,
+            a.route,
+            a.provider,
+            a.model,
+            a.environment,
+            a.metadata,
+            a.limit,
+        )
+
+    def query_traces(p: AgentPrincipal, a: TracesArgs) -> dict[str, Any]:
+        return traces.query(
+            p, route=a.route, status=a.status, workload=a.workload, environment=a.environment,
+            metadata=a.metadata, cursor=a.cursor, days=a.days, limit=a.limit, sample=a.sample,
+        )  # fmt: skip
+
+    specs: list[tuple[str, str, str, type[BaseModel], Handler]] = [
+        ("metergraph_get_workspace_context", "Get Metergraph workspace context",
+         "Describe the workspace, retention, this key's scopes and environments, and the content policy.",
+         NoArgs, lambda p, a: workspace.context(p)),
+        ("metergraph_get_capabilities", "Discover Metergraph capabilities",
+         "Authoritative list of every tool's availability, privacy class and required scope for this key and "
+         "deployment, and the bounds every read applies.", NoArgs, lambda p, a: workspace.capabilities(p)),
+        ("metergraph_list_routes", "List Metergraph routes",
+         "List the workspace's LLM routes with descriptions, constraints and call counts. Never returns "
+         "prompts or outputs.", NoArgs, lambda p, a: workspace.routes(p)),
+        ("metergraph_get_usage", "Get Metergraph usage summary",
+         "Bounded, content-free usage by route and UTC day: cost, tokens, latency and error counts, with "
+         "totals over the whole window, coverage and pricing completeness.", UsageArgs,
+         lambda p, a: usage.usage(p, a.days, a.limit, a.metadata)),
+        ("metergraph_get_usage_aggregates", "Get Metergraph usage aggregates",
+         "Usage grouped server-side by provider, model, route, UTC day and at most one metadata.<key>, with "
+         "whole-window totals, coverage, pricing (exact or lower bound) and a p95 latency from histograms.",
+         AggregatesArgs, aggregates),
+        ("metergraph_get_ingestion_health", "Get Metergraph ingestion health",
+         "Ingestion batch counts, failures and the latest receive/process timestamps for the window.",
+         HealthArgs, lambda p, a: workspace.ingestion_health(p, a.days)),
+        ("metergraph_list_incidents", "List Metergraph incidents",
+         "Detector incidents (not available in this deployment).", LimitArgs,
+         _unsupported("metergraph_list_incidents")),
+        ("metergraph_query_traces", "Query Metergraph trace metadata",
+         "Content-free trace metadata, newest first with an opaque cursor, or a spread sample across the "
+         "window: tokens, cost, latency, status, routes, providers, models and environment.", TracesArgs,
+         query_traces),
+        ("metergraph_list_analysis_runs", "List Metergraph analysis runs",
+         "Analysis runs (not available in this deployment).", RunsArgs,
+         _unsupported("metergraph_list_analysis_runs")),
+        ("metergraph_get_analysis_run", "Get a Metergraph analysis run",
+         "One analysis run (not available in this deployment).", RunArgs,
+         _unsupported("metergraph_get_analysis_run")),
+        ("metergraph_list_reports", "List Metergraph pipeline reports",
+         "Imported pipeline reports (not available in this deployment).", LimitArgs,
+         _unsupported("metergraph_list_reports")),
+        ("metergraph_get_report", "Get a Metergraph pipeline report",
+         "One imported report (not available in this deployment).", ReportArgs,
+         _unsupported("metergraph_get_report")),
+        ("metergraph_get_suite_results", "Get suite results",
+         "One workload's suite results (not available in this deployment).", SuiteArgs,
+         _unsupported("metergraph_get_suite_results")),
+        ("metergraph_start_analysis", "Start a Metergraph analysis",
+         "Start an analysis run (not available in this deployment).", OpenArgs,
+         _unsupported("metergraph_start_analysis")),
+        ("metergraph_start_classification", "Start a Metergraph classification",
+         "Start a classification run (not available in this deployment).", OpenArgs,
+         _unsupported("metergraph_start_classification")),
+        ("metergraph_get_report_evidence", "Get pipeline report evidence",
+         "Replay evidence of a report workload (content class; not available in this deployment).",
+         EvidenceArgs, _unsupported("metergraph_get_report_evidence")),
+        ("metergraph_get_trace", "Get a Metergraph trace",
+         "One trace with its spans and retained request/response content where it exists. Requires the "
+         "Debug role (agent:read).", TraceArgs, lambda p, a: traces.get_trace(p, a.trace_id)),
+        ("metergraph_replay_trace", "Replay a Metergraph trace",
+         "Bounded, non-persistent replay (not available in this deployment). Requires agent:replay.",
+         ReplayArgs, _unsupported("metergraph_replay_trace")),
+    ]  # fmt: skip
+    tools = [ToolSpec(*spec) for spec in specs]
+    assert [t.name for t in tools] == list(TOOLS_BY_NAME), "tools must match the contract table"
+    return tools
+
+
+def visible_tools(tools: list[ToolSpec], principal: AgentPrincipal) -> list[ToolSpec]:
+    return [t for t in tools if tool_visible(principal, t.name)]

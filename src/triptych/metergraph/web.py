@@ -1,0 +1,79 @@
+"""HTTP helpers for the Metergraph doors: bounded bodies, gzip, origin checks, JSON responses."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BadEncoding(Exception):
+    pass
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused past ``limit`` bytes without reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decode_body(request: Request, body: bytes, limit: int) -> bytes:
+    """Undo ``Content-Encoding: gzip`` with the decompressed size bounded too (no zip bombs)."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise BadEncoding(f"unsupported Content-Encoding {encoding!r}: send gzip or identity")
+    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = decompressor.decompress(body, limit + 1)
+    except zlib.error:
+        raise BadEncoding("the body is not valid gzip") from None
+    if len(out) > limit or decompressor.unconsumed_tail:
+        raise BodyTooLarge
+    return out
+
+
+def origin_allowed(origin: str | None, allowed: Sequence[str]) -> bool:
+    if origin is None:
+        return True
+    return any(fnmatch.fnmatchcase(origin, pattern) for pattern in allowed)
+
+
+def host_allowed(host: str | None, allowed: Sequence[str]) -> bool:
+    if host is None:
+        return False
+    return any(fnmatch.fnmatchcase(host, pattern) for pattern in allowed)
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str)
+    return Response(payload, status_code=status, media_type="application/json", headers=headers)
+
+
+def bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()

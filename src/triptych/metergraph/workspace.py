@@ -1,0 +1,164 @@
+"""Workspace reads: identity and policy, capability discovery, routes, ingestion health."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from triptych.metergraph.contract import (
+    CONTRACT_VERSION,
+    DEPLOYMENT_PROFILE,
+    MAX_DAYS,
+    MAX_RESPONSE_BYTES,
+    MAX_ROWS,
+    PRIVACY_DESCRIPTIONS,
+    PRIVACY_FIELDS,
+    TOOL_CONTRACT,
+    TRACE_DEBUG_VERSION,
+    envelope,
+)
+from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.scope import (
+    MAX_KEY_LEN,
+    MAX_METADATA_KEYS,
+    MAX_VALUE_LEN,
+    environment_scope,
+    resolve_window,
+)
+from triptych.metergraph.store import CallFilter, TelemetryStore
+
+
+def _iso_ms(ms: int | None) -> str | None:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat() if ms is not None else None
+
+
+def tool_visible(principal: AgentPrincipal, tool_name: str) -> bool:
+    """Metadata-role keys do not see content or replay tools in tools/list."""
+    contract = next(t for t in TOOL_CONTRACT if t.name == tool_name)
+    return contract.privacy_class == "metadata" or principal.has(contract.required_scope)
+
+
+class WorkspaceService:
+    def __init__(self, store: TelemetryStore, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.clock = clock
+
+    def context(self, principal: AgentPrincipal) -> dict[str, Any]:
+        row = self.store.workspace(principal.workspace) or {}
+        return envelope(
+            principal.workspace,
+            self.clock(),
+            content_included=False,
+            workspace={
+                "id": principal.workspace,
+                "slug": principal.workspace,
+                "name": principal.workspace,
+                "created_at": row.get("created_at"),
+            },
+            retention={"metadata_days": None, "content_retained": bool(row.get("retain_content"))},
+            content={"captured": bool(row.get("retain_content")), "included": False},
+            access={
+                "scopes": list(principal.scopes),
+                "role": principal.role,
+                "environments": list(principal.environments) if principal.environments is not None else None,
+            },
+        )
+
+    def capabilities(self, principal: AgentPrincipal) -> dict[str, Any]:
+        agent: dict[str, Any] = {}
+        for tool in TOOL_CONTRACT:
+            allowed = principal.has(tool.required_scope)
+            entry: dict[str, Any] = {
+                "available": tool.available and allowed,
+                "content": tool.content,
+                "mutates": tool.mutates,
+                "privacy_class": tool.privacy_class,
+                "required_scope": tool.required_scope,
+                "schema": tool.schema,
+                "external_calls": tool.external_calls,
+                "capability": tool.capability,
+            }
+            if not tool.available:
+                entry["unavailable_reason"] = "not_supported_by_deployment"
+            elif not allowed:
+                entry["unavailable_reason"] = "scope_missing"
+            agent[tool.name] = entry
+        return envelope(
+            principal.workspace,
+            self.clock(),
+            content_included=False,
+            deployment_profile=DEPLOYMENT_PROFILE,
+            deployment_capabilities=sorted({t.capability for t in TOOL_CONTRACT if t.available}),
+            agent=agent,
+            privacy_classes={
+                name: {"description": PRIVACY_DESCRIPTIONS[name], "fields": PRIVACY_FIELDS[name]}
+                for name in PRIVACY_DESCRIPTIONS
+            },
+            contracts={"agent_access": CONTRACT_VERSION, "trace_debug": TRACE_DEBUG_VERSION},
+            bounds={
+                "max_days": MAX_DAYS,
+                "max_rows": MAX_ROWS,
+                "max_response_bytes": MAX_RESPONSE_BYTES,
+                "max_request_bytes": 1024 * 1024,
+                "content_included_by_default": False,
+                "metadata_keys": MAX_METADATA_KEYS,
+                "metadata_key_length": MAX_KEY_LEN,
+                "metadata_value_length": MAX_VALUE_LEN,
+                "metadata_group_dimensions": 1,
+                "filter_values": 20,
+                "sample_slices": 10,
+            },
+            access={"scopes": list(principal.scopes), "role": principal.role},
+        )
+
+    def routes(self, principal: AgentPrincipal) -> dict[str, Any]:
+        now = self.clock()
+        envs = environment_scope(principal, None)
+        f = CallFilter(principal.workspace, 0, int(now.timestamp() * 1000) + 86_400_000, environments=envs)
+        routes = []
+        for r in self.store.routes(f):
+            routes.append(
+                {
+                    "route": r["route"],
+                    "description": r.get("description"),
+                    "constraints": r.get("constraints") or {},
+                    "evaluation_contract": None,
+                    "evaluation_contract_version": None,
+                    "evaluation_contract_hash": None,
+                    "updated_at": r.get("updated_at") or _iso_ms(r.get("last_ms")) or now.isoformat(),
+                    "calls": int(r.get("calls") or 0),
+                    "replay_eligible_calls": 0,
+                }
+            )
+        return envelope(principal.workspace, now, content_included=False, routes=routes)
+
+    def ingestion_health(self, principal: AgentPrincipal, days: int) -> dict[str, Any]:
+        now = self.clock()
+        window = resolve_window(days, None, None, now)
+        h = self.store.batch_health(principal.workspace, window.since_ms)
+        n = {k: int(v or 0) for k, v in h.items() if k not in ("last_received", "last_processed")}
+        return envelope(
+            principal.workspace,
+            now,
+            window=window.as_dict(),
+            evidence={"sources": ["ingest_batches"], "rows": n["processed"] + n["failed"], "complete": True},
+            days=days,
+            content_included=False,
+            pending_batches=0,
+            processed_batches=n["processed"],
+            failed_batches=n["failed"],
+            permanent_failures=n["permanent"],
+            recoverable_failures=n["recoverable"],
+            unclassified_failures=n["unclassified"],
+            last_received_at=_iso_ms(h["last_received"]),
+            last_processed_at=_iso_ms(h["last_processed"]),
+            rows={
+                "accepted": n["accepted"],
+                "ignored": n["ignored"],
+                "sdk_dropped": n["dropped"],
+                "sdk_transport_errors": n["transport_errors"],
+                "content_dropped": n["content_dropped"],
+            },
+            unknown_attributes=n["unknown_attributes"],
+        )

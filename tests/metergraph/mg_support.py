@@ -1,0 +1,35 @@
+"""Helpers shared by the Metergraph service tests (conftest puts this directory on sys.path)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def row(minutes_ago: float = 10, **fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "ts": (NOW - timedelta(minutes=minutes_ago)).isoformat(),
+        "route": "support",
+        "provider": "openai",
+        "model": "gpt-4o",
+        "input_tokens": 1000,
+        "output_tokens": 100,
+        "latency_ms": 500,
+        "status": "success",
+    }
+    base.update(fields)
+    return base
+
+
+def app(workspace: str = "w1") -> AppPrincipal:
+    return AppPrincipal(workspace, "test-app")
+
+
+def agent(
+    workspace: str = "w1", role: str = "debug", environments: tuple[str, ...] | None = None
+) -> AgentPrincipal:
+    return AgentPrincipal(workspace, role, "test-key", environments)

@@ -1,0 +1,83 @@
+"""Ingest: validation is all-or-nothing, outcomes are ignored, content is dropped unless retained,
+every row is priced and stored with its rollups."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mg_support import NOW, agent, app, row
+
+from triptych.metergraph.ingest import BadBatch
+from triptych.metergraph.service import Metergraph
+
+
+def test_accepted_rows_are_stored_priced_and_outcomes_ignored(mg: Metergraph) -> None:
+    result = mg.ingest.ingest_document(
+        app(), {"rows": [row(tags={"prompt_id": "p-1"}), {"event_type": "outcome", "route": "x"}]}
+    )
+    assert (result.accepted, result.ignored) == (1, 1)
+    [stored] = mg.store.raw_calls("w1")
+    assert stored["cost_status"] == "priced"
+    assert stored["cost_usd"] == pytest.approx(1000 * 2.5e-6 + 100 * 10e-6)
+    assert json.loads(stored["price_source"])["model"] == "gpt-4o"
+    assert json.loads(stored["tags"]) == {"prompt_id": "p-1"}
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"schema_version": 2, "rows": [row()]},
+        {"rows": []},
+        {"rows": "nope"},
+        {"rows": [row(), "not an object"]},
+        {"rows": [row(), row(input_tokens=-1)]},
+        {"rows": [row(ts="yesterday")]},
+        {"rows": [row(tags="not a map")]},
+        {"rows": [row() for _ in range(51)]},
+        [row()],
+    ],
+)
+def test_a_bad_batch_is_refused_whole_and_nothing_is_written(mg: Metergraph, document: object) -> None:
+    with pytest.raises(BadBatch):
+        mg.ingest.ingest_document(app(), document)
+    assert mg.store.count_calls("w1") == 0
+
+
+def test_content_is_dropped_unless_the_workspace_retains_it(mg: Metergraph) -> None:
+    content = {"request_json": '{"messages": "secret prompt"}', "response_text": "secret answer"}
+    mg.ingest.ingest_document(app(), {"rows": [row(trace_id="t1", **content)]})
+    assert mg.store.raw_content("w1") == []
+    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.ingest.ingest_document(app(), {"rows": [row(trace_id="t2", **content)]})
+    mg.ingest.ingest_document(app(), {"rows": [row(trace_id="t3", content_opted_in=False, **content)]})
+    [kept] = mg.store.raw_content("w1")
+    assert kept["response_text"] == "secret answer"
+    # Content never sits in the call rows themselves.
+    assert "secret" not in json.dumps(mg.store.raw_calls("w1"))
+
+
+def test_whitespace_environments_are_stored_as_untagged(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row(environment="  "), row(environment="prod")]})
+    assert [c["environment"] for c in mg.store.raw_calls("w1")] == [None, "prod"]
+
+
+def test_sdk_error_boolean_and_raw_error_message_both_mark_failures(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(
+        app(), {"rows": [row(error=True, error_type="Timeout"), row(error="boom"), row()]}
+    )
+    calls = mg.store.raw_calls("w1")
+    assert [c["error"] for c in calls] == [1, 1, 0]
+    assert calls[1]["error_type"] == "boom"
+
+
+def test_reads_see_rows_only_in_their_own_workspace(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(app("w1"), {"rows": [row(trace_id="a")]})
+    mg.ingest.ingest_document(app("w2"), {"rows": [row(30, trace_id="b"), row(20, trace_id="c")]})
+    assert (
+        mg.usage.aggregates(agent("w1"), None, 7, None, None, None, None, None, None, None, 100)["totals"][
+            "calls"
+        ]
+        == 1
+    )
+    assert [t["trace_id"] for t in mg.traces.query(agent("w2"))["traces"]] == ["c", "b"]

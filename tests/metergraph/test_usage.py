@@ -1,0 +1,252 @@
+"""Usage aggregates: groups add up to totals, the metadata null group, truncation, rollups agree with
+raw scans, filters are exact, environments are scoped, credential-like keys are refused."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mg_support import NOW, agent, app, row
+
+from triptych.metergraph.contract import ForbiddenError, InvalidArgument
+from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.service import Metergraph
+from triptych.metergraph.store import CallFilter
+
+
+def aggregates(mg: Metergraph, principal: AgentPrincipal | None = None, **kw: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "group_by": None, "days": None, "since": None, "until": None, "routes": None, "providers": None,
+        "models": None, "environments": None, "metadata": None, "limit": 100,
+    }  # fmt: skip
+    args.update(kw)
+    return mg.usage.aggregates(principal or agent(), **args)
+
+
+def test_metadata_groups_and_unlisted_buckets_add_up_to_totals(mg: Metergraph) -> None:
+    rows = (
+        [row(tags={"prompt_id": f"p-{i % 7}"}) for i in range(40)]
+        + [row(tags={"other": "x"}) for _ in range(5)]
+        + [row(tags={"prompt_id": 7}) for _ in range(3)]
+        + [row(tags={"prompt_id": "x" * 1001}) for _ in range(2)]
+    )
+    mg.ingest.ingest_document(app(), {"rows": rows})
+    out = aggregates(mg, group_by=["metadata.prompt_id"], limit=3)
+    unlisted = out["metadata_groups"]["unlisted"]
+    listed_with_value = sum(i["calls"] for i in out["items"] if i["metadata.prompt_id"] is not None)
+    assert listed_with_value + sum(b["calls"] for b in unlisted.values()) == out["totals"]["calls"] == 50
+    assert unlisted["missing_key"]["calls"] == 5
+    assert unlisted["ineligible_value"]["calls"] == 5
+    assert out["coverage"]["rows"]["matched"] == 8  # seven values and the null group
+    assert out["coverage"]["completeness"] == "partial"
+    assert {"row_limit", "metadata_key_missing", "metadata_value_ineligible"} <= set(
+        out["coverage"]["reasons"]
+    )
+    assert {w["code"] for w in out["warnings"]} >= {"truncated", "coverage_incomplete"}
+    assert out["content_included"] is False
+
+
+def test_a_key_no_call_carries_warns_outright_but_stays_complete(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row(), row()]})
+    out = aggregates(mg, group_by=["route", "metadata.prompt_idd"])
+    assert out["items"] == [{**out["items"][0], "route": "support", "metadata.prompt_idd": None}]
+    assert out["coverage"]["completeness"] == "complete"
+    [warning] = [w for w in out["warnings"] if w["code"] == "metadata_key_mostly_missing"]
+    assert "no call" in warning["message"]
+
+
+def test_totals_cover_every_group_whatever_the_limit(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row(route=f"r{i}") for i in range(12)]})
+    out = aggregates(mg, group_by=["route"], limit=5)
+    assert len(out["items"]) == 5
+    assert out["totals"]["calls"] == 12
+    assert out["coverage"]["rows"] == {
+        "shape": "top_n",
+        "returned": 5,
+        "limit": 5,
+        "truncated": True,
+        "matched": 12,
+    }
+
+
+def test_missing_provider_model_and_route_are_named(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row(provider=None, model=None, route=None)]})
+    [item] = aggregates(mg, group_by=["provider", "model", "route"])["items"]
+    assert (item["provider"], item["model"], item["route"]) == ("(unknown)", "(unknown)", "(unrouted)")
+    assert item["pricing"]["unknown_calls"] == 1
+    assert item["pricing"]["cost"] == "lower_bound"
+
+
+def test_unpriced_models_make_the_cost_a_lower_bound(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row(), row(model="in-house-model-7")]})
+    out = aggregates(mg)
+    assert out["pricing"]["cost"] == "lower_bound"
+    assert out["pricing"]["unpriced_calls"] == 1
+    by_model = {i["model"]: i for i in out["items"]}
+    assert by_model["in-house-model-7"]["cost_usd"] == 0
+    assert by_model["in-house-model-7"]["pricing"]["priced_calls"] == 0
+
+
+@pytest.mark.parametrize(
+    ("dims", "sources"),
+    [
+        (["provider", "model", "day"], {"rollup_daily_coarse", "rollup_hourly_coarse", "calls"}),
+        (["provider", "model", "route", "day"], {"rollup_daily", "calls"}),
+    ],
+)
+def test_rollups_answer_exactly_what_a_raw_scan_answers(
+    mg: Metergraph, dims: list[str], sources: set[str]
+) -> None:
+    rnd = random.Random(4)
+    rows = [
+        row(
+            minutes_ago=rnd.uniform(0, 60 * 24 * 20),
+            route=rnd.choice(["a", "b", None]),
+            provider=rnd.choice(["openai", "anthropic"]),
+            model=rnd.choice(["gpt-4o", "claude-3-5-sonnet-latest", "gpt-4o-mini"]),
+            latency_ms=rnd.lognormvariate(6, 1),
+            environment=rnd.choice(["prod", "dev", None]),
+            error=rnd.random() < 0.1,
+        )
+        for _ in range(400)
+    ]
+    for i in range(0, 400, 50):
+        mg.ingest.ingest_document(app(), {"rows": rows[i : i + 50]})
+    since, until = NOW - timedelta(days=9, hours=5, minutes=13), NOW - timedelta(hours=2, minutes=7)
+
+    def exact() -> dict[str, Any]:
+        return aggregates(mg, group_by=dims, since=since.isoformat(), until=until.isoformat(), limit=200)
+
+    out = exact()
+    assert set(out["evidence"]["sources"]) == sources
+    f = CallFilter("w1", int(since.timestamp() * 1000), int(until.timestamp() * 1000))
+    raw = mg.store.aggregate_raw(f, dims, None)
+    assert out["totals"]["calls"] == sum(int(a.get("calls")) for a in raw.values())
+    assert out["coverage"]["rows"]["matched"] == len(raw)
+    assert out["totals"]["cost_usd"] == pytest.approx(sum(a.get("cost_usd") for a in raw.values()))
+    # days=N reads daily rollups only and agrees with the raw calls of those whole days.
+    week = aggregates(mg, days=7, group_by=dims)
+    start = (NOW.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=6)).timestamp()
+    expected = mg.store.aggregate_raw(
+        CallFilter("w1", int(start * 1000), int(NOW.timestamp() * 1000)), [], None
+    )
+    assert set(week["evidence"]["sources"]) == sources - {"rollup_hourly_coarse", "calls"}
+    assert week["totals"]["calls"] == int(expected[()].get("calls"))
+    assert week["totals"]["p95_latency_ms"] is not None
+    # Rebuilding the rollups from the raw calls gives the same answer.
+    mg.store.rebuild_rollups()
+    assert exact()["items"] == out["items"]
+
+
+def test_p95_comes_from_the_groups_own_calls_not_a_max_of_days(mg: Metergraph) -> None:
+    fast = [row(minutes_ago=60 * 24 * d + 1, latency_ms=100) for d in range(3) for _ in range(30)]
+    slow = [row(minutes_ago=60 * 24 * 1 + 1, latency_ms=10_000)]
+    mg.ingest.ingest_document(app(), {"rows": fast[:45]})
+    mg.ingest.ingest_document(app(), {"rows": fast[45:] + slow})
+    [item] = aggregates(mg, group_by=["provider"])["items"]
+    assert 85 <= item["p95_latency_ms"] <= 118  # one slow call in 91 is not the p95
+
+
+@pytest.mark.parametrize(
+    ("metadata", "matches"),
+    [({"prompt_id": "p-1"}, 1), ({"prompt_id": "P-1"}, 0), ({"prompt_id": "p-1 "}, 0), ({"prompt_id": "p-10"}, 1),
+     ({"prompt_id": ""}, 1), ({"n": "7"}, 0), ({"prompt_id": "p-1", "team": "a"}, 1), ({"prompt_id": "p-1", "team": "b"}, 0),
+     ({"we.ird\"key": "v"}, 1)],
+)  # fmt: skip
+def test_metadata_filters_are_exact_case_sensitive_and_anded(
+    mg: Metergraph, metadata: dict[str, str], matches: int
+) -> None:
+    mg.ingest.ingest_document(
+        app(),
+        {"rows": [row(tags={"prompt_id": "p-1", "team": "a"}), row(tags={"prompt_id": "p-10"}),
+                  row(tags={"prompt_id": ""}), row(tags={"n": 7}), row(tags={"we.ird\"key": "v"}), row()]},
+    )  # fmt: skip
+    out = aggregates(mg, metadata=metadata)
+    assert out["totals"]["calls"] == matches
+    assert out["coverage"]["filters"]["metadata"] == [
+        {"key": k, "value": v} for k, v in sorted(metadata.items())
+    ]
+
+
+@pytest.mark.parametrize(
+    "key", ["api_key", "OpenAI-API-Key", "session.token", "X_Authorization", "db_password"]
+)
+def test_credential_like_keys_are_refused_without_repeating_them(mg: Metergraph, key: str) -> None:
+    for kwargs in ({"metadata": {key: "guess"}}, {"group_by": [f"metadata.{key}"]}):
+        with pytest.raises(InvalidArgument) as refused:
+            aggregates(mg, **kwargs)
+        assert key not in refused.value.message and "guess" not in refused.value.message
+
+
+def test_metadata_bounds_are_enforced_without_echo(mg: Metergraph) -> None:
+    for metadata in ({"k" * 201: "v"}, {"k": "v" * 1001}, {f"k{i}": "v" for i in range(6)}):
+        with pytest.raises(InvalidArgument) as refused:
+            aggregates(mg, metadata=metadata)
+        assert "kkkk" not in refused.value.message and "vvvv" not in refused.value.message
+
+
+def test_environment_allowlists_exclude_untagged_and_refuse_other_environments(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row(environment="prod"), row(environment="dev"), row()]})
+    assert aggregates(mg)["totals"]["calls"] == 3
+    restricted = agent(environments=("prod",))
+    assert aggregates(mg, restricted)["totals"]["calls"] == 1
+    assert aggregates(mg, restricted, environments=["prod"])["totals"]["calls"] == 1
+    with pytest.raises(ForbiddenError):
+        aggregates(mg, restricted, environments=["dev"])
+    assert aggregates(mg, environments=["dev", "prod"])["totals"]["calls"] == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"days": 7, "since": "2026-11-01T00:00:00Z", "until": "2026-11-02T00:00:00Z"},
+        {"since": "2026-11-01T00:00:00Z"},
+        {"since": "2026-08-01T00:00:00Z", "until": "2026-11-02T00:00:00Z"},
+        {"since": "2026-11-02T00:00:00Z", "until": "2026-11-01T00:00:00Z"},
+        {"since": "last tuesday", "until": "2026-11-01T00:00:00Z"},
+        {"group_by": ["provider", "provider"]},
+        {"group_by": ["metadata.a", "metadata.b"]},
+        {"group_by": ["colour"]},
+    ],
+)
+def test_bad_windows_and_groupings_are_invalid_arguments(mg: Metergraph, kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument):
+        aggregates(mg, **kwargs)
+
+
+def test_usage_lists_route_days_with_totals_over_the_window(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(
+        app(), {"rows": [row(minutes_ago=60 * 24 * d + 5, route=r) for d in range(3) for r in "abc"]}
+    )
+    out = mg.usage.usage(agent(), 7, 4, None)
+    assert len(out["items"]) == 4 and out["truncated"] is True
+    assert out["totals"]["calls"] == 9
+    assert out["items"][0]["date"] == NOW.date().isoformat()
+    assert set(out["items"][0]) >= {"date", "route", "calls", "cost_usd", "input_tokens", "output_tokens",
+                                    "avg_latency_ms", "p95_latency_ms", "error_calls"}  # fmt: skip
+    assert mg.usage.usage(agent(), 7, 100, {"nope": "x"})["totals"]["calls"] == 0
+
+
+def test_a_database_from_before_the_route_free_rollups_is_upgraded_and_backfilled(tmp_path: Path) -> None:
+    from triptych.core.db import Database
+    from triptych.metergraph.store import MIGRATIONS, SqliteTelemetryStore
+
+    old = Database(tmp_path / "metergraph.db", MIGRATIONS[:1])
+    with old.transaction() as conn:
+        conn.execute(
+            "INSERT INTO calls (workspace, source, ts_ms, provider, model, latency_ms, lat_bucket, cost_usd, cost_status)"
+            " VALUES ('w1', 'sdk', ?, 'openai', 'gpt-4o', 500, 38, 0.01, 'priced')",
+            (int(NOW.timestamp() * 1000) - 60_000,),
+        )
+    old.close()
+    store = SqliteTelemetryStore(tmp_path / "metergraph.db")
+    try:
+        f = CallFilter("w1", 0, int(NOW.timestamp() * 1000) + 1)
+        day = int(NOW.timestamp() * 1000) // 86_400_000
+        [agg] = store.aggregate_rollups("rollup_daily_coarse", f, day, day + 1, ["model"], 1).values()
+        assert (agg.get("calls"), agg.get("priced"), int(agg.hist.sum())) == (1, 1, 1)
+    finally:
+        store.close()
