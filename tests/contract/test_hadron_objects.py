@@ -231,7 +231,8 @@ async def test_node_writes_honour_the_schema_and_validate_reports_old_records(wo
         assert node is not None
         with hadron.graph.atomic() as tx:
             tx.execute(
-                "INSERT INTO node_embeddings VALUES (?, 'm', 384, NULL, 'failed', 'model timed out', '2026-01-01')",
+                "INSERT INTO node_embeddings (node_id, model, dim, vector, status, error, updated_at) "
+                "VALUES (?, 'm', 384, NULL, 'failed', 'model timed out', '2026-01-01')",
                 (node.id,),
             )
     finally:

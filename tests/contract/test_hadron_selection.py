@@ -12,7 +12,7 @@ import pytest
 from hadron.world import World, as_app, as_user, connect, start_world, user_headers
 from harness import token
 
-from triptych.hadron.tools import ISSUE_5_TOOLS
+from triptych.hadron.tools import TOOLS
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +95,10 @@ async def test_unknown_arguments_are_refused_not_dropped(world: World) -> None:
     assert "unknown argument 'workerRef'" in refused.text
 
 
-async def test_registered_tools_equal_the_contracts_tools_for_this_issue(world: World) -> None:
+async def test_registered_tools_equal_the_contracts_tools_for_this_build(world: World) -> None:
     async with as_user(world, "alice") as alice:
         names = await alice.tool_names()
-    assert sorted(names) == sorted(ISSUE_5_TOOLS)
+    assert sorted(names) == sorted(TOOLS)
 
 
 async def test_set_active_app_by_urn_or_unique_name_with_typed_refusals(world: World) -> None:
@@ -253,7 +253,7 @@ def test_bad_bearers_are_401_and_no_bearer_is_anonymous(world: World) -> None:
 
 async def test_every_tool_refuses_an_unknown_argument_on_the_wire(world: World) -> None:
     async with as_user(world, "alice") as alice:
-        for name in ISSUE_5_TOOLS:
+        for name in TOOLS:
             refused = await alice.refused(name, "BAD_USER_INPUT", bogusArgument=1)
             assert "unknown argument 'bogusArgument'" in refused.text, name
         await alice.refused("hadron_set_active_org", "BAD_USER_INPUT")

@@ -61,10 +61,10 @@ async def test_stdio_serves_the_same_tools_with_logs_on_stderr(tmp_path: Path) -
 async def test_hadron_and_metergraph_endpoints_answer_initialize_and_tools_list(
     open_server: ServerProcess,
 ) -> None:
-    from triptych.hadron.tools import ISSUE_5_TOOLS
+    from triptych.hadron.tools import TOOLS
 
     async with mcp_session(open_server.url + "/hadron/mcp") as mcp:
-        assert sorted(await mcp.tool_names()) == sorted(ISSUE_5_TOOLS)
+        assert sorted(await mcp.tool_names()) == sorted(TOOLS)
     async with mcp_session(open_server.url + "/v1/agent/mcp") as mcp:
         names = await mcp.tool_names()
     # The local principal has the Debug role: every contract tool but replay.

@@ -1,4 +1,4 @@
-"""The tools this build registers for the graph issue are exactly the contract's, read from the spec."""
+"""The tools this build registers (the graph and search issues) are exactly the contract's, read from the spec."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from pathlib import Path
 from harness import SHARED
 
 from triptych.hadron.surface import Hadron
-from triptych.hadron.tools import ISSUE_5_TOOLS
+from triptych.hadron.tools import ISSUE_5_TOOLS, ISSUE_6_TOOLS, TOOLS
 
 SPEC = Path(os.environ.get("HADRON_SPEC", SHARED / "spec" / "hadron.md"))
 # Contract sections whose tools belong to this issue, and the tools of them that come later.
 SECTIONS = {
     "Memory selection": {"hadron_sync_graph"},
-    "Browse nodes": {"hadron_find_nodes", "hadron_search"},
+    "Browse nodes": set(),
+    "Search scopes": set(),
     "Mutate nodes": set(),
     "Object store": set(),
     "Validate & run": {"hadron_run_action"},
@@ -44,13 +45,14 @@ def contract_tools() -> set[str]:
     return names
 
 
-def test_registered_tools_are_the_contracts_tools_of_this_issue(tmp_path: Path) -> None:
+def test_registered_tools_are_the_contracts_tools_of_these_issues(tmp_path: Path) -> None:
     hadron = Hadron.open(tmp_path / "hadron.db")
     try:
-        registered = {tool.name for tool in hadron.tools()}
+        registered = [tool.name for tool in hadron.tools()]
     finally:
         hadron.close()
-    assert registered == set(ISSUE_5_TOOLS) == contract_tools()
+    assert len(registered) == len(set(registered))
+    assert set(registered) == set(TOOLS) == set(ISSUE_5_TOOLS) | set(ISSUE_6_TOOLS) == contract_tools()
 
 
 def test_every_argument_model_refuses_unknown_arguments(tmp_path: Path) -> None:
@@ -65,4 +67,4 @@ def test_every_argument_model_refuses_unknown_arguments(tmp_path: Path) -> None:
 
 def test_every_tool_is_documented() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "hadron.md").read_text(encoding="utf-8")
-    assert [name for name in ISSUE_5_TOOLS if f"`{name}`" not in doc] == []
+    assert [name for name in TOOLS if f"`{name}`" not in doc] == []

@@ -82,7 +82,11 @@ def test_relocate_points_edges_at_the_new_address_and_carries_embeddings(
     edge = EdgeRecord(new_id(), source.id, "to-t", None, None, target.id, memory.id, "t", "t", False, 0)
     graph.replace_edges(source.id, [edge])
     with graph.atomic() as tx:
-        tx.execute("INSERT INTO node_embeddings VALUES (?, 'm', 3, x'00', 'ok', NULL, 't')", (target.id,))
+        tx.execute(
+            "INSERT INTO node_embeddings (node_id, model, dim, vector, status, error, updated_at) "
+            "VALUES (?, 'm', 3, x'00', 'ok', NULL, 't')",
+            (target.id,),
+        )
     graph.relocate([(target.id, other.id, "moved:t", "t")], "a", "t2")
     stored = graph.edges_from([source.id])[source.id][0]
     assert (stored.target_memory_id, stored.target_loc) == (other.id, "moved:t")

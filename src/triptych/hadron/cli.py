@@ -86,8 +86,17 @@ def _memory_create(admin: TenancyAdmin, a: argparse.Namespace) -> str:
         name=a.name,
         description=a.description or "",
         encrypted=a.encrypted,
+        embedding=a.embedding,
     )
-    return f"created {memory.memory_class} memory {memory.urn} ({memory.name}) id={memory.id}"
+    return (
+        f"created {memory.memory_class} memory {memory.urn} ({memory.name}) id={memory.id} "
+        f"embedding={memory.embedding_policy}"
+    )
+
+
+def _memory_embedding(admin: TenancyAdmin, a: argparse.Namespace) -> str:
+    memory = admin.set_embedding(a.memory, a.policy)
+    return f"{memory.urn} embeds nodes on write: {a.policy} (applies to writes from now on)"
 
 
 def _memory_grant(admin: TenancyAdmin, a: argparse.Namespace) -> str:
@@ -162,6 +171,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--name", help="display name")
     p.add_argument("--description", help="description")
     p.add_argument("--encrypted", action="store_true", help="mark the memory encrypted")
+    p.add_argument(
+        "--embedding",
+        choices=("content", "none"),
+        help="embed nodes on write for vector/hybrid search (default: content for knowledge, else none)",
+    )
+    p = command(memory, "embedding", "set how the memory's nodes are embedded on write", _memory_embedding)
+    p.add_argument("memory", help="hrn:mem:<root>:<slug> or id")
+    p.add_argument("policy", choices=("content", "none"))
     p = command(memory, "grant", "give a user or an app read-only or read-write access", _memory_grant)
     p.add_argument("memory", help="hrn:mem:<root>:<slug> or id")
     p.add_argument("--access", choices=ACCESS_LEVELS, required=True)

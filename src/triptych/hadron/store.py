@@ -117,7 +117,62 @@ MIGRATIONS = [
         model TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB, status TEXT NOT NULL, error TEXT,
         updated_at TEXT NOT NULL
     );
+    """,
+    # Search (issue 6): stemmed full text kept in step with live nodes by triggers, a per-memory vector
+    # generation bumped by triggers whenever the memory's live vectors change (several workers never
+    # serve stale vectors), and search scopes.
     """
+    ALTER TABLE node_embeddings ADD COLUMN text_hash TEXT;
+    CREATE VIRTUAL TABLE nodes_fts USING fts5(name, description, content, tags, tokenize = 'porter unicode61');
+    INSERT INTO nodes_fts (rowid, name, description, content, tags)
+        SELECT rowid, name, coalesce(description, ''), coalesce(content, ''), tags FROM nodes
+        WHERE deleted_at IS NULL;
+    CREATE TRIGGER nodes_fts_insert AFTER INSERT ON nodes WHEN new.deleted_at IS NULL BEGIN
+        INSERT INTO nodes_fts (rowid, name, description, content, tags)
+        VALUES (new.rowid, new.name, coalesce(new.description, ''), coalesce(new.content, ''), new.tags);
+    END;
+    CREATE TRIGGER nodes_fts_delete AFTER DELETE ON nodes BEGIN
+        DELETE FROM nodes_fts WHERE rowid = old.rowid;
+    END;
+    CREATE TRIGGER nodes_fts_update AFTER UPDATE OF name, description, content, tags, deleted_at ON nodes
+    WHEN old.name IS NOT new.name OR old.description IS NOT new.description OR old.content IS NOT new.content
+        OR old.tags IS NOT new.tags OR old.deleted_at IS NOT new.deleted_at
+    BEGIN
+        DELETE FROM nodes_fts WHERE rowid = old.rowid;
+        INSERT INTO nodes_fts (rowid, name, description, content, tags)
+        SELECT new.rowid, new.name, coalesce(new.description, ''), coalesce(new.content, ''), new.tags
+        WHERE new.deleted_at IS NULL;
+    END;
+    CREATE TABLE vector_generations (memory_id TEXT PRIMARY KEY, generation INTEGER NOT NULL);
+    CREATE TRIGGER embeddings_gen_insert AFTER INSERT ON node_embeddings BEGIN
+        INSERT INTO vector_generations (memory_id, generation) SELECT memory_id, 1 FROM nodes
+        WHERE id = new.node_id ON CONFLICT (memory_id) DO UPDATE SET generation = generation + 1;
+    END;
+    CREATE TRIGGER embeddings_gen_update AFTER UPDATE ON node_embeddings BEGIN
+        INSERT INTO vector_generations (memory_id, generation) SELECT memory_id, 1 FROM nodes
+        WHERE id = new.node_id ON CONFLICT (memory_id) DO UPDATE SET generation = generation + 1;
+    END;
+    CREATE TRIGGER embeddings_gen_delete AFTER DELETE ON node_embeddings BEGIN
+        INSERT INTO vector_generations (memory_id, generation) SELECT memory_id, 1 FROM nodes
+        WHERE id = old.node_id ON CONFLICT (memory_id) DO UPDATE SET generation = generation + 1;
+    END;
+    CREATE TRIGGER nodes_gen_update AFTER UPDATE OF memory_id, deleted_at ON nodes
+    WHEN (old.memory_id IS NOT new.memory_id OR old.deleted_at IS NOT new.deleted_at)
+        AND EXISTS (SELECT 1 FROM node_embeddings WHERE node_id = new.id)
+    BEGIN
+        INSERT INTO vector_generations (memory_id, generation) VALUES (old.memory_id, 1)
+        ON CONFLICT (memory_id) DO UPDATE SET generation = generation + 1;
+        INSERT INTO vector_generations (memory_id, generation) VALUES (new.memory_id, 1)
+        ON CONFLICT (memory_id) DO UPDATE SET generation = generation + 1;
+    END;
+    CREATE TABLE scopes (
+        id TEXT PRIMARY KEY, name TEXT NOT NULL, description TEXT,
+        owner_type TEXT NOT NULL CHECK (owner_type IN ('organization', 'app', 'agent')),
+        owner_id TEXT NOT NULL, memory_ids TEXT NOT NULL, created_by TEXT NOT NULL,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, deleted_at TEXT
+    );
+    CREATE UNIQUE INDEX scopes_live_name ON scopes (owner_type, owner_id, name) WHERE deleted_at IS NULL;
+    """,
 ]
 
 
@@ -151,6 +206,7 @@ class TenancyStore(Protocol):
     def set_org_member(self, org_id: str, user_id: str, role: str) -> None: ...
     def org_memberships(self, user_id: str) -> list[tuple[Org, str]]: ...
     def org_role(self, org_id: str, user_id: str) -> str | None: ...
+    def users_in_orgs(self, org_ids: Sequence[str]) -> list[User]: ...
     def add_app(self, slug: str, name: str, org: Org | None, owner: User | None) -> App: ...
     def app(self, app_id: str) -> App | None: ...
     def app_by_urn(self, root: str, slug: str) -> App | None: ...
@@ -164,6 +220,7 @@ class TenancyStore(Protocol):
     def memory_by_key(self, root: str, slug: str) -> Memory | None: ...
     def memories(self) -> list[Memory]: ...
     def set_memory_schema(self, memory_id: str, schema: dict[str, Any] | None) -> None: ...
+    def set_embedding_policy(self, memory_id: str, policy: str) -> None: ...
     def grant(self, memory_id: str, principal_type: str, principal_id: str, access: str) -> None: ...
     def grants(self, memory_id: str) -> dict[tuple[str, str], str]: ...
     def attach_memory(self, app_id: str, memory_id: str) -> None: ...
@@ -277,6 +334,16 @@ class SqliteTenancyStore(_SqliteBase):
         ).fetchall()
         return [(Org(r[0], r[1], r[2]), r[3]) for r in rows]
 
+    def users_in_orgs(self, org_ids: Sequence[str]) -> list[User]:
+        if not org_ids:
+            return []
+        rows = self.conn.execute(
+            "SELECT DISTINCT u.id, u.handle, u.name FROM users u JOIN org_members m ON m.user_id = u.id "
+            f"WHERE m.org_id IN ({', '.join('?' * len(org_ids))}) ORDER BY u.handle",
+            tuple(org_ids),
+        ).fetchall()
+        return [User(r[0], r[1], r[2]) for r in rows]
+
     def org_role(self, org_id: str, user_id: str) -> str | None:
         row = self.conn.execute(
             "SELECT role FROM org_members WHERE org_id = ? AND user_id = ?", (org_id, user_id)
@@ -338,8 +405,8 @@ class SqliteTenancyStore(_SqliteBase):
 
     # memories and access
     _MEMORY = (
-        "SELECT id, root, slug, name, description, class, org_id, app_id, user_id, encrypted, schema_json "
-        "FROM memories"
+        "SELECT id, root, slug, name, description, class, org_id, app_id, user_id, encrypted, schema_json, "
+        "embedding_policy FROM memories"
     )
 
     @staticmethod
@@ -348,17 +415,18 @@ class SqliteTenancyStore(_SqliteBase):
         return Memory(
             id=row[0], root=row[1], slug=row[2], name=row[3], description=row[4], memory_class=row[5],
             org_id=row[6], app_id=row[7], user_id=row[8], encrypted=bool(row[9]), schema=schema,
+            embedding_policy=row[11],
         )  # fmt: skip
 
     def add_memory(self, memory: Memory) -> Memory:
         with self.atomic() as tx:
             tx.execute(
                 "INSERT INTO memories (id, root, slug, name, description, class, org_id, app_id, user_id, "
-                "encrypted, schema_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "encrypted, schema_json, embedding_policy, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     memory.id, memory.root, memory.slug, memory.name, memory.description,
                     memory.memory_class, memory.org_id, memory.app_id, memory.user_id, int(memory.encrypted),
-                    _json(memory.schema) if memory.schema else None, self.clock(),
+                    _json(memory.schema) if memory.schema else None, memory.embedding_policy, self.clock(),
                 ),
             )  # fmt: skip
         return memory
@@ -384,6 +452,10 @@ class SqliteTenancyStore(_SqliteBase):
                 "UPDATE memories SET schema_json = ? WHERE id = ?",
                 (_json(schema) if schema is not None else None, memory_id),
             )
+
+    def set_embedding_policy(self, memory_id: str, policy: str) -> None:
+        with self.atomic() as tx:
+            tx.execute("UPDATE memories SET embedding_policy = ? WHERE id = ?", (policy, memory_id))
 
     def grant(self, memory_id: str, principal_type: str, principal_id: str, access: str) -> None:
         with self.atomic() as tx:

@@ -69,6 +69,8 @@ class Memory:
     user_id: str | None
     encrypted: bool = False
     schema: dict[str, Any] | None = None
+    # How nodes are embedded on write: "content" (name, description, tags and content) or "none".
+    embedding_policy: str = "none"
 
     @property
     def urn(self) -> str:
@@ -77,6 +79,26 @@ class Memory:
     @property
     def owner_type(self) -> str:
         return "app" if self.app_id else "user" if self.user_id else "org"
+
+
+EMBEDDING_POLICIES = ("content", "none")
+ScopeOwnerType = Literal["organization", "app", "agent"]
+SCOPE_OWNER_TYPES: tuple[ScopeOwnerType, ...] = ("organization", "app", "agent")
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A named, ordered list of memories owned by one organization, app or agent: a search lens."""
+
+    id: str
+    name: str
+    description: str | None
+    owner_type: ScopeOwnerType
+    owner_id: str
+    memory_ids: tuple[str, ...]
+    created_by: str
+    created_at: str
+    updated_at: str
 
 
 @dataclass(frozen=True, slots=True)

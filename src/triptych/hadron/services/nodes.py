@@ -36,6 +36,7 @@ from triptych.hadron.errors import (
     UrnNotQualified,
 )
 from triptych.hadron.identity import HadronCaller
+from triptych.hadron.services.embedding import NodeEmbedder
 from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.store import GraphStore, TenancyStore, new_id, utcnow
 
@@ -82,6 +83,13 @@ class NodeService:
         self.access = access
         self.selections = selections
         self.clock = clock
+        # Embeds written nodes by their memory's policy (search, issue 6); None embeds nothing.
+        self.embedder: NodeEmbedder | None = None
+
+    def embedded(self, memory: Memory, nodes: Sequence[NodeRecord]) -> None:
+        """After a committed write: embed by the memory's policy (a failure is recorded, never raised)."""
+        if self.embedder is not None:
+            self.embedder.on_write(memory, nodes)
 
     # ── resolution ─────────────────────────────────────────────────────────
 
@@ -305,6 +313,7 @@ class NodeService:
             if edges is not None:
                 self.graph.replace_edges(node.id, self._resolve_edges(caller, mem, node.id, edges))
             self.graph.add_revision(node, op, actor, None)
+        self.embedded(mem, [node])
         return mem, node, existing is None
 
     @staticmethod
@@ -350,6 +359,7 @@ class NodeService:
             if edges is not None:
                 self.graph.replace_edges(node.id, self._resolve_edges(caller, mem, node.id, edges))
             self.graph.add_revision(updated, "update", caller.actor, reason)
+        self.embedded(mem, [updated])
         return mem, updated
 
     def merge_data(
@@ -509,6 +519,9 @@ class NodeService:
                 for (node, loc), (_, _, _, name) in zip(relocated, moves, strict=True)
             ]
             self.graph.add_revisions(revisions, "move", caller.actor, full=False)
+        if src.id != dst.id:  # re-indexed under the destination memory's policy
+            moved = self.graph.subtree(dst.id, new)
+            self.embedded(dst, moved)
         return src, dst, new, len(subtree)
 
     def _check_cross_memory_move(self, src: Memory, dst: Memory, subtree: list[NodeRecord]) -> None:

@@ -87,6 +87,7 @@ class ObjectService:
             )  # fmt: skip
             self.graph.insert_node(node)
             self.graph.add_revision(node, "create", caller.actor, None)
+        self.nodes.embedded(memory, [node])
         return memory, node
 
     def get(self, caller: HadronCaller, state: SessionState, ref: str) -> tuple[Memory, NodeRecord]:
@@ -124,6 +125,7 @@ class ObjectService:
             )
             self.graph.update_node(updated)
             self.graph.add_revision(updated, "update", caller.actor, reason)
+        self.nodes.embedded(memory, [updated])
         return memory, updated
 
     def delete(

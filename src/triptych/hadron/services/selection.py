@@ -129,7 +129,14 @@ class SelectionService:
                 state.restored.append(f"active organization {org.urn if org else saved['org_id']}")
             else:
                 state.dropped.append("active organization")
-        state.scope_id = saved.get("scope_id")
+        if saved.get("scope_id"):
+            # Re-authorized where it is used: the search ladder checks the scope on every search.
+            state.scope_id = saved["scope_id"]
+            state.restored.append("active scope")
+        self._save(caller, state)
+
+    def persist(self, caller: HadronCaller, state: SessionState) -> None:
+        """Save the session's selections for its client id (a no-op without one)."""
         self._save(caller, state)
 
     def _save(self, caller: HadronCaller, state: SessionState) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from triptych.hadron.domain import urn
 from triptych.hadron.domain.model import (
     ACCESS_LEVELS,
+    EMBEDDING_POLICIES,
     MEMORY_CLASSES,
     ORG_ROLES,
     App,
@@ -32,6 +33,11 @@ def _checked(kind: str, value: str, check: Any) -> str:
     except urn.UrnError as exc:
         raise BadInput(f"invalid {kind} {value!r}: {exc.reason}", details={"reason": exc.reason}) from exc
     return value
+
+
+def _default_embedding(memory_class: str, encrypted: bool) -> str:
+    # As upstream: knowledge memories get a vector index by default, other classes opt in.
+    return "content" if memory_class == "knowledge" and not encrypted else "none"
 
 
 class TenancyAdmin:
@@ -127,6 +133,7 @@ class TenancyAdmin:
         name: str | None = None,
         description: str = "",
         encrypted: bool = False,
+        embedding: str | None = None,
     ) -> Memory:
         _checked("memory slug", slug, urn.validate_user_slug)
         if memory_class not in MEMORY_CLASSES:
@@ -150,6 +157,9 @@ class TenancyAdmin:
         if self.store.memory_by_key(root, slug):
             raise UrnAlreadyExists(f"memory hrn:mem:{root}:{slug} already exists")
         klass: MemoryClass = memory_class
+        policy = embedding or _default_embedding(klass, encrypted)
+        if policy not in EMBEDDING_POLICIES:
+            raise BadInput(f"embedding must be one of {', '.join(EMBEDDING_POLICIES)}")
         memory = Memory(
             id=new_id(),
             root=root,
@@ -161,8 +171,17 @@ class TenancyAdmin:
             app_id=owner_app.id if owner_app else None,
             user_id=owner_user.id if owner_user else None,
             encrypted=encrypted,
+            embedding_policy=policy,
         )
         return self.store.add_memory(memory)
+
+    def set_embedding(self, memory_ref: str, policy: str) -> Memory:
+        """Change how the memory's nodes are embedded from the next write on (``content`` or ``none``)."""
+        if policy not in EMBEDDING_POLICIES:
+            raise BadInput(f"embedding must be one of {', '.join(EMBEDDING_POLICIES)}")
+        memory = self.memory(memory_ref)
+        self.store.set_embedding_policy(memory.id, policy)
+        return memory
 
     def grant(self, memory_ref: str, access: str, *, user: str | None = None, app: str | None = None) -> str:
         if access not in ACCESS_LEVELS:

@@ -1,4 +1,4 @@
-"""Hadron's MCP tools, one module per family; ``ISSUE_5_TOOLS`` is the contract's list for this build."""
+"""Hadron's MCP tools, one module per family; ``TOOLS`` is the contract's list for this build."""
 
 from __future__ import annotations
 
@@ -32,3 +32,16 @@ OBJECT_TOOLS = (
 )
 VALIDATE_TOOLS = ("hadron_validate",)
 ISSUE_5_TOOLS = SELECTION_TOOLS + NODE_TOOLS + OBJECT_TOOLS + VALIDATE_TOOLS
+# The tools of the search issue (issue 6).
+SEARCH_TOOLS = ("hadron_find_nodes", "hadron_search")
+SCOPE_TOOLS = (
+    "hadron_list_scopes",
+    "hadron_create_scope",
+    "hadron_update_scope",
+    "hadron_delete_scope",
+    "hadron_scope_explain",
+    "hadron_set_active_scope",
+)
+ISSUE_6_TOOLS = SEARCH_TOOLS + SCOPE_TOOLS
+# Everything this build registers.
+TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS

@@ -17,6 +17,10 @@ CAPABILITIES = (
     "cross-memory-move",
     "object-store",
     "schema-validation",
+    "node-search",
+    "vector-search",
+    "search-scopes",
+    "entity-search",
 )
 
 

@@ -1,0 +1,504 @@
+"""Hadron search persistence: full text (FTS5, kept in step with nodes by triggers), node vectors with an
+exact in-process index per memory, structural filters pushed into SQL, and search scopes.
+
+Filters run inside the query, never after truncation, so ``limit`` is honest: the memory set, object
+type, runnability and subtree are SQL conditions, and the ``where`` predicate is a SQL function over
+the node's ``properties``/``data`` (the same compiled predicate ``hadron_find_objects`` uses, so both
+tools agree on every operator and cast).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from triptych.core.db import Database
+from triptych.core.search import Vector
+from triptych.hadron.domain.model import NodeRecord, Scope
+from triptych.hadron.domain.where import Predicate
+from triptych.hadron.store import _NODE_COLUMNS, _node
+
+RUNNABLE_TYPES = ("action",)
+# bm25 column weights: name, description, content, tags.
+BM25 = "bm25(nodes_fts, 4.0, 2.0, 1.0, 1.0)"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFilter:
+    """Structural filters of a node search, all applied inside the query."""
+
+    memory_ids: tuple[str, ...]
+    object_type: str | None = None
+    runnable: bool | None = None
+    subtree: tuple[str, str] | None = None  # (memory id, parent loc): strict descendants
+    where: Predicate | None = None
+
+    @property
+    def structural(self) -> bool:
+        """True when anything narrows the memories' nodes beyond the memory set itself."""
+        return any(x is not None for x in (self.object_type, self.runnable, self.subtree, self.where))
+
+
+def _conditions(f: NodeFilter, alias: str = "n") -> tuple[str, list[Any]]:
+    marks = ", ".join("?" * len(f.memory_ids))
+    sql = [f"{alias}.deleted_at IS NULL", f"{alias}.memory_id IN ({marks})"]
+    params: list[Any] = list(f.memory_ids)
+    if f.object_type is not None:
+        sql.append(f"{alias}.object_type = ?")
+        params.append(f.object_type)
+    if f.runnable is not None:
+        types = ", ".join("?" * len(RUNNABLE_TYPES))
+        sql.append(f"({alias}.node_type IN ({types})) = ?")
+        params += [*RUNNABLE_TYPES, int(f.runnable)]
+    if f.subtree is not None:
+        memory_id, loc = f.subtree
+        sql.append(f"{alias}.memory_id = ? AND {alias}.loc > ? AND {alias}.loc < ?")
+        params += [memory_id, loc + ":", loc + ";"]
+    if f.where is not None:
+        sql.append(f"hadron_where({alias}.properties, {alias}.data)")
+    return " AND ".join(sql), params
+
+
+def _where_function(predicate: Predicate) -> Callable[[str | None, str | None], int]:
+    def test(properties: str | None, data: str | None) -> int:
+        try:
+            props = json.loads(properties) if properties else {}
+            bag = json.loads(data) if data else None
+            return int(predicate(props, bag))
+        except (ValueError, TypeError):
+            return 0
+
+    return test
+
+
+@dataclass
+class _Vectors:
+    generation: int
+    matrix: Vector  # capacity rows; the first ``len(ids)`` are live
+    ids: list[int] = field(default_factory=list)
+    position: dict[int, int] = field(default_factory=dict)
+
+    def live(self) -> Vector:
+        return self.matrix[: len(self.ids)]
+
+
+class ExactIndex:
+    """Exact cosine top-k per memory over an in-process float32 matrix, rebuilt from SQLite when stale.
+
+    Exact rather than HNSW (``core.search.VectorIndex`` switches to usearch above 20,000 vectors): a
+    graph build over 100,000 vectors took minutes on the shared 2-core machine, and Hadron's deletes and
+    moves make other workers reload, so a reload must cost a read (about a second), not a rebuild. Exact
+    top-k over 100,000 x 384 is one matrix-vector product. This process's own writes are applied in
+    place (swap-remove, amortised appends), all or nothing.
+    """
+
+    def __init__(self, dim: int, loader: Callable[[str], tuple[list[int], Vector]]) -> None:
+        self.dim = dim
+        self._loader = loader
+        self._parts: dict[str, _Vectors] = {}
+        self._lock = threading.Lock()
+
+    def sync(self, key: str, generation: int) -> _Vectors:
+        with self._lock:
+            part = self._parts.get(key)
+            if part is None or part.generation != generation:
+                ids, matrix = self._loader(key)
+                part = _Vectors(generation, np.array(matrix, dtype=np.float32, copy=True), list(ids))
+                part.position = {item: i for i, item in enumerate(part.ids)}
+                self._parts[key] = part
+            return part
+
+    def apply(
+        self, key: str, before: int, after: int, added: Iterable[tuple[int, Vector]], removed: Iterable[int]
+    ) -> None:
+        with self._lock:
+            part = self._parts.get(key)
+            if part is None:
+                return
+            if part.generation != before:
+                del self._parts[key]
+                return
+            try:
+                self._apply(part, after, added, removed)
+            except Exception:  # all or nothing: the next search reloads from the database
+                self._parts.pop(key, None)
+
+    def _apply(
+        self, part: _Vectors, after: int, added: Iterable[tuple[int, Vector]], removed: Iterable[int]
+    ) -> None:
+        for item in removed:
+            i = part.position.pop(item, None)
+            if i is None:
+                continue
+            last = len(part.ids) - 1
+            if i != last:
+                moved = part.ids[last]
+                part.matrix[i] = part.matrix[last]
+                part.ids[i] = moved
+                part.position[moved] = i
+            part.ids.pop()
+        for item, vec in added:
+            if len(part.ids) == part.matrix.shape[0]:
+                grown = np.zeros((max(16, 2 * part.matrix.shape[0]), self.dim), dtype=np.float32)
+                grown[: len(part.ids)] = part.live()
+                part.matrix = grown
+            part.matrix[len(part.ids)] = vec
+            part.position[item] = len(part.ids)
+            part.ids.append(item)
+        part.generation = after
+
+    def search(self, key: str, generation: int, query: Vector, k: int) -> list[tuple[int, float]]:
+        part = self.sync(key, generation)
+        return _top(part.live() @ query.astype(np.float32), part.ids, k)
+
+    def search_subset(
+        self, key: str, generation: int, query: Vector, ids: Sequence[int], k: int
+    ) -> list[tuple[int, float]]:
+        part = self.sync(key, generation)
+        rows = [part.position[i] for i in ids if i in part.position]
+        if not rows:
+            return []
+        positions = np.asarray(rows, dtype=np.int64)
+        scores = part.matrix[positions] @ query.astype(np.float32)
+        return [(part.ids[int(positions[j])], s) for j, s in _top(scores, list(range(len(rows))), k)]
+
+
+def _top(scores: Vector, ids: Sequence[int], k: int) -> list[tuple[int, float]]:
+    n = len(ids)
+    if n == 0 or k <= 0:
+        return []
+    k = min(k, n)
+    top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
+    top = top[np.argsort(-scores[top])]
+    return [(ids[int(i)], float(scores[int(i)])) for i in top]
+
+
+class SqliteSearchStore:
+    def __init__(self, db: Database, dim: int | None = None, model: str | None = None) -> None:
+        self.db = db
+        self.model = model
+        self.index = ExactIndex(dim, self._load_vectors) if dim else None
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self.db.conn
+
+    def _prepare(self, f: NodeFilter) -> sqlite3.Connection:
+        conn = self.conn
+        if f.where is not None:
+            conn.create_function("hadron_where", 2, _where_function(f.where), deterministic=True)
+        return conn
+
+    # ── node reads ──────────────────────────────────────────────────────
+
+    def nodes_by_rowid(self, rowids: Sequence[int]) -> dict[int, NodeRecord]:
+        if not rowids:
+            return {}
+        marks = ", ".join("?" * len(rowids))
+        rows = self.conn.execute(
+            f"SELECT rowid, {_NODE_COLUMNS} FROM nodes WHERE rowid IN ({marks}) AND deleted_at IS NULL",
+            tuple(rowids),
+        ).fetchall()
+        return {int(r[0]): _node(tuple(r)[1:]) for r in rows}
+
+    def rowids_of(self, node_ids: Sequence[str]) -> dict[str, int]:
+        if not node_ids:
+            return {}
+        marks = ", ".join("?" * len(node_ids))
+        rows = self.conn.execute(f"SELECT id, rowid FROM nodes WHERE id IN ({marks})", tuple(node_ids))
+        return {r[0]: int(r[1]) for r in rows}
+
+    # ── the four modes ────────────────────────────────────────────────
+
+    def survey(self, f: NodeFilter, limit: int) -> list[int]:
+        """Nodes in memory order, then loc order: one indexed range per memory until ``limit``."""
+        conn = self._prepare(f)
+        out: list[int] = []
+        for memory_id in f.memory_ids:
+            if len(out) >= limit:
+                break
+            one = NodeFilter((memory_id,), f.object_type, f.runnable, f.subtree, f.where)
+            if f.subtree is not None and f.subtree[0] != memory_id:
+                continue
+            cond, params = _conditions(one)
+            rows = conn.execute(
+                f"SELECT n.rowid FROM nodes n WHERE {cond} ORDER BY n.loc LIMIT ?",
+                (*params, limit - len(out)),
+            ).fetchall()
+            out.extend(int(r[0]) for r in rows)
+        return out
+
+    def keyword(self, f: NodeFilter, match: str, limit: int) -> list[tuple[int, float]]:
+        """BM25 over name, description, content and tags (porter-stemmed), filters before truncation.
+
+        First the index's own top candidates, filtered: when ``limit`` of them survive (or they were all
+        the matches) they are exactly the best survivors. Otherwise one query ranks the filtered join.
+        """
+        conn = self._prepare(f)
+        width = max(limit * 10, 200)
+        candidates = [
+            (int(r[0]), float(r[1]))
+            for r in conn.execute(
+                f"SELECT rowid, -{BM25} FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY {BM25} LIMIT ?",
+                (match, width),
+            )
+        ]
+        keep = self.filter_rowids(f, [r for r, _ in candidates])
+        hits = [(r, s) for r, s in candidates if r in keep][:limit]
+        if len(hits) >= limit or len(candidates) < width:
+            return hits
+        cond, params = _conditions(f)
+        rows = conn.execute(
+            f"SELECT n.rowid, -{BM25} FROM nodes_fts JOIN nodes n ON n.rowid = nodes_fts.rowid "
+            f"WHERE nodes_fts MATCH ? AND {cond} ORDER BY {BM25} LIMIT ?",
+            (match, *params, limit),
+        ).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    def regex(self, f: NodeFilter, pattern: re.Pattern[str], limit: int) -> list[tuple[int, float]]:
+        """Nodes whose name (score 1.0), description (0.67) or content (0.33) matches, best field first."""
+        conn = self._prepare(f)
+        conn.create_function(
+            "hadron_regex", 1, lambda text: int(text is not None and pattern.search(text) is not None)
+        )
+        cond, params = _conditions(f)
+        rows = conn.execute(
+            "SELECT rowid, s FROM (SELECT n.rowid AS rowid, n.memory_id AS m, n.loc AS loc, "
+            "CASE WHEN hadron_regex(n.name) THEN 3 WHEN hadron_regex(n.description) THEN 2 "
+            "WHEN hadron_regex(n.content) THEN 1 ELSE 0 END AS s "
+            f"FROM nodes n WHERE {cond}) WHERE s > 0 ORDER BY s DESC, loc LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [(int(r[0]), round(int(r[1]) / 3, 2)) for r in rows]
+
+    def filter_rowids(self, f: NodeFilter, rowids: Sequence[int]) -> set[int]:
+        """Which of ``rowids`` pass the filter."""
+        if not rowids:
+            return set()
+        conn = self._prepare(f)
+        cond, params = _conditions(f)
+        marks = ", ".join("?" * len(rowids))
+        rows = conn.execute(
+            f"SELECT n.rowid FROM nodes n WHERE {cond} AND n.rowid IN ({marks})", (*params, *rowids)
+        ).fetchall()
+        return {int(r[0]) for r in rows}
+
+    def all_rowids(self, f: NodeFilter, memory_id: str) -> list[int]:
+        conn = self._prepare(f)
+        cond, params = _conditions(NodeFilter((memory_id,), f.object_type, f.runnable, f.subtree, f.where))
+        return [int(r[0]) for r in conn.execute(f"SELECT n.rowid FROM nodes n WHERE {cond}", params)]
+
+    # ── vectors ────────────────────────────────────────────────────────
+
+    def generation(self, memory_id: str) -> int:
+        row = self.conn.execute(
+            "SELECT generation FROM vector_generations WHERE memory_id = ?", (memory_id,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def vector_count(self, memory_id: str) -> int:
+        """Live vectors of the memory (0 without an index: no generation was ever written)."""
+        if self.index is None:
+            return 0
+        generation = self.generation(memory_id)
+        return len(self.index.sync(memory_id, generation).ids) if generation else 0
+
+    def _load_vectors(self, memory_id: str) -> tuple[list[int], Vector]:
+        rows = self.conn.execute(
+            "SELECT n.rowid, e.vector FROM node_embeddings e JOIN nodes n ON n.id = e.node_id "
+            "WHERE n.memory_id = ? AND n.deleted_at IS NULL AND e.status = 'ok' AND e.model = ? "
+            "ORDER BY n.rowid",
+            (memory_id, self.model),
+        ).fetchall()
+        dim = self.index.dim if self.index else 0
+        if not rows:
+            return [], np.zeros((0, dim), dtype=np.float32)
+        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dim)
+        return [int(r[0]) for r in rows], matrix
+
+    def vector(self, memory_id: str, query: Vector, k: int) -> list[tuple[int, float]]:
+        assert self.index is not None
+        return self.index.search(memory_id, self.generation(memory_id), query, k)
+
+    def vector_subset(
+        self, memory_id: str, query: Vector, rowids: Sequence[int], k: int
+    ) -> list[tuple[int, float]]:
+        assert self.index is not None
+        return self.index.search_subset(memory_id, self.generation(memory_id), query, rowids, k)
+
+    def embedding_hashes(self, node_ids: Sequence[str]) -> dict[str, str | None]:
+        if not node_ids:
+            return {}
+        marks = ", ".join("?" * len(node_ids))
+        rows = self.conn.execute(
+            f"SELECT node_id, text_hash FROM node_embeddings WHERE model = ? AND status = 'ok' "
+            f"AND node_id IN ({marks})",
+            (self.model, *node_ids),
+        ).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def put_embeddings(self, rows: Sequence[tuple[str, Vector | None, str | None, str, str]]) -> None:
+        """``(node_id, vector or None, error, text_hash, at)``; a None vector records a failure.
+
+        This process's own write is applied to its cached index incrementally (the triggers bump each
+        memory's generation once per row, read before and after inside the transaction); any other
+        change makes the next search reload the memory's vectors from the database.
+        """
+        if not rows:
+            return
+        dim = self.index.dim if self.index else 0
+        values = [
+            (
+                node_id, self.model or "", dim, vec.astype(np.float32).tobytes() if vec is not None else None,
+                "ok" if vec is not None else "failed", error, at, text_hash,
+            )
+            for node_id, vec, error, text_hash, at in rows
+        ]  # fmt: skip
+        ids = [r[0] for r in rows]
+        marks = ", ".join("?" * len(ids))
+        with self.db.transaction() as tx:
+            where = {
+                r[0]: (r[1], int(r[2]))
+                for r in tx.execute(f"SELECT id, memory_id, rowid FROM nodes WHERE id IN ({marks})", ids)
+            }
+            had = {
+                r[0]
+                for r in tx.execute(
+                    f"SELECT node_id FROM node_embeddings WHERE status = 'ok' AND model = ? AND node_id IN ({marks})",
+                    (self.model, *ids),
+                )
+            }
+            memories = sorted({m for m, _ in where.values()})
+            before = {m: self.generation(m) for m in memories}
+            tx.executemany(
+                "INSERT INTO node_embeddings (node_id, model, dim, vector, status, error, updated_at, text_hash) "
+                "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM nodes WHERE id = ?1) "
+                "ON CONFLICT (node_id) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
+                "vector = excluded.vector, status = excluded.status, error = excluded.error, "
+                "updated_at = excluded.updated_at, text_hash = excluded.text_hash",
+                values,
+            )
+            after = {m: self.generation(m) for m in memories}
+        if self.index is None:
+            return
+        for memory_id in memories:
+            mine = [
+                (node_id, vec) for node_id, vec, *_ in rows if where.get(node_id, ("", 0))[0] == memory_id
+            ]
+            self.index.apply(
+                memory_id,
+                before[memory_id],
+                after[memory_id],
+                added=[(where[n][1], v) for n, v in mine if v is not None],
+                removed=[where[n][1] for n, _ in mine if n in had],
+            )
+
+    def delete_embeddings(self, node_ids: Sequence[str]) -> None:
+        if not node_ids:
+            return
+        with self.db.transaction() as tx:
+            tx.executemany("DELETE FROM node_embeddings WHERE node_id = ?", [(n,) for n in node_ids])
+
+    # ── entity search (hadron_search) ─────────────────────────────────
+
+    def nodes_matching(
+        self, memory_ids: Sequence[str], columns: Sequence[str], needle: str, exact_id: bool, limit: int
+    ) -> list[NodeRecord]:
+        """Live nodes in ``memory_ids`` whose columns contain ``needle`` (case-insensitive), or id match."""
+        if not memory_ids:
+            return []
+        marks = ", ".join("?" * len(memory_ids))
+        params: list[Any] = list(memory_ids)
+        tests: list[str] = []
+        if exact_id:
+            tests.append("id = ?")
+            params.append(needle)
+        pattern = "%" + needle.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        for column in columns:
+            tests.append(f"lower({column}) LIKE ? ESCAPE '\\'")
+            params.append(pattern)
+        if not tests:
+            return []
+        rows = self.conn.execute(
+            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE deleted_at IS NULL AND memory_id IN ({marks}) "
+            f"AND ({' OR '.join(tests)}) LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [_node(r) for r in rows]
+
+    def live_locs_in(self, memory_ids: Sequence[str], loc: str) -> set[str]:
+        if not memory_ids:
+            return set()
+        marks = ", ".join("?" * len(memory_ids))
+        rows = self.conn.execute(
+            f"SELECT memory_id FROM nodes WHERE loc = ? AND deleted_at IS NULL AND memory_id IN ({marks})",
+            (loc, *memory_ids),
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    # ── scopes ────────────────────────────────────────────────────────
+
+    _SCOPE = (
+        "SELECT id, name, description, owner_type, owner_id, memory_ids, created_by, created_at, updated_at "
+        "FROM scopes"
+    )
+
+    @staticmethod
+    def _scope(row: Sequence[Any]) -> Scope:
+        return Scope(
+            id=row[0], name=row[1], description=row[2], owner_type=row[3], owner_id=row[4],
+            memory_ids=tuple(json.loads(row[5])), created_by=row[6], created_at=row[7], updated_at=row[8],
+        )  # fmt: skip
+
+    def add_scope(self, scope: Scope) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(
+                "INSERT INTO scopes (id, name, description, owner_type, owner_id, memory_ids, created_by, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    scope.id, scope.name, scope.description, scope.owner_type, scope.owner_id,
+                    json.dumps(list(scope.memory_ids)), scope.created_by, scope.created_at, scope.updated_at,
+                ),
+            )  # fmt: skip
+
+    def update_scope(self, scope: Scope) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(
+                "UPDATE scopes SET name = ?, description = ?, memory_ids = ?, updated_at = ? WHERE id = ?",
+                (
+                    scope.name,
+                    scope.description,
+                    json.dumps(list(scope.memory_ids)),
+                    scope.updated_at,
+                    scope.id,
+                ),
+            )
+
+    def delete_scope(self, scope_id: str, at: str) -> None:
+        with self.db.transaction() as tx:
+            tx.execute("UPDATE scopes SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL", (at, scope_id))
+
+    def scope(self, scope_id: str) -> Scope | None:
+        row = self.conn.execute(self._SCOPE + " WHERE id = ? AND deleted_at IS NULL", (scope_id,)).fetchone()
+        return self._scope(row) if row else None
+
+    def scope_named(self, owner_type: str, owner_id: str, name: str) -> Scope | None:
+        row = self.conn.execute(
+            self._SCOPE + " WHERE owner_type = ? AND owner_id = ? AND name = ? AND deleted_at IS NULL",
+            (owner_type, owner_id, name),
+        ).fetchone()
+        return self._scope(row) if row else None
+
+    def scopes_of(self, owner_type: str, owner_id: str) -> list[Scope]:
+        rows = self.conn.execute(
+            self._SCOPE + " WHERE owner_type = ? AND owner_id = ? AND deleted_at IS NULL ORDER BY name",
+            (owner_type, owner_id),
+        ).fetchall()
+        return [self._scope(r) for r in rows]
