@@ -394,6 +394,9 @@ def test_hnsw_index_above_threshold_recalls_what_exact_search_finds(monkeypatch:
     matrix = _unit_rows(rng, len(ids), dim)
     index = VectorIndex(dim, lambda key: (ids, matrix))
 
+    # The graph is built in the background; exact search answers meanwhile, so the first search never waits.
+    assert index.search("ws", 1, matrix[7], 1)[0][0] == ids[7]
+    assert index.wait_ready("ws", timeout=60)
     assert index.sync("ws", 1).hnsw is not None
     assert _recall_at_10(index, ids, matrix, _unit_rows(rng, 25, dim), 1) >= 0.9
     # A stored vector is its own nearest neighbour, with a cosine of about 1 (f16 storage).
@@ -410,6 +413,7 @@ def test_hnsw_index_applies_removals_and_additions(monkeypatch: pytest.MonkeyPat
     matrix = _unit_rows(rng, len(ids), dim)
     index = VectorIndex(dim, lambda key: (ids, matrix))
     index.sync("ws", 1)
+    assert index.wait_ready("ws", timeout=60) and index.sync("ws", 1).hnsw is not None
     removed = ids[:20]
     new = _unit_rows(rng, 5, dim)
 
@@ -438,6 +442,7 @@ def test_apply_builds_the_hnsw_index_when_a_partition_grows_past_the_threshold(
     new = _unit_rows(rng, 40, dim)
     index.apply("ws", 1, 2, added=[(100 + i, v) for i, v in enumerate(new)])
 
+    assert index.wait_ready("ws", timeout=60)
     assert index.sync("ws", 2).hnsw is not None
     all_ids = ids + [100 + i for i in range(40)]
     assert _recall_at_10(index, all_ids, np.vstack([matrix, new]), _unit_rows(rng, 20, dim), 2) >= 0.9

@@ -12,6 +12,7 @@ import hashlib
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -170,6 +171,7 @@ class _Partition:
     matrix: Vector = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     position: dict[int, int] = field(default_factory=dict)
     hnsw: object | None = None
+    building: bool = False
     generation: int = -1
 
 
@@ -193,14 +195,42 @@ class VectorIndex:
         part.position = {item: i for i, item in enumerate(part.ids)}
         part.generation = generation
         if len(part.ids) >= HNSW_THRESHOLD:
-            part.hnsw = self._build_hnsw(part.ids, part.matrix)
+            self._build_in_background(key, part)
         return part
+
+    def _build_in_background(self, key: str, part: _Partition) -> None:
+        """Build the HNSW graph off the request path; exact search serves until it is ready.
+
+        Building 100,000 vectors takes minutes on two busy cores: doing it inside a search would block
+        that search and every other one behind the lock. The graph is adopted only if the partition has
+        not changed meanwhile; otherwise the next change schedules a fresh build.
+        """
+        if part.building:
+            return
+        part.building = True
+        ids, matrix, generation = list(part.ids), part.matrix.copy(), part.generation
+
+        def build() -> None:
+            try:
+                graph = self._build_hnsw(ids, matrix)
+            except Exception:  # the exact path keeps serving; a later change retries
+                graph = None
+            with self._lock:
+                part.building = False
+                if self._parts.get(key) is not part:
+                    return  # the partition was reloaded or forgotten meanwhile
+                if graph is not None and part.generation == generation:
+                    part.hnsw = graph
+                elif part.hnsw is None:
+                    self._build_in_background(key, part)  # it changed while building: start over
+
+        threading.Thread(target=build, name=f"hnsw-{key}", daemon=True).start()
 
     def _build_hnsw(self, ids: Sequence[int], matrix: Vector) -> object:
         from usearch.index import Index
 
         index = Index(
-            ndim=self.dim, metric="ip", dtype="f16", connectivity=16, expansion_add=128, expansion_search=64
+            ndim=self.dim, metric="ip", dtype="f16", connectivity=16, expansion_add=128, expansion_search=128
         )
         index.add(np.asarray(ids, dtype=np.uint64), matrix, threads=2)
         return index
@@ -233,13 +263,18 @@ class VectorIndex:
                 del self._parts[key]  # someone else wrote in between: reload on next use
                 return
             try:
-                self._apply(part, after, added, removed)
+                self._apply(key, part, after, added, removed)
             except Exception:
                 self._parts.pop(key, None)
                 raise
 
     def _apply(
-        self, part: _Partition, after: int, added: Iterable[tuple[int, Vector]], removed: Iterable[int]
+        self,
+        key: str,
+        part: _Partition,
+        after: int,
+        added: Iterable[tuple[int, Vector]],
+        removed: Iterable[int],
     ) -> None:
         removed_set = set(removed)
         added_list = list(added)
@@ -263,9 +298,20 @@ class VectorIndex:
             if part.hnsw is not None:
                 part.hnsw.add(np.asarray(new_ids, dtype=np.uint64), new_matrix)  # type: ignore[attr-defined]
         part.position = {item: i for i, item in enumerate(part.ids)}
-        if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
-            part.hnsw = self._build_hnsw(part.ids, part.matrix)
         part.generation = after
+        if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
+            self._build_in_background(key, part)
+
+    def wait_ready(self, key: str, timeout: float = 600.0) -> bool:
+        """Wait until no HNSW build is running for the partition (benchmarks and tests); True if none is."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                part = self._parts.get(key)
+                if part is None or not part.building:
+                    return True
+            time.sleep(0.01)
+        return False
 
     def forget(self, key: str) -> None:
         with self._lock:
