@@ -85,6 +85,9 @@ class LocalEmbedder:
         # The arena grows to the largest padded batch ever seen and never shrinks.
         options.enable_cpu_mem_arena = False
         options.log_severity_level = 3
+        # Idle worker threads spin by default; on a shared 2-core machine that halved throughput
+        # (query embedding p50 37 ms spinning vs 19 ms not, measured under load by bench/locomo.py).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if self._threads > 0:
             options.intra_op_num_threads = self._threads
         self._session = ort.InferenceSession(
