@@ -999,6 +999,7 @@ def timed_service_calls(
     try:
         for text in progress(stores, desc=f"timed memory_store ({workspace})", unit="rec"):
             timers.clear()
+            service.postfilter_ms = 0.0  # type: ignore[attr-defined]
             t0, c0 = time.perf_counter(), time.process_time()
             service.store_record(PRINCIPAL, workspace, text, agent, source_type="bench")
             total = (time.perf_counter() - t0) * 1000
@@ -1008,7 +1009,11 @@ def timed_service_calls(
             add("store_insert_ms", timers.get("insert", 0.0))
             add("store_freshness_ms", timers.get("freshness_total", 0.0))
             add("store_freshness_visible_seqs_ms", timers.get("visible_seqs", 0.0))
-            add("store_freshness_vector_ms", timers.get("vector_search", 0.0) + timers.get("vectors", 0.0))
+            post = float(getattr(service, "postfilter_ms", 0.0))
+            add(
+                "store_freshness_vector_ms",
+                timers.get("vector_search", 0.0) + timers.get("vectors", 0.0) + post,
+            )
             add(
                 "store_freshness_review_and_done_ms",
                 timers.get("file_review", 0.0) + timers.get("check_done", 0.0),
@@ -1016,6 +1021,7 @@ def timed_service_calls(
             add(
                 "store_freshness_compare_ms (detectors, by_seqs)",
                 timers.get("freshness_total", 0.0)
+                - post
                 - sum(
                     timers.get(x, 0.0)
                     for x in ("visible_seqs", "vector_search", "vectors", "file_review", "check_done")
@@ -1023,6 +1029,7 @@ def timed_service_calls(
             )
         for q in progress(queries, desc=f"timed memory_search ({workspace})", unit="q"):
             timers.clear()
+            service.postfilter_ms = 0.0  # type: ignore[attr-defined]
             c0 = time.process_time()
             res = service.search(PRINCIPAL, workspace, q, agent, top_k=TOP_K, status=["all"])
             add("search_latency_ms (service)", float(res["latency_ms"]))
@@ -1030,7 +1037,10 @@ def timed_service_calls(
             add("search_embed_ms", embedder.last_ms)
             add("search_visible_seqs_ms", timers.get("visible_seqs", 0.0))
             add("search_keyword_ms", timers.get("keyword_search", 0.0))
-            add("search_vector_ms", timers.get("vector_search", 0.0))
+            add(
+                "search_vector_ms",
+                timers.get("vector_search", 0.0) + float(getattr(service, "postfilter_ms", 0.0)),
+            )
             add("search_hydrate_graph_ms", sum(timers.get(x, 0.0) for x in ("by_seqs", "entities", "links")))
     finally:
         for name, fn in originals.items():
@@ -1068,12 +1078,14 @@ class ProposedVectorIndex(VectorIndex):
         top = top[np.argsort(-scores[top])]
         return [(part.ids[positions[i]], float(scores[i])) for i in top]
 
-    def _apply(self, part: Any, after: int, added: Any, removed: Any) -> None:
+    def _apply(self, *args: Any) -> None:
+        # src's signature: (part, after, added, removed), lately (key, part, after, added, removed)
+        *prefix, part, after, added, removed = args
         removed_set = set(removed)
         added_list = list(added)
         if removed_set or part.hnsw is not None:
             part.__dict__.pop("_buf", None)
-            return super()._apply(part, after, added_list, removed_set)
+            return super()._apply(*prefix, part, after, added_list, removed_set)  # type: ignore[no-any-return]
         new = (
             np.vstack([vec.reshape(1, self.dim) for _, vec in added_list]).astype(np.float32)
             if added_list
@@ -1204,6 +1216,151 @@ def embedder_microbench(queries: Sequence[str], rounds: int = 3) -> dict[str, An
     }
 
 
+class _LazyVisible(list):  # type: ignore[type-arg]
+    """Stands in for the visible-seq list: non-empty, and carries the view for the post-filter."""
+
+    def __init__(self, view: Visibility) -> None:
+        super().__init__([0])
+        self.view = view
+
+
+def visible_subset(store: SqliteMemoryStore, view: Visibility, seqs: Sequence[int]) -> set[int]:
+    """Which of ``seqs`` the view may see: one indexed rowid lookup per seq, all filters applied."""
+    if not seqs:
+        return set()
+    where, params = store._where(view)
+    marks = ",".join("?" * len(seqs))
+    rows = store.db.conn.execute(
+        f"SELECT r.seq FROM memory_records r WHERE r.seq IN ({marks}) AND {where}", (*seqs, *params)
+    )
+    return {int(r[0]) for r in rows}
+
+
+def postfilter_search(
+    store: SqliteMemoryStore, view: Visibility, query: Any, limit: int, max_probe: int = 4096
+) -> list[tuple[int, float]] | None:
+    """The ``limit`` nearest visible records without materialising the visible set: rank the whole
+    workspace partition (one GEMV), keep the visible ones among the first ``4 * limit``, widen while
+    too few survive. Exact: a visible record outside the probe ranks below every record inside it.
+    None when the filter is so selective that ``max_probe`` is reached (then use the subset search)."""
+    probe = 4 * limit
+    generation = store._generation(view.workspace_id)
+    while True:
+        hits = store.index.search(view.workspace_id, generation, query, probe)
+        visible = visible_subset(store, view, [s for s, _ in hits])
+        dense = [(s, c) for s, c in hits if s in visible]
+        if len(dense) >= limit or len(hits) < probe:
+            return dense[:limit]
+        if probe >= max_probe:
+            return None
+        probe *= 4
+
+
+class ProposedMemoryService(MemoryService):
+    """``MemoryService`` with the proposed post-filter dense search in ``search`` and ``_freshness``
+    (everything else is src). ``search``: ``_rank`` runs unchanged, with ``visible_seqs`` replaced by a
+    stand-in and ``vector_search`` by ``postfilter_search``."""
+
+    postfilter_ms = 0.0  # time spent in postfilter_search since the last reset (for the breakdown)
+
+    def _rank(self, view: Visibility, query: str, session_id: str | None, top_k: int) -> Any:
+        store = self.store
+        real_visible, real_vector = store.visible_seqs, store.vector_search
+
+        def lazy_visible(v: Visibility) -> list[int]:
+            return _LazyVisible(v)
+
+        def vector_search(
+            workspace_id: str, seqs: Sequence[int], q: Any, limit: int
+        ) -> list[tuple[int, float]]:
+            if isinstance(seqs, _LazyVisible):
+                t0 = time.perf_counter()
+                found = postfilter_search(store, seqs.view, q, limit)
+                self.postfilter_ms += (time.perf_counter() - t0) * 1000
+                if found is not None:
+                    return found
+                seqs = real_visible(seqs.view)
+            return real_vector(workspace_id, seqs, q, limit)
+
+        store.visible_seqs = lazy_visible  # type: ignore[method-assign]
+        store.vector_search = vector_search  # type: ignore[method-assign]
+        try:
+            return super()._rank(view, query, session_id, top_k)
+        finally:
+            store.visible_seqs = real_visible  # type: ignore[method-assign]
+            store.vector_search = real_vector  # type: ignore[method-assign]
+
+    def _freshness(self, record: Any) -> None:
+        # src _freshness, with the neighbour search done by postfilter_search (6 = 5 + the record itself)
+        from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
+
+        view = Visibility(
+            workspace_id=record.workspace_id,
+            agent_id=record.agent_id,
+            statuses=("active",),
+            session_id=record.session_id if record.scope == "session" else None,
+        )
+        vector = self.store.vectors(record.workspace_id, [record.seq]).get(record.seq)
+        if vector is None:
+            return
+        t0 = time.perf_counter()
+        found = postfilter_search(self.store, view, vector, 6)
+        self.postfilter_ms += (time.perf_counter() - t0) * 1000
+        if found is None:
+            seqs = [s for s in self.store.visible_seqs(view) if s != record.seq]
+            found = self.store.vector_search(record.workspace_id, seqs, vector, 5)
+        neighbours = [(s, sim) for s, sim in found if s != record.seq][:5]
+        neighbours = [(s, sim) for s, sim in neighbours if sim >= self.settings.contradiction_floor]
+        if not neighbours:
+            return
+        others = self.store.by_seqs([s for s, _ in neighbours])
+        st = self.settings
+        for seq, similarity in neighbours:
+            other = others.get(seq)
+            if other is None:
+                continue
+            contradiction = detect_contradiction(other.content, record.content)
+            if contradiction is not None:
+                confidence = round(min(1.0, contradiction.confidence * (0.5 + similarity / 2)), 4)
+                self.store.file_review(record, "possible_contradiction", other.id, confidence, "conflicted")
+                self.store.add_link(record.seq, other.id, "contradicts")
+                return
+        best_seq, best_similarity = neighbours[0]
+        best = others.get(best_seq)
+        if best is None:
+            return
+        lexical = jaccard(best.content, record.content)
+        if best_similarity >= st.reconciler_threshold and lexical >= 0.5:
+            self.store.file_review(record, "possible_duplicate", best.id, best_similarity, "review_needed")
+            return
+        confidence = decision_confidence(best_similarity, lexical, st.reconciler_threshold)
+        if confidence < st.decision_threshold:
+            self.store.file_review(record, "low_confidence_decision", best.id, confidence, "review_needed")
+
+
+def compare_postfilter(
+    service: MemoryService, workspace: str, agent: str, queries: Sequence[str]
+) -> dict[str, Any]:
+    """src ``search`` against ``ProposedMemoryService.search`` on the same store and embedder,
+    interleaved query by query: identical results? and ``latency_ms`` of each."""
+    proposed = ProposedMemoryService(service.store, service.embedder, service.settings)
+    src_ms: list[float] = []
+    new_ms: list[float] = []
+    same = 0
+    for q in progress(queries, desc="src vs post-filter search", unit="q"):
+        a = service.search(PRINCIPAL, workspace, q, agent, top_k=TOP_K, status=["all"])
+        b = proposed.search(PRINCIPAL, workspace, q, agent, top_k=TOP_K, status=["all"])
+        src_ms.append(float(a["latency_ms"]))
+        new_ms.append(float(b["latency_ms"]))
+        same += [r["record"]["id"] for r in a["results"]] == [r["record"]["id"] for r in b["results"]]
+    return {
+        "queries": len(queries),
+        "identical_top10": same,
+        "src_latency_ms": summary(src_ms),
+        "postfilter_latency_ms": summary(new_ms),
+    }
+
+
 def build_scale(
     data: Locomo, n: int, data_dir: Path, cached: CachedEmbedder, workspace: str, agent: str
 ) -> dict[str, Any]:
@@ -1293,6 +1450,11 @@ def scale_phase(
     timed10k = metronix.memory.embedder
     stores = fresh_texts(data, n_stores, seed=1)
     out["10k"] = {"in_process": timed_service_calls(metronix.memory, timed10k, ws, agent10k, stores, queries)}
+    out["10k"]["postfilter_search"] = compare_postfilter(metronix.memory, ws, agent10k, queries)
+    proposed = ProposedMemoryService(metronix.memory.store, timed10k, metronix.memory.settings)
+    out["10k"]["in_process_postfilter"] = timed_service_calls(
+        proposed, timed10k, ws, agent10k, fresh_texts(data, n_stores, seed=4), queries
+    )
     metronix.close()
     if server:
         out["10k"]["mcp"] = asyncio.run(
@@ -1685,6 +1847,12 @@ def print_results(r: dict[str, Any], out_path: Path) -> None:
             print(f"  {label}, in-process:")
             for k, v in ip.items():
                 print(f"    {k:<34} p50 {v.get('p50')}  p95 {v.get('p95')}  (n {v.get('n')})")
+            if "in_process_postfilter" in s[size]:
+                print("  the same with the proposed post-filter dense search (search and freshness):")
+                for k, v in s[size]["in_process_postfilter"].items():
+                    print(f"    {k:<34} p50 {v.get('p50')}  p95 {v.get('p95')}  (n {v.get('n')})")
+            if "postfilter_search" in s[size]:
+                print(f"  src vs post-filter search, interleaved: {s[size]['postfilter_search']}")
             for run in ("mcp", "mcp_openblas_1_thread"):
                 if run not in s[size]:
                     continue
