@@ -812,15 +812,32 @@ def proposed_decision_confidence(
 def freshness_replay(service: MemoryService, data: Locomo, workspace: str) -> dict[str, Any]:
     """What the freshness pipeline files when the turns arrive in order: each record against the most
     similar earlier records of its agent (top 5 at cosine >= 0.5, as ``_freshness``; statuses ignored),
-    with the src rules and with the proposed ones (contradiction detector from bench/contradictions.py,
-    decision rule above)."""
-    from contradictions import proposed_detect_contradiction
-
+    with src's contradiction detector and three decision rules: the original one (no similarity floor),
+    src's (``DECISION_SIMILARITY_MARGIN``: the nearest neighbour must be within the margin of the
+    reconciler threshold, if src has it) and the proposed product rule above."""
+    from triptych.metronix import memory as memory_module
     from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
 
     s = service.settings
-    counts: dict[str, dict[str, int]] = {"src": {}, "proposed": {}}
-    examples: dict[str, list[list[str]]] = {"src_contradictions": [], "proposed_contradictions": []}
+    margin = getattr(memory_module, "DECISION_SIMILARITY_MARGIN", None)
+
+    def original(sim: float, lex: float) -> bool:
+        return decision_confidence(sim, lex, s.reconciler_threshold) < s.decision_threshold
+
+    def src_rule(sim: float, lex: float) -> bool:
+        near = margin is None or sim >= s.reconciler_threshold - margin
+        return near and original(sim, lex)
+
+    def proposed(sim: float, lex: float) -> bool:
+        return proposed_decision_confidence(sim, lex, s.reconciler_threshold) < s.decision_threshold
+
+    rules: dict[str, Callable[[float, float], bool]] = {
+        "original decision rule": original,
+        f"src decision rule (margin {margin})": src_rule,
+        "proposed product rule": proposed,
+    }
+    counts: dict[str, int] = {}
+    examples: list[list[str]] = []
     n = 0
     for ci in range(len(data.turns)):
         rows = service.store.db.conn.execute(
@@ -837,25 +854,23 @@ def freshness_replay(service: MemoryService, data: Locomo, workspace: str) -> di
             top = [int(j) for j in np.argsort(-sims)[:5] if sims[j] >= s.contradiction_floor]
             if not top:
                 continue
-            for rule, detector, decide in (
-                ("src", detect_contradiction, decision_confidence),
-                ("proposed", proposed_detect_contradiction, proposed_decision_confidence),
-            ):
-                c = counts[rule]
-                hit = next((j for j in top if detector(texts[j], texts[i]) is not None), None)
-                if hit is not None:
-                    c["possible_contradiction"] = c.get("possible_contradiction", 0) + 1
-                    if len(examples[f"{rule}_contradictions"]) < 8:
-                        examples[f"{rule}_contradictions"].append([texts[hit], texts[i]])
-                    continue
-                best = top[0]
-                lexical = jaccard(texts[best], texts[i])
-                if sims[best] >= s.reconciler_threshold and lexical >= 0.5:
-                    c["possible_duplicate"] = c.get("possible_duplicate", 0) + 1
-                elif decide(float(sims[best]), lexical, s.reconciler_threshold) < s.decision_threshold:
-                    c["low_confidence_decision"] = c.get("low_confidence_decision", 0) + 1
-    rates = {rule: {k: f"{v} ({v / max(n, 1):.1%})" for k, v in c.items()} for rule, c in counts.items()}
-    return {"records_checked": n, "filings": rates, "examples": examples}
+            hit = next((j for j in top if detect_contradiction(texts[j], texts[i]) is not None), None)
+            if hit is not None:
+                counts["possible_contradiction"] = counts.get("possible_contradiction", 0) + 1
+                if len(examples) < 8:
+                    examples.append([texts[hit], texts[i]])
+                continue
+            best = top[0]
+            lexical = jaccard(texts[best], texts[i])
+            if sims[best] >= s.reconciler_threshold and lexical >= 0.5:
+                counts["possible_duplicate"] = counts.get("possible_duplicate", 0) + 1
+                continue
+            for name, rule in rules.items():
+                if rule(float(sims[best]), lexical):
+                    key = f"low_confidence_decision, {name}"
+                    counts[key] = counts.get(key, 0) + 1
+    rates = {k: f"{v} ({v / max(n, 1):.1%})" for k, v in counts.items()}
+    return {"records_checked": n, "filings": rates, "contradiction_examples": examples}
 
 
 def diagnose(ranker: Ranker, seq_ids: dict[int, dict[int, set[str]]], data: Locomo) -> dict[str, Any]:
@@ -1180,13 +1195,13 @@ class TunedEmbedder(LocalEmbedder):
 
 
 def embedder_microbench(queries: Sequence[str], rounds: int = 3) -> dict[str, Any]:
-    """One query at a time (as memory_search and memory_store embed): src ``LocalEmbedder`` (all cores,
-    onnxruntime's default spin-waiting) against 1 thread and against spinning off. Interleaved in rounds
+    """One query at a time (as memory_search and memory_store embed): src ``LocalEmbedder`` as it is
+    configured, and explicit settings of onnxruntime's intra-op threads and spin-waiting. Interleaved in rounds
     so that a change of machine load hits every setting alike."""
     settings = {
-        "src (threads=all, spinning on)": LocalEmbedder(),
+        "src LocalEmbedder (as configured)": LocalEmbedder(),
+        "threads=all, spinning on": TunedEmbedder(0, True),
         "threads=all, spinning off": TunedEmbedder(0, False),
-        "threads=1, spinning on": TunedEmbedder(1, True),
         "threads=1, spinning off": TunedEmbedder(1, False),
     }
     for e in settings.values():
@@ -1826,8 +1841,7 @@ def print_results(r: dict[str, Any], out_path: Path) -> None:
                 f"full@5 {t['overall']['full@5']:.3f}  full@1 {t['overall']['full@1']:.3f}   {cats}"
             )
         for fmt, fr in x.get("freshness_replay", {}).items():
-            print(f"  freshness replay ({fmt}, {fr['records_checked']} records): src {fr['filings']['src']}")
-            print(f"  {'':<{len(fmt) + 20}}proposed {fr['filings']['proposed']}")
+            print(f"  freshness replay ({fmt}, {fr['records_checked']} records): {fr['filings']}")
         dg = x["diagnosis"]
         print(f"  where the evidence turns rank in the first-stage lists ({dg['evidence_turns']} turns):")
         for n, b in dg["rank_buckets"].items():
