@@ -1240,15 +1240,8 @@ class _LazyVisible(list):  # type: ignore[type-arg]
 
 
 def visible_subset(store: SqliteMemoryStore, view: Visibility, seqs: Sequence[int]) -> set[int]:
-    """Which of ``seqs`` the view may see: one indexed rowid lookup per seq, all filters applied."""
-    if not seqs:
-        return set()
-    where, params = store._where(view)
-    marks = ",".join("?" * len(seqs))
-    rows = store.db.conn.execute(
-        f"SELECT r.seq FROM memory_records r WHERE r.seq IN ({marks}) AND {where}", (*seqs, *params)
-    )
-    return {int(r[0]) for r in rows}
+    """Which of ``seqs`` the view may see (src's own post-filter)."""
+    return store.visible_subset(view, seqs)
 
 
 def postfilter_search(

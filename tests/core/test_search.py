@@ -321,6 +321,49 @@ def test_apply_adds_and_removes_vectors_without_reloading() -> None:
     assert table.loads == ["ws"]
 
 
+def test_many_single_appends_equal_a_fresh_load_of_the_same_rows() -> None:
+    rng = np.random.default_rng(17)
+    table = Table()
+    table.rows["ws"] = ([1, 2, 3], _unit_rows(rng, 3))
+    index = VectorIndex(DIM, table.loader)
+    index.sync("ws", 0)
+    ids, rows = [1, 2, 3], list(table.rows["ws"][1])
+    generation = 0
+    # Appends grow the buffer past several doublings; a removal in between compacts it.
+    for new_id, vec in zip(range(10, 60), _unit_rows(rng, 50), strict=True):
+        index.apply("ws", generation, generation + 1, added=[(new_id, vec)])
+        generation += 1
+        ids.append(new_id)
+        rows.append(vec)
+        if new_id == 30:
+            index.apply("ws", generation, generation + 1, removed=[2, 20])
+            generation += 1
+            keep = [i for i, item in enumerate(ids) if item not in (2, 20)]
+            ids, rows = [ids[i] for i in keep], [rows[i] for i in keep]
+    matrix = np.vstack(rows)
+
+    for query in _unit_rows(rng, 5):
+        got = index.search("ws", generation, query, 8)
+        want = _brute_force(ids, matrix, query, 8)
+        assert [i for i, _ in got] == [i for i, _ in want]
+        subset = ids[::3]
+        got_subset = index.search_subset("ws", generation, query, subset, 4)
+        assert [i for i, _ in got_subset] == [i for i, _ in _brute_force(subset, matrix[::3], query, 4)]
+    assert table.loads == ["ws"]
+
+
+def test_search_subset_ignores_unknown_ids_even_when_the_count_matches_the_partition() -> None:
+    rng = np.random.default_rng(18)
+    table = Table()
+    table.rows["ws"] = ([1, 2, 3], _unit_rows(rng, 3))
+    index = VectorIndex(DIM, table.loader)
+    query = table.rows["ws"][1][2]
+
+    results = index.search_subset("ws", 1, query, [1, 2, 99], 5)
+
+    assert sorted(i for i, _ in results) == [1, 2]
+
+
 def test_apply_removing_every_vector_leaves_an_empty_searchable_partition() -> None:
     rng = np.random.default_rng(8)
     table = Table()

@@ -7,19 +7,23 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from triptych.core.auth import Principal, local_principal
 from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
 from triptych.core.errors import Forbidden, InvalidParams, NotFound, WorkspaceNotFound
+from triptych.metronix import memory_store
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
 from triptych.metronix.memory import MemoryService, MemorySettings, content_hash
-from triptych.metronix.memory_store import MemoryRecord, SqliteMemoryStore
+from triptych.metronix.memory_store import MemoryRecord, SqliteMemoryStore, Visibility
 from triptych.metronix.store import utcnow
 
 LOCAL = local_principal()
@@ -446,3 +450,73 @@ def test_decision_confidence_stays_within_zero_and_one() -> None:
 def test_decision_confidence_falls_as_the_two_signals_disagree_more() -> None:
     # Close in meaning, sharing few words: the write is the hardest to call.
     assert decision_confidence(0.81, 0.22, 0.85) < 0.7 < decision_confidence(0.55, 0.0, 0.85)
+
+
+# -- post-filtered first stage and conversation adjacency ------------------------------------
+
+
+def _crowded_store(db: Database, dim: int) -> SqliteMemoryStore:
+    """300 records: agent "rare" owns 6 (three of them archived), agent "busy" the rest."""
+    st = SqliteMemoryStore(db, dim)
+    rng = np.random.default_rng(11)
+    for i in range(300):
+        agent = "rare" if i % 50 == 0 else "busy"
+        status = "archived" if agent == "rare" and i % 100 == 0 else "active"
+        vec = rng.standard_normal(dim).astype(np.float32)
+        st.insert(
+            raw_record(f"note {i} about the shared harbour", agent, status), vec / np.linalg.norm(vec), set()
+        )
+    return st
+
+
+@pytest.mark.parametrize("max_probe", [4096, 40])
+def test_post_filtered_dense_and_keyword_search_equal_a_search_of_the_visible_set(
+    db: Database, embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch, max_probe: int
+) -> None:
+    # max_probe 40: the probe cannot widen enough for the rare agent and falls back to the visible set.
+    monkeypatch.setattr(memory_store, "MAX_PROBE", max_probe)
+    st = _crowded_store(db, embedder.dim)
+    view = Visibility(workspace_id=WS, agent_id="rare", statuses=("active",))
+    visible = st.visible_seqs(view)
+    assert len(visible) == 3
+    generation = st._generation(WS)
+    rng = np.random.default_rng(12)
+
+    for _ in range(5):
+        query = rng.standard_normal(embedder.dim).astype(np.float32)
+        query /= np.linalg.norm(query)
+        got = st.dense_search(view, query, 3)
+        assert got == st.index.search_subset(WS, generation, query, visible, 3)
+    keyword = st.keyword_search(view, "harbour", 10)
+    assert sorted(seq for seq, _ in keyword) == sorted(visible)
+
+
+def test_a_record_gains_context_from_the_turn_stored_just_before_it(service: MemoryService) -> None:
+    question = store(service, "Caroline: I went to the LGBTQ support group yesterday.")
+    store(service, "Unrelated: the deploy pipeline is green again.", agent="other")
+    answer = store(service, "Melanie: That sounds wonderful, I am proud of you.")
+
+    found = service.search(LOCAL, WS, "LGBTQ support group", "hermes", top_k=5)
+
+    by_id = {r["record"]["id"]: r for r in found["results"]}
+    assert by_id[question["id"]]["rank"] == 1
+    # The reply shares no word with the query; its relevance is lent by the turn it follows.
+    assert by_id[answer["id"]]["context_score"] > 0
+    assert by_id[question["id"]]["context_score"] > 0  # and it lends back
+    assert all(r["record"]["agent_id"] == "hermes" for r in found["results"])
+
+
+def test_records_written_far_apart_or_by_another_agent_are_not_adjacent(
+    db: Database, embedder: LocalEmbedder
+) -> None:
+    st = SqliteMemoryStore(db, embedder.dim)
+    vec = np.ones(embedder.dim, dtype=np.float32) / np.sqrt(embedder.dim)
+    old = datetime.now(UTC) - timedelta(hours=3)
+    first, _ = st.insert(replace(raw_record("old note"), created_at=old.isoformat()), vec, set())
+    second, _ = st.insert(raw_record("new note"), vec, set())
+    third, _ = st.insert(raw_record("someone else's note", agent="other"), vec, set())
+    fourth, _ = st.insert(raw_record("next note"), vec, set())
+
+    adjacent = st.adjacent([first.seq, second.seq, third.seq, fourth.seq])
+
+    assert adjacent == {second.seq: {fourth.seq}, fourth.seq: {second.seq}}

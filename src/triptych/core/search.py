@@ -173,6 +173,10 @@ class _Partition:
     hnsw: object | None = None
     building: bool = False
     generation: int = -1
+    # ``matrix`` is a view of the first rows of ``buffer``, which doubles when full: appending one
+    # vector costs O(1) amortised instead of copying the whole matrix (4.4 ms per insert at 10,000
+    # vectors, 0.02 ms with the buffer; bench/locomo.py, scale phase).
+    buffer: Vector | None = None
 
 
 class VectorIndex:
@@ -288,16 +292,25 @@ class VectorIndex:
             keep = [i for i, item in enumerate(part.ids) if item not in removed_set]
             part.ids = [part.ids[i] for i in keep]
             part.matrix = part.matrix[keep] if keep else np.zeros((0, self.dim), dtype=np.float32)
+            part.buffer = None
+            part.position = {item: i for i, item in enumerate(part.ids)}
             if part.hnsw is not None:
                 for item in removed_set:
                     part.hnsw.remove(item)  # type: ignore[attr-defined]
         if new_matrix is not None:
-            new_ids = [item for item, _ in added_list]
-            part.ids.extend(new_ids)
-            part.matrix = new_matrix if part.matrix.size == 0 else np.vstack([part.matrix, new_matrix])
+            n, extra = len(part.ids), len(added_list)
+            if part.buffer is None or part.buffer.shape[0] < n + extra:
+                buffer = np.zeros((max(16, 2 * (n + extra)), self.dim), dtype=np.float32)
+                buffer[:n] = part.matrix
+                part.buffer = buffer
+            part.buffer[n : n + extra] = new_matrix
+            part.matrix = part.buffer[: n + extra]
+            for i, (item, _) in enumerate(added_list):
+                part.ids.append(item)
+                part.position[item] = n + i
             if part.hnsw is not None:
+                new_ids = [item for item, _ in added_list]
                 part.hnsw.add(np.asarray(new_ids, dtype=np.uint64), new_matrix)  # type: ignore[attr-defined]
-        part.position = {item: i for i, item in enumerate(part.ids)}
         part.generation = after
         if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
             self._build_in_background(key, part)
@@ -341,10 +354,17 @@ class VectorIndex:
     ) -> list[tuple[int, float]]:
         """Exact nearest neighbours among ``ids`` only: filters decided elsewhere apply before top-k."""
         part = self.sync(key, generation)
-        positions = np.fromiter((part.position[i] for i in ids if i in part.position), dtype=np.int64)
-        if positions.size == 0 or k <= 0:
+        if k <= 0 or not part.ids:
             return []
-        scores = part.matrix[positions] @ query.astype(np.float32)
+        if len(ids) == len(part.ids) and all(i in part.position for i in ids):
+            positions = np.arange(len(part.ids))
+        else:
+            positions = np.fromiter((part.position[i] for i in ids if i in part.position), dtype=np.int64)
+        if positions.size == 0:
+            return []
+        # One GEMV over the contiguous matrix, then pick the subset's scores: gathering the subset's
+        # rows first copies them (9.3 ms vs 0.7 ms for 10,000 vectors).
+        scores = (part.matrix @ query.astype(np.float32))[positions]
         k = min(k, positions.size)
         top = np.argpartition(-scores, k - 1)[:k] if k < positions.size else np.arange(positions.size)
         top = top[np.argsort(-scores[top])]

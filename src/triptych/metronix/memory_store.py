@@ -13,6 +13,7 @@ import secrets
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -101,8 +102,22 @@ MIGRATIONS = [
         workspace_id TEXT NOT NULL,
         enqueued_at TEXT NOT NULL
     );
+    """,
+    # Conversation adjacency: the record this one was written right after (same agent, scope and
+    # session, within FOLLOW_WINDOW_SECONDS). Search lends a record part of its neighbours' relevance.
     """
+    ALTER TABLE memory_records ADD COLUMN follows INTEGER;
+    CREATE INDEX memory_follows ON memory_records (follows) WHERE follows IS NOT NULL;
+    CREATE INDEX memory_by_agent_seq ON memory_records (workspace_id, agent_id, scope, session_id, seq);
+    """,
 ]
+
+# Records written by one agent within this many seconds of each other are adjacent: one exchange of a
+# conversation, or one batch. Longer gaps usually start another topic.
+FOLLOW_WINDOW_SECONDS = 3600.0
+# Filters this selective (fewer than 1 visible record in this many of the workspace's nearest) are
+# served from the materialised visible set instead of widening the post-filtered probe further.
+MAX_PROBE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +322,7 @@ class SqliteMemoryStore:
                 "INSERT INTO memory_records (id, workspace_id, agent_id, scope, session_id, kind, content,"
                 " content_hash, tags, importance_score, source_type, metadata, status, ttl_expires_at,"
                 " created_at, updated_at,"
-                " embedding, dedup_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " embedding, dedup_key, follows) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     record.id,
                     record.workspace_id,
@@ -327,6 +342,7 @@ class SqliteMemoryStore:
                     record.updated_at,
                     vec.tobytes(),
                     key,
+                    self._previous(conn, record),
                 ),
             ).lastrowid
             assert seq is not None
@@ -339,6 +355,19 @@ class SqliteMemoryStore:
             after = self._bump(conn, record.workspace_id)
         self.index.apply(record.workspace_id, before, after, added=[(seq, vec)])
         return replace(record, seq=seq), False
+
+    @staticmethod
+    def _previous(conn: Any, record: MemoryRecord) -> int | None:
+        """The seq of the record the same agent wrote just before, if within the follow window."""
+        row = conn.execute(
+            "SELECT seq, created_at FROM memory_records WHERE workspace_id = ? AND agent_id = ?"
+            " AND scope = ? AND session_id IS ? ORDER BY seq DESC LIMIT 1",
+            (record.workspace_id, record.agent_id, record.scope, record.session_id),
+        ).fetchone()
+        if row is None:
+            return None
+        gap = datetime.fromisoformat(record.created_at) - datetime.fromisoformat(row[1])
+        return int(row[0]) if abs(gap.total_seconds()) <= FOLLOW_WINDOW_SECONDS else None
 
     def _write_side_tables(
         self, conn: Any, seq: int, workspace_id: str, content: str, tags: list[str], entities: set[str]
@@ -519,15 +548,59 @@ class SqliteMemoryStore:
             for r in self.db.conn.execute(f"SELECT r.seq FROM memory_records r WHERE {where}", params)
         ]
 
+    def visible_subset(self, view: Visibility, seqs: Sequence[int]) -> set[int]:
+        """Which of ``seqs`` the view may see: indexed lookups by seq, every filter applied."""
+        if not seqs:
+            return set()
+        where, params = self._where(view)
+        marks = ",".join("?" * len(seqs))
+        rows = self.db.conn.execute(
+            f"SELECT r.seq FROM memory_records r WHERE r.seq IN ({marks}) AND {where}", (*seqs, *params)
+        )
+        return {int(r[0]) for r in rows}
+
+    def dense_search(self, view: Visibility, query: Vector, limit: int) -> list[tuple[int, float]]:
+        """The ``limit`` records nearest ``query`` among those the view may see.
+
+        Ranks the whole workspace (one GEMV, or the HNSW graph) and keeps the visible records among the
+        first ``4 * limit``, widening while too few survive. Exact for the exact index: a visible record
+        outside the probe ranks below every record inside it. Selecting the visible set in SQL first
+        cost 42 ms at 10,000 records; this costs about 1 ms when most records are visible.
+        """
+        generation = self._generation(view.workspace_id)
+        probe = 4 * limit
+        while probe <= MAX_PROBE:
+            hits = self.index.search(view.workspace_id, generation, query, probe)
+            visible = self.visible_subset(view, [s for s, _ in hits])
+            found = [(s, c) for s, c in hits if s in visible]
+            if len(found) >= limit or len(hits) < probe:
+                return found[:limit]
+            probe *= 4
+        seqs = self.visible_seqs(view)
+        return self.index.search_subset(view.workspace_id, generation, query, seqs, limit) if seqs else []
+
     def keyword_search(self, view: Visibility, query: str, limit: int) -> list[tuple[int, float]]:
+        """BM25 top ``limit`` among visible records, post-filtered the same way as ``dense_search``."""
         match = fts_match(query, view.workspace_id)
         if match is None:
             return []
+        probe = 4 * limit
+        while probe <= MAX_PROBE:
+            hits = self.db.conn.execute(
+                "SELECT rowid, -bm25(memory_fts, 0.0, 1.0, 0.5) FROM memory_fts WHERE memory_fts MATCH ?"
+                " ORDER BY bm25(memory_fts, 0.0, 1.0, 0.5), rowid LIMIT ?",
+                (match, probe),
+            ).fetchall()
+            visible = self.visible_subset(view, [int(r[0]) for r in hits])
+            found = [(int(r[0]), float(r[1])) for r in hits if int(r[0]) in visible]
+            if len(found) >= limit or len(hits) < probe:
+                return found[:limit]
+            probe *= 4
         where, params = self._where(view)
         rows = self.db.conn.execute(
             "SELECT f.rowid, -bm25(memory_fts, 0.0, 1.0, 0.5) AS score FROM memory_fts f"
             f" JOIN memory_records r ON r.seq = f.rowid WHERE memory_fts MATCH ? AND {where}"
-            " ORDER BY bm25(memory_fts, 0.0, 1.0, 0.5) LIMIT ?",
+            " ORDER BY bm25(memory_fts, 0.0, 1.0, 0.5), f.rowid LIMIT ?",
             (match, *params, limit),
         ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
@@ -539,6 +612,22 @@ class SqliteMemoryStore:
 
     def vectors(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, Vector]:
         return self.index.vectors(workspace_id, self._generation(workspace_id), seqs)
+
+    def adjacent(self, seqs: Sequence[int]) -> dict[int, set[int]]:
+        """Each seq's conversation neighbours: the record it follows and the records that follow it."""
+        found: dict[int, set[int]] = {}
+        if not seqs:
+            return found
+        marks = ",".join("?" * len(seqs))
+        rows = self.db.conn.execute(
+            f"SELECT seq, follows FROM memory_records WHERE follows IS NOT NULL AND (seq IN ({marks})"
+            f" OR follows IN ({marks}))",
+            (*seqs, *seqs),
+        )
+        for later, earlier in rows:
+            found.setdefault(int(later), set()).add(int(earlier))
+            found.setdefault(int(earlier), set()).add(int(later))
+        return found
 
     def entities(self, seqs: Sequence[int]) -> dict[int, set[str]]:
         return self._grouped("SELECT seq, entity FROM memory_entities WHERE seq IN ({})", seqs)
