@@ -52,7 +52,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+# As ``triptych serve`` does (cli.main): one BLAS thread, set before numpy loads, so that the
+# in-process timings match the server's.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -519,19 +523,20 @@ class Knobs:
     name: str = "src default"
     pool: int = 50  # first-stage depth of each list: max(50, top_k * 5)
     cand: int = 40  # fused candidates re-scored with the graph: max(top_k * 4, 20)
-    rrf_k: int = 60
+    rrf_k: int = 5
     w_dense: float = 1.0
-    w_kw: float = 1.0
+    w_kw: float = 2.0
     dense_weight: float = 0.6
     graph_weight: float = 0.3
     graph_idf: bool = False  # weight query-entity overlap by IDF within the agent's records
     graph_hop: bool = True  # the 0.5 * one-hop-from-top-3 term
     prf: float = 0.0  # dense pseudo-relevance feedback: q' = q + prf * mean(top-3 fused vectors)
     kw_prf: int = 0  # keyword expansion: add up to this many terms shared by 2 of the top-3 fused records
-    neighbours: float = 0.0  # add this share of the best adjacent record's first-stage score
-    neighbour_window: int = 1
+    neighbours: float = 0.7  # add this share of the best adjacent record's first-stage score
+    neighbour_window: int = 2
     neighbour_dir: str = "both"  # "both" | "next" (a record gains from the one stored before it) | "prev"
     renorm: bool = False  # rescale the smoothed first-stage scores so the best is 1.0 again
+    scaled: bool = True  # divide the smoothed scores by 1 + neighbours (src: dense_score stays in [0, 1])
 
 
 class Ranker:
@@ -638,6 +643,8 @@ class Ranker:
         out = dict(first)
         for o, b in bonus.items():
             out[o] = out.get(o, 0.0) + k.neighbours * b
+        if k.scaled:
+            out = {o: v / (1.0 + k.neighbours) for o, v in out.items()}
         if k.renorm:
             top = max(out.values(), default=1.0) or 1.0
             out = {o: v / top for o, v in out.items()}
@@ -695,47 +702,33 @@ def check_ranker(
     return {"questions": len(sample), "identical_top10": same, "top10_overlap": round(overlap / total, 4)}
 
 
-PROPOSED = Knobs(
-    name="proposed: RRF k 10, keyword x2, pool 200, neighbours 0.7",
-    rrf_k=10,
-    w_kw=2.0,
-    pool=200,
-    neighbours=0.7,
-)
+PREVIOUS = Knobs(name="before: RRF k 60, keyword x1, no context", rrf_k=60, w_kw=1.0, neighbours=0.0)
 
 
 def variants() -> list[Knobs]:
-    """One factor at a time from the src default, then the proposed combination and its leave-one-outs."""
+    """The ranking src had before, src's default, then one factor at a time from src's default."""
     d = Knobs()
-    p = PROPOSED
     return [
+        PREVIOUS,
         d,
-        replace(d, name="graph weight 0 (first stage only)", graph_weight=0.0),
-        replace(d, name="graph: IDF-weighted entity overlap", graph_idf=True),
-        replace(d, name="graph: IDF, no one-hop term", graph_idf=True, graph_hop=False),
-        replace(d, name="pool 100", pool=100),
+        replace(d, name="context not rescaled (graph relatively weaker)", scaled=False),
+        replace(d, name="no context", neighbours=0.0),
+        replace(d, name="context 0.5", neighbours=0.5),
+        replace(d, name="context 1.0", neighbours=1.0),
+        replace(d, name="context from the turns before only", neighbour_dir="next"),
+        replace(d, name="context window 1", neighbour_window=1),
+        replace(d, name="context window 3", neighbour_window=3),
+        replace(d, name="RRF k 10", rrf_k=10),
+        replace(d, name="RRF k 20", rrf_k=20),
+        replace(d, name="keyword x1", w_kw=1.0),
+        replace(d, name="keyword x3", w_kw=3.0),
         replace(d, name="pool 200", pool=200),
         replace(d, name="candidates 100", cand=100),
-        replace(d, name="RRF k 20", rrf_k=20),
-        replace(d, name="RRF k 10", rrf_k=10),
-        replace(d, name="RRF k 5", rrf_k=5),
-        replace(d, name="RRF dense:keyword 2:1", w_dense=2.0),
-        replace(d, name="RRF dense:keyword 1:2", w_kw=2.0),
+        replace(d, name="graph weight 0 (first stage only)", graph_weight=0.0),
+        replace(d, name="graph: IDF-weighted entity overlap", graph_idf=True),
+        replace(d, name="graph: no one-hop term", graph_hop=False),
         replace(d, name="dense PRF 0.5 (query expansion)", prf=0.5),
         replace(d, name="keyword PRF +5 terms (query expansion)", kw_prf=5),
-        replace(d, name="neighbours next 0.5", neighbours=0.5, neighbour_dir="next"),
-        replace(d, name="neighbours both 0.5", neighbours=0.5),
-        replace(d, name="neighbours both 0.7", neighbours=0.7),
-        replace(d, name="neighbours both 1.0", neighbours=1.0),
-        p,
-        replace(p, name="proposed, RRF k 60", rrf_k=60),
-        replace(p, name="proposed, keyword x1", w_kw=1.0),
-        replace(p, name="proposed, pool 50", pool=50),
-        replace(p, name="proposed, no neighbours", neighbours=0.0),
-        replace(p, name="proposed, graph weight 0", graph_weight=0.0),
-        replace(p, name="proposed + keyword PRF +5", kw_prf=5),
-        replace(p, name="proposed, neighbours 1.0", neighbours=1.0),
-        replace(p, name="proposed, RRF k 5", rrf_k=5),
     ]
 
 
@@ -774,7 +767,7 @@ def experiments_phase(
         ]
         out["formats"][fmt] = {
             "hybrid (src default)": recall_table(data.questions, default),
-            "hybrid (proposed ranking)": recall_table(data.questions, ranker.run(PROPOSED, seq_ids)),
+            "hybrid (ranking before)": recall_table(data.questions, ranker.run(PREVIOUS, seq_ids)),
             "dense only": recall_table(data.questions, dense_only),
             "store keyword only": recall_table(data.questions, kw_only),
             "seconds": round(time.perf_counter() - t0, 1),
@@ -789,7 +782,7 @@ def experiments_phase(
     for fmt, (r, _) in rankers.items():
         out["freshness_replay"][fmt] = freshness_replay(r.service, data, workspace_of(fmt))
         log(f"freshness replay {fmt}: {out['freshness_replay'][fmt]['filings']}")
-    todo = variants() if extra else [Knobs(), PROPOSED]
+    todo = variants() if extra else [PREVIOUS, Knobs()]
     for k in progress(todo, desc=f"variants ({fmt0})", unit="variant"):
         out["variants"][k.name] = {
             "knobs": asdict(k),
@@ -981,14 +974,17 @@ def timed_service_calls(
     timers: dict[str, float] = {}
     originals = {}
     for name in (
-        "visible_seqs",
+        "dense_search",
         "keyword_search",
-        "vector_search",
+        "adjacent",
+        "visible_subset",
         "by_seqs",
         "entities",
         "links",
+        "vectors",
         "insert",
         "file_review",
+        "check_done",
     ):
         originals[name] = getattr(store, name)
 
@@ -1014,7 +1010,6 @@ def timed_service_calls(
     try:
         for text in progress(stores, desc=f"timed memory_store ({workspace})", unit="rec"):
             timers.clear()
-            service.postfilter_ms = 0.0  # type: ignore[attr-defined]
             t0, c0 = time.perf_counter(), time.process_time()
             service.store_record(PRINCIPAL, workspace, text, agent, source_type="bench")
             total = (time.perf_counter() - t0) * 1000
@@ -1023,12 +1018,7 @@ def timed_service_calls(
             add("store_embed_ms", embedder.last_ms)
             add("store_insert_ms", timers.get("insert", 0.0))
             add("store_freshness_ms", timers.get("freshness_total", 0.0))
-            add("store_freshness_visible_seqs_ms", timers.get("visible_seqs", 0.0))
-            post = float(getattr(service, "postfilter_ms", 0.0))
-            add(
-                "store_freshness_vector_ms",
-                timers.get("vector_search", 0.0) + timers.get("vectors", 0.0) + post,
-            )
+            add("store_freshness_vector_ms", timers.get("dense_search", 0.0) + timers.get("vectors", 0.0))
             add(
                 "store_freshness_review_and_done_ms",
                 timers.get("file_review", 0.0) + timers.get("check_done", 0.0),
@@ -1036,26 +1026,19 @@ def timed_service_calls(
             add(
                 "store_freshness_compare_ms (detectors, by_seqs)",
                 timers.get("freshness_total", 0.0)
-                - post
-                - sum(
-                    timers.get(x, 0.0)
-                    for x in ("visible_seqs", "vector_search", "vectors", "file_review", "check_done")
-                ),
+                - sum(timers.get(x, 0.0) for x in ("dense_search", "vectors", "file_review", "check_done")),
             )
         for q in progress(queries, desc=f"timed memory_search ({workspace})", unit="q"):
             timers.clear()
-            service.postfilter_ms = 0.0  # type: ignore[attr-defined]
             c0 = time.process_time()
             res = service.search(PRINCIPAL, workspace, q, agent, top_k=TOP_K, status=["all"])
             add("search_latency_ms (service)", float(res["latency_ms"]))
             add("search_process_cpu_ms", (time.process_time() - c0) * 1000)
-            add("search_embed_ms", embedder.last_ms)
-            add("search_visible_seqs_ms", timers.get("visible_seqs", 0.0))
+            # The embedding runs in a worker thread while the keyword search runs: they overlap.
+            add("search_embed_ms (concurrent with keyword)", embedder.last_ms)
             add("search_keyword_ms", timers.get("keyword_search", 0.0))
-            add(
-                "search_vector_ms",
-                timers.get("vector_search", 0.0) + float(getattr(service, "postfilter_ms", 0.0)),
-            )
+            add("search_dense_ms", timers.get("dense_search", 0.0))
+            add("search_context_ms", timers.get("adjacent", 0.0))
             add("search_hydrate_graph_ms", sum(timers.get(x, 0.0) for x in ("by_seqs", "entities", "links")))
     finally:
         for name, fn in originals.items():
@@ -1064,68 +1047,9 @@ def timed_service_calls(
     return {k: summary(v) for k, v in parts.items()}
 
 
-class ProposedVectorIndex(VectorIndex):
-    """Two changes proposed for ``triptych.core.search.VectorIndex`` (measured, not in src):
-
-    * ``search_subset``: score the whole contiguous matrix with one GEMV and pick the subset's scores
-      by position, instead of gathering the subset's rows into a new (n, dim) matrix first (no position
-      lookups when the subset is the whole partition);
-    * ``_apply``: append into a capacity-doubling buffer and extend the position map, instead of
-      ``np.vstack``-ing the whole matrix and rebuilding the map on every insert (O(1) amortised).
-    """
-
-    def search_subset(
-        self, key: str, generation: int, query: Any, ids: Sequence[int], k: int
-    ) -> list[tuple[int, float]]:
-        part = self.sync(key, generation)
-        if not len(ids) or k <= 0 or not part.ids:
-            return []
-        if len(ids) == len(part.ids):
-            positions = np.arange(len(part.ids))  # seqs are unique: the subset is the whole partition
-        else:
-            positions = np.fromiter((part.position[i] for i in ids if i in part.position), dtype=np.int64)
-            if positions.size == 0:
-                return []
-        # one GEMV over the contiguous matrix, then pick the subset's scores (not its rows)
-        scores = (part.matrix @ query.astype(np.float32))[positions]
-        k = min(k, positions.size)
-        top = np.argpartition(-scores, k - 1)[:k] if k < positions.size else np.arange(positions.size)
-        top = top[np.argsort(-scores[top])]
-        return [(part.ids[positions[i]], float(scores[i])) for i in top]
-
-    def _apply(self, *args: Any) -> None:
-        # src's signature: (part, after, added, removed), lately (key, part, after, added, removed)
-        *prefix, part, after, added, removed = args
-        removed_set = set(removed)
-        added_list = list(added)
-        if removed_set or part.hnsw is not None:
-            part.__dict__.pop("_buf", None)
-            return super()._apply(*prefix, part, after, added_list, removed_set)  # type: ignore[no-any-return]
-        new = (
-            np.vstack([vec.reshape(1, self.dim) for _, vec in added_list]).astype(np.float32)
-            if added_list
-            else None
-        )
-        if new is not None:
-            n = len(part.ids)
-            buf = part.__dict__.get("_buf")
-            if buf is None or buf.shape[0] < n + len(added_list):
-                cap = max(16, 2 * (n + len(added_list)))
-                buf = np.zeros((cap, self.dim), dtype=np.float32)
-                if n:
-                    buf[:n] = part.matrix
-                part.__dict__["_buf"] = buf
-            buf[n : n + len(added_list)] = new
-            for i, (item, _) in enumerate(added_list):
-                part.ids.append(item)
-                part.position[item] = n + i
-            part.matrix = buf[: n + len(added_list)]
-        part.generation = after
-
-
 def vector_microbench(n: int, dim: int = LOCAL_MODEL_DIM, reps: int = 200, seed: int = 3) -> dict[str, Any]:
-    """src ``VectorIndex`` against ``ProposedVectorIndex`` on ``n`` random unit vectors (one agent owns
-    all, and a 50% subset): same answers, time per call (median of ``reps``; wall, so load shows)."""
+    """src ``VectorIndex`` on ``n`` random unit vectors (one agent owns all, and a 50% subset): time per
+    call (median of ``reps``; wall, so load shows)."""
     rng = np.random.default_rng(seed)
     matrix = rng.standard_normal((n, dim)).astype(np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
@@ -1142,31 +1066,20 @@ def vector_microbench(n: int, dim: int = LOCAL_MODEL_DIM, reps: int = 200, seed:
             ts.append((time.perf_counter() - t0) * 1000)
         return round(float(np.median(ts)), 3)
 
-    def measure(name: str, index: VectorIndex) -> None:
-        index.sync("w", 1)
-        q = matrix[7]
-        out[f"{name}_search_subset_all_ms"] = med(lambda: index.search_subset("w", 1, q, ids, 200))
-        out[f"{name}_search_subset_half_ms"] = med(lambda: index.search_subset("w", 1, q, half, 200))
-        gen = [1]
+    index = VectorIndex(dim, lambda _key: (ids, matrix))
+    index.sync("w", 1)
+    q = matrix[7]
+    out["search_all_ms"] = med(lambda: index.search("w", 1, q, 200))
+    out["search_subset_all_ms"] = med(lambda: index.search_subset("w", 1, q, ids, 200))
+    out["search_subset_half_ms"] = med(lambda: index.search_subset("w", 1, q, half, 200))
+    gen = [1]
 
-        def insert() -> None:
-            vec = rng.standard_normal(dim).astype(np.float32)
-            index.apply("w", gen[0], gen[0] + 1, added=[(10**7 + gen[0], vec)])
-            gen[0] += 1
+    def insert() -> None:
+        vec = rng.standard_normal(dim).astype(np.float32)
+        index.apply("w", gen[0], gen[0] + 1, added=[(10**7 + gen[0], vec)])
+        gen[0] += 1
 
-        out[f"{name}_insert_one_ms"] = med(insert, 100)
-
-    measure("src", VectorIndex(dim, lambda _key: (ids, matrix)))
-    measure("proposed", ProposedVectorIndex(dim, lambda _key: (ids, matrix)))
-    a = VectorIndex(dim, lambda _key: (ids, matrix))
-    b = ProposedVectorIndex(dim, lambda _key: (ids, matrix))
-    same = all(
-        [s for s, _ in a.search_subset("w", 1, matrix[i], sub, 50)]
-        == [s for s, _ in b.search_subset("w", 1, matrix[i], sub, 50)]
-        for i in range(20)
-        for sub in (ids, half)
-    )
-    out["identical_results"] = same
+    out["insert_one_ms"] = med(insert, 100)
     return out
 
 
@@ -1231,144 +1144,6 @@ def embedder_microbench(queries: Sequence[str], rounds: int = 3) -> dict[str, An
     }
 
 
-class _LazyVisible(list):  # type: ignore[type-arg]
-    """Stands in for the visible-seq list: non-empty, and carries the view for the post-filter."""
-
-    def __init__(self, view: Visibility) -> None:
-        super().__init__([0])
-        self.view = view
-
-
-def visible_subset(store: SqliteMemoryStore, view: Visibility, seqs: Sequence[int]) -> set[int]:
-    """Which of ``seqs`` the view may see (src's own post-filter)."""
-    return store.visible_subset(view, seqs)
-
-
-def postfilter_search(
-    store: SqliteMemoryStore, view: Visibility, query: Any, limit: int, max_probe: int = 4096
-) -> list[tuple[int, float]] | None:
-    """The ``limit`` nearest visible records without materialising the visible set: rank the whole
-    workspace partition (one GEMV), keep the visible ones among the first ``4 * limit``, widen while
-    too few survive. Exact: a visible record outside the probe ranks below every record inside it.
-    None when the filter is so selective that ``max_probe`` is reached (then use the subset search)."""
-    probe = 4 * limit
-    generation = store._generation(view.workspace_id)
-    while True:
-        hits = store.index.search(view.workspace_id, generation, query, probe)
-        visible = visible_subset(store, view, [s for s, _ in hits])
-        dense = [(s, c) for s, c in hits if s in visible]
-        if len(dense) >= limit or len(hits) < probe:
-            return dense[:limit]
-        if probe >= max_probe:
-            return None
-        probe *= 4
-
-
-class ProposedMemoryService(MemoryService):
-    """``MemoryService`` with the proposed post-filter dense search in ``search`` and ``_freshness``
-    (everything else is src). ``search``: ``_rank`` runs unchanged, with ``visible_seqs`` replaced by a
-    stand-in and ``vector_search`` by ``postfilter_search``."""
-
-    postfilter_ms = 0.0  # time spent in postfilter_search since the last reset (for the breakdown)
-
-    def _rank(self, view: Visibility, query: str, session_id: str | None, top_k: int) -> Any:
-        store = self.store
-        real_visible, real_vector = store.visible_seqs, store.vector_search
-
-        def lazy_visible(v: Visibility) -> list[int]:
-            return _LazyVisible(v)
-
-        def vector_search(
-            workspace_id: str, seqs: Sequence[int], q: Any, limit: int
-        ) -> list[tuple[int, float]]:
-            if isinstance(seqs, _LazyVisible):
-                t0 = time.perf_counter()
-                found = postfilter_search(store, seqs.view, q, limit)
-                self.postfilter_ms += (time.perf_counter() - t0) * 1000
-                if found is not None:
-                    return found
-                seqs = real_visible(seqs.view)
-            return real_vector(workspace_id, seqs, q, limit)
-
-        store.visible_seqs = lazy_visible  # type: ignore[method-assign]
-        store.vector_search = vector_search  # type: ignore[method-assign]
-        try:
-            return super()._rank(view, query, session_id, top_k)
-        finally:
-            store.visible_seqs = real_visible  # type: ignore[method-assign]
-            store.vector_search = real_vector  # type: ignore[method-assign]
-
-    def _freshness(self, record: Any) -> None:
-        # src _freshness, with the neighbour search done by postfilter_search (6 = 5 + the record itself)
-        from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
-
-        view = Visibility(
-            workspace_id=record.workspace_id,
-            agent_id=record.agent_id,
-            statuses=("active",),
-            session_id=record.session_id if record.scope == "session" else None,
-        )
-        vector = self.store.vectors(record.workspace_id, [record.seq]).get(record.seq)
-        if vector is None:
-            return
-        t0 = time.perf_counter()
-        found = postfilter_search(self.store, view, vector, 6)
-        self.postfilter_ms += (time.perf_counter() - t0) * 1000
-        if found is None:
-            seqs = [s for s in self.store.visible_seqs(view) if s != record.seq]
-            found = self.store.vector_search(record.workspace_id, seqs, vector, 5)
-        neighbours = [(s, sim) for s, sim in found if s != record.seq][:5]
-        neighbours = [(s, sim) for s, sim in neighbours if sim >= self.settings.contradiction_floor]
-        if not neighbours:
-            return
-        others = self.store.by_seqs([s for s, _ in neighbours])
-        st = self.settings
-        for seq, similarity in neighbours:
-            other = others.get(seq)
-            if other is None:
-                continue
-            contradiction = detect_contradiction(other.content, record.content)
-            if contradiction is not None:
-                confidence = round(min(1.0, contradiction.confidence * (0.5 + similarity / 2)), 4)
-                self.store.file_review(record, "possible_contradiction", other.id, confidence, "conflicted")
-                self.store.add_link(record.seq, other.id, "contradicts")
-                return
-        best_seq, best_similarity = neighbours[0]
-        best = others.get(best_seq)
-        if best is None:
-            return
-        lexical = jaccard(best.content, record.content)
-        if best_similarity >= st.reconciler_threshold and lexical >= 0.5:
-            self.store.file_review(record, "possible_duplicate", best.id, best_similarity, "review_needed")
-            return
-        confidence = decision_confidence(best_similarity, lexical, st.reconciler_threshold)
-        if confidence < st.decision_threshold:
-            self.store.file_review(record, "low_confidence_decision", best.id, confidence, "review_needed")
-
-
-def compare_postfilter(
-    service: MemoryService, workspace: str, agent: str, queries: Sequence[str]
-) -> dict[str, Any]:
-    """src ``search`` against ``ProposedMemoryService.search`` on the same store and embedder,
-    interleaved query by query: identical results? and ``latency_ms`` of each."""
-    proposed = ProposedMemoryService(service.store, service.embedder, service.settings)
-    src_ms: list[float] = []
-    new_ms: list[float] = []
-    same = 0
-    for q in progress(queries, desc="src vs post-filter search", unit="q"):
-        a = service.search(PRINCIPAL, workspace, q, agent, top_k=TOP_K, status=["all"])
-        b = proposed.search(PRINCIPAL, workspace, q, agent, top_k=TOP_K, status=["all"])
-        src_ms.append(float(a["latency_ms"]))
-        new_ms.append(float(b["latency_ms"]))
-        same += [r["record"]["id"] for r in a["results"]] == [r["record"]["id"] for r in b["results"]]
-    return {
-        "queries": len(queries),
-        "identical_top10": same,
-        "src_latency_ms": summary(src_ms),
-        "postfilter_latency_ms": summary(new_ms),
-    }
-
-
 def build_scale(
     data: Locomo, n: int, data_dir: Path, cached: CachedEmbedder, workspace: str, agent: str
 ) -> dict[str, Any]:
@@ -1417,7 +1192,7 @@ def scale_phase(
     out: dict[str, Any] = {}
     rng = random.Random(5)
     queries = [q.text for q in rng.sample(data.questions, min(n_queries, len(data.questions)))]
-    log("vector index micro-benchmark (src vs proposed) ...")
+    log("vector index micro-benchmark ...")
     out["vector_index"] = [vector_microbench(n) for n in (600, n_records)]
     log("BLAS threads micro-benchmark ...")
     out["blas"] = blas_microbench(n_records)
@@ -1458,25 +1233,20 @@ def scale_phase(
     timed10k = metronix.memory.embedder
     stores = fresh_texts(data, n_stores, seed=1)
     out["10k"] = {"in_process": timed_service_calls(metronix.memory, timed10k, ws, agent10k, stores, queries)}
-    out["10k"]["postfilter_search"] = compare_postfilter(metronix.memory, ws, agent10k, queries)
-    proposed = ProposedMemoryService(metronix.memory.store, timed10k, metronix.memory.settings)
-    out["10k"]["in_process_postfilter"] = timed_service_calls(
-        proposed, timed10k, ws, agent10k, fresh_texts(data, n_stores, seed=4), queries
-    )
     metronix.close()
     if server:
         out["10k"]["mcp"] = asyncio.run(
             scale_mcp(data_dir, ws, agent10k, fresh_texts(data, n_stores, seed=2), queries)
         )
-        # The same server started with OPENBLAS_NUM_THREADS=1 (proposed: one BLAS thread per process).
-        out["10k"]["mcp_openblas_1_thread"] = asyncio.run(
+        # The same server with OpenBLAS's threads on every core (triptych defaults to one BLAS thread).
+        out["10k"]["mcp_openblas_all_threads"] = asyncio.run(
             scale_mcp(
                 data_dir,
                 ws,
                 agent10k,
                 fresh_texts(data, n_stores, seed=3),
                 queries,
-                env={"OPENBLAS_NUM_THREADS": "1"},
+                env={"OPENBLAS_NUM_THREADS": str(os.cpu_count() or 1)},
             )
         )
     return out
@@ -1816,7 +1586,7 @@ def print_results(r: dict[str, Any], out_path: Path) -> None:
         for fmt, tables in x["formats"].items():
             for name in (
                 "hybrid (src default)",
-                "hybrid (proposed ranking)",
+                "hybrid (ranking before)",
                 "dense only",
                 "store keyword only",
             ):
@@ -1854,16 +1624,10 @@ def print_results(r: dict[str, Any], out_path: Path) -> None:
             print(f"  {label}, in-process:")
             for k, v in ip.items():
                 print(f"    {k:<34} p50 {v.get('p50')}  p95 {v.get('p95')}  (n {v.get('n')})")
-            if "in_process_postfilter" in s[size]:
-                print("  the same with the proposed post-filter dense search (search and freshness):")
-                for k, v in s[size]["in_process_postfilter"].items():
-                    print(f"    {k:<34} p50 {v.get('p50')}  p95 {v.get('p95')}  (n {v.get('n')})")
-            if "postfilter_search" in s[size]:
-                print(f"  src vs post-filter search, interleaved: {s[size]['postfilter_search']}")
-            for run in ("mcp", "mcp_openblas_1_thread"):
+            for run in ("mcp", "mcp_openblas_all_threads"):
                 if run not in s[size]:
                     continue
-                tag = "MCP" if run == "mcp" else "MCP, OPENBLAS_NUM_THREADS=1,"
+                tag = "MCP" if run == "mcp" else "MCP, OpenBLAS threads = cores,"
                 for k, v in s[size][run].items():
                     print(f"    {tag} {k:<30} p50 {v.get('p50')}  p95 {v.get('p95')}  (n {v.get('n')})")
         if "build" in s:

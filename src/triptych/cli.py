@@ -265,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # One BLAS thread per process, set before numpy loads. Our matrix products are single queries
+    # against at most ~100k vectors; splitting one across cores buys little idle and costs a lot when
+    # the cores are busy (memory_search over MCP at 10,000 records, load 4-5: p50 85 ms with
+    # OpenBLAS's default threads, 54 ms with one; bench/locomo.py scale phase). An operator's own
+    # setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
     result: int = args.func(args)
     return result

@@ -553,9 +553,12 @@ class SqliteMemoryStore:
         if not seqs:
             return set()
         where, params = self._where(view)
-        marks = ",".join("?" * len(seqs))
+        # CROSS JOIN pins the loop order: one rowid lookup per seq. With ``seq IN (...)`` the planner
+        # preferred the workspace index and scanned every record of the workspace (7.6 ms vs 0.3 ms
+        # for 200 seqs at 10,000 records).
         rows = self.db.conn.execute(
-            f"SELECT r.seq FROM memory_records r WHERE r.seq IN ({marks}) AND {where}", (*seqs, *params)
+            f"SELECT r.seq FROM json_each(?) j CROSS JOIN memory_records r ON r.seq = j.value WHERE {where}",
+            (json.dumps([int(s) for s in seqs]), *params),
         )
         return {int(r[0]) for r in rows}
 
