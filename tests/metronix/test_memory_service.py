@@ -88,6 +88,24 @@ def test_storing_the_same_content_again_returns_the_existing_id_with_deduped_tru
     assert first["content_hash"] == hashlib.sha256(b"The build server is called hopper.").hexdigest()
 
 
+def test_a_duplicate_store_answers_without_embedding_the_content_again(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = store(service, "The release train leaves on Thursdays.")
+    calls: list[list[str]] = []
+    embed = service.embedder.embed
+
+    def counting(texts: list[str]) -> Any:
+        calls.append(list(texts))
+        return embed(texts)
+
+    monkeypatch.setattr(service.embedder, "embed", counting)
+    again = store(service, "The release train leaves on Thursdays.")
+
+    assert again == {**first, "deduped": True}
+    assert calls == []
+
+
 def test_dedup_is_keyed_by_workspace_agent_scope_and_session(service: MemoryService) -> None:
     text = "Standups happen at nine."
     base = store(service, text)

@@ -214,6 +214,11 @@ class MemoryService:
             raise InvalidParams(
                 "importance_score must be between 0.0 and 1.0", details={"field": "importance_score"}
             )
+        if scope_name != "session":  # a session duplicate still slides its TTL, in ``insert``
+            # Agents store the same fact again and again; the answer needs no embedding then.
+            twin = self.store.find_duplicate(workspace, agent, scope_name, None, content_hash(text))
+            if twin is not None:
+                return {"id": twin.id, "content_hash": twin.content_hash, "deduped": True}
         vector = self.embedder.embed([text])[0]
         return self._insert(
             workspace, text, agent, scope_name, clean_tags, importance_score, source_type, session_id,

@@ -488,6 +488,16 @@ class SqliteMemoryStore:
 
     # -- reads -------------------------------------------------------------------------
 
+    def find_duplicate(
+        self, workspace_id: str, agent_id: str, scope: str, session_id: str | None, content_hash: str
+    ) -> MemoryRecord | None:
+        """The record ``insert`` would dedup to, if one is stored (a read; the constraint decides)."""
+        key = dedup_key(workspace_id, agent_id, scope, session_id, content_hash)
+        row = self.db.conn.execute(
+            f"SELECT {_COLUMNS} FROM memory_records r WHERE dedup_key = ?", (key,)
+        ).fetchone()
+        return None if row is None else _record(row)
+
     def get(self, workspace_id: str, record_id: str) -> MemoryRecord | None:
         row = self.db.conn.execute(
             f"SELECT {_COLUMNS} FROM memory_records r WHERE r.workspace_id = ? AND r.id = ?",
