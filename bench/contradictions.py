@@ -181,11 +181,57 @@ def main(argv: Sequence[str] | None = None) -> int:
                 {"old": rows[i]["old"], "new": rows[i]["new"], "cosine": round(sims[i], 3)} for i in low
             ],
         }
+    if sims is not None:
+        result["decision_step"] = decision_step(rows, sims)
     print_results(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"\nJSON written to {args.out}")
     return 0
+
+
+RESTATEMENTS = ("paraphrase", "format", "refinement")  # the same fact again: the write is the hard call
+DISTINCT = ("attribute", "unrelated", "addition")  # a different fact: the write is a new memory
+
+
+def previous_decision_confidence(similarity: float, lexical: float, threshold: float) -> float:
+    """The rule src had before 2026-11-30 12:10 (max of the two signals), for comparison."""
+    p_sem = min(1.0, max(0.0, (similarity - 0.5) / max(threshold - 0.5, 1e-6)))
+    p_lex = min(1.0, max(0.0, lexical / 0.5))
+    if (p_sem >= 1.0) != (p_lex >= 1.0):
+        return 1.0 - min(p_sem, p_lex)
+    return 1.0 - max(p_sem, p_lex) / 2.0
+
+
+def decision_step(rows: Sequence[dict[str, Any]], sims: Sequence[float]) -> dict[str, Any]:
+    """What the freshness pipeline files for the non-contradictions, the second statement written after
+    the first: ``possible_duplicate`` or ``low_confidence_decision`` (either sends it to review). A
+    restatement should be flagged, a distinct fact should not. Defaults of ``MemorySettings``."""
+    from triptych.metronix.freshness import decision_confidence, jaccard
+    from triptych.metronix.memory import DECISION_SIMILARITY_MARGIN, MemorySettings
+
+    settings = MemorySettings()
+    t = settings.reconciler_threshold
+    out: dict[str, Any] = {}
+    for name, confidence in (("current", decision_confidence), ("previous", previous_decision_confidence)):
+        flagged = {"restatement": 0, "distinct": 0}
+        totals = {"restatement": 0, "distinct": 0}
+        for r, sim in zip(rows, sims, strict=True):
+            group = (
+                "restatement" if r["kind"] in RESTATEMENTS else "distinct" if r["kind"] in DISTINCT else None
+            )
+            if group is None or detect_contradiction(r["old"], r["new"]) is not None:
+                continue
+            totals[group] += 1
+            lexical = jaccard(r["old"], r["new"])
+            duplicate = sim >= t and lexical >= 0.5
+            unsure = (
+                sim >= t - DECISION_SIMILARITY_MARGIN
+                and confidence(sim, lexical, t) < settings.decision_threshold
+            )
+            flagged[group] += duplicate or unsure
+        out[name] = {g: f"{flagged[g]} of {totals[g]}" for g in totals}
+    return out
 
 
 def _fmt(x: Any) -> str:
@@ -231,6 +277,12 @@ def print_results(result: dict[str, Any]) -> None:
             why = f" -> {det['kind']}: {det['before']!r} / {det['after']!r}" if det else ""
             cos = f" cos {e['cosine']:.2f}" if "cosine" in e else ""
             print(f"    {tag} [{e['kind']}/{e['split']}]{cos} {e['old']!r} | {e['new']!r}{why}")
+    if "decision_step" in result:
+        print("\n  decision step (flagged for review: possible_duplicate or low_confidence_decision):")
+        for name, counts in result["decision_step"].items():
+            print(
+                f"    {name:<9} restatements {counts['restatement']:<9} distinct facts {counts['distinct']}"
+            )
     if "gate" in result:
         g = result["gate"]
         print(

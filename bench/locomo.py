@@ -791,43 +791,30 @@ def experiments_phase(
     return out
 
 
-def proposed_decision_confidence(
-    similarity: float, lexical: float, threshold: float, floor: float = 0.7
-) -> float:
-    """Proposed for freshness.decision_confidence: the write is ambiguous only when BOTH signals say
-    "same fact" (product, not max), and semantic evidence starts at cosine ``floor`` (0.7), not 0.5:
-    MiniLM puts unrelated short chat turns at cosine 0.7-0.85 (LoCoMo median nearest neighbour 0.80)."""
-    p_sem = min(1.0, max(0.0, (similarity - floor) / max(threshold - floor, 1e-6)))
-    p_lex = min(1.0, max(0.0, lexical / 0.5))
-    return 1.0 - p_sem * p_lex
-
-
 def freshness_replay(service: MemoryService, data: Locomo, workspace: str) -> dict[str, Any]:
     """What the freshness pipeline files when the turns arrive in order: each record against the most
     similar earlier records of its agent (top 5 at cosine >= 0.5, as ``_freshness``; statuses ignored),
-    with src's contradiction detector and three decision rules: the original one (no similarity floor),
-    src's (``DECISION_SIMILARITY_MARGIN``: the nearest neighbour must be within the margin of the
-    reconciler threshold, if src has it) and the proposed product rule above."""
+    with src's contradiction detector and two decision rules, both behind src's similarity margin: src's
+    and the previous one (``contradictions.previous_decision_confidence``)."""
+    from contradictions import previous_decision_confidence
+
     from triptych.metronix import memory as memory_module
     from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
 
     s = service.settings
     margin = getattr(memory_module, "DECISION_SIMILARITY_MARGIN", None)
 
-    def original(sim: float, lex: float) -> bool:
-        return decision_confidence(sim, lex, s.reconciler_threshold) < s.decision_threshold
-
     def src_rule(sim: float, lex: float) -> bool:
         near = margin is None or sim >= s.reconciler_threshold - margin
-        return near and original(sim, lex)
+        return near and decision_confidence(sim, lex, s.reconciler_threshold) < s.decision_threshold
 
-    def proposed(sim: float, lex: float) -> bool:
-        return proposed_decision_confidence(sim, lex, s.reconciler_threshold) < s.decision_threshold
+    def previous(sim: float, lex: float) -> bool:
+        near = margin is None or sim >= s.reconciler_threshold - margin
+        return near and previous_decision_confidence(sim, lex, s.reconciler_threshold) < s.decision_threshold
 
     rules: dict[str, Callable[[float, float], bool]] = {
-        "original decision rule": original,
-        f"src decision rule (margin {margin})": src_rule,
-        "proposed product rule": proposed,
+        "src decision rule": src_rule,
+        "previous decision rule (max of the signals)": previous,
     }
     counts: dict[str, int] = {}
     examples: list[list[str]] = []

@@ -19,8 +19,8 @@ DARK, LIGHT = "User prefers dark mode", "User prefers light mode"
 NIGHTLY = "The deploy pipeline runs on GitHub Actions every night at 2am"
 NIGHTLY_UTC = "The deploy pipeline runs on GitHub Actions every night at 2am UTC"
 WIFI, WIFI_REWORDED = (
-    "The office wifi password changes monthly",
-    "Wifi credentials at the office rotate every month",
+    "User works at Google.",
+    "User works at Google on the Maps team.",
 )
 UNRELATED = "The cafeteria serves pasta on fridays"
 

@@ -315,9 +315,9 @@ def test_filing_the_same_review_twice_keeps_one_entry(service: MemoryService) ->
     assert service.review_list(LOCAL, WS)["total"] == 1
 
 
-def test_a_similar_but_reworded_record_files_a_low_confidence_decision(service: MemoryService) -> None:
-    old = store(service, "The office wifi password changes monthly")
-    new = store(service, "Wifi credentials at the office rotate every month")
+def test_a_refining_restatement_files_a_low_confidence_decision(service: MemoryService) -> None:
+    old = store(service, "User works at Google.")
+    new = store(service, "User works at Google on the Maps team.")
     reviews = service.review_list(LOCAL, WS, reason="low_confidence_decision")
     assert [(e["target_id"], e["related_record_id"]) for e in reviews["entries"]] == [(new["id"], old["id"])]
     assert reviews["entries"][0]["confidence"] < 0.7
@@ -445,12 +445,12 @@ def test_jaccard_is_symmetric() -> None:
 @pytest.mark.parametrize(
     ("similarity", "lexical", "expected"),
     [
-        (0.99, 1.0, 0.5),  # both saturated: 1 - max / 2
-        (0.3, 0.0, 1.0),  # neither does: certainly a distinct memory
-        (0.5, 0.0, 1.0),
-        (0.95, 0.1, 0.8),  # semantic saturated, lexical weak: they disagree
-        (0.6, 0.6, 1.0 - (0.1 / 0.35)),  # lexical saturated, semantic weak: 1 - min
-        (0.7, 0.2, 1.0 - (0.2 / 0.35) / 2),  # neither saturated: 1 - max / 2
+        (0.99, 1.0, 0.0),  # both saturated: surely a restatement
+        (0.3, 0.9, 1.0),  # words shared, meaning not: a distinct memory
+        (0.95, 0.25, 1.0),  # close in meaning, under 30 % shared words: a distinct memory
+        (0.80, 0.5, 1.0 - 0.1 / 0.15),  # lexical saturated, semantic part-way
+        (0.85, 0.4, 0.5),  # semantic saturated, lexical half-way
+        (0.775, 0.4, 1.0 - 0.5 * 0.5),  # both half-way: the product
     ],
 )
 def test_decision_confidence_follows_the_documented_formula(
@@ -465,9 +465,18 @@ def test_decision_confidence_stays_within_zero_and_one() -> None:
             assert 0.0 <= decision_confidence(s, j, 0.85) <= 1.0
 
 
-def test_decision_confidence_falls_as_the_two_signals_disagree_more() -> None:
-    # Close in meaning, sharing few words: the write is the hardest to call.
-    assert decision_confidence(0.81, 0.22, 0.85) < 0.7 < decision_confidence(0.55, 0.0, 0.85)
+def test_turns_that_share_only_a_date_are_confident_new_memories() -> None:
+    # Two turns of one conversation: close for MiniLM, the date in common. Not a restatement.
+    a = "[8 May, 2023] Caroline: I went to a LGBTQ support group yesterday."
+    b = "[8 May, 2023] Melanie: Sounds great! Did the kids enjoy the pottery class?"
+    assert decision_confidence(0.82, jaccard(a, b), 0.85) == 1.0
+    # A refinement of the same fact, close in meaning and words, is the hard call.
+    assert (
+        decision_confidence(
+            0.82, jaccard("User works at Google.", "User works at Google on the Maps team."), 0.85
+        )
+        < 0.7
+    )
 
 
 # -- post-filtered first stage and conversation adjacency ------------------------------------

