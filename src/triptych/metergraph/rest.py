@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio.to_thread
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -60,6 +61,10 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
     async def read_json(request: Request) -> Any:
         raw = await read_body(request, settings.max_body_bytes)
         body = decode_body(request, raw, settings.max_body_bytes)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # orjson refuses a few documents the standard library reads (NaN, huge integers)
         try:
             return json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
