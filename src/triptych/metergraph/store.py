@@ -146,11 +146,10 @@ MIGRATIONS = [
 # counts cost one header byte, and the upsert needs no Python function. Rollups are rebuilt from calls.
 _ROLLUP_TABLES = ("rollup_daily", "rollup_daily_coarse", "rollup_hourly_coarse")
 _HIST_DDL = ", ".join(f"h{i} INTEGER NOT NULL DEFAULT 0" for i in range(histogram.BUCKETS))
-MIGRATIONS.append(
-    "\n".join(
-        [f"DROP TABLE {t};" for t in _ROLLUP_TABLES]
-        + [
-            f"""CREATE TABLE {t} (
+
+
+def _rollup_ddl(table: str) -> str:
+    return f"""CREATE TABLE {table} (
     workspace TEXT NOT NULL, bucket INTEGER NOT NULL,
     route TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL, environment TEXT NOT NULL,
     calls INTEGER NOT NULL, errors INTEGER NOT NULL, cost_usd REAL NOT NULL,
@@ -161,9 +160,10 @@ MIGRATIONS.append(
     unknown INTEGER NOT NULL, {_HIST_DDL},
     PRIMARY KEY (workspace, bucket, route, provider, model, environment)
 ) WITHOUT ROWID;"""
-            for t in _ROLLUP_TABLES
-        ]
-    )
+
+
+MIGRATIONS.append(
+    "\n".join([f"DROP TABLE {t};" for t in _ROLLUP_TABLES] + [_rollup_ddl(t) for t in _ROLLUP_TABLES])
 )
 HIST_COLUMNS = tuple(f"h{i}" for i in range(histogram.BUCKETS))
 # Rollup tables: name -> (bucket width in ms, keeps the route).
@@ -171,7 +171,9 @@ ROLLUPS: dict[str, tuple[int, bool]] = {
     "rollup_daily": (86_400_000, True),
     "rollup_daily_coarse": (86_400_000, False),
     "rollup_hourly_coarse": (3_600_000, False),
+    "rollup_weekly_coarse": (7 * 86_400_000, False),
 }
+WEEK_DAYS = 7
 
 CALL_COLUMNS = (
     "workspace", "app", "source", "ts_ms", "route", "provider", "model", "environment", "operation",
@@ -196,6 +198,15 @@ SUMS = (
     "calls", "errors", "cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
     "reasoning_tokens", "latency_sum", "latency_count", "priced", "partial", "zero", "unpriced", "unknown",
 )  # fmt: skip
+# 4: a weekly route-free rollup (bucket = UTC day // 7), so a 90-day provider/model read sums about a
+# quarter of the rows: whole weeks from it, the days at a window's edges from the daily one. Backfilled
+# from the daily rollup.
+MIGRATIONS.append(
+    _rollup_ddl("rollup_weekly_coarse")
+    + "\nINSERT INTO rollup_weekly_coarse SELECT workspace, bucket / 7, route, provider, model, environment, "
+    + ", ".join(f"SUM({c})" for c in (*SUMS, *HIST_COLUMNS))
+    + " FROM rollup_daily_coarse GROUP BY workspace, bucket / 7, route, provider, model, environment;"
+)
 ROLLUP_KEY = ("route", "provider", "model", "environment")
 DIMENSIONS = ("provider", "model", "route", "day")
 UNTAGGED = ""
