@@ -220,6 +220,7 @@ def main() -> None:
     parser.add_argument(
         "--reads-only", action="store_true", help="reuse the data in --out: only time the reads"
     )
+    parser.add_argument("--ingest-only", action="store_true", help="only the /v1/ingest phase")
     args = parser.parse_args()
     work = args.out or Path(tempfile.mkdtemp(prefix="mg-bench-"))
     data_dir = work / "data"
@@ -235,6 +236,9 @@ def main() -> None:
         stream = args.http_stream_calls or args.calls
         results["ingest_http"] = http_ingest(data_dir, args.http_rows, args.clients, stream)
         print(json.dumps(results["ingest_http"]), file=sys.stderr, flush=True)
+        if args.ingest_only:
+            print(json.dumps(results, indent=2))
+            return
     mg = Metergraph.open(data_dir, load_metergraph_settings(tokens=[], agent_rate_per_minute=0))
     if not args.reads_only:
         app = AppPrincipal("default", "static")
