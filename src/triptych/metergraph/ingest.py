@@ -184,11 +184,10 @@ class IngestService:
     def _normalize(
         self, app: AppPrincipal, row: Mapping[str, Any], index: int, source: str
     ) -> dict[str, Any]:
-        # The hot path of ingest (tens of thousands of rows a second): common cases are tested inline and
-        # only unusual values go through the checking helpers.
+        # Runs once per row of every batch: common cases are tested inline and only unusual values go
+        # through the checking helpers.
         get = row.get
-        ts = get("ts")
-        ts_ms = parse_ts(ts, index)
+        ts_ms = parse_ts(get("ts"), index)
         call: dict[str, Any] = {"workspace": app.workspace, "app": app.app, "source": source, "ts_ms": ts_ms}
         for name in _STR_FIELDS:
             value = get(name)
@@ -256,7 +255,7 @@ class IngestService:
 def _tags_json(tags: dict[str, Any]) -> str:
     """Tags as compact JSON, non-ASCII kept (``json.dumps(..., ensure_ascii=False, separators=(",", ":"))``).
 
-    orjson writes exactly that for string keys and values, about ten times faster; anything else (numbers,
+    orjson writes exactly that for string keys and values, several times faster; anything else (numbers,
     nested values, lone surrogates) keeps the standard library's spelling.
     """
     if all(type(k) is str and type(v) is str for k, v in tags.items()):

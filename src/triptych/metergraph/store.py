@@ -203,9 +203,11 @@ SUMS = (
 # from the daily rollup.
 MIGRATIONS.append(
     _rollup_ddl("rollup_weekly_coarse")
-    + "\nINSERT INTO rollup_weekly_coarse SELECT workspace, bucket / 7, route, provider, model, environment, "
+    # Floor division, as in Python (SQLite's integer division truncates a negative bucket toward zero).
+    + "\nINSERT INTO rollup_weekly_coarse SELECT workspace, (bucket - (bucket % 7 + 7) % 7) / 7 AS week,"
+    + " route, provider, model, environment, "
     + ", ".join(f"SUM({c})" for c in (*SUMS, *HIST_COLUMNS))
-    + " FROM rollup_daily_coarse GROUP BY workspace, bucket / 7, route, provider, model, environment;"
+    + " FROM rollup_daily_coarse GROUP BY workspace, week, route, provider, model, environment;"
 )
 ROLLUP_KEY = ("route", "provider", "model", "environment")
 DIMENSIONS = ("provider", "model", "route", "day")
