@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import os
 import random
@@ -110,8 +111,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def http_ingest(data_dir: Path, rows: int, clients: int) -> dict[str, Any]:
-    """Rows/s through a real `triptych serve`: gzip JSON batches of 5,000, pre-encoded before timing."""
+def http_ingest(data_dir: Path, rows: int, clients: int, stream: int) -> dict[str, Any]:
+    """Rows/s through a real `triptych serve`: gzip JSON batches of 5,000, pre-encoded before timing.
+
+    The rows are the first ``rows`` of a ``stream``-call stream over 90 days, so a batch spans the time
+    it would at that volume (about an hour at 10 M calls): what the rollups see per batch depends on it.
+    """
     port = free_port()
     env = {**os.environ, "TRIPTYCH_DATA_DIR": str(data_dir), "MG_TOKENS": "bench-app-token", "MG_MAX_ROWS": "5000",
            "TRIPTYCH_LOG_LEVEL": "warning"}  # fmt: skip
@@ -132,7 +137,7 @@ def http_ingest(data_dir: Path, rows: int, clients: int) -> dict[str, Any]:
             time.sleep(0.1)
         bodies = [
             gzip.compress(json.dumps({"schema_version": 1, "rows": b}).encode(), 1)
-            for b in generate(rows, seed=99)
+            for b in itertools.islice(generate(max(rows, stream), seed=99), -(-rows // 5000))
         ]
         headers = {
             "Authorization": "Bearer bench-app-token",
@@ -153,31 +158,51 @@ def http_ingest(data_dir: Path, rows: int, clients: int) -> dict[str, Any]:
                     assert response.status_code == 202, response.text
 
         started = time.perf_counter()
+        cpu_before = process_cpu_seconds(server.pid)
         threads = [threading.Thread(target=worker) for _ in range(clients)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         elapsed = time.perf_counter() - started
+        server_cpu = process_cpu_seconds(server.pid) - cpu_before
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=30)
         log.close()
     return {
         "rows": rows,
+        "stream_calls": stream,
         "clients": clients,
         "seconds": round(elapsed, 2),
         "rows_per_s": round(rows / elapsed),
+        # The server's own CPU time: on a shared machine this says what a core of it would do alone.
+        "server_cpu_s": round(server_cpu, 2),
+        "rows_per_server_cpu_s": round(rows / server_cpu) if server_cpu else None,
+        "load_average": os.getloadavg(),
     }
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(fn: Callable[[], Any], runs: int) -> dict[str, Any]:
-    samples = []
+    samples, cpu = [], []
     for _ in range(runs):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         fn()
         samples.append((time.perf_counter() - started) * 1000)
-    return {"p50_ms": round(statistics.median(samples), 1), "runs": runs, "min_ms": round(min(samples), 1)}
+        cpu.append((time.process_time() - cpu_started) * 1000)
+    return {
+        "p50_ms": round(statistics.median(samples), 1),
+        "runs": runs,
+        "min_ms": round(min(samples), 1),
+        # CPU time of this process: what the read costs when it is not waiting for a shared core.
+        "cpu_p50_ms": round(statistics.median(cpu), 1),
+    }
 
 
 def main() -> None:
@@ -185,10 +210,17 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1_000_000, help="calls loaded for the read benchmarks")
     parser.add_argument("--http-rows", type=int, default=200_000, help="rows posted through /v1/ingest")
     parser.add_argument("--clients", type=int, default=2, help="concurrent HTTP clients")
+    parser.add_argument(
+        "--http-stream-calls",
+        type=int,
+        default=None,
+        help="post the first --http-rows of a stream this dense over 90 days (default: --calls)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="work directory (default: a temp dir)")
     parser.add_argument(
         "--reads-only", action="store_true", help="reuse the data in --out: only time the reads"
     )
+    parser.add_argument("--ingest-only", action="store_true", help="only the /v1/ingest phase")
     args = parser.parse_args()
     work = args.out or Path(tempfile.mkdtemp(prefix="mg-bench-"))
     data_dir = work / "data"
@@ -197,26 +229,32 @@ def main() -> None:
         "calls": args.calls,
         "machine": f"{os.cpu_count()} cores",
         "date": NOW.isoformat(),
+        "load_average_at_start": os.getloadavg(),
     }
 
     if not args.reads_only:
-        results["ingest_http"] = http_ingest(data_dir, args.http_rows, args.clients)
+        stream = args.http_stream_calls or args.calls
+        results["ingest_http"] = http_ingest(data_dir, args.http_rows, args.clients, stream)
         print(json.dumps(results["ingest_http"]), file=sys.stderr, flush=True)
+        if args.ingest_only:
+            print(json.dumps(results, indent=2))
+            return
     mg = Metergraph.open(data_dir, load_metergraph_settings(tokens=[], agent_rate_per_minute=0))
     if not args.reads_only:
         app = AppPrincipal("default", "static")
         loaded = args.http_rows
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         for batch in generate(max(0, args.calls - args.http_rows)):
             mg.ingest.ingest_rows(app, batch, "sdk")
             loaded += len(batch)
             if loaded % 500_000 < 5000:
                 print(f"loaded {loaded}", file=sys.stderr, flush=True)
-        load_s = time.perf_counter() - started
+        load_s, load_cpu = time.perf_counter() - started, time.process_time() - cpu_started
         bulk = loaded - args.http_rows
         results["bulk_load_in_process"] = {
             "rows": bulk,
             "rows_per_s": round(bulk / load_s) if load_s else None,
+            "rows_per_cpu_s": round(bulk / load_cpu) if load_cpu else None,  # generation included
         }
         mg.store.db.conn.execute("ANALYZE")
     results["calls_stored"] = mg.store.count_calls("default")
@@ -259,6 +297,7 @@ def main() -> None:
         lambda: mg.traces.query(who, days=7, limit=10, sample="spread"), 5
     )
     results["db_bytes"] = (data_dir / "metergraph.db").stat().st_size
+    results["load_average_at_end"] = os.getloadavg()
     mg.close()
     print(json.dumps(results, indent=2))
 

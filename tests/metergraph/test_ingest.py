@@ -81,3 +81,53 @@ def test_reads_see_rows_only_in_their_own_workspace(mg: Metergraph) -> None:
         == 1
     )
     assert [t["trace_id"] for t in mg.traces.query(agent("w2"))["traces"]] == ["c", "b"]
+
+
+def test_rows_keep_batch_order_and_their_own_nulls_whatever_columns_other_rows_fill(mg: Metergraph) -> None:
+    # The insert names only the columns some row of the batch fills, and rows with retained content go
+    # one by one: ids must still follow the batch and every row keep exactly its own values.
+    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    rows = [
+        row(trace_id="a", environment="prod"),
+        row(trace_id="b", cache_read_tokens=300, tags={"k": "v"}),
+        row(trace_id="c", response_text="kept"),
+        row(trace_id="d", latency_ms=None, status=None, model=None),
+        row(trace_id="e", response_text="kept too", environment="dev"),
+    ]
+    mg.ingest.ingest_document(app(), {"rows": rows})
+    stored = mg.store.raw_calls("w1")
+    assert [s["trace_id"] for s in stored] == ["a", "b", "c", "d", "e"]
+    assert [s["environment"] for s in stored] == ["prod", None, None, None, "dev"]
+    assert [s["cache_read_tokens"] for s in stored] == [None, 300, None, None, None]
+    assert [s["tags"] for s in stored] == [None, '{"k":"v"}', None, None, None]
+    assert (stored[3]["latency_ms"], stored[3]["status"], stored[3]["model"]) == (None, None, None)
+    assert stored[3]["cost_status"] == "unpriced" and stored[3]["cost_unknown"] == 1
+    content = {c["call_id"]: c["response_text"] for c in mg.store.raw_content("w1")}
+    assert content == {stored[2]["id"]: "kept", stored[4]["id"]: "kept too"}
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [
+        {"prompt_id": "p-1", "team": "a"},
+        {"k": 'é中\u2028/\\"\x01\x1f', "": ""},
+        {"n": 1, "f": 1e16, "x": [1, {"y": None}]},
+    ],
+)
+def test_tags_are_stored_as_the_standard_librarys_compact_json(
+    mg: Metergraph, tags: dict[str, object]
+) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row(tags=tags)]})
+    [stored] = mg.store.raw_calls("w1")
+    assert stored["tags"] == json.dumps(tags, ensure_ascii=False, separators=(",", ":"))
+
+
+def test_a_failing_batch_leaves_no_rows_rollups_or_batch_record(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row()]})
+    before = mg.store.db.conn.execute("SELECT COUNT(*), SUM(calls) FROM rollup_daily").fetchone()
+    # A value SQLite cannot store fails the transaction after the rows were inserted.
+    with pytest.raises(OverflowError):
+        mg.ingest.ingest_document(app(), {"rows": [row(), row(input_tokens=2**70)]})
+    assert mg.store.count_calls("w1") == 1
+    assert mg.store.db.conn.execute("SELECT COUNT(*), SUM(calls) FROM rollup_daily").fetchone() == before
+    assert mg.store.db.conn.execute("SELECT COUNT(*) FROM ingest_batches").fetchone()[0] == 1

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from mg_support import NOW, agent, app, row
 
+from triptych.metergraph import histogram
 from triptych.metergraph.contract import ForbiddenError, InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.service import Metergraph
@@ -248,5 +249,71 @@ def test_a_database_from_before_the_route_free_rollups_is_upgraded_and_backfille
         day = int(NOW.timestamp() * 1000) // 86_400_000
         [agg] = store.aggregate_rollups("rollup_daily_coarse", f, day, day + 1, ["model"], 1).values()
         assert (agg.get("calls"), agg.get("priced"), int(agg.hist.sum())) == (1, 1, 1)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("days", [90, 30, 13])
+def test_weekly_rollups_answer_exactly_what_a_raw_scan_answers(mg: Metergraph, days: int) -> None:
+    rnd = random.Random(days)
+    rows = [
+        row(
+            minutes_ago=rnd.uniform(0, 60 * 24 * 95),
+            provider=rnd.choice(["openai", "anthropic", None]),
+            model=rnd.choice(["gpt-4o", "claude-3-5-sonnet-latest", "no-such-model"]),
+            latency_ms=rnd.lognormvariate(6, 1),
+            environment=rnd.choice(["prod", "dev", None]),
+            error=rnd.random() < 0.1,
+        )
+        for _ in range(600)
+    ]
+    for i in range(0, 600, 50):
+        mg.ingest.ingest_document(app(), {"rows": rows[i : i + 50]})
+    midnight = NOW.replace(hour=0, minute=0)
+    since, until = NOW - timedelta(days=days - 1, hours=7, minutes=3), NOW - timedelta(hours=1, minutes=11)
+    windows = [
+        ({"days": days}, midnight - timedelta(days=days - 1), midnight + timedelta(days=1)),
+        ({"since": since.isoformat(), "until": until.isoformat()}, since, until),
+    ]
+    for kwargs, lo, hi in windows:
+        out = aggregates(mg, group_by=["provider", "model"], limit=200, **kwargs)
+        assert "rollup_weekly_coarse" in out["evidence"]["sources"]
+        f = CallFilter("w1", int(lo.timestamp() * 1000), int(hi.timestamp() * 1000))
+        raw = mg.store.aggregate_raw(f, ["provider", "model"], None)
+        expected = {
+            (p or "(unknown)", m or "(unknown)"): (
+                int(a.get("calls")), int(a.get("errors")), round(a.get("cost_usd"), 10),
+                histogram.quantile(a.hist, 0.95),
+            )
+            for (p, m), a in raw.items()
+        }  # fmt: skip
+        got = {
+            (i["provider"], i["model"]): (i["calls"], i["errors"], i["cost_usd"], i["p95_latency_ms"])
+            for i in out["items"]
+        }
+        assert got.keys() == expected.keys()
+        for key, (calls, errors, cost, p95) in expected.items():
+            assert got[key][:2] == (calls, errors) and got[key][3] == p95
+            assert got[key][2] == pytest.approx(cost)
+
+
+def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path: Path) -> None:
+    from triptych.metergraph.ingest import IngestService
+    from triptych.metergraph.pricing import Pricer
+    from triptych.metergraph.store import SqliteTelemetryStore
+
+    store = SqliteTelemetryStore(tmp_path / "metergraph.db")
+    rows = [row(minutes_ago=60 * 24 * d + 5, latency_ms=100 + d) for d in range(40)]
+    IngestService(store, Pricer(), 5000).ingest_document(app(), {"rows": rows})
+    read = "SELECT * FROM rollup_weekly_coarse ORDER BY bucket, provider, model, environment"
+    written = store.db.conn.execute(read).fetchall()
+    with store.db.transaction() as conn:  # the database as it was before migration 4
+        conn.execute("DROP TABLE rollup_weekly_coarse")
+        conn.execute("UPDATE schema_version SET version = 3 WHERE component = 'main'")
+    store.close()
+    store = SqliteTelemetryStore(tmp_path / "metergraph.db")
+    try:
+        assert [tuple(r) for r in store.db.conn.execute(read)] == [tuple(r) for r in written]
+        assert len(written) >= 6
     finally:
         store.close()

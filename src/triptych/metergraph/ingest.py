@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from triptych.metergraph import histogram
 from triptych.metergraph.contract import InvalidArgument
 from triptych.metergraph.keys import AppPrincipal
@@ -90,10 +92,6 @@ def _opt_float(row: Mapping[str, Any], name: str, index: int) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise BadBatch(f"rows[{index}].{name} must be a number")
     return float(value)
-
-
-def _opt_bool(value: Any) -> int | None:
-    return None if value is None else int(bool(value))
 
 
 def clean_environment(value: str | None) -> str | None:
@@ -186,13 +184,15 @@ class IngestService:
     def _normalize(
         self, app: AppPrincipal, row: Mapping[str, Any], index: int, source: str
     ) -> dict[str, Any]:
-        ts_ms = parse_ts(row.get("ts"), index)
-        call: dict[str, Any] = {"workspace": app.workspace, "app": app.app, "source": source, "ts_ms": ts_ms}
+        # Runs once per row of every batch: common cases are tested inline and only unusual values go
+        # through the checking helpers.
         get = row.get
+        ts_ms = parse_ts(get("ts"), index)
+        call: dict[str, Any] = {"workspace": app.workspace, "app": app.app, "source": source, "ts_ms": ts_ms}
         for name in _STR_FIELDS:
             value = get(name)
             if value is None or (type(value) is str and 0 < len(value) <= _MAX_TEXT):
-                call[name] = value  # the common case without a function call
+                call[name] = value
             else:
                 call[name] = _opt_str(row, name, index)
         call["environment"] = clean_environment(call["environment"])
@@ -202,31 +202,39 @@ class IngestService:
                 value if value is None or (type(value) is int and value >= 0) else _opt_int(row, name, index)
             )
         for name in _FLOAT_FIELDS:
-            call[name] = _opt_float(row, name, index)
+            value = get(name)
+            call[name] = (
+                value if type(value) is float and math.isfinite(value) else _opt_float(row, name, index)
+            )
         call["lat_bucket"] = histogram.bucket_of(call["latency_ms"])
-        error = row.get("error")
+        error = get("error")
+        status = call["status"]
         # The SDK sends error as a boolean; the raw API may send a message. Either marks a failed call.
         call["error"] = int(
-            bool(error) or call["status_code"] == "error" or (call["status"] or "").lower() == "error"
+            bool(error)
+            or call["status_code"] == "error"
+            or (status is not None and status.lower() == "error")
         )
         if isinstance(error, str) and not call["error_type"]:
             call["error_type"] = error[:_MAX_TEXT]
-        tool_names = row.get("tool_names")
+        tool_names = get("tool_names")
         call["tool_names"] = json.dumps(tool_names) if isinstance(tool_names, list) else None
-        tool_calls = row.get("tool_calls")
+        tool_calls = get("tool_calls")
         call["tool_call_count"] = len(tool_calls) if isinstance(tool_calls, list) else None
-        call["stream"] = _opt_bool(row.get("stream"))
-        call["batch"] = _opt_bool(row.get("batch"))
-        tags = row.get("tags", row.get("metadata"))
+        stream = get("stream")
+        call["stream"] = None if stream is None else int(bool(stream))
+        batch = get("batch")
+        call["batch"] = None if batch is None else int(bool(batch))
+        tags = get("tags", get("metadata"))
         if tags is not None and not isinstance(tags, dict):
             raise BadBatch(f"rows[{index}].tags must be an object")
-        call["tags"] = json.dumps(tags, ensure_ascii=False, separators=(",", ":")) if tags else None
-        reported = row.get("reported_cost_usd", row.get("cost_usd"))
+        call["tags"] = _tags_json(tags) if tags else None
+        reported = get("reported_cost_usd", get("cost_usd"))
         reported_f = _opt_float({"cost": reported}, "cost", index) if reported is not None else None
-        price = self.pricer.price(
+        price = self.pricer.price_on_day(
             call["provider"],
             call["model"],
-            datetime.fromtimestamp(ts_ms / 1000, UTC),
+            ts_ms // 86_400_000,
             call["input_tokens"],
             call["output_tokens"],
             call["cache_read_tokens"],
@@ -234,16 +242,28 @@ class IngestService:
             call["reasoning_tokens"],
             reported_f,
         )
-        call.update(
-            cost_usd=price.cost_usd,
-            computed_cost_usd=price.computed_cost_usd,
-            reported_cost_usd=reported_f,
-            cost_status=price.status,
-            cost_unknown=int(price.unknown),
-            missing_rates=json.dumps(list(price.missing_rates)) if price.missing_rates else None,
-            price_source=price.source_json,
-        )
+        call["cost_usd"] = price.cost_usd
+        call["computed_cost_usd"] = price.computed_cost_usd
+        call["reported_cost_usd"] = reported_f
+        call["cost_status"] = price.status
+        call["cost_unknown"] = int(price.unknown)
+        call["missing_rates"] = json.dumps(list(price.missing_rates)) if price.missing_rates else None
+        call["price_source"] = price.source_json
         return call
+
+
+def _tags_json(tags: dict[str, Any]) -> str:
+    """Tags as compact JSON, non-ASCII kept (``json.dumps(..., ensure_ascii=False, separators=(",", ":"))``).
+
+    orjson writes exactly that for string keys and values, several times faster; anything else (numbers,
+    nested values, lone surrogates) keeps the standard library's spelling.
+    """
+    if all(type(k) is str and type(v) is str for k, v in tags.items()):
+        try:
+            return orjson.dumps(tags).decode()
+        except orjson.JSONEncodeError:
+            pass
+    return json.dumps(tags, ensure_ascii=False, separators=(",", ":"))
 
 
 def _content_of(row: Mapping[str, Any]) -> Content | None:

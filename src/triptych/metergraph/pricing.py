@@ -138,21 +138,28 @@ class Pricer:
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, str, int], ResolvedRate] = {}
+        self._exact: dict[tuple[str | None, str, int], ResolvedRate] = {}
         self._json_cache: dict[int, str] = {}
         self._lock = threading.Lock()
         self.lookups = 0  # library consultations, for tests and the benchmark
 
     def resolve(self, provider: str | None, model: str, ts: datetime) -> ResolvedRate:
-        day = int(ts.timestamp() // 86_400)
+        return self.resolve_day(provider, model, int(ts.timestamp() // 86_400))
+
+    def resolve_day(self, provider: str | None, model: str, day: int) -> ResolvedRate:
+        """The rate of (provider, model) on a UTC day (days since the epoch)."""
+        exact = self._exact.get((provider, model, day))
+        if exact is not None:
+            return exact  # the spelling seen before: no case folding on the hot path
         key = ((provider or "").lower(), model.lower(), day)
         cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is None:
-                cached = self._lookup(provider, model, datetime.fromtimestamp(day * 86_400 + 43_200, UTC))
-                self._cache[key] = cached
+        if cached is None:
+            with self._lock:
+                cached = self._cache.get(key)
+                if cached is None:
+                    cached = self._lookup(provider, model, datetime.fromtimestamp(day * 86_400 + 43_200, UTC))
+                    self._cache[key] = cached
+        self._exact[(provider, model, day)] = cached
         return cached
 
     def _lookup(self, provider: str | None, model: str, when: datetime) -> ResolvedRate:
@@ -205,9 +212,37 @@ class Pricer:
         reasoning_tokens: int | None = None,
         reported_cost_usd: float | None = None,
     ) -> Price:
-        has_usage = any(
-            t is not None
-            for t in (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens)
+        return self.price_on_day(
+            provider,
+            model,
+            int(ts.timestamp() // 86_400),
+            input_tokens,
+            output_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            reasoning_tokens,
+            reported_cost_usd,
+        )
+
+    def price_on_day(
+        self,
+        provider: str | None,
+        model: str | None,
+        day: int,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+        reasoning_tokens: int | None = None,
+        reported_cost_usd: float | None = None,
+    ) -> Price:
+        """``price`` for a call on a UTC day (days since the epoch): the form ingest uses."""
+        has_usage = not (
+            input_tokens is None
+            and output_tokens is None
+            and cache_read_tokens is None
+            and cache_write_tokens is None
+            and reasoning_tokens is None
         )
         computed: Decimal | None = None
         missing: tuple[str, ...] = ()
@@ -215,7 +250,7 @@ class Pricer:
         source: dict[str, Any] | None = None
         source_json: str | None = None
         if model and has_usage:
-            resolved = self.resolve(provider, model, ts)
+            resolved = self.resolve_day(provider, model, day)
             source = resolved.source
             source_json = self._source_json(resolved)
             if resolved.found and resolved.fast is not None:

@@ -1,8 +1,9 @@
 """Usage reads: route/day usage and server-side aggregates, from rollups when they can answer.
 
 Aggregates without a metadata dimension or filter read the rollups: daily rollups answer a ``days=N``
-window (whole UTC days); an exact ``since``/``until`` window reads daily rollups for its whole days,
-hourly rollups for whole hours at its edges and raw calls only for the partial hours. Metadata reads
+window (whole UTC days), with whole weeks from the weekly rollup when neither route nor day is asked
+for; an exact ``since``/``until`` window reads those for its whole days, hourly rollups for whole hours
+at its edges and raw calls only for the partial hours. Metadata reads
 scan the raw calls, because rollups keep no metadata.
 """
 
@@ -24,7 +25,7 @@ from triptych.metergraph.scope import (
     metadata_pairs,
     resolve_window,
 )
-from triptych.metergraph.store import DIMENSIONS, AggRow, CallFilter, TelemetryStore
+from triptych.metergraph.store import DIMENSIONS, WEEK_DAYS, AggRow, CallFilter, TelemetryStore
 
 UNKNOWN = "(unknown)"
 UNROUTED = "(unrouted)"
@@ -94,8 +95,9 @@ class UsageService:
     ) -> tuple[Groups, list[str]]:
         """Rollups where they answer, raw calls elsewhere.
 
-        Route-free reads use the coarse rollups (provider, model, environment): daily for whole days,
-        hourly for the whole hours at an exact window's edges. Reads that group or filter by route use
+        Route-free reads use the coarse rollups (provider, model, environment): weekly for whole weeks
+        (unless grouped by day), daily for the other whole days, hourly for the whole hours at an exact
+        window's edges. Reads that group or filter by route use
         the daily route rollup for whole days and raw calls for partial days. Metadata reads scan raw calls.
         """
         if meta_key is not None or f.metadata:
@@ -123,8 +125,18 @@ class UsageService:
                 if "calls" not in sources:
                     sources.append("calls")
 
+        def whole_days(lo: int, hi: int) -> None:
+            # Route-free reads without a day dimension take whole weeks from the weekly rollup.
+            w_lo, w_hi = _ceil_div(lo, WEEK_DAYS), hi // WEEK_DAYS
+            if not coarse or "day" in dims or w_lo >= w_hi:
+                rollup(daily, lo, hi, 1)
+                return
+            rollup("rollup_weekly_coarse", w_lo, w_hi, 1)
+            rollup(daily, lo, w_lo * WEEK_DAYS, 1)
+            rollup(daily, w_hi * WEEK_DAYS, hi, 1)
+
         if window.days is not None:  # whole UTC days
-            rollup(daily, s // DAY_MS, _ceil_div(u, DAY_MS), 1)
+            whole_days(s // DAY_MS, _ceil_div(u, DAY_MS))
             return groups, sources
         d_start, d_end = _ceil_div(s, DAY_MS), u // DAY_MS
         if not coarse:
@@ -140,7 +152,7 @@ class UsageService:
             raw(s, u)
             return groups, sources
         if d_start < d_end:
-            rollup(daily, d_start, d_end, 1)
+            whole_days(d_start, d_end)
             rollup("rollup_hourly_coarse", h_start, d_start * 24, 24)
             rollup("rollup_hourly_coarse", d_end * 24, h_end, 24)
         else:
