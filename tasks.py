@@ -3,7 +3,7 @@
 
     python3 tasks.py serve [triptych serve flags]   # set up .venv, start the server on 127.0.0.1:8000
     python3 tasks.py test [pytest args]             # set up .venv and .venv-mcp1, lint, type-check, run tests
-    python3 tasks.py bench [scifact|latency] [...]  # run a benchmark (see bench/README.md)
+    python3 tasks.py bench NAME [options]            # run a benchmark (see bench/README.md)
 
 Both setup steps are idempotent: packages are (re)installed only when pyproject.toml or a
 constraints file changed since the last run.
@@ -84,7 +84,16 @@ def test(args: list[str]) -> int:
 
 def bench(args: list[str]) -> int:
     setup(dev=True)
-    scripts = {"scifact": "bench/scifact.py", "latency": "bench/latency_100k.py"}
+    scripts = {
+        "scifact": "bench/scifact.py",
+        "latency": "bench/latency_100k.py",
+        "locomo": "bench/locomo.py",
+        "contradictions": "bench/contradictions.py",
+        "metergraph": "bench/metergraph_bench.py",
+        "hadron-graph": "bench/hadron_graph.py",
+        "hadron-search": "bench/hadron_search.py",
+        "sync-answers": "bench/sync_answers.py",
+    }
     if not args or args[0] not in scripts:
         sys.exit(f"usage: python3 tasks.py bench {{{'|'.join(scripts)}}} [options]")
     return subprocess.run([str(_bin(VENV, "python")), scripts[args[0]], *args[1:]], cwd=ROOT).returncode
