@@ -94,6 +94,10 @@ class MemoryService:
         # The query embedding runs here while the keyword search runs in the caller's thread.
         self._embedding = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memory-embed")
 
+    def close(self) -> None:
+        """Stop the embedding worker threads (the store's connections belong to its database)."""
+        self._embedding.shutdown(wait=True)
+
     # -- argument rules --------------------------------------------------------------
 
     def _workspace(self, principal: Principal, requested: str | None) -> str:

@@ -86,6 +86,7 @@ class Metronix:
         return build_server("metronix", self.tools(), render_error, INSTRUCTIONS, stdio_agent_id)
 
     def close(self) -> None:
+        self.memory.close()
         self.knowledge.store.close()
 
 
