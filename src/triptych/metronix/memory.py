@@ -536,12 +536,13 @@ class MemoryService:
         if not dense and not keyword:
             return []
         first = rrf([[s for s, _ in dense], [s for s, _ in keyword]], [1.0, KEYWORD_WEIGHT], MEMORY_RRF_K)
-        context = self._context_scores(view, first)
+        context = self._context_scores(first)
         relevance = {
             seq: (first.get(seq, 0.0) + CONTEXT_WEIGHT * context.get(seq, 0.0)) / (1.0 + CONTEXT_WEIGHT)
             for seq in first.keys() | context.keys()
         }
-        candidates = sorted(relevance, key=lambda s: (-relevance[s], s))[: max(top_k * 4, 20)]
+        ranked = sorted(relevance, key=lambda s: (-relevance[s], s))
+        candidates = self._visible_head(view, ranked, first, max(top_k * 4, 20))
         records = self.store.by_seqs(candidates)
         graph = self._graph_scores(query, candidates, records, relevance)
         keyword_scores = dict(keyword)
@@ -578,28 +579,45 @@ class MemoryService:
         scored.sort(key=lambda item: (-item[0], -item[1].importance_score, item[1].created_at))
         return [(record, {**scores, "rank": i + 1}) for i, (_, record, scores) in enumerate(scored[:top_k])]
 
-    def _context_scores(self, view: Visibility, first: dict[int, float]) -> dict[int, float]:
-        """Each visible record's best first-stage score among the records up to ``CONTEXT_HOPS`` writes
-        before or after it in its conversation."""
-        reach: dict[int, set[int]] = {seq: {seq} for seq in first}
-        frontier = {seq: {seq} for seq in first}  # record -> the first-stage records that reached it
-        for _ in range(CONTEXT_HOPS):
-            adjacent = self.store.adjacent(list(frontier))
-            step: dict[int, set[int]] = {}
-            for seq, sources in frontier.items():
-                for other in adjacent.get(seq, ()):
-                    step.setdefault(other, set()).update(sources)
-            for other, sources in step.items():
-                reach.setdefault(other, set()).update(sources)
-            frontier = step
+    def _context_scores(self, first: dict[int, float]) -> dict[int, float]:
+        """Each record's best first-stage score among the records up to ``CONTEXT_HOPS`` writes before or
+        after it in its conversation (visibility is checked later, only for those that rank)."""
+        adjacent = self.store.adjacent(list(first))
+        complete = set(first)  # records whose every neighbour is in ``adjacent``
+        for _ in range(CONTEXT_HOPS - 1):
+            ring = {n for seq in complete for n in adjacent.get(seq, ())} - complete
+            for seq, others in self.store.adjacent(list(ring)).items():
+                adjacent.setdefault(seq, set()).update(others)
+            complete |= ring
         lent: dict[int, float] = {}
-        for other, sources in reach.items():
-            best = max((first[s] for s in sources if s != other), default=0.0)
-            if best > 0.0:
-                lent[other] = best
-        fresh = [seq for seq in lent if seq not in first]
-        hidden = set(fresh) - self.store.visible_subset(view, fresh)
-        return {seq: score for seq, score in lent.items() if seq not in hidden}
+        for seq, score in first.items():
+            level, seen = [seq], {seq}
+            for _ in range(CONTEXT_HOPS):
+                reached = []
+                for node in level:
+                    for other in adjacent.get(node, ()):
+                        if other not in seen:
+                            seen.add(other)
+                            reached.append(other)
+                            if score > lent.get(other, 0.0):
+                                lent[other] = score
+                level = reached
+        return lent
+
+    def _visible_head(
+        self, view: Visibility, ranked: list[int], first: dict[int, float], need: int
+    ) -> list[int]:
+        """The first ``need`` of ``ranked`` the view may see. First-stage hits passed its filters
+        already; records that only context brought in are checked here, a slice at a time."""
+        head: list[int] = []
+        start = 0
+        while len(head) < need and start < len(ranked):
+            chunk = ranked[start : start + 2 * need]
+            start += len(chunk)
+            fresh = [seq for seq in chunk if seq not in first]
+            visible = self.store.visible_subset(view, fresh) if fresh else set()
+            head.extend(seq for seq in chunk if seq in first or seq in visible)
+        return head[:need]
 
     def _graph_scores(
         self, query: str, candidates: list[int], records: dict[int, MemoryRecord], first: dict[int, float]
