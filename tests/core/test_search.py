@@ -352,6 +352,16 @@ def test_many_single_appends_equal_a_fresh_load_of_the_same_rows() -> None:
     assert table.loads == ["ws"]
 
 
+def test_search_subset_with_repeated_ids_scores_only_those_ids() -> None:
+    rng = np.random.default_rng(19)
+    table = Table()
+    table.rows["ws"] = ([1, 2], _unit_rows(rng, 2))
+    index = VectorIndex(DIM, table.loader)
+    query = table.rows["ws"][1][1]  # id 2's own vector would rank first if it were scored
+
+    assert [i for i, _ in index.search_subset("ws", 1, query, [1, 1], 5)] == [1]
+
+
 def test_search_subset_ignores_unknown_ids_even_when_the_count_matches_the_partition() -> None:
     rng = np.random.default_rng(18)
     table = Table()

@@ -106,6 +106,12 @@ def test_a_duplicate_store_answers_without_embedding_the_content_again(
     assert calls == []
 
 
+def test_a_duplicate_store_still_validates_every_argument(service: MemoryService) -> None:
+    store(service, "The release train leaves on Thursdays.")
+    with pytest.raises(InvalidParams):
+        store(service, "The release train leaves on Thursdays.", kind="bogus")
+
+
 def test_dedup_is_keyed_by_workspace_agent_scope_and_session(service: MemoryService) -> None:
     text = "Standups happen at nine."
     base = store(service, text)
@@ -547,3 +553,40 @@ def test_records_written_far_apart_or_by_another_agent_are_not_adjacent(
     adjacent = st.adjacent([first.seq, second.seq, third.seq, fourth.seq])
 
     assert adjacent == {second.seq: {fourth.seq}, fourth.seq: {second.seq}}
+
+
+def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    # Migration 2 (a `follows` column) was live for a few hours; migration 3 moves it to a table.
+    old = Database(tmp_path / "m.db", [])
+    old.migrate("memory", memory_store.MIGRATIONS[:2])
+    vec = np.full(embedder.dim, 1 / np.sqrt(embedder.dim), dtype=np.float32)
+    for seq, follows in ((1, None), (2, 1)):
+        old.conn.execute(
+            "INSERT INTO memory_records (seq, id, workspace_id, agent_id, scope, kind, content, content_hash,"
+            " created_at, updated_at, embedding, dedup_key, follows)"
+            " VALUES (?, ?, ?, 'hermes', 'per_agent', 'fact', ?, ?, ?, ?, ?, ?, ?)",
+            (
+                seq,
+                f"r{seq}",
+                WS,
+                f"note {seq}",
+                f"h{seq}",
+                utcnow(),
+                utcnow(),
+                vec.tobytes(),
+                f"k{seq}",
+                follows,
+            ),
+        )
+    old.close()
+
+    db = Database(tmp_path / "m.db", [])
+    service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
+    assert service.store.adjacent([1]) == {1: {2}, 2: {1}}
+    third = store(service, "note 3, written right after")
+    found = service.search(LOCAL, WS, "note", "hermes", top_k=5)
+    db.close()
+
+    assert {r["record"]["id"] for r in found["results"]} == {"r1", "r2", third["id"]}

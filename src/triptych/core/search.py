@@ -304,10 +304,10 @@ class VectorIndex:
                 buffer[:n] = part.matrix
                 part.buffer = buffer
             part.buffer[n : n + extra] = new_matrix
-            part.matrix = part.buffer[: n + extra]
             for i, (item, _) in enumerate(added_list):
                 part.ids.append(item)
                 part.position[item] = n + i
+            part.matrix = part.buffer[: n + extra]  # published last: see _snapshot
             if part.hnsw is not None:
                 new_ids = [item for item, _ in added_list]
                 part.hnsw.add(np.asarray(new_ids, dtype=np.uint64), new_matrix)  # type: ignore[attr-defined]
@@ -330,46 +330,63 @@ class VectorIndex:
         with self._lock:
             self._parts.pop(key, None)
 
+    def _snapshot(self, key: str, generation: int) -> tuple[list[int], Vector, dict[int, int], object | None]:
+        """The partition's ids, matrix, positions and graph, read together under the lock.
+
+        Searches run outside the lock. Appends extend ``ids`` and ``position`` in place and then
+        publish a longer ``matrix``; removals replace all three. So row ``i < len(matrix)`` of a
+        snapshot is always ``ids[i]``; positions at or past ``len(matrix)`` are newer than the snapshot.
+        """
+        part = self.sync(key, generation)
+        with self._lock:
+            return part.ids, part.matrix, part.position, part.hnsw
+
+    def size(self, key: str, generation: int) -> int:
+        return int(self._snapshot(key, generation)[1].shape[0])
+
     def search(self, key: str, generation: int, query: Vector, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest ids by cosine similarity (vectors are L2-normalised), best first."""
-        part = self.sync(key, generation)
-        n = len(part.ids)
+        ids, matrix, _, hnsw = self._snapshot(key, generation)
+        n = matrix.shape[0]
         if n == 0 or k <= 0:
             return []
         k = min(k, n)
-        if part.hnsw is not None:
-            matches = part.hnsw.search(query.astype(np.float32), k)  # type: ignore[attr-defined]
+        if hnsw is not None:
+            matches = hnsw.search(query.astype(np.float32), k)  # type: ignore[attr-defined]
             # usearch's "ip" distance is 1 - dot product.
             return [
                 (int(key_), 1.0 - float(dist))
                 for key_, dist in zip(matches.keys, matches.distances, strict=False)
             ]
-        scores = part.matrix @ query.astype(np.float32)
+        scores = matrix @ query.astype(np.float32)
         top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
         top = top[np.argsort(-scores[top])]
-        return [(part.ids[i], float(scores[i])) for i in top]
+        return [(ids[i], float(scores[i])) for i in top]
 
     def search_subset(
         self, key: str, generation: int, query: Vector, ids: Sequence[int], k: int
     ) -> list[tuple[int, float]]:
         """Exact nearest neighbours among ``ids`` only: filters decided elsewhere apply before top-k."""
-        part = self.sync(key, generation)
-        if k <= 0 or not part.ids:
+        all_ids, matrix, position, _ = self._snapshot(key, generation)
+        n = matrix.shape[0]
+        if k <= 0 or n == 0:
             return []
-        if len(ids) == len(part.ids) and all(i in part.position for i in ids):
-            positions = np.arange(len(part.ids))
+        wanted = list(dict.fromkeys(ids))
+        if len(wanted) == n and all(position.get(i, n) < n for i in wanted):
+            positions = np.arange(n)
         else:
-            positions = np.fromiter((part.position[i] for i in ids if i in part.position), dtype=np.int64)
+            positions = np.fromiter((p for i in wanted if (p := position.get(i, n)) < n), dtype=np.int64)
         if positions.size == 0:
             return []
         # One GEMV over the contiguous matrix, then pick the subset's scores: gathering the subset's
         # rows first copies them (9.3 ms vs 0.7 ms for 10,000 vectors).
-        scores = (part.matrix @ query.astype(np.float32))[positions]
+        scores = (matrix @ query.astype(np.float32))[positions]
         k = min(k, positions.size)
         top = np.argpartition(-scores, k - 1)[:k] if k < positions.size else np.arange(positions.size)
         top = top[np.argsort(-scores[top])]
-        return [(part.ids[positions[i]], float(scores[i])) for i in top]
+        return [(all_ids[positions[i]], float(scores[i])) for i in top]
 
     def vectors(self, key: str, generation: int, ids: Sequence[int]) -> dict[int, Vector]:
-        part = self.sync(key, generation)
-        return {item: part.matrix[part.position[item]] for item in ids if item in part.position}
+        _, matrix, position, _ = self._snapshot(key, generation)
+        n = matrix.shape[0]
+        return {item: matrix[p] for item in ids if (p := position.get(item, n)) < n}

@@ -8,9 +8,9 @@ For a new (or changed) record and its most similar active neighbours:
 - **duplicate**: embedding similarity at or above the reconciler threshold, confirmed lexically
   (content-word Jaccard at least 0.5).
 - **decision confidence**: how sure the write can be treated as a distinct new memory. Two signals say
-  "same fact": semantic ``p_sem = clip((s - 0.5) / (t - 0.5))`` and lexical ``p_lex = clip(j / 0.5)``
-  (s: cosine, t: reconciler threshold, j: Jaccard). When exactly one of them is saturated the signals
-  disagree and the confidence is ``1 - min(p_sem, p_lex)``; otherwise it is ``1 - max(p_sem, p_lex) / 2``.
+  "same fact": semantic ``p_sem = clip((s - 0.7) / (t - 0.7))`` and lexical
+  ``p_lex = clip((j - 0.3) / 0.2)`` (s: cosine, t: reconciler threshold, j: Jaccard); the confidence is
+  ``1 - p_sem * p_lex``, so it falls only when both say so.
 """
 
 from __future__ import annotations

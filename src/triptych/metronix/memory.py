@@ -218,6 +218,7 @@ class MemoryService:
             raise InvalidParams(
                 "importance_score must be between 0.0 and 1.0", details={"field": "importance_score"}
             )
+        kind_name = self._kind(kind) or "fact"
         if scope_name != "session":  # a session duplicate still slides its TTL, in ``insert``
             # Agents store the same fact again and again; the answer needs no embedding then.
             twin = self.store.find_duplicate(workspace, agent, scope_name, None, content_hash(text))
@@ -226,7 +227,7 @@ class MemoryService:
         vector = self.embedder.embed([text])[0]
         return self._insert(
             workspace, text, agent, scope_name, clean_tags, importance_score, source_type, session_id,
-            self._kind(kind) or "fact", metadata or {}, vector,
+            kind_name, metadata or {}, vector,
         )  # fmt: skip
 
     def _insert(

@@ -104,17 +104,27 @@ MIGRATIONS = [
         enqueued_at TEXT NOT NULL
     );
     """,
+    # Published for a few hours of 2026-11-30 as the first form of conversation adjacency (a column);
+    # migration 3 moved it to its own table. Kept so that databases at version 2 stay consistent.
+    """
+    ALTER TABLE memory_records ADD COLUMN follows INTEGER;
+    CREATE INDEX memory_follows ON memory_records (follows) WHERE follows IS NOT NULL;
+    CREATE INDEX memory_by_agent_seq ON memory_records (workspace_id, agent_id, scope, session_id, seq);
+    """,
     # Conversation adjacency: the record each one was written right after (same agent, scope and
     # session, within FOLLOW_WINDOW_SECONDS). Search lends a record part of its neighbours' relevance.
-    # A narrow table, not a column: a column added to memory_records sits behind the embedding blob,
-    # and reading it cost 2 ms per 100 records instead of 0.2.
+    # A narrow table, not the column of migration 2: that column sits behind the embedding blob, and
+    # reading it cost 2 ms per 100 records instead of 0.2. The column is left unused (always NULL
+    # from now on); SQLite drops a column only by rewriting the table.
     """
+    DROP INDEX IF EXISTS memory_follows;
     CREATE TABLE memory_follows (
         seq INTEGER PRIMARY KEY REFERENCES memory_records(seq) ON DELETE CASCADE,
         follows INTEGER NOT NULL
     );
+    INSERT INTO memory_follows SELECT seq, follows FROM memory_records WHERE follows IS NOT NULL;
+    UPDATE memory_records SET follows = NULL WHERE follows IS NOT NULL;
     CREATE INDEX memory_follows_by_follows ON memory_follows (follows);
-    CREATE INDEX memory_by_agent_seq ON memory_records (workspace_id, agent_id, scope, session_id, seq);
     """,
 ]
 
@@ -600,7 +610,9 @@ class SqliteMemoryStore:
             hits = self.index.search(view.workspace_id, generation, query, probe)
             visible = self.visible_subset(view, [s for s, _ in hits])
             found = [(s, c) for s, c in hits if s in visible]
-            if len(found) >= limit or len(hits) < probe:
+            # The HNSW graph (above 20,000 vectors) may return fewer than asked: only the size says
+            # whether the workspace is exhausted.
+            if len(found) >= limit or probe >= self.index.size(view.workspace_id, generation):
                 return found[:limit]
             probe *= 4
         seqs = self.visible_seqs(view)
