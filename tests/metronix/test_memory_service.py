@@ -590,3 +590,16 @@ def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
     db.close()
 
     assert {r["record"]["id"] for r in found["results"]} == {"r1", "r2", third["id"]}
+
+
+def test_purging_expired_session_records_reads_the_expiry_index_not_the_table(
+    db: Database, embedder: LocalEmbedder
+) -> None:
+    st = SqliteMemoryStore(db, embedder.dim)
+    plan = db.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT workspace_id, id FROM memory_records"
+        " WHERE scope = 'session' AND ttl_expires_at <= ?",
+        (utcnow(),),
+    ).fetchall()
+    assert any("memory_session_expiry" in row[3] for row in plan), plan
+    assert st.purge_expired(utcnow()) == 0

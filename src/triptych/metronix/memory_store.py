@@ -126,6 +126,11 @@ MIGRATIONS = [
     UPDATE memory_records SET follows = NULL WHERE follows IS NOT NULL;
     CREATE INDEX memory_follows_by_follows ON memory_follows (follows);
     """,
+    # Every session-scoped write purges expired session records first; without this index that
+    # scanned the whole table (14 ms at 10,000 records, growing with the database).
+    """
+    CREATE INDEX memory_session_expiry ON memory_records (ttl_expires_at) WHERE scope = 'session';
+    """,
 ]
 
 # Records written by one agent within this many seconds of each other are adjacent: one exchange of a
