@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -497,16 +497,6 @@ def machine_facts() -> dict[str, Any]:
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-
-
-@contextlib.contextmanager
-def timed() -> Iterator[dict[str, float]]:
-    box = {"s": 0.0}
-    started = time.perf_counter()
-    try:
-        yield box
-    finally:
-        box["s"] = time.perf_counter() - started
 
 
 def embed_throughput(embedder: Any, texts: Sequence[str]) -> dict[str, float]:

@@ -22,21 +22,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from common import log
 
 from triptych.metronix.freshness import Contradiction, detect_contradiction
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE / "contradictions.jsonl"
 DEFAULT_OUT = Path("/tmp/triptych-bench/contradictions.json")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # -- scoring -----------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ import asyncio
 import os
 import platform
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -30,7 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from hadron.world import Session, World, connect  # noqa: E402
+from hadron.world import World, connect  # noqa: E402
+from hadron_graph import summary, timed  # noqa: E402
 from harness import SECRET, ServerProcess, token  # noqa: E402
 
 from triptych.core.embed import LocalEmbedder  # noqa: E402
@@ -111,12 +111,6 @@ def queries(words: list[str], count: int, seed_: int) -> list[str]:
     return [f"{rng.choice(words)} {rng.choice(words)}" for _ in range(count)]
 
 
-def summary(name: str, samples: list[float]) -> str:
-    samples = sorted(samples)
-    p95 = samples[min(len(samples) - 1, int(len(samples) * 0.95))]
-    return f"| {name} | {len(samples)} | {statistics.median(samples):.1f} | {p95:.1f} |"
-
-
 CASES = [
     ("keyword", None),
     ("keyword", WHERE),
@@ -134,7 +128,6 @@ def in_process(data_dir: Path, words: list[str], calls: int, embedder: LocalEmbe
     hadron = Hadron.open(data_dir / "hadron.db", embedder)
     caller = HadronCaller("user", "bench", user=hadron.tenancy.user_by_handle("bench"))
     state = hadron.selections.session(caller, "bench", None)
-    memory = hadron.admin().memory(MEMORY)
     rows = []
 
     def time_it(fn: Callable[[], Any]) -> float:
@@ -161,7 +154,6 @@ def in_process(data_dir: Path, words: list[str], calls: int, embedder: LocalEmbe
             samples.append(time_it(lambda q=q: hadron.search.find_nodes(caller, state, q)))  # type: ignore[misc]
         label = f"service: find_nodes {mode}" + (" + where tier=a" if where else "")
         rows.append(summary(label, samples))
-    del memory
     hadron.close()
     return rows
 
@@ -170,13 +162,6 @@ async def over_mcp(url: str, words: list[str], calls: int) -> list[str]:
     world = World(ServerProcess(Path("."), {}), "", "")
     world.server.port = int(url.rsplit(":", 1)[1])
     rows = []
-
-    async def timed(session: Session, tool: str, **args: object) -> float:
-        started = time.perf_counter()
-        result = await session.call(tool, **args)
-        elapsed = (time.perf_counter() - started) * 1000
-        assert not result.is_error, result.text
-        return elapsed
 
     async with connect(world, {"Authorization": f"Bearer {token(user='bench', ttl=7200)}"}) as session:
         for mode in ("vector", "keyword", "hybrid"):

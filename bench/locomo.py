@@ -447,10 +447,9 @@ class ConversationBM25:
         )
 
     def search(self, query: str, k: int) -> list[str]:
-        terms = keyword_terms(query)
-        if not terms:
+        match = common.fts_or_query(query)
+        if match is None:
             return []
-        match = " OR ".join(f'"{t}"' for t in terms)
         rows = self.conn.execute(
             "SELECT dia_id FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT ?", (match, k)
         ).fetchall()
@@ -535,7 +534,6 @@ class Knobs:
     neighbours: float = 0.7  # add this share of the best adjacent record's first-stage score
     neighbour_window: int = 2
     neighbour_dir: str = "both"  # "both" | "next" (a record gains from the one stored before it) | "prev"
-    renorm: bool = False  # rescale the smoothed first-stage scores so the best is 1.0 again
     scaled: bool = True  # divide the smoothed scores by 1 + neighbours (src: dense_score stays in [0, 1])
 
 
@@ -590,7 +588,7 @@ class Ranker:
         for q in progress(data.questions, desc=f"first stage ({workspace})", unit="q"):
             view = self.views[q.conv]
             self.keyword[q.idx] = self.store.keyword_search(view, q.text, depth)
-            self.dense[q.idx] = self.store.vector_search(workspace, self.seqs[q.conv], qvecs[q.text], depth)
+            self.dense[q.idx] = self.store.dense_search(view, qvecs[q.text], depth)
 
     def rank(self, q: Question, k: Knobs, top_k: int = TOP_K) -> list[int]:
         keyword = self.keyword[q.idx][: k.pool]
@@ -601,7 +599,7 @@ class Ranker:
             vecs = self.store.vectors(self.workspace, top)
             q2 = self.qvecs[q.text] + k.prf * np.mean([vecs[s] for s in top if s in vecs], axis=0)
             q2 = (q2 / np.linalg.norm(q2)).astype(np.float32)
-            dense = self.store.vector_search(self.workspace, self.seqs[q.conv], q2, k.pool)
+            dense = self.store.dense_search(self.views[q.conv], q2, k.pool)
             first = rrf([[s for s, _ in dense], [s for s, _ in keyword]], [k.w_dense, k.w_kw], k.rrf_k)
         if k.kw_prf > 0:
             top = sorted(first, key=lambda s: first[s], reverse=True)[:3]
@@ -645,9 +643,6 @@ class Ranker:
             out[o] = out.get(o, 0.0) + k.neighbours * b
         if k.scaled:
             out = {o: v / (1.0 + k.neighbours) for o, v in out.items()}
-        if k.renorm:
-            top = max(out.values(), default=1.0) or 1.0
-            out = {o: v / top for o, v in out.items()}
         return out
 
     def _graph(self, q: Question, candidates: list[int], k: Knobs) -> dict[int, float]:

@@ -18,7 +18,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from common import free_port
 
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
 from triptych.metergraph.service import Metergraph
@@ -103,12 +103,6 @@ def generate(count: int, seed: int = 7) -> Iterator[list[dict[str, Any]]]:
             batch = []
     if batch:
         yield batch
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_ingest(data_dir: Path, rows: int, clients: int, stream: int) -> dict[str, Any]:

@@ -18,8 +18,17 @@ Migration = str  # one SQL script; its position in the list is its version
 class Database:
     """One SQLite file. Several stores may share it, each with its own ``component`` and migrations."""
 
-    def __init__(self, path: Path, migrations: Sequence[Migration], component: str = "main") -> None:
+    def __init__(
+        self,
+        path: Path,
+        migrations: Sequence[Migration],
+        component: str = "main",
+        synchronous: str = "NORMAL",
+    ) -> None:
         self.path = path
+        # NORMAL survives a crash of the process; FULL also of the machine (the WAL is synced at
+        # every commit), for stores whose acknowledgement promises durability.
+        self.synchronous = synchronous
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
@@ -30,7 +39,7 @@ class Database:
         conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=30000")
         conn.execute("PRAGMA cache_size=-65536")

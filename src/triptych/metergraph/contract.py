@@ -76,6 +76,12 @@ class ResponseTooLarge(MetergraphError):
     http_status = 413
 
 
+def check_response_size(size: int) -> None:
+    """Both doors refuse an answer over 5 MiB the same way."""
+    if size > MAX_RESPONSE_BYTES:
+        raise ResponseTooLarge("the response exceeds 5 MiB: narrow the window or lower the limit")
+
+
 class UnsupportedCapability(MetergraphError):
     code = "unsupported_capability"
     http_status = 501

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from triptych import __version__
-from triptych.metergraph.contract import MAX_RESPONSE_BYTES, MetergraphError, ResponseTooLarge, error_document
+from triptych.metergraph.contract import MetergraphError, check_response_size, error_document
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.tools import ArgumentError, ToolSpec, parse, visible_tools
 from triptych.metergraph.web import BodyTooLarge, host_allowed, json_response, origin_allowed, read_body
@@ -60,6 +60,8 @@ class McpRpc:
     def __init__(self, tools: list[ToolSpec]) -> None:
         self.tools = tools
         self.by_name = {t.name: t for t in tools}
+        # The schemas never change: built once, not on every stateless tools/list.
+        self.definitions = {t.name: t.definition() for t in tools}
 
     async def handle(self, principal: AgentPrincipal, message: dict[str, Any]) -> dict[str, Any]:
         msg_id = message.get("id")
@@ -83,7 +85,9 @@ class McpRpc:
         if method == "ping":
             return _result(msg_id, {})
         if method == "tools/list":
-            return _result(msg_id, {"tools": [t.definition() for t in visible_tools(self.tools, principal)]})
+            return _result(
+                msg_id, {"tools": [self.definitions[t.name] for t in visible_tools(self.tools, principal)]}
+            )
         if method == "tools/call":
             return await self._call(principal, msg_id, params)
         return _error(msg_id, -32601, "Method not found")
@@ -102,8 +106,7 @@ class McpRpc:
         try:
             document = await anyio.to_thread.run_sync(tool.handler, principal, args)
             result = tool_result(document)
-            if len(result["content"][0]["text"]) > MAX_RESPONSE_BYTES:
-                raise ResponseTooLarge("the response exceeds 5 MiB: narrow the window or lower the limit")
+            check_response_size(len(result["content"][0]["text"]))
         except MetergraphError as exc:
             return _result(msg_id, tool_result(error_document(exc), is_error=True))
         except Exception:

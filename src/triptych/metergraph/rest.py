@@ -20,11 +20,10 @@ from starlette.routing import BaseRoute, Route
 
 from triptych.metergraph import otlp
 from triptych.metergraph.contract import (
-    MAX_RESPONSE_BYTES,
     InvalidArgument,
     MetergraphError,
-    ResponseTooLarge,
     Unauthenticated,
+    check_response_size,
     error_document,
 )
 from triptych.metergraph.ingest import BadBatch
@@ -238,8 +237,7 @@ def agent_routes(mg: Metergraph) -> list[BaseRoute]:
                     raise InvalidArgument(str(exc)) from None
                 document = await anyio.to_thread.run_sync(tool.handler, principal, args)
                 response = json_response(document, headers={"Cache-Control": "no-store"})
-                if len(response.body) > MAX_RESPONSE_BYTES:
-                    raise ResponseTooLarge("the response exceeds 5 MiB: narrow the window or lower the limit")
+                check_response_size(len(response.body))
             except MetergraphError as exc:
                 return _error_response(exc)
             return response

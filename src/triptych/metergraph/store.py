@@ -271,16 +271,23 @@ def _meta_exprs(key: str) -> tuple[str, str, str]:
     )
 
 
-def call_where(f: CallFilter, params: list[Any]) -> str:
-    clauses = ["workspace = ?", "ts_ms >= ?", "ts_ms < ?"]
-    params.extend([f.workspace, f.since_ms, f.until_ms])
-    for column, values in (("route", f.routes), ("provider", f.providers), ("model", f.models)):
+def _key_clauses(f: CallFilter, clauses: list[str], params: list[Any]) -> None:
+    """The route, provider, model and environment filters, shared by raw calls and rollups."""
+    for column, values in (
+        ("route", f.routes),
+        ("provider", f.providers),
+        ("model", f.models),
+        ("environment", f.environments),
+    ):
         if values is not None:  # an empty list selects nothing
             clauses.append(f"{column} IN ({_placeholders(values)})" if values else "0")
             params.extend(values)
-    if f.environments is not None:
-        clauses.append(f"environment IN ({_placeholders(f.environments)})" if f.environments else "0")
-        params.extend(f.environments)
+
+
+def call_where(f: CallFilter, params: list[Any]) -> str:
+    clauses = ["workspace = ?", "ts_ms >= ?", "ts_ms < ?"]
+    params.extend([f.workspace, f.since_ms, f.until_ms])
+    _key_clauses(f, clauses, params)
     if f.status is not None:
         clauses.append("status = ?")
         params.append(f.status)
@@ -351,7 +358,8 @@ class TelemetryStore(Protocol):
 
 class SqliteTelemetryStore:
     def __init__(self, path: Path) -> None:
-        self.db = Database(path, MIGRATIONS)
+        # Durable before the 202: the WAL is synced at every commit.
+        self.db = Database(path, MIGRATIONS, synchronous="FULL")
         conn = self.db.conn
         if (
             conn.execute("SELECT 1 FROM calls LIMIT 1").fetchone()
@@ -462,9 +470,6 @@ class SqliteTelemetryStore:
     ) -> None:
         """Rows, content, rollups and the batch record: one transaction, all or nothing."""
         deltas = rollup_deltas(calls)
-        # Durable before the 202: the WAL is synced at every ingest commit (the default NORMAL would
-        # survive a crash of the process but not of the machine).
-        self.db.conn.execute("PRAGMA synchronous=FULL")
         with self.db.transaction() as conn:
             self.ensure_workspace(conn, workspace, now_iso)
             # The INSERT names only the columns some row of the batch fills: binding a None costs the
@@ -529,13 +534,7 @@ class SqliteTelemetryStore:
         assert table in ROLLUPS
         params: list[Any] = [f.workspace, bucket_from, bucket_to]
         where = ["workspace = ?", "bucket >= ?", "bucket < ?"]
-        for column, values in (("route", f.routes), ("provider", f.providers), ("model", f.models)):
-            if values is not None:  # an empty list selects nothing
-                where.append(f"{column} IN ({_placeholders(values)})" if values else "0")
-                params.extend(values)
-        if f.environments is not None:
-            where.append(f"environment IN ({_placeholders(f.environments)})" if f.environments else "0")
-            params.extend(f.environments)
+        _key_clauses(f, where, params)
         exprs = [f"bucket / {bucket_per_day}" if d == "day" else d for d in dims]
         group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(exprs)))}" if exprs else ""
         cols = ", ".join([*exprs, *(f"SUM({c})" for c in (*SUMS, *HIST_COLUMNS))])
@@ -902,13 +901,17 @@ def _merge_rollups(
     """Upsert: sums and histogram buckets add up in SQL."""
     if not deltas:
         return
+    conn.executemany(_upsert_rollup(table), [(workspace, *row) for row in deltas])
+
+
+@functools.lru_cache(maxsize=8)
+def _upsert_rollup(table: str) -> str:
     cols = ("workspace", "bucket", *ROLLUP_KEY, *SUMS, *HIST_COLUMNS)
     updates = ", ".join(f"{c} = {c} + excluded.{c}" for c in (*SUMS, *HIST_COLUMNS))
-    upsert = (
+    return (
         f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({_placeholders(cols)})"
         f" ON CONFLICT (workspace, bucket, {', '.join(ROLLUP_KEY)}) DO UPDATE SET {updates}"
     )
-    conn.executemany(upsert, [(workspace, *row) for row in deltas])
 
 
 def iter_chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:

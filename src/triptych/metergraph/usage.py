@@ -307,7 +307,8 @@ class UsageService:
             "effective_window": window.as_dict(),
             "filters": _filters_echo(routes, providers, models, envs, pairs),
         }
-        totals_out = {**measures(totals), "pricing": pricing_summary(totals)}
+        pricing = pricing_summary(totals)
+        totals_out = {**measures(totals), "pricing": pricing}
         return envelope(
             principal.workspace,
             now,
@@ -317,7 +318,7 @@ class UsageService:
             group_by=group_by,
             items=items,
             totals=totals_out,
-            pricing=pricing_summary(totals),
+            pricing=pricing,
             coverage=coverage,
             **response_extra,
             truncated=truncated,
@@ -367,6 +368,7 @@ class UsageService:
         if truncated:
             warnings.append(warning("truncated", f"more route/day rows matched than the limit of {limit}"))
         total_calls = int(totals.get("calls"))
+        pricing = pricing_summary(totals)
         return envelope(
             principal.workspace,
             now,
@@ -376,8 +378,8 @@ class UsageService:
             content_included=False,
             truncated=truncated,
             items=items,
-            totals={**measures(totals), "pricing": pricing_summary(totals)},
-            pricing=pricing_summary(totals),
+            totals={**measures(totals), "pricing": pricing},
+            pricing=pricing,
             coverage={
                 "rows": {
                     "shape": "top_n",

@@ -11,6 +11,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from triptych.core.auth import bearer_token
+
 
 class BodyTooLarge(Exception):
     pass
@@ -70,10 +72,4 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 def bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization")
-    if not header:
-        return None
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        return None
-    return value.strip()
+    return bearer_token(request.headers.get("authorization"))

@@ -545,7 +545,7 @@ class MemoryService:
         ranked = sorted(relevance, key=lambda s: (-relevance[s], s))
         candidates = self._visible_head(view, ranked, first, max(top_k * 4, 20))
         records = self.store.by_seqs(candidates)
-        graph = self._graph_scores(query, candidates, records, relevance)
+        graph = self._graph_scores(query, candidates, records)
         keyword_scores = dict(keyword)
         top_bm25 = max(keyword_scores.values(), default=0.0) or 1.0
         cosine = dict(dense)
@@ -621,7 +621,7 @@ class MemoryService:
         return head[:need]
 
     def _graph_scores(
-        self, query: str, candidates: list[int], records: dict[int, MemoryRecord], first: dict[int, float]
+        self, query: str, candidates: list[int], records: dict[int, MemoryRecord]
     ) -> dict[int, float]:
         """Entity overlap with the query, plus one hop from the three strongest first-stage hits."""
         entities = self.store.entities(candidates)

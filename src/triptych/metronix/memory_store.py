@@ -325,11 +325,10 @@ class SqliteMemoryStore:
         if record.scope == "session":
             self.purge_expired(utcnow())  # an expired twin must not come back under its old id
         with self.db.transaction() as conn:
-            existing = conn.execute(
-                f"SELECT {_COLUMNS} FROM memory_records r WHERE dedup_key = ?", (key,)
-            ).fetchone()
-            if existing is not None:
-                found = _record(existing)
+            found = self.find_duplicate(
+                record.workspace_id, record.agent_id, record.scope, record.session_id, record.content_hash
+            )  # read inside the transaction: ``db.conn`` is this thread's ``conn``
+            if found is not None:
                 if found.scope == "session" and record.ttl_expires_at:
                     # Sliding TTL: storing it again keeps it alive.
                     conn.execute(
@@ -648,11 +647,6 @@ class SqliteMemoryStore:
             (match, *params, limit),
         ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
-
-    def vector_search(
-        self, workspace_id: str, seqs: Sequence[int], query: Vector, limit: int
-    ) -> list[tuple[int, float]]:
-        return self.index.search_subset(workspace_id, self._generation(workspace_id), query, seqs, limit)
 
     def vectors(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, Vector]:
         return self.index.vectors(workspace_id, self._generation(workspace_id), seqs)

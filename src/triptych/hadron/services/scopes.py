@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from triptych.hadron.access import AccessPolicy, require_identity
-from triptych.hadron.domain.loc import is_id
+from triptych.hadron.domain.loc import is_id, node_urn
 from triptych.hadron.domain.model import App, Memory, Org, Scope, role_at_least
 from triptych.hadron.errors import BadInput, Forbidden, HadronError, NoActiveApp, NotFound
 from triptych.hadron.identity import HadronCaller
@@ -455,7 +455,7 @@ class ScopeService:
             winner = next((m for m in view.memories if m.id in present), None)
             out["loc"] = loc.strip()
             out["winner"] = (
-                {"memoryUrn": winner.urn, "urn": f"hrn:node:{winner.root}:{winner.slug}:{loc.strip()}"}
+                {"memoryUrn": winner.urn, "urn": node_urn(winner.root, winner.slug, loc.strip())}
                 if winner
                 else None
             )

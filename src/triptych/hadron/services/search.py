@@ -318,8 +318,7 @@ class SearchService:
         elif state.scope_id:
             ladder = self.scopes.ladder(caller, state)
             view = ladder if ladder.rung == "active-scope" else None
-        readable = [m for m, _ in self.access.readable(caller)]
-        memories = view.memories if view is not None else readable
+        memories = view.memories if view is not None else [m for m, _ in self.access.readable(caller)]
         degraded: list[str] = []
         hits: list[dict[str, Any]] = []
         low = needle.lower()

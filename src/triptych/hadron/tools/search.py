@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.services.search import ENTITY_TYPES, FindQuery, FindResult, Hit, SearchService
 from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
 
@@ -76,7 +77,7 @@ def _edges(service: SearchService, ctx: Ctx, node_id: str) -> list[dict[str, Any
 def _hit(service: SearchService, ctx: Ctx, hit: Hit, brief: bool) -> dict[str, Any]:
     node, memory = hit.node, hit.memory
     out: dict[str, Any] = {
-        "urn": f"hrn:node:{memory.root}:{memory.slug}:{node.loc}",
+        "urn": node_urn(memory.root, memory.slug, node.loc),
         "name": node.name,
         "description": node.description,
         "edges": _edges(service, ctx, node.id),
