@@ -154,20 +154,27 @@ class ExactIndex:
             part.ids.append(item)
         part.generation = after
 
+    # Scoring holds the lock: ``_apply`` swap-removes in place, so a product taken outside it could pair
+    # a row with another node's id (or outrun a shrinking id list). One product is milliseconds.
+
     def search(self, key: str, generation: int, query: Vector, k: int) -> list[tuple[int, float]]:
         part = self.sync(key, generation)
-        return _top(part.live() @ query.astype(np.float32), part.ids, k)
+        with self._lock:
+            scores, ids = part.live() @ query.astype(np.float32), list(part.ids)
+        return _top(scores, ids, k)
 
     def search_subset(
         self, key: str, generation: int, query: Vector, ids: Sequence[int], k: int
     ) -> list[tuple[int, float]]:
         part = self.sync(key, generation)
-        rows = [part.position[i] for i in ids if i in part.position]
-        if not rows:
-            return []
-        positions = np.asarray(rows, dtype=np.int64)
-        scores = part.matrix[positions] @ query.astype(np.float32)
-        return [(part.ids[int(positions[j])], s) for j, s in _top(scores, list(range(len(rows))), k)]
+        with self._lock:
+            rows = [part.position[i] for i in ids if i in part.position]
+            if not rows:
+                return []
+            positions = np.asarray(rows, dtype=np.int64)
+            scores = part.matrix[positions] @ query.astype(np.float32)
+            owners = [part.ids[int(p)] for p in positions]
+        return _top(scores, owners, k)
 
 
 def _top(scores: Vector, ids: Sequence[int], k: int) -> list[tuple[int, float]]:

@@ -56,6 +56,12 @@ class InvalidArgument(MetergraphError):
     http_status = 422
 
 
+class BadBatch(InvalidArgument):
+    """An ingest document refused as a whole (HTTP 400)."""
+
+    http_status = 400
+
+
 class NotFoundError(MetergraphError):
     code = "not_found"
     http_status = 404

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from triptych.metergraph import histogram
-from triptych.metergraph.contract import InvalidArgument
+from triptych.metergraph.contract import BadBatch
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.store import Content, TelemetryStore
@@ -32,12 +32,6 @@ _STR_FIELDS = (
 )  # fmt: skip
 _INT_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 _FLOAT_FIELDS = ("latency_ms", "ttft_ms", "unit_count")
-
-
-class BadBatch(InvalidArgument):
-    """A batch refused as a whole (HTTP 400)."""
-
-    http_status = 400
 
 
 @dataclass(frozen=True, slots=True)

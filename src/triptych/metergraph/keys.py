@@ -15,10 +15,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from triptych.metergraph.contract import (
     ROLE_SCOPES,
     ROLES,
+    BadBatch,
     ForbiddenError,
     InvalidArgument,
     Unauthenticated,
@@ -94,6 +96,20 @@ class KeyService:
         key_id = "key_" + secrets.token_hex(6)
         self.store.insert_key(key_id, workspace, "agent", role, envs, token_hash(token), _now())
         return key_id, token
+
+    def open_session(self, app: AppPrincipal, presented: str | None, document: Any) -> tuple[str, int]:
+        """``POST /v1/ingest/sessions``: the SDK's handshake document checked, a session minted."""
+        if (presented or "").startswith(SESSION_PREFIX):
+            raise Unauthenticated("a session token cannot mint another session: send the app token")
+        if not isinstance(document, dict) or document.get("protocol_version") != 2:
+            raise BadBatch("protocol_version must be 2")
+        repository = document.get("repository")
+        sdk_version = document.get("sdk_version")
+        if not isinstance(repository, str) or not repository.strip() or len(repository) > 512:
+            raise BadBatch("repository must be a non-empty string (owner/name)")
+        if not isinstance(sdk_version, str) or len(sdk_version) > 64:
+            raise BadBatch("sdk_version must be a string")
+        return self.create_session(app, repository, sdk_version)
 
     def create_session(self, app: AppPrincipal, repository: str, sdk_version: str) -> tuple[str, int]:
         token = SESSION_PREFIX + secrets.token_urlsafe(32)

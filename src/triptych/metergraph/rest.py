@@ -20,13 +20,13 @@ from starlette.routing import BaseRoute, Route
 
 from triptych.metergraph import otlp
 from triptych.metergraph.contract import (
+    BadBatch,
     InvalidArgument,
     MetergraphError,
     Unauthenticated,
     check_response_size,
     error_document,
 )
-from triptych.metergraph.ingest import BadBatch
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.tools import ArgumentError, parse
@@ -105,19 +105,9 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
 
     async def sessions(request: Request) -> Response:
         async def work(app: AppPrincipal) -> Response:
-            if (bearer(request) or "").startswith("mgsess_"):
-                raise Unauthenticated("a session token cannot mint another session: send the app token")
             document = await read_json(request)
-            if not isinstance(document, dict) or document.get("protocol_version") != 2:
-                raise BadBatch("protocol_version must be 2")
-            repository = document.get("repository")
-            sdk_version = document.get("sdk_version")
-            if not isinstance(repository, str) or not repository.strip() or len(repository) > 512:
-                raise BadBatch("repository must be a non-empty string (owner/name)")
-            if not isinstance(sdk_version, str) or len(sdk_version) > 64:
-                raise BadBatch("sdk_version must be a string")
             token, expires = await anyio.to_thread.run_sync(
-                mg.keys.create_session, app, repository, sdk_version
+                mg.keys.open_session, app, bearer(request), document
             )
             expires_at = datetime.fromtimestamp(expires, UTC).isoformat()
             return json_response({"session_token": token, "expires_at": expires_at}, 201)

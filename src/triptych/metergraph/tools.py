@@ -13,11 +13,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
 
-from triptych.metergraph.contract import TOOLS_BY_NAME, ForbiddenError, UnsupportedCapability
+from triptych.metergraph.contract import TOOLS_BY_NAME
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
-from triptych.metergraph.workspace import WorkspaceService, tool_visible
+from triptych.metergraph.workspace import WorkspaceService, refuse_unavailable, tool_visible
 
 
 class Args(BaseModel):
@@ -184,10 +184,7 @@ class ToolSpec:
 
 def _unsupported(name: str) -> Handler:
     def handler(principal: AgentPrincipal, args: Any) -> dict[str, Any]:
-        contract = TOOLS_BY_NAME[name]
-        if not principal.has(contract.required_scope):
-            raise ForbiddenError(f"{name} needs {contract.required_scope}")
-        raise UnsupportedCapability(f"{name} ({contract.capability}) is not available in this deployment")
+        refuse_unavailable(principal, name)
 
     return handler
 

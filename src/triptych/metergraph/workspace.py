@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from triptych.metergraph.contract import (
     CONTRACT_VERSION,
@@ -15,7 +15,10 @@ from triptych.metergraph.contract import (
     PRIVACY_DESCRIPTIONS,
     PRIVACY_FIELDS,
     TOOL_CONTRACT,
+    TOOLS_BY_NAME,
     TRACE_DEBUG_VERSION,
+    ForbiddenError,
+    UnsupportedCapability,
     envelope,
 )
 from triptych.metergraph.keys import AgentPrincipal
@@ -35,8 +38,17 @@ def _iso_ms(ms: int | None) -> str | None:
 
 def tool_visible(principal: AgentPrincipal, tool_name: str) -> bool:
     """Metadata-role keys do not see content or replay tools in tools/list."""
-    contract = next(t for t in TOOL_CONTRACT if t.name == tool_name)
+    contract = TOOLS_BY_NAME[tool_name]
     return contract.privacy_class == "metadata" or principal.has(contract.required_scope)
+
+
+def refuse_unavailable(principal: AgentPrincipal, tool_name: str) -> NoReturn:
+    """A contract tool this deployment does not build: ``forbidden`` without its scope, otherwise
+    ``unsupported_capability`` (capability discovery says the same)."""
+    contract = TOOLS_BY_NAME[tool_name]
+    if not principal.has(contract.required_scope):
+        raise ForbiddenError(f"{tool_name} needs {contract.required_scope}")
+    raise UnsupportedCapability(f"{tool_name} ({contract.capability}) is not available in this deployment")
 
 
 class WorkspaceService:

@@ -193,13 +193,17 @@ class ScopeService:
 
     # ── views ───────────────────────────────────────────────────────────
 
-    def _readable(self, caller: HadronCaller, memory_ids: Sequence[str]) -> tuple[list[Memory], int]:
+    def _readable(
+        self, caller: HadronCaller, memory_ids: Sequence[str], known: dict[str, Memory] | None = None
+    ) -> tuple[list[Memory], int]:
+        """The memories ``caller`` may read, in order, and how many others there were. ``known``: the
+        memories already loaded by id, so that none is read twice."""
         out, dropped, seen = [], 0, set()
         for memory_id in memory_ids:
             if memory_id in seen:
                 continue
             seen.add(memory_id)
-            memory = self.tenancy.memory(memory_id)
+            memory = known[memory_id] if known and memory_id in known else self.tenancy.memory(memory_id)
             if memory is not None and self.access.memory_level(caller, memory) is not None:
                 out.append(memory)
             else:
@@ -208,13 +212,15 @@ class ScopeService:
 
     def app_view(self, caller: HadronCaller, app: App) -> tuple[list[Memory], int]:
         attached = self.tenancy.attached_memories(app.id)
-        owned = [m.id for m in self.tenancy.memories() if m.app_id == app.id]
-        return self._readable(caller, [*attached, *owned])
+        every = {m.id: m for m in self.tenancy.memories()}
+        owned = [m.id for m in every.values() if m.app_id == app.id]
+        return self._readable(caller, [*attached, *owned], every)
 
     def org_view(self, caller: HadronCaller, org: Org) -> tuple[list[Memory], int]:
         apps = {a.id for a in self.tenancy.apps() if a.org_id == org.id}
-        ids = [m.id for m in self.tenancy.memories() if m.org_id == org.id or (m.app_id in apps)]
-        return self._readable(caller, ids)
+        every = {m.id: m for m in self.tenancy.memories()}
+        ids = [m.id for m in every.values() if m.org_id == org.id or (m.app_id in apps)]
+        return self._readable(caller, ids, every)
 
     def scope_view(
         self, caller: HadronCaller, state: SessionState, resolved: Resolved, rung: str

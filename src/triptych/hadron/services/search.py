@@ -159,6 +159,22 @@ class SearchService:
 
     # ── find_nodes ──────────────────────────────────────────────────────
 
+    def edge_summaries(self, caller: HadronCaller, hits: Sequence[Hit]) -> dict[str, list[dict[str, Any]]]:
+        """Each hit's outgoing edges as (loc, name, target urn), read in one query for the whole page."""
+        edges = self.nodes.graph.edges_from([h.node.id for h in hits])
+        out: dict[str, list[dict[str, Any]]] = {}
+        for node_id, records in edges.items():
+            views = [self.nodes.edge_view(caller, edge) for edge in records]
+            out[node_id] = [
+                {
+                    "loc": v["loc"],
+                    "name": v["name"],
+                    "target": v["target"].get("urn") if v["target"] else None,
+                }
+                for v in views
+            ]
+        return out
+
     def find_nodes(self, caller: HadronCaller, state: SessionState, q: FindQuery) -> FindResult:
         if q.mode not in MODES:
             raise BadInput(f"mode must be one of {', '.join(MODES)}", details={"field": "mode"})

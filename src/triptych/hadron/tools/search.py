@@ -63,24 +63,13 @@ class SearchArgs(ToolArgs):
     limit: int = Field(50, ge=1, le=200, description="Most hits (1-200)")
 
 
-def _edges(service: SearchService, ctx: Ctx, node_id: str) -> list[dict[str, Any]]:
-    out = []
-    for edge in service.nodes.graph.edges_from([node_id]).get(node_id, []):
-        view = service.nodes.edge_view(ctx.caller, edge)
-        target = view["target"]
-        out.append(
-            {"loc": view["loc"], "name": view["name"], "target": target.get("urn") if target else None}
-        )
-    return out
-
-
-def _hit(service: SearchService, ctx: Ctx, hit: Hit, brief: bool) -> dict[str, Any]:
+def _hit(hit: Hit, edges: dict[str, list[dict[str, Any]]], brief: bool) -> dict[str, Any]:
     node, memory = hit.node, hit.memory
     out: dict[str, Any] = {
         "urn": node_urn(memory.root, memory.slug, node.loc),
         "name": node.name,
         "description": node.description,
-        "edges": _edges(service, ctx, node.id),
+        "edges": edges.get(node.id, []),
     }
     if not brief:
         out.update(
@@ -152,7 +141,8 @@ def search_tools(service: SearchService) -> list[HadronTool]:
             expand=args.expand, granularity=args.granularity,
         )  # fmt: skip
         result = service.find_nodes(ctx.caller, ctx.session, q)
-        rows = [_hit(service, ctx, h, args.brief) for h in result.hits]
+        edges = service.edge_summaries(ctx.caller, result.hits)
+        rows = [_hit(h, edges, args.brief) for h in result.hits]
         data = {
             "scope": result.view.data(),
             "mode": "survey" if result.survey else result.mode,
