@@ -426,6 +426,10 @@ async def test_scope_rules_resolution_and_narrowing(world: World) -> None:
         seen = await bob.ok("hadron_scope_explain", scope=org_scope.data["id"], loc="x:y")
         assert seen.data["memoryUrns"] == [SPECS] and seen.data["droppedForAccess"] == 1
         assert seen.data["winner"]["memoryUrn"] == SPECS and BOARD not in seen.text
+        # Listing shows the same narrowing: the memory bob cannot read is a count, never its name.
+        listed = await bob.ok("hadron_list_scopes", ownerType="organization", ownerRef="acme.com", name=name)
+        assert [(s["memoryUrns"], s["droppedForAccess"]) for s in listed.data["scopes"]] == [([SPECS], 1)]
+        assert BOARD not in listed.text and BOARD not in str(listed.data)
         await bob.refused("hadron_update_scope", "FORBIDDEN", scope=org_scope.data["id"], name="mine")
         await bob.refused(
             "hadron_create_scope", "FORBIDDEN", name=fresh(), memoryUrns=[SPECS], organizationRef="acme.com"

@@ -222,6 +222,23 @@ class ScopeService:
         ids = [m.id for m in every.values() if m.org_id == org.id or (m.app_id in apps)]
         return self._readable(caller, ids, every)
 
+    def row(self, caller: HadronCaller, scope: Scope, tier: str | None = None) -> dict[str, Any]:
+        """A scope as the scope tools show it: its memories the caller may read, in order, and how many
+        others there are (a count, never their names)."""
+        memories, dropped = self._readable(caller, scope.memory_ids)
+        return {
+            "id": scope.id,
+            "name": scope.name,
+            "description": scope.description,
+            "ownerType": scope.owner_type,
+            "owner": self.owner_label(scope),
+            "tier": tier or scope.owner_type,
+            "memoryUrns": [m.urn for m in memories],
+            "droppedForAccess": dropped,
+            "createdBy": scope.created_by,
+            "updatedAt": scope.updated_at,
+        }
+
     def scope_view(
         self, caller: HadronCaller, state: SessionState, resolved: Resolved, rung: str
     ) -> SearchScope:

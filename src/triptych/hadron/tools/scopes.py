@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from triptych.hadron.domain.model import Scope
 from triptych.hadron.services.scopes import ScopeService
 from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
 
@@ -56,28 +55,13 @@ class SetActiveScopeArgs(ToolArgs):
     clear: bool = Field(False, description="Drop the active scope")
 
 
-def view(service: ScopeService, scope: Scope, tier: str | None = None) -> dict[str, Any]:
-    memories = [service.tenancy.memory(m) for m in scope.memory_ids]
-    return {
-        "id": scope.id,
-        "name": scope.name,
-        "description": scope.description,
-        "ownerType": scope.owner_type,
-        "owner": service.owner_label(scope),
-        "tier": tier or scope.owner_type,
-        "memoryUrns": [m.urn if m is not None else None for m in memories],
-        "createdBy": scope.created_by,
-        "updatedAt": scope.updated_at,
-    }
-
-
 def scope_tools(service: ScopeService) -> list[HadronTool]:
     def list_scopes(ctx: Ctx, args: ListScopesArgs) -> ToolOutput:
         context, found = service.listing(
             ctx.caller, ctx.session, args.app, args.ownerType, args.ownerRef, args.name
         )
         page = found[args.offset : args.offset + args.limit]
-        rows = [view(service, s, tier) for tier, s in page]
+        rows = [service.row(ctx.caller, s, tier) for tier, s in page]
         lines = [
             f"{len(found)} scope(s) in {context}"
             + (f" (showing {len(rows)})" if len(rows) < len(found) else "")
@@ -93,7 +77,7 @@ def scope_tools(service: ScopeService) -> list[HadronTool]:
             ctx.caller, ctx.session, args.name, args.memoryUrns, args.description,
             args.organizationRef, args.agentRef, args.appRef,
         )  # fmt: skip
-        row = view(service, scope)
+        row = service.row(ctx.caller, scope)
         return ToolOutput(
             f"Created scope {scope.name} ({row['ownerType']} {row['owner']}) id={scope.id}", row
         )
@@ -101,7 +85,7 @@ def scope_tools(service: ScopeService) -> list[HadronTool]:
     def update_scope(ctx: Ctx, args: UpdateScopeArgs) -> ToolOutput:
         present = set(args.model_fields_set) - {"scope"}
         scope = service.update(ctx.caller, args.scope, args.name, args.description, args.memoryUrns, present)
-        return ToolOutput(f"Updated scope {scope.name} id={scope.id}", view(service, scope))
+        return ToolOutput(f"Updated scope {scope.name} id={scope.id}", service.row(ctx.caller, scope))
 
     def delete_scope(ctx: Ctx, args: DeleteScopeArgs) -> ToolOutput:
         scope = service.delete(ctx.caller, args.scope)
@@ -138,7 +122,7 @@ def scope_tools(service: ScopeService) -> list[HadronTool]:
         note = " (saved for this X-Hadron-Client-Id)" if persisted else ""
         if scope is None:
             return ToolOutput(f"Active scope cleared{note}", {"scope": None, "persisted": persisted})
-        row = view(service, scope)
+        row = service.row(ctx.caller, scope)
         return ToolOutput(
             f"Active scope: {scope.name} ({row['owner']}) id={scope.id}{note}",
             {**row, "persisted": persisted},
