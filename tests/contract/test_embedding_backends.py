@@ -112,7 +112,7 @@ async def test_remote_embeddings_model_check_and_reindex(tmp_path: Path, embeddi
         check=True,
         env=dict(os.environ),
     )
-    assert "re-embedded 2 chunks with all-MiniLM-L6-v2-onnx-int8 (384 dimensions)" in out.stdout
+    assert "re-embedded 2 chunks with all-MiniLM-L6-v2-onnx-qint8-dynamic (384 dimensions)" in out.stdout
 
     server = ServerProcess(data, {}).start()
     try:

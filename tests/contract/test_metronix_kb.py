@@ -141,7 +141,7 @@ async def test_status_is_initializing_when_empty_and_healthy_with_documents(
         "status": "initializing",
         "documents": {"total": 0},
         "last_sync": None,
-        "embedding_model": "all-MiniLM-L6-v2-onnx-int8",
+        "embedding_model": "all-MiniLM-L6-v2-onnx-qint8-dynamic",
     }
     assert healthy.data["status"] == "healthy" and healthy.data["documents"] == {"total": 1}
 

@@ -387,7 +387,7 @@ def test_status_is_initializing_until_the_workspace_has_documents(service: Knowl
         "status": "initializing",
         "documents": {"total": 0},
         "last_sync": None,
-        "embedding_model": "all-MiniLM-L6-v2-onnx-int8",
+        "embedding_model": "all-MiniLM-L6-v2-onnx-qint8-dynamic",
     }
 
     service.store_document(LOCAL, None, ZEBRA, doc_label="doc")
@@ -478,7 +478,7 @@ def test_index_built_with_another_model_refuses_store_and_search_until_reindexed
 
     with pytest.raises(EmbeddingMismatch) as refused:
         switched.search(LOCAL, None, "zebra")
-    assert "all-MiniLM-L6-v2-onnx-int8" in refused.value.message and "other" in refused.value.message
+    assert "all-MiniLM-L6-v2-onnx-qint8-dynamic" in refused.value.message and "other" in refused.value.message
     with pytest.raises(EmbeddingMismatch):
         switched.store_document(LOCAL, None, "New text.", doc_label="new")
     assert switched.get(LOCAL, None, "zebra")["content"] == ZEBRA  # reads need no embeddings
@@ -505,7 +505,7 @@ def test_reindex_reports_progress_per_batch(open_service: OpenService) -> None:
 
 def test_empty_index_adopts_the_configured_model(open_service: OpenService) -> None:
     first = open_service()
-    assert first.store.embedding_model() == ("all-MiniLM-L6-v2-onnx-int8", 384)
+    assert first.store.embedding_model() == ("all-MiniLM-L6-v2-onnx-qint8-dynamic", 384)
     first.store.close()
 
     switched = open_service(OtherEmbedder())

