@@ -112,11 +112,17 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     metronix = Metronix.open(settings)
     try:
         total = metronix.knowledge.store.count_chunks()
-        with tqdm(total=total, unit="chunk", desc="re-embedding", file=sys.stderr) as bar:
+        with tqdm(total=total, unit="chunk", desc="re-embedding chunks", file=sys.stderr) as bar:
             done = metronix.knowledge.reindex(bar.update)
+        total = metronix.memory.store.count_records()
+        with tqdm(total=total, unit="record", desc="re-embedding memory records", file=sys.stderr) as bar:
+            records = metronix.memory.reindex(bar.update)
     finally:
         metronix.close()
-    print(f"re-embedded {done} chunks with {metronix.embedder.name} ({metronix.embedder.dim} dimensions)")
+    print(
+        f"re-embedded {done} chunks and {records} memory records with {metronix.embedder.name}"
+        f" ({metronix.embedder.dim} dimensions)"
+    )
     return 0
 
 
@@ -220,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     token.set_defaults(func=cmd_token)
 
     reindex = sub.add_parser(
-        "reindex", help="re-embed every stored chunk with the configured embedding model"
+        "reindex", help="re-embed every stored chunk and memory record with the configured embedding model"
     )
     reindex.add_argument("--data-dir", **data_dir)
     reindex.set_defaults(func=cmd_reindex)

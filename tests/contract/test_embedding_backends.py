@@ -81,12 +81,14 @@ async def test_remote_embeddings_model_check_and_reindex(tmp_path: Path, embeddi
                 "metronix_store", content="Invoices are due within thirty days.", doc_label="billing"
             )
             found = await mcp.call("metronix_search_fast", query="tomatoes sun", top_k=1)
+            memory = await mcp.call("memory_store", content="The user waters tomatoes at dawn", agent_id="a1")
             status = await mcp.call("metronix_status")
             failed = await mcp.call("metronix_store", content="FAIL-EMBEDDING please", doc_label="garden")
             still = await mcp.call("metronix_get", doc_label="garden")
     finally:
         server.stop()
     assert found.data["results"][0]["doc_label"] == "garden"
+    assert memory.data["id"]
     assert status.data["embedding_model"] == "bow-32"
     assert failed.error_code == "INGESTION_FAILED"
     assert "TRIPTYCH_EMBED_URL" in failed.data["error"]["hint"]
@@ -99,11 +101,19 @@ async def test_remote_embeddings_model_check_and_reindex(tmp_path: Path, embeddi
     try:
         async with mcp_session(server.url + "/mcp") as mcp:
             refused = await mcp.call("metronix_search_fast", query="tomatoes")
+            memory_refused = await mcp.call("memory_search", query="tomatoes", agent_id="a1")
+            listed = await mcp.call("memory_list", agent_id="a1")
     finally:
         server.stop()
     assert refused.is_error and refused.data["error"]["details"]["reason"] == "EMBEDDING_MISMATCH"
     assert "bow-32" in refused.data["error"]["message"]
     assert "triptych reindex" in refused.data["error"]["hint"]
+    # Memory records too: refused for search, still listed.
+    assert (
+        memory_refused.is_error and memory_refused.data["error"]["details"]["reason"] == "EMBEDDING_MISMATCH"
+    )
+    assert "bow-32" in memory_refused.data["error"]["message"]
+    assert [r["id"] for r in listed.data["records"]] == [memory.data["id"]]
 
     out = subprocess.run(
         [TRIPTYCH, "reindex", "--data-dir", str(data)],
@@ -112,15 +122,20 @@ async def test_remote_embeddings_model_check_and_reindex(tmp_path: Path, embeddi
         check=True,
         env=dict(os.environ),
     )
-    assert "re-embedded 2 chunks with all-MiniLM-L6-v2-onnx-qint8-dynamic (384 dimensions)" in out.stdout
+    assert (
+        "re-embedded 2 chunks and 1 memory records with all-MiniLM-L6-v2-onnx-qint8-dynamic (384 dimensions)"
+        in out.stdout
+    )
 
     server = ServerProcess(data, {}).start()
     try:
         async with mcp_session(server.url + "/mcp") as mcp:
             found = await mcp.call("metronix_search_fast", query="when must invoices be paid", top_k=1)
+            recalled = await mcp.call("memory_search", query="when are tomatoes watered", agent_id="a1")
     finally:
         server.stop()
     assert found.data["results"][0]["doc_label"] == "billing"
+    assert recalled.data["results"][0]["record"]["id"] == memory.data["id"]
 
 
 def test_kb_import_ingests_a_folder_with_a_summary_and_a_rerun_is_a_no_op(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from triptych.core.auth import Principal, local_principal
 from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
-from triptych.core.errors import Forbidden, InvalidParams, NotFound, WorkspaceNotFound
+from triptych.core.errors import EmbeddingMismatch, Forbidden, InvalidParams, NotFound, WorkspaceNotFound
 from triptych.metronix import memory_store
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
@@ -585,6 +585,10 @@ def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
     db = Database(tmp_path / "m.db", [])
     service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
     assert service.store.adjacent([1]) == {1: {2}, 2: {1}}
+    # Nothing recorded which model embedded those records: searching them waits for a reindex.
+    with pytest.raises(EmbeddingMismatch, match="before Triptych recorded"):
+        service.search(LOCAL, WS, "note", "hermes", top_k=5)
+    assert service.reindex() == 2
     third = store(service, "note 3, written right after")
     found = service.search(LOCAL, WS, "note", "hermes", top_k=5)
     db.close()

@@ -16,9 +16,9 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import numpy as np
@@ -30,6 +30,7 @@ import onnxruntime as ort  # noqa: I001
 from triptych.core.errors import IngestionFailed
 
 Matrix = npt.NDArray[np.float32]
+K = TypeVar("K")
 log = logging.getLogger(__name__)
 
 # The name recorded with stored vectors: vectors of two models (or two quantizations) never mix.
@@ -248,6 +249,23 @@ class RemoteEmbedder:
         if matrix.shape[0]:
             self.dim = int(matrix.shape[1])
         return _normalise(matrix.astype(np.float32))
+
+
+def reembed(
+    embedder: Embedder,
+    batches: Iterable[Sequence[tuple[K, str]]],
+    replace: Callable[[list[tuple[K, npt.NDArray[np.float32]]]], None],
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Embed each batch of (key, text) and hand the vectors to ``replace``; returns how many."""
+    done = 0
+    for batch in batches:
+        vectors = embedder.embed([text for _, text in batch])
+        replace([(key, vectors[i]) for i, (key, _) in enumerate(batch)])
+        done += len(batch)
+        if progress:
+            progress(len(batch))
+    return done
 
 
 def build_embedder(url: str | None, model: str | None, api_key: str | None, threads: int = 0) -> Embedder:

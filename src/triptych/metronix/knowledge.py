@@ -19,7 +19,7 @@ import numpy as np
 
 from triptych.core.auth import Principal, require_write, resolve_workspace
 from triptych.core.chunking import chunk_text
-from triptych.core.embed import Embedder
+from triptych.core.embed import Embedder, reembed
 from triptych.core.errors import EmbeddingMismatch, IngestionFailed, InvalidParams, NotFound, TriptychError
 from triptych.core.search import convex
 from triptych.metronix.store import KnowledgeStore, NewDocument
@@ -250,15 +250,11 @@ class KnowledgeService:
 
     def reindex(self, progress: Callable[[int], None] | None = None) -> int:
         """Re-embed every stored chunk with the configured model; returns how many were re-embedded."""
-        done = 0
-        for batch in self.store.iter_chunks():
-            vectors = self.embedder.embed([embedding_text(title, text) for _, title, text in batch])
-            self.store.replace_embeddings(
-                [(chunk_id, vectors[i]) for i, (chunk_id, _, _) in enumerate(batch)]
-            )
-            done += len(batch)
-            if progress:
-                progress(len(batch))
+        batches = (
+            [(chunk_id, embedding_text(title, text)) for chunk_id, title, text in batch]
+            for batch in self.store.iter_chunks()
+        )
+        done = reembed(self.embedder, batches, self.store.replace_embeddings, progress)
         self.store.set_embedding_model(self.embedder.name, self.embedder.dim)
         self._mismatch = None
         return done

@@ -13,7 +13,7 @@ import json
 import secrets
 import sqlite3
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -138,6 +138,13 @@ MIGRATIONS = [
     # the FTS5 table in step cost every write. Content and tags stay in memory_records.
     """
     DROP TABLE memory_fts;
+    """,
+    # The model that embedded the records, so vectors of two models never mix (memory_search would
+    # compare them silently). Records stored before this was kept are of an unknown model ('').
+    """
+    CREATE TABLE memory_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    INSERT INTO memory_meta SELECT 'embedding_model', '' WHERE EXISTS (SELECT 1 FROM memory_records);
+    INSERT INTO memory_meta SELECT 'embedding_dim', '0' WHERE EXISTS (SELECT 1 FROM memory_records);
     """,
 ]
 # How BM25 weighs a record's columns (FTS5 used the same weights before migration 5).
@@ -332,6 +339,59 @@ class SqliteMemoryStore:
             (workspace_id,),
         )
         return [(int(seq), _document(content, json.loads(tags))) for seq, content, tags in rows]
+
+    # -- embedding model ------------------------------------------------------------
+
+    def embedding_model(self) -> tuple[str, int] | None:
+        rows = dict(self._plain().execute("SELECT key, value FROM memory_meta").fetchall())
+        if "embedding_model" not in rows:
+            return None
+        return rows["embedding_model"], int(rows["embedding_dim"])
+
+    def set_embedding_model(self, name: str, dim: int) -> None:
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO memory_meta VALUES (?, ?)",
+                [("embedding_model", name), ("embedding_dim", str(dim))],
+            )
+
+    def count_records(self) -> int:
+        return int(self.db.conn.execute("SELECT count(*) FROM memory_records").fetchone()[0])
+
+    def iter_contents(self, batch: int = 256) -> Iterator[list[tuple[int, str]]]:
+        """Every record's (seq, content), a batch at a time, in seq order."""
+        last = 0
+        while True:
+            rows = (
+                self._plain()
+                .execute(
+                    "SELECT seq, content FROM memory_records WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (last, batch),
+                )
+                .fetchall()
+            )
+            if not rows:
+                return
+            yield [(int(seq), content) for seq, content in rows]
+            last = int(rows[-1][0])
+
+    def replace_embeddings(self, vectors: Sequence[tuple[int, Vector]]) -> None:
+        """New vectors for existing records (a re-embedding); the touched workspaces reload their index."""
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "UPDATE memory_records SET embedding = ? WHERE seq = ?",
+                [(np.ascontiguousarray(vec, dtype=np.float32).tobytes(), seq) for seq, vec in vectors],
+            )
+            marks = ",".join("?" * len(vectors))
+            workspaces = [
+                row[0]
+                for row in conn.execute(
+                    f"SELECT DISTINCT workspace_id FROM memory_records WHERE seq IN ({marks})",
+                    [seq for seq, _ in vectors],
+                )
+            ]
+            for workspace in workspaces:
+                self._bump(conn, workspace)
 
     # -- writes ----------------------------------------------------------------------
 
