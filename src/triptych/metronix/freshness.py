@@ -15,7 +15,9 @@ For a new (or changed) record and its most similar active neighbours:
 
 from __future__ import annotations
 
+import functools
 import re
+from collections import Counter
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
@@ -136,8 +138,13 @@ def _number_token(tok: str) -> list[str]:
     return [tok]
 
 
-def _seq(text: str) -> list[tuple[str, bool]]:
-    """(normalised token, looked like a name or number in the original) pairs."""
+@functools.lru_cache(maxsize=4096)
+def _seq(text: str) -> tuple[tuple[str, bool], ...]:
+    """(normalised token, looked like a name or number in the original) pairs.
+
+    Cached: a write compares its own text with up to five neighbours, and a conversation's recent
+    records are one another's neighbours again and again.
+    """
     out: list[tuple[str, bool]] = []
     clean = _normalise_text(text)
     for m in re.finditer(r"[A-Za-z0-9]+(?:[.:/-][A-Za-z0-9]+)*", clean):
@@ -165,7 +172,7 @@ def _seq(text: str) -> list[tuple[str, bool]]:
                 fixed[-1] = (f"{h}:{minute or '00'}", True)
                 continue
         fixed.append((tok, val))
-    return fixed
+    return tuple(fixed)
 
 
 def _is_number(tok: str) -> bool:
@@ -199,6 +206,11 @@ def detect_contradiction(old: str, new: str) -> Contradiction | None:
         if flipped and len(core_a) >= 2:
             return Contradiction("negation", " ".join(a), " ".join(b), 0.9)
         return None  # same words (after number/format normalisation): a restatement
+    # The words the two share bound what the sequence matcher below can align: most neighbours fail
+    # this already, without the quadratic alignment.
+    common = sum((Counter(core_a) & Counter(core_b)).values())
+    if common < 2 or common / max(len(core_a), len(core_b)) < 0.6:
+        return None
     matcher = SequenceMatcher(a=core_a, b=core_b, autojunk=False)
     shared = sum(block.size for block in matcher.get_matching_blocks())
     if shared < 2 or shared / max(len(core_a), len(core_b)) < 0.6:
