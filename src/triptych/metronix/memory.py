@@ -586,8 +586,9 @@ class MemoryService:
         }
         ranked = sorted(relevance, key=lambda s: (-relevance[s], s))
         candidates = self._visible_head(view, ranked, first, max(top_k * 4, 20))
-        records = self.store.by_seqs(candidates)
-        graph = self._graph_scores(query, candidates, records)
+        # Ranking reads a few columns of each candidate; only the records returned are read whole.
+        rows = self.store.ranking_rows(candidates)
+        graph = self._graph_scores(query, candidates, {seq: row.id for seq, row in rows.items()})
         keyword_scores = dict(keyword)
         top_bm25 = max(keyword_scores.values(), default=0.0) or 1.0
         cosine = dict(dense)
@@ -595,10 +596,10 @@ class MemoryService:
         s = self.settings
         scored = []
         for seq in candidates:
-            record = records.get(seq)
-            if record is None:
+            row = rows.get(seq)
+            if row is None:
                 continue
-            boost = _session_boost(record, session_id, now)
+            boost = _session_boost(row.session_id, row.updated_at, session_id, now)
             total = (
                 s.dense_weight * relevance[seq]
                 + s.graph_weight * graph.get(seq, 0.0)
@@ -607,7 +608,7 @@ class MemoryService:
             scored.append(
                 (
                     total,
-                    record,
+                    row,
                     {
                         "score": round(total, 4),
                         "dense_score": round(relevance[seq], 4),
@@ -620,7 +621,13 @@ class MemoryService:
                 )
             )
         scored.sort(key=lambda item: (-item[0], -item[1].importance_score, item[1].created_at))
-        return [(record, {**scores, "rank": i + 1}) for i, (_, record, scores) in enumerate(scored[:top_k])]
+        top = scored[:top_k]
+        records = self.store.by_seqs([row.seq for _, row, _ in top])
+        return [
+            (records[row.seq], {**scores, "rank": i + 1})
+            for i, (_, row, scores) in enumerate(top)
+            if row.seq in records  # deleted since it ranked
+        ]
 
     def _context_scores(self, first: dict[int, float]) -> dict[int, float]:
         """Each record's best first-stage score among the records up to ``CONTEXT_HOPS`` writes before or
@@ -662,15 +669,13 @@ class MemoryService:
             head.extend(seq for seq in chunk if seq in first or seq in visible)
         return head[:need]
 
-    def _graph_scores(
-        self, query: str, candidates: list[int], records: dict[int, MemoryRecord]
-    ) -> dict[int, float]:
+    def _graph_scores(self, query: str, candidates: list[int], ids: dict[int, str]) -> dict[int, float]:
         """Entity overlap with the query, plus one hop from the three strongest first-stage hits."""
         entities = self.store.entities(candidates)
         links = self.store.links(candidates)
         wanted = extract_entities(query)
         seeds = candidates[:3]
-        seed_ids = {records[s].id for s in seeds if s in records}
+        seed_ids = {ids[s] for s in seeds if s in ids}
         scores: dict[int, float] = {}
         for seq in candidates:
             own = entities.get(seq, set())
@@ -863,12 +868,14 @@ class MemoryService:
         }
 
 
-def _session_boost(record: MemoryRecord, session_id: str | None, now: datetime) -> float:
+def _session_boost(
+    record_session: str | None, updated_at: str, session_id: str | None, now: datetime
+) -> float:
     """Same-session records get 0.5 plus up to 0.5 for recency (half-life one hour)."""
-    if not session_id or record.session_id != session_id:
+    if not session_id or record_session != session_id:
         return 0.0
     try:
-        age = (now - datetime.fromisoformat(record.updated_at)).total_seconds()
+        age = (now - datetime.fromisoformat(updated_at)).total_seconds()
     except ValueError:
         return 0.5
     return 0.5 + 0.5 * math.pow(0.5, max(age, 0.0) / 3600.0)

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -241,6 +241,15 @@ class ReviewEntry:
             "confidence": self.confidence,
             "created_at": self.created_at,
         }
+
+
+class RankingRow(NamedTuple):
+    seq: int
+    id: str
+    session_id: str | None
+    updated_at: str
+    importance_score: float
+    created_at: str
 
 
 def _record(row: Any) -> MemoryRecord:
@@ -630,6 +639,17 @@ class SqliteMemoryStore:
             f"SELECT {_COLUMNS} FROM memory_records r WHERE r.seq IN ({marks})", tuple(seqs)
         )
         return {int(r["seq"]): _record(r) for r in rows}
+
+    def ranking_rows(self, seqs: Sequence[int]) -> dict[int, RankingRow]:
+        """What ranking reads of each candidate: no content, tags or metadata to decode."""
+        if not seqs:
+            return {}
+        rows = self._plain().execute(
+            "SELECT r.seq, r.id, r.session_id, r.updated_at, r.importance_score, r.created_at"
+            " FROM json_each(?) j CROSS JOIN memory_records r ON r.seq = j.value",
+            (json.dumps([int(s) for s in seqs]),),
+        )
+        return {int(row[0]): RankingRow(*row) for row in rows}
 
     def _where(self, view: Visibility) -> tuple[str, list[Any]]:
         """The WHERE clause of everything ``view`` may see; every filter applies here, inside the query."""
