@@ -589,9 +589,6 @@ class MemoryService:
         # Ranking reads a few columns of each candidate; only the records returned are read whole.
         rows = self.store.ranking_rows(candidates)
         graph = self._graph_scores(query, candidates, {seq: row.id for seq, row in rows.items()})
-        keyword_scores = dict(keyword)
-        top_bm25 = max(keyword_scores.values(), default=0.0) or 1.0
-        cosine = dict(dense)
         now = _now()
         s = self.settings
         scored = []
@@ -605,27 +602,28 @@ class MemoryService:
                 + s.graph_weight * graph.get(seq, 0.0)
                 + s.session_weight * boost
             )
-            scored.append(
-                (
-                    total,
-                    row,
-                    {
-                        "score": round(total, 4),
-                        "dense_score": round(relevance[seq], 4),
-                        "graph_score": round(graph.get(seq, 0.0), 4),
-                        "session_boost": round(boost, 4),
-                        "keyword_score": round(max(keyword_scores.get(seq, 0.0), 0.0) / top_bm25, 4),
-                        "context_score": round(context.get(seq, 0.0), 4),
-                        "cosine": round(cosine[seq], 4) if seq in cosine else None,
-                    },
-                )
-            )
+            scored.append((total, row, boost))
         scored.sort(key=lambda item: (-item[0], -item[1].importance_score, item[1].created_at))
         top = scored[:top_k]
         records = self.store.by_seqs([row.seq for _, row, _ in top])
+        keyword_scores = dict(keyword)
+        top_bm25 = max(keyword_scores.values(), default=0.0) or 1.0
+        cosine = dict(dense)
         return [
-            (records[row.seq], {**scores, "rank": i + 1})
-            for i, (_, row, scores) in enumerate(top)
+            (
+                records[row.seq],
+                {
+                    "score": round(total, 4),
+                    "dense_score": round(relevance[row.seq], 4),
+                    "graph_score": round(graph.get(row.seq, 0.0), 4),
+                    "session_boost": round(boost, 4),
+                    "keyword_score": round(max(keyword_scores.get(row.seq, 0.0), 0.0) / top_bm25, 4),
+                    "context_score": round(context.get(row.seq, 0.0), 4),
+                    "cosine": round(cosine[row.seq], 4) if row.seq in cosine else None,
+                    "rank": i + 1,
+                },
+            )
+            for i, (total, row, boost) in enumerate(top)
             if row.seq in records  # deleted since it ranked
         ]
 
