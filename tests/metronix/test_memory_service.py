@@ -638,3 +638,15 @@ def test_keyword_search_follows_updates_deletes_and_another_process_s_writes(
         other.close()
     assert keyword(first.store, "lighthouse") == {c}
     assert keyword(first.store, "invoices accounting") == set()
+
+
+def test_warming_loads_every_workspace_s_indexes_before_the_first_search(
+    db: Database, embedder: LocalEmbedder
+) -> None:
+    writer = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
+    store(writer, "The ferry leaves at noon", workspace_id="w1")
+    store(writer, "The bakery opens at six", workspace_id="w2")
+    fresh = SqliteMemoryStore(db, embedder.dim)  # as a restarted server: nothing cached
+    assert not fresh.keywords._parts and not fresh.index._parts
+    fresh.warm()
+    assert set(fresh.keywords._parts) == set(fresh.index._parts) == {"w1", "w2"}

@@ -349,6 +349,20 @@ class SqliteMemoryStore:
         )
         return [(int(seq), _document(content, json.loads(tags))) for seq, content, tags in rows]
 
+    def warm(self) -> None:
+        """Load the vector and keyword index of every workspace that holds records (best effort: a
+        server closing meanwhile ends it, and a search loads whatever is missing itself)."""
+        try:
+            workspaces = [
+                r[0] for r in self._plain().execute("SELECT DISTINCT workspace_id FROM memory_records")
+            ]
+            for workspace in workspaces:
+                generation = self._generation(workspace)
+                self.index.sync(workspace, generation)
+                self.keywords.sync(workspace, generation)
+        except (sqlite3.Error, ValueError):
+            return
+
     # -- embedding model ------------------------------------------------------------
 
     def embedding_model(self) -> tuple[str, int] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,9 @@ class Metronix:
             warm()
         self.memory.run_pending_checks()
         self.memory.store.purge_expired(utcnow())
+        # Load every workspace's memory indexes off the request path: at 100,000 records the first
+        # search would otherwise wait seconds for them.
+        threading.Thread(target=self.memory.store.warm, name="memory-index-warm", daemon=True).start()
 
     def mcp_server(self, stdio_agent_id: str | None = None) -> Server[Any]:
         return build_server("metronix", self.tools(), render_error, INSTRUCTIONS, stdio_agent_id)
