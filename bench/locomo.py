@@ -65,7 +65,7 @@ from common import log, progress, summary  # noqa: E402
 
 from triptych.core.auth import local_principal  # noqa: E402
 from triptych.core.db import Database  # noqa: E402
-from triptych.core.embed import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, LocalEmbedder  # noqa: E402
+from triptych.core.embed import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, LocalEmbedder, quantized_model  # noqa: E402
 from triptych.core.search import VectorIndex, keyword_terms, rrf  # noqa: E402
 from triptych.metronix.entities import extract_entities  # noqa: E402
 from triptych.metronix.memory import MemoryService, MemorySettings  # noqa: E402
@@ -1076,7 +1076,7 @@ class TunedEmbedder(LocalEmbedder):
         import onnxruntime as ort
 
         super()._load()
-        model, _ = self.files()
+        model = quantized_model(self.files()[0], self._cache_dir)  # the model src runs
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.enable_cpu_mem_arena = False
