@@ -91,7 +91,7 @@ def quantized_model(source: Path, cache_dir: Path | None = None) -> Path:
     if target.exists():
         return target
     directory.mkdir(parents=True, exist_ok=True)
-    log.warning("deriving the quantized embedding model once, into %s (a few seconds)", target)
+    log.warning("deriving the quantized embedding model once, into %s (5-20 seconds)", target)
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         folded = Path(scratch) / "folded.onnx"
         options = ort.SessionOptions()
