@@ -14,9 +14,11 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import logging
 import operator
 import sqlite3
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +27,8 @@ import numpy as np
 
 from triptych.core.db import Database
 from triptych.metergraph import histogram
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS = [
     """
@@ -187,10 +191,36 @@ CALL_COLUMNS = (
 
 
 @functools.lru_cache(maxsize=256)
-def _insert_call(present: tuple[bool, ...]) -> str:
-    """An INSERT naming the columns marked present (the others default to NULL)."""
+def _insert_call(present: tuple[bool, ...], rows: int = 1) -> str:
+    """An INSERT of ``rows`` rows naming the columns marked present (the others default to NULL)."""
     columns = list(itertools.compress(CALL_COLUMNS, present))
-    return f"INSERT INTO calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    one = f"({', '.join('?' * len(columns))})"
+    return f"INSERT INTO calls ({', '.join(columns)}) VALUES {', '.join([one] * rows)}"
+
+
+# Rows per multi-row INSERT: one statement step inserts them all in C with the GIL released, so another
+# batch's decoding and normalisation runs meanwhile (``executemany`` takes the GIL back after every row,
+# and then waits for it behind the other thread). Bounded by SQLite's limit on bound parameters. The
+# sizes are powers of two, so each table needs only a few prepared statements (the sqlite3 module keeps
+# 128 per connection), whatever the number of rows.
+_ROWS_PER_INSERT = 1024
+_MAX_PARAMS = 32_766  # SQLITE_MAX_VARIABLE_NUMBER's default since SQLite 3.32
+
+
+def _insert_many(
+    conn: sqlite3.Connection, sql: Callable[[int], str], rows: Sequence[Sequence[Any]], width: int
+) -> None:
+    """``rows`` (each ``width`` values) inserted in order by multi-row statements; ``sql(n)`` inserts n."""
+    per = _ROWS_PER_INSERT
+    while per > 1 and per * width > _MAX_PARAMS:
+        per //= 2
+    start = 0
+    while start < len(rows):
+        while per > len(rows) - start:
+            per //= 2
+        chunk = rows[start : start + per]
+        conn.execute(sql(per), list(itertools.chain.from_iterable(chunk)))
+        start += per
 
 
 SUMS = (
@@ -383,10 +413,53 @@ class TelemetryStore(Protocol):
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]: ...
 
 
+class _Checkpointer:
+    """Copies the WAL back into the database in a background thread, woken after each ingest commit.
+
+    A batch writes a few MB of WAL. With SQLite's default autocheckpoint (every 1,000 pages) the
+    committing connection copies it back and syncs the database file inside COMMIT, while the next
+    batch waits for the write lock. Ingest connections check point only past ``_INGEST_AUTOCHECKPOINT``
+    pages (a bound if this thread falls behind) and wake this thread instead: a PASSIVE checkpoint never
+    blocks writers or readers, and runs in C with the GIL released. Durability is unchanged: the WAL is
+    synced at every commit before the 202.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="metergraph-checkpoint", daemon=True)
+        self._thread.start()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                self._db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error:
+                log.warning("metergraph: background WAL checkpoint failed", exc_info=True)
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+
+
+_INGEST_AUTOCHECKPOINT = 10_000  # pages (40 MB): the ingest connection's own checkpoint, a fallback
+
+
 class SqliteTelemetryStore:
     def __init__(self, path: Path) -> None:
         # Durable before the 202: the WAL is synced at every commit.
         self.db = Database(path, MIGRATIONS, synchronous="FULL")
+        self._write_lock = threading.Lock()
+        self._checkpointer = _Checkpointer(self.db)
         conn = self.db.conn
         if (
             conn.execute("SELECT 1 FROM calls LIMIT 1").fetchone()
@@ -411,6 +484,7 @@ class SqliteTelemetryStore:
                         _merge_rollups(conn, table, rows)
 
     def close(self) -> None:
+        self._checkpointer.close()
         self.db.close()
 
     # -- workspaces, keys, sessions -------------------------------------------------------------
@@ -500,39 +574,48 @@ class SqliteTelemetryStore:
         columns = [calls.column(name) for name in CALL_COLUMNS]
         mask = tuple(column.count(None) != len(column) for column in columns)
         rows = list(zip(*itertools.compress(columns, mask), strict=True))
-        insert = _insert_call(mask) if rows else ""
-        with self.db.transaction() as conn:
-            self.ensure_workspace(conn, workspace, now_iso)
-            start = 0  # rows with content go one by one (their content needs the id), the rest in runs
-            for i, content in enumerate(contents):
-                if content is None:
-                    continue
-                if start < i:
-                    conn.executemany(insert, rows[start:i])
-                cur = conn.execute(insert, rows[i])
+        width = sum(mask)
+
+        def insert(n: int) -> str:
+            return _insert_call(mask, n)
+
+        # One writer at a time in this process, queued on a lock rather than on SQLite's busy handler
+        # (which sleeps up to 100 ms between tries); other processes still meet the busy timeout.
+        with self._write_lock:
+            self.db.conn.execute(f"PRAGMA wal_autocheckpoint={_INGEST_AUTOCHECKPOINT}")
+            with self.db.transaction() as conn:
+                self.ensure_workspace(conn, workspace, now_iso)
+                start = 0  # rows with content go one by one (their content needs the id), the rest in runs
+                for i, content in enumerate(contents):
+                    if content is None:
+                        continue
+                    if start < i:
+                        _insert_many(conn, insert, rows[start:i], width)
+                    cur = conn.execute(insert(1), rows[i])
+                    conn.execute(
+                        "INSERT INTO call_content VALUES (?, ?, ?, ?, ?)",
+                        (
+                            cur.lastrowid,
+                            workspace,
+                            content.request_text,
+                            content.response_text,
+                            content.tool_calls,
+                        ),
+                    )
+                    start = i + 1
+                if start < len(rows):
+                    _insert_many(conn, insert, rows[start:], width)
+                for table, params in deltas.items():
+                    _merge_rollups(conn, table, params)
                 conn.execute(
-                    "INSERT INTO call_content VALUES (?, ?, ?, ?, ?)",
-                    (
-                        cur.lastrowid,
-                        workspace,
-                        content.request_text,
-                        content.response_text,
-                        content.tool_calls,
-                    ),
-                )
-                start = i + 1
-            if start < len(rows):
-                conn.executemany(insert, rows[start:])
-            for table, params in deltas.items():
-                _merge_rollups(conn, table, params)
-            conn.execute(
-                "INSERT INTO ingest_batches (workspace, source, received_ms, processed_ms, status, accepted,"
-                " ignored, dropped, transport_errors, unknown_attributes, content_dropped)"
-                " VALUES (?, ?, ?, ?, 'processed', ?, ?, ?, ?, ?, ?)",
-                (workspace, source, batch["received_ms"], batch["processed_ms"], calls.size, batch["ignored"],
-                 batch["dropped"], batch["transport_errors"], batch["unknown_attributes"],
-                 batch["content_dropped"]),
-            )  # fmt: skip
+                    "INSERT INTO ingest_batches (workspace, source, received_ms, processed_ms, status, accepted,"
+                    " ignored, dropped, transport_errors, unknown_attributes, content_dropped)"
+                    " VALUES (?, ?, ?, ?, 'processed', ?, ?, ?, ?, ?, ?)",
+                    (workspace, source, batch["received_ms"], batch["processed_ms"], calls.size, batch["ignored"],
+                     batch["dropped"], batch["transport_errors"], batch["unknown_attributes"],
+                     batch["content_dropped"]),
+                )  # fmt: skip
+        self._checkpointer.poke()
 
     def record_failed_batch(self, workspace: str, source: str, received_ms: int, failure_class: str) -> None:
         with self.db.transaction() as conn:
@@ -966,17 +1049,17 @@ def rollup_deltas(calls: CallBatch, workspace: str) -> dict[str, list[list[Any]]
 
 def _merge_rollups(conn: sqlite3.Connection, table: str, deltas: list[list[Any]]) -> None:
     """Upsert: sums and histogram buckets add up in SQL."""
-    if not deltas:
-        return
-    conn.executemany(_upsert_rollup(table), deltas)
+    if deltas:
+        _insert_many(conn, functools.partial(_upsert_rollup, table), deltas, len(ROLLUP_PARAMS))
 
 
-@functools.lru_cache(maxsize=8)
-def _upsert_rollup(table: str) -> str:
+@functools.lru_cache(maxsize=64)
+def _upsert_rollup(table: str, rows: int = 1) -> str:
     cols = ROLLUP_PARAMS
     updates = ", ".join(f"{c} = {c} + excluded.{c}" for c in (*SUMS, *HIST_COLUMNS))
+    values = ", ".join([f"({_placeholders(cols)})"] * rows)
     return (
-        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({_placeholders(cols)})"
+        f"INSERT INTO {table} ({', '.join(cols)}) VALUES {values}"
         f" ON CONFLICT (workspace, bucket, {', '.join(ROLLUP_KEY)}) DO UPDATE SET {updates}"
     )
 
