@@ -106,7 +106,12 @@ def _compare(rows: list[Any], retain: bool) -> str:
         for name, value in want.items():
             assert _same(have[name], value), (name, have[name], value)
     want_deltas = reference_ingest.rollup_deltas(calls)
-    have_deltas = rollup_deltas(got.calls, "w1")
+    try:
+        have_deltas = rollup_deltas(got.calls, "w1")
+    except OverflowError:
+        # A timestamp past int64: SQLite refuses the row too (OverflowError), so the batch fails as before.
+        assert any(abs(t) >= 2**63 for t in got.calls.column("ts_ms"))
+        return "failed"
     for table in ROLLUPS:
         assert len(want_deltas[table]) == len(have_deltas[table])
         for w, h in zip(want_deltas[table], have_deltas[table], strict=True):
