@@ -48,6 +48,7 @@ _POSITION = {
     name: i for i, name in enumerate(("ts", *_STR_FIELDS, *_INT_FIELDS, *_FLOAT_FIELDS, "tags", "cost"))
 }
 _NONE = type(None)
+_ABSENT = {_NONE}
 _get = dict.get
 
 
@@ -206,6 +207,8 @@ def _fields(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
 def _str_column(values: list[Any], name: str, refusals: _Refusals) -> list[Any]:
     types = set(map(type, values))
     if types <= {str, _NONE}:
+        if types == _ABSENT:
+            return values  # most optional fields: no row sends them
         if "" not in values and max(map(len, filter(None, values)), default=0) <= _MAX_TEXT:
             return values  # what the row-by-row rules keep as it is: None or a string of 1..512
     return refusals.checked(values, name, _opt_str)

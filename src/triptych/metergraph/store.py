@@ -15,7 +15,6 @@ import functools
 import itertools
 import json
 import logging
-import operator
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -211,8 +210,9 @@ def _insert_many(
     conn: sqlite3.Connection, sql: Callable[[int], str], rows: Sequence[Sequence[Any]], width: int
 ) -> None:
     """``rows`` (each ``width`` values) inserted in order by multi-row statements; ``sql(n)`` inserts n."""
+    limit = min(_MAX_PARAMS, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))  # 999 before 3.32
     per = _ROWS_PER_INSERT
-    while per > 1 and per * width > _MAX_PARAMS:
+    while per > 1 and per * width > limit:
         per //= 2
     start = 0
     while start < len(rows):
@@ -261,7 +261,7 @@ class CallBatch:
 
     @classmethod
     def from_rows(cls, rows: Sequence[dict[str, Any]], names: Sequence[str]) -> CallBatch:
-        columns = [list(c) for c in zip(*(operator.itemgetter(*names)(r) for r in rows), strict=True)]
+        columns = [list(c) for c in zip(*([r[name] for name in names] for r in rows), strict=True)]
         if not columns:
             columns = [[] for _ in names]
         return cls(len(rows), {}, dict(zip(names, columns, strict=True)))
