@@ -131,3 +131,23 @@ def test_a_failing_batch_leaves_no_rows_rollups_or_batch_record(mg: Metergraph) 
     assert mg.store.count_calls("w1") == 1
     assert mg.store.db.conn.execute("SELECT COUNT(*), SUM(calls) FROM rollup_daily").fetchone() == before
     assert mg.store.db.conn.execute("SELECT COUNT(*) FROM ingest_batches").fetchone()[0] == 1
+
+
+def test_the_gc_pause_nests_and_restores_what_it_found() -> None:
+    import gc
+
+    from triptych.metergraph.ingest import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer batch is still running
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # it was off before: left off
+    finally:
+        gc.enable()

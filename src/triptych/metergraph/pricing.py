@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import genai_prices
+import numpy as np
 from genai_prices import data_snapshot, types
 
 LIBRARY = f"genai-prices {genai_prices.__version__}"
@@ -80,6 +82,25 @@ class Price:
     source: dict[str, Any] | None
     unknown: bool  # no model or no usage at all: the call cannot be told apart
     source_json: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PricedColumns:
+    """The prices of a batch of calls, one list per stored column, in batch order."""
+
+    cost_usd: list[float | None]
+    computed_cost_usd: list[float | None]
+    status: list[str]
+    unknown: list[int]
+    missing_rates: list[str | None]  # JSON list of the token kinds without a rate
+    source_json: list[str | None]
+
+
+# Float64 holds every integer up to 2**53 exactly: token counts below it price the same in NumPy as in
+# Python's int * float; a batch with a larger count goes row by row.
+_EXACT_INT = 2**53
+_KINDS = ("input", "cache_read", "cache_write", "reasoning", "output")
+_STATUS_NAMES = np.array(["priced", "zero", "partial"], dtype=object)
 
 
 def _rate_per_token(rate: Rate, total_input: int) -> Decimal | None:
@@ -291,6 +312,95 @@ class Pricer:
                 json.dumps(source, sort_keys=True),
             )
         return Price(computed_f, computed_f, status, missing, source, not (model and has_usage), source_json)
+
+    def price_columns(
+        self,
+        provider: Sequence[str | None],
+        model: Sequence[str | None],
+        day: Sequence[int],
+        tokens: Sequence[Sequence[int | None]],
+        reported_cost_usd: Sequence[float | None],
+    ) -> PricedColumns:
+        """``price_on_day`` for a whole batch, column by column, with the same results.
+
+        ``tokens`` holds the input, output, cache read, cache write and reasoning columns. Calls with a
+        model, some usage, no reported cost and untiered rates (nearly all) are priced over NumPy arrays,
+        term by term in ``_fast_compute``'s order, so every float comes out bit for bit the same; the
+        others go through ``price_on_day`` one by one.
+        """
+        n = len(model)
+        keys = list(zip(provider, model, day, strict=True))
+        groups = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        codes = np.fromiter(map(groups.__getitem__, keys), dtype=np.int64, count=n)
+        counts = [np.array(column, dtype=np.float64) for column in tokens]  # None -> NaN
+        has_usage = np.logical_or.reduce([~np.isnan(c) for c in counts])
+        for c in counts:
+            np.nan_to_num(c, copy=False, nan=0.0)
+        # As price_on_day: the library is consulted only for a model some call with usage names.
+        wanted = np.zeros(len(groups), dtype=bool)
+        wanted[codes[has_usage]] = True
+        rates = np.full((len(groups), 6), np.nan)
+        vector_group = np.zeros(len(groups), dtype=bool)
+        sources: list[str | None] = []
+        for (p, m, d), g in groups.items():
+            resolved = self.resolve_day(p, m, d) if m and wanted[g] else None
+            sources.append(self._source_json(resolved) if resolved is not None else None)
+            if resolved is not None and resolved.found and resolved.fast is not None:
+                vector_group[g] = True
+                rates[g] = [np.nan if r is None else r for r in resolved.fast]
+        vector = vector_group[codes] & has_usage
+        if None not in reported_cost_usd:
+            vector[:] = False
+        elif any(v is not None for v in reported_cost_usd):
+            vector &= np.array([v is None for v in reported_cost_usd], dtype=bool)
+        if any(float(c.max(initial=0.0)) >= _EXACT_INT for c in counts):
+            vector[:] = False
+        input_t, output_t, cache_read, cache_write, reasoning = counts
+        r_in, r_out, r_read, r_write, r_reason, r_request = rates[codes].T
+        has_reason = ~np.isnan(r_reason)
+        terms = (
+            (np.maximum(0.0, input_t - cache_read - cache_write), r_in),
+            (cache_read, np.where(np.isnan(r_read), r_in, r_read)),
+            (cache_write, np.where(np.isnan(r_write), r_in, r_write)),
+            (np.where(has_reason, reasoning, 0.0), r_reason),
+            (np.where(has_reason, np.maximum(0.0, output_t - reasoning), output_t), r_out),
+        )
+        total = np.zeros(n)
+        missing = []
+        for count, per in terms:
+            active = count > 0
+            rated = ~np.isnan(per)
+            missing.append(active & ~rated)
+            total = np.where(active & rated, total + per * count, total)
+        total = np.where(np.isnan(r_request), total, total + r_request)
+        any_missing = np.logical_or.reduce(missing)
+        status = np.where(any_missing, 2, np.where(total == 0, 1, 0))
+        cost: list[float | None] = list(total.tolist())
+        computed = list(cost)
+        statuses: list[str] = _STATUS_NAMES[status].tolist()
+        unknown = [0] * n
+        missing_rates: list[str | None] = [None] * n
+        for i in np.flatnonzero(any_missing & vector).tolist():
+            missing_rates[i] = json.dumps([k for k, m in zip(_KINDS, missing, strict=True) if m[i]])
+        source_json: list[str | None] = np.array(sources, dtype=object)[codes].tolist()
+        for i in np.flatnonzero(~vector).tolist():
+            used_in, used_out, used_read, used_write, used_reasoning = (column[i] for column in tokens)
+            price = self.price_on_day(
+                provider[i],
+                model[i],
+                day[i],
+                used_in,
+                used_out,
+                used_read,
+                used_write,
+                used_reasoning,
+                reported_cost_usd[i],
+            )
+            cost[i], computed[i], statuses[i] = price.cost_usd, price.computed_cost_usd, price.status
+            unknown[i] = int(price.unknown)
+            missing_rates[i] = json.dumps(list(price.missing_rates)) if price.missing_rates else None
+            source_json[i] = price.source_json
+        return PricedColumns(cost, computed, statuses, unknown, missing_rates, source_json)
 
     def _source_json(self, resolved: ResolvedRate) -> str:
         # Resolved rates live in self._cache for the process's lifetime, so their ids are stable keys.

@@ -27,6 +27,7 @@ from triptych.metergraph.contract import (
     check_response_size,
     error_document,
 )
+from triptych.metergraph.ingest import IngestResult, gc_paused
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.tools import ArgumentError, parse
@@ -72,6 +73,10 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise BadBatch("the body is not valid JSON") from None
 
+    def decode_and_ingest(app: AppPrincipal, request: Request, raw: bytes) -> IngestResult:
+        with gc_paused():
+            return mg.ingest.ingest_document(app, parse_json(request, raw))
+
     async def guarded(request: Request, work: Callable[[AppPrincipal], Awaitable[Response]]) -> Response:
         try:
             app = mg.keys.app(bearer(request))
@@ -96,9 +101,7 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
             raw = await read_body(request, settings.max_body_bytes)
             # Decompressing and parsing a batch takes tens of milliseconds: off the event loop, so the
             # next batch can be received meanwhile.
-            result = await anyio.to_thread.run_sync(
-                lambda: mg.ingest.ingest_document(app, parse_json(request, raw))
-            )
+            result = await anyio.to_thread.run_sync(lambda: decode_and_ingest(app, request, raw))
             return json_response({"accepted": result.accepted, "ignored": result.ignored}, 202)
 
         return await guarded(request, work)

@@ -1,0 +1,151 @@
+"""The column-by-column normalisation stores exactly what the row-by-row code stored, and refuses a bad
+batch with the same message: compared with the previous code, kept verbatim in ``reference_ingest.py``,
+over random batches full of unusual values (types, lengths, blanks, missing keys, outcomes, content)."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import reference_ingest
+from mg_support import app
+
+from triptych.metergraph.contract import BadBatch
+from triptych.metergraph.ingest import _FLOAT_FIELDS, _INT_FIELDS, _STR_FIELDS, IngestService
+from triptych.metergraph.pricing import Pricer
+from triptych.metergraph.store import (
+    HIST_COLUMNS,
+    ROLLUP_KEY,
+    ROLLUP_PARAMS,
+    ROLLUPS,
+    SUMS,
+    CallBatch,
+    rollup_deltas,
+)
+
+BASE = datetime(2026, 11, 1, tzinfo=UTC)
+PAIRS = [("openai", "gpt-4o"), ("anthropic", "claude-3-5-haiku-latest"), ("OpenAI", "GPT-4o-mini"),
+         ("in-house", "ft-unknown"), ("gemini", "gemini-2.5-pro"), (None, "gpt-4.1"), ("openai", None)]  # fmt: skip
+ODD = [None, "", " ", "x", "ERROR", "é中", "a" * 600, 0, 7, -3, 1.5, float("nan"), float("inf"), True,
+       False, {"k": "v"}, [1, 2], 2**70, "2026-11-01T10:00:00Z"]  # fmt: skip
+
+
+def _odd(rnd: random.Random) -> Any:
+    return rnd.choice(ODD)
+
+
+def _row(rnd: random.Random, odd: float) -> Any:
+    if rnd.random() < odd / 10:
+        return rnd.choice(["not a row", 3, None, [1]])
+    provider, model = rnd.choice(PAIRS)
+    ts: Any = (BASE + timedelta(seconds=rnd.randint(0, 3 * 86_400))).isoformat()
+    if rnd.random() < 0.3:
+        ts = rnd.choice([ts.replace("+00:00", "Z"), ts.replace("+00:00", ""), ts.replace("+00:00", "+02:00"),
+                         1_790_000_000.5, 1_790_000_000_123, 1_790_000_000, "2026-11-01"])  # fmt: skip
+    row: dict[str, Any] = {
+        "ts": ts, "route": rnd.choice(["a", "b", None, "c" * 40]), "provider": provider, "model": model,
+        "input_tokens": rnd.choice([0, 5, 1200, 300_000, None]), "output_tokens": rnd.choice([0, 80, None]),
+        "latency_ms": rnd.choice([0.4, 12.5, 812.0, 812, None, 1.0, 1.18]), "status": rnd.choice(["success", "error", None]),
+        "trace_id": f"t{rnd.randint(0, 30)}", "environment": rnd.choice(["prod", "dev", None, "  ", ""]),
+        "sdk": "python", "sdk_version": "0.6.12",
+    }  # fmt: skip
+    for name, values in (
+        ("cache_read_tokens", [10, 400, None]), ("cache_write_tokens", [5, None]), ("reasoning_tokens", [30, None]),
+        ("ttft_ms", [3.5, 9, None]), ("unit_count", [1, 2.5]), ("status_code", ["error", "200", 500, None]),
+        ("error", [True, False, "boom", None, 0, 1]), ("error_type", ["Timeout", None, ""]),
+        ("tags", [{"prompt_id": "p-1", "team": "a"}, {}, None, {"n": 1}, {"k": "é\u2028"}, {"s": "\ud800"}]),
+        ("metadata", [{"m": "1"}, None]), ("reported_cost_usd", [0.25, 0, None]), ("cost_usd", [1.5, None]),
+        ("stream", [True, False, None, 1]), ("batch", [False, None]), ("tool_names", [["a", "b"], None, "x"]),
+        ("tool_calls", [[{"name": "a"}], [], None, {"x": 1}]), ("request_json", ["{}", {"m": 1}, None]),
+        ("response_text", ["hi", None]), ("content_opted_in", [False, True]), ("event_type", ["outcome", "call"]),
+        ("span_id", ["s1", None]), ("operation", ["chat", None]), ("runtime", ["cpython", None]),
+    ):  # fmt: skip
+        if rnd.random() < 0.15:
+            row[name] = rnd.choice(values)
+    if rnd.random() < odd:
+        row[rnd.choice(["ts", *_STR_FIELDS, *_INT_FIELDS, *_FLOAT_FIELDS, "tags", "reported_cost_usd"])] = (
+            _odd(rnd)
+        )
+    return row
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return type(a) is type(b) and a == b
+
+
+def _compare(rows: list[Any], retain: bool) -> str:
+    """Normalise with both implementations; assert identical results. Returns what happened."""
+    expected_error = got_error = None
+    try:
+        expected = reference_ingest.normalize_rows(Pricer(), app(), rows, "sdk", retain)
+    except Exception as exc:  # BadBatch, or what the previous code let through (a year past 9999)
+        expected_error = (type(exc), str(exc))
+    service = IngestService(None, Pricer(), 5000)  # type: ignore[arg-type]  # normalize() needs no store
+    try:
+        got = service.normalize(app(), rows, "sdk", retain)
+    except Exception as exc:
+        got_error = (type(exc), str(exc))
+    if expected_error is not None and expected_error[0] is not BadBatch:
+        # The previous code crashed (a NaN or infinite timestamp, a day past year 9999 priced): the new
+        # code refuses such a batch too, as a bad batch where it can.
+        assert got_error is not None
+        return "failed"
+    assert got_error == expected_error
+    if expected_error is not None:
+        return "refused" if expected_error[0] is BadBatch else "failed"
+    calls, contents, ignored, dropped = expected
+    assert (got.calls.size, got.ignored, got.content_dropped) == (len(calls), ignored, dropped)
+    assert got.contents == contents
+    for want, have in zip(calls, got.calls.rows(), strict=True):
+        assert set(have) >= set(want)
+        for name, value in want.items():
+            assert _same(have[name], value), (name, have[name], value)
+    want_deltas = reference_ingest.rollup_deltas(calls)
+    try:
+        have_deltas = rollup_deltas(got.calls, "w1")
+    except OverflowError:
+        # A timestamp past int64: SQLite refuses the row too (OverflowError), so the batch fails as before.
+        assert any(abs(t) >= 2**63 for t in got.calls.column("ts_ms"))
+        return "failed"
+    for table in ROLLUPS:
+        assert len(want_deltas[table]) == len(have_deltas[table])
+        for w, h in zip(want_deltas[table], have_deltas[table], strict=True):
+            named = dict(zip(ROLLUP_PARAMS, h, strict=True))
+            assert named.pop("workspace") == "w1"
+            h = [named[name] for name in ("bucket", *ROLLUP_KEY, *SUMS, *HIST_COLUMNS)]
+            assert all(_same(x, y) for x, y in zip(w, h, strict=True)), (table, w, h)
+    return "stored"
+
+
+@pytest.mark.parametrize("odd", [0.0, 0.02, 0.2])
+def test_columnar_normalisation_stores_and_refuses_exactly_as_the_row_by_row_code(odd: float) -> None:
+    rnd = random.Random(int(odd * 1000) + 11)
+    outcomes = {"stored": 0, "refused": 0, "failed": 0}
+    for _ in range(300):
+        rows = [_row(rnd, odd) for _ in range(rnd.randint(1, 40))]
+        outcomes[_compare(rows, retain=rnd.random() < 0.5)] += 1
+    # Both kinds of batch were exercised (a clean stream refuses only on its unusual timestamps).
+    assert outcomes["stored"] > 20
+    assert odd == 0.0 or outcomes["refused"] > 20
+
+
+def test_columnar_normalisation_matches_on_benchmark_shaped_batches() -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    import metergraph_bench
+
+    for batch in metergraph_bench.generate(10_000, seed=3):
+        assert _compare(batch, retain=False) == "stored"
+
+
+def test_call_batch_round_trips_rows() -> None:
+    rows = [{"ts_ms": 1, "route": "a"}, {"ts_ms": 2, "route": None}]
+    batch = CallBatch.from_rows(rows, ("ts_ms", "route"))
+    assert batch.columns == {"ts_ms": [1, 2], "route": ["a", None]}
