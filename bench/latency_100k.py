@@ -234,7 +234,7 @@ def in_process(db_path: Path, queries: Sequence[str], embedder: Any) -> dict[str
         exact_ms = []
         for v in qvecs:
             t0 = time.perf_counter()
-            scores = part.matrix @ v
+            scores = v @ part.columns
             top = np.argpartition(-scores, 49)[:50]
             top = top[np.argsort(-scores[top])]
             exact_ms.append((time.perf_counter() - t0) * 1000)

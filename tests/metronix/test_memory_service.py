@@ -550,9 +550,16 @@ def test_records_written_far_apart_or_by_another_agent_are_not_adjacent(
     third, _ = st.insert(raw_record("someone else's note", agent="other"), vec, set())
     fourth, _ = st.insert(raw_record("next note"), vec, set())
 
-    adjacent = st.adjacent([first.seq, second.seq, third.seq, fourth.seq])
+    adjacent = st.adjacent(WS, [first.seq, second.seq, third.seq, fourth.seq])
 
     assert adjacent == {second.seq: {fourth.seq}, fourth.seq: {second.seq}}
+    # The cached links follow deletes, and a fresh store loads the same links from the table.
+    assert st.delete(WS, second.id)
+    assert st.adjacent(WS, [second.seq, fourth.seq]) == {}
+    fifth, _ = st.insert(raw_record("last note"), vec, set())
+    assert SqliteMemoryStore(db, embedder.dim).adjacent(WS, [fourth.seq, fifth.seq]) == st.adjacent(
+        WS, [fourth.seq, fifth.seq]
+    )
 
 
 def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
@@ -584,7 +591,7 @@ def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
 
     db = Database(tmp_path / "m.db", [])
     service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
-    assert service.store.adjacent([1]) == {1: {2}, 2: {1}}
+    assert service.store.adjacent(WS, [1, 2]) == {1: {2}, 2: {1}}
     # Nothing recorded which model embedded those records: searching them waits for a reindex.
     with pytest.raises(EmbeddingMismatch, match="before Triptych recorded"):
         service.search(LOCAL, WS, "note", "hermes", top_k=5)
@@ -649,4 +656,6 @@ def test_warming_loads_every_workspace_s_indexes_before_the_first_search(
     fresh = SqliteMemoryStore(db, embedder.dim)  # as a restarted server: nothing cached
     assert not fresh.keywords._parts and not fresh.index._parts
     fresh.warm()
-    assert set(fresh.keywords._parts) == set(fresh.index._parts) == {"w1", "w2"}
+    assert (
+        set(fresh.keywords._parts) == set(fresh.index._parts) == set(fresh.adjacency._parts) == {"w1", "w2"}
+    )

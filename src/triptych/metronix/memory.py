@@ -579,7 +579,7 @@ class MemoryService:
         if not dense and not keyword:
             return []
         first = rrf([[s for s, _ in dense], [s for s, _ in keyword]], [1.0, KEYWORD_WEIGHT], MEMORY_RRF_K)
-        context = self._context_scores(first)
+        context = self._context_scores(view.workspace_id, first)
         relevance = {
             seq: (first.get(seq, 0.0) + CONTEXT_WEIGHT * context.get(seq, 0.0)) / (1.0 + CONTEXT_WEIGHT)
             for seq in first.keys() | context.keys()
@@ -627,14 +627,14 @@ class MemoryService:
             if row.seq in records  # deleted since it ranked
         ]
 
-    def _context_scores(self, first: dict[int, float]) -> dict[int, float]:
+    def _context_scores(self, workspace_id: str, first: dict[int, float]) -> dict[int, float]:
         """Each record's best first-stage score among the records up to ``CONTEXT_HOPS`` writes before or
         after it in its conversation (visibility is checked later, only for those that rank)."""
-        adjacent = self.store.adjacent(list(first))
+        adjacent = self.store.adjacent(workspace_id, list(first))
         complete = set(first)  # records whose every neighbour is in ``adjacent``
         for _ in range(CONTEXT_HOPS - 1):
             ring = {n for seq in complete for n in adjacent.get(seq, ())} - complete
-            for seq, others in self.store.adjacent(list(ring)).items():
+            for seq, others in self.store.adjacent(workspace_id, list(ring)).items():
                 adjacent.setdefault(seq, set()).update(others)
             complete |= ring
         lent: dict[int, float] = {}

@@ -23,6 +23,7 @@ import numpy as np
 from triptych.core.db import Database
 from triptych.core.keyword_index import Document, KeywordIndex
 from triptych.core.search import Vector, VectorIndex
+from triptych.metronix.adjacency import AdjacencyIndex
 from triptych.metronix.store import utcnow
 
 STATUSES = ("active", "candidate", "stale", "superseded", "archived", "conflicted", "review_needed")
@@ -312,6 +313,7 @@ class SqliteMemoryStore:
         db.migrate("memory", MIGRATIONS)
         self.index = VectorIndex(dim, self._load_vectors)
         self.keywords = KeywordIndex(self._load_documents)
+        self.adjacency = AdjacencyIndex(self._load_links)
 
     # -- generations (vector cache coherence) -------------------------------------
 
@@ -342,6 +344,14 @@ class SqliteMemoryStore:
         matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
         return [int(r[0]) for r in rows], matrix
 
+    def _load_links(self, workspace_id: str) -> list[tuple[int, int]]:
+        rows = self._plain().execute(
+            "SELECT f.seq, f.follows FROM memory_records r JOIN memory_follows f ON f.seq = r.seq"
+            " JOIN memory_records e ON e.seq = f.follows WHERE r.workspace_id = ?",
+            (workspace_id,),
+        )
+        return [(int(later), int(earlier)) for later, earlier in rows]
+
     def _load_documents(self, workspace_id: str) -> list[Document]:
         rows = self._plain().execute(
             "SELECT seq, content, tags FROM memory_records WHERE workspace_id = ? ORDER BY seq",
@@ -350,8 +360,8 @@ class SqliteMemoryStore:
         return [(int(seq), _document(content, json.loads(tags))) for seq, content, tags in rows]
 
     def warm(self) -> None:
-        """Load the vector and keyword index of every workspace that holds records (best effort: a
-        server closing meanwhile ends it, and a search loads whatever is missing itself)."""
+        """Load the vector, keyword and adjacency index of every workspace that holds records (best
+        effort: a server closing meanwhile ends it, and a search loads whatever is missing itself)."""
         try:
             workspaces = [
                 r[0] for r in self._plain().execute("SELECT DISTINCT workspace_id FROM memory_records")
@@ -360,6 +370,7 @@ class SqliteMemoryStore:
                 generation = self._generation(workspace)
                 self.index.sync(workspace, generation)
                 self.keywords.sync(workspace, generation)
+                self.adjacency.sync(workspace, generation)
         except (sqlite3.Error, ValueError):
             return
 
@@ -485,6 +496,8 @@ class SqliteMemoryStore:
         self.keywords.apply(
             record.workspace_id, before, after, added=[(seq, _document(record.content, record.tags))]
         )
+        links = [(seq, previous)] if previous is not None else []
+        self.adjacency.apply(record.workspace_id, before, after, added=links)
         return replace(record, seq=seq), False
 
     @staticmethod
@@ -575,6 +588,7 @@ class SqliteMemoryStore:
                 after,
                 added=[(record.seq, _document(updated.content, updated.tags))],
             )
+            self.adjacency.apply(record.workspace_id, before, after)
         return updated
 
     def delete(self, workspace_id: str, record_id: str) -> bool:
@@ -586,6 +600,7 @@ class SqliteMemoryStore:
                 return False
             before = self._generation(workspace_id)
             conn.execute("DELETE FROM memory_records WHERE seq = ?", (row[0],))
+            conn.execute("DELETE FROM memory_follows WHERE follows = ?", (row[0],))  # `seq` cascades
             conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
             conn.execute(
                 "DELETE FROM review_entries WHERE target_id = ? OR related_record_id = ?",
@@ -594,6 +609,7 @@ class SqliteMemoryStore:
             after = self._bump(conn, workspace_id)
         self.index.apply(workspace_id, before, after, removed=[int(row[0])])
         self.keywords.apply(workspace_id, before, after, removed=[int(row[0])])
+        self.adjacency.apply(workspace_id, before, after, removed=[int(row[0])])
         return True
 
     def purge_expired(self, now: str) -> int:
@@ -764,20 +780,9 @@ class SqliteMemoryStore:
     def vectors(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, Vector]:
         return self.index.vectors(workspace_id, self._generation(workspace_id), seqs)
 
-    def adjacent(self, seqs: Sequence[int]) -> dict[int, set[int]]:
+    def adjacent(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, set[int]]:
         """Each seq's conversation neighbours: the record it follows and the records that follow it."""
-        found: dict[int, set[int]] = {}
-        if not seqs:
-            return found
-        marks = ",".join("?" * len(seqs))
-        rows = self._plain().execute(
-            f"SELECT seq, follows FROM memory_follows WHERE seq IN ({marks}) OR follows IN ({marks})",
-            (*seqs, *seqs),
-        )
-        for later, earlier in rows:
-            found.setdefault(int(later), set()).add(int(earlier))
-            found.setdefault(int(earlier), set()).add(int(later))
-        return found
+        return self.adjacency.neighbours(workspace_id, self._generation(workspace_id), seqs)
 
     def entities(self, seqs: Sequence[int]) -> dict[int, set[str]]:
         return self._grouped("SELECT seq, entity FROM memory_entities WHERE seq IN ({})", seqs)
