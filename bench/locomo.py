@@ -1087,6 +1087,7 @@ class TunedEmbedder(LocalEmbedder):
         self._session = ort.InferenceSession(
             str(model), sess_options=options, providers=["CPUExecutionProvider"]
         )
+        self._single = self._session  # single texts too: the settings under test apply to every run
 
 
 def embedder_microbench(queries: Sequence[str], rounds: int = 3) -> dict[str, Any]:

@@ -111,6 +111,20 @@ def quantized_model(source: Path, cache_dir: Path | None = None) -> Path:
     return target
 
 
+def _session(model: Path, threads: int) -> Any:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # The arena grows to the largest padded batch ever seen and never shrinks.
+    options.enable_cpu_mem_arena = False
+    options.log_severity_level = 3
+    # Idle worker threads spin by default; on a shared 2-core machine that halved throughput
+    # (query embedding p50 37 ms spinning vs 19 ms not, measured under load by bench/locomo.py).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads > 0:
+        options.intra_op_num_threads = threads
+    return ort.InferenceSession(str(model), sess_options=options, providers=["CPUExecutionProvider"])
+
+
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (dynamic int8 ONNX): mean pooling over real tokens, then L2, as
     sentence-transformers does."""
@@ -127,6 +141,7 @@ class LocalEmbedder:
         self._batch_tokens = batch_tokens
         self._lock = threading.Lock()
         self._session: Any = None
+        self._single: Any = None
         self._tokenizer: Any = None
 
     @staticmethod
@@ -143,20 +158,14 @@ class LocalEmbedder:
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
         tokenizer.enable_truncation(max_length=LOCAL_MAX_TOKENS)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # The arena grows to the largest padded batch ever seen and never shrinks.
-        options.enable_cpu_mem_arena = False
-        options.log_severity_level = 3
-        # Idle worker threads spin by default; on a shared 2-core machine that halved throughput
-        # (query embedding p50 37 ms spinning vs 19 ms not, measured under load by bench/locomo.py).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if self._threads > 0:
-            options.intra_op_num_threads = self._threads
-        self._session = ort.InferenceSession(
-            str(model), sess_options=options, providers=["CPUExecutionProvider"]
-        )
+        session = _session(model, self._threads)
+        # One text (a query, a memory being stored) runs in its own one-thread session: on 2 cores a
+        # second thread saved under 1 ms per query when the machine was idle (5.9 vs 6.6 ms) and cost
+        # 2-3 ms whenever the other core was busy (8.1 vs 6.1 at load 2-4, 10.8 vs 7.7 at load 3.7;
+        # bench/locomo.py scale phase), and memory_search runs its keyword step on that other core.
+        self._single = session if self._threads == 1 else _session(model, 1)
         self._tokenizer = tokenizer
+        self._session = session  # last: ``embed`` takes a set ``_session`` to mean loaded
 
     def warm_up(self) -> None:
         self.embed(["warm up"])
@@ -169,6 +178,9 @@ class LocalEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
+        if len(texts) == 1:
+            out[0] = self._embed_batch(list(texts), self._single)[0]
+            return out
         # Sorting by length keeps padding (wasted compute) small inside each batch.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         batch: list[int] = []
@@ -176,19 +188,19 @@ class LocalEmbedder:
             # ~4 characters a token is close enough to bound a batch's padded size.
             longest = min(LOCAL_MAX_TOKENS, len(texts[i]) // 4 + 2)
             if batch and (len(batch) + 1) * longest > self._batch_tokens:
-                out[batch] = self._embed_batch([texts[j] for j in batch])
+                out[batch] = self._embed_batch([texts[j] for j in batch], self._session)
                 batch = []
             batch.append(i)
         if batch:
-            out[batch] = self._embed_batch([texts[j] for j in batch])
+            out[batch] = self._embed_batch([texts[j] for j in batch], self._session)
         return out
 
-    def _embed_batch(self, texts: list[str]) -> Matrix:
+    def _embed_batch(self, texts: list[str], session: Any) -> Matrix:
         encodings = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        hidden = self._session.run(None, feeds)[0]
+        hidden = session.run(None, feeds)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         return _normalise(pooled.astype(np.float32))
