@@ -1,0 +1,751 @@
+"""A columnar projection of the ``calls`` table: what metadata aggregates scan.
+
+SQLite stays the system of record (rows are durable there before the 202); this is derived data that
+can be rebuilt from it at any time. Per workspace it keeps one array per column, in call-id order:
+``ts_ms``; route, provider, model, environment and status as ids into append-only string dictionaries
+(id 0 is NULL); the measures ``aggregate_raw`` sums; and one posting per (call, tag key) with the value's
+id in the tag-value dictionary, or -1 for a value that is not a string. A missing key has no posting.
+
+It catches up from ``calls`` by id: the watermark is the highest call id projected. Ids only grow
+(SQLite assigns them inside the one write transaction at a time, and calls are never deleted), so the
+rows after the watermark are exactly the ones not projected yet. Catch-up runs before every read (a read
+never misses a committed row), and in a background thread once per ``interval`` in the server.
+
+On disk (``metergraph.columns/`` beside ``metergraph.db``)::
+
+    LOCK              flock'ed by the one process that maintains and reads the projection
+    state.json        the watermark and, per workspace, its directory and the length of each file
+    <n>/<column>.bin  one little-endian array per column, appended to
+    <n>/<dict>.jsonl  one JSON string per line per dictionary
+
+``state.json`` is replaced (atomically) after the appends it counts are synced, so on open a file longer
+than the state says ends in a torn append and is truncated to it; a shorter one (writes lost) or a
+watermark row that no longer exists in ``calls`` (another database) means a full rebuild.
+
+Only the process holding ``LOCK`` (normally the server) uses the projection; another process on the
+same data directory (the CLI, a second server) gets ``None`` from :meth:`ColumnProjection.aggregate`,
+and the store answers it with the SQL scan.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from triptych.metergraph import histogram
+from triptych.metergraph.store import PROJECTED_FIELDS, SUMS, AggRow, CallFilter
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+DAY_MS = 86_400_000
+ELIGIBLE_CHARS = 1000
+_F = {name: i for i, name in enumerate(PROJECTED_FIELDS)}  # the columns read from ``calls``, by position
+KEY_COLUMNS = ("route", "provider", "model", "environment", "status")
+# Summed as float64 weights (SQL's COALESCE(SUM(x), 0): a NULL adds nothing).
+WEIGHTS = (
+    "cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+    "latency_ms",
+)  # fmt: skip
+ROW_COLUMNS: dict[str, np.dtype[Any]] = {
+    "ts_ms": np.dtype("<i8"),
+    **{name: np.dtype("<i4") for name in KEY_COLUMNS},
+    "flags": np.dtype("u1"),
+    "bucket": np.dtype("u1"),
+    **{name: np.dtype("<f8") for name in WEIGHTS},
+}
+POSTING_COLUMNS: dict[str, np.dtype[Any]] = {
+    "p_row": np.dtype("<i8"),
+    "p_key": np.dtype("<i4"),
+    "p_value": np.dtype("<i4"),
+}
+DICTIONARIES = (*KEY_COLUMNS, "tag_key", "tag_value")
+
+# Every counted measure of a call folds into one small code, so a single bincount over
+# (group, code) yields calls, errors, latency_count and the five pricing counts at once.
+# flags = error | has_latency << 1 | cost_unknown << 2 | cost_class << 3
+_COST_CLASSES = {"priced": 0, "partial": 1, "zero": 2, "unpriced": 3}
+_OTHER_COST = 4
+FLAG_CODES = 8 * (_OTHER_COST + 1)
+NO_BUCKET = histogram.BUCKETS  # the histogram gets one extra bucket for calls without a latency
+
+
+def _flag_matrix() -> npt.NDArray[np.float64]:
+    """(flag code, SUMS column) -> how much a call with that code adds to the column."""
+    matrix = np.zeros((FLAG_CODES, len(SUMS)))
+    col = SUMS.index
+    for code in range(FLAG_CODES):
+        error, has_latency, unknown, cost = code & 1, (code >> 1) & 1, (code >> 2) & 1, code >> 3
+        matrix[code, col("calls")] = 1
+        matrix[code, col("errors")] = error
+        matrix[code, col("latency_count")] = has_latency
+        matrix[code, col("priced")] = cost == 0
+        matrix[code, col("partial")] = cost == 1
+        matrix[code, col("zero")] = cost == 2
+        matrix[code, col("unpriced")] = cost == 3 and not unknown
+        matrix[code, col("unknown")] = unknown
+    return matrix
+
+
+FLAG_MATRIX = _flag_matrix()
+_WEIGHT_SUMS = tuple(SUMS.index("latency_sum" if name == "latency_ms" else name) for name in WEIGHTS)
+# Keys whose dense codes (4 bytes a call) stay in memory between reads.
+TAG_CACHE_KEYS = 8
+# Dense tag codes per call for one key: the value id, or one of these.
+MISSING, NOT_STRING = -2, -1
+
+
+def eligible(value: str) -> bool:
+    """A metadata value groups under its own name when it has at most 1,000 characters, counted the way
+    SQLite's length() counts them (up to the first NUL), so both read paths agree."""
+    nul = value.find("\0")
+    return (nul if nul >= 0 else len(value)) <= ELIGIBLE_CHARS
+
+
+class CallSource(Protocol):
+    """What the projection reads from the system of record."""
+
+    def calls_after(self, after_id: int, limit: int) -> list[tuple[Any, ...]]: ...
+    def max_call_id(self) -> int: ...
+    def call_ts(self, call_id: int) -> int | None: ...
+
+
+class _Column:
+    """A growable array: appends fill spare capacity, so a view of the first n values stays valid."""
+
+    def __init__(self, dtype: np.dtype[Any], initial: npt.NDArray[Any] | None = None) -> None:
+        self.n = 0 if initial is None else len(initial)
+        self.data: npt.NDArray[Any] = np.empty(max(1024, self.n), dtype=dtype)
+        if initial is not None:
+            self.data[: self.n] = initial
+        self.persisted = self.n
+
+    def append(self, values: npt.NDArray[Any]) -> None:
+        end = self.n + len(values)
+        if end > len(self.data):
+            grown = np.empty(max(end, len(self.data) * 2), dtype=self.data.dtype)
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown  # a reader's view of the old buffer stays intact
+        self.data[self.n : end] = values
+        self.n = end
+
+    def view(self) -> npt.NDArray[Any]:
+        return self.data[: self.n]
+
+
+class _Dictionary:
+    """Append-only strings; id 0 is NULL."""
+
+    def __init__(self, values: list[str] | None = None) -> None:
+        self.values: list[str | None] = [None, *(values or [])]
+        self.ids: dict[str | None, int] = {v: i for i, v in enumerate(self.values)}
+        self.persisted = len(self.values)
+        self.bytes = 0
+
+    def encode(self, value: str | None) -> int:
+        found = self.ids.get(value)
+        if found is None:
+            found = self.ids[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+
+def _floats(values: Sequence[Any]) -> npt.NDArray[np.float64]:
+    return np.array(values, dtype=np.float64)  # None -> NaN
+
+
+def _parse_tags(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)  # NaN, Infinity: the standard library's spellings
+
+
+@dataclass
+class _Snapshot:
+    """A read's consistent view of a workspace: its first n calls, and the dictionaries' first entries
+    (dictionaries only grow, so the lists are shared, not copied, and read below ``sizes``)."""
+
+    columns: dict[str, npt.NDArray[Any]]
+    dicts: dict[str, list[str | None]]
+    ids: dict[str, dict[str | None, int]]
+    sizes: dict[str, int]
+    tags: dict[str, npt.NDArray[np.int32]]  # per requested key: dense tag codes
+    eligible: npt.NDArray[np.bool_]  # per tag-value id
+
+    def id_of(self, dictionary: str, value: str) -> int:
+        """The value's id, or 0 when the snapshot has no such string."""
+        found = self.ids[dictionary].get(value, 0)
+        return found if found < self.sizes[dictionary] else 0
+
+
+class _Workspace:
+    def __init__(self, directory: Path, state: dict[str, Any] | None) -> None:
+        self.directory = directory
+        self.rows: dict[str, _Column] = {}
+        self.postings: dict[str, _Column] = {}
+        self.dicts: dict[str, _Dictionary] = {}
+        directory.mkdir(parents=True, exist_ok=True)
+        if state is None:  # a new workspace: any file here is from a crash before its first state
+            for path in directory.iterdir():
+                path.unlink()
+            state = {"rows": 0, "postings": 0, "dicts": {}}
+        for name, dtype in ROW_COLUMNS.items():
+            self.rows[name] = _Column(dtype, self._load_array(name, dtype, state["rows"]))
+        for name, dtype in POSTING_COLUMNS.items():
+            self.postings[name] = _Column(dtype, self._load_array(name, dtype, state["postings"]))
+        for name in DICTIONARIES:
+            count, size = state["dicts"].get(name, [0, 0])
+            self.dicts[name] = self._load_dict(name, count, size)
+        self.eligible = _Column(
+            np.dtype(np.bool_),
+            np.fromiter((v is not None and eligible(v) for v in self.dicts["tag_value"].values), np.bool_),
+        )
+        self.tag_cache: dict[int, tuple[_Column, int]] = {}  # key id -> (dense codes, postings covered)
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def _load_array(self, name: str, dtype: np.dtype[Any], count: int) -> npt.NDArray[Any]:
+        path = self.directory / f"{name}.bin"
+        expected = count * dtype.itemsize
+        size = path.stat().st_size if path.exists() else 0
+        if size < expected:
+            raise _Corrupt(f"{path.name} is shorter than the state says")
+        if size > expected:
+            os.truncate(path, expected)  # a torn append past the last state
+        return np.fromfile(path, dtype=dtype, count=count) if count else np.empty(0, dtype)
+
+    def _load_dict(self, name: str, count: int, size: int) -> _Dictionary:
+        path = self.directory / f"{name}.jsonl"
+        data = path.read_bytes() if path.exists() else b""
+        if len(data) < size:
+            raise _Corrupt(f"{path.name} is shorter than the state says")
+        if len(data) > size:
+            os.truncate(path, size)
+        lines = data[:size].splitlines()
+        if len(lines) != count:
+            raise _Corrupt(f"{path.name} does not hold the strings the state counts")
+        found = _Dictionary([orjson.loads(line) for line in lines])
+        found.bytes = size
+        return found
+
+    def flush(self) -> dict[str, Any]:
+        """Append what is not on disk yet (synced); returns this workspace's state entry."""
+        for name, column in (*self.rows.items(), *self.postings.items()):
+            self._append_file(f"{name}.bin", column.data[column.persisted : column.n].tobytes())
+            column.persisted = column.n
+        for name, d in self.dicts.items():
+            new = b"".join(orjson.dumps(v) + b"\n" for v in d.values[d.persisted :])
+            self._append_file(f"{name}.jsonl", new)
+            d.persisted = len(d.values)
+            d.bytes += len(new)
+        return {
+            "dir": self.directory.name,
+            "rows": self.rows["ts_ms"].n,
+            "postings": self.postings["p_row"].n,
+            "dicts": {name: [len(d.values) - 1, d.bytes] for name, d in self.dicts.items()},
+        }
+
+    def _append_file(self, name: str, data: bytes) -> None:
+        with open(self.directory / name, "ab") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+
+    # -- appends --------------------------------------------------------------------------------
+
+    def append(self, calls: Sequence[tuple[Any, ...]]) -> None:
+        cols = list(zip(*calls, strict=True))
+        count = len(calls)
+        base = self.rows["ts_ms"].n
+        new: dict[str, npt.NDArray[Any]] = {"ts_ms": np.array(cols[_F["ts_ms"]], dtype=np.int64)}
+        for name in KEY_COLUMNS:
+            encode = self.dicts[name].encode
+            new[name] = np.fromiter(map(encode, cols[_F[name]]), np.int32, count)
+        latency = _floats(cols[_F["latency_ms"]])
+        has_latency = ~np.isnan(latency)
+        for name in WEIGHTS:
+            values = latency if name == "latency_ms" else _floats(cols[_F[name]])
+            new[name] = np.nan_to_num(values, nan=0.0, posinf=np.inf, neginf=-np.inf)
+        new["bucket"] = np.fromiter(
+            (NO_BUCKET if b is None else b for b in cols[_F["lat_bucket"]]), np.uint8, count
+        )
+        cost = np.fromiter(
+            (_COST_CLASSES.get(s, _OTHER_COST) for s in cols[_F["cost_status"]]), np.uint8, count
+        )
+        # Ingest stores error and cost_unknown as 0 or 1.
+        error = (np.array(cols[_F["error"]], dtype=np.int64) != 0).astype(np.uint8)
+        unknown = (np.array(cols[_F["cost_unknown"]], dtype=np.int64) != 0).astype(np.uint8)
+        new["flags"] = error | (has_latency.astype(np.uint8) << 1) | (unknown << 2) | (cost << 3)
+        for name, column in self.rows.items():
+            column.append(new[name])
+        p_row: list[int] = []
+        p_key: list[int] = []
+        p_value: list[int] = []
+        tag_keys, tag_values = self.dicts["tag_key"], self.dicts["tag_value"]
+        known_values = len(tag_values.values)
+        for i, text in enumerate(cols[_F["tags"]]):
+            if not text:
+                continue
+            tags = _parse_tags(text)
+            if not isinstance(tags, dict):
+                continue
+            for key, value in tags.items():
+                p_row.append(base + i)
+                p_key.append(tag_keys.encode(key))
+                p_value.append(tag_values.encode(value) if type(value) is str else NOT_STRING)
+        self.postings["p_row"].append(np.array(p_row, dtype=np.int64))
+        self.postings["p_key"].append(np.array(p_key, dtype=np.int32))
+        self.postings["p_value"].append(np.array(p_value, dtype=np.int32))
+        self.eligible.append(
+            np.fromiter((eligible(v) for v in tag_values.values[known_values:] if v is not None), np.bool_)
+        )
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def tag_codes(self, key: str) -> npt.NDArray[np.int32]:
+        """Per call: the key's value id, NOT_STRING, or MISSING. Kept per key, extended incrementally."""
+        rows = self.rows["ts_ms"].n
+        key_id = self.dicts["tag_key"].ids.get(key)
+        if key_id is None:
+            return np.full(rows, MISSING, dtype=np.int32)
+        dense, covered = self.tag_cache.get(key_id, (_Column(np.dtype(np.int32)), 0))
+        if dense.n < rows:
+            dense.append(np.full(rows - dense.n, MISSING, dtype=np.int32))
+        total = self.postings["p_key"].n
+        if covered < total:
+            hits = np.flatnonzero(self.postings["p_key"].data[covered:total] == key_id) + covered
+            dense.data[self.postings["p_row"].data[hits]] = self.postings["p_value"].data[hits]
+        self.tag_cache.pop(key_id, None)
+        self.tag_cache[key_id] = (dense, total)  # most recently used last
+        while len(self.tag_cache) > TAG_CACHE_KEYS:
+            del self.tag_cache[next(iter(self.tag_cache))]
+        return dense.view()
+
+    def snapshot(self, keys: Sequence[str]) -> _Snapshot:
+        return _Snapshot(
+            columns={name: column.view() for name, column in self.rows.items()},
+            dicts={name: d.values for name, d in self.dicts.items()},
+            ids={name: d.ids for name, d in self.dicts.items()},
+            sizes={name: len(d.values) for name, d in self.dicts.items()},
+            tags={key: self.tag_codes(key) for key in dict.fromkeys(keys)},
+            eligible=self.eligible.view(),
+        )
+
+
+class _Corrupt(Exception):
+    """The files on disk do not match their state: rebuild from the calls."""
+
+
+class ColumnProjection:
+    """The projection of every workspace's calls, kept up to date from ``source`` (see module doc)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        source: CallSource,
+        interval: float = 1.0,
+        read_catch_up_limit: int = 200_000,
+        chunk: int = 50_000,
+        persist_every: float = 5.0,
+    ) -> None:
+        self.directory = directory
+        self.source = source
+        self.interval = interval
+        # A read catches up at most this many calls itself; further behind (a first build, a restart
+        # after a bulk load), it starts the background catch-up and the SQL scan answers meanwhile.
+        self.read_catch_up_limit = read_catch_up_limit
+        self.chunk = chunk
+        # Syncing the files costs milliseconds under the lock; the projection is derived, so a crash
+        # only means catching up the last few seconds again.
+        self.persist_every = persist_every
+        self.watermark = 0
+        self.watermark_ts = 0
+        self._workspaces: dict[str, _Workspace] = {}
+        self._lock = threading.Lock()
+        self._lock_file: Any = None
+        self._state: str = "closed"  # closed | owner | foreign
+        self._dirty = False
+        self._persisted_at = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _open_locked(self) -> bool:
+        """Take ownership and load the files once; False when another process owns them."""
+        if self._state == "closed":
+            self.directory.mkdir(parents=True, exist_ok=True)
+            lock_file = open(self.directory / "LOCK", "a+b")  # noqa: SIM115 (held until close)
+            try:
+                fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                lock_file.close()
+                self._state = "foreign"
+                log.info("metergraph columns: %s is owned by another process; SQL scans", self.directory)
+                return False
+            self._lock_file = lock_file
+            try:
+                self._load()
+            except (_Corrupt, OSError, ValueError, KeyError) as exc:
+                log.warning("metergraph columns: rebuilding from the calls (%s)", exc)
+                self._reset()
+            self._state = "owner"
+        return self._state == "owner"
+
+    def _load(self) -> None:
+        path = self.directory / "state.json"
+        if not path.exists():
+            self._reset()
+            return
+        state = json.loads(path.read_text())
+        if state.get("format") != FORMAT:
+            raise _Corrupt("another format")
+        watermark = int(state["watermark"])
+        if watermark and self.source.call_ts(watermark) != state["watermark_ts"]:
+            raise _Corrupt("the watermark call is not in this database")
+        known = {entry["dir"] for entry in state["workspaces"].values()}
+        for child in self.directory.iterdir():
+            if child.is_dir() and child.name not in known:
+                shutil.rmtree(child)  # a workspace whose first state was never written
+        self._workspaces = {
+            name: _Workspace(self.directory / entry["dir"], entry)
+            for name, entry in state["workspaces"].items()
+        }
+        self.watermark, self.watermark_ts = watermark, int(state["watermark_ts"])
+
+    def _reset(self) -> None:
+        for child in self.directory.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child)
+        (self.directory / "state.json").unlink(missing_ok=True)
+        self._workspaces = {}
+        self.watermark = self.watermark_ts = 0
+
+    def start(self) -> None:
+        """Catch up in a background thread every ``interval`` seconds (the server calls this)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="metergraph-columns", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.catch_up()
+            except Exception:  # keep the thread alive: reads fall back to SQL when it lags
+                log.exception("metergraph columns: catch-up failed")
+            if self._stop.wait(self.interval):
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            if self._state == "owner":
+                if self._dirty:
+                    self._persist_locked()
+                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
+                self._lock_file.close()
+            self._workspaces = {}
+            self._state = "closed"
+
+    # -- catch-up -------------------------------------------------------------------------------
+
+    def catch_up(self, progress: Callable[[int], None] | None = None) -> int:
+        """Project every committed call after the watermark, a chunk per lock hold; returns how many.
+
+        A long catch-up (a first build) logs its progress every million calls and syncs its files
+        every few chunks, so a crash loses little of it.
+        """
+        done = 0
+        started = time.monotonic()
+        next_report = 1_000_000
+        while True:
+            with self._lock:
+                if not self._open_locked():
+                    return done
+                added = self._catch_up_locked(self.chunk)
+                done += added
+                if self._dirty and time.monotonic() - self._persisted_at >= self.persist_every:
+                    self._persist_locked()
+            if done >= next_report:
+                rate = done / max(time.monotonic() - started, 1e-9)
+                log.info("metergraph columns: projected %d calls (%.0f calls/s)", done, rate)
+                if progress is not None:
+                    progress(done)
+                next_report += 1_000_000
+            if added < self.chunk:
+                return done
+
+    def _catch_up_locked(self, limit: int | None = None) -> int:
+        done = 0
+        while limit is None or done < limit:
+            calls = self.source.calls_after(self.watermark, self.chunk)
+            if not calls:
+                break
+            by_workspace: dict[str, list[tuple[Any, ...]]] = {}
+            for call in calls:
+                by_workspace.setdefault(call[1], []).append(call)
+            for name, rows in by_workspace.items():
+                self._workspace(name).append(rows)
+            self.watermark, self.watermark_ts = calls[-1][0], calls[-1][2]
+            self._dirty = True
+            done += len(calls)
+            if len(calls) < self.chunk:
+                break
+        return done
+
+    def _workspace(self, name: str) -> _Workspace:
+        found = self._workspaces.get(name)
+        if found is None:
+            used = {w.directory.name for w in self._workspaces.values()}
+            index = next(str(i) for i in range(len(used) + 1) if str(i) not in used)
+            found = self._workspaces[name] = _Workspace(self.directory / index, None)
+        return found
+
+    def _persist_locked(self) -> None:
+        state = {
+            "format": FORMAT,
+            "watermark": self.watermark,
+            "watermark_ts": self.watermark_ts,
+            "workspaces": {name: w.flush() for name, w in self._workspaces.items()},
+        }
+        tmp = self.directory / "state.json.tmp"
+        with open(tmp, "w") as out:
+            json.dump(state, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.directory / "state.json")
+        self._dirty = False
+        self._persisted_at = time.monotonic()
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def aggregate(
+        self, f: CallFilter, dims: Sequence[str], meta_key: str | None
+    ) -> dict[tuple[Any, ...], AggRow] | None:
+        """What ``aggregate_raw`` answers, from the columns; None when the SQL scan must answer (another
+        process owns the projection, it is far behind, or the filter has a request id)."""
+        if f.request_id is not None:
+            return None
+        if self._thread is not None and self._state != "owner":
+            return None  # the background thread is still loading the files
+        with self._lock:
+            if not self._open_locked():
+                return None
+            if self.source.max_call_id() - self.watermark > self.read_catch_up_limit:
+                self.start()
+                return None
+            self._catch_up_locked()
+            workspace = self._workspaces.get(f.workspace)
+            if workspace is None:
+                return {}
+            keys = [k for k, _ in f.metadata] + ([meta_key] if meta_key is not None else [])
+            snap = workspace.snapshot(keys)
+        return _aggregate(snap, f, dims, meta_key)
+
+    def flush(self) -> None:
+        """Write what is not on disk yet."""
+        with self._lock:
+            if self._state == "owner" and self._dirty:
+                self._persist_locked()
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "state": self._state,
+                "watermark": self.watermark,
+                "calls": {name: w.rows["ts_ms"].n for name, w in self._workspaces.items()},
+            }
+
+
+# -- the scan ---------------------------------------------------------------------------------------
+
+_MAX_BINS = 1 << 22  # (group x code) bins a bincount may allocate; more groups count with np.add.at
+_NO_ROWS: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)
+Decoder = Callable[[npt.NDArray[np.int64]], list[tuple[Any, ...]]]
+
+
+def _select(snap: _Snapshot, f: CallFilter) -> npt.NDArray[np.intp] | None:
+    """Indices of the rows the filter matches, or None for every row."""
+    cols = snap.columns
+    ts = cols["ts_ms"]
+    mask = (ts >= f.since_ms) & (ts < f.until_ms)
+    for name, wanted in (
+        ("route", f.routes), ("provider", f.providers), ("model", f.models), ("environment", f.environments),
+    ):  # fmt: skip
+        if wanted is None:
+            continue
+        ids = [i for i in (snap.id_of(name, v) for v in wanted) if i]
+        if not ids:
+            return _NO_ROWS  # NULL never matches IN (...), nor does an unknown value
+        allowed = np.zeros(snap.sizes[name], dtype=np.bool_)
+        allowed[ids] = True
+        mask &= allowed[cols[name]]
+    if f.status is not None:
+        status = snap.id_of("status", f.status)
+        if not status:
+            return _NO_ROWS
+        mask &= cols["status"] == status
+    for key, value in f.metadata:
+        value_id = snap.id_of("tag_value", value)
+        if not value_id:
+            return _NO_ROWS
+        mask &= snap.tags[key] == value_id  # a string equal to the value; other classes never match
+    if mask.all():
+        return None
+    return np.flatnonzero(mask)
+
+
+def _aggregate(
+    snap: _Snapshot, f: CallFilter, dims: Sequence[str], meta_key: str | None
+) -> dict[tuple[Any, ...], AggRow] | None:
+    rows = _select(snap, f)
+    cols = snap.columns
+
+    def take(column: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return column if rows is None else column[rows]
+
+    count = len(cols["ts_ms"]) if rows is None else len(rows)
+    if count == 0:
+        return {}
+    # One group code per call: a mixed-radix number over the dimensions' ids.
+    parts: list[tuple[npt.NDArray[np.int64], int, Decoder]] = []
+    for dim in dims:
+        if dim == "day":
+            day = _sql_day(take(cols["ts_ms"]))
+            first = int(day.min())
+            parts.append((day - first, int(day.max()) - first + 1, _day_decoder(first)))
+        else:
+            parts.append(
+                (take(cols[dim]).astype(np.int64), snap.sizes[dim], _string_decoder(snap.dicts[dim]))
+            )
+    if meta_key is not None:
+        parts.append((*_meta_codes(snap, take(snap.tags[meta_key])), _meta_decoder(snap.dicts["tag_value"])))
+    radix = 1
+    for _, size, _ in parts:
+        radix *= size
+    if radix > 1 << 62:
+        return None  # too many combinations for one int64 code: the SQL scan answers
+    code = np.zeros(count, dtype=np.int64)
+    for values, size, _ in parts:
+        code *= size
+        code += values
+    groups, code, group_codes = _renumber(code, radix)
+    sums, hist = _sums(code, groups, rows, cols)
+    present = np.flatnonzero(sums[:, 0] > 0)
+    keys = _decode(group_codes[present], parts)
+    return {key: AggRow(key, sums[g], hist[g]) for g, key in zip(present.tolist(), keys, strict=True)}
+
+
+def _sql_day(ts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """ts_ms / 86400000 as SQLite computes it: integer division truncating toward zero."""
+    day = ts // DAY_MS
+    if len(ts) and ts.min() < 0:
+        day = np.where((ts < 0) & (ts % DAY_MS != 0), day + 1, day)
+    return day
+
+
+def _meta_codes(snap: _Snapshot, dense: npt.NDArray[np.int32]) -> tuple[npt.NDArray[np.int64], int]:
+    """Per call: 0 key missing, 1 present but ineligible, 2 + value id for an eligible string."""
+    size = snap.sizes["tag_value"] + 2
+    lut = np.ones(size, dtype=np.int64)
+    lut[0] = 0
+    lut[2:] = np.where(snap.eligible[: size - 2], np.arange(2, size), 1)
+    return lut[dense.astype(np.int64) + 2], size
+
+
+def _day_decoder(first: int) -> Decoder:
+    return lambda codes: [(day,) for day in (codes + first).tolist()]
+
+
+def _string_decoder(values: list[str | None]) -> Decoder:
+    return lambda codes: [(values[i],) for i in codes.tolist()]
+
+
+def _meta_decoder(values: list[str | None]) -> Decoder:
+    def decode(codes: npt.NDArray[np.int64]) -> list[tuple[Any, ...]]:
+        return [
+            ("m", None) if c == 0 else ("i", None) if c == 1 else ("v", values[c - 2]) for c in codes.tolist()
+        ]
+
+    return decode
+
+
+def _renumber(
+    code: npt.NDArray[np.int64], radix: int
+) -> tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(number of groups, group per call, the mixed-radix code of each group); groups are renumbered to
+    the codes that occur when the code space is large."""
+    if radix * FLAG_CODES <= _MAX_BINS:
+        return radix, code, np.arange(radix, dtype=np.int64)
+    if radix <= _MAX_BINS * 16:
+        present = np.bincount(code, minlength=radix) > 0
+        renumber = np.cumsum(present) - 1
+        return int(present.sum()), renumber[code], np.flatnonzero(present)
+    unique, inverse = np.unique(code, return_inverse=True)
+    return len(unique), inverse.astype(np.int64), unique
+
+
+def _sums(
+    code: npt.NDArray[np.int64],
+    groups: int,
+    rows: npt.NDArray[np.intp] | None,
+    cols: dict[str, npt.NDArray[Any]],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.uint32]]:
+    """Per group: the SUMS columns and the latency histogram, a chunk of calls at a time (a chunk's
+    temporaries stay in cache while the outputs are small)."""
+    count = len(code)
+    width = histogram.BUCKETS + 1
+    small = groups * width <= _MAX_BINS
+    flags = np.zeros((groups, FLAG_CODES), dtype=np.int64)
+    cells = np.zeros((groups, width), dtype=np.int64 if small else np.uint32)
+    weights = np.zeros((len(WEIGHTS), groups))
+    step = max(1 << 18, 8 * groups * width) if small else count
+    for start in range(0, count, step):
+        end = min(count, start + step)
+        g = code[start:end]
+        part: slice | npt.NDArray[np.intp] = slice(start, end) if rows is None else rows[start:end]
+        flag, bucket = cols["flags"][part], cols["bucket"][part]
+        if small:
+            flags += np.bincount(g * FLAG_CODES + flag, minlength=flags.size).reshape(flags.shape)
+            cells += np.bincount(g * width + bucket, minlength=cells.size).reshape(cells.shape)
+        else:  # many groups: bins as large as groups x codes would not fit; count in place instead
+            np.add.at(flags, (g, flag), 1)
+            np.add.at(cells, (g, bucket), 1)
+        for j, name in enumerate(WEIGHTS):
+            weights[j] += np.bincount(g, weights=cols[name][part], minlength=groups)
+    sums = flags.astype(np.float64) @ FLAG_MATRIX
+    for j, column in enumerate(_WEIGHT_SUMS):
+        sums[:, column] = weights[j]
+    return sums, cells[:, : histogram.BUCKETS].astype(histogram.DTYPE)
+
+
+def _decode(
+    group_codes: npt.NDArray[np.int64], parts: Sequence[tuple[npt.NDArray[np.int64], int, Decoder]]
+) -> list[tuple[Any, ...]]:
+    """Each group's key: the decoded value of every part, in order."""
+    if not parts:
+        return [() for _ in range(len(group_codes))]
+    decoded: list[list[tuple[Any, ...]]] = []
+    rest = group_codes
+    for _, size, decode in reversed(parts):
+        decoded.append(decode(rest % size))
+        rest = rest // size
+    decoded.reverse()
+    return [sum(pieces, ()) for pieces in zip(*decoded, strict=True)]
