@@ -104,8 +104,10 @@ FLAG_MATRIX = _flag_matrix()
 _WEIGHT_SUMS = tuple(SUMS.index("latency_sum" if name == "latency_ms" else name) for name in WEIGHTS)
 # Keys whose dense codes (4 bytes a call) stay in memory between reads.
 TAG_CACHE_KEYS = 8
-# Dense tag codes per call for one key: the value id, or one of these.
-MISSING, NOT_STRING = -2, -1
+NOT_STRING = -1  # a posting's value that is not a string
+# Tag codes per call for one key (the group code of a metadata read): the key is missing, its value is
+# ineligible (not a string, or too long), or VALUE_BASE + the value's id.
+MISSING, INELIGIBLE, VALUE_BASE = 0, 1, 2
 
 
 def eligible(value: str) -> bool:
@@ -183,8 +185,9 @@ class _Snapshot:
     dicts: dict[str, list[str | None]]
     ids: dict[str, dict[str | None, int]]
     sizes: dict[str, int]
-    tags: dict[str, npt.NDArray[np.int32]]  # per requested key: dense tag codes
-    eligible: npt.NDArray[np.bool_]  # per tag-value id
+    tags: dict[str, npt.NDArray[np.int32]]  # per requested key: its tag codes
+    ts_range: tuple[int, int]  # the lowest and highest ts_ms of the calls
+    nonzero: frozenset[str]  # the WEIGHTS columns with a value other than 0 (the others sum to 0)
 
     def id_of(self, dictionary: str, value: str) -> int:
         """The value's id, or 0 when the snapshot has no such string."""
@@ -214,7 +217,12 @@ class _Workspace:
             np.dtype(np.bool_),
             np.fromiter((v is not None and eligible(v) for v in self.dicts["tag_value"].values), np.bool_),
         )
-        self.tag_cache: dict[int, tuple[_Column, int]] = {}  # key id -> (dense codes, postings covered)
+        self.tag_cache: dict[int, tuple[_Column, int]] = {}  # key id -> (tag codes, postings covered)
+        # Cheap pruning: a window covering every call needs no time mask, and a measure no call has
+        # (reasoning tokens, say) needs no pass.
+        ts = self.rows["ts_ms"].view()
+        self.ts_range = (int(ts.min()), int(ts.max())) if len(ts) else (0, -1)
+        self.nonzero = {name for name in WEIGHTS if np.any(self.rows[name].view())}
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -292,6 +300,11 @@ class _Workspace:
         new["flags"] = error | (has_latency.astype(np.uint8) << 1) | (unknown << 2) | (cost << 3)
         for name, column in self.rows.items():
             column.append(new[name])
+        low, high = int(new["ts_ms"].min()), int(new["ts_ms"].max())
+        if self.ts_range[0] <= self.ts_range[1]:
+            low, high = min(low, self.ts_range[0]), max(high, self.ts_range[1])
+        self.ts_range = (low, high)
+        self.nonzero.update(name for name in WEIGHTS if np.any(new[name]))
         p_row: list[int] = []
         p_key: list[int] = []
         p_value: list[int] = []
@@ -317,7 +330,9 @@ class _Workspace:
     # -- reads ----------------------------------------------------------------------------------
 
     def tag_codes(self, key: str) -> npt.NDArray[np.int32]:
-        """Per call: the key's value id, NOT_STRING, or MISSING. Kept per key, extended incrementally."""
+        """Per call: MISSING, INELIGIBLE or VALUE_BASE + the value's id. Kept for the last few keys read
+        and extended incrementally. A filter value (at most 1,000 characters) can only equal an eligible
+        string, so the same codes serve filters and grouping."""
         rows = self.rows["ts_ms"].n
         key_id = self.dicts["tag_key"].ids.get(key)
         if key_id is None:
@@ -328,7 +343,11 @@ class _Workspace:
         total = self.postings["p_key"].n
         if covered < total:
             hits = np.flatnonzero(self.postings["p_key"].data[covered:total] == key_id) + covered
-            dense.data[self.postings["p_row"].data[hits]] = self.postings["p_value"].data[hits]
+            values = self.postings["p_value"].data[hits]
+            usable = np.zeros(len(values), dtype=np.bool_)
+            strings = values != NOT_STRING
+            usable[strings] = self.eligible.data[values[strings]]
+            dense.data[self.postings["p_row"].data[hits]] = np.where(usable, values + VALUE_BASE, INELIGIBLE)
         self.tag_cache.pop(key_id, None)
         self.tag_cache[key_id] = (dense, total)  # most recently used last
         while len(self.tag_cache) > TAG_CACHE_KEYS:
@@ -342,7 +361,8 @@ class _Workspace:
             ids={name: d.ids for name, d in self.dicts.items()},
             sizes={name: len(d.values) for name, d in self.dicts.items()},
             tags={key: self.tag_codes(key) for key in dict.fromkeys(keys)},
-            eligible=self.eligible.view(),
+            ts_range=self.ts_range,
+            nonzero=frozenset(self.nonzero),
         )
 
 
@@ -585,7 +605,10 @@ def _select(snap: _Snapshot, f: CallFilter) -> npt.NDArray[np.intp] | None:
     """Indices of the rows the filter matches, or None for every row."""
     cols = snap.columns
     ts = cols["ts_ms"]
-    mask = (ts >= f.since_ms) & (ts < f.until_ms)
+    low, high = snap.ts_range
+    mask = np.ones(len(ts), dtype=np.bool_)
+    if f.since_ms > low or f.until_ms <= high:
+        mask = (ts >= f.since_ms) & (ts < f.until_ms)
     for name, wanted in (
         ("route", f.routes), ("provider", f.providers), ("model", f.models), ("environment", f.environments),
     ):  # fmt: skip
@@ -606,7 +629,7 @@ def _select(snap: _Snapshot, f: CallFilter) -> npt.NDArray[np.intp] | None:
         value_id = snap.id_of("tag_value", value)
         if not value_id:
             return _NO_ROWS
-        mask &= snap.tags[key] == value_id  # a string equal to the value; other classes never match
+        mask &= snap.tags[key] == VALUE_BASE + value_id  # only a string equal to the value matches
     if mask.all():
         return None
     return np.flatnonzero(mask)
@@ -636,18 +659,22 @@ def _aggregate(
                 (take(cols[dim]).astype(np.int64), snap.sizes[dim], _string_decoder(snap.dicts[dim]))
             )
     if meta_key is not None:
-        parts.append((*_meta_codes(snap, take(snap.tags[meta_key])), _meta_decoder(snap.dicts["tag_value"])))
+        codes = take(snap.tags[meta_key]).astype(np.int64)
+        parts.append((codes, snap.sizes["tag_value"] + VALUE_BASE, _meta_decoder(snap.dicts["tag_value"])))
     radix = 1
     for _, size, _ in parts:
         radix *= size
     if radix > 1 << 62:
         return None  # too many combinations for one int64 code: the SQL scan answers
-    code = np.zeros(count, dtype=np.int64)
-    for values, size, _ in parts:
-        code *= size
-        code += values
+    if len(parts) == 1:
+        code = parts[0][0]
+    else:
+        code = np.zeros(count, dtype=np.int64)
+        for values, size, _ in parts:
+            code *= size
+            code += values
     groups, code, group_codes = _renumber(code, radix)
-    sums, hist = _sums(code, groups, rows, cols)
+    sums, hist = _sums(code, groups, rows, cols, snap.nonzero)
     present = np.flatnonzero(sums[:, 0] > 0)
     keys = _decode(group_codes[present], parts)
     return {key: AggRow(key, sums[g], hist[g]) for g, key in zip(present.tolist(), keys, strict=True)}
@@ -661,15 +688,6 @@ def _sql_day(ts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return day
 
 
-def _meta_codes(snap: _Snapshot, dense: npt.NDArray[np.int32]) -> tuple[npt.NDArray[np.int64], int]:
-    """Per call: 0 key missing, 1 present but ineligible, 2 + value id for an eligible string."""
-    size = snap.sizes["tag_value"] + 2
-    lut = np.ones(size, dtype=np.int64)
-    lut[0] = 0
-    lut[2:] = np.where(snap.eligible[: size - 2], np.arange(2, size), 1)
-    return lut[dense.astype(np.int64) + 2], size
-
-
 def _day_decoder(first: int) -> Decoder:
     return lambda codes: [(day,) for day in (codes + first).tolist()]
 
@@ -681,7 +699,8 @@ def _string_decoder(values: list[str | None]) -> Decoder:
 def _meta_decoder(values: list[str | None]) -> Decoder:
     def decode(codes: npt.NDArray[np.int64]) -> list[tuple[Any, ...]]:
         return [
-            ("m", None) if c == 0 else ("i", None) if c == 1 else ("v", values[c - 2]) for c in codes.tolist()
+            ("m", None) if c == MISSING else ("i", None) if c == INELIGIBLE else ("v", values[c - VALUE_BASE])
+            for c in codes.tolist()
         ]
 
     return decode
@@ -707,6 +726,7 @@ def _sums(
     groups: int,
     rows: npt.NDArray[np.intp] | None,
     cols: dict[str, npt.NDArray[Any]],
+    nonzero: frozenset[str],
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.uint32]]:
     """Per group: the SUMS columns and the latency histogram, a chunk of calls at a time (a chunk's
     temporaries stay in cache while the outputs are small)."""
@@ -729,7 +749,8 @@ def _sums(
             np.add.at(flags, (g, flag), 1)
             np.add.at(cells, (g, bucket), 1)
         for j, name in enumerate(WEIGHTS):
-            weights[j] += np.bincount(g, weights=cols[name][part], minlength=groups)
+            if name in nonzero:
+                weights[j] += np.bincount(g, weights=cols[name][part], minlength=groups)
     sums = flags.astype(np.float64) @ FLAG_MATRIX
     for j, column in enumerate(_WEIGHT_SUMS):
         sums[:, column] = weights[j]
