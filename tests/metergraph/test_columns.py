@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from mg_support import NOW, agent, app
 
+from triptych.metergraph import columns
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.service import COLUMNS_DIR, Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -307,3 +308,15 @@ def test_far_behind_the_read_scans_sql_while_the_background_catches_up(
         projection.aggregate(f, ["route"], "team"), mgc.store.aggregate_calls_sql(f, ["route"], "team")
     )
     projection.close()
+
+
+@pytest.mark.parametrize("bins", [1, 64, 4096])
+def test_many_groups_are_counted_like_few(
+    mgc: Metergraph, monkeypatch: pytest.MonkeyPatch, bins: int
+) -> None:
+    # A small bin budget takes the paths a request-id tag takes at scale: groups renumbered (by bincount
+    # or by sorting) and counted without (group x code) bins.
+    monkeypatch.setattr(columns, "_MAX_BINS", bins)
+    rnd = random.Random(11)
+    ingest(mgc, "w1", random_rows(rnd, 600))
+    assert compare(mgc.store, mgc.columns, seed=12, reads=120) > 10

@@ -104,6 +104,7 @@ FLAG_MATRIX = _flag_matrix()
 _WEIGHT_SUMS = tuple(SUMS.index("latency_sum" if name == "latency_ms" else name) for name in WEIGHTS)
 # Keys whose dense codes (4 bytes a call) stay in memory between reads.
 TAG_CACHE_KEYS = 8
+SEEN_TAGS = 100_000  # distinct tags documents remembered while projecting
 NOT_STRING = -1  # a posting's value that is not a string
 # Tag codes per call for one key (the group code of a metadata read): the key is missing, its value is
 # ineligible (not a string, or too long), or VALUE_BASE + the value's id.
@@ -164,6 +165,13 @@ class _Dictionary:
             self.values.append(value)
         return found
 
+    def encode_all(self, values: Sequence[str | None]) -> npt.NDArray[np.int32]:
+        get = self.ids.get
+        found = [get(v) for v in values]  # a lookup per call; new strings are rare
+        if None in found:
+            found = [self.encode(v) if i is None else i for v, i in zip(values, found, strict=True)]
+        return np.array(found, dtype=np.int32)
+
 
 def _floats(values: Sequence[Any]) -> npt.NDArray[np.float64]:
     return np.array(values, dtype=np.float64)  # None -> NaN
@@ -218,6 +226,8 @@ class _Workspace:
             np.fromiter((v is not None and eligible(v) for v in self.dicts["tag_value"].values), np.bool_),
         )
         self.tag_cache: dict[int, tuple[_Column, int]] = {}  # key id -> (tag codes, postings covered)
+        # Tags documents repeat (a prompt id and a team, say): parse each distinct one once.
+        self.seen_tags: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         # Cheap pruning: a window covering every call needs no time mask, and a measure no call has
         # (reasoning tokens, say) needs no pass.
         ts = self.rows["ts_ms"].view()
@@ -277,23 +287,19 @@ class _Workspace:
 
     def append(self, calls: Sequence[tuple[Any, ...]]) -> None:
         cols = list(zip(*calls, strict=True))
-        count = len(calls)
         base = self.rows["ts_ms"].n
         new: dict[str, npt.NDArray[Any]] = {"ts_ms": np.array(cols[_F["ts_ms"]], dtype=np.int64)}
         for name in KEY_COLUMNS:
-            encode = self.dicts[name].encode
-            new[name] = np.fromiter(map(encode, cols[_F[name]]), np.int32, count)
+            new[name] = self.dicts[name].encode_all(cols[_F[name]])
         latency = _floats(cols[_F["latency_ms"]])
         has_latency = ~np.isnan(latency)
         for name in WEIGHTS:
             values = latency if name == "latency_ms" else _floats(cols[_F[name]])
             new[name] = np.nan_to_num(values, nan=0.0, posinf=np.inf, neginf=-np.inf)
-        new["bucket"] = np.fromiter(
-            (NO_BUCKET if b is None else b for b in cols[_F["lat_bucket"]]), np.uint8, count
-        )
-        cost = np.fromiter(
-            (_COST_CLASSES.get(s, _OTHER_COST) for s in cols[_F["cost_status"]]), np.uint8, count
-        )
+        bucket = _floats(cols[_F["lat_bucket"]])
+        new["bucket"] = np.where(np.isnan(bucket), NO_BUCKET, bucket).astype(np.uint8)
+        classify = _COST_CLASSES.get
+        cost = np.array([classify(s, _OTHER_COST) for s in cols[_F["cost_status"]]], dtype=np.uint8)
         # Ingest stores error and cost_unknown as 0 or 1.
         error = (np.array(cols[_F["error"]], dtype=np.int64) != 0).astype(np.uint8)
         unknown = (np.array(cols[_F["cost_unknown"]], dtype=np.int64) != 0).astype(np.uint8)
@@ -305,26 +311,42 @@ class _Workspace:
             low, high = min(low, self.ts_range[0]), max(high, self.ts_range[1])
         self.ts_range = (low, high)
         self.nonzero.update(name for name in WEIGHTS if np.any(new[name]))
-        p_row: list[int] = []
+        tag_values = self.dicts["tag_value"]
+        known_values = len(tag_values.values)
+        rows: list[int] = []
+        counts: list[int] = []
         p_key: list[int] = []
         p_value: list[int] = []
-        tag_keys, tag_values = self.dicts["tag_key"], self.dicts["tag_value"]
-        known_values = len(tag_values.values)
+        seen = self.seen_tags
         for i, text in enumerate(cols[_F["tags"]]):
             if not text:
                 continue
-            tags = _parse_tags(text)
-            if not isinstance(tags, dict):
-                continue
-            for key, value in tags.items():
-                p_row.append(base + i)
-                p_key.append(tag_keys.encode(key))
-                p_value.append(tag_values.encode(value) if type(value) is str else NOT_STRING)
-        self.postings["p_row"].append(np.array(p_row, dtype=np.int64))
+            pairs = seen.get(text)
+            if pairs is None:
+                if len(seen) >= SEEN_TAGS:
+                    seen.clear()  # unbounded tag cardinality (a request id): keep the memory bounded
+                pairs = seen[text] = self._postings_of(text)
+            if pairs[0]:
+                rows.append(i)
+                counts.append(len(pairs[0]))
+                p_key.extend(pairs[0])
+                p_value.extend(pairs[1])
+        self.postings["p_row"].append(np.repeat(np.array(rows, dtype=np.int64) + base, counts))
         self.postings["p_key"].append(np.array(p_key, dtype=np.int32))
         self.postings["p_value"].append(np.array(p_value, dtype=np.int32))
         self.eligible.append(
             np.fromiter((eligible(v) for v in tag_values.values[known_values:] if v is not None), np.bool_)
+        )
+
+    def _postings_of(self, text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(key ids, value ids) of one tags document; a value that is not a string is NOT_STRING."""
+        tags = _parse_tags(text)
+        if not isinstance(tags, dict) or not tags:
+            return (), ()
+        tag_keys, tag_values = self.dicts["tag_key"], self.dicts["tag_value"]
+        return (
+            tuple(tag_keys.encode(k) for k in tags),
+            tuple(tag_values.encode(v) if type(v) is str else NOT_STRING for v in tags.values()),
         )
 
     # -- reads ----------------------------------------------------------------------------------
@@ -728,33 +750,48 @@ def _sums(
     cols: dict[str, npt.NDArray[Any]],
     nonzero: frozenset[str],
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.uint32]]:
-    """Per group: the SUMS columns and the latency histogram, a chunk of calls at a time (a chunk's
-    temporaries stay in cache while the outputs are small)."""
-    count = len(code)
+    """Per group: the SUMS columns and the latency histogram."""
     width = histogram.BUCKETS + 1
-    small = groups * width <= _MAX_BINS
-    flags = np.zeros((groups, FLAG_CODES), dtype=np.int64)
-    cells = np.zeros((groups, width), dtype=np.int64 if small else np.uint32)
-    weights = np.zeros((len(WEIGHTS), groups))
-    step = max(1 << 18, 8 * groups * width) if small else count
-    for start in range(0, count, step):
-        end = min(count, start + step)
-        g = code[start:end]
-        part: slice | npt.NDArray[np.intp] = slice(start, end) if rows is None else rows[start:end]
-        flag, bucket = cols["flags"][part], cols["bucket"][part]
-        if small:
-            flags += np.bincount(g * FLAG_CODES + flag, minlength=flags.size).reshape(flags.shape)
-            cells += np.bincount(g * width + bucket, minlength=cells.size).reshape(cells.shape)
-        else:  # many groups: bins as large as groups x codes would not fit; count in place instead
-            np.add.at(flags, (g, flag), 1)
-            np.add.at(cells, (g, bucket), 1)
-        for j, name in enumerate(WEIGHTS):
-            if name in nonzero:
-                weights[j] += np.bincount(g, weights=cols[name][part], minlength=groups)
-    sums = flags.astype(np.float64) @ FLAG_MATRIX
-    for j, column in enumerate(_WEIGHT_SUMS):
-        sums[:, column] = weights[j]
-    return sums, cells[:, : histogram.BUCKETS].astype(histogram.DTYPE)
+    sums = np.zeros((groups, len(SUMS)))
+    if groups * width <= _MAX_BINS:
+        # Few groups: one bincount over (group, flag code) and one over (group, bucket), a chunk of
+        # calls at a time so a chunk's temporaries stay in cache.
+        flags = np.zeros(groups * FLAG_CODES, dtype=np.int64)
+        cells = np.zeros(groups * width, dtype=np.int64)
+        step = max(1 << 18, 8 * len(cells))
+        for start in range(0, len(code), step):
+            g = code[start : start + step]
+            part = slice(start, start + step) if rows is None else rows[start : start + step]
+            flags += np.bincount(g * FLAG_CODES + cols["flags"][part], minlength=len(flags))
+            cells += np.bincount(g * width + cols["bucket"][part], minlength=len(cells))
+            _add_weights(sums, g, part, cols, nonzero)
+        sums += flags.reshape(groups, FLAG_CODES).astype(np.float64) @ FLAG_MATRIX
+        hist = cells.reshape(groups, width)
+    else:
+        # Many groups (a request-id tag): (group x code) bins would not fit, so each count is its own
+        # bincount, and the histogram comes from the distinct (group, bucket) pairs.
+        part = slice(None) if rows is None else rows
+        flag = cols["flags"][part]
+        for j in range(len(SUMS)):
+            if FLAG_MATRIX[:, j].any():
+                sums[:, j] = np.bincount(code, weights=FLAG_MATRIX[flag, j], minlength=groups)
+        _add_weights(sums, code, part, cols, nonzero)
+        pairs, counts = np.unique(code * width + cols["bucket"][part], return_counts=True)
+        hist = np.zeros((groups, width), dtype=np.int64)
+        hist[pairs // width, pairs % width] = counts
+    return sums, hist[:, : histogram.BUCKETS].astype(histogram.DTYPE)
+
+
+def _add_weights(
+    sums: npt.NDArray[np.float64],
+    g: npt.NDArray[np.int64],
+    part: slice | npt.NDArray[np.intp],
+    cols: dict[str, npt.NDArray[Any]],
+    nonzero: frozenset[str],
+) -> None:
+    for name, column in zip(WEIGHTS, _WEIGHT_SUMS, strict=True):
+        if name in nonzero:  # a measure no call has sums to 0 without a pass
+            sums[:, column] += np.bincount(g, weights=cols[name][part], minlength=len(sums))
 
 
 def _decode(
