@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mg_support import NOW, agent, app
 
-from triptych.metergraph import columns
+from triptych.metergraph import column_scan
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.service import COLUMNS_DIR, Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -316,7 +316,7 @@ def test_many_groups_are_counted_like_few(
 ) -> None:
     # A small bin budget takes the paths a request-id tag takes at scale: groups renumbered (by bincount
     # or by sorting) and counted without (group x code) bins.
-    monkeypatch.setattr(columns, "_MAX_BINS", bins)
+    monkeypatch.setattr(column_scan, "_MAX_BINS", bins)
     rnd = random.Random(11)
     ingest(mgc, "w1", random_rows(rnd, 600))
     assert compare(mgc.store, mgc.columns, seed=12, reads=120) > 10
