@@ -320,3 +320,17 @@ def test_many_groups_are_counted_like_few(
     rnd = random.Random(11)
     ingest(mgc, "w1", random_rows(rnd, 600))
     assert compare(mgc.store, mgc.columns, seed=12, reads=120) > 10
+
+
+def test_a_window_leaving_out_a_few_calls_drops_exactly_those(mgc: Metergraph) -> None:
+    # Most calls selected: the scan runs over every row and drops the others as an extra group.
+    rnd = random.Random(13)
+    rows = random_rows(rnd, 400)
+    ingest(mgc, "w1", rows)
+    now_ms = int(NOW.timestamp() * 1000)
+    for since in (now_ms - 5 * DAY, now_ms - 4 * DAY):
+        f = CallFilter("w1", since, now_ms + DAY)
+        for dims in ([], ["day"], ["route", "model"]):
+            for meta_key in (None, "prompt_id"):
+                expected = mgc.store.aggregate_calls_sql(f, dims, meta_key)
+                assert_same(mgc.columns.aggregate(f, dims, meta_key), expected)

@@ -78,12 +78,12 @@ class Snapshot:
 # -- the scan ---------------------------------------------------------------------------------------
 
 _MAX_BINS = 1 << 22  # (group x code) bins one bincount may allocate; more groups are counted per column
-_NO_ROWS: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)
+_NONE: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
 Decoder = Callable[[npt.NDArray[np.int64]], list[tuple[Any, ...]]]
 
 
-def _select(snap: Snapshot, f: CallFilter) -> npt.NDArray[np.intp] | None:
-    """Indices of the rows the filter matches, or None for every row."""
+def _select(snap: Snapshot, f: CallFilter) -> npt.NDArray[np.bool_] | None:
+    """Which rows the filter matches, or None for every row."""
     cols = snap.columns
     ts = cols["ts_ms"]
     low, high = snap.ts_range
@@ -97,37 +97,40 @@ def _select(snap: Snapshot, f: CallFilter) -> npt.NDArray[np.intp] | None:
             continue
         ids = [i for i in (snap.id_of(name, v) for v in wanted) if i]
         if not ids:
-            return _NO_ROWS  # NULL never matches IN (...), nor does an unknown value
+            return _NONE  # NULL never matches IN (...), nor does an unknown value
         allowed = np.zeros(snap.sizes[name], dtype=np.bool_)
         allowed[ids] = True
         mask &= allowed[cols[name]]
     if f.status is not None:
         status = snap.id_of("status", f.status)
         if not status:
-            return _NO_ROWS
+            return _NONE
         mask &= cols["status"] == status
     for key, value in f.metadata:
         value_id = snap.id_of("tag_value", value)
         if not value_id:
-            return _NO_ROWS
+            return _NONE
         mask &= snap.tags[key] == VALUE_BASE + value_id  # only a string equal to the value matches
-    if mask.all():
-        return None
-    return np.flatnonzero(mask)
+    return None if mask.all() else mask
 
 
 def aggregate(
     snap: Snapshot, f: CallFilter, dims: Sequence[str], meta_key: str | None
 ) -> dict[tuple[Any, ...], AggRow] | None:
-    rows = _select(snap, f)
     cols = snap.columns
+    mask = _select(snap, f)
+    selected = len(cols["ts_ms"]) if mask is None else int(np.count_nonzero(mask))
+    if selected == 0:
+        return {}
+    # A few rows are gathered; most of them (a 90-day window that starts inside the first day) are
+    # scanned in place, the others sent to an extra group that is dropped: gathers cost more than that.
+    rows = None if mask is None or selected * 2 > len(mask) else np.flatnonzero(mask)
+    dropped = None if mask is None or rows is not None else ~mask
 
     def take(column: npt.NDArray[Any]) -> npt.NDArray[Any]:
         return column if rows is None else column[rows]
 
     count = len(cols["ts_ms"]) if rows is None else len(rows)
-    if count == 0:
-        return {}
     # One group code per call: a mixed-radix number over the dimensions' ids.
     parts: list[tuple[npt.NDArray[np.int64], int, Decoder]] = []
     for dim in dims:
@@ -154,9 +157,11 @@ def aggregate(
         for values, size, _ in parts:
             code *= size
             code += values
-    groups, code, group_codes = _renumber(code, radix)
+    if dropped is not None:
+        code = np.where(dropped, radix, code)  # the dropped rows' group: one past the last code
+    groups, code, group_codes = _renumber(code, radix + (dropped is not None))
     sums, hist = _sums(code, groups, rows, cols, snap.nonzero)
-    present = np.flatnonzero(sums[:, 0] > 0)
+    present = np.flatnonzero((sums[:, 0] > 0) & (group_codes < radix))
     keys = _decode(group_codes[present], parts)
     return {key: AggRow(key, sums[g], hist[g]) for g, key in zip(present.tolist(), keys, strict=True)}
 
