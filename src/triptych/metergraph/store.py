@@ -248,6 +248,22 @@ class AggRow:
         return float(self.sums[SUMS.index(name)])
 
 
+class RawAggregator(Protocol):
+    """A faster answer to ``aggregate_raw``, or None when the SQL scan must give it."""
+
+    def aggregate(
+        self, f: CallFilter, dims: Sequence[str], meta_key: str | None
+    ) -> dict[tuple[Any, ...], AggRow] | None: ...
+
+
+PROJECTED_FIELDS = (
+    "id", "workspace", "ts_ms", "route", "provider", "model", "environment", "status", "error", "latency_ms",
+    "lat_bucket", "cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+    "reasoning_tokens", "cost_status", "cost_unknown", "tags",
+)  # fmt: skip
+_CALLS_AFTER = f"SELECT {', '.join(PROJECTED_FIELDS)} FROM calls WHERE id > ? ORDER BY id LIMIT ?"
+
+
 def _placeholders(values: Sequence[Any]) -> str:
     return ", ".join("?" * len(values))
 
@@ -356,34 +372,18 @@ class TelemetryStore(Protocol):
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]: ...
 
 
-class RawAggregator(Protocol):
-    """A faster answer to ``aggregate_raw``, or None when the SQL scan must give it."""
-
-    def aggregate(
-        self, f: CallFilter, dims: Sequence[str], meta_key: str | None
-    ) -> dict[tuple[Any, ...], AggRow] | None: ...
-
-
-PROJECTED_FIELDS = (
-    "id", "workspace", "ts_ms", "route", "provider", "model", "environment", "status", "error", "latency_ms",
-    "lat_bucket", "cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
-    "reasoning_tokens", "cost_status", "cost_unknown", "tags",
-)  # fmt: skip
-_CALLS_AFTER = f"SELECT {', '.join(PROJECTED_FIELDS)} FROM calls WHERE id > ? ORDER BY id LIMIT ?"
-
-
 class SqliteTelemetryStore:
     def __init__(self, path: Path) -> None:
         # Durable before the 202: the WAL is synced at every commit.
         self.db = Database(path, MIGRATIONS, synchronous="FULL")
-        # The columnar projection of the calls (``columns.py``), attached by the service wiring.
-        self.columns: RawAggregator | None = None
         conn = self.db.conn
         if (
             conn.execute("SELECT 1 FROM calls LIMIT 1").fetchone()
             and not conn.execute("SELECT 1 FROM rollup_daily LIMIT 1").fetchone()
         ):
             self.rebuild_rollups()  # a database from before migration 3
+        # The columnar projection of the calls (``columns.py``), attached by the service wiring.
+        self.columns: RawAggregator | None = None
 
     def rebuild_rollups(self) -> None:
         """Recompute every rollup from the raw calls (one transaction)."""
