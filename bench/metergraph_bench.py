@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 from common import free_port
 
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
-from triptych.metergraph.service import Metergraph
+from triptych.metergraph.service import COLUMNS_DIR, Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
 from triptych.metergraph.store import CallFilter
 
@@ -183,13 +184,16 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(fn: Callable[[], Any], runs: int) -> dict[str, Any]:
+def timed(fn: Callable[[], Any], runs: int, keep: list[Any] | None = None) -> dict[str, Any]:
+    """p50 of ``runs`` calls; ``keep`` receives the last answer."""
     samples, cpu = [], []
     for _ in range(runs):
         started, cpu_started = time.perf_counter(), time.process_time()
-        fn()
+        answer = fn()
         samples.append((time.perf_counter() - started) * 1000)
         cpu.append((time.process_time() - cpu_started) * 1000)
+    if keep is not None:
+        keep.append(answer)
     return {
         "p50_ms": round(statistics.median(samples), 1),
         "runs": runs,
@@ -197,6 +201,34 @@ def timed(fn: Callable[[], Any], runs: int) -> dict[str, Any]:
         # CPU time of this process: what the read costs when it is not waiting for a shared core.
         "cpu_p50_ms": round(statistics.median(cpu), 1),
     }
+
+
+def timed_catch_up(mg: Metergraph) -> dict[str, Any]:
+    """Open the projection (loading its files) and project the calls it lacks."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    projected = mg.columns.catch_up(lambda n: print(f"projected {n}", file=sys.stderr, flush=True))
+    mg.columns.flush()
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    calls = sum(mg.columns.status()["calls"].values())
+    return {
+        "calls_loaded_from_files": calls - projected,
+        "calls_projected": projected,
+        "seconds": round(elapsed, 2),
+        "cpu_s": round(cpu, 2),
+        "calls_per_s": round(projected / elapsed) if projected and elapsed else None,
+        "load_average": os.getloadavg(),
+    }
+
+
+def columns_phase(mg: Metergraph, data_dir: Path) -> dict[str, Any]:
+    """Catch the projection up with the calls (from scratch on a database built before it), then close."""
+    figures = timed_catch_up(mg)
+    figures["bytes_on_disk"] = sum(
+        p.stat().st_size for p in (data_dir / COLUMNS_DIR).rglob("*") if p.is_file()
+    )
+    print(json.dumps(figures), file=sys.stderr, flush=True)
+    mg.close()
+    return figures
 
 
 def main() -> None:
@@ -215,6 +247,9 @@ def main() -> None:
         "--reads-only", action="store_true", help="reuse the data in --out: only time the reads"
     )
     parser.add_argument("--ingest-only", action="store_true", help="only the /v1/ingest phase")
+    parser.add_argument(
+        "--baseline-runs", type=int, default=3, help="runs of each raw SQL scan baseline (0: skip them)"
+    )
     args = parser.parse_args()
     work = args.out or Path(tempfile.mkdtemp(prefix="mg-bench-"))
     data_dir = work / "data"
@@ -252,6 +287,10 @@ def main() -> None:
         }
         mg.store.db.conn.execute("ANALYZE")
     results["calls_stored"] = mg.store.count_calls("default")
+    results["columns"] = columns_phase(mg, data_dir)
+    mg = Metergraph.open(data_dir, load_metergraph_settings(tokens=[], agent_rate_per_minute=0))
+    results["columns_reopen"] = timed_catch_up(mg)
+    print(json.dumps(results["columns_reopen"]), file=sys.stderr, flush=True)
 
     who = AgentPrincipal("default", "debug", "bench")
     now_ms = int(NOW.timestamp() * 1000) + 86_400_000
@@ -261,16 +300,71 @@ def main() -> None:
             who, group_by or ["provider", "model"], days, None, None, None, None, None, None, None, 100
         )
 
-    def raw(days: int, dims: list[str], meta: str | None = None) -> Callable[[], Any]:
+    def raw(
+        days: int, dims: list[str], meta: str | None = None, pairs: list[tuple[str, str]] | None = None
+    ) -> Callable[[], Any]:
+        """The raw SQL scan of the calls (JSON extraction per row): the baseline."""
         since = int((NOW.replace(hour=0, minute=0, second=0) - timedelta(days=days - 1)).timestamp() * 1000)
-        return lambda: mg.store.aggregate_raw(CallFilter("default", since, now_ms), dims, meta)
+        f = CallFilter("default", since, now_ms, metadata=pairs or [])
+        return lambda: mg.store.aggregate_calls_sql(f, dims, meta)
+
+    def baseline(name: str, fn: Callable[[], Any], runs: int) -> list[Any]:
+        keep: list[Any] = []
+        if args.baseline_runs:
+            results[name] = timed(fn, min(runs, args.baseline_runs), keep)
+            print(json.dumps({name: results[name]}), file=sys.stderr, flush=True)
+        return keep
+
+    def projected(
+        days: int, dims: list[str], meta: str | None, pairs: list[tuple[str, str]] | None = None
+    ) -> Any:
+        since = int((NOW.replace(hour=0, minute=0, second=0) - timedelta(days=days - 1)).timestamp() * 1000)
+        return mg.store.aggregate_raw(CallFilter("default", since, now_ms, metadata=pairs or []), dims, meta)
+
+    def check_same(name: str, expected: list[Any], found: Any) -> None:
+        """The projection's groups equal the SQL scan's (sums to 1e-9, histograms exactly)."""
+        if not expected:
+            return
+        [sql] = expected
+        same = set(sql) == set(found) and all(
+            np.allclose(found[k].sums, sql[k].sums, rtol=1e-9) and (found[k].hist == sql[k].hist).all()
+            for k in sql
+        )
+        results[name + "_equals_raw_baseline"] = same
+        assert same, name
 
     results["aggregate_provider_model_7d"] = timed(agg(7), 7)
-    results["aggregate_provider_model_7d_raw_baseline"] = timed(raw(7, ["provider", "model"]), 3)
+    baseline("aggregate_provider_model_7d_raw_baseline", raw(7, ["provider", "model"]), 3)
     results["aggregate_provider_model_90d"] = timed(agg(90), 7)
-    results["aggregate_provider_model_90d_raw_baseline"] = timed(raw(90, ["provider", "model"]), 3)
-    results["aggregate_metadata_prompt_id_90d"] = timed(agg(90, ["metadata.prompt_id"]), 3)
-    results["aggregate_metadata_prompt_id_90d_raw_baseline"] = timed(raw(90, [], "prompt_id"), 3)
+    baseline("aggregate_provider_model_90d_raw_baseline", raw(90, ["provider", "model"]), 3)
+    # Metadata reads scan the columnar projection; the first read of a key builds its tag codes.
+    results["aggregate_metadata_prompt_id_90d_first_read"] = timed(agg(90, ["metadata.prompt_id"]), 1)
+    results["aggregate_metadata_prompt_id_90d"] = timed(agg(90, ["metadata.prompt_id"]), 7)
+    results["aggregate_metadata_prompt_id_90d_store"] = timed(lambda: projected(90, [], "prompt_id"), 7)
+    sql = baseline("aggregate_metadata_prompt_id_90d_raw_baseline", raw(90, [], "prompt_id"), 3)
+    check_same("aggregate_metadata_prompt_id_90d", sql, projected(90, [], "prompt_id"))
+    results["aggregate_metadata_prompt_id_7d"] = timed(agg(7, ["metadata.prompt_id"]), 7)
+    sql = baseline("aggregate_metadata_prompt_id_7d_raw_baseline", raw(7, [], "prompt_id"), 1)
+    check_same("aggregate_metadata_prompt_id_7d", sql, projected(7, [], "prompt_id"))
+    results["aggregate_route_metadata_prompt_id_90d"] = timed(agg(90, ["route", "metadata.prompt_id"]), 7)
+    sql = baseline("aggregate_route_metadata_prompt_id_90d_raw_baseline", raw(90, ["route"], "prompt_id"), 1)
+    check_same("aggregate_route_metadata_prompt_id_90d", sql, projected(90, ["route"], "prompt_id"))
+    team = [("team", "b")]
+
+    def filtered() -> Any:
+        return mg.usage.aggregates(
+            who, ["provider", "model"], 90, None, None, None, None, None, None, dict(team), 100
+        )
+
+    results["aggregate_provider_model_90d_metadata_filter"] = timed(filtered, 7)
+    sql = baseline(
+        "aggregate_provider_model_90d_metadata_filter_raw_baseline",
+        raw(90, ["provider", "model"], None, team),
+        1,
+    )
+    check_same(
+        "aggregate_provider_model_90d_metadata_filter", sql, projected(90, ["provider", "model"], None, team)
+    )
     results["trace_page_7d_limit50"] = timed(lambda: mg.traces.query(who, days=7, limit=50), 15)
     cursor = mg.traces.query(who, days=7, limit=50)["next_cursor"]
     results["trace_page_7d_limit50_second_page"] = timed(
@@ -284,9 +378,9 @@ def main() -> None:
             " GROUP BY k ORDER BY m DESC LIMIT 50", ("default", since7)
         ).fetchall()  # fmt: skip
 
-    results["trace_page_7d_raw_baseline"] = timed(group_by_trace_scan, 3)
+    baseline("trace_page_7d_raw_baseline", group_by_trace_scan, 3)
     results["aggregate_route_model_90d"] = timed(agg(90, ["route", "model"]), 3)
-    results["aggregate_route_model_90d_raw_baseline"] = timed(raw(90, ["route", "model"]), 3)
+    baseline("aggregate_route_model_90d_raw_baseline", raw(90, ["route", "model"]), 3)
     results["trace_sample_spread_7d"] = timed(
         lambda: mg.traces.query(who, days=7, limit=10, sample="spread"), 5
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import AgentPrincipal, KeyService
 from triptych.metergraph.pricing import Pricer
@@ -19,6 +20,7 @@ from triptych.metergraph.usage import UsageService
 from triptych.metergraph.workspace import WorkspaceService
 
 DB_FILE = "metergraph.db"
+COLUMNS_DIR = "metergraph.columns"
 
 
 def utc_now() -> datetime:
@@ -35,6 +37,7 @@ class Metergraph:
     usage: UsageService
     traces: TraceService
     tools: list[ToolSpec]
+    columns: ColumnProjection
     # When set (auth disabled and no static agent tokens), an unauthenticated read acts as this principal.
     local_principal: AgentPrincipal | None = None
 
@@ -48,6 +51,10 @@ class Metergraph:
     ) -> Metergraph:
         settings = settings or load_metergraph_settings()
         store = SqliteTelemetryStore(data_dir / DB_FILE)
+        # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
+        # process at a time maintains it (the others scan SQL).
+        columns = ColumnProjection(data_dir / COLUMNS_DIR, store)
+        store.columns = columns
         pricer = Pricer()
         workspace = WorkspaceService(store, clock)
         usage = UsageService(store, clock)
@@ -67,8 +74,10 @@ class Metergraph:
             usage,
             traces,
             [replace(t, handler=limiter.wrap(t.handler)) for t in build_tools(workspace, usage, traces)],
+            columns,
             local,
         )
 
     def close(self) -> None:
+        self.columns.close()  # first: its catch-up thread reads through the store
         self.store.close()

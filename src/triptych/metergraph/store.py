@@ -305,6 +305,22 @@ class AggRow:
         return float(self.sums[SUMS.index(name)])
 
 
+class RawAggregator(Protocol):
+    """A faster answer to ``aggregate_raw``, or None when the SQL scan must give it."""
+
+    def aggregate(
+        self, f: CallFilter, dims: Sequence[str], meta_key: str | None
+    ) -> dict[tuple[Any, ...], AggRow] | None: ...
+
+
+PROJECTED_FIELDS = (
+    "id", "workspace", "ts_ms", "route", "provider", "model", "environment", "status", "error", "latency_ms",
+    "lat_bucket", "cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+    "reasoning_tokens", "cost_status", "cost_unknown", "tags",
+)  # fmt: skip
+_CALLS_AFTER = f"SELECT {', '.join(PROJECTED_FIELDS)} FROM calls WHERE id > ? ORDER BY id LIMIT ?"
+
+
 def _placeholders(values: Sequence[Any]) -> str:
     return ", ".join("?" * len(values))
 
@@ -466,6 +482,8 @@ class SqliteTelemetryStore:
             and not conn.execute("SELECT 1 FROM rollup_daily LIMIT 1").fetchone()
         ):
             self.rebuild_rollups()  # a database from before migration 3
+        # The columnar projection of the calls (``columns.py``), attached by the service wiring.
+        self.columns: RawAggregator | None = None
 
     def rebuild_rollups(self) -> None:
         """Recompute every rollup from the raw calls (one transaction)."""
@@ -661,8 +679,19 @@ class SqliteTelemetryStore:
         """Group raw calls by ``dims`` and, when given, one metadata key's (class, value).
 
         The metadata class is 'v' (a string of at most 1,000 characters), 'm' (key missing) or 'i'
-        (present but not an eligible string); the value is NULL unless the class is 'v'.
+        (present but not an eligible string); the value is NULL unless the class is 'v'. Metadata reads
+        scan the columnar projection when this process maintains one (``columns.py``), else the table.
         """
+        if self.columns is not None and (meta_key is not None or f.metadata):
+            found = self.columns.aggregate(f, dims, meta_key)
+            if found is not None:
+                return found
+        return self.aggregate_calls_sql(f, dims, meta_key)
+
+    def aggregate_calls_sql(
+        self, f: CallFilter, dims: Sequence[str], meta_key: str | None
+    ) -> dict[tuple[Any, ...], AggRow]:
+        """``aggregate_raw`` as one SQL scan of the ``calls`` table (JSON extraction per row)."""
         params: list[Any] = []
         inner = [f"{'ts_ms / 86400000' if d == 'day' else d} AS d{i}" for i, d in enumerate(dims)]
         select = [f"d{i}" for i in range(len(dims))]
@@ -884,6 +913,21 @@ class SqliteTelemetryStore:
             (workspace, since_ms),
         ).fetchone()
         return {k: row[k] for k in row.keys()}
+
+    # -- the source of the columnar projection ---------------------------------------------------
+
+    def calls_after(self, after_id: int, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` calls with an id above ``after_id``, in id order, as tuples of ``PROJECTED_FIELDS``."""
+        cursor = self.db.conn.cursor()
+        cursor.row_factory = None  # plain tuples: a Row per call costs more than the projection of it
+        return cursor.execute(_CALLS_AFTER, (after_id, limit)).fetchall()
+
+    def max_call_id(self) -> int:
+        return int(self.db.conn.execute("SELECT COALESCE(MAX(id), 0) FROM calls").fetchone()[0])
+
+    def call_ts(self, call_id: int) -> int | None:
+        row = self.db.conn.execute("SELECT ts_ms FROM calls WHERE id = ?", (call_id,)).fetchone()
+        return None if row is None else int(row[0])
 
     def count_calls(self, workspace: str) -> int:
         return int(

@@ -28,7 +28,9 @@ def open_metergraph(shared: Shared) -> Metergraph:
     # Auth off (local development) and no static agent tokens: unauthenticated reads act on the default
     # workspace. Ingest always needs an app token.
     local = settings.default_workspace if not settings.auth_enabled else None
-    return Metergraph.open(settings.data_dir, load_metergraph_settings(), local_workspace=local)
+    mg = Metergraph.open(settings.data_dir, load_metergraph_settings(), local_workspace=local)
+    mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    return mg
 
 
 def mount(shared: Shared) -> Mounted:
