@@ -90,6 +90,7 @@ def bench(args: list[str]) -> int:
         "locomo": "bench/locomo.py",
         "contradictions": "bench/contradictions.py",
         "metergraph": "bench/metergraph_bench.py",
+        "metergraph-ingest-phases": "bench/metergraph_ingest_phases.py",
         "hadron-graph": "bench/hadron_graph.py",
         "hadron-search": "bench/hadron_search.py",
         "sync-answers": "bench/sync_answers.py",
