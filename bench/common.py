@@ -382,6 +382,14 @@ class ToolError(RuntimeError):
 
 async def call_json(client: Any, name: str, args: dict[str, Any]) -> tuple[dict[str, Any], float]:
     """Call an MCP tool; returns (JSON payload, client round trip in ms). An is_error result raises."""
+    payload, rtt, _ = await call_timed(client, name, args)
+    return payload, rtt
+
+
+async def call_timed(
+    client: Any, name: str, args: dict[str, Any]
+) -> tuple[dict[str, Any], float, float | None]:
+    """``call_json`` plus the server's own time for the call (``_meta["triptych/server_ms"]``)."""
     started = time.perf_counter()
     result = await client.call_tool(name, args)
     rtt = (time.perf_counter() - started) * 1000
@@ -389,7 +397,8 @@ async def call_json(client: Any, name: str, args: dict[str, Any]) -> tuple[dict[
     payload = json.loads(text)
     if result.is_error:
         raise ToolError(f"{name} failed: {text[:500]}")
-    return payload, rtt
+    server = (result.meta or {}).get("triptych/server_ms")
+    return payload, rtt, float(server) if server is not None else None
 
 
 # -- in-process latency breakdown (the steps of KnowledgeService.hybrid) ------------------------------

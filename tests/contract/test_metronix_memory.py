@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -926,3 +927,17 @@ async def test_session_records_slide_their_ttl_while_used_then_vanish_from_searc
     assert [r["id"] for r in listed["records"]] == [durable["id"]] and listed["total"] == 1
     assert [r["record"]["id"] for r in found["results"]] == [durable["id"]]
     assert session_only["total"] == 0 and session_only["records"] == []
+
+
+async def test_every_tool_result_reports_the_server_s_own_time_in_meta(open_server: ServerProcess) -> None:
+    async with mcp_session(open_server.url + "/mcp") as mcp:
+        stored = await mcp.client.call_tool(
+            "memory_store", {"content": "The ferry leaves at noon", "agent_id": "timer"}
+        )
+        failed = await mcp.client.call_tool("memory_store", {"content": "", "agent_id": "timer"})
+    for result in (stored, failed):
+        assert result.meta is not None
+        assert isinstance(result.meta["triptych/server_ms"], float) and result.meta["triptych/server_ms"] >= 0
+    # The payload keeps exactly the contract's fields.
+    assert set(json.loads(stored.content[0].text)) == {"id", "content_hash", "deduped"}  # type: ignore[union-attr]
+    assert failed.is_error

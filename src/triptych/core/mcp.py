@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,6 +26,8 @@ from triptych.core.auth import Principal, local_principal, valid_agent_id
 from triptych.core.errors import InternalError, InvalidParams, TriptychError
 
 log = logging.getLogger(__name__)
+# The ``_meta`` key of every tool result that carries the server's own time for the call, in ms.
+SERVER_TIME_META = "triptych/server_ms"
 
 PRINCIPAL_KEY = "triptych.principal"
 
@@ -122,6 +125,16 @@ def build_server(
         return types.ListToolsResult(tools=definitions)
 
     async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        started = time.perf_counter()
+        result = await _run_tool(ctx, params)
+        # How long the server spent on the call, in the result's protocol metadata (not the payload,
+        # whose shape the contracts fix): clients that time only round trips can subtract transport.
+        result.meta = {SERVER_TIME_META: round((time.perf_counter() - started) * 1000, 2)}
+        return result
+
+    async def _run_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         tool = by_name.get(params.name)
