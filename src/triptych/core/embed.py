@@ -87,13 +87,27 @@ def quantized_model(source: Path, cache_dir: Path | None = None) -> Path:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    directory = cache_dir or model_cache_dir()
     digest = hashlib.sha256(source.read_bytes())
     digest.update(f"{ort.__version__}/{onnx.__version__}/per-channel-qint8".encode())
-    target = directory / f"minilm-l6-qint8-{digest.hexdigest()[:16]}.onnx"
+    name = f"minilm-l6-qint8-{digest.hexdigest()[:16]}.onnx"
+    directory = cache_dir or model_cache_dir()
+    target = directory / name
     if target.exists():
         return target
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK):
+            raise PermissionError(f"{directory} is not writable")
+    except OSError as exc:
+        # A read-only home (some containers, CI sandboxes): derive into the temp folder instead.
+        fallback = Path(tempfile.gettempdir()) / "triptych-models"
+        log.warning(
+            "model cache %s unusable (%s); using %s (set TRIPTYCH_MODEL_CACHE)", directory, exc, fallback
+        )
+        directory, target = fallback, fallback / name
+        if target.exists():
+            return target
+        directory.mkdir(parents=True, exist_ok=True)
     log.warning("deriving the quantized embedding model once, into %s (5-20 seconds)", target)
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         folded = Path(scratch) / "folded.onnx"
