@@ -11,6 +11,7 @@ The alternative is any OpenAI-compatible ``/v1/embeddings`` endpoint (Ollama, vL
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -27,7 +28,7 @@ import numpy.typing as npt
 # onnxruntime must be imported before usearch anywhere in the process (the other order segfaults).
 import onnxruntime as ort  # noqa: I001
 
-from triptych.core.errors import IngestionFailed
+from triptych.core.errors import EmbeddingMismatch, IngestionFailed
 
 Matrix = npt.NDArray[np.float32]
 K = TypeVar("K")
@@ -84,11 +85,10 @@ def quantized_model(source: Path, cache_dir: Path | None = None) -> Path:
     The file name carries a digest of the source and of both libraries' versions, and the file is
     written under a temporary name and renamed, so concurrent first starts never read a torn file.
     """
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
+    # The quantization tooling is imported only to derive (0.26 s of every start otherwise), so the
+    # cache key reads onnx's version from its metadata.
     digest = hashlib.sha256(source.read_bytes())
-    digest.update(f"{ort.__version__}/{onnx.__version__}/per-channel-qint8".encode())
+    digest.update(f"{ort.__version__}/{importlib.metadata.version('onnx')}/per-channel-qint8".encode())
     name = f"minilm-l6-qint8-{digest.hexdigest()[:16]}.onnx"
     directory = cache_dir or model_cache_dir()
     target = directory / name
@@ -109,6 +109,8 @@ def quantized_model(source: Path, cache_dir: Path | None = None) -> Path:
             return target
         directory.mkdir(parents=True, exist_ok=True)
     log.warning("deriving the quantized embedding model once, into %s (5-20 seconds)", target)
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         folded = Path(scratch) / "folded.onnx"
         options = ort.SessionOptions()
@@ -296,6 +298,54 @@ def reembed(
         if progress:
             progress(len(batch))
     return done
+
+
+class ModelGuard:
+    """Refuses work over stored vectors of another model than the configured one.
+
+    ``stored`` reads the (name, dimension) recorded with the vectors; '' as the name means vectors
+    stored before the model was recorded. A refusal re-reads it first, so a ``triptych reindex`` run
+    by another process is noticed on the next call.
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        stored: Callable[[], tuple[str, int] | None],
+        subject: str,
+        hint: str | None = None,
+    ) -> None:
+        self._model = (embedder.name, embedder.dim)
+        self._stored = stored
+        self._subject = subject  # "the index was built", "the memory records were embedded"
+        self._hint = hint
+        self._mismatch: str | None = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        stored, (name, dim) = self._stored(), self._model
+        if stored is None or stored == self._model:
+            self._mismatch = None
+        elif not stored[0]:
+            self._mismatch = (
+                f"{self._subject} before Triptych recorded which model embedded them;"
+                f" the server is configured with {name} ({dim} dimensions)"
+            )
+        else:
+            self._mismatch = (
+                f"{self._subject} with {stored[0]} ({stored[1]} dimensions) but the server is configured "
+                f"with {name} ({dim} dimensions); vectors from two models cannot be mixed"
+            )
+
+    def check(self) -> None:
+        if self._mismatch:
+            self.refresh()
+        if self._mismatch:
+            raise EmbeddingMismatch(self._mismatch, hint=self._hint)
+
+    def clear(self) -> None:
+        """After a reindex in this process."""
+        self._mismatch = None
 
 
 def build_embedder(url: str | None, model: str | None, api_key: str | None, threads: int = 0) -> Embedder:

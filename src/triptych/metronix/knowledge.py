@@ -19,8 +19,8 @@ import numpy as np
 
 from triptych.core.auth import Principal, require_write, resolve_workspace
 from triptych.core.chunking import chunk_text
-from triptych.core.embed import Embedder, reembed
-from triptych.core.errors import EmbeddingMismatch, IngestionFailed, InvalidParams, NotFound, TriptychError
+from triptych.core.embed import Embedder, ModelGuard, reembed
+from triptych.core.errors import IngestionFailed, InvalidParams, NotFound, TriptychError
 from triptych.core.search import convex
 from triptych.metronix.store import KnowledgeStore, NewDocument
 
@@ -65,35 +65,14 @@ class KnowledgeService:
         self.default_workspace = default_workspace
         self.chunk_tokens = chunk_tokens
         self.candidates = candidates
-        self._mismatch: str | None = None
         stored = store.embedding_model()
-        if stored is None or (stored != self._model and store.count_chunks() == 0):
-            store.set_embedding_model(*self._model)
-        else:
-            self._refresh_mismatch()
-
-    @property
-    def _model(self) -> tuple[str, int]:
-        return (self.embedder.name, self.embedder.dim)
-
-    def _refresh_mismatch(self) -> None:
-        stored = self.store.embedding_model()
-        if stored is None or stored == self._model:
-            self._mismatch = None
-            return
-        self._mismatch = (
-            f"the index was built with {stored[0]} ({stored[1]} dimensions) but the server is configured "
-            f"with {self._model[0]} ({self._model[1]} dimensions); vectors from two models cannot be mixed"
-        )
+        model = (embedder.name, embedder.dim)
+        if stored is None or (stored != model and store.count_chunks() == 0):
+            store.set_embedding_model(*model)
+        self._model_guard = ModelGuard(embedder, store.embedding_model, "the index was built")
 
     def workspace(self, principal: Principal, requested: str | None) -> str:
         return resolve_workspace(principal, requested, self.default_workspace)
-
-    def _check_model(self) -> None:
-        if self._mismatch:
-            self._refresh_mismatch()  # `triptych reindex` may have run in another process since
-        if self._mismatch:
-            raise EmbeddingMismatch(self._mismatch)
 
     # -- writes ------------------------------------------------------------------
 
@@ -122,7 +101,7 @@ class KnowledgeService:
             raise InvalidParams(
                 f"doc_label must be 1-{MAX_LABEL_CHARS} non-blank characters", details={"field": "doc_label"}
             )
-        self._check_model()
+        self._model_guard.check()
         label = doc_label or new_label()
         meta = dict(metadata or {})
         digest = content_hash(title, content, meta)
@@ -201,7 +180,7 @@ class KnowledgeService:
             raise InvalidParams("query must not be empty", details={"field": "query"})
         if not 1 <= top_k <= 50:
             raise InvalidParams(f"top_k must be between 1 and 50, got {top_k}", details={"field": "top_k"})
-        self._check_model()
+        self._model_guard.check()
         results = self.hybrid(workspace, query, top_k)
         return {
             "results": results,
@@ -256,7 +235,7 @@ class KnowledgeService:
         )
         done = reembed(self.embedder, batches, self.store.replace_embeddings, progress)
         self.store.set_embedding_model(self.embedder.name, self.embedder.dim)
-        self._mismatch = None
+        self._model_guard.clear()
         return done
 
     def status(self, principal: Principal, workspace_id: str | None) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from triptych.core.auth import Principal, require_write, resolve_workspace, valid_agent_id
-from triptych.core.embed import Embedder, reembed
-from triptych.core.errors import EmbeddingMismatch, InvalidParams, NotFound, TriptychError
+from triptych.core.embed import Embedder, ModelGuard, reembed
+from triptych.core.errors import InvalidParams, NotFound, TriptychError
 from triptych.core.search import rrf
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
@@ -94,42 +94,21 @@ class MemoryService:
         self.default_workspace = default_workspace
         # The query embedding runs here while the keyword search runs in the caller's thread.
         self._embedding = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memory-embed")
-        self._mismatch: str | None = None
         if store.embedding_model() is None:
             store.set_embedding_model(embedder.name, embedder.dim)
-        self._refresh_mismatch()
-
-    def _refresh_mismatch(self) -> None:
-        stored = self.store.embedding_model()
-        model = (self.embedder.name, self.embedder.dim)
-        if stored is None or stored == model:
-            self._mismatch = None
-        elif not stored[0]:
-            self._mismatch = (
-                "the memory records were embedded before Triptych recorded which model embedded them;"
-                f" the server is configured with {model[0]} ({model[1]} dimensions)"
-            )
-        else:
-            self._mismatch = (
-                f"the memory records were embedded with {stored[0]} ({stored[1]} dimensions) but the server"
-                f" is configured with {model[0]} ({model[1]} dimensions); vectors from two models cannot be mixed"
-            )
-
-    def _check_model(self) -> None:
-        if self._mismatch:
-            self._refresh_mismatch()  # `triptych reindex` may have run in another process since
-        if self._mismatch:
-            raise EmbeddingMismatch(
-                self._mismatch,
-                hint="Run `triptych reindex` to re-embed the stored chunks and memory records with the"
-                " configured model; listing, deleting and reviewing records work meanwhile",
-            )
+        self._model_guard = ModelGuard(
+            embedder,
+            store.embedding_model,
+            "the memory records were embedded",
+            hint="Run `triptych reindex` to re-embed the stored chunks and memory records with the"
+            " configured model; listing, deleting and reviewing records work meanwhile",
+        )
 
     def reindex(self, progress: Callable[[int], None] | None = None) -> int:
         """Re-embed every memory record with the configured model; returns how many were re-embedded."""
         done = reembed(self.embedder, self.store.iter_contents(), self.store.replace_embeddings, progress)
         self.store.set_embedding_model(self.embedder.name, self.embedder.dim)
-        self._mismatch = None
+        self._model_guard.clear()
         return done
 
     def close(self) -> None:
@@ -262,7 +241,7 @@ class MemoryService:
             twin = self.store.find_duplicate(workspace, agent, scope_name, None, content_hash(text))
             if twin is not None:
                 return {"id": twin.id, "content_hash": twin.content_hash, "deduped": True}
-        self._check_model()
+        self._model_guard.check()
         vector = self.embedder.embed([text])[0]
         return self._insert(
             workspace, text, agent, scope_name, clean_tags, importance_score, source_type, session_id,
@@ -334,7 +313,7 @@ class MemoryService:
                 "importance_score must be between 0.0 and 1.0", details={"field": "importance_score"}
             )
         default_kind = self._kind(kind) or "fact"
-        self._check_model()
+        self._model_guard.check()
         prepared: list[tuple[int, str, list[str], dict[str, Any]] | tuple[int, TriptychError]] = []
         for i, item in enumerate(records):
             try:
@@ -424,7 +403,7 @@ class MemoryService:
             if text != record.content:
                 changes["content"] = text
                 changes["content_hash"] = content_hash(text)
-                self._check_model()
+                self._model_guard.check()
                 vector = self.embedder.embed([text])[0]
                 entities = extract_entities(text, tags if tags is not None else record.tags)
         if tags is not None:
@@ -560,7 +539,7 @@ class MemoryService:
             kind=self._kind(kind),
             exclude_statuses=REST_EXCLUDED if rest_defaults and status is None else (),
         )
-        self._check_model()
+        self._model_guard.check()
         results = self._rank(view, query, session_id, top_k)
         self._touch([r for r, _ in results])
         return {

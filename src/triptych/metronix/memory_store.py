@@ -13,7 +13,7 @@ import json
 import secrets
 import sqlite3
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -22,6 +22,7 @@ import numpy as np
 
 from triptych.core.db import Database
 from triptych.core.keyword_index import Document, KeywordIndex
+from triptych.core.partitions import PartitionCache
 from triptych.core.search import Vector, VectorIndex
 from triptych.metronix.adjacency import AdjacencyIndex
 from triptych.metronix.store import utcnow
@@ -368,9 +369,8 @@ class SqliteMemoryStore:
             ]
             for workspace in workspaces:
                 generation = self._generation(workspace)
-                self.index.sync(workspace, generation)
-                self.keywords.sync(workspace, generation)
-                self.adjacency.sync(workspace, generation)
+                for cache in self._caches():
+                    cache.sync(workspace, generation)
         except (sqlite3.Error, ValueError):
             return
 
@@ -492,13 +492,35 @@ class SqliteMemoryStore:
                     (record.id, record.workspace_id, utcnow()),
                 )
             after = self._bump(conn, record.workspace_id)
-        self.index.apply(record.workspace_id, before, after, added=[(seq, vec)])
-        self.keywords.apply(
-            record.workspace_id, before, after, added=[(seq, _document(record.content, record.tags))]
+        self._apply(
+            record.workspace_id,
+            before,
+            after,
+            vectors=[(seq, vec)],
+            documents=[(seq, _document(record.content, record.tags))],
+            links=[(seq, previous)] if previous is not None else [],
         )
-        links = [(seq, previous)] if previous is not None else []
-        self.adjacency.apply(record.workspace_id, before, after, added=links)
         return replace(record, seq=seq), False
+
+    def _caches(self) -> tuple[PartitionCache[Any], ...]:
+        return (self.index, self.keywords, self.adjacency)
+
+    def _apply(
+        self,
+        workspace_id: str,
+        before: int,
+        after: int,
+        vectors: Sequence[tuple[int, Vector]] = (),
+        documents: Sequence[Document] = (),
+        links: Sequence[tuple[int, int]] = (),
+        removed: Sequence[int] = (),
+        removed_vectors: Sequence[int] = (),
+    ) -> None:
+        """Hand this process's committed write to every in-process index. Each one must see the new
+        generation, even when the write changes nothing of its own, or it would reload."""
+        self.index.apply(workspace_id, before, after, added=vectors, removed=removed_vectors)
+        self.keywords.apply(workspace_id, before, after, added=documents, removed=removed)
+        self.adjacency.apply(workspace_id, before, after, added=links, removed=removed)
 
     @staticmethod
     def _previous(conn: Any, record: MemoryRecord) -> int | None:
@@ -579,16 +601,15 @@ class SqliteMemoryStore:
                 if embedding is not None
                 else []
             )
-            self.index.apply(
-                record.workspace_id, before, after, added=vectors, removed=[record.seq] if vectors else []
-            )
-            self.keywords.apply(
+            # A document replaces the record's own; a new vector replaces the old one.
+            self._apply(
                 record.workspace_id,
                 before,
                 after,
-                added=[(record.seq, _document(updated.content, updated.tags))],
+                vectors=vectors,
+                documents=[(record.seq, _document(updated.content, updated.tags))],
+                removed_vectors=[record.seq] if vectors else [],
             )
-            self.adjacency.apply(record.workspace_id, before, after)
         return updated
 
     def delete(self, workspace_id: str, record_id: str) -> bool:
@@ -607,9 +628,8 @@ class SqliteMemoryStore:
                 (record_id, record_id),
             )
             after = self._bump(conn, workspace_id)
-        self.index.apply(workspace_id, before, after, removed=[int(row[0])])
-        self.keywords.apply(workspace_id, before, after, removed=[int(row[0])])
-        self.adjacency.apply(workspace_id, before, after, removed=[int(row[0])])
+        seq = int(row[0])
+        self._apply(workspace_id, before, after, removed=[seq], removed_vectors=[seq])
         return True
 
     def purge_expired(self, now: str) -> int:
@@ -747,35 +767,59 @@ class SqliteMemoryStore:
         outside the probe ranks below every record inside it. Selecting the visible set in SQL first
         cost 42 ms at 10,000 records; this costs about 1 ms when most records are visible.
         """
-        generation = self._generation(view.workspace_id)
-        probe = 4 * limit
-        while probe <= MAX_PROBE:
-            hits = self.index.search(view.workspace_id, generation, query, probe)
-            visible = self.visible_subset(view, [s for s, _ in hits])
-            found = [(s, c) for s, c in hits if s in visible]
+        workspace, generation = view.workspace_id, self._generation(view.workspace_id)
+
+        def exact(seqs: list[int]) -> list[tuple[int, float]]:
+            return self.index.search_subset(workspace, generation, query, seqs, limit) if seqs else []
+
+        return self._post_filtered(
+            view,
+            limit,
+            lambda probe: self.index.search(workspace, generation, query, probe),
             # The HNSW graph (above 20,000 vectors) may return fewer than asked: only the size says
             # whether the workspace is exhausted.
-            if len(found) >= limit or probe >= self.index.size(view.workspace_id, generation):
-                return found[:limit]
-            probe *= 4
-        seqs = self.visible_seqs(view)
-        return self.index.search_subset(view.workspace_id, generation, query, seqs, limit) if seqs else []
+            lambda hits, probe: probe >= self.index.size(workspace, generation),
+            exact,
+        )
 
     def keyword_search(self, view: Visibility, query: str, limit: int) -> list[tuple[int, float]]:
         """BM25 top ``limit`` among visible records, post-filtered the same way as ``dense_search``."""
-        generation = self._generation(view.workspace_id)
+        workspace, generation = view.workspace_id, self._generation(view.workspace_id)
+
+        def exact(seqs: list[int]) -> list[tuple[int, float]]:
+            # A selective filter: rank every match (cheap in memory), keep the visible ones.
+            allowed = set(seqs)
+            hits = self.keywords.search(workspace, generation, query, None)
+            return [(s, score) for s, score in hits if s in allowed][:limit]
+
+        return self._post_filtered(
+            view,
+            limit,
+            lambda probe: self.keywords.search(workspace, generation, query, probe),
+            lambda hits, probe: len(hits) < probe,
+            exact,
+        )
+
+    def _post_filtered(
+        self,
+        view: Visibility,
+        limit: int,
+        ranked: Callable[[int], list[tuple[int, float]]],
+        exhausted: Callable[[list[tuple[int, float]], int], bool],
+        exact: Callable[[list[int]], list[tuple[int, float]]],
+    ) -> list[tuple[int, float]]:
+        """The first ``limit`` visible hits of a workspace-wide ranking: probe ``4 * limit`` hits, widen
+        ×4 while too few are visible and the ranking is not ``exhausted``, and past ``MAX_PROBE`` rank
+        the materialised visible set with ``exact``."""
         probe = 4 * limit
         while probe <= MAX_PROBE:
-            hits = self.keywords.search(view.workspace_id, generation, query, probe)
+            hits = ranked(probe)
             visible = self.visible_subset(view, [s for s, _ in hits])
             found = [(s, score) for s, score in hits if s in visible]
-            if len(found) >= limit or len(hits) < probe:
+            if len(found) >= limit or exhausted(hits, probe):
                 return found[:limit]
             probe *= 4
-        # A selective filter: rank every match (cheap in memory), keep the visible ones.
-        allowed = set(self.visible_seqs(view))
-        hits = self.keywords.search(view.workspace_id, generation, query, None)
-        return [(s, score) for s, score in hits if s in allowed][:limit]
+        return exact(self.visible_seqs(view))
 
     def vectors(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, Vector]:
         return self.index.vectors(workspace_id, self._generation(workspace_id), seqs)
