@@ -657,5 +657,113 @@ def test_warming_loads_every_workspace_s_indexes_before_the_first_search(
     assert not fresh.keywords._parts and not fresh.index._parts
     fresh.warm()
     assert (
-        set(fresh.keywords._parts) == set(fresh.index._parts) == set(fresh.adjacency._parts) == {"w1", "w2"}
+        set(fresh.keywords._parts)
+        == set(fresh.index._parts)
+        == set(fresh.adjacency._parts)
+        == set(fresh.attributes._parts)
+        == {"w1", "w2"}
     )
+
+
+def _mixed_store(db: Database, dim: int) -> tuple[SqliteMemoryStore, list[int]]:
+    """120 records over two agents, every scope, status and kind, some tags, live and expired sessions."""
+    st = SqliteMemoryStore(db, dim)
+    rng = np.random.default_rng(5)
+    past = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    seqs = []
+    for i in range(120):
+        scope = ("global", "per_agent", "session")[i % 3]
+        record = replace(
+            raw_record(
+                f"note {i}",
+                agent=("hermes", "athena")[i % 2],
+                status=memory_store.STATUSES[i % len(memory_store.STATUSES)],
+                scope=scope,
+                tags=[["red"], ["red", "blue"], []][i % 4 % 3],
+            ),
+            kind=memory_store.KINDS[i % 5 % 3],
+            session_id=f"s{i % 2}" if scope == "session" else None,
+            ttl_expires_at=future if scope == "session" else None,
+        )
+        vec = rng.standard_normal(dim).astype(np.float32)
+        seqs.append(st.insert(record, vec / np.linalg.norm(vec), set())[0].seq)
+    # Expired ones last: a session-scoped insert purges expired session records first.
+    st.touch(WS, seqs[2::12], past)
+    return st, seqs
+
+
+def _views() -> list[Visibility]:
+    return [
+        Visibility(workspace_id=WS, agent_id=agent, **filters)  # type: ignore[arg-type]
+        for agent in ("hermes", "athena", "nobody")
+        for filters in [
+            {"statuses": None},
+            {"statuses": ("active",)},
+            {"statuses": ("active", "conflicted"), "session_id": "s0"},
+            {"statuses": None, "exclude_statuses": ("archived", "superseded")},
+            {"statuses": None, "scope": "session"},
+            {"statuses": None, "kind": "pinned", "tags": ("red",)},
+            {"statuses": None, "tags": ("red", "blue")},
+        ]
+    ]
+
+
+def test_the_cached_visibility_rule_equals_the_sql_one_for_every_filter(
+    db: Database, embedder: LocalEmbedder
+) -> None:
+    st, seqs = _mixed_store(db, embedder.dim)
+    for view in _views():
+        assert st.visible_subset(view, seqs) == set(st.visible_seqs(view)), view
+
+
+def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_process_s_writes(
+    db: Database, embedder: LocalEmbedder
+) -> None:
+    first, seqs = _mixed_store(db, embedder.dim)
+    records = first.by_seqs(seqs)
+    active = next(r for r in records.values() if r.status == "active" and r.scope == "per_agent")
+    expired = next(
+        r for r in records.values() if r.scope == "session" and (r.ttl_expires_at or "") < utcnow()
+    )
+    plain = next(r for r in records.values() if not r.tags and r.id not in (active.id, expired.id))
+    gone = next(r for r in records.values() if r.id not in (active.id, expired.id, plain.id))
+    review = first.file_review(plain, "possible_duplicate", None, 0.9, None)
+    later = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
+
+    def coherent() -> None:
+        for view in _views():
+            assert first.visible_subset(view, seqs) == set(first.visible_seqs(view)), view
+
+    coherent()  # cached now
+    other = Database(db.path, [])
+    try:
+        second = SqliteMemoryStore(other, embedder.dim)
+        entry = second.list_reviews(WS, None, plain.id, 1, 0)[0][0]
+        # Each write of another process, one at a time, reaches this process's cache.
+        writes = [
+            lambda: second.file_review(active, "possible_contradiction", None, 0.9, "conflicted"),
+            lambda: second.touch(WS, [expired.seq], later),
+            lambda: second.update(plain, {"tags": ["red", "blue"], "kind": "pinned"}, None, None, False),
+            lambda: second.resolve_review(entry, plain, "archived", "rejected", None, "test", {}),
+            lambda: second.delete(WS, gone.id),
+        ]
+        assert review
+        for write in writes:
+            write()
+            coherent()
+    finally:
+        other.close()
+    live = [seq for seq in seqs if seq != gone.seq]
+    default = Visibility(workspace_id=WS, agent_id=active.agent_id, statuses=("active",))
+    assert active.seq not in first.visible_subset(default, live)
+    session = Visibility(workspace_id=WS, agent_id=expired.agent_id, statuses=None)
+    assert expired.seq in first.visible_subset(session, live)
+    # This process's own writes apply in place, without a reload.
+    table = first.attributes._parts[WS]
+    first.touch(WS, [expired.seq], (datetime.now(UTC) - timedelta(minutes=1)).isoformat())
+    first.update(active, {"status": "active"}, None, None, False)
+    assert first.attributes._parts[WS] is table
+    assert expired.seq not in first.visible_subset(session, live)
+    assert active.seq in first.visible_subset(default, live)
+    coherent()

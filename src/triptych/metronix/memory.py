@@ -29,6 +29,7 @@ from triptych.metronix.memory_store import (
     SCOPES,
     STATUSES,
     MemoryRecord,
+    RankingRow,
     SqliteMemoryStore,
     Visibility,
 )
@@ -566,8 +567,8 @@ class MemoryService:
         ranked = sorted(relevance, key=lambda s: (-relevance[s], s))
         candidates = self._visible_head(view, ranked, first, max(top_k * 4, 20))
         # Ranking reads a few columns of each candidate; only the records returned are read whole.
-        rows = self.store.ranking_rows(candidates)
-        graph = self._graph_scores(query, candidates, {seq: row.id for seq, row in rows.items()})
+        rows = self.store.ranking_rows(view.workspace_id, candidates)
+        graph = self._graph_scores(query, candidates, rows)
         now = _now()
         s = self.settings
         scored = []
@@ -646,30 +647,34 @@ class MemoryService:
             head.extend(seq for seq in chunk if seq in first or seq in visible)
         return head[:need]
 
-    def _graph_scores(self, query: str, candidates: list[int], ids: dict[int, str]) -> dict[int, float]:
+    def _graph_scores(
+        self, query: str, candidates: list[int], rows: dict[int, RankingRow]
+    ) -> dict[int, float]:
         """Entity overlap with the query, plus one hop from the three strongest first-stage hits."""
-        entities = self.store.entities(candidates)
+        entities = {seq: row.entities for seq, row in rows.items()}
+        ids = {seq: row.id for seq, row in rows.items()}
         links = self.store.links(candidates)
         wanted = extract_entities(query)
         seeds = candidates[:3]
         seed_ids = {ids[s] for s in seeds if s in ids}
         scores: dict[int, float] = {}
         for seq in candidates:
-            own = entities.get(seq, set())
+            own = entities.get(seq, frozenset())
             direct = len(wanted & own) / len(wanted) if wanted else 0.0
             neighbours = [
                 other
                 for other in seeds
-                if other != seq and (own & entities.get(other, set()) or links.get(seq, set()) & seed_ids)
+                if other != seq
+                and (own & entities.get(other, frozenset()) or links.get(seq, set()) & seed_ids)
             ]
             hop = len(neighbours) / max(len([o for o in seeds if o != seq]), 1)
             scores[seq] = max(direct, 0.5 * hop)
         return scores
 
     def _touch(self, records: list[MemoryRecord]) -> None:
-        sessions = [r.seq for r in records if r.scope == "session"]
+        sessions = [r for r in records if r.scope == "session"]
         if sessions:
-            self.store.touch(sessions, self._ttl("session") or "")
+            self.store.touch(sessions[0].workspace_id, [r.seq for r in sessions], self._ttl("session") or "")
 
     # -- freshness -------------------------------------------------------------------------
 
