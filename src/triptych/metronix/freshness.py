@@ -27,6 +27,7 @@ NEGATIONS = frozenset(
     {"not", "no", "never", "nothing", "none", "nobody", "cannot", "without", "neither", "nor"}
 )
 _TOKEN = re.compile(r"[a-z0-9]+(?:[.:/-][a-z0-9]+)*")
+_CAN_NOT = re.compile(r"\bcan(?:'t|not)\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,7 @@ class Contradiction:
 def _tokens(text: str) -> list[str]:
     lowered = text.lower().replace("\u2019", "'")
     # "can't" and "cannot" keep their modal: "can attend" vs "can not attend" is a negation.
-    lowered = re.sub(r"\bcan(?:'t|not)\b", "can not", lowered)
+    lowered = _CAN_NOT.sub("can not", lowered)
     lowered = lowered.replace("won't", "will not").replace("n't", " not")
     return _TOKEN.findall(lowered)
 
@@ -106,18 +107,41 @@ _ANTONYMS = {
 _NOT_VALUE_WORDS = frozenset({"i"})
 
 
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")  # 50,000 -> 50000
+_DOLLAR = re.compile(r"\$(\d)")
+_NO_LONGER = re.compile(r"\bno longer\b", re.IGNORECASE)
+_ANY_MORE = re.compile(r"\bany more\b", re.IGNORECASE)
+_CONTRACTIONS = [
+    (re.compile(re.escape(a), re.IGNORECASE), b)
+    for a, b in (("won't", "will not"), ("can't", "can not"), ("cannot", "can not"), ("n't", " not"))
+]
+_WORD = re.compile(r"[A-Za-z0-9]+(?:[.:/-][A-Za-z0-9]+)*")
+
+
 def _normalise_text(text: str) -> str:
     t = text.replace("\u2019", "'")
-    t = re.sub(r"(?<=\d),(?=\d{3}\b)", "", t)  # 50,000 -> 50000
-    t = re.sub(r"\$(\d)", r"\1", t)
-    t = re.sub(r"\bno longer\b", "not", t, flags=re.IGNORECASE)
-    t = re.sub(r"\bany more\b", "anymore", t, flags=re.IGNORECASE)
-    for a, b in (("won't", "will not"), ("can't", "can not"), ("cannot", "can not"), ("n't", " not")):
-        t = re.sub(re.escape(a), b, t, flags=re.IGNORECASE)
+    if "," in t:
+        t = _THOUSANDS.sub("", t)
+    if "$" in t:
+        t = _DOLLAR.sub(r"\1", t)
+    t = _NO_LONGER.sub("not", t)
+    t = _ANY_MORE.sub("anymore", t)
+    if "'" in t or "nnot" in t.lower():
+        for pattern, replacement in _CONTRACTIONS:
+            t = pattern.sub(replacement, t)
     return t
 
 
 def _number_token(tok: str) -> list[str]:
+    if not tok[0].isdigit():
+        # Most tokens are plain words: only number words and "thirty-four" need more than this.
+        if tok in _NUMBER_WORDS:
+            return [str(_NUMBER_WORDS[tok])]
+        if "-" in tok:
+            parts = tok.split("-")
+            if all(p in _NUMBER_WORDS for p in parts):
+                return [str(sum(int(_NUMBER_WORDS[p]) for p in parts))]
+        return [tok]
     m = _ORDINAL.match(tok)
     if m:
         return [m.group(1)]
@@ -147,7 +171,7 @@ def _seq(text: str) -> tuple[tuple[str, bool], ...]:
     """
     out: list[tuple[str, bool]] = []
     clean = _normalise_text(text)
-    for m in re.finditer(r"[A-Za-z0-9]+(?:[.:/-][A-Za-z0-9]+)*", clean):
+    for m in _WORD.finditer(clean):
         raw = m.group(0)
         low = raw.lower()
         if low in _DROP:
@@ -160,7 +184,9 @@ def _seq(text: str) -> tuple[tuple[str, bool], ...]:
             continue
         valueish = (raw[0].isupper() and m.start() > 0 and low not in _NOT_VALUE_WORDS) or raw[0].isdigit()
         for tok in _number_token(low):
-            out.append((_stem(tok) if not _NUMBER_TOKEN.match(tok) else tok, valueish or tok[0].isdigit()))
+            digit = tok[0].isdigit()
+            number = digit and _NUMBER_TOKEN.match(tok) is not None
+            out.append((tok if number else _stem(tok), valueish or digit))
     # am/pm: "2 pm" -> "14:00", "9:30 am" -> "9:30"
     fixed: list[tuple[str, bool]] = []
     for tok, val in out:
