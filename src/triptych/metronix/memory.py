@@ -28,6 +28,7 @@ from triptych.metronix.memory_store import (
     KINDS,
     SCOPES,
     STATUSES,
+    Filing,
     MemoryRecord,
     RankingRow,
     SqliteMemoryStore,
@@ -284,7 +285,7 @@ class MemoryService:
         )
         stored, deduped = self.store.insert(record, vector, extract_entities(text, tags))
         if not deduped:
-            self._check(stored)
+            self._check(stored, vector)
         return {"id": stored.id, "content_hash": stored.content_hash, "deduped": deduped}
 
     def batch_store(
@@ -431,7 +432,7 @@ class MemoryService:
                 details={"field": "content"},
             ) from exc
         if vector is not None:
-            self._check(updated)
+            self._check(updated, vector)
         fields = [f for f in ("content", "tags", "importance_score", "kind") if f in changes]
         return {"id": updated.id, "content_hash": updated.content_hash, "updated_fields": fields}
 
@@ -678,31 +679,33 @@ class MemoryService:
 
     # -- freshness -------------------------------------------------------------------------
 
-    def _check(self, record: MemoryRecord) -> None:
-        """Run the freshness checks for a record whose check is queued; dequeue when done."""
+    def _check(self, record: MemoryRecord, vector: Any = None) -> None:
+        """Run the freshness checks for a record whose check is queued: file what they find and dequeue
+        the check in one transaction."""
         try:
-            self._freshness(record)
+            filing = self._freshness(record, vector)
         except Exception:
             # The check stays queued and is retried at the next start.
             log.exception("freshness check of %s failed", record.id)
             return
-        self.store.check_done(record.id)
+        self.store.finish_check(record, filing)
 
-    def _freshness(self, record: MemoryRecord) -> None:
+    def _freshness(self, record: MemoryRecord, vector: Any = None) -> Filing | None:
         view = Visibility(
             workspace_id=record.workspace_id,
             agent_id=record.agent_id,
             statuses=("active",),
             session_id=record.session_id if record.scope == "session" else None,
         )
-        vector = self.store.vectors(record.workspace_id, [record.seq]).get(record.seq)
         if vector is None:
-            return
+            vector = self.store.vectors(record.workspace_id, [record.seq]).get(record.seq)
+        if vector is None:
+            return None
         found = self.store.dense_search(view, vector, 6)  # the record itself is usually among them
         neighbours = [(s, sim) for s, sim in found if s != record.seq][:5]
         neighbours = [(s, sim) for s, sim in neighbours if sim >= self.settings.contradiction_floor]
         if not neighbours:
-            return
+            return None
         others = self.store.by_seqs([s for s, _ in neighbours])
         s = self.settings
         for seq, similarity in neighbours:
@@ -712,17 +715,16 @@ class MemoryService:
             contradiction = detect_contradiction(other.content, record.content)
             if contradiction is not None:
                 confidence = round(min(1.0, contradiction.confidence * (0.5 + similarity / 2)), 4)
-                self.store.file_review(record, "possible_contradiction", other.id, confidence, "conflicted")
-                self.store.add_link(record.seq, other.id, "contradicts")
-                return
+                return Filing(
+                    "possible_contradiction", other.id, confidence, "conflicted", link="contradicts"
+                )
         best_seq, best_similarity = neighbours[0]
         best = others.get(best_seq)
         if best is None:
-            return
+            return None
         lexical = jaccard(best.content, record.content)
         if best_similarity >= s.reconciler_threshold and lexical >= 0.5:
-            self.store.file_review(record, "possible_duplicate", best.id, best_similarity, "review_needed")
-            return
+            return Filing("possible_duplicate", best.id, best_similarity, "review_needed")
         confidence = decision_confidence(best_similarity, lexical, s.reconciler_threshold)
         # Only a close neighbour makes "store it as a new memory" uncertain. Without this floor, short
         # conversational turns that share a few words were filed by the hundred (113 of 300 LoCoMo turns)
@@ -731,7 +733,8 @@ class MemoryService:
             best_similarity >= s.reconciler_threshold - DECISION_SIMILARITY_MARGIN
             and confidence < s.decision_threshold
         ):
-            self.store.file_review(record, "low_confidence_decision", best.id, confidence, "review_needed")
+            return Filing("low_confidence_decision", best.id, confidence, "review_needed")
+        return None
 
     def run_pending_checks(self) -> int:
         """Checks a crash interrupted (queued with their write, never completed); run at start."""

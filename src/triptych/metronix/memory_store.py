@@ -226,6 +226,17 @@ class Visibility:
 
 
 @dataclass(frozen=True, slots=True)
+class Filing:
+    """What a freshness check files: a review entry, the target's new status, and a link to record."""
+
+    reason: str
+    related_id: str | None
+    confidence: float
+    status: str | None
+    link: str | None = None  # a ``memory_links`` kind ("contradicts")
+
+
+@dataclass(frozen=True, slots=True)
 class ReviewEntry:
     id: str
     workspace_id: str
@@ -782,10 +793,6 @@ class SqliteMemoryStore:
             workspace_id, *attrs, changes={seq: {"ttl_expires_at": ttl_expires_at} for seq in touched}
         )
 
-    def add_link(self, seq: int, related_id: str, kind: str) -> None:
-        with self.db.transaction() as conn:
-            conn.execute("INSERT OR IGNORE INTO memory_links VALUES (?, ?, ?)", (seq, related_id, kind))
-
     # -- reads -------------------------------------------------------------------------
 
     def find_duplicate(
@@ -974,29 +981,49 @@ class SqliteMemoryStore:
         new_status: str | None,
     ) -> bool:
         """File a review entry (idempotent per target, related record and reason); True if it is new."""
+        return self._file(record, Filing(reason, related_id, confidence, new_status), done=False)
+
+    def finish_check(self, record: MemoryRecord, filing: Filing | None) -> bool:
+        """A freshness check's outcome: its filing, if any, and the check dequeued, in one transaction.
+        True if a new review entry was filed."""
+        return self._file(record, filing, done=True)
+
+    def _file(self, record: MemoryRecord, filing: Filing | None, done: bool) -> bool:
+        created, attrs = False, None
         with self.db.transaction() as conn:
-            cursor = conn.execute(
-                "INSERT OR IGNORE INTO review_entries (id, workspace_id, target_id, target_kind, reason,"
-                " related_record_id, content, confidence, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    "review_" + uuid.uuid4().hex,
-                    record.workspace_id,
-                    record.id,
-                    "memory_record",
-                    reason,
-                    related_id or "",
-                    record.content,
-                    round(confidence, 4),
-                    utcnow(),
-                ),
+            if filing is not None:
+                cursor = conn.execute(
+                    "INSERT OR IGNORE INTO review_entries (id, workspace_id, target_id, target_kind, reason,"
+                    " related_record_id, content, confidence, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                    (
+                        "review_" + uuid.uuid4().hex,
+                        record.workspace_id,
+                        record.id,
+                        "memory_record",
+                        filing.reason,
+                        filing.related_id or "",
+                        record.content,
+                        round(filing.confidence, 4),
+                        utcnow(),
+                    ),
+                )
+                created = cursor.rowcount > 0
+                if created and filing.status is not None:
+                    conn.execute(
+                        "UPDATE memory_records SET status = ? WHERE seq = ?", (filing.status, record.seq)
+                    )
+                    attrs = self._attribute_write(conn, record.workspace_id)
+                if filing.link is not None and filing.related_id:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO memory_links VALUES (?, ?, ?)",
+                        (record.seq, filing.related_id, filing.link),
+                    )
+            if done:
+                conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
+        if attrs is not None and filing is not None:
+            self.attributes.apply(
+                record.workspace_id, *attrs, changes={record.seq: {"status": filing.status}}
             )
-            created = cursor.rowcount > 0
-            attrs: tuple[int, int] | None = None
-            if created and new_status is not None:
-                conn.execute("UPDATE memory_records SET status = ? WHERE seq = ?", (new_status, record.seq))
-                attrs = self._attribute_write(conn, record.workspace_id)
-        if attrs is not None:
-            self.attributes.apply(record.workspace_id, *attrs, changes={record.seq: {"status": new_status}})
         return created
 
     def list_reviews(
