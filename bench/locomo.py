@@ -958,10 +958,10 @@ def timed_service_calls(
     for name in (
         "dense_search",
         "keyword_search",
-        "adjacent",
+        "context",
         "visible_subset",
         "by_seqs",
-        "entities",
+        "ranking_rows",
         "links",
         "vectors",
         "insert",
@@ -1016,8 +1016,11 @@ def timed_service_calls(
             add("search_embed_ms (concurrent with keyword)", embedder.last_ms)
             add("search_keyword_ms", timers.get("keyword_search", 0.0))
             add("search_dense_ms", timers.get("dense_search", 0.0))
-            add("search_context_ms", timers.get("adjacent", 0.0))
-            add("search_hydrate_graph_ms", sum(timers.get(x, 0.0) for x in ("by_seqs", "entities", "links")))
+            add("search_context_ms", timers.get("context", 0.0))
+            add(
+                "search_hydrate_graph_ms",
+                sum(timers.get(x, 0.0) for x in ("by_seqs", "ranking_rows", "links")),
+            )
     finally:
         for name, fn in originals.items():
             setattr(store, name, fn)

@@ -9,7 +9,7 @@ neighbours; from SQL that was two ``IN (...)`` queries of a few hundred seqs, 2.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from triptych.core.partitions import PartitionCache
@@ -66,3 +66,24 @@ class AdjacencyIndex(PartitionCache[_Links]):
         part = self.sync(key, generation)
         with self._lock:
             return {seq: set(found) for seq in seqs if (found := part.neighbours.get(seq))}
+
+    def lend(self, key: str, generation: int, scores: Mapping[int, float], hops: int) -> dict[int, float]:
+        """For every record up to ``hops`` links away from a scored one, the best score among those
+        records (a record lends to its neighbours, never to itself). Walks the cached links in place."""
+        part = self.sync(key, generation)
+        lent: dict[int, float] = {}
+        with self._lock:
+            links = part.neighbours
+            for seq, score in scores.items():
+                level, seen = [seq], {seq}
+                for _ in range(hops):
+                    reached = []
+                    for node in level:
+                        for other in links.get(node, ()):
+                            if other not in seen:
+                                seen.add(other)
+                                reached.append(other)
+                                if score > lent.get(other, 0.0):
+                                    lent[other] = score
+                    level = reached
+        return lent

@@ -611,27 +611,7 @@ class MemoryService:
     def _context_scores(self, workspace_id: str, first: dict[int, float]) -> dict[int, float]:
         """Each record's best first-stage score among the records up to ``CONTEXT_HOPS`` writes before or
         after it in its conversation (visibility is checked later, only for those that rank)."""
-        adjacent = self.store.adjacent(workspace_id, list(first))
-        complete = set(first)  # records whose every neighbour is in ``adjacent``
-        for _ in range(CONTEXT_HOPS - 1):
-            ring = {n for seq in complete for n in adjacent.get(seq, ())} - complete
-            for seq, others in self.store.adjacent(workspace_id, list(ring)).items():
-                adjacent.setdefault(seq, set()).update(others)
-            complete |= ring
-        lent: dict[int, float] = {}
-        for seq, score in first.items():
-            level, seen = [seq], {seq}
-            for _ in range(CONTEXT_HOPS):
-                reached = []
-                for node in level:
-                    for other in adjacent.get(node, ()):
-                        if other not in seen:
-                            seen.add(other)
-                            reached.append(other)
-                            if score > lent.get(other, 0.0):
-                                lent[other] = score
-                level = reached
-        return lent
+        return self.store.context(workspace_id, first, CONTEXT_HOPS)
 
     def _visible_head(
         self, view: Visibility, ranked: list[int], first: dict[int, float], need: int

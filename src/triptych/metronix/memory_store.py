@@ -957,6 +957,10 @@ class SqliteMemoryStore:
         """Each seq's conversation neighbours: the record it follows and the records that follow it."""
         return self.adjacency.neighbours(workspace_id, self._generation(workspace_id), seqs)
 
+    def context(self, workspace_id: str, scores: dict[int, float], hops: int) -> dict[int, float]:
+        """Scores lent along conversation links (``AdjacencyIndex.lend``)."""
+        return self.adjacency.lend(workspace_id, self._generation(workspace_id), scores, hops)
+
     def entities(self, seqs: Sequence[int]) -> dict[int, set[str]]:
         return self._grouped("SELECT seq, entity FROM memory_entities WHERE seq IN ({})", seqs)
 
