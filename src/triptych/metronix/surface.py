@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +85,14 @@ class Metronix:
         self.memory.store.purge_expired(utcnow())
         # Load every workspace's memory indexes off the request path: at 100,000 records the first
         # search would otherwise wait seconds for them.
-        threading.Thread(target=self.memory.store.warm, name="memory-index-warm", daemon=True).start()
+        threading.Thread(target=self._warm, name="memory-index-warm", daemon=True).start()
+
+    def _warm(self) -> None:
+        self.memory.store.warm()
+        # The caches just loaded are long-lived: at 10,000 records a full collection walked them for
+        # 170-180 ms, once every few hundred calls. Frozen objects are skipped by the collector (and
+        # still freed by reference counting when a cache is replaced).
+        gc.freeze()
 
     def mcp_server(self, stdio_agent_id: str | None = None) -> Server[Any]:
         return build_server("metronix", self.tools(), render_error, INSTRUCTIONS, stdio_agent_id)
