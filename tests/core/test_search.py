@@ -286,6 +286,23 @@ def test_index_is_loaded_once_per_generation() -> None:
     assert table.loads == ["ws"]
 
 
+def test_a_reader_that_read_an_older_generation_is_served_the_newer_cache_without_a_reload() -> None:
+    # A search reads generation 1, then this process's own write commits and applies generation 2
+    # before the search reaches the cache: the newer partition serves it.
+    rng = np.random.default_rng(8)
+    table = Table()
+    table.rows["ws"] = ([1, 2], _unit_rows(rng, 2))
+    index = VectorIndex(DIM, table.loader)
+    index.sync("ws", 1)
+    added = _unit_rows(rng, 1)
+    index.apply("ws", 1, 2, added=[(3, added[0])])
+
+    results = index.search("ws", 1, added[0], 3)
+
+    assert results[0][0] == 3
+    assert table.loads == ["ws"]
+
+
 def test_index_reloads_when_another_writer_changed_the_partition() -> None:
     rng = np.random.default_rng(6)
     table = Table()

@@ -2,8 +2,9 @@
 coherent by generation.
 
 The database is the source of truth. Every write bumps the partition's generation in the same
-transaction; this process applies its own committed writes in place, and a generation it did not
-produce reloads the partition, so several workers over one database never serve stale data.
+transaction (generations never go down); this process applies its own committed writes in place, and
+a newer generation it did not produce reloads the partition, so several workers over one database
+never serve stale data.
 """
 
 from __future__ import annotations
@@ -29,9 +30,15 @@ class PartitionCache(Generic[P]):
         raise NotImplementedError
 
     def sync(self, key: str, generation: int) -> P:
+        """The partition as of ``generation`` or later.
+
+        Generations only grow, so a cached partition newer than the one asked for serves too: a search
+        that read the generation just before a write of this process committed and applied its change
+        would otherwise reload the whole partition (about 0.1 s at 10,000 records) for nothing.
+        """
         with self._lock:
             part = self._parts.get(key)
-            if part is None or part.generation != generation:
+            if part is None or part.generation < generation:
                 part = self._load(key, generation)
                 self._parts[key] = part
             return part
