@@ -13,7 +13,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -283,9 +283,12 @@ class MemoryService:
             updated_at=now,
             ttl_expires_at=self._ttl(scope),
         )
+        # The freshness check's neighbour search needs only the vector: it runs while the row is
+        # inserted (the new record cannot be among its hits, which the check excludes anyway).
+        found = self._embedding.submit(self._neighbours, record, vector)
         stored, deduped = self.store.insert(record, vector, extract_entities(text, tags))
         if not deduped:
-            self._check(stored, vector)
+            self._check(stored, vector, found)
         return {"id": stored.id, "content_hash": stored.content_hash, "deduped": deduped}
 
     def batch_store(
@@ -659,29 +662,39 @@ class MemoryService:
 
     # -- freshness -------------------------------------------------------------------------
 
-    def _check(self, record: MemoryRecord, vector: Any = None) -> None:
+    def _check(
+        self, record: MemoryRecord, vector: Any = None, found: Future[list[tuple[int, float]]] | None = None
+    ) -> None:
         """Run the freshness checks for a record whose check is queued: file what they find and dequeue
-        the check in one transaction."""
+        the check in one transaction. ``found``: its neighbour search, already started."""
         try:
-            filing = self._freshness(record, vector)
+            filing = self._freshness(record, vector, None if found is None else found.result())
         except Exception:
             # The check stays queued and is retried at the next start.
             log.exception("freshness check of %s failed", record.id)
             return
         self.store.finish_check(record, filing)
 
-    def _freshness(self, record: MemoryRecord, vector: Any = None) -> Filing | None:
+    def _neighbours(self, record: MemoryRecord, vector: Any) -> list[tuple[int, float]]:
+        """The active records nearest ``vector`` that the record's agent sees (6: the record itself is
+        usually among them once stored)."""
         view = Visibility(
             workspace_id=record.workspace_id,
             agent_id=record.agent_id,
             statuses=("active",),
             session_id=record.session_id if record.scope == "session" else None,
         )
-        if vector is None:
-            vector = self.store.vectors(record.workspace_id, [record.seq]).get(record.seq)
-        if vector is None:
-            return None
-        found = self.store.dense_search(view, vector, 6)  # the record itself is usually among them
+        return self.store.dense_search(view, vector, 6)
+
+    def _freshness(
+        self, record: MemoryRecord, vector: Any = None, found: list[tuple[int, float]] | None = None
+    ) -> Filing | None:
+        if found is None:
+            if vector is None:
+                vector = self.store.vectors(record.workspace_id, [record.seq]).get(record.seq)
+            if vector is None:
+                return None
+            found = self._neighbours(record, vector)
         neighbours = [(s, sim) for s, sim in found if s != record.seq][:5]
         neighbours = [(s, sim) for s, sim in neighbours if sim >= self.settings.contradiction_floor]
         if not neighbours:
