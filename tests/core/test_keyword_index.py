@@ -113,9 +113,13 @@ def test_own_writes_apply_in_place_and_foreign_writes_reload() -> None:
     table.parts["w"] = _docs([(7, "lake trip", "")])
     assert [s for s, _ in index.search("w", 9, "lake", None)] == [7]
     assert table.loads == ["w", "w"]
-    # A write applied on top of a generation the index never saw drops the partition instead.
+    # A write older than the loaded generation is in the load already: nothing to apply, no reload.
     index.apply("w", 5, 6, added=[(8, [("violin", 1.0)])])
     assert [s for s, _ in index.search("w", 9, "violin", None)] == []
+    assert table.loads == ["w", "w"]
+    # A write applied on top of a generation the index never saw drops the partition instead.
+    index.apply("w", 10, 11, added=[(8, [("violin", 1.0)])])
+    assert [s for s, _ in index.search("w", 11, "violin", None)] == []
     assert table.loads == ["w", "w", "w"]
 
 

@@ -286,21 +286,40 @@ def test_index_is_loaded_once_per_generation() -> None:
     assert table.loads == ["ws"]
 
 
-def test_a_reader_that_read_an_older_generation_is_served_the_newer_cache_without_a_reload() -> None:
-    # A search reads generation 1, then this process's own write commits and applies generation 2
-    # before the search reaches the cache: the newer partition serves it.
-    rng = np.random.default_rng(8)
+def _loaded_at_generation_1(seed: int) -> tuple[Table, VectorIndex, Vector]:
+    """Two vectors loaded at generation 1, and a third one a write of this process is about to add."""
+    rng = np.random.default_rng(seed)
     table = Table()
     table.rows["ws"] = ([1, 2], _unit_rows(rng, 2))
     index = VectorIndex(DIM, table.loader)
     index.sync("ws", 1)
-    added = _unit_rows(rng, 1)
-    index.apply("ws", 1, 2, added=[(3, added[0])])
+    return table, index, _unit_rows(rng, 1)[0]
 
-    results = index.search("ws", 1, added[0], 3)
+
+def test_a_reader_that_read_an_older_generation_is_served_the_newer_cache_without_a_reload() -> None:
+    # A search reads generation 1, then this process's own write commits and applies generation 2
+    # before the search reaches the cache: the newer partition serves it.
+    table, index, added = _loaded_at_generation_1(8)
+    index.apply("ws", 1, 2, added=[(3, added)])
+
+    results = index.search("ws", 1, added, 3)
 
     assert results[0][0] == 3
     assert table.loads == ["ws"]
+
+
+def test_a_write_applied_after_a_reader_already_loaded_it_keeps_the_loaded_partition() -> None:
+    # This process commits a write (generation 1 -> 2); before it applies it, a reader reads generation
+    # 2 and loads the partition, which then holds the write. Applying it must neither duplicate the
+    # vector nor drop the partition (which would load it a third time).
+    table, index, added = _loaded_at_generation_1(9)
+    table.rows["ws"] = ([1, 2, 3], np.vstack([table.rows["ws"][1], added]))
+    index.sync("ws", 2)
+
+    index.apply("ws", 1, 2, added=[(3, added)])
+
+    assert sorted(i for i, _ in index.search("ws", 2, added, 5)) == [1, 2, 3]
+    assert table.loads == ["ws", "ws"]
 
 
 def test_index_reloads_when_another_writer_changed_the_partition() -> None:

@@ -52,6 +52,10 @@ class PartitionCache(Generic[P]):
             part = self._parts.get(key)
             if part is None:
                 return
+            if part.generation >= after:
+                # A reader loaded the partition after this write committed (it read the new generation
+                # before the write got here): the write is in it already.
+                return
             if part.generation != before:
                 del self._parts[key]  # someone else wrote in between: reload on next use
                 return

@@ -383,6 +383,15 @@ class SqliteMemoryStore:
     def _bump_attributes(self, conn: Any, workspace_id: str) -> int:
         return self._bump_counter(conn, workspace_id, "attributes")
 
+    def _counters(self, workspace_id: str) -> tuple[int, int]:
+        """Both counters in one read: a search that reads them together and passes them down never
+        asks a cache for a generation newer than its first look (a concurrent write of this process
+        may commit meanwhile, and a cache asked for it before the write applies it would reload)."""
+        row = self.db.conn.execute(
+            "SELECT generation, attributes FROM memory_generations WHERE workspace_id = ?", (workspace_id,)
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
     def _counter(self, workspace_id: str, column: str) -> int:
         row = self.db.conn.execute(
             f"SELECT {column} FROM memory_generations WHERE workspace_id = ?", (workspace_id,)
@@ -881,12 +890,16 @@ class SqliteMemoryStore:
             for r in self.db.conn.execute(f"SELECT r.seq FROM memory_records r WHERE {where}", params)
         ]
 
-    def visible_subset(self, view: Visibility, seqs: Sequence[int]) -> set[int]:
-        """Which of ``seqs`` the view may see, every filter applied (from the attribute cache)."""
+    def visible_subset(
+        self, view: Visibility, seqs: Sequence[int], attributes: int | None = None
+    ) -> set[int]:
+        """Which of ``seqs`` the view may see, every filter applied (from the attribute cache, as of
+        the ``attributes`` generation the caller read, else the current one)."""
         if not seqs:
             return set()
         workspace = view.workspace_id
-        return self.attributes.visible(workspace, self._attribute_generation(workspace), seqs, _filter(view))
+        generation = self._attribute_generation(workspace) if attributes is None else attributes
+        return self.attributes.visible(workspace, generation, seqs, _filter(view))
 
     def dense_search(self, view: Visibility, query: Vector, limit: int) -> list[tuple[int, float]]:
         """The ``limit`` records nearest ``query`` among those the view may see.
@@ -896,7 +909,8 @@ class SqliteMemoryStore:
         outside the probe ranks below every record inside it. Selecting the visible set in SQL first
         cost 42 ms at 10,000 records; this costs about 1 ms when most records are visible.
         """
-        workspace, generation = view.workspace_id, self._generation(view.workspace_id)
+        workspace = view.workspace_id
+        generation, attributes = self._counters(workspace)
 
         def exact(seqs: list[int]) -> list[tuple[int, float]]:
             return self.index.search_subset(workspace, generation, query, seqs, limit) if seqs else []
@@ -904,6 +918,7 @@ class SqliteMemoryStore:
         return self._post_filtered(
             view,
             limit,
+            attributes,
             lambda probe: self.index.search(workspace, generation, query, probe),
             # The HNSW graph (above 20,000 vectors) may return fewer than asked: only the size says
             # whether the workspace is exhausted.
@@ -913,7 +928,8 @@ class SqliteMemoryStore:
 
     def keyword_search(self, view: Visibility, query: str, limit: int) -> list[tuple[int, float]]:
         """BM25 top ``limit`` among visible records, post-filtered the same way as ``dense_search``."""
-        workspace, generation = view.workspace_id, self._generation(view.workspace_id)
+        workspace = view.workspace_id
+        generation, attributes = self._counters(workspace)
 
         def exact(seqs: list[int]) -> list[tuple[int, float]]:
             # A selective filter: rank every match (cheap in memory), keep the visible ones.
@@ -924,6 +940,7 @@ class SqliteMemoryStore:
         return self._post_filtered(
             view,
             limit,
+            attributes,
             lambda probe: self.keywords.search(workspace, generation, query, probe),
             lambda hits, probe: len(hits) < probe,
             exact,
@@ -933,6 +950,7 @@ class SqliteMemoryStore:
         self,
         view: Visibility,
         limit: int,
+        attributes: int,
         ranked: Callable[[int], list[tuple[int, float]]],
         exhausted: Callable[[list[tuple[int, float]], int], bool],
         exact: Callable[[list[int]], list[tuple[int, float]]],
@@ -943,7 +961,7 @@ class SqliteMemoryStore:
         probe = 4 * limit
         while probe <= MAX_PROBE:
             hits = ranked(probe)
-            visible = self.visible_subset(view, [s for s, _ in hits])
+            visible = self.visible_subset(view, [s for s, _ in hits], attributes)
             found = [(s, score) for s, score in hits if s in visible]
             if len(found) >= limit or exhausted(hits, probe):
                 return found[:limit]
