@@ -28,7 +28,7 @@ from triptych import __version__
 from triptych.config import Settings
 from triptych.core.errors import AuthRequired, InternalError, InvalidParams, TriptychError
 from triptych.core.http import McpEndpoint, error_body, send_json
-from triptych.core.mcp import parse_args
+from triptych.core.mcp import input_schemas, parse_args
 from triptych.hadron.errors import BadInput, Unauthenticated
 from triptych.hadron.identity import ANONYMOUS, Authenticate, HadronCaller
 from triptych.hadron.services.selection import SelectionService, client_id_from
@@ -121,6 +121,10 @@ def build_server(tools: Sequence[HadronTool], selections: SelectionService, inst
         instructions=instructions,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        # The SDK checks a call's Mcp-Param-* headers against the tool's schema; without this lookup it
+        # runs the whole tools/list handler and serializes every definition on every call (a third of
+        # the event loop's time under a memory_store load, py-spy).
+        get_tool_input_schema=input_schemas(definitions).get,
     )
 
 
