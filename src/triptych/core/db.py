@@ -6,6 +6,7 @@ only way to write, so the writes of one call commit together or not at all.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -13,6 +14,48 @@ from contextlib import contextmanager
 from pathlib import Path
 
 Migration = str  # one SQL script; its position in the list is its version
+log = logging.getLogger(__name__)
+# With background checkpoints, a connection checkpoints by itself only past this many WAL pages (40 MB):
+# a bound in case the checkpoint thread falls behind.
+FALLBACK_AUTOCHECKPOINT = 10_000
+
+
+class Checkpointer:
+    """Copies the WAL back into the database in a background thread, woken after commits.
+
+    With SQLite's default autocheckpoint (every 1,000 pages) the committing connection copies the WAL
+    back and syncs the database file inside COMMIT: one write in a few dozen pays tens of milliseconds
+    for all of them (a ``memory_store`` every ~35 writes: 80 ms instead of 20). Connections that
+    check point only past ``FALLBACK_AUTOCHECKPOINT`` pages wake this thread instead: a PASSIVE
+    checkpoint never blocks writers or readers, and runs in C with the GIL released. Durability is
+    unchanged: the WAL itself is what a commit syncs (or not), as before.
+    """
+
+    def __init__(self, db: Database, name: str) -> None:
+        self._db = db
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                self._db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error:
+                log.warning("background WAL checkpoint of %s failed", self._db.path, exc_info=True)
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
 
 
 class Database:
@@ -24,6 +67,7 @@ class Database:
         migrations: Sequence[Migration],
         component: str = "main",
         synchronous: str = "NORMAL",
+        background_checkpoints: bool = False,
     ) -> None:
         self.path = path
         # NORMAL survives a crash of the process; FULL also of the machine (the WAL is synced at
@@ -33,6 +77,8 @@ class Database:
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Every commit wakes the checkpoint thread; the connections' own autocheckpoint is a fallback.
+        self._checkpointer = Checkpointer(self, f"checkpoint-{path.stem}") if background_checkpoints else None
         self.migrate(component, migrations)
 
     def _connect(self) -> sqlite3.Connection:
@@ -43,6 +89,8 @@ class Database:
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=30000")
         conn.execute("PRAGMA cache_size=-65536")
+        if self._checkpointer is not None:
+            conn.execute(f"PRAGMA wal_autocheckpoint={FALLBACK_AUTOCHECKPOINT}")
         return conn
 
     @property
@@ -67,6 +115,8 @@ class Database:
             raise
         else:
             conn.execute("COMMIT")
+            if self._checkpointer is not None:
+                self._checkpointer.poke()
 
     def migrate(self, component: str, migrations: Sequence[Migration]) -> None:
         """Apply the component's migrations not yet applied, each in its own transaction."""
@@ -86,6 +136,8 @@ class Database:
                 conn.execute(update, (version, component))
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         with self._all_lock:
             for conn in self._all:
                 try:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from triptych.core.db import Database
+from triptych.core.db import Checkpointer, Database
 from triptych.metergraph import histogram
 
 log = logging.getLogger(__name__)
@@ -429,44 +429,6 @@ class TelemetryStore(Protocol):
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]: ...
 
 
-class _Checkpointer:
-    """Copies the WAL back into the database in a background thread, woken after each ingest commit.
-
-    A batch writes a few MB of WAL. With SQLite's default autocheckpoint (every 1,000 pages) the
-    committing connection copies it back and syncs the database file inside COMMIT, while the next
-    batch waits for the write lock. Ingest connections check point only past ``_INGEST_AUTOCHECKPOINT``
-    pages (a bound if this thread falls behind) and wake this thread instead: a PASSIVE checkpoint never
-    blocks writers or readers, and runs in C with the GIL released. Durability is unchanged: the WAL is
-    synced at every commit before the 202.
-    """
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-        self._wake = threading.Event()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="metergraph-checkpoint", daemon=True)
-        self._thread.start()
-
-    def poke(self) -> None:
-        self._wake.set()
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopping:
-                return
-            try:
-                self._db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            except sqlite3.Error:
-                log.warning("metergraph: background WAL checkpoint failed", exc_info=True)
-
-    def close(self) -> None:
-        self._stopping = True
-        self._wake.set()
-        self._thread.join()
-
-
 _INGEST_AUTOCHECKPOINT = 10_000  # pages (40 MB): the ingest connection's own checkpoint, a fallback
 
 
@@ -475,7 +437,7 @@ class SqliteTelemetryStore:
         # Durable before the 202: the WAL is synced at every commit.
         self.db = Database(path, MIGRATIONS, synchronous="FULL")
         self._write_lock = threading.Lock()
-        self._checkpointer = _Checkpointer(self.db)
+        self._checkpointer = Checkpointer(self.db, "metergraph-checkpoint")
         conn = self.db.conn
         if (
             conn.execute("SELECT 1 FROM calls LIMIT 1").fetchone()
