@@ -885,7 +885,38 @@ def diagnose(ranker: Ranker, seq_ids: dict[int, dict[int, set[str]]], data: Loco
         "evidence_turns": total,
         "rank_buckets": {n: {b: v.get(b, 0) for b in order} for n, v in buckets.items()},
         "evidence_beyond_pool50_by_category": dict(sorted(per_cat_missing.items())),
+        "pool_ceiling": pool_ceiling(ranker, seq_ids, data),
     }
+
+
+def pool_ceiling(
+    ranker: Ranker, seq_ids: dict[int, dict[int, set[str]]], data: Locomo, hops: int = 2
+) -> dict[str, dict[str, float]]:
+    """The share of questions whose evidence turns are all in the union of the dense and keyword top N,
+    alone and with the records up to ``hops`` writes around them (what conversation context reaches):
+    no re-ranking of that pool can score higher."""
+    out: dict[str, dict[str, float]] = {}
+    for n in (10, 50, 100, 200):
+        for reach in (0, hops):
+            full, sizes = 0, 0
+            for q in data.questions:
+                pool = {s for s, _ in ranker.dense[q.idx][:n]} | {s for s, _ in ranker.keyword[q.idx][:n]}
+                order, pos = ranker.order[q.conv], ranker.pos[q.conv]
+                pool |= {
+                    order[j]
+                    for s in list(pool)
+                    for j in range(pos[s] - reach, pos[s] + reach + 1)
+                    if 0 <= j < len(order)
+                }
+                sizes += len(pool)
+                found = set().union(*(seq_ids[q.conv].get(s, set()) for s in pool))
+                full += set(q.evidence) <= found
+            key = f"top {n} of each list" + (f" + {reach} writes of context" if reach else "")
+            out[key] = {
+                "all_evidence_in_pool": round(full / len(data.questions), 4),
+                "mean_pool_size": round(sizes / len(data.questions), 1),
+            }
+    return out
 
 
 # -- phase 4: latency at LoCoMo size and at 10k records ---------------------------------------------
@@ -1598,6 +1629,13 @@ def print_results(r: dict[str, Any], out_path: Path) -> None:
         print(f"  where the evidence turns rank in the first-stage lists ({dg['evidence_turns']} turns):")
         for n, b in dg["rank_buckets"].items():
             print(f"    {n:<13} " + "  ".join(f"{k} {v}" for k, v in b.items()))
+        print(
+            "  questions whose evidence is all in the candidate pool (the ceiling of any re-ranking of it):"
+        )
+        for name, c in dg.get("pool_ceiling", {}).items():
+            print(
+                f"    {name:<42} {c['all_evidence_in_pool']:.3f}  (mean pool {c['mean_pool_size']} records)"
+            )
     if "scale" in r:
         s = r["scale"]
         print("\n[latency]")
