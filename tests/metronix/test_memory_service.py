@@ -767,3 +767,54 @@ def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_proc
     assert expired.seq not in first.visible_subset(session, live)
     assert active.seq in first.visible_subset(default, live)
     coherent()
+
+
+def test_concurrent_writes_and_searches_never_reload_a_cache(db: Database, embedder: LocalEmbedder) -> None:
+    # Writes commit and then hand their change to the caches. Searches that read the counters in
+    # between, or writes applied out of commit order, used to find a cache a generation behind and
+    # reload it from the database; with one process writing, nothing should ever reload.
+    service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
+    service.batch_store(
+        LOCAL, WS, [{"content": f"note {i} about the harbour crane"} for i in range(60)], "hermes"
+    )
+    service.search(LOCAL, WS, "harbour", "hermes")  # every cache loaded
+    st = service.store
+    loads: list[str] = []
+    for cache in (st.index, st.keywords, st.adjacency, st.attributes):
+        original = cache._load
+
+        def counted(key: str, generation: int, original: Any = original) -> Any:
+            loads.append(key)
+            return original(key, generation)
+
+        cache._load = counted  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        try:
+            for i in range(12):
+                if i % 2:
+                    store(
+                        service,
+                        f"worker {worker} saw crane {i} lift a container",
+                        scope="session",
+                        session_id="s",
+                    )
+                else:
+                    found = service.search(
+                        LOCAL, WS, "crane container", "hermes", session_id="s", top_k=10, status=["all"]
+                    )
+                    assert found["count"] == 10
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert errors == []
+    assert loads == []
+    listed = service.list_records(LOCAL, WS, "hermes", scope="session", limit=100, status=["all"])
+    assert listed["total"] == 36

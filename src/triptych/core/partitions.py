@@ -66,6 +66,11 @@ class PartitionCache(Generic[P]):
                 self._parts.pop(key, None)
                 raise
 
+    def generation(self, key: str) -> int:
+        """The cached partition's generation; a missing one counts as current (loading it is not a lag)."""
+        part = self._parts.get(key)
+        return part.generation if part is not None else 1 << 62
+
     def forget(self, key: str) -> None:
         with self._lock:
             self._parts.pop(key, None)

@@ -9,14 +9,16 @@ writers of the same content cannot both insert.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import sqlite3
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
 
@@ -357,9 +359,36 @@ r.ttl_expires_at, r.created_at, r.updated_at"
 )
 
 
+W = TypeVar("W", bound=Callable[..., Any])
+
+
+def _serialized(method: W) -> W:
+    """One write at a time per store, its commit and the in-process indexes' update together.
+
+    SQLite runs one writer at a time anyway; queueing here instead of in SQLite's busy handler (which
+    sleeps up to 100 ms between tries) keeps concurrent writes prompt, and applying each write to the
+    caches before the next one commits keeps them in generation order: applied out of order, a write
+    found the cache a generation behind and dropped it, and the next search reloaded every index
+    (seconds at 10,000 records, 8 concurrent clients).
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: SqliteMemoryStore, *args: Any, **kwargs: Any) -> Any:
+        with self._write_lock:
+            self._writes += 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._writes -= 1
+
+    return cast(W, wrapper)
+
+
 class SqliteMemoryStore:
     def __init__(self, db: Database, dim: int) -> None:
         self.db = db
+        self._write_lock = threading.RLock()
+        self._writes = 0  # writes in progress (``_serialized``), read without the lock by readers
         db.migrate("memory", MIGRATIONS)
         self.index = VectorIndex(dim, self._load_vectors)
         self.keywords = KeywordIndex(self._load_documents)
@@ -391,6 +420,28 @@ class SqliteMemoryStore:
             "SELECT generation, attributes FROM memory_generations WHERE workspace_id = ?", (workspace_id,)
         ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def _read_counters(self, workspace_id: str) -> tuple[int, int]:
+        """``_counters`` for a read, once the caches hold them.
+
+        A write of this process commits and then hands its change to the caches; a reader that reads
+        the counters in between would find a cache one generation behind and reload it (hundreds of
+        milliseconds at 10,000 records; under 8 concurrent clients, several times a second). So while a
+        write is in progress here and a cache lags, the reader waits for that write to finish. A lag
+        with no write in progress is another process's write: the cache reloads, as it must.
+        """
+        counters = self._counters(workspace_id)
+        if self._writes and self._lagging(workspace_id, counters):
+            with self._write_lock:
+                pass
+        return counters
+
+    def _lagging(self, workspace_id: str, counters: tuple[int, int]) -> bool:
+        generation, attributes = counters
+        return (
+            any(cache.generation(workspace_id) < generation for cache in self._caches())
+            or self.attributes.generation(workspace_id) < attributes
+        )
 
     def _counter(self, workspace_id: str, column: str) -> int:
         row = self.db.conn.execute(
@@ -513,6 +564,7 @@ class SqliteMemoryStore:
             yield [(int(seq), content) for seq, content in rows]
             last = int(rows[-1][0])
 
+    @_serialized
     def replace_embeddings(self, vectors: Sequence[tuple[int, Vector]]) -> None:
         """New vectors for existing records (a re-embedding); the touched workspaces reload their index."""
         with self.db.transaction() as conn:
@@ -533,6 +585,7 @@ class SqliteMemoryStore:
 
     # -- writes ----------------------------------------------------------------------
 
+    @_serialized
     def insert(
         self, record: MemoryRecord, embedding: Vector, entities: set[str], enqueue: bool = True
     ) -> tuple[MemoryRecord, bool]:
@@ -669,6 +722,7 @@ class SqliteMemoryStore:
         conn.executemany("INSERT OR IGNORE INTO memory_tags VALUES (?, ?)", [(seq, t) for t in tags])
         conn.executemany("INSERT OR IGNORE INTO memory_entities VALUES (?, ?)", [(seq, e) for e in entities])
 
+    @_serialized
     def update(
         self,
         record: MemoryRecord,
@@ -751,6 +805,7 @@ class SqliteMemoryStore:
             )
         return updated
 
+    @_serialized
     def delete(self, workspace_id: str, record_id: str) -> bool:
         with self.db.transaction() as conn:
             row = conn.execute(
@@ -783,6 +838,7 @@ class SqliteMemoryStore:
             self.delete(row[0], row[1])
         return len(rows)
 
+    @_serialized
     def touch(self, workspace_id: str, seqs: Sequence[int], ttl_expires_at: str) -> None:
         """Slide the TTL of ``seqs`` (session records of ``workspace_id``; others are left alone)."""
         if not seqs:
@@ -838,7 +894,7 @@ class SqliteMemoryStore:
 
     def ranking_rows(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, RankingRow]:
         """What ranking reads of each candidate: no content, tags or metadata to decode."""
-        rows = self.attributes.rows(workspace_id, self._attribute_generation(workspace_id), seqs)
+        rows = self.attributes.rows(workspace_id, self._read_counters(workspace_id)[1], seqs)
         return {
             seq: RankingRow(
                 seq, a.id, a.session_id, a.updated_at, a.importance_score, a.created_at, a.entities
@@ -898,7 +954,7 @@ class SqliteMemoryStore:
         if not seqs:
             return set()
         workspace = view.workspace_id
-        generation = self._attribute_generation(workspace) if attributes is None else attributes
+        generation = self._read_counters(workspace)[1] if attributes is None else attributes
         return self.attributes.visible(workspace, generation, seqs, _filter(view))
 
     def dense_search(self, view: Visibility, query: Vector, limit: int) -> list[tuple[int, float]]:
@@ -910,7 +966,7 @@ class SqliteMemoryStore:
         cost 42 ms at 10,000 records; this costs about 1 ms when most records are visible.
         """
         workspace = view.workspace_id
-        generation, attributes = self._counters(workspace)
+        generation, attributes = self._read_counters(workspace)
 
         def exact(seqs: list[int]) -> list[tuple[int, float]]:
             return self.index.search_subset(workspace, generation, query, seqs, limit) if seqs else []
@@ -929,7 +985,7 @@ class SqliteMemoryStore:
     def keyword_search(self, view: Visibility, query: str, limit: int) -> list[tuple[int, float]]:
         """BM25 top ``limit`` among visible records, post-filtered the same way as ``dense_search``."""
         workspace = view.workspace_id
-        generation, attributes = self._counters(workspace)
+        generation, attributes = self._read_counters(workspace)
 
         def exact(seqs: list[int]) -> list[tuple[int, float]]:
             # A selective filter: rank every match (cheap in memory), keep the visible ones.
@@ -969,15 +1025,15 @@ class SqliteMemoryStore:
         return exact(self.visible_seqs(view))
 
     def vectors(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, Vector]:
-        return self.index.vectors(workspace_id, self._generation(workspace_id), seqs)
+        return self.index.vectors(workspace_id, self._read_counters(workspace_id)[0], seqs)
 
     def adjacent(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, set[int]]:
         """Each seq's conversation neighbours: the record it follows and the records that follow it."""
-        return self.adjacency.neighbours(workspace_id, self._generation(workspace_id), seqs)
+        return self.adjacency.neighbours(workspace_id, self._read_counters(workspace_id)[0], seqs)
 
     def context(self, workspace_id: str, scores: dict[int, float], hops: int) -> dict[int, float]:
         """Scores lent along conversation links (``AdjacencyIndex.lend``)."""
-        return self.adjacency.lend(workspace_id, self._generation(workspace_id), scores, hops)
+        return self.adjacency.lend(workspace_id, self._read_counters(workspace_id)[0], scores, hops)
 
     def entities(self, seqs: Sequence[int]) -> dict[int, set[str]]:
         return self._grouped("SELECT seq, entity FROM memory_entities WHERE seq IN ({})", seqs)
@@ -1010,6 +1066,7 @@ class SqliteMemoryStore:
         True if a new review entry was filed."""
         return self._file(record, filing, done=True)
 
+    @_serialized
     def _file(self, record: MemoryRecord, filing: Filing | None, done: bool) -> bool:
         created, attrs = False, None
         with self.db.transaction() as conn:
@@ -1074,6 +1131,7 @@ class SqliteMemoryStore:
         ).fetchone()
         return None if row is None else _review(row)
 
+    @_serialized
     def resolve_review(
         self,
         review: ReviewEntry,
@@ -1127,6 +1185,7 @@ class SqliteMemoryStore:
         ).fetchall()
         return [(r[0], r[1]) for r in rows]
 
+    @_serialized
     def check_done(self, record_id: str) -> None:
         with self.db.transaction() as conn:
             conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
