@@ -1265,6 +1265,81 @@ def scale_phase(
     return out
 
 
+async def _client_mix(
+    url: str, ws: str, agent: str, stores: Sequence[str], queries: Sequence[str]
+) -> dict[str, list[float]]:
+    """One MCP client alternating ``memory_store`` and ``memory_search``: round trips by tool."""
+    from mcp import Client
+
+    out: dict[str, list[float]] = {"memory_store": [], "memory_search": []}
+    async with Client(url + "/mcp") as client:
+        for text, query in zip(stores, queries, strict=True):
+            for name, args in (
+                ("memory_store", {"content": text, "agent_id": agent, "workspace_id": ws}),
+                ("memory_search", {"query": query, "agent_id": agent, "workspace_id": ws, "top_k": TOP_K}),
+            ):
+                _, rtt = await common.call_json(client, name, args)
+                out[name].append(rtt)
+    return out
+
+
+def concurrency_phase(
+    data: Locomo,
+    n_records: int,
+    cached: CachedEmbedder,
+    workdir: Path,
+    clients: int = 8,
+    per_client: int = 25,
+) -> dict[str, Any]:
+    """One server over ``n_records`` records of one agent: the same mix of stores and searches from one
+    client, then from ``clients`` clients at once; round trips and throughput (the one-client run is the
+    same-run baseline)."""
+    data_dir = workdir / "scale-10k"
+    ws, agent = "locomo-10k", "locomo-10k"
+    if not (data_dir / "metronix.db").exists():
+        build_scale(data, n_records, data_dir, cached, ws, agent)
+    rng = random.Random(17)
+    n = clients * per_client
+    texts = fresh_texts(data, 2 * n, seed=23)
+    queries = [q.text for q in rng.choices(data.questions, k=2 * n)]
+    out: dict[str, Any] = {"records": n_records, "clients": clients, "calls_per_client": 2 * per_client}
+
+    async def run(k: int, offset: int) -> dict[str, Any]:
+        with common.Server(data_dir) as srv:
+            await asyncio.sleep(5)  # the server warms its caches in the background first
+            t0 = time.perf_counter()
+            parts = await asyncio.gather(
+                *(
+                    _client_mix(
+                        srv.url,
+                        ws,
+                        agent,
+                        texts[offset + c * (n // k) : offset + (c + 1) * (n // k)],
+                        queries[offset + c * (n // k) : offset + (c + 1) * (n // k)],
+                    )
+                    for c in range(k)
+                )
+            )
+            seconds = time.perf_counter() - t0
+        calls = sum(len(v) for part in parts for v in part.values())
+        return {
+            "seconds": round(seconds, 2),
+            "calls_per_second": round(calls / seconds, 1),
+            **{
+                name: summary([x for part in parts for x in part[name]])
+                for name in ("memory_store", "memory_search")
+            },
+        }
+
+    log(f"concurrency: {n} stores and {n} searches from 1 client, then from {clients} clients")
+    out["one_client"] = asyncio.run(run(1, 0))
+    out["many_clients"] = asyncio.run(run(clients, n))
+    out["throughput_ratio"] = round(
+        out["many_clients"]["calls_per_second"] / out["one_client"]["calls_per_second"], 2
+    )
+    return out
+
+
 async def _scale_mcp_calls(
     url: str, ws: str, agent: str, stores: Sequence[str], queries: Sequence[str]
 ) -> dict[str, Any]:
@@ -1364,7 +1439,7 @@ def blas_microbench(n: int, rounds: int = 3) -> dict[str, Any]:
 
 # -- main ----------------------------------------------------------------------------------------------
 
-PHASES = ("mcp", "bm25", "experiments", "scale")
+PHASES = ("mcp", "bm25", "experiments", "scale", "concurrency")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -1499,6 +1574,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 not args.no_scale_server,
             )
             result["phases"]["scale"] = {"seconds": round(time.perf_counter() - t0, 1)}
+        if "concurrency" in phases:
+            t0 = time.perf_counter()
+            result["concurrency"] = concurrency_phase(data, args.scale_records, cached, workdir)
+            result["phases"]["concurrency"] = {"seconds": round(time.perf_counter() - t0, 1)}
     finally:
         cache.save()
         if args.work_dir is None:
@@ -1636,6 +1715,19 @@ def print_results(r: dict[str, Any], out_path: Path) -> None:
             print(
                 f"    {name:<42} {c['all_evidence_in_pool']:.3f}  (mean pool {c['mean_pool_size']} records)"
             )
+    if "concurrency" in r:
+        c = r["concurrency"]
+        print(f"\n[concurrency: {c['records']} records, MCP round trips]")
+        for run in ("one_client", "many_clients"):
+            x = c[run]
+            label = "1 client" if run == "one_client" else f"{c['clients']} clients"
+            print(
+                f"  {label:<10} {x['seconds']} s, {x['calls_per_second']} calls/s; "
+                + "; ".join(
+                    f"{n} p50 {x[n]['p50']} p95 {x[n]['p95']} ms" for n in ("memory_store", "memory_search")
+                )
+            )
+        print(f"  throughput ratio {c['throughput_ratio']}")
     if "scale" in r:
         s = r["scale"]
         print("\n[latency]")
