@@ -123,3 +123,37 @@ async def mcp_session(url: str, headers: dict[str, str] | None = None) -> AsyncI
 
 def bearer(tok: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {tok}"}
+
+
+def count_loads(*caches: Any) -> list[str]:
+    """Record every partition load of these ``PartitionCache``s from now on (the list fills in place)."""
+    loads: list[str] = []
+    for cache in caches:
+        original = cache._load
+
+        def counted(key: str, generation: int, original: Any = original) -> Any:
+            loads.append(key)
+            return original(key, generation)
+
+        cache._load = counted
+    return loads
+
+
+def run_threads(work: Any, n: int) -> list[BaseException]:
+    """``work(i)`` in ``n`` threads at once; whatever they raised."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            work(i)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from harness import count_loads, run_threads
 
 from triptych.core.auth import Principal, local_principal
 from triptych.core.embed import Embedder, LocalEmbedder, Matrix
@@ -513,3 +514,27 @@ def test_empty_index_adopts_the_configured_model(open_service: OpenService) -> N
     assert switched.store.embedding_model() == ("other", 8)
     switched.store_document(LOCAL, None, ZEBRA, doc_label="zebra")
     assert _labels(switched.search(LOCAL, None, "zebra")) == ["zebra"]
+
+
+def test_concurrent_stores_and_searches_never_reload_the_vector_index(service: KnowledgeService) -> None:
+    # Each store commits and then hands its chunks to the index (``WriteGate``): with one process
+    # writing, a search racing a store must never find the index behind and reload it.
+    for i in range(20):
+        service.store_document(LOCAL, None, f"{ZEBRA} Herd {i}.", doc_label=f"herd-{i}")
+    service.search(LOCAL, None, "zebra")
+    store = service.store
+    assert isinstance(store, SqliteKnowledgeStore)
+    loads = count_loads(store.index)
+
+    def work(worker: int) -> None:
+        for i in range(8):
+            if i % 2:
+                service.store_document(
+                    LOCAL, None, f"{QUBIT} Lab {worker}-{i}.", doc_label=f"lab-{worker}-{i}"
+                )
+            else:
+                assert service.search(LOCAL, None, "zebra herd", top_k=5)["count"] == 5
+
+    assert run_threads(work, 6) == []
+    assert loads == []
+    assert service.search(LOCAL, None, "qubits superposition lab", top_k=50)["count"] >= 24

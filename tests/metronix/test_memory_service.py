@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from harness import count_loads, run_threads
 
 from triptych.core.auth import Principal, local_principal
 from triptych.core.db import Database
@@ -779,42 +780,24 @@ def test_concurrent_writes_and_searches_never_reload_a_cache(db: Database, embed
     )
     service.search(LOCAL, WS, "harbour", "hermes")  # every cache loaded
     st = service.store
-    loads: list[str] = []
-    for cache in (st.index, st.keywords, st.adjacency, st.attributes):
-        original = cache._load
-
-        def counted(key: str, generation: int, original: Any = original) -> Any:
-            loads.append(key)
-            return original(key, generation)
-
-        cache._load = counted  # type: ignore[method-assign]
-    errors: list[BaseException] = []
+    loads = count_loads(st.index, st.keywords, st.adjacency, st.attributes)
 
     def work(worker: int) -> None:
-        try:
-            for i in range(12):
-                if i % 2:
-                    store(
-                        service,
-                        f"worker {worker} saw crane {i} lift a container",
-                        scope="session",
-                        session_id="s",
-                    )
-                else:
-                    found = service.search(
-                        LOCAL, WS, "crane container", "hermes", session_id="s", top_k=10, status=["all"]
-                    )
-                    assert found["count"] == 10
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for i in range(12):
+            if i % 2:
+                store(
+                    service,
+                    f"worker {worker} saw crane {i} lift a container",
+                    scope="session",
+                    session_id="s",
+                )
+            else:
+                found = service.search(
+                    LOCAL, WS, "crane container", "hermes", session_id="s", top_k=10, status=["all"]
+                )
+                assert found["count"] == 10
 
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-    assert errors == []
+    assert run_threads(work, 6) == []
     assert loads == []
     listed = service.list_records(LOCAL, WS, "hermes", scope="session", limit=100, status=["all"])
     assert listed["total"] == 36

@@ -10,7 +10,8 @@ never serve stale data.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Generic, Protocol, TypeVar
 
 
@@ -74,3 +75,36 @@ class PartitionCache(Generic[P]):
     def forget(self, key: str) -> None:
         with self._lock:
             self._parts.pop(key, None)
+
+
+class WriteGate:
+    """Keeps a store's in-process caches in step with its writes when threads write and read at once.
+
+    Writes go one at a time, each holding the gate across its commit and its hand-off to the caches:
+    hand-offs then follow commit order (a hand-off out of order finds a cache a generation behind and
+    drops it), and writers queue here instead of in SQLite's busy handler, which sleeps up to 100 ms
+    between tries. A reader that read the generations between a write's commit and its hand-off would
+    find a cache behind and reload it (hundreds of milliseconds at 10,000 records); ``settle`` makes it
+    wait for the write in progress instead. A cache that still lags after that was changed by another
+    process, and reloads as it must.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._writes = 0  # read without the lock by ``settle``: a stale read only costs a wait or a reload
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._lock:
+            self._writes += 1
+            try:
+                yield
+            finally:
+                self._writes -= 1
+
+    def settle(self, lagging: Callable[[], bool]) -> None:
+        """Wait for this process's write in progress, if there is one and ``lagging()`` says a cache is
+        behind the generations the reader just read."""
+        if self._writes and lagging():
+            with self._lock:
+                pass

@@ -13,7 +13,6 @@ import functools
 import json
 import secrets
 import sqlite3
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,7 +23,7 @@ import numpy as np
 
 from triptych.core.db import Database
 from triptych.core.keyword_index import Document, KeywordIndex
-from triptych.core.partitions import PartitionCache
+from triptych.core.partitions import PartitionCache, WriteGate
 from triptych.core.search import Vector, VectorIndex
 from triptych.metronix.adjacency import AdjacencyIndex
 from triptych.metronix.attributes import AttributeIndex, Attributes, Filter
@@ -363,23 +362,12 @@ W = TypeVar("W", bound=Callable[..., Any])
 
 
 def _serialized(method: W) -> W:
-    """One write at a time per store, its commit and the in-process indexes' update together.
-
-    SQLite runs one writer at a time anyway; queueing here instead of in SQLite's busy handler (which
-    sleeps up to 100 ms between tries) keeps concurrent writes prompt, and applying each write to the
-    caches before the next one commits keeps them in generation order: applied out of order, a write
-    found the cache a generation behind and dropped it, and the next search reloaded every index
-    (seconds at 10,000 records, 8 concurrent clients).
-    """
+    """A write through the store's ``WriteGate``: its commit and its hand-off to the caches together."""
 
     @functools.wraps(method)
     def wrapper(self: SqliteMemoryStore, *args: Any, **kwargs: Any) -> Any:
-        with self._write_lock:
-            self._writes += 1
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                self._writes -= 1
+        with self._gate.writing():
+            return method(self, *args, **kwargs)
 
     return cast(W, wrapper)
 
@@ -387,8 +375,7 @@ def _serialized(method: W) -> W:
 class SqliteMemoryStore:
     def __init__(self, db: Database, dim: int) -> None:
         self.db = db
-        self._write_lock = threading.RLock()
-        self._writes = 0  # writes in progress (``_serialized``), read without the lock by readers
+        self._gate = WriteGate()
         db.migrate("memory", MIGRATIONS)
         self.index = VectorIndex(dim, self._load_vectors)
         self.keywords = KeywordIndex(self._load_documents)
@@ -422,18 +409,10 @@ class SqliteMemoryStore:
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def _read_counters(self, workspace_id: str) -> tuple[int, int]:
-        """``_counters`` for a read, once the caches hold them.
-
-        A write of this process commits and then hands its change to the caches; a reader that reads
-        the counters in between would find a cache one generation behind and reload it (hundreds of
-        milliseconds at 10,000 records; under 8 concurrent clients, several times a second). So while a
-        write is in progress here and a cache lags, the reader waits for that write to finish. A lag
-        with no write in progress is another process's write: the cache reloads, as it must.
-        """
+        """``_counters`` for a read, once this process's write in progress has reached the caches
+        (``WriteGate.settle``)."""
         counters = self._counters(workspace_id)
-        if self._writes and self._lagging(workspace_id, counters):
-            with self._write_lock:
-                pass
+        self._gate.settle(lambda: self._lagging(workspace_id, counters))
         return counters
 
     def _lagging(self, workspace_id: str, counters: tuple[int, int]) -> bool:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from triptych.core.db import Database
+from triptych.core.partitions import WriteGate
 from triptych.core.search import Vector, VectorIndex, fts_match, partition_token, selective_terms
 
 MIGRATIONS = [
@@ -134,6 +135,7 @@ class SqliteKnowledgeStore:
         # WAL checkpoints off the request path: a memory write that checkpointed took 80 ms, not 20.
         self.db = Database(path, MIGRATIONS, background_checkpoints=True)
         self.index = VectorIndex(dim, self._load_vectors)
+        self._gate = WriteGate()
 
     # -- embedding model ---------------------------------------------------
 
@@ -163,6 +165,10 @@ class SqliteKnowledgeStore:
 
     def put_document(self, doc: NewDocument) -> int:
         """Insert or replace a document and all its chunks in one transaction; returns the chunk count."""
+        with self._gate.writing():  # commit and index hand-off together (``WriteGate``)
+            return self._put_document(doc)
+
+    def _put_document(self, doc: NewDocument) -> int:
         expected = (len(doc.chunks), self.index.dim)
         if doc.embeddings.ndim != 2 or doc.embeddings.shape != expected:
             raise ValueError(f"embeddings have shape {doc.embeddings.shape}, expected {expected}")
@@ -230,6 +236,10 @@ class SqliteKnowledgeStore:
         return len(added)
 
     def delete_document(self, workspace_id: str, doc_label: str) -> bool:
+        with self._gate.writing():
+            return self._delete_document(workspace_id, doc_label)
+
+    def _delete_document(self, workspace_id: str, doc_label: str) -> bool:
         with self.db.transaction() as conn:
             row = conn.execute(
                 "SELECT id FROM documents WHERE workspace_id = ? AND doc_label = ?", (workspace_id, doc_label)
@@ -323,7 +333,9 @@ class SqliteKnowledgeStore:
         return int(row[0] or 0)
 
     def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
-        return self.index.search(workspace_id, self._generation(workspace_id), query, limit)
+        generation = self._generation(workspace_id)
+        self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
+        return self.index.search(workspace_id, generation, query, limit)
 
     def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
         rows = self.db.conn.execute(
@@ -373,7 +385,7 @@ class SqliteKnowledgeStore:
             yield [(int(r[0]), r[1], r[2]) for r in rows]
 
     def replace_embeddings(self, rows: Sequence[tuple[int, Vector]]) -> None:
-        with self.db.transaction() as conn:
+        with self._gate.writing(), self.db.transaction() as conn:
             conn.executemany(
                 "UPDATE chunks SET embedding = ? WHERE id = ?",
                 [(np.ascontiguousarray(v, dtype=np.float32).tobytes(), i) for i, v in rows],
