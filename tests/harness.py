@@ -126,16 +126,18 @@ def bearer(tok: str) -> dict[str, str]:
 
 
 def count_loads(*caches: Any) -> list[str]:
-    """Record every partition load of these ``PartitionCache``s from now on (the list fills in place)."""
+    """Record every partition load of these caches from now on (the list fills in place): a
+    ``PartitionCache``'s ``_load``, or the ``_loader`` of Hadron's ``ExactIndex``."""
     loads: list[str] = []
     for cache in caches:
-        original = cache._load
+        name = "_load" if hasattr(cache, "_load") else "_loader"
+        original = getattr(cache, name)
 
-        def counted(key: str, generation: int, original: Any = original) -> Any:
+        def counted(key: str, *rest: Any, original: Any = original) -> Any:
             loads.append(key)
-            return original(key, generation)
+            return original(key, *rest)
 
-        cache._load = counted
+        setattr(cache, name, counted)
     return loads
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from harness import count_loads, run_threads
 
 from triptych.hadron.domain.where import compile_where
 from triptych.hadron.identity import HadronCaller
@@ -135,3 +136,32 @@ def test_where_and_filters_run_inside_the_query(world: tuple[Hadron, HadronCalle
         FindQuery("abc", mode="vector", memory_urn="hrn:mem:acme.com:specs", where={"path": "i", "eq": 3}),
     ).hits
     assert [h.node.loc for h in hits] == ["p:n03"]
+
+
+def test_concurrent_node_writes_and_vector_searches_never_reload_the_index(
+    world: tuple[Hadron, HadronCaller, LetterEmbedder],
+) -> None:
+    # Each embedding write commits and then hands its vectors to the cached index (``WriteGate``):
+    # with one process writing, a search racing a write must never find the index behind and reload.
+    hadron, caller, embedder = world
+    store = hadron.search.store
+    specs = hadron.admin().memory("hrn:mem:acme.com:specs")
+    for i in range(10):
+        write(hadron, caller, f"hrn:node:acme.com:specs:seed-{i}", name=f"bead {i}")
+    query = embedder.embed(["bead"])[0]
+    assert store.vector(specs.id, query, 5)
+    assert store.index is not None
+    loads = count_loads(store.index)
+
+    def work(worker: int) -> None:
+        for i in range(10):
+            if i % 2:
+                write(
+                    hadron, caller, f"hrn:node:acme.com:specs:w{worker}-{i}", name=f"faded bead {worker} {i}"
+                )
+            else:
+                assert len(store.vector(specs.id, query, 5)) == 5
+
+    assert run_threads(work, 6) == []
+    assert loads == []
+    assert store.vector_count(specs.id) == 40

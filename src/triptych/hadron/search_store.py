@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from triptych.core.db import Database
+from triptych.core.partitions import WriteGate
 from triptych.core.search import Vector
 from triptych.hadron.domain.model import NodeRecord, Scope
 from triptych.hadron.domain.where import Predicate
@@ -106,9 +107,11 @@ class ExactIndex:
         self._lock = threading.Lock()
 
     def sync(self, key: str, generation: int) -> _Vectors:
+        """The memory's vectors as of ``generation`` or later (generations only grow, as in
+        ``core.partitions``: a newer partition serves a reader that read an older generation)."""
         with self._lock:
             part = self._parts.get(key)
-            if part is None or part.generation != generation:
+            if part is None or part.generation < generation:
                 ids, matrix = self._loader(key)
                 part = _Vectors(generation, np.array(matrix, dtype=np.float32, copy=True), list(ids))
                 part.position = {item: i for i, item in enumerate(part.ids)}
@@ -120,8 +123,8 @@ class ExactIndex:
     ) -> None:
         with self._lock:
             part = self._parts.get(key)
-            if part is None:
-                return
+            if part is None or part.generation >= after:
+                return  # not cached, or loaded after this write committed: nothing to apply
             if part.generation != before:
                 del self._parts[key]
                 return
@@ -153,6 +156,11 @@ class ExactIndex:
             part.position[item] = len(part.ids)
             part.ids.append(item)
         part.generation = after
+
+    def generation(self, key: str) -> int:
+        """The cached generation of ``key``; a memory not cached counts as current (a load is no lag)."""
+        part = self._parts.get(key)
+        return part.generation if part is not None else 1 << 62
 
     # Scoring holds the lock: ``_apply`` swap-removes in place, so a product taken outside it could pair
     # a row with another node's id (or outrun a shrinking id list). One product is milliseconds.
@@ -192,6 +200,7 @@ class SqliteSearchStore:
         self.db = db
         self.model = model
         self.index = ExactIndex(dim, self._load_vectors) if dim else None
+        self._gate = WriteGate()  # embedding writes and their hand-off to the index, in commit order
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -330,15 +339,24 @@ class SqliteSearchStore:
         matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dim)
         return [int(r[0]) for r in rows], matrix
 
+    def _read_generation(self, memory_id: str) -> int:
+        """The memory's vector generation for a search, once this process's embedding write in
+        progress has reached the index (``WriteGate.settle``)."""
+        generation = self.generation(memory_id)
+        index = self.index
+        if index is not None:
+            self._gate.settle(lambda: index.generation(memory_id) < generation)
+        return generation
+
     def vector(self, memory_id: str, query: Vector, k: int) -> list[tuple[int, float]]:
         assert self.index is not None
-        return self.index.search(memory_id, self.generation(memory_id), query, k)
+        return self.index.search(memory_id, self._read_generation(memory_id), query, k)
 
     def vector_subset(
         self, memory_id: str, query: Vector, rowids: Sequence[int], k: int
     ) -> list[tuple[int, float]]:
         assert self.index is not None
-        return self.index.search_subset(memory_id, self.generation(memory_id), query, rowids, k)
+        return self.index.search_subset(memory_id, self._read_generation(memory_id), query, rowids, k)
 
     def embedding_hashes(self, node_ids: Sequence[str]) -> dict[str, str | None]:
         if not node_ids:
@@ -352,7 +370,12 @@ class SqliteSearchStore:
         return {r[0]: r[1] for r in rows}
 
     def put_embeddings(self, rows: Sequence[tuple[str, Vector | None, str | None, str, str]]) -> None:
-        """``(node_id, vector or None, error, text_hash, at)``; a None vector records a failure.
+        """``(node_id, vector or None, error, text_hash, at)``; a None vector records a failure."""
+        with self._gate.writing():
+            self._put_embeddings(rows)
+
+    def _put_embeddings(self, rows: Sequence[tuple[str, Vector | None, str | None, str, str]]) -> None:
+        """The write of ``put_embeddings``, under the write gate.
 
         This process's own write is applied to its cached index incrementally (the triggers bump each
         memory's generation once per row, read before and after inside the transaction); any other
