@@ -8,15 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from triptych.core.db import FALLBACK_AUTOCHECKPOINT, Database
+from triptych.core.db import CHECKPOINT_EVERY, FALLBACK_AUTOCHECKPOINT, Database
 
-ROWS = 400  # 400 rows of 4 KiB: about 500 WAL pages, under SQLite's default autocheckpoint of 1,000
+ROWS = 400  # rows of 4 KiB: about 500 WAL pages, under SQLite's default autocheckpoint of 1,000
 
 
-def _fill(db: Database) -> None:
+def _fill(db: Database) -> int:
+    """About ROWS rows in CHECKPOINT_EVERY commits (the background checkpoint runs every so many);
+    returns how many rows."""
     with db.transaction() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS blobs (id INTEGER PRIMARY KEY, body BLOB)")
-        conn.executemany("INSERT INTO blobs (body) VALUES (?)", [(b"x" * 4096,) for _ in range(ROWS)])
+    per = max(1, ROWS // CHECKPOINT_EVERY)
+    for _ in range(CHECKPOINT_EVERY):
+        with db.transaction() as conn:
+            conn.executemany("INSERT INTO blobs (body) VALUES (?)", [(b"x" * 4096,) for _ in range(per)])
+    return per * CHECKPOINT_EVERY
 
 
 def _main_file_grows_past(path: Path, size: int, within: float) -> bool:
@@ -33,11 +39,11 @@ def test_a_commit_wakes_the_background_checkpoint_which_copies_the_wal_into_the_
 ) -> None:
     db = Database(tmp_path / "bg.db", [], background_checkpoints=True)
     try:
-        _fill(db)
+        rows = _fill(db)
         # The rows reach the database file without any connection reaching its autocheckpoint.
-        assert _main_file_grows_past(db.path, ROWS * 4096, within=5.0)
+        assert _main_file_grows_past(db.path, rows * 4096, within=5.0)
         assert db.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == FALLBACK_AUTOCHECKPOINT
-        assert db.conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == ROWS
+        assert db.conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == rows
     finally:
         db.close()
 
@@ -47,8 +53,8 @@ def test_without_background_checkpoints_the_rows_stay_in_the_wal_until_the_autoc
 ) -> None:
     db = Database(tmp_path / "fg.db", [])
     try:
-        _fill(db)
-        assert not _main_file_grows_past(db.path, ROWS * 4096, within=0.5)
+        rows = _fill(db)
+        assert not _main_file_grows_past(db.path, rows * 4096, within=0.5)
     finally:
         db.close()
 
@@ -56,10 +62,10 @@ def test_without_background_checkpoints_the_rows_stay_in_the_wal_until_the_autoc
 def test_a_failed_transaction_leaves_nothing_written(tmp_path: Path) -> None:
     db = Database(tmp_path / "tx.db", [], background_checkpoints=True)
     try:
-        _fill(db)
+        rows = _fill(db)
         with pytest.raises(sqlite3.IntegrityError), db.transaction() as conn:
             conn.execute("INSERT INTO blobs (body) VALUES (?)", (b"y",))
             conn.execute("INSERT INTO blobs (id, body) VALUES (1, ?)", (b"duplicate id",))
-        assert db.conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == ROWS
+        assert db.conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == rows
     finally:
         db.close()
