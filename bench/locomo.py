@@ -67,9 +67,10 @@ from triptych.core.auth import local_principal  # noqa: E402
 from triptych.core.db import Database  # noqa: E402
 from triptych.core.embed import LOCAL_MODEL_DIM, LOCAL_MODEL_NAME, LocalEmbedder, quantized_model  # noqa: E402
 from triptych.core.search import VectorIndex, keyword_terms, rrf  # noqa: E402
+from triptych.metronix.attributes import Visibility  # noqa: E402
 from triptych.metronix.entities import extract_entities  # noqa: E402
 from triptych.metronix.memory import MemoryService, MemorySettings  # noqa: E402
-from triptych.metronix.memory_store import SqliteMemoryStore, Visibility  # noqa: E402
+from triptych.metronix.memory_store import SqliteMemoryStore  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(

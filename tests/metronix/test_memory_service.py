@@ -21,10 +21,11 @@ from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
 from triptych.core.errors import EmbeddingMismatch, Forbidden, InvalidParams, NotFound, WorkspaceNotFound
 from triptych.metronix import memory_store
+from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
 from triptych.metronix.memory import MemoryService, MemorySettings, content_hash
-from triptych.metronix.memory_store import MemoryRecord, SqliteMemoryStore, Visibility
+from triptych.metronix.memory_store import MemoryRecord, SqliteMemoryStore
 from triptych.metronix.store import utcnow
 
 LOCAL = local_principal()

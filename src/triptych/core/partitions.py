@@ -9,10 +9,11 @@ never serve stale data.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 
 class Partition(Protocol):
@@ -108,3 +109,18 @@ class WriteGate:
         if self._writes and lagging():
             with self._lock:
                 pass
+
+
+W = TypeVar("W", bound=Callable[..., Any])
+
+
+def gated(method: W) -> W:
+    """A store method that writes through the store's ``_gate`` (a ``WriteGate``): its commit and its
+    hand-off to the caches go together."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._gate.writing():
+            return method(self, *args, **kwargs)
+
+    return cast(W, wrapper)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from triptych.core.db import Database
-from triptych.core.partitions import WriteGate
+from triptych.core.partitions import WriteGate, gated
 from triptych.core.search import Vector
 from triptych.hadron.domain.model import NodeRecord, Scope
 from triptych.hadron.domain.where import Predicate
@@ -369,13 +369,9 @@ class SqliteSearchStore:
         ).fetchall()
         return {r[0]: r[1] for r in rows}
 
+    @gated
     def put_embeddings(self, rows: Sequence[tuple[str, Vector | None, str | None, str, str]]) -> None:
-        """``(node_id, vector or None, error, text_hash, at)``; a None vector records a failure."""
-        with self._gate.writing():
-            self._put_embeddings(rows)
-
-    def _put_embeddings(self, rows: Sequence[tuple[str, Vector | None, str | None, str, str]]) -> None:
-        """The write of ``put_embeddings``, under the write gate.
+        """``(node_id, vector or None, error, text_hash, at)``; a None vector records a failure.
 
         This process's own write is applied to its cached index incrementally (the triggers bump each
         memory's generation once per row, read before and after inside the transaction); any other

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from triptych.core.partitions import PartitionCache
+from triptych.metronix.store import utcnow
 
 
 class Attributes(NamedTuple):
@@ -34,22 +35,23 @@ class Attributes(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class Filter:
-    """What a caller may see, with the call's filters (``memory_store.Visibility`` minus workspace)."""
+class Visibility:
+    """Which records a caller sees: its workspace, its agent's view and the filters of the call."""
 
+    workspace_id: str
     agent_id: str
-    now: str
-    session_id: str | None = None
-    statuses: frozenset[str] | None = None  # None: every status
-    excluded: frozenset[str] = frozenset()
+    statuses: tuple[str, ...] | None  # None: every status
     scope: str | None = None
+    tags: tuple[str, ...] = ()
+    session_id: str | None = None
     kind: str | None = None
-    tags: frozenset[str] = frozenset()
+    now: str = field(default_factory=utcnow)
+    exclude_statuses: tuple[str, ...] = ()
 
     def admits(self, a: Attributes) -> bool:
-        # The same rule as ``SqliteMemoryStore._where``: global records are the workspace's; the rest
-        # are their agent's, and session records only while their TTL runs (and only the session asked
-        # for, when one is).
+        """Whether the record may be seen: the rule of ``SqliteMemoryStore._where``, restated."""
+        # Global records are the workspace's; the rest are their agent's, and session records only while
+        # their TTL runs (and only the session asked for, when one is).
         if a.scope != "global":
             if a.agent_id != self.agent_id:
                 return False
@@ -62,13 +64,13 @@ class Filter:
                 return False
         if self.statuses is not None and a.status not in self.statuses:
             return False
-        if a.status in self.excluded:
+        if a.status in self.exclude_statuses:
             return False
         if self.scope is not None and a.scope != self.scope:
             return False
         if self.kind is not None and a.kind != self.kind:
             return False
-        return self.tags <= a.tags
+        return all(tag in a.tags for tag in self.tags)
 
 
 @dataclass
@@ -111,7 +113,7 @@ class AttributeIndex(PartitionCache[_Table]):
 
         self._update(key, before, after, change)
 
-    def visible(self, key: str, generation: int, seqs: Sequence[int], rule: Filter) -> set[int]:
+    def visible(self, key: str, generation: int, seqs: Sequence[int], rule: Visibility) -> set[int]:
         table = self.sync(key, generation)
         rows = table.rows
         return {seq for seq in seqs if (a := rows.get(seq)) is not None and rule.admits(a)}

@@ -22,6 +22,7 @@ from triptych.core.auth import Principal, require_write, resolve_workspace, vali
 from triptych.core.embed import Embedder, ModelGuard, reembed
 from triptych.core.errors import InvalidParams, NotFound, TriptychError
 from triptych.core.search import rrf
+from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
 from triptych.metronix.memory_store import (
@@ -32,7 +33,6 @@ from triptych.metronix.memory_store import (
     MemoryRecord,
     RankingRow,
     SqliteMemoryStore,
-    Visibility,
 )
 
 log = logging.getLogger(__name__)
@@ -563,7 +563,9 @@ class MemoryService:
         if not dense and not keyword:
             return []
         first = rrf([[s for s, _ in dense], [s for s, _ in keyword]], [1.0, KEYWORD_WEIGHT], MEMORY_RRF_K)
-        context = self._context_scores(view.workspace_id, first)
+        # Each record's best first-stage score among the records up to CONTEXT_HOPS writes before or after
+        # it in its conversation (visibility is checked later, only for those that rank).
+        context = self.store.context(view.workspace_id, first, CONTEXT_HOPS)
         relevance = {
             seq: (first.get(seq, 0.0) + CONTEXT_WEIGHT * context.get(seq, 0.0)) / (1.0 + CONTEXT_WEIGHT)
             for seq in first.keys() | context.keys()
@@ -610,11 +612,6 @@ class MemoryService:
             for i, (total, row, boost) in enumerate(top)
             if row.seq in records  # deleted since it ranked
         ]
-
-    def _context_scores(self, workspace_id: str, first: dict[int, float]) -> dict[int, float]:
-        """Each record's best first-stage score among the records up to ``CONTEXT_HOPS`` writes before or
-        after it in its conversation (visibility is checked later, only for those that rank)."""
-        return self.store.context(workspace_id, first, CONTEXT_HOPS)
 
     def _visible_head(
         self, view: Visibility, ranked: list[int], first: dict[int, float], need: int

@@ -9,24 +9,23 @@ writers of the same content cannot both insert.
 
 from __future__ import annotations
 
-import functools
 import json
 import secrets
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from triptych.core.db import Database
 from triptych.core.keyword_index import Document, KeywordIndex
-from triptych.core.partitions import PartitionCache, WriteGate
+from triptych.core.partitions import PartitionCache, WriteGate, gated
 from triptych.core.search import Vector, VectorIndex
 from triptych.metronix.adjacency import AdjacencyIndex
-from triptych.metronix.attributes import AttributeIndex, Attributes, Filter
+from triptych.metronix.attributes import AttributeIndex, Attributes, Visibility
 from triptych.metronix.store import utcnow
 
 STATUSES = ("active", "candidate", "stale", "superseded", "archived", "conflicted", "review_needed")
@@ -212,21 +211,6 @@ class MemoryRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class Visibility:
-    """Which records a caller sees: its workspace, its agent's view and the filters of the call."""
-
-    workspace_id: str
-    agent_id: str
-    statuses: tuple[str, ...] | None  # None: every status
-    scope: str | None = None
-    tags: tuple[str, ...] = ()
-    session_id: str | None = None
-    kind: str | None = None
-    now: str = field(default_factory=utcnow)
-    exclude_statuses: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class Filing:
     """What a freshness check files: a review entry, the target's new status, and a link to record."""
 
@@ -271,19 +255,6 @@ class RankingRow(NamedTuple):
     importance_score: float
     created_at: str
     entities: frozenset[str]
-
-
-def _filter(view: Visibility) -> Filter:
-    return Filter(
-        agent_id=view.agent_id,
-        now=view.now,
-        session_id=view.session_id,
-        statuses=None if view.statuses is None else frozenset(view.statuses),
-        excluded=frozenset(view.exclude_statuses),
-        scope=view.scope,
-        kind=view.kind,
-        tags=frozenset(view.tags),
-    )
 
 
 def _record(row: Any) -> MemoryRecord:
@@ -356,20 +327,6 @@ _COLUMNS = (
 r.tags, r.importance_score, r.source_type, r.metadata, r.status, r.verification_state, r.superseded_by, \
 r.ttl_expires_at, r.created_at, r.updated_at"
 )
-
-
-W = TypeVar("W", bound=Callable[..., Any])
-
-
-def _serialized(method: W) -> W:
-    """A write through the store's ``WriteGate``: its commit and its hand-off to the caches together."""
-
-    @functools.wraps(method)
-    def wrapper(self: SqliteMemoryStore, *args: Any, **kwargs: Any) -> Any:
-        with self._gate.writing():
-            return method(self, *args, **kwargs)
-
-    return cast(W, wrapper)
 
 
 class SqliteMemoryStore:
@@ -543,7 +500,7 @@ class SqliteMemoryStore:
             yield [(int(seq), content) for seq, content in rows]
             last = int(rows[-1][0])
 
-    @_serialized
+    @gated
     def replace_embeddings(self, vectors: Sequence[tuple[int, Vector]]) -> None:
         """New vectors for existing records (a re-embedding); the touched workspaces reload their index."""
         with self.db.transaction() as conn:
@@ -564,7 +521,7 @@ class SqliteMemoryStore:
 
     # -- writes ----------------------------------------------------------------------
 
-    @_serialized
+    @gated
     def insert(
         self, record: MemoryRecord, embedding: Vector, entities: set[str], enqueue: bool = True
     ) -> tuple[MemoryRecord, bool]:
@@ -701,7 +658,7 @@ class SqliteMemoryStore:
         conn.executemany("INSERT OR IGNORE INTO memory_tags VALUES (?, ?)", [(seq, t) for t in tags])
         conn.executemany("INSERT OR IGNORE INTO memory_entities VALUES (?, ?)", [(seq, e) for e in entities])
 
-    @_serialized
+    @gated
     def update(
         self,
         record: MemoryRecord,
@@ -754,7 +711,8 @@ class SqliteMemoryStore:
                     "INSERT OR REPLACE INTO freshness_queue VALUES (?, ?, ?)",
                     (record.id, record.workspace_id, utcnow()),
                 )
-            # Only new text changes the indexes; status and the rest are read from SQL.
+            # Only new text changes the vector, keyword and adjacency indexes; every change reaches the
+            # attribute cache.
             reindex = embedding is not None or "tags" in changes
             after = self._bump(conn, record.workspace_id) if reindex else before
         fields: dict[str, Any] = {
@@ -784,7 +742,7 @@ class SqliteMemoryStore:
             )
         return updated
 
-    @_serialized
+    @gated
     def delete(self, workspace_id: str, record_id: str) -> bool:
         with self.db.transaction() as conn:
             row = conn.execute(
@@ -817,7 +775,7 @@ class SqliteMemoryStore:
             self.delete(row[0], row[1])
         return len(rows)
 
-    @_serialized
+    @gated
     def touch(self, workspace_id: str, seqs: Sequence[int], ttl_expires_at: str) -> None:
         """Slide the TTL of ``seqs`` (session records of ``workspace_id``; others are left alone)."""
         if not seqs:
@@ -934,7 +892,7 @@ class SqliteMemoryStore:
             return set()
         workspace = view.workspace_id
         generation = self._read_counters(workspace)[1] if attributes is None else attributes
-        return self.attributes.visible(workspace, generation, seqs, _filter(view))
+        return self.attributes.visible(workspace, generation, seqs, view)
 
     def dense_search(self, view: Visibility, query: Vector, limit: int) -> list[tuple[int, float]]:
         """The ``limit`` records nearest ``query`` among those the view may see.
@@ -1045,7 +1003,7 @@ class SqliteMemoryStore:
         True if a new review entry was filed."""
         return self._file(record, filing, done=True)
 
-    @_serialized
+    @gated
     def _file(self, record: MemoryRecord, filing: Filing | None, done: bool) -> bool:
         created, attrs = False, None
         with self.db.transaction() as conn:
@@ -1110,7 +1068,7 @@ class SqliteMemoryStore:
         ).fetchone()
         return None if row is None else _review(row)
 
-    @_serialized
+    @gated
     def resolve_review(
         self,
         review: ReviewEntry,
@@ -1164,7 +1122,7 @@ class SqliteMemoryStore:
         ).fetchall()
         return [(r[0], r[1]) for r in rows]
 
-    @_serialized
+    @gated
     def check_done(self, record_id: str) -> None:
         with self.db.transaction() as conn:
             conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))

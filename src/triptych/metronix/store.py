@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from triptych.core.db import Database
-from triptych.core.partitions import WriteGate
+from triptych.core.partitions import WriteGate, gated
 from triptych.core.search import Vector, VectorIndex, fts_match, partition_token, selective_terms
 
 MIGRATIONS = [
@@ -163,12 +163,9 @@ class SqliteKnowledgeStore:
         ).fetchone()
         return int(row[0]) if row else 0
 
+    @gated
     def put_document(self, doc: NewDocument) -> int:
         """Insert or replace a document and all its chunks in one transaction; returns the chunk count."""
-        with self._gate.writing():  # commit and index hand-off together (``WriteGate``)
-            return self._put_document(doc)
-
-    def _put_document(self, doc: NewDocument) -> int:
         expected = (len(doc.chunks), self.index.dim)
         if doc.embeddings.ndim != 2 or doc.embeddings.shape != expected:
             raise ValueError(f"embeddings have shape {doc.embeddings.shape}, expected {expected}")
@@ -235,11 +232,8 @@ class SqliteKnowledgeStore:
         self.index.apply(doc.workspace_id, before, before + 1, added=added, removed=removed)
         return len(added)
 
+    @gated
     def delete_document(self, workspace_id: str, doc_label: str) -> bool:
-        with self._gate.writing():
-            return self._delete_document(workspace_id, doc_label)
-
-    def _delete_document(self, workspace_id: str, doc_label: str) -> bool:
         with self.db.transaction() as conn:
             row = conn.execute(
                 "SELECT id FROM documents WHERE workspace_id = ? AND doc_label = ?", (workspace_id, doc_label)
@@ -384,8 +378,9 @@ class SqliteKnowledgeStore:
             last = rows[-1][0]
             yield [(int(r[0]), r[1], r[2]) for r in rows]
 
+    @gated
     def replace_embeddings(self, rows: Sequence[tuple[int, Vector]]) -> None:
-        with self._gate.writing(), self.db.transaction() as conn:
+        with self.db.transaction() as conn:
             conn.executemany(
                 "UPDATE chunks SET embedding = ? WHERE id = ?",
                 [(np.ascontiguousarray(v, dtype=np.float32).tobytes(), i) for i, v in rows],
