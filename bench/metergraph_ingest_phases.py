@@ -61,7 +61,6 @@ def main() -> None:
 
     rows = 0
     conn = store.db.conn
-    conn.execute(f"PRAGMA wal_autocheckpoint={st._INGEST_AUTOCHECKPOINT}")
     for body in bodies:
         with gc_paused():
             raw = run("gunzip", lambda b=body: gzip.decompress(b))

@@ -72,6 +72,7 @@ class Database:
         component: str = "main",
         synchronous: str = "NORMAL",
         background_checkpoints: bool = False,
+        checkpoint_every: int = CHECKPOINT_EVERY,
     ) -> None:
         self.path = path
         # NORMAL survives a crash of the process; FULL also of the machine (the WAL is synced at
@@ -81,9 +82,10 @@ class Database:
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Every CHECKPOINT_EVERY commits wake the checkpoint thread; the connections' own
+        # Every ``checkpoint_every`` commits wake the checkpoint thread; the connections' own
         # autocheckpoint is a fallback.
         self._checkpointer = Checkpointer(self, f"checkpoint-{path.stem}") if background_checkpoints else None
+        self._checkpoint_every = checkpoint_every
         self._commits = 0  # counted loosely across threads: it only paces the checkpoints
         self.migrate(component, migrations)
 
@@ -123,7 +125,7 @@ class Database:
             conn.execute("COMMIT")
             if self._checkpointer is not None:
                 self._commits += 1
-                if self._commits % CHECKPOINT_EVERY == 0:
+                if self._commits % self._checkpoint_every == 0:
                     self._checkpointer.poke()
 
     def migrate(self, component: str, migrations: Sequence[Migration]) -> None:

@@ -15,9 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from triptych.metergraph import histogram
+from triptych.metergraph.scope import DAY_MS
 from triptych.metergraph.store import SUMS, AggRow, CallFilter
 
-DAY_MS = 86_400_000
 # Summed as float64 weights (SQL's COALESCE(SUM(x), 0): a NULL adds nothing).
 WEIGHTS = (
     "cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",

@@ -55,12 +55,11 @@ from triptych.metergraph.column_scan import (
     Snapshot,
     aggregate,
 )
-from triptych.metergraph.store import PROJECTED_FIELDS, AggRow, CallFilter
+from triptych.metergraph.store import ELIGIBLE_CHARS, PROJECTED_FIELDS, AggRow, CallFilter
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
-ELIGIBLE_CHARS = 1000
 _F = {name: i for i, name in enumerate(PROJECTED_FIELDS)}  # the columns read from ``calls``, by position
 KEY_COLUMNS = ("route", "provider", "model", "environment", "status")
 ROW_COLUMNS: dict[str, np.dtype[Any]] = {

@@ -32,6 +32,7 @@ from triptych.metergraph import histogram
 from triptych.metergraph.contract import BadBatch
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
+from triptych.metergraph.scope import DAY_MS
 from triptych.metergraph.store import CallBatch, Content, TelemetryStore
 
 SCHEMA_VERSIONS = (1,)
@@ -368,7 +369,7 @@ class IngestService:
         for name in _STR_FIELDS:
             columns[name] = _str_column(fields[name], name, refusals)
         env = columns["environment"]
-        blank = [v for v in set(env) if v is not None and not v.strip()]
+        blank = {v for v in set(env) if v is not None and clean_environment(v) is None}
         if blank:
             columns["environment"] = [None if v in blank else v for v in env]
         for name in _INT_FIELDS:
@@ -411,7 +412,7 @@ class IngestService:
         columns["stream"] = _flags(fields["stream"])
         columns["batch"] = _flags(fields["batch"])
         columns["tags"] = tags
-        days = [t // 86_400_000 for t in ts_ms]
+        days = [t // DAY_MS for t in ts_ms]
         price = self.pricer.price_columns(
             columns["provider"],
             columns["model"],

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from triptych.core.db import Checkpointer, Database
+from triptych.core.db import Database
 from triptych.metergraph import histogram
 
 log = logging.getLogger(__name__)
@@ -222,6 +222,10 @@ def _insert_many(
         conn.execute(sql(per), list(itertools.chain.from_iterable(chunk)))
         start += per
 
+
+# Metadata values longer than this are not eligible for grouping; the SQL path and the columnar
+# projection (``columns.py``) must agree.
+ELIGIBLE_CHARS = 1000
 
 SUMS = (
     "calls", "errors", "cost_usd", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
@@ -429,15 +433,14 @@ class TelemetryStore(Protocol):
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]: ...
 
 
-_INGEST_AUTOCHECKPOINT = 10_000  # pages (40 MB): the ingest connection's own checkpoint, a fallback
-
-
 class SqliteTelemetryStore:
     def __init__(self, path: Path) -> None:
-        # Durable before the 202: the WAL is synced at every commit.
-        self.db = Database(path, MIGRATIONS, synchronous="FULL")
+        # Durable before the 202: the WAL is synced at every commit. An ingest batch writes a few MB of
+        # WAL, so the background checkpoint runs after every commit (``core.db.Checkpointer``).
+        self.db = Database(
+            path, MIGRATIONS, synchronous="FULL", background_checkpoints=True, checkpoint_every=1
+        )
         self._write_lock = threading.Lock()
-        self._checkpointer = Checkpointer(self.db, "metergraph-checkpoint")
         conn = self.db.conn
         if (
             conn.execute("SELECT 1 FROM calls LIMIT 1").fetchone()
@@ -464,7 +467,6 @@ class SqliteTelemetryStore:
                         _merge_rollups(conn, table, rows)
 
     def close(self) -> None:
-        self._checkpointer.close()
         self.db.close()
 
     # -- workspaces, keys, sessions -------------------------------------------------------------
@@ -562,7 +564,6 @@ class SqliteTelemetryStore:
         # One writer at a time in this process, queued on a lock rather than on SQLite's busy handler
         # (which sleeps up to 100 ms between tries); other processes still meet the busy timeout.
         with self._write_lock:
-            self.db.conn.execute(f"PRAGMA wal_autocheckpoint={_INGEST_AUTOCHECKPOINT}")
             with self.db.transaction() as conn:
                 self.ensure_workspace(conn, workspace, now_iso)
                 start = 0  # rows with content go one by one (their content needs the id), the rest in runs
@@ -595,7 +596,6 @@ class SqliteTelemetryStore:
                      batch["dropped"], batch["transport_errors"], batch["unknown_attributes"],
                      batch["content_dropped"]),
                 )  # fmt: skip
-        self._checkpointer.poke()
 
     def record_failed_batch(self, workspace: str, source: str, received_ms: int, failure_class: str) -> None:
         with self.db.transaction() as conn:
@@ -663,7 +663,7 @@ class SqliteTelemetryStore:
             t, v, arg = _meta_exprs(meta_key)
             inner += [f"{t} AS mt", f"{v} AS mv"]
             params.extend([arg, arg])
-            eligible = "mt = 'text' AND length(mv) <= 1000"
+            eligible = f"mt = 'text' AND length(mv) <= {ELIGIBLE_CHARS}"
             select.append(f"CASE WHEN mt IS NULL THEN 'm' WHEN {eligible} THEN 'v' ELSE 'i' END")
             select.append(f"CASE WHEN {eligible} THEN mv END")
         measures = (
