@@ -802,3 +802,33 @@ def test_concurrent_writes_and_searches_never_reload_a_cache(db: Database, embed
     assert loads == []
     listed = service.list_records(LOCAL, WS, "hermes", scope="session", limit=100, status=["all"])
     assert listed["total"] == 36
+
+
+def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The neighbour search reads the database in a worker thread; one still running after the call
+    # returned met a connection the caller had closed (a segfault in CI's teardown).
+    store(service, "The ferry leaves at noon")
+    finished: list[bool] = []
+    search = service._neighbours
+
+    def slow(record: Any, vector: Any) -> Any:
+        time.sleep(0.2)
+        found = search(record, vector)
+        finished.append(True)
+        return found
+
+    monkeypatch.setattr(service, "_neighbours", slow)
+    again = store(service, "The ferry leaves at noon", scope="global")  # a new record: checked
+    assert finished == [True] and not again["deduped"]
+    finished.clear()
+    twin = service.store_record(
+        LOCAL, WS, "The ferry leaves at noon", "hermes", scope="session", session_id="s"
+    )
+    assert finished == [True]
+    twice = service.store_record(
+        LOCAL, WS, "The ferry leaves at noon", "hermes", scope="session", session_id="s"
+    )
+    assert twice["deduped"] and twice["id"] == twin["id"]
+    assert finished == [True, True]

@@ -13,7 +13,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -286,7 +286,12 @@ class MemoryService:
         # The freshness check's neighbour search needs only the vector: it runs while the row is
         # inserted (the new record cannot be among its hits, which the check excludes anyway).
         found = self._embedding.submit(self._neighbours, record, vector)
-        stored, deduped = self.store.insert(record, vector, extract_entities(text, tags))
+        try:
+            stored, deduped = self.store.insert(record, vector, extract_entities(text, tags))
+        finally:
+            # Never leave the search running past this call (a deduped or failed write does not use
+            # it): it reads the database, which the caller may close as soon as the call returns.
+            wait([found])
         if not deduped:
             self._check(stored, vector, found)
         return {"id": stored.id, "content_hash": stored.content_hash, "deduped": deduped}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server import Server
@@ -41,6 +41,8 @@ class Metronix:
     memory: MemoryService
     sync: SyncService
     answers: AnswerService
+    # The background warm-up reads the database; ``close`` waits for it before closing the connections.
+    warming: threading.Thread | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> Metronix:
@@ -85,7 +87,8 @@ class Metronix:
         self.memory.store.purge_expired(utcnow())
         # Load every workspace's memory indexes off the request path: at 100,000 records the first
         # search would otherwise wait seconds for them.
-        threading.Thread(target=self._warm, name="memory-index-warm", daemon=True).start()
+        self.warming = threading.Thread(target=self._warm, name="memory-index-warm", daemon=True)
+        self.warming.start()
 
     def _warm(self) -> None:
         self.memory.store.warm()
@@ -98,6 +101,8 @@ class Metronix:
         return build_server("metronix", self.tools(), render_error, INSTRUCTIONS, stdio_agent_id)
 
     def close(self) -> None:
+        if self.warming is not None:
+            self.warming.join()
         self.memory.close()
         self.knowledge.store.close()
 
