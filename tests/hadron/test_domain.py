@@ -13,8 +13,14 @@ from triptych.hadron.domain.loc import (
     require_qualified_node,
 )
 from triptych.hadron.domain.urn import UrnError
-from triptych.hadron.errors import BadInput, NoActiveApp, NotFound, SchemaViolation, UrnAlreadyExists
-from triptych.hadron.server import render_error
+from triptych.hadron.errors import (
+    BadInput,
+    NoActiveApp,
+    NotFound,
+    SchemaViolation,
+    UrnAlreadyExists,
+    render_error,
+)
 from triptych.hadron.services.selection import client_id_from
 
 

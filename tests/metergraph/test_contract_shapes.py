@@ -9,13 +9,8 @@ from typing import Any
 import jsonschema
 from mg_support import NOW, agent, app, row
 
-from triptych.metergraph.contract import (
-    ERROR_CODES,
-    TOOL_CONTRACT,
-    WARNING_CODES,
-    InvalidArgument,
-    error_document,
-)
+from triptych.metergraph.contract import TOOL_CONTRACT, WARNING_CODES
+from triptych.metergraph.errors import ERROR_CODES, InvalidArgument, error_document
 from triptych.metergraph.service import Metergraph
 
 

@@ -15,14 +15,8 @@ from harness import count_loads, run_threads
 
 from triptych.core.auth import Principal, local_principal
 from triptych.core.embed import Embedder, LocalEmbedder, Matrix
-from triptych.core.errors import (
-    EmbeddingMismatch,
-    Forbidden,
-    IngestionFailed,
-    InvalidParams,
-    NotFound,
-    WorkspaceNotFound,
-)
+from triptych.core.errors import EmbeddingMismatch, Forbidden, IngestionFailed, NotFound
+from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.store import SqliteKnowledgeStore
 

@@ -19,10 +19,11 @@ from harness import count_loads, run_threads
 from triptych.core.auth import Principal, local_principal
 from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
-from triptych.core.errors import EmbeddingMismatch, Forbidden, InvalidParams, NotFound, WorkspaceNotFound
+from triptych.core.errors import EmbeddingMismatch, Forbidden, NotFound
 from triptych.metronix import memory_store
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
+from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
 from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
 from triptych.metronix.memory import MemoryService, MemorySettings, content_hash
 from triptych.metronix.memory_store import MemoryRecord, SqliteMemoryStore

@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from triptych.metergraph import histogram
-from triptych.metergraph.contract import MAX_ROWS, InvalidArgument, envelope, warning
+from triptych.metergraph.contract import MAX_ROWS, envelope, warning
+from triptych.metergraph.errors import InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.scope import (
     DAY_MS,

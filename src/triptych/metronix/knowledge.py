@@ -17,11 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from triptych.core.auth import Principal, require_write, resolve_workspace
-from triptych.core.chunking import chunk_text
+from triptych.core.auth import Principal
 from triptych.core.embed import Embedder, ModelGuard, reembed
-from triptych.core.errors import IngestionFailed, InvalidParams, NotFound, TriptychError
+from triptych.core.errors import IngestionFailed, TriptychError
 from triptych.core.search import convex
+from triptych.metronix.access import require_write, resolve_workspace
+from triptych.metronix.chunking import chunk_text
+from triptych.metronix.errors import DocumentNotFound, InvalidParams
 from triptych.metronix.store import KnowledgeStore, NewDocument
 
 log = logging.getLogger(__name__)
@@ -161,7 +163,7 @@ class KnowledgeService:
             raise InvalidParams("doc_label must not be empty", details={"field": "doc_label"})
         doc = self.store.get_document(workspace, doc_label)
         if doc is None:
-            raise NotFound(f"Document not found: {doc_label}", details={"doc_label": doc_label})
+            raise DocumentNotFound(f"Document not found: {doc_label}", details={"doc_label": doc_label})
         return {
             "doc_label": doc.doc_label,
             "title": doc.title,

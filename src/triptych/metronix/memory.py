@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from triptych.core.auth import Principal, require_write, resolve_workspace, valid_agent_id
+from triptych.core.auth import Principal
 from triptych.core.embed import Embedder, ModelGuard, reembed
-from triptych.core.errors import InvalidParams, NotFound, TriptychError
+from triptych.core.errors import TriptychError
 from triptych.core.search import rrf
+from triptych.metronix.access import require_write, resolve_workspace, valid_agent_id
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
+from triptych.metronix.errors import DocumentNotFound, InvalidParams
 from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
 from triptych.metronix.memory_store import (
     KINDS,
@@ -402,7 +404,7 @@ class MemoryService:
         require_write(principal)
         record = self._live(workspace, record_id) if record_id else None
         if record is None:
-            raise NotFound(
+            raise DocumentNotFound(
                 f"Memory record not found: {record_id}", hint=RECORD_HINT, details={"record_id": record_id}
             )
         changes: dict[str, Any] = {}
@@ -509,7 +511,7 @@ class MemoryService:
         workspace = self._workspace(principal, workspace_id)
         record = self._live(workspace, record_id)
         if record is None:
-            raise NotFound(
+            raise DocumentNotFound(
                 f"Memory record not found: {record_id}", hint=RECORD_HINT, details={"record_id": record_id}
             )
         return {
@@ -805,12 +807,12 @@ class MemoryService:
             )
         review = self.store.get_review(workspace, review_id)
         if review is None:
-            raise NotFound(
+            raise DocumentNotFound(
                 f"Review entry not found: {review_id}", hint=REVIEW_HINT, details={"review_id": review_id}
             )
         record = self.store.get(workspace, review.target_id)
         if record is None:
-            raise NotFound(
+            raise DocumentNotFound(
                 f"Memory record not found: {review.target_id}", details={"record_id": review.target_id}
             )
         if superseded_by is not None:
@@ -833,7 +835,7 @@ class MemoryService:
         }
         event_id = self.store.resolve_review(review, record, status, state, superseded_by, actor, payload)
         if event_id is None:
-            raise NotFound(
+            raise DocumentNotFound(
                 f"Review entry not found: {review_id}", hint=REVIEW_HINT, details={"review_id": review_id}
             )
         return {

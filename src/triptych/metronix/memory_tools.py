@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from triptych.core.mcp import Caller, Tool, ToolArgs
+from triptych.core.mcp import Tool, ToolArgs
+from triptych.metronix.access import Caller
 from triptych.metronix.memory import MemoryService
 
 Scope = Literal["global", "per_agent", "session"]

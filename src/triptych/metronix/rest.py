@@ -19,9 +19,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from triptych.core.auth import Principal, local_principal
-from triptych.core.errors import InternalError, InvalidParams, NotFound, TriptychError
+from triptych.core.errors import InternalError, TriptychError
 from triptych.core.http import Authenticator
 from triptych.core.mcp import argument_message
+from triptych.metronix.errors import DocumentNotFound, InvalidParams, error_response
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.memory import MemoryService
 
@@ -74,11 +75,6 @@ class KnowledgeStoreBody(Body):
     source_type: str | None = None
     metadata: dict[str, Any] | None = None
     workspace_id: str | None = None
-
-
-def error_response(exc: TriptychError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
-    return JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status, headers=headers)
 
 
 async def _json(request: Request) -> dict[str, Any]:
@@ -171,7 +167,7 @@ def memory_routes(
         record_id = request.path_params["record_id"]
         result = await run(memory.delete, principal, _ws(request), record_id)
         if not result["found"]:
-            raise NotFound(f"Memory record not found: {record_id}", details={"record_id": record_id})
+            raise DocumentNotFound(f"Memory record not found: {record_id}", details={"record_id": record_id})
         return Response(status_code=204)
 
     async def search(request: Request, principal: Principal) -> Response:

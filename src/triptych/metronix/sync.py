@@ -24,8 +24,9 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from triptych.core.auth import Principal, require_write
-from triptych.core.errors import InvalidParams
+from triptych.core.auth import Principal
+from triptych.metronix.access import require_write
+from triptych.metronix.errors import InvalidParams
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.sources import Source, load_sources
 from triptych.metronix.store import utcnow
