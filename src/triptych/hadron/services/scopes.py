@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from triptych.hadron.access import AccessPolicy, require_identity
-from triptych.hadron.domain.loc import is_id, node_urn
+from triptych.hadron.domain.loc import is_id, node_urn, strip_urn_prefix
 from triptych.hadron.domain.model import App, Memory, Org, Scope, role_at_least
 from triptych.hadron.errors import BadInput, Forbidden, NoActiveApp, NotFound
 from triptych.hadron.identity import HadronCaller
@@ -327,7 +327,7 @@ class ScopeService:
             raise NotFound("agent", agent, hint="No agents are installed in this build")
         if org:
             ref = org.strip()
-            root = ref.removeprefix("hrn:org:").removeprefix("urn:org:")
+            root = strip_urn_prefix(ref, "org")
             found = self.tenancy.org_by_root(root) or self.tenancy.org(ref)
             if (
                 found is None
