@@ -67,11 +67,17 @@ class KnowledgeService:
         self.default_workspace = default_workspace
         self.chunk_tokens = chunk_tokens
         self.candidates = candidates
-        stored = store.embedding_model()
-        model = (embedder.name, embedder.dim)
-        if stored is None or (stored != model and store.count_chunks() == 0):
-            store.set_embedding_model(*model)
-        self._model_guard = ModelGuard(embedder, store.embedding_model, "the index was built")
+        # Nothing is read here: the model is adopted and compared on the first call that embeds.
+        self._model_guard = ModelGuard(
+            embedder, store.embedding_model, "the index was built", adopt=self._adopt_model
+        )
+
+    def _adopt_model(self) -> None:
+        """An index that never recorded a model, or holds no chunk, takes the configured one."""
+        stored = self.store.embedding_model()
+        model = (self.embedder.name, self.embedder.dim)
+        if stored is None or (stored != model and self.store.count_chunks() == 0):
+            self.store.set_embedding_model(*model)
 
     def workspace(self, principal: Principal, requested: str | None) -> str:
         return resolve_workspace(principal, requested, self.default_workspace)
