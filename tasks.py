@@ -3,6 +3,7 @@
 
     python3 tasks.py serve [triptych serve flags]   # set up .venv, start the server on 127.0.0.1:8000
     python3 tasks.py test [pytest args]             # set up .venv and .venv-mcp1, lint, type-check, run tests
+                                                     # (the whole suite reports coverage, with a floor)
     python3 tasks.py bench NAME [options]            # run a benchmark (see bench/README.md)
 
 Both setup steps are idempotent: packages are (re)installed only when pyproject.toml or a
@@ -79,7 +80,11 @@ def test(args: list[str]) -> int:
     _run(python, "-m", "ruff", "check", "src", "tests", "bench", "tasks.py")
     _run(python, "-m", "ruff", "format", "--check", "src", "tests", "bench", "tasks.py")
     _run(python, "-m", "mypy")
-    return subprocess.run([str(python), "-m", "pytest", *args], cwd=ROOT).returncode
+    # The whole suite reports coverage and fails below the floor (pyproject.toml, fail_under); a run of
+    # some tests (a path or -k) does not measure, since a part cannot meet the whole's floor.
+    some = "-k" in args or any((ROOT / a.split("::")[0]).exists() for a in args if not a.startswith("-"))
+    coverage = [] if some else ["--cov", "--cov-report=term:skip-covered"]
+    return subprocess.run([str(python), "-m", "pytest", *coverage, *args], cwd=ROOT).returncode
 
 
 def bench(args: list[str]) -> int:

@@ -25,6 +25,25 @@ from triptych.core.auth import mint_token
 ROOT = Path(__file__).resolve().parent.parent
 # Data sets nobody here wrote live beside the repository (a copy of shared/ in CI), never inside it.
 SHARED = Path(os.environ.get("TRIPTYCH_SHARED_DIR", ROOT.parent / "shared"))
+
+
+def shared_file(relative: str, override: str | None = None) -> Path:
+    """A file of the shared reference set (contracts, corpora, data sets), or a skip that says where it
+    was looked for. Set ``TRIPTYCH_REQUIRE_SHARED=1`` (CI does) to fail instead of skipping."""
+    import pytest
+
+    path = Path(os.environ[override]) if override and os.environ.get(override) else SHARED / relative
+    if not path.is_file():
+        message = (
+            f"{relative} not found at {path}: it is reference material kept outside the repository; "
+            "set TRIPTYCH_SHARED_DIR to the folder that holds it"
+        )
+        if os.environ.get("TRIPTYCH_REQUIRE_SHARED") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
 VENV_BIN = Path(sys.executable).parent
 TRIPTYCH = str(VENV_BIN / "triptych")
 SECRET = "test-secret-that-is-long-enough-for-hs256"

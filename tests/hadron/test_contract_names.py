@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
-from harness import SHARED
+from harness import shared_file
 
 from triptych.hadron.surface import Hadron
 from triptych.hadron.tools import ISSUE_5_TOOLS, ISSUE_6_TOOLS, TOOLS
 
-SPEC = Path(os.environ.get("HADRON_SPEC", SHARED / "spec" / "hadron.md"))
 # Contract sections whose tools belong to this issue, and the tools of them that come later.
 SECTIONS = {
     "Memory selection": {"hadron_sync_graph"},
@@ -27,7 +25,7 @@ SECTIONS = {
 
 
 def contract_tools() -> set[str]:
-    text = SPEC.read_text(encoding="utf-8")
+    text = shared_file("spec/hadron.md", "HADRON_SPEC").read_text(encoding="utf-8")
     lines = text.splitlines()
     names: set[str] = set()
     for title, later in SECTIONS.items():

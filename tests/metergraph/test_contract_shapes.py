@@ -98,9 +98,9 @@ def test_capability_discovery_covers_every_tool_and_error_documents_use_contract
 def test_the_tools_are_exactly_the_contracts_and_each_is_documented() -> None:
     import re
 
-    from harness import ROOT, SHARED
+    from harness import ROOT, shared_file
 
-    spec = (SHARED / "spec" / "metergraph.md").read_text()
+    spec = shared_file("spec/metergraph.md").read_text()
     named = set(re.findall(r"metergraph_[a-z_]+", spec)) - {"metergraph_links"}
     assert {t.name for t in TOOL_CONTRACT} == named
     docs = (ROOT / "docs" / "metergraph.md").read_text()

@@ -860,22 +860,8 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
     again = store(service, "The ferry leaves at noon", scope="global")  # a new record: checked
     assert finished == [True] and not again["deduped"]
     finished.clear()
-    twin = service.store_record(
-        LOCAL,
-        workspace_id=WS,
-        content="The ferry leaves at noon",
-        agent_id="hermes",
-        scope="session",
-        session_id="s",
-    )
+    twin = store(service, "The ferry leaves at noon", scope="session", session_id="s")
     assert finished == [True]
-    twice = service.store_record(
-        LOCAL,
-        workspace_id=WS,
-        content="The ferry leaves at noon",
-        agent_id="hermes",
-        scope="session",
-        session_id="s",
-    )
+    twice = store(service, "The ferry leaves at noon", scope="session", session_id="s")
     assert twice["deduped"] and twice["id"] == twin["id"]
     assert finished == [True, True]

@@ -52,51 +52,62 @@ class TriptychError(Exception):
         if code is not None:  # a code made per refusal (Hadron's ``<kind>_not_found``)
             self.code = code
 
+    def __init_subclass__(
+        cls,
+        *,
+        kind: Kind | None = None,
+        code: str | None = None,
+        status: int | None = None,
+        hint: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A refusal is declared by its class line: ``class X(Kind, code=..., status=..., hint=...)``."""
+        super().__init_subclass__(**kwargs)
+        if kind is not None:
+            cls.kind = kind
+        if code is not None:
+            cls.code = code
+        if status is not None:
+            cls.http_status = status
+        if hint is not None:
+            cls.default_hint = hint
+
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "hint": self.hint, "details": self.details}
 
 
-class Invalid(TriptychError):
-    kind = "invalid"
-    code = "INVALID"
-    http_status = 422
+class Invalid(TriptychError, kind="invalid", code="INVALID", status=422):
+    """A request that breaks a rule: a bad argument, a value out of range."""
 
 
-class NotFound(TriptychError):
-    kind = "not_found"
-    code = "NOT_FOUND"
-    http_status = 404
+class NotFound(TriptychError, kind="not_found", code="NOT_FOUND", status=404):
+    """What was asked for is not there (or may not be seen: the two read the same)."""
 
 
-class Forbidden(TriptychError):
-    kind = "forbidden"
-    code = "FORBIDDEN"
-    http_status = 403
+class Forbidden(TriptychError, kind="forbidden", code="FORBIDDEN", status=403):
+    """The caller is known but may not do this."""
 
 
-class Unauthenticated(TriptychError):
-    kind = "unauthenticated"
-    code = "UNAUTHENTICATED"
-    http_status = 401
+class Unauthenticated(TriptychError, kind="unauthenticated", code="UNAUTHENTICATED", status=401):
+    """The caller is not known: no credential, or one that was refused."""
 
 
-class Conflict(TriptychError):
-    kind = "conflict"
-    code = "CONFLICT"
-    http_status = 409
+class Conflict(TriptychError, kind="conflict", code="CONFLICT", status=409):
+    """The request clashes with what is stored."""
 
 
-class Unavailable(TriptychError):
-    kind = "unavailable"
-    code = "UNAVAILABLE"
-    http_status = 503
+class Unavailable(TriptychError, kind="unavailable", code="UNAVAILABLE", status=503):
+    """Something the request needs is not available now."""
 
 
-class InternalError(TriptychError):
-    kind = "internal"
-    code = "INTERNAL_ERROR"
-    http_status = 500
-    default_hint = "Unexpected server error; check the server log"
+class InternalError(
+    TriptychError,
+    kind="internal",
+    code="INTERNAL_ERROR",
+    status=500,
+    hint="Unexpected server error; check the server log",
+):
+    """A failure of the server's own; its traceback stays in the server log."""
 
 
 # Each kind's neutral code, by kind.
@@ -113,22 +124,25 @@ def surface_code(exc: TriptychError, by_kind: Mapping[Kind, str]) -> str:
     return exc.code
 
 
-class AuthRequired(Unauthenticated):
+class AuthRequired(
+    Unauthenticated,
+    code="AUTH_REQUIRED",
+    hint="Send 'Authorization: Bearer <jwt>'; `triptych token --help` mints one",
+):
     """The bearer token (``core.auth``, one format for Metronix and Hadron) is missing or refused."""
 
-    code = "AUTH_REQUIRED"
-    default_hint = "Send 'Authorization: Bearer <jwt>'; `triptych token --help` mints one"
 
-
-class EmbeddingMismatch(Conflict):
+class EmbeddingMismatch(
+    Conflict,
+    code="EMBEDDING_MISMATCH",
+    hint="Run `triptych reindex` to re-embed the stored chunks with the configured model",
+):
     """The stored vectors were made by another model than the configured one (``core.embed``)."""
 
-    code = "EMBEDDING_MISMATCH"
-    default_hint = "Run `triptych reindex` to re-embed the stored chunks with the configured model"
 
-
-class IngestionFailed(InternalError):
+class IngestionFailed(
+    InternalError,
+    code="INGESTION_FAILED",
+    hint="Check the server log; the document was not stored and nothing was changed",
+):
     """Text could not be embedded or stored; nothing was changed."""
-
-    code = "INGESTION_FAILED"
-    default_hint = "Check the server log; the document was not stored and nothing was changed"

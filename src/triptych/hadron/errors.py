@@ -42,31 +42,30 @@ BY_KIND: dict[Kind, str] = {
 }
 
 
-class HadronError(TriptychError):
+class HadronError(TriptychError, status=400):
     """A refusal with Hadron's own code."""
 
-    http_status = 400
+
+class BadInput(HadronError, core.Invalid, code="BAD_USER_INPUT"):
+    """An argument the contract refuses."""
 
 
-class BadInput(HadronError, core.Invalid):
-    code = "BAD_USER_INPUT"
+class Unauthenticated(
+    HadronError,
+    core.Unauthenticated,
+    code="UNAUTHENTICATED",
+    status=401,
+    hint="Send 'Authorization: Bearer <token>' (a user JWT or an app key)",
+):
+    """A tool other than hadron_server_info called before authentication."""
 
 
-class Unauthenticated(HadronError, core.Unauthenticated):
-    code = "UNAUTHENTICATED"
-    http_status = 401
-    default_hint = "Send 'Authorization: Bearer <token>' (a user JWT or an app key)"
+class Forbidden(HadronError, core.Forbidden, code="FORBIDDEN", status=403):
+    """Readable but not writable, or a role too low."""
 
 
-class Forbidden(HadronError, core.Forbidden):
-    code = "FORBIDDEN"
-    http_status = 403
-
-
-class NotFound(HadronError, core.NotFound):
+class NotFound(HadronError, core.NotFound, status=404):
     """What a missing thing and a thing the caller may not read both look like."""
-
-    http_status = 404
 
     def __init__(self, kind: str, ref: str, *, hint: str | None = None) -> None:
         super().__init__(
@@ -77,47 +76,60 @@ class NotFound(HadronError, core.NotFound):
         )
 
 
-class NoActiveApp(HadronError, core.Invalid):
-    code = "no_active_app"
-    default_hint = "Pick an App with hadron_set_active_app (hadron_list_apps lists them)"
+class NoActiveApp(
+    HadronError,
+    core.Invalid,
+    code="no_active_app",
+    hint="Pick an App with hadron_set_active_app (hadron_list_apps lists them)",
+):
+    """A call that needs an active App before one is chosen."""
 
 
-class NoActiveMemory(HadronError, core.Invalid):
-    code = "no_active_memory"
-    default_hint = "Pass memoryUrn (or a full URN), or bind one with hadron_set_active_memory"
+class NoActiveMemory(
+    HadronError,
+    core.Invalid,
+    code="no_active_memory",
+    hint="Pass memoryUrn (or a full URN), or bind one with hadron_set_active_memory",
+):
+    """A call that needs a memory when none is named or bound."""
 
 
-class AppAmbiguous(HadronError, core.Invalid):
-    code = "app_identifier_ambiguous"
-    default_hint = "Pass the App's canonical URN (hadron_list_apps prints it)"
+class AppAmbiguous(
+    HadronError,
+    core.Invalid,
+    code="app_identifier_ambiguous",
+    hint="Pass the App's canonical URN (hadron_list_apps prints it)",
+):
+    """A display name that several Apps share."""
 
 
-class ScopeAmbiguous(HadronError, core.Invalid):
-    code = "scope_identifier_ambiguous"
-    default_hint = "Pass the scope's id (hadron_list_scopes prints it)"
+class ScopeAmbiguous(
+    HadronError,
+    core.Invalid,
+    code="scope_identifier_ambiguous",
+    hint="Pass the scope's id (hadron_list_scopes prints it)",
+):
+    """A scope name that several scopes share."""
 
 
-class OrgRequired(HadronError, core.Invalid):
-    code = "ORG_REQUIRED"
-    default_hint = "Pick one with hadron_set_active_org"
+class OrgRequired(HadronError, core.Invalid, code="ORG_REQUIRED", hint="Pick one with hadron_set_active_org"):
+    """A call that needs an organization when the caller has several."""
 
 
-class UrnNotQualified(HadronError, core.Invalid):
-    code = "URN_NOT_QUALIFIED"
+class UrnNotQualified(HadronError, core.Invalid, code="URN_NOT_QUALIFIED"):
+    """A bare loc or partial URN where a fully qualified URN is required."""
 
 
-class UrnAlreadyExists(HadronError, core.Conflict):
-    code = "URN_ALREADY_EXISTS"
-    http_status = 409
+class UrnAlreadyExists(HadronError, core.Conflict, code="URN_ALREADY_EXISTS", status=409):
+    """A create whose URN is taken."""
 
 
-class Conflict(HadronError, core.Conflict):
-    code = "CONFLICT"
-    http_status = 409
+class Conflict(HadronError, core.Conflict, code="CONFLICT", status=409):
+    """A change the stored graph does not allow (e.g. deleting descendants without ``recursive``)."""
 
 
-class SchemaViolation(HadronError, core.Invalid):
-    code = "SCHEMA_VIOLATION"
+class SchemaViolation(HadronError, core.Invalid, code="SCHEMA_VIOLATION"):
+    """A node or object that breaks its memory's schema."""
 
     def __init__(self, field: str, reason: str, *, details: dict[str, Any] | None = None) -> None:
         super().__init__(

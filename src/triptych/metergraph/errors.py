@@ -41,42 +41,32 @@ BY_KIND: dict[Kind, str] = {
 }
 
 
-class MetergraphError(TriptychError):
+class MetergraphError(TriptychError, kind="invalid", code="invalid_argument", status=422):
     """A refusal with Metergraph's own (lower-case) code."""
 
-    code = "invalid_argument"
-    http_status = 422
+
+class InvalidArgument(MetergraphError, Invalid, code="invalid_argument", status=422):
+    """An argument the contract does not allow."""
 
 
-class InvalidArgument(MetergraphError, Invalid):
-    code = "invalid_argument"
-    http_status = 422
+class BadBatch(InvalidArgument, status=400):
+    """An ingest document refused as a whole."""
 
 
-class BadBatch(InvalidArgument):
-    """An ingest document refused as a whole (HTTP 400)."""
-
-    http_status = 400
+class NotFoundError(MetergraphError, NotFound, code="not_found", status=404):
+    """No such trace or record in the key's workspace."""
 
 
-class NotFoundError(MetergraphError, NotFound):
-    code = "not_found"
-    http_status = 404
+class ForbiddenError(MetergraphError, Forbidden, code="forbidden", status=403):
+    """The key's role, scopes or environments do not reach this."""
 
 
-class ForbiddenError(MetergraphError, Forbidden):
-    code = "forbidden"
-    http_status = 403
+class ReplayNotEligible(MetergraphError, Conflict, code="replay_not_eligible", status=409):
+    """A trace that cannot be replayed."""
 
 
-class ReplayNotEligible(MetergraphError, Conflict):
-    code = "replay_not_eligible"
-    http_status = 409
-
-
-class ResponseTooLarge(MetergraphError, Invalid):
-    code = "response_too_large"
-    http_status = 413
+class ResponseTooLarge(MetergraphError, Invalid, code="response_too_large", status=413):
+    """An answer over 5 MiB."""
 
 
 def check_response_size(size: int) -> None:
@@ -85,21 +75,16 @@ def check_response_size(size: int) -> None:
         raise ResponseTooLarge("the response exceeds 5 MiB: narrow the window or lower the limit")
 
 
-class UnsupportedCapability(MetergraphError, Unavailable):
-    code = "unsupported_capability"
-    http_status = 501
+class UnsupportedCapability(MetergraphError, Unavailable, code="unsupported_capability", status=501):
+    """A tool this deployment does not offer."""
 
 
-class RateLimited(MetergraphError, Unavailable):
-    code = "rate_limited"
-    http_status = 429
+class RateLimited(MetergraphError, Unavailable, code="rate_limited", status=429):
+    """Too many reads for this key this minute."""
 
 
-class Unauthenticated(MetergraphError, core.Unauthenticated):
+class Unauthenticated(MetergraphError, core.Unauthenticated, code="unauthenticated", status=401):
     """Not a contract code: a missing or invalid token is HTTP 401 before any tool runs."""
-
-    code = "unauthenticated"
-    http_status = 401
 
 
 ERROR_CODES = frozenset(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -118,22 +119,16 @@ class McpRpc:
         return _result(msg_id, result)
 
 
+@dataclass
 class StatelessEndpoint:
     """``/v1/agent/mcp``: the guard, the body bound, the key, then one JSON-RPC message."""
 
-    def __init__(
-        self,
-        rpc: McpRpc,
-        authenticate: Authenticate,
-        allowed_origins: list[str],
-        max_body: int = 1024 * 1024,
-        allowed_hosts: list[str] | None = None,
-    ) -> None:
-        self.rpc = rpc
-        self.authenticate = authenticate
-        self.allowed_origins = allowed_origins
-        self.allowed_hosts = allowed_hosts
-        self.max_body = max_body
+    rpc: McpRpc
+    authenticate: Authenticate
+    allowed_origins: list[str]
+    max_body: int = 1024 * 1024
+    # None: no Host check (an in-process endpoint has no Host to check).
+    allowed_hosts: list[str] | None = None
 
     async def handle(self, request: Request) -> Response:
         # DNS-rebinding guard, as on the other MCP endpoints: unknown Host 421, foreign Origin 403.

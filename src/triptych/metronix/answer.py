@@ -34,12 +34,13 @@ SYSTEM_PROMPT = (
 )
 
 
-class UpstreamError(Unavailable):
-    """The upstream LLM failed; ``http_status`` is what the client gets (502 or 504)."""
-
-    code = "UPSTREAM_ERROR"
-    http_status = 502
-    default_hint = "Check TRIPTYCH_LLM_URL / TRIPTYCH_LLM_MODEL and the upstream server's log"
+class UpstreamError(
+    Unavailable,
+    code="UPSTREAM_ERROR",
+    status=502,
+    hint="Check TRIPTYCH_LLM_URL / TRIPTYCH_LLM_MODEL and the upstream server's log",
+):
+    """The upstream LLM failed; ``status`` is what the client gets (502 or 504)."""
 
     def __init__(self, message: str, status: int = 502) -> None:
         super().__init__(message)

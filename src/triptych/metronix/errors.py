@@ -45,24 +45,34 @@ BY_KIND: dict[Kind, str] = {
 }
 
 
-class InvalidParams(Invalid):
-    code = "INVALID_PARAMS"
-    default_hint = "Check the argument names, types and ranges in the tool's input schema"
+class InvalidParams(
+    Invalid,
+    code="INVALID_PARAMS",
+    hint="Check the argument names, types and ranges in the tool's input schema",
+):
+    """An argument or body the contract refuses."""
 
 
-class DocumentNotFound(NotFound):
-    code = "DOCUMENT_NOT_FOUND"
-    default_hint = "Check the document label or use search to find documents"
+class DocumentNotFound(
+    NotFound, code="DOCUMENT_NOT_FOUND", hint="Check the document label or use search to find documents"
+):
+    """A document or memory record that is not there (or not in this workspace)."""
 
 
-class WorkspaceNotFound(Forbidden):
-    code = "WORKSPACE_NOT_FOUND"
-    default_hint = "Pass a workspace_id that your token grants (see the workspace_ids claim)"
+class WorkspaceNotFound(
+    Forbidden,
+    code="WORKSPACE_NOT_FOUND",
+    hint="Pass a workspace_id that your token grants (see the workspace_ids claim)",
+):
+    """A workspace the token does not grant; it never says whether the workspace exists."""
 
 
-class WriteForbidden(Forbidden):
-    code = "FORBIDDEN"
-    default_hint = "Your role does not allow this operation; ask an admin for an editor token"
+class WriteForbidden(
+    Forbidden,
+    code="FORBIDDEN",
+    hint="Your role does not allow this operation; ask an admin for an editor token",
+):
+    """A viewer's write."""
 
 
 _HINTS = {
