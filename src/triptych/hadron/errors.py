@@ -15,7 +15,15 @@ upper-case codes end in a colon (``URN_ALREADY_EXISTS: ...``), and a schema viol
     ├── UrnNotQualified          URN_NOT_QUALIFIED
     ├── UrnAlreadyExists         URN_ALREADY_EXISTS
     ├── SchemaViolation          SCHEMA_VIOLATION       ("Schema violation: ...")
-    └── Conflict                 CONFLICT               (e.g. descendants without recursive)
+    ├── Conflict                 CONFLICT               (e.g. descendants without recursive)
+    ├── LocProtected             [loc_protected]        (a generic node write on a Channel's address)
+    └── TeamRefusal              WORKER_TAKEN, WORKER_HELD, WORKER_NAME_REQUIRED, WORKER_NAME_TAKEN,
+                                 WORKER_RETIRED, SESSION_NOT_FOUND, SESSION_ENDED, SESSION_NOT_IN_APP,
+                                 SESSION_NOT_WORKER_BOUND, SESSION_WORKER_NOT_IN_APP, WORK_REF_INVALID,
+                                 CHANNEL_HOST_NOT_WRITABLE, TEAM_AGENT_NOT_FOUND, TEAM_AGENT_AMBIGUOUS
+
+A refusal whose ``verbatim`` is set is rendered as its message alone (the contract spells the whole
+line, e.g. ``Forbidden: session "<id>" belongs to a different App or user``).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from triptych.core.errors import TriptychError
 class HadronError(TriptychError):
     code: ClassVar[str] = "BAD_USER_INPUT"
     http_status = 400
+    verbatim: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -113,4 +122,33 @@ class SchemaViolation(HadronError):
             f"Schema violation: {field}: {reason}",
             details={"field": field, "reason": reason, **(details or {})},
             hint="Fix the field, or read the memory's schema with hadron_validate",
+        )
+
+
+class LocProtected(HadronError):
+    code = "loc_protected"
+    http_status = 409
+    default_hint = "A Channel's address is written through the channel tools (hadron_channel_post)"
+
+
+class TeamRefusal(HadronError):
+    """A typed refusal of the team tools; ``code`` names which (the contract's upper-case codes)."""
+
+    http_status = 409
+
+    def __init__(
+        self, code: str, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, hint=hint, details=details, code=code)
+
+
+class SessionForbidden(Forbidden):
+    """The end gate's refusal, worded exactly as the contract words it."""
+
+    verbatim = True
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f'Forbidden: session "{session_id}" belongs to a different App or user',
+            details={"sessionId": session_id},
         )

@@ -45,7 +45,7 @@ UNSUPPORTED_PROTOCOL_VERSION = -32022
 def render_error(exc: TriptychError) -> types.CallToolResult:
     """A refusal: text that starts with the typed code, then the message, hint and data."""
     code = exc.code
-    if code == "SCHEMA_VIOLATION":
+    if code == "SCHEMA_VIOLATION" or getattr(exc, "verbatim", False):
         head = exc.message
     elif code.islower():
         head = f"[{code}] {exc.message}"
