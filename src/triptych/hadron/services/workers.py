@@ -97,6 +97,10 @@ class WorkerService:
             raise NotFound("worker", ref, hint="hadron_list_workers lists the App's staff")
         return worker
 
+    def reload(self, worker: Worker) -> Worker:
+        """The worker as stored now (a bind may just have taken its hold)."""
+        return self.team.worker(worker.id) or worker
+
     def _can_read(self, caller: HadronCaller, app_id: str) -> bool:
         app = self.tenancy.app(app_id)
         return app is not None and self.access.team_reader(caller, app)

@@ -78,6 +78,7 @@ def session_tools(
                 "displacedSessionIds": [s.id for s in displaced]}  # fmt: skip
         lines = [f"Session {session.id} started in {app.urn}."]
         if worker is not None:
+            worker = workers.reload(worker)
             briefing = workers.briefing(worker)
             data["worker"] = workers.view(ctx.caller, worker, briefing=False)
             data["bootBriefing"] = briefing
