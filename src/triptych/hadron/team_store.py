@@ -197,9 +197,10 @@ class SqliteTeamStore(_SqliteBase):
         sets = ", ".join(f"{k} = ?" for k in fields)
         with self.atomic() as tx:
             tx.execute(
-                f"UPDATE work_sessions SET ended_at = ?, end_reason = ?{', ' if sets else ''}{sets} "
-                "WHERE id = ? AND ended_at IS NULL",
-                (at, reason, *fields.values(), session_id),
+                # Ending is the driver's last act: it is also the last heartbeat.
+                f"UPDATE work_sessions SET ended_at = ?, end_reason = ?, last_active_at = max(last_active_at, ?)"
+                f"{', ' if sets else ''}{sets} WHERE id = ? AND ended_at IS NULL",
+                (at, reason, at, *fields.values(), session_id),
             )
 
     def expire_sessions(self, at: str) -> int:
