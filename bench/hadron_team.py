@@ -109,10 +109,10 @@ async def run(url: str, node: str, messages: int, items: int, calls: int) -> lis
             post = await timed(session, "hadron_team_chat_post", body=f"bench post {i} @bench")
             last += 1
             read = await timed(session, "hadron_team_chat_read", sinceSeq=last - 50, limit=50)
-            items = await timed(session, "hadron_team_work_items", ref=f"https://github.com/bench/api/pull/"
+            work = await timed(session, "hadron_team_work_items", ref=f"https://github.com/bench/api/pull/"
                                 f"{rng.randrange(1, REFS + 1)}")  # fmt: skip
             if i >= 20:  # the first 20 rounds warm up
-                for key, value in (("get", get), ("post", post), ("read", read), ("items", items)):
+                for key, value in (("get", get), ("post", post), ("read", read), ("items", work)):
                     samples[key].append(value)
     base = statistics.median(samples["get"])
 

@@ -453,8 +453,20 @@ class SqliteTeamStore(_SqliteBase):
             if value is not None:
                 where += f" AND {column} = ?"
                 args.append(value)
-        total = self.conn.execute(f"SELECT COUNT(*) FROM work_items WHERE {where}", tuple(args)).fetchone()[0]
+        # The planner, seeing ORDER BY n, would walk the whole App newest first and filter; the ref (or
+        # session) index finds the few matches directly, and sorting them is cheap.
+        index = (
+            "work_items_by_ref"
+            if refs is not None
+            else "work_items_by_session"
+            if session_id
+            else "work_items_by_app"
+        )
+        table = f"work_items INDEXED BY {index}"
+        total = self.conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", tuple(args)).fetchone()[0]
         rows = self.conn.execute(
-            _ITEM + f" WHERE {where} ORDER BY n DESC LIMIT ? OFFSET ?", (*args, limit, offset)
+            _ITEM.replace("FROM work_items", f"FROM {table}")
+            + f" WHERE {where} ORDER BY n DESC LIMIT ? OFFSET ?",
+            (*args, limit, offset),
         ).fetchall()
         return [_item(r) for r in rows], int(total)
