@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from contract.test_hadron_clients import MCP1_PYTHON, run_1x
 from hadron.team_world import cli, start_team_world
-from hadron.world import World, as_app, as_user
+from hadron.world import World, as_app, as_user, user_headers
 
 CREW = "hrn:app:acme.com:crew"
 OPS = "hrn:app:acme.com:ops"
@@ -298,3 +299,37 @@ async def test_nodes_created_inside_a_session_are_attributed_to_it(team: tuple[W
         await alice.ok("hadron_create_node", loc="hrn:node:acme.com:specs:after", name="After")
         after = await alice.ok("hadron_get_node", loc="hrn:node:acme.com:specs:after")
         assert after.data["sessionId"] is None
+
+
+@pytest.mark.skipif(
+    not MCP1_PYTHON.exists(), reason="the 1.x client venv is missing: run `python3 tasks.py test`"
+)
+def test_the_1x_client_binds_a_worker_posts_as_it_and_recovers_after_a_reconnect(
+    team: tuple[World, str],
+) -> None:
+    world, _ = team
+    asyncio.run(_cast_or_get(world, "Ember", "android-engineer", user="carol"))
+    headers = user_headers("carol")
+    first = run_1x(
+        world,
+        headers,
+        [
+            ("hadron_set_active_app", {"app": CREW}),
+            ("hadron_start_session", {"description": "1.x stint", "workerRef": "Ember"}),
+        ],
+    )
+    assert [r["error"] for r in first] == [False, False]
+    sid = str(first[1]["text"]).split()[1]
+    second = run_1x(
+        world,
+        headers,
+        [
+            ("hadron_whoami", {}),
+            ("hadron_team_chat_post", {"body": "from 1.x", "session": sid, "app": CREW}),
+            ("hadron_get_worker", {"workerRef": "Ember", "session": sid}),
+        ],
+    )
+    assert [r["error"] for r in second] == [False, False, False]
+    assert sid in str(second[0]["text"]) and "Ember" in str(second[0]["text"])
+    assert "as Ember (driven by carol)" in str(second[1]["text"])
+    assert "Boot briefing:" in str(second[2]["text"])
