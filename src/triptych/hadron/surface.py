@@ -15,9 +15,10 @@ from triptych.core.embed import Embedder
 from triptych.core.surface import Mounted, Shared
 from triptych.hadron.access import AccessPolicy
 from triptych.hadron.domain.model import NodeRecord
+from triptych.hadron.errors import render_error
 from triptych.hadron.identity import authenticator
 from triptych.hadron.search_store import SqliteSearchStore
-from triptych.hadron.server import HadronEndpoint, build_server, render_error
+from triptych.hadron.server import HadronEndpoint, build_server
 from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.channels import ChannelService
 from triptych.hadron.services.embedding import NodeEmbedder
@@ -35,7 +36,7 @@ from triptych.hadron.services.worklog import WorklogService
 from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, open_database
 from triptych.hadron.team_store import SqliteTeamStore
 from triptych.hadron.tools.apps import app_tools
-from triptych.hadron.tools.base import HadronTool
+from triptych.hadron.tools.base import Ctx, Tool
 from triptych.hadron.tools.chat import chat_tools
 from triptych.hadron.tools.edges import edge_tools
 from triptych.hadron.tools.memories import memory_tools
@@ -111,7 +112,7 @@ class Hadron:
     def admin(self) -> TenancyAdmin:
         return TenancyAdmin(self.tenancy)
 
-    def tools(self) -> list[HadronTool]:
+    def tools(self) -> list[Tool[Ctx]]:
         return [
             *memory_tools(self.access, self.selections),
             *app_tools(self.access, self.selections),

@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from triptych.hadron.domain.loc import agent_urn, ai_config_urn, worker_urn
 from triptych.hadron.domain.team import (
     Agent,
     AiServiceConfig,
@@ -29,11 +30,11 @@ def _dumps(value: Any) -> str:
 
 _AGENT = (
     "SELECT g.id, g.app_id, g.slug, g.name, g.persona_role, g.system_prompt, g.is_team_agent, g.memory_id, "
-    "'hrn:agent:' || a.root || ':' || a.slug || ':' || g.slug FROM agents g JOIN apps a ON a.id = g.app_id"
+    "a.root, a.slug FROM agents g JOIN apps a ON a.id = g.app_id"
 )
 _WORKER = (
     "SELECT w.id, w.app_id, w.agent_id, w.name, w.slug, w.role, w.prompt_override, w.held_by, w.retired_at, "
-    "w.created_at, 'hrn:worker:' || a.root || ':' || a.slug || ':' || w.slug FROM workers w "
+    "w.created_at, a.root, a.slug FROM workers w "
     "JOIN apps a ON a.id = w.app_id"
 )
 _SESSION_COLUMNS = (
@@ -47,11 +48,11 @@ _ITEM = "SELECT id, app_id, session_id, user_id, worker_id, tool, kind, ref, act
 
 
 def _agent(r: Sequence[Any]) -> Agent:
-    return Agent(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), r[7], r[8])
+    return Agent(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), r[7], agent_urn(r[8], r[9], r[2]))
 
 
 def _worker(r: Sequence[Any]) -> Worker:
-    return Worker(*r)
+    return Worker(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], worker_urn(r[10], r[11], r[4]))
 
 
 def _session(r: Sequence[Any]) -> WorkSession:
@@ -113,11 +114,11 @@ class SqliteTeamStore(_SqliteBase):
         marks = ", ".join("?" * len(app_ids))
         rows = self.conn.execute(
             "SELECT c.id, c.app_id, c.name, c.provider, c.model, "
-            "'hrn:aiconfig:' || a.root || ':' || a.slug || ':' || c.name FROM ai_service_configs c "
+            "a.root, a.slug FROM ai_service_configs c "
             f"JOIN apps a ON a.id = c.app_id WHERE c.app_id IN ({marks}) ORDER BY c.name",
             tuple(app_ids),
         ).fetchall()
-        return [AiServiceConfig(*r) for r in rows]
+        return [AiServiceConfig(r[0], r[1], r[2], r[3], r[4], ai_config_urn(r[5], r[6], r[2])) for r in rows]
 
     # ── workers ─────────────────────────────────────────────────────────────
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from triptych.hadron.domain import urn
+from triptych.hadron.domain.loc import agent_urn, ai_config_urn, split_app_member_urn
 from triptych.hadron.domain.model import App, Memory
 from triptych.hadron.domain.team import Agent, AiServiceConfig
 from triptych.hadron.errors import BadInput, NotFound, TeamRefusal, UrnAlreadyExists
@@ -77,7 +78,7 @@ class AgentService:
                 system_prompt=system_prompt or (DEFAULT_TEAM_PROMPT if team else DEFAULT_ROLE_PROMPT),
                 is_team_agent=team,
                 memory_id=memory.id if memory else None,
-                urn=f"hrn:agent:{app.root}:{app.slug}:{slug}",
+                urn=agent_urn(app.root, app.slug, slug),
             )
             self.team.add_agent(agent, self.clock())
         return agent, memory
@@ -88,7 +89,7 @@ class AgentService:
             raise BadInput("an AI service config needs a name, a provider and a model")
         config = AiServiceConfig(
             new_id(), app.id, name.strip(), provider.strip(), model.strip(),
-            f"hrn:aiconfig:{app.root}:{app.slug}:{name.strip()}",
+            ai_config_urn(app.root, app.slug, name.strip()),
         )  # fmt: skip
         self.team.add_ai_config(config, self.clock())
         return config
@@ -110,12 +111,11 @@ class AgentService:
         agent = self.team.agent(ref)
         if agent is not None:
             return agent
-        if ref.startswith("hrn:agent:"):
-            parts = ref.removeprefix("hrn:agent:").split(":")
-            if len(parts) == 3:
-                app = self.tenancy.app_by_urn(parts[0], parts[1])
-                return self.team.agent_by_slug(app.id, parts[2]) if app else None
-        return None
+        parts = split_app_member_urn(ref, "agent")
+        if parts is None:
+            return None
+        app = self.tenancy.app_by_urn(parts[0], parts[1])
+        return self.team.agent_by_slug(app.id, parts[2]) if app else None
 
     def team_agent(self, app: App) -> Agent:
         """The App's Team Agent: ``TEAM_AGENT_NOT_FOUND`` without one, ``TEAM_AGENT_AMBIGUOUS`` with two."""

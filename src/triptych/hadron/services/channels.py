@@ -18,7 +18,7 @@ from typing import Any
 
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain import mentions as mention_rules
-from triptych.hadron.domain.loc import check_loc, is_id, node_urn, parse_node_ref
+from triptych.hadron.domain.loc import check_loc, is_id, node_urn, parse_node_ref, strip_urn_prefix
 from triptych.hadron.domain.model import App, Memory, NodeRecord
 from triptych.hadron.domain.team import Channel, Message, Worker
 from triptych.hadron.domain.urn import UrnError
@@ -226,7 +226,7 @@ class ChannelService:
                 return f"w:{worker.id}"
         if key in workers:
             return f"w:{workers[key].id}"
-        key = key.removeprefix("hrn:user:")
+        key = strip_urn_prefix(key, "user")
         if key in users:
             return f"u:{users[key]}"
         raise BadInput(

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from triptych.hadron.access import AccessPolicy, require_identity
+from triptych.hadron.domain.loc import strip_urn_prefix, urn_type
 from triptych.hadron.domain.team import RegisterEntry
 from triptych.hadron.errors import BadInput, NotFound
 from triptych.hadron.identity import HadronCaller
@@ -39,13 +40,13 @@ class RegisterService:
         """``w:<worker id>`` or ``u:<user id>``: a worker of the owner App, or a person."""
         token = ref.strip()
         worker = self.team.worker(token)
-        if worker is None and token.lower().startswith("hrn:worker:"):
+        if worker is None and urn_type(token) == "worker":
             worker = next((w for w in self.team.all_workers(app_id) if w.urn == token), None)
-        if worker is None and not token.startswith(("@", "hrn:user:")):
+        if worker is None and not token.startswith("@") and urn_type(token) != "user":
             worker = self.team.worker_named(app_id, token)
         if worker is not None and worker.app_id == app_id:
             return f"w:{worker.id}"
-        user = self.tenancy.user_by_handle(token.removeprefix("hrn:user:").lstrip("@"))
+        user = self.tenancy.user_by_handle(strip_urn_prefix(token, "user").lstrip("@"))
         if user is not None:
             return f"u:{user.id}"
         raise BadInput(

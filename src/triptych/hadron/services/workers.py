@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from triptych.hadron.access import AccessPolicy, require_identity
-from triptych.hadron.domain.loc import is_id
+from triptych.hadron.domain.loc import is_id, split_app_member_urn, urn_type, worker_urn
 from triptych.hadron.domain.mentions import slug as name_slug
 from triptych.hadron.domain.model import App
 from triptych.hadron.domain.team import Agent, Worker, boot_briefing
@@ -84,10 +84,10 @@ class WorkerService:
             worker = self.team.worker(ref)
             if session_id:
                 self.sessions.touch(caller, session_id)
-        elif ref.lower().startswith("hrn:worker:"):
-            parts = ref[len("hrn:worker:") :].split(":")
-            app = self.tenancy.app_by_urn(parts[0], parts[1]) if len(parts) == 3 else None
-            worker = self.team.worker_named(app.id, parts[2]) if app else None
+        elif urn_type(ref) == "worker":
+            parts = split_app_member_urn(ref, "worker")
+            app = self.tenancy.app_by_urn(parts[0], parts[1]) if parts else None
+            worker = self.team.worker_named(app.id, parts[2]) if app and parts else None
             if session_id:
                 self.sessions.touch(caller, session_id)
         else:
@@ -148,7 +148,7 @@ class WorkerService:
         worker = Worker(
             id=new_id(), app_id=app.id, agent_id=agent.id, name=name, slug=slug,
             role=(role or agent.persona_role or agent.slug).strip(), prompt_override=prompt_override or None,
-            held_by=None, retired_at=None, created_at=self.clock(), urn=f"hrn:worker:{app.root}:{app.slug}:{slug}",
+            held_by=None, retired_at=None, created_at=self.clock(), urn=worker_urn(app.root, app.slug, slug),
         )  # fmt: skip
         self.team.add_worker(worker, caller.actor)
         return worker

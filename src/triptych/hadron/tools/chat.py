@@ -9,7 +9,7 @@ from pydantic import Field
 
 from triptych.hadron.domain.team import Message
 from triptych.hadron.services.channels import ChannelService, Page
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 MAX_BODY = 65_536
 
@@ -104,7 +104,7 @@ def page_output(page: Page | None, address: str | None) -> ToolOutput:
     )  # fmt: skip
 
 
-def chat_tools(channels: ChannelService) -> list[HadronTool]:
+def chat_tools(channels: ChannelService) -> list[Tool[Ctx]]:
     def posted(address: str, channel_id: str, seq: int, author: dict[str, Any], found: list[dict[str, Any]],
                at: str, session: str | None) -> ToolOutput:  # fmt: skip
         text = f"Posted seq {seq} to {address} as {_who(author)}."
@@ -170,7 +170,7 @@ def chat_tools(channels: ChannelService) -> list[HadronTool]:
         "Omitting session is not refused: the message is then authored by you, not by the worker."
     )
     return [
-        HadronTool(
+        Tool(
             "hadron_team_chat_post",
             "Post to the team App's chat (chats:team in the Team Agent's shared app memory, created by the first "
             "post). Mentions (@worker-name, @handle, a multiword name by its slug) are extracted server-side. "
@@ -179,21 +179,21 @@ def chat_tools(channels: ChannelService) -> list[HadronTool]:
             team_post,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_team_chat_read",
             "Read the team chat, oldest first by seq, with the total count. Poll with sinceSeq (the last seq you "
             "saw). Passing session keeps it live.",
             TeamChatReadArgs,
             team_read,
         ),
-        HadronTool(
+        Tool(
             "hadron_list_channels",
             "The Channels whose host memory you may read (defaults to the active App's), each with its address "
             "(the chat-root URN) and last seq.",
             ListChannelsArgs,
             list_channels,
         ),
-        HadronTool(
+        Tool(
             "hadron_create_channel",
             "Create a named Channel with its chat root at loc, in an app-class memory you may write. Its address "
             "is then protected from generic node writes ([loc_protected]).",
@@ -201,14 +201,14 @@ def chat_tools(channels: ChannelService) -> list[HadronTool]:
             create_channel,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_channel_read",
             "Read a Channel, oldest first by seq, with the total: sinceSeq / beforeSeq (alone: the page just before "
             "it), mentions. A Channel you may not read is [channel_not_found], like one that does not exist.",
             ChannelReadArgs,
             channel_read,
         ),
-        HadronTool(
+        Tool(
             "hadron_channel_post",
             "Post into a Channel (its host memory decides who may write). " + refusals,
             ChannelPostArgs,

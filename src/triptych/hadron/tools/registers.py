@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from triptych.hadron.services.registers import RegisterService
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 
 class RegisterListArgs(ToolArgs):
@@ -32,7 +32,7 @@ class RegisterRemoveArgs(ToolArgs):
     id: str = Field(description="The entry's id (hadron_register_list prints it)")
 
 
-def register_tools(registers: RegisterService) -> list[HadronTool]:
+def register_tools(registers: RegisterService) -> list[Tool[Ctx]]:
     def describe(view: dict[str, Any]) -> str:
         attendee = view["attendee"]
         who = (
@@ -64,13 +64,13 @@ def register_tools(registers: RegisterService) -> list[HadronTool]:
         return ToolOutput(f"Withdrew register entry {entry.id}.", {"id": entry.id, "removed": True})
 
     return [
-        HadronTool(
+        Tool(
             "hadron_register_list",
             "Who is declared to take part in what: register entries by owner App, Channel or attendee.",
             RegisterListArgs,
             list_,
         ),
-        HadronTool(
+        Tool(
             "hadron_register_add",
             "Declare that an attendee takes part in a Channel (intent, never permission: the host memory decides "
             "who may read or post). Omitting attendee declares every attendee in the owner's context.",
@@ -78,7 +78,7 @@ def register_tools(registers: RegisterService) -> list[HadronTool]:
             add,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_register_remove",
             "Withdraw a register entry by its id. Refusals: [register_entry_not_found], FORBIDDEN.",
             RegisterRemoveArgs,

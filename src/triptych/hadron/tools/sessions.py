@@ -9,7 +9,7 @@ from pydantic import Field
 from triptych.hadron.services.selection import SelectionService
 from triptych.hadron.services.sessions import SessionEnd, SessionService, SessionStart
 from triptych.hadron.services.workers import WorkerService
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 PROTOCOL = (
     "Protocol: 1. read the boot briefing  2. save plan  3. work (nodes you create are attributed to this "
@@ -60,7 +60,7 @@ class WhoamiArgs(ToolArgs):
 
 def session_tools(
     sessions: SessionService, workers: WorkerService, selections: SelectionService
-) -> list[HadronTool]:
+) -> list[Tool[Ctx]]:
     def start(ctx: Ctx, args: StartSessionArgs) -> ToolOutput:
         app = selections.active_app(ctx.caller, ctx.session)
         worker = (
@@ -125,7 +125,7 @@ def session_tools(
         return ToolOutput(text, {"sessions": views, "count": len(views)})
 
     return [
-        HadronTool(
+        Tool(
             "hadron_start_session",
             "Open a worker session (the Hadron Session row, not your chat session) and get its id for attribution. "
             "Pass workerRef to work as a named worker; its boot briefing comes back. Refusals: [no_active_app], "
@@ -135,7 +135,7 @@ def session_tools(
             start,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_end_session",
             "Close a worker session and, for a worker-bound one, write its closing handoff (what the next stint "
             "inherits at bind). Only the attributed user or a pure App key (its own App's sessions) may end one. "
@@ -145,7 +145,7 @@ def session_tools(
             end,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_whoami",
             "What am I driving right now? Your open worker sessions, each with its worker, App and start: the way "
             "to recover a session id after a context compaction.",

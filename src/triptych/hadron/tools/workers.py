@@ -6,7 +6,7 @@ from pydantic import Field
 
 from triptych.hadron.services.sessions import age
 from triptych.hadron.services.workers import RosterLine, WorkerService
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 
 class CastWorkerArgs(ToolArgs):
@@ -63,7 +63,7 @@ def roster_text(line: RosterLine) -> str:
     return text + (" [retired]" if w.retired else "")
 
 
-def worker_tools(workers: WorkerService) -> list[HadronTool]:
+def worker_tools(workers: WorkerService) -> list[Tool[Ctx]]:
     def cast(ctx: Ctx, args: CastWorkerArgs) -> ToolOutput:
         worker = workers.cast(
             ctx.caller, ctx.session, args.name, args.role, args.agent, args.app, args.promptOverride
@@ -125,7 +125,7 @@ def worker_tools(workers: WorkerService) -> list[HadronTool]:
         )
 
     return [
-        HadronTool(
+        Tool(
             "hadron_cast_worker",
             "Cast a worker (a named AI team member) of an agent installed in the team App; returns its id, name and "
             "boot briefing. Refusals: WORKER_NAME_REQUIRED, WORKER_NAME_TAKEN (unique per App, case-insensitive, "
@@ -134,21 +134,21 @@ def worker_tools(workers: WorkerService) -> list[HadronTool]:
             cast,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_list_workers",
             "The App's roster: name, URN, role, who holds each name, whether a worker session is live on it, when it "
             "was last driven (or never driven), and whether it is retired.",
             ListWorkersArgs,
             roster,
         ),
-        HadronTool(
+        Tool(
             "hadron_get_worker",
             "Read one worker with its boot briefing (re-rendered live) and raw promptOverride. A pure read: the way "
             "to recover a briefing after a context compaction. A worker you may not read is [worker_not_found].",
             GetWorkerArgs,
             get,
         ),
-        HadronTool(
+        Tool(
             "hadron_update_worker",
             "Amend a worker's promptOverride (the only field that changes; it replaces the whole override, '' "
             "clears it). Reaches the worker at its next bind. Refusals: WORKER_RETIRED, FORBIDDEN.",

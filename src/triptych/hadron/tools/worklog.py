@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from triptych.hadron.services.worklog import WorklogService
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 Kind = Literal["pr", "issue", "commit", "branch", "repo"]
 
@@ -36,7 +36,7 @@ class TeamWorkItemsArgs(ToolArgs):
     app: str | None = Field(None, description="App URN or id (defaults to the active App)")
 
 
-def worklog_tools(worklog: WorklogService) -> list[HadronTool]:
+def worklog_tools(worklog: WorklogService) -> list[Tool[Ctx]]:
     def record(ctx: Ctx, args: RecordWorkArgs) -> ToolOutput:
         item = worklog.record(ctx.caller, ctx.session, args.session, args.tool, args.kind, args.ref, args.action,
                               args.detail, args.app)  # fmt: skip
@@ -57,7 +57,7 @@ def worklog_tools(worklog: WorklogService) -> list[HadronTool]:
         return ToolOutput("\n".join(lines), {"items": views, "total": total, "appUrn": app.urn})
 
     return [
-        HadronTool(
+        Tool(
             "hadron_record_work",
             "Record one external work milestone (a PR opened, a branch pushed, an issue closed) against the session "
             "that did it. Echoes the stored record with its canonical ref. github refs: owner/repo#N (pr, issue), "
@@ -68,7 +68,7 @@ def worklog_tools(worklog: WorklogService) -> list[HadronTool]:
             record,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_team_work_items",
             "The provenance query: work items newest first with the total count, filtered by ref (any accepted "
             "spelling), session, tool, kind. Each item carries its sessionId.",
