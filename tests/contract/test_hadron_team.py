@@ -69,6 +69,9 @@ async def test_casting_refuses_without_a_name_a_taken_name_an_app_key_and_a_read
         await erin.refused("hadron_cast_worker", "FORBIDDEN", name="Erin2", role="android-engineer")
         await erin.ok("hadron_get_worker", workerRef="Nova")
         await erin.refused("hadron_update_worker", "FORBIDDEN", workerRef="Nova", promptOverride="x")
+    async with as_user(world, "bob") as bob:  # an org READER sees the twins App but is not on its team
+        await bob.refused("hadron_list_workers", "FORBIDDEN", app="hrn:app:acme.com:twins")
+        await bob.refused("hadron_cast_worker", "FORBIDDEN", name="Bobby", app="hrn:app:acme.com:twins")
     async with as_user(world, "dave") as dave:  # another organization: the roster is not probeable
         await dave.refused("hadron_list_workers", "app_not_found", app=CREW)
         worker = (await _cast_or_get(world, "Nova"))["id"]

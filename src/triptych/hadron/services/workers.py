@@ -122,7 +122,7 @@ class WorkerService:
     ) -> Worker:  # fmt: skip
         app = self.app_context(caller, state, app_ref, None)
         if not self.access.team_reader(caller, app):
-            raise NotFound("app", app_ref or app.urn)
+            raise Forbidden(f"you are not on the team of {app.urn}", details={"appId": app.id})
         self._require_writer(caller, app)
         if name is None or not name.strip():
             raise TeamRefusal(
@@ -202,7 +202,7 @@ class WorkerService:
     ) -> tuple[App, list[RosterLine], int]:  # fmt: skip
         app = self.app_context(caller, state, app_ref, session_id)
         if not self.access.team_reader(caller, app):
-            raise NotFound("app", app_ref or app.urn)
+            raise Forbidden(f"you are not on the team of {app.urn}", details={"appId": app.id})
         self.sessions.expire()
         workers, total = self.team.workers(app.id, include_retired, limit, offset)
         return app, [self.line(caller, w) for w in workers], total
