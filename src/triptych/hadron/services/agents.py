@@ -16,7 +16,7 @@ from triptych.hadron.domain.team import Agent, AiServiceConfig
 from triptych.hadron.errors import BadInput, NotFound, TeamRefusal, UrnAlreadyExists
 from triptych.hadron.services.tenancy import TenancyAdmin
 from triptych.hadron.store import TenancyStore, new_id, utcnow
-from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron.team_store import TeamStore
 
 DEFAULT_ROLE_PROMPT = (
     "You are {{name}}, the {{role}} of {{app}}. Start each stint by reading the team chat "
@@ -26,9 +26,7 @@ DEFAULT_TEAM_PROMPT = "You are the Team Agent of {{app}}: you host its team chat
 
 
 class AgentService:
-    def __init__(
-        self, tenancy: TenancyStore, team: SqliteTeamStore, clock: Callable[[], str] = utcnow
-    ) -> None:
+    def __init__(self, tenancy: TenancyStore, team: TeamStore, clock: Callable[[], str] = utcnow) -> None:
         self.tenancy = tenancy
         self.team = team
         self.clock = clock

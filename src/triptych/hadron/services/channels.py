@@ -29,7 +29,7 @@ from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.services.sessions import SessionService
 from triptych.hadron.services.workers import WorkerService
 from triptych.hadron.store import GraphStore, TenancyStore, new_id, utcnow
-from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron.team_store import TeamStore
 
 TEAM_LOC = "chats:team"
 MAX_PAGE = 200
@@ -48,7 +48,7 @@ class ChannelService:
         self,
         tenancy: TenancyStore,
         graph: GraphStore,
-        team: SqliteTeamStore,
+        team: TeamStore,
         access: AccessPolicy,
         selections: SelectionService,
         agents: AgentService,

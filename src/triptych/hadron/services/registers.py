@@ -16,14 +16,14 @@ from triptych.hadron.identity import HadronCaller
 from triptych.hadron.services.channels import ChannelService
 from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.store import TenancyStore, new_id, utcnow
-from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron.team_store import TeamStore
 
 
 class RegisterService:
     def __init__(
         self,
         tenancy: TenancyStore,
-        team: SqliteTeamStore,
+        team: TeamStore,
         access: AccessPolicy,
         selections: SelectionService,
         channels: ChannelService,

@@ -20,7 +20,7 @@ from triptych.hadron.errors import BadInput, Forbidden, SessionForbidden, TeamRe
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.store import TenancyStore, new_id, utcnow
-from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron.team_store import TeamStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class SessionService:
     def __init__(
         self,
         tenancy: TenancyStore,
-        team: SqliteTeamStore,
+        team: TeamStore,
         access: AccessPolicy,
         selections: SelectionService,
         clock: Callable[[], str] = utcnow,

@@ -24,7 +24,7 @@ from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.services.sessions import SessionService
 from triptych.hadron.services.tenancy import TenancyAdmin
 from triptych.hadron.store import TenancyStore, new_id, utcnow
-from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron.team_store import TeamStore
 
 MAX_NAME = 64
 
@@ -42,7 +42,7 @@ class WorkerService:
     def __init__(
         self,
         tenancy: TenancyStore,
-        team: SqliteTeamStore,
+        team: TeamStore,
         access: AccessPolicy,
         selections: SelectionService,
         agents: AgentService,

@@ -21,7 +21,7 @@ from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.services.sessions import SessionService
 from triptych.hadron.store import GraphStore, TenancyStore, new_id, utcnow
-from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron.team_store import TeamStore
 
 WORKLOG_LOC = "worklog"
 MAX_LIMIT = 200
@@ -32,7 +32,7 @@ class WorklogService:
         self,
         tenancy: TenancyStore,
         graph: GraphStore,
-        team: SqliteTeamStore,
+        team: TeamStore,
         access: AccessPolicy,
         selections: SelectionService,
         agents: AgentService,
