@@ -1,4 +1,5 @@
-"""The tools this build registers (the graph and search issues) are exactly the contract's, read from the spec."""
+"""The tools this build registers (the graph, search and team issues) are exactly the contract's, read from the spec:
+no Hadron tool of these sections is deferred but hadron_sync_graph and hadron_run_action."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from harness import shared_file
 
 from triptych.hadron.surface import Hadron
-from triptych.hadron.tools import ISSUE_5_TOOLS, ISSUE_6_TOOLS, TOOLS
+from triptych.hadron.tools import ISSUE_5_TOOLS, ISSUE_6_TOOLS, ISSUE_14_TOOLS, TOOLS
 
 # Contract sections whose tools belong to this issue, and the tools of them that come later.
 SECTIONS = {
@@ -21,6 +22,11 @@ SECTIONS = {
     "App selection": set(),
     "Organization selection": set(),
     "Server identity": set(),
+    "Sessions": set(),
+    "Workers — named team members": set(),
+    "Team chat": set(),
+    "Team worklog": set(),
+    "Channels": set(),
 }
 
 
@@ -50,7 +56,12 @@ def test_registered_tools_are_the_contracts_tools_of_these_issues(tmp_path: Path
     finally:
         hadron.close()
     assert len(registered) == len(set(registered))
-    assert set(registered) == set(TOOLS) == set(ISSUE_5_TOOLS) | set(ISSUE_6_TOOLS) == contract_tools()
+    assert (
+        set(registered)
+        == set(TOOLS)
+        == set(ISSUE_5_TOOLS) | set(ISSUE_6_TOOLS) | set(ISSUE_14_TOOLS)
+        == contract_tools()
+    )
 
 
 def test_every_argument_model_refuses_unknown_arguments(tmp_path: Path) -> None:

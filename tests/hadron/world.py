@@ -98,17 +98,17 @@ class Session:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    async def call(self, tool: str, **arguments: Any) -> Result:
+    async def call(self, tool: str, /, **arguments: Any) -> Result:
         result = await self.client.call_tool(tool, arguments)
         text = result.content[0].text  # type: ignore[union-attr]
         return Result(bool(result.is_error), text, result.structured_content or {})
 
-    async def ok(self, tool: str, **arguments: Any) -> Result:
+    async def ok(self, tool: str, /, **arguments: Any) -> Result:
         result = await self.call(tool, **arguments)
         assert not result.is_error, f"{tool} refused: {result.text}"
         return result
 
-    async def refused(self, tool: str, code: str, **arguments: Any) -> Result:
+    async def refused(self, tool: str, code: str, /, **arguments: Any) -> Result:
         result = await self.call(tool, **arguments)
         assert result.is_error, f"{tool} was not refused: {result.text}"
         assert result.code == code, f"{tool}: expected {code}, got {result.text}"

@@ -175,6 +175,39 @@ class AccessPolicy:
                 return f"ORG_{org_role}"
         return None
 
+    # ── the team of an App (issue 14) ───────────────────────────────────────
+
+    def team_member(self, caller: HadronCaller, app: App) -> bool:
+        """On the team: an AppMember at any role, an org CONTRIBUTOR+, or a user-owned App's owner."""
+        if caller.kind != "user" or caller.user is None:
+            return False
+        user_id = caller.user.id
+        if app.owner_user_id == user_id or self.tenancy.app_role(app.id, user_id) is not None:
+            return True
+        return app.org_id is not None and role_at_least(
+            self.tenancy.org_role(app.org_id, user_id), "CONTRIBUTOR"
+        )
+
+    def team_reader(self, caller: HadronCaller, app: App) -> bool:
+        """Reads the roster, the chat and the worklog: the team, and the App's own key."""
+        if caller.kind == "app":
+            return caller.app is not None and caller.app.id == app.id
+        return self.team_member(caller, app)
+
+    def staff_writer(self, caller: HadronCaller, app: App) -> bool:
+        """Casts and amends workers: an org CONTRIBUTOR+, a non-reader AppMember, or the owner.
+        Never an App key: staffing is a human act."""
+        if caller.kind != "user" or caller.user is None:
+            return False
+        user_id = caller.user.id
+        if app.owner_user_id == user_id or role_at_least(
+            self.tenancy.app_role(app.id, user_id), "CONTRIBUTOR"
+        ):
+            return True
+        return app.org_id is not None and role_at_least(
+            self.tenancy.org_role(app.org_id, user_id), "CONTRIBUTOR"
+        )
+
     def visible_apps(self, caller: HadronCaller) -> list[tuple[App, str]]:
         out = []
         for app in self.tenancy.apps():

@@ -19,17 +19,49 @@ from triptych.hadron.domain.model import ACCESS_LEVELS, MEMORY_CLASSES, ORG_ROLE
 from triptych.hadron.services.tenancy import TenancyAdmin
 
 Action = Callable[[TenancyAdmin, argparse.Namespace], str]
+TeamAction = Callable[["TeamAdmin", argparse.Namespace], str]
 
 
-def _run(action: Action) -> Callable[[argparse.Namespace], int]:
+class TeamAdmin:
+    """The operator's side of the team (issue 14): install agents, add AI service configs, release and
+    retire workers. Built over the store alone, like ``TenancyAdmin``."""
+
+    def __init__(self, db: Any) -> None:
+        from triptych.hadron.access import AccessPolicy
+        from triptych.hadron.services.agents import AgentService
+        from triptych.hadron.services.selection import SelectionService
+        from triptych.hadron.services.sessions import SessionService
+        from triptych.hadron.services.workers import WorkerService
+        from triptych.hadron.store import SqliteTenancyStore
+        from triptych.hadron.team_store import SqliteTeamStore
+
+        tenancy = SqliteTenancyStore(db)
+        team = SqliteTeamStore(db)
+        access = AccessPolicy(tenancy)
+        selections = SelectionService(tenancy, access)
+        self.tenancy = TenancyAdmin(tenancy)
+        self.agents = AgentService(tenancy, team)
+        sessions = SessionService(tenancy, team, access, selections)
+        self.workers = WorkerService(tenancy, team, access, selections, self.agents, sessions)
+
+
+def _tenancy_admin(db: Any) -> TenancyAdmin:
+    from triptych.hadron.store import SqliteTenancyStore
+
+    return TenancyAdmin(SqliteTenancyStore(db))
+
+
+def _run(
+    action: Callable[[Any, argparse.Namespace], str], build: Callable[[Any], Any] = _tenancy_admin
+) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         # Only the store and the admin service: no server, no embedding model to import.
-        from triptych.hadron.store import SqliteTenancyStore, open_database
+        from triptych.hadron.store import open_database
 
         settings = load_settings(data_dir=getattr(args, "data_dir", None))
         db = open_database(settings.data_dir / "hadron.db")
         try:
-            print(action(TenancyAdmin(SqliteTenancyStore(db)), args))
+            print(action(build(db), args))
         except TriptychError as exc:
             print(f"triptych hadron: {exc.code}: {exc.message}", file=sys.stderr)
             return 2
@@ -38,6 +70,52 @@ def _run(action: Action) -> Callable[[argparse.Namespace], int]:
         return 0
 
     return run
+
+
+def _run_team(action: TeamAction) -> Callable[[argparse.Namespace], int]:
+    return _run(action, TeamAdmin)
+
+
+def _agent_install(admin: TeamAdmin, a: argparse.Namespace) -> str:
+    prompt = Path(a.system_prompt_file).read_text() if a.system_prompt_file else a.system_prompt
+    agent, memory = admin.agents.install(
+        a.app, a.slug, name=a.name, persona_role=a.persona_role, system_prompt=prompt, team=a.team
+    )
+    kind = "Team Agent" if agent.is_team_agent else f"role agent (personaRole {agent.persona_role})"
+    out = f"installed {kind} {agent.urn} ({agent.name}) id={agent.id}"
+    if memory is not None:
+        out += f"\n  shared app memory {memory.urn}: the team chat (chats:team) and the worklog live there"
+    others = [g for g in admin.agents.team.agents([agent.app_id]) if g.is_team_agent and g.id != agent.id]
+    if agent.is_team_agent and others:
+        out += f"\n  warning: {len(others) + 1} Team Agents now: team chat and worklog refuse TEAM_AGENT_AMBIGUOUS"
+    return out
+
+
+def _agent_list(admin: TeamAdmin, a: argparse.Namespace) -> str:
+    app = admin.tenancy.app(a.app)
+    agents = admin.agents.agents(app)
+    if not agents:
+        return f"no agents installed in {app.urn}"
+    return "\n".join(
+        f"{g.urn} ({g.name}) id={g.id} "
+        + ("team agent" if g.is_team_agent else f"personaRole={g.persona_role}")
+        for g in agents
+    )
+
+
+def _ai_config_create(admin: TeamAdmin, a: argparse.Namespace) -> str:
+    config = admin.agents.add_ai_config(a.app, a.name, a.provider, a.model)
+    return f"created AI service config {config.urn} ({config.provider} {config.model}) id={config.id}"
+
+
+def _worker_release(admin: TeamAdmin, a: argparse.Namespace) -> str:
+    worker = admin.workers.release(a.app, a.worker)
+    return f"released {worker.name} ({worker.urn}): the name is unheld; the next person to bind it holds it"
+
+
+def _worker_retire(admin: TeamAdmin, a: argparse.Namespace) -> str:
+    worker = admin.workers.retire(a.app, a.worker)
+    return f"retired {worker.name} ({worker.urn}): it takes no new bindings or records; its name stays taken"
 
 
 def _org_create(admin: TenancyAdmin, a: argparse.Namespace) -> str:
@@ -185,6 +263,49 @@ def register(subparsers: Any) -> None:
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--user", help="user handle")
     who.add_argument("--app", help="app URN or id (its keys get the access)")
+
+    def team_command(parent: Any, name: str, help_text: str, action: TeamAction) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = parent.add_parser(name, help=help_text)
+        parser.add_argument("--data-dir", **data_dir)
+        parser.set_defaults(func=_run_team(action))
+        return parser
+
+    agent = groups.add_parser("agent", help="agents installed in an app").add_subparsers(
+        dest="agent_command", required=True
+    )
+    p = team_command(
+        agent, "install", "install a role agent (or with --team the Team Agent) in an app", _agent_install
+    )
+    p.add_argument("app", help="hrn:app:<root>:<slug> or id")
+    p.add_argument("slug", help="lower-case slug of the agent in the app")
+    p.add_argument("--name", help="display name")
+    p.add_argument("--persona-role", help="the role workers are cast into (role agents)")
+    text = p.add_mutually_exclusive_group()
+    text.add_argument("--system-prompt", help="the systemPrompt template ({{name}}, {{role}}, {{app}})")
+    text.add_argument("--system-prompt-file", help="read the template from a file")
+    p.add_argument("--team", action="store_true", help="the Team Agent: hosts the team chat and worklog")
+    p = team_command(agent, "list", "list the agents installed in an app", _agent_list)
+    p.add_argument("app")
+    ai = groups.add_parser("ai-config", help="AI service configs").add_subparsers(
+        dest="ai_command", required=True
+    )
+    p = team_command(ai, "create", "add an AI service config to an app", _ai_config_create)
+    p.add_argument("app")
+    p.add_argument("name")
+    p.add_argument("--provider", required=True)
+    p.add_argument("--model", required=True)
+    worker = groups.add_parser("worker", help="workers").add_subparsers(dest="worker_command", required=True)
+    p = team_command(
+        worker, "release", "release a worker's hold (the only thing that frees one)", _worker_release
+    )
+    p.add_argument("app")
+    p.add_argument("worker", help="the worker's name or id")
+    p = team_command(
+        worker, "retire", "retire a worker: no new bindings or records, the name stays taken", _worker_retire
+    )
+    p.add_argument("app")
+    p.add_argument("worker", help="the worker's name or id")
+
     p = command(memory, "schema", "set (or clear) the memory's collections schema", _memory_schema)
     p.add_argument("memory")
     source = p.add_mutually_exclusive_group(required=True)

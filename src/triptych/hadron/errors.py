@@ -20,13 +20,22 @@ reads as Hadron's code for that kind (``BY_KIND``).
     ├── UrnNotQualified          URN_NOT_QUALIFIED          invalid
     ├── UrnAlreadyExists         URN_ALREADY_EXISTS         conflict
     ├── SchemaViolation          SCHEMA_VIOLATION           invalid ("Schema violation: ...")
-    └── Conflict                 CONFLICT                   conflict (e.g. descendants without recursive)
+    ├── Conflict                 CONFLICT                   conflict (e.g. descendants without recursive)
+    ├── LocProtected             [loc_protected]            conflict (a generic node write on a Channel's address)
+    └── TeamRefusal              WORKER_TAKEN, WORKER_HELD, conflict (the team tools' typed refusals)
+                                 WORKER_NAME_REQUIRED, WORKER_NAME_TAKEN, WORKER_RETIRED, SESSION_NOT_FOUND,
+                                 SESSION_ENDED, SESSION_NOT_IN_APP, SESSION_NOT_WORKER_BOUND,
+                                 SESSION_WORKER_NOT_IN_APP, WORK_REF_INVALID, CHANNEL_HOST_NOT_WRITABLE,
+                                 TEAM_AGENT_NOT_FOUND, TEAM_AGENT_AMBIGUOUS
+
+A refusal whose ``verbatim`` is set is rendered as its message alone: the contract spells the whole
+line (``Forbidden: session "<id>" belongs to a different App or user``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 import mcp_types as types
 
@@ -44,6 +53,8 @@ BY_KIND: dict[Kind, str] = {
 
 class HadronError(TriptychError, status=400):
     """A refusal with Hadron's own code."""
+
+    verbatim: ClassVar[bool] = False
 
 
 class BadInput(HadronError, core.Invalid, code="BAD_USER_INPUT"):
@@ -139,10 +150,41 @@ class SchemaViolation(HadronError, core.Invalid, code="SCHEMA_VIOLATION"):
         )
 
 
+class LocProtected(
+    HadronError,
+    core.Conflict,
+    code="loc_protected",
+    status=409,
+    hint="A Channel's address is written through the channel tools (hadron_channel_post)",
+):
+    """A generic node write aimed at a Channel's protected subtree."""
+
+
+class TeamRefusal(HadronError, core.Conflict, status=409):
+    """A typed refusal of the team tools; ``code`` names which (the contract's upper-case codes)."""
+
+    def __init__(
+        self, code: str, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, hint=hint, details=details, code=code)
+
+
+class SessionForbidden(Forbidden):
+    """The end gate's refusal, worded exactly as the contract words it."""
+
+    verbatim = True
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f'Forbidden: session "{session_id}" belongs to a different App or user',
+            details={"sessionId": session_id},
+        )
+
+
 def render_error(exc: TriptychError) -> types.CallToolResult:
     """A refusal: text that starts with the typed code, then the message, hint and data."""
     code = surface_code(exc, BY_KIND)
-    if code == "SCHEMA_VIOLATION":
+    if code == "SCHEMA_VIOLATION" or getattr(exc, "verbatim", False):
         head = exc.message
     elif code.islower():
         head = f"[{code}] {exc.message}"

@@ -173,6 +173,73 @@ MIGRATIONS = [
     );
     CREATE UNIQUE INDEX scopes_live_name ON scopes (owner_type, owner_id, name) WHERE deleted_at IS NULL;
     """,
+    # Team coordination (issue 14): agents, AI service configs, workers, worker sessions and what they
+    # touched, channels with their messages (seq assigned in the posting transaction), registers, the
+    # worklog. Messages are rows under their channel's chat-root node, not nodes: a channel of 100,000
+    # messages must read its tail by an index range.
+    """
+    CREATE TABLE agents (
+        id TEXT PRIMARY KEY, app_id TEXT NOT NULL REFERENCES apps(id), slug TEXT NOT NULL, name TEXT NOT NULL,
+        persona_role TEXT, system_prompt TEXT NOT NULL, is_team_agent INTEGER NOT NULL DEFAULT 0,
+        memory_id TEXT REFERENCES memories(id), created_at TEXT NOT NULL, UNIQUE (app_id, slug)
+    );
+    CREATE TABLE ai_service_configs (
+        id TEXT PRIMARY KEY, app_id TEXT NOT NULL REFERENCES apps(id), name TEXT NOT NULL,
+        provider TEXT NOT NULL, model TEXT NOT NULL, created_at TEXT NOT NULL, UNIQUE (app_id, name)
+    );
+    CREATE TABLE workers (
+        id TEXT PRIMARY KEY, app_id TEXT NOT NULL REFERENCES apps(id), agent_id TEXT NOT NULL REFERENCES agents(id),
+        name TEXT NOT NULL, name_key TEXT NOT NULL, slug TEXT NOT NULL, role TEXT NOT NULL,
+        prompt_override TEXT, held_by TEXT REFERENCES users(id), retired_at TEXT,
+        created_at TEXT NOT NULL, created_by TEXT NOT NULL,
+        UNIQUE (app_id, name_key)
+    );
+    CREATE UNIQUE INDEX workers_by_slug ON workers (app_id, slug);
+    CREATE TABLE work_sessions (
+        id TEXT PRIMARY KEY, app_id TEXT NOT NULL REFERENCES apps(id), user_id TEXT REFERENCES users(id),
+        worker_id TEXT REFERENCES workers(id), description TEXT NOT NULL, type TEXT NOT NULL,
+        repo TEXT, branch TEXT, pr_number INTEGER, language TEXT, llm_model TEXT,
+        parent_session_id TEXT, prev_session_id TEXT, started_at TEXT NOT NULL, last_active_at TEXT NOT NULL,
+        ended_at TEXT, end_reason TEXT, expires_at TEXT, summary TEXT, handoff TEXT,
+        error_count INTEGER, turn_count INTEGER, input_tokens INTEGER, output_tokens INTEGER
+    );
+    CREATE INDEX work_sessions_by_worker ON work_sessions (worker_id, started_at);
+    CREATE INDEX work_sessions_by_user ON work_sessions (user_id, started_at);
+    CREATE INDEX work_sessions_by_app ON work_sessions (app_id, started_at);
+    -- What a session did on the platform (usage events): the fallback for an auto-expired session.
+    CREATE TABLE session_events (session_id TEXT NOT NULL, at TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT);
+    CREATE INDEX session_events_by_session ON session_events (session_id, at);
+    CREATE TABLE session_nodes (node_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, at TEXT NOT NULL);
+    CREATE TABLE channels (
+        id TEXT PRIMARY KEY, memory_id TEXT NOT NULL REFERENCES memories(id), loc TEXT NOT NULL,
+        name TEXT NOT NULL, app_id TEXT REFERENCES apps(id), last_seq INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL, created_by TEXT NOT NULL, UNIQUE (memory_id, loc)
+    );
+    CREATE INDEX channels_by_app ON channels (app_id);
+    CREATE TABLE channel_messages (
+        channel_id TEXT NOT NULL REFERENCES channels(id), seq INTEGER NOT NULL, body TEXT NOT NULL,
+        author TEXT NOT NULL, session_id TEXT, reply_to_seq INTEGER, mentions TEXT NOT NULL,
+        created_at TEXT NOT NULL, PRIMARY KEY (channel_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE message_mentions (
+        channel_id TEXT NOT NULL, ref TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (channel_id, ref, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE registers (
+        id TEXT PRIMARY KEY, owner_app_id TEXT NOT NULL REFERENCES apps(id),
+        channel_id TEXT NOT NULL REFERENCES channels(id), attendee TEXT, role TEXT,
+        mention_only INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL, created_by TEXT NOT NULL
+    );
+    CREATE INDEX registers_by_channel ON registers (channel_id);
+    CREATE TABLE work_items (
+        n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, app_id TEXT NOT NULL REFERENCES apps(id),
+        session_id TEXT NOT NULL REFERENCES work_sessions(id), user_id TEXT, worker_id TEXT,
+        tool TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL, action TEXT NOT NULL, detail TEXT,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX work_items_by_ref ON work_items (app_id, ref);
+    CREATE INDEX work_items_by_session ON work_items (app_id, session_id);
+    CREATE INDEX work_items_by_app ON work_items (app_id);
+    """,
 ]
 
 
@@ -213,6 +280,7 @@ class TenancyStore(Protocol):
     def apps(self) -> list[App]: ...
     def set_app_member(self, app_id: str, user_id: str, role: str) -> None: ...
     def app_role(self, app_id: str, user_id: str) -> str | None: ...
+    def app_member_ids(self, app_id: str) -> list[str]: ...
     def add_app_key(self, app_id: str, raw: str, label: str | None) -> str: ...
     def app_for_key(self, raw: str) -> App | None: ...
     def add_memory(self, memory: Memory) -> Memory: ...
@@ -387,6 +455,10 @@ class SqliteTenancyStore(_SqliteBase):
             "SELECT role FROM app_members WHERE app_id = ? AND user_id = ?", (app_id, user_id)
         ).fetchone()
         return str(row[0]) if row else None
+
+    def app_member_ids(self, app_id: str) -> list[str]:
+        rows = self.conn.execute("SELECT user_id FROM app_members WHERE app_id = ?", (app_id,)).fetchall()
+        return [r[0] for r in rows]
 
     def add_app_key(self, app_id: str, raw: str, label: str | None) -> str:
         key_id = new_id()

@@ -14,29 +14,42 @@ from triptych.core.db import Database
 from triptych.core.embed import Embedder
 from triptych.core.surface import Mounted, Shared
 from triptych.hadron.access import AccessPolicy
+from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.errors import render_error
 from triptych.hadron.identity import authenticator
 from triptych.hadron.search_store import SqliteSearchStore
 from triptych.hadron.server import HadronEndpoint, build_server
+from triptych.hadron.services.agents import AgentService
+from triptych.hadron.services.channels import ChannelService
 from triptych.hadron.services.embedding import NodeEmbedder
 from triptych.hadron.services.nodes import NodeService
 from triptych.hadron.services.objects import ObjectService
+from triptych.hadron.services.registers import RegisterService
 from triptych.hadron.services.scopes import ScopeService
 from triptych.hadron.services.search import SearchService
-from triptych.hadron.services.selection import SelectionService
+from triptych.hadron.services.selection import SelectionService, SessionState
+from triptych.hadron.services.sessions import SessionService
 from triptych.hadron.services.tenancy import TenancyAdmin
 from triptych.hadron.services.validate import ValidateService
+from triptych.hadron.services.workers import WorkerService
+from triptych.hadron.services.worklog import WorklogService
 from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, open_database
+from triptych.hadron.team_store import SqliteTeamStore
 from triptych.hadron.tools.apps import app_tools
 from triptych.hadron.tools.base import Ctx, Tool
+from triptych.hadron.tools.chat import chat_tools
 from triptych.hadron.tools.edges import edge_tools
 from triptych.hadron.tools.memories import memory_tools
 from triptych.hadron.tools.nodes import node_tools
 from triptych.hadron.tools.objects import object_tools
+from triptych.hadron.tools.registers import register_tools
 from triptych.hadron.tools.scopes import scope_tools
 from triptych.hadron.tools.search import search_tools
 from triptych.hadron.tools.server_info import server_info_tools
+from triptych.hadron.tools.sessions import session_tools
 from triptych.hadron.tools.validate import validate_tools
+from triptych.hadron.tools.workers import worker_tools
+from triptych.hadron.tools.worklog import worklog_tools
 
 __all__ = ["Hadron", "mount", "render_error"]
 
@@ -65,6 +78,7 @@ class Hadron:
     scopes: ScopeService
     search: SearchService
     embedder: NodeEmbedder
+    team: Team
 
     @classmethod
     def open(cls, path: Path, embedder: Embedder | None = None) -> Hadron:
@@ -78,7 +92,8 @@ class Hadron:
         store = SqliteSearchStore(db, embedder.dim if embedder else None, embedder.name if embedder else None)
         node_embedder = NodeEmbedder(store, embedder)
         nodes.embedder = node_embedder
-        scopes = ScopeService(tenancy, access, selections, store)
+        team = Team.build(db, tenancy, graph, access, selections, nodes)
+        scopes = ScopeService(tenancy, access, selections, store, team.agents)
         return cls(
             db,
             tenancy,
@@ -89,8 +104,9 @@ class Hadron:
             ObjectService(graph, access, nodes),
             ValidateService(tenancy, graph, access),
             scopes,
-            SearchService(tenancy, access, nodes, scopes, store, node_embedder),
+            SearchService(tenancy, access, nodes, scopes, store, node_embedder, team.agents),
             node_embedder,
+            team,
         )
 
     def admin(self) -> TenancyAdmin:
@@ -107,6 +123,11 @@ class Hadron:
             *validate_tools(self.validator),
             *search_tools(self.search),
             *scope_tools(self.scopes),
+            *session_tools(self.team.sessions, self.team.workers, self.selections),
+            *worker_tools(self.team.workers),
+            *chat_tools(self.team.channels),
+            *register_tools(self.team.registers),
+            *worklog_tools(self.team.worklog),
         ]
 
     def mcp_server(self) -> Server[Any]:
@@ -114,6 +135,53 @@ class Hadron:
 
     def close(self) -> None:
         self.db.close()
+
+
+@dataclass
+class Team:
+    """The team-coordination services (issue 14), over the same database."""
+
+    store: SqliteTeamStore
+    agents: AgentService
+    sessions: SessionService
+    workers: WorkerService
+    channels: ChannelService
+    registers: RegisterService
+    worklog: WorklogService
+
+    @classmethod
+    def build(
+        cls,
+        db: Database,
+        tenancy: SqliteTenancyStore,
+        graph: SqliteGraphStore,
+        access: AccessPolicy,
+        selections: SelectionService,
+        nodes: NodeService,
+    ) -> Team:
+        store = SqliteTeamStore(db)
+        agents = AgentService(tenancy, store)
+        sessions = SessionService(tenancy, store, access, selections)
+        workers = WorkerService(tenancy, store, access, selections, agents, sessions)
+        channels = ChannelService(tenancy, graph, store, access, selections, agents, sessions, workers)
+
+        def attribute(state: SessionState, node: NodeRecord) -> None:
+            session = store.session(state.work_session_id) if state.work_session_id else None
+            if session is not None and not session.ended:
+                store.attribute_node(node.id, session.id, node.created_at)
+
+        nodes.guard = lambda memory, loc, containing: channels.guard(memory, loc, containing=containing)
+        nodes.attribute = attribute
+        nodes.session_of = store.node_session
+        return cls(
+            store,
+            agents,
+            sessions,
+            workers,
+            channels,
+            RegisterService(tenancy, store, access, selections, channels),
+            WorklogService(tenancy, graph, store, access, selections, agents, sessions),
+        )
 
 
 def mount(shared: Shared) -> Mounted:

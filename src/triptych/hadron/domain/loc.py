@@ -99,6 +99,30 @@ def node_urn(root: str, slug: str, loc: str) -> str:
     return f"hrn:node:{root}:{slug}:{loc}"
 
 
+def agent_urn(root: str, app_slug: str, slug: str) -> str:
+    """An agent installed in an App (issue 14)."""
+    return f"hrn:agent:{root}:{app_slug}:{slug}"
+
+
+def worker_urn(root: str, app_slug: str, slug: str) -> str:
+    """A worker cast in an App, by its name's slug (issue 14)."""
+    return f"hrn:worker:{root}:{app_slug}:{slug}"
+
+
+def ai_config_urn(root: str, app_slug: str, name: str) -> str:
+    return f"hrn:aiconfig:{root}:{app_slug}:{name}"
+
+
+def split_app_member_urn(ref: str, type_word: str) -> tuple[str, str, str] | None:
+    """``hrn:<type>:<root>:<app>:<slug>`` (an agent or a worker) as ``(root, app, slug)``; None for
+    anything else."""
+    value = ref.strip()
+    if urn_type(value) != type_word:
+        return None
+    parts = strip_urn_prefix(value, type_word).split(":")
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 and all(parts) else None
+
+
 def urn_type(value: str) -> str | None:
     """The type word of an ``hrn:``/``urn:`` reference (``org``, ``mem``, ...), None for a bare one."""
     m = _PREFIX.match(value.strip())

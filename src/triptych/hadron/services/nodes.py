@@ -85,6 +85,16 @@ class NodeService:
         self.clock = clock
         # Embeds written nodes by their memory's policy (search, issue 6); None embeds nothing.
         self.embedder: NodeEmbedder | None = None
+        # Refuses a generic write on a Channel's address ([loc_protected], issue 14): (memory, loc,
+        # containing) where ``containing`` also refuses a subtree holding an address.
+        self.guard: Callable[[Memory, str, bool], None] | None = None
+        # Attributes a node created inside a worker session to that session (issue 14).
+        self.attribute: Callable[[SessionState, NodeRecord], None] | None = None
+        self.session_of: Callable[[str], str | None] | None = None
+
+    def _guard(self, memory: Memory, loc: str, containing: bool = False) -> None:
+        if self.guard is not None:
+            self.guard(memory, loc, containing)
 
     def embedded(self, memory: Memory, nodes: Sequence[NodeRecord]) -> None:
         """After a committed write: embed by the memory's policy (a failure is recorded, never raised)."""
@@ -164,6 +174,8 @@ class NodeService:
             "updatedAt": node.updated_at,
             "createdBy": node.created_by,
             "updatedBy": node.updated_by,
+            # The worker session the node was created in, if any (issue 14).
+            "sessionId": self.session_of(node.id) if self.session_of is not None else None,
             "edges": [self.edge_view(caller, e) for e in edges],
             "revisions": [
                 {
@@ -287,6 +299,7 @@ class NodeService:
         """Create the node at ``loc``, or upsert it when it exists; returns (memory, node, created)."""
         ref = self.parse_ref(loc)
         mem = self.access.write_memory(caller, self.memory_of(caller, state, ref, memory))
+        self._guard(mem, ref.loc)
         self._check_fields(fields.values)
         now, actor = self.clock(), caller.actor
         with self.graph.atomic():
@@ -313,6 +326,8 @@ class NodeService:
             if edges is not None:
                 self.graph.replace_edges(node.id, self._resolve_edges(caller, mem, node.id, edges))
             self.graph.add_revision(node, op, actor, None)
+        if existing is None and self.attribute is not None:
+            self.attribute(state, node)
         self.embedded(mem, [node])
         return mem, node, existing is None
 
@@ -348,6 +363,7 @@ class NodeService:
     ) -> tuple[Memory, NodeRecord]:
         mem, node = self.find(caller, state, loc)
         self.access.write_memory(caller, mem)
+        self._guard(mem, node.loc)
         if not (fields.present or edges is not None):
             raise BadInput("nothing to update: pass at least one field", hint="See the tool's input schema")
         self._check_fields({k: fields.values.get(k) for k in fields.present})
@@ -370,6 +386,7 @@ class NodeService:
             raise BadInput(f"the data patch must be a JSON object, got {kind}", details={"field": "data"})
         mem, node = self.find(caller, state, ref)
         self.access.write_memory(caller, mem)
+        self._guard(mem, node.loc)
         with self.graph.atomic():
             merged = {**(node.data or {}), **patch}
             updated = replace(
@@ -392,6 +409,7 @@ class NodeService:
         if node is None:
             raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
         self.access.write_memory(caller, mem)
+        self._guard(mem, ref.loc)
         with self.graph.atomic():
             record = self._edge(caller, mem, node.id, edge, 0)
             stored = self.graph.upsert_edge(record)
@@ -468,6 +486,8 @@ class NodeService:
         self.access.write_memory(caller, src)
         self.access.write_memory(caller, dst)
         old, new = src_ref.loc, dst_ref.loc
+        self._guard(src, old, True)  # a move out of, into or over a Channel's address
+        self._guard(dst, new, True)
         if src.id == dst.id and (new == old or new.startswith(old + ":")):
             raise BadInput(f"cannot move {old!r} onto itself or under its own subtree")
         subtree = self.graph.subtree(src.id, old)
@@ -553,6 +573,7 @@ class NodeService:
         if not subtree or subtree[0].loc != ref.loc:
             raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
         self.access.write_memory(caller, mem)
+        self._guard(mem, ref.loc, True)  # a recursive delete containing an address too
         if len(subtree) > 1 and not recursive:
             raise Conflict(
                 f"{node_urn(mem.root, mem.slug, ref.loc)} has {len(subtree) - 1} descendant(s)",

@@ -21,9 +21,11 @@ from typing import Any
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain.loc import is_id, node_urn, strip_urn_prefix
 from triptych.hadron.domain.model import App, Memory, Org, Scope, role_at_least
-from triptych.hadron.errors import BadInput, Forbidden, NoActiveApp, NotFound
+from triptych.hadron.domain.team import Agent
+from triptych.hadron.errors import BadInput, Forbidden, NoActiveApp, NotFound, ScopeAmbiguous
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.search_store import SqliteSearchStore
+from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.store import TenancyStore, new_id, utcnow
 
@@ -77,12 +79,14 @@ class ScopeService:
         access: AccessPolicy,
         selections: SelectionService,
         store: SqliteSearchStore,
+        agents: AgentService,
         clock: Callable[[], str] = utcnow,
     ) -> None:
         self.tenancy = tenancy
         self.access = access
         self.selections = selections
         self.store = store
+        self.agents = agents
         self.clock = clock
 
     # ── context ─────────────────────────────────────────────────────────
@@ -110,7 +114,8 @@ class ScopeService:
         if scope.owner_type == "app":
             app = self.tenancy.app(scope.owner_id)
             return app.urn if app else scope.owner_id
-        return f"agent {scope.owner_id}"
+        agent = self.agents.team.agent(scope.owner_id)
+        return agent.urn if agent else f"agent {scope.owner_id}"
 
     # ── who may read and manage ─────────────────────────────────────────
 
@@ -124,7 +129,9 @@ class ScopeService:
         if scope.owner_type == "app":
             app = self.tenancy.app(scope.owner_id)
             return app is not None and self.access.app_role(caller, app) is not None
-        return False
+        agent = self.agents.team.agent(scope.owner_id)  # an Agent's scopes: readable where its App is
+        app = self.tenancy.app(agent.app_id) if agent else None
+        return app is not None and self.access.app_role(caller, app) is not None
 
     def require_manage(self, caller: HadronCaller, owner_type: str, owner_id: str) -> None:
         """CONTRIBUTOR+ of an owning org; for an app owner ADMIN of its org or the owner of a personal app."""
@@ -134,8 +141,9 @@ class ScopeService:
         if user is not None and caller.kind == "user":
             if owner_type == "organization":
                 allowed = role_at_least(self.tenancy.org_role(owner_id, user.id), "CONTRIBUTOR")
-            elif owner_type == "app":
-                app = self.tenancy.app(owner_id)
+            elif owner_type in ("app", "agent"):
+                agent = self.agents.team.agent(owner_id) if owner_type == "agent" else None
+                app = self.tenancy.app(agent.app_id if agent else owner_id)
                 if app is not None:
                     allowed = app.owner_user_id == user.id or (
                         app.org_id is not None
@@ -154,7 +162,8 @@ class ScopeService:
         tiers: list[tuple[str, str]] = []
         if app is not None:
             tiers.append(("app", app.id))
-        # agent tier: no agents are installed in this build (team tools come later)
+            # The App's installed Agents, between the App and the organization.
+            tiers += [("agent", agent.id) for agent in self.agents.agents(app)]
         if org is not None:
             tiers.append(("organization", org.id))
         return tiers
@@ -172,6 +181,11 @@ class ScopeService:
         if not hits:
             raise NotFound("scope", name, hint="hadron_list_scopes lists the scopes a name resolves against")
         tier, winner = hits[0]
+        if tier == "agent" and len(hits) > 1 and hits[1][0] == "agent":
+            ids = [s.id for t, s in hits if t == "agent"]
+            raise ScopeAmbiguous(
+                f"{len(ids)} installed Agents each own a scope named {name!r}", details={"candidates": ids}
+            )
         return Resolved(winner, tier, tuple(s for _, s in hits[1:]))
 
     def get(
@@ -324,7 +338,7 @@ class ScopeService:
         if len(given) > 1:
             raise BadInput("pass at most one of organizationRef, agentRef, appRef")
         if agent:
-            raise NotFound("agent", agent, hint="No agents are installed in this build")
+            return "agent", self._agent(caller, agent).id
         if org:
             ref = org.strip()
             root = strip_urn_prefix(ref, "org")
@@ -340,6 +354,16 @@ class ScopeService:
         if target is None:
             raise NoActiveApp("with no owner ref the active App owns the scope, and none is selected")
         return "app", target.id
+
+    def _agent(self, caller: HadronCaller, ref: str) -> Agent:
+        """An installed Agent by URN or id, in an App the caller may use; else ``[agent_not_found]``."""
+        agent = self.agents.by_ref(ref)
+        app = self.tenancy.app(agent.app_id) if agent else None
+        if agent is None or app is None or self.access.app_role(caller, app) is None:
+            raise NotFound(
+                "agent", ref, hint="Pass an installed Agent's URN or id (hadron_search kind agent)"
+            )
+        return agent
 
     def create(
         self,
@@ -430,7 +454,7 @@ class ScopeService:
             elif owner_type == "app":
                 owners = [("app", self.selections.resolve_app(caller, owner_ref)[0].id)]
             else:
-                raise NotFound("agent", owner_ref, hint="No agents are installed in this build")
+                owners = [("agent", self._agent(caller, owner_ref).id)]
             context = f"{owner_type} {owner_ref}"
         else:
             app = self.context_app(caller, state, app_ref)

@@ -22,6 +22,7 @@ from triptych.hadron.domain.where import compile_where
 from triptych.hadron.errors import BadInput
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.search_store import NodeFilter, SqliteSearchStore
+from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.embedding import NodeEmbedder
 from triptych.hadron.services.nodes import NodeService
 from triptych.hadron.services.scopes import ScopeService, SearchScope
@@ -84,7 +85,9 @@ class SearchService:
         scopes: ScopeService,
         store: SqliteSearchStore,
         embedder: NodeEmbedder,
+        agents: AgentService,
     ) -> None:
+        self.agents = agents
         self.tenancy = tenancy
         self.access = access
         self.nodes = nodes
@@ -362,9 +365,20 @@ class SearchService:
         if "memory" in kinds:
             for m in memories:
                 consider("memory", m.id, m.urn, m.name, m.description or None, {"memoryId": m.id})
+        apps = self.access.visible_apps(caller)
         if "app" in kinds:
-            for app, _ in self.access.visible_apps(caller):
+            for app, _ in apps:
                 consider("app", app.id, app.urn, app.name, None, {"organizationId": app.org_id})
+        # Agents and AI service configs live in Apps: visible where their App is.
+        app_ids = [app.id for app, _ in apps]
+        if "agent" in kinds and app_ids:
+            for agent in self.agents.team.agents(app_ids):
+                consider("agent", agent.id, agent.urn, agent.name, agent.persona_role,
+                         {"appId": agent.app_id, "personaRole": agent.persona_role, "teamAgent": agent.is_team_agent})  # fmt: skip
+        if "aiServiceConfig" in kinds:
+            for config in self.agents.team.ai_configs(app_ids):
+                consider("aiServiceConfig", config.id, config.urn, config.name, f"{config.provider} {config.model}",
+                         {"appId": config.app_id, "provider": config.provider, "model": config.model})  # fmt: skip
         if "user" in kinds:
             for user in self._users(caller):
                 consider("user", user.id, user.urn, user.name, None, {})

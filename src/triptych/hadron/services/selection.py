@@ -51,6 +51,9 @@ class SessionState:
     memory_id: str | None = None
     org_id: str | None = None
     scope_id: str | None = None  # the active scope (issue 6)
+    # The worker session hadron_start_session opened in this MCP session: nodes created here are
+    # attributed to it (issue 14). Not persisted: a reconnect recovers it with hadron_whoami.
+    work_session_id: str | None = None
     replaced: bool = False  # this session replaced an earlier one
     restored: list[str] = field(default_factory=list)  # selections brought back from the client id
     dropped: list[str] = field(default_factory=list)  # restored selections refused on re-authorization

@@ -43,5 +43,20 @@ SCOPE_TOOLS = (
     "hadron_set_active_scope",
 )
 ISSUE_6_TOOLS = SEARCH_TOOLS + SCOPE_TOOLS
+# The team tools (issue 14).
+SESSION_TOOLS = ("hadron_start_session", "hadron_end_session", "hadron_whoami")
+WORKER_TOOLS = ("hadron_cast_worker", "hadron_list_workers", "hadron_get_worker", "hadron_update_worker")
+CHAT_TOOLS = ("hadron_team_chat_post", "hadron_team_chat_read")
+WORKLOG_TOOLS = ("hadron_record_work", "hadron_team_work_items")
+CHANNEL_TOOLS = (
+    "hadron_list_channels",
+    "hadron_create_channel",
+    "hadron_channel_read",
+    "hadron_channel_post",
+    "hadron_register_list",
+    "hadron_register_add",
+    "hadron_register_remove",
+)
+ISSUE_14_TOOLS = SESSION_TOOLS + WORKER_TOOLS + CHAT_TOOLS + WORKLOG_TOOLS + CHANNEL_TOOLS
 # Everything this build registers.
-TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS
+TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS + ISSUE_14_TOOLS

@@ -21,6 +21,12 @@ CAPABILITIES = (
     "vector-search",
     "search-scopes",
     "entity-search",
+    "worker-model",
+    "worker-boot-briefing",
+    "team-chat",
+    "team-worklog",
+    "session-app-recovery",
+    "channels",
 )
 
 

@@ -1,0 +1,551 @@
+"""Team persistence in ``hadron.db`` (tables from the third migration in ``store.py``): agents, AI
+service configs, workers, worker sessions and their events, channels and messages, registers and the
+worklog. A channel's ``seq`` is taken inside the posting transaction (``UPDATE ... RETURNING`` under
+``BEGIN IMMEDIATE``), so it is gap-free and strictly increasing under concurrent posters, in one
+process or several."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from triptych.hadron.domain.loc import agent_urn, ai_config_urn, worker_urn
+from triptych.hadron.domain.team import (
+    Agent,
+    AiServiceConfig,
+    Channel,
+    Message,
+    RegisterEntry,
+    Worker,
+    WorkItem,
+    WorkSession,
+)
+from triptych.hadron.store import _SqliteBase
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+_AGENT = (
+    "SELECT g.id, g.app_id, g.slug, g.name, g.persona_role, g.system_prompt, g.is_team_agent, g.memory_id, "
+    "a.root, a.slug FROM agents g JOIN apps a ON a.id = g.app_id"
+)
+_WORKER = (
+    "SELECT w.id, w.app_id, w.agent_id, w.name, w.slug, w.role, w.prompt_override, w.held_by, w.retired_at, "
+    "w.created_at, a.root, a.slug FROM workers w "
+    "JOIN apps a ON a.id = w.app_id"
+)
+_SESSION_COLUMNS = (
+    "id, app_id, user_id, worker_id, description, type, repo, branch, pr_number, language, llm_model, "
+    "parent_session_id, prev_session_id, started_at, last_active_at, ended_at, end_reason, expires_at, "
+    "summary, handoff, error_count, turn_count, input_tokens, output_tokens"
+)
+_CHANNEL = "SELECT id, memory_id, loc, name, app_id, last_seq, created_at FROM channels"
+_MESSAGE = "SELECT channel_id, seq, body, author, session_id, reply_to_seq, mentions, created_at FROM channel_messages"
+_ITEM = "SELECT id, app_id, session_id, user_id, worker_id, tool, kind, ref, action, detail, created_at FROM work_items"
+
+
+def _agent(r: Sequence[Any]) -> Agent:
+    return Agent(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), r[7], agent_urn(r[8], r[9], r[2]))
+
+
+def _worker(r: Sequence[Any]) -> Worker:
+    return Worker(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], worker_urn(r[10], r[11], r[4]))
+
+
+def _session(r: Sequence[Any]) -> WorkSession:
+    return WorkSession(*r)
+
+
+def _channel(r: Sequence[Any]) -> Channel:
+    return Channel(*r)
+
+
+def _message(r: Sequence[Any]) -> Message:
+    return Message(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], json.loads(r[6]), r[7])
+
+
+def _item(r: Sequence[Any]) -> WorkItem:
+    detail = json.loads(r[9]) if r[9] else None
+    return WorkItem(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], detail, r[10])
+
+
+class TeamStore(Protocol):
+    """What the team services need of a store (the SQLite one is ``SqliteTeamStore``)."""
+
+    def atomic(self) -> Any: ...
+    def add_agent(self, agent: Agent, at: str) -> None: ...
+    def agent(self, agent_id: str) -> Agent | None: ...
+    def agent_by_slug(self, app_id: str, slug: str) -> Agent | None: ...
+    def agents(self, app_ids: Sequence[str] | None = None) -> list[Agent]: ...
+    def add_ai_config(self, config: AiServiceConfig, at: str) -> None: ...
+    def ai_configs(self, app_ids: Sequence[str]) -> list[AiServiceConfig]: ...
+    def add_worker(self, worker: Worker, created_by: str) -> None: ...
+    def worker(self, worker_id: str) -> Worker | None: ...
+    def worker_named(self, app_id: str, name: str) -> Worker | None: ...
+    def workers(
+        self, app_id: str, include_retired: bool, limit: int, offset: int
+    ) -> tuple[list[Worker], int]: ...
+    def all_workers(self, app_id: str) -> list[Worker]: ...
+    def set_prompt_override(self, worker_id: str, text: str | None) -> None: ...
+    def set_holder(self, worker_id: str, user_id: str | None) -> None: ...
+    def retire(self, worker_id: str, at: str) -> None: ...
+    def add_session(self, session: WorkSession) -> None: ...
+    def session(self, session_id: str) -> WorkSession | None: ...
+    def heartbeat(self, session_id: str, at: str) -> None: ...
+    def end_session(self, session_id: str, at: str, reason: str, fields: dict[str, Any]) -> None: ...
+    def expire_sessions(self, at: str) -> int: ...
+    def set_pr_number(self, session_id: str, number: int) -> None: ...
+    def worker_sessions(self, worker_id: str) -> list[WorkSession]: ...
+    def last_handoff(self, worker_id: str) -> WorkSession | None: ...
+    def sessions_of(
+        self, user_id: str | None, app_id: str | None, include_ended: bool, limit: int
+    ) -> list[WorkSession]: ...
+    def add_event(self, session_id: str, at: str, kind: str, ref: str | None) -> None: ...
+    def events(self, session_id: str) -> list[str]: ...
+    def attribute_node(self, node_id: str, session_id: str, at: str) -> None: ...
+    def node_session(self, node_id: str) -> str | None: ...
+    def add_channel(self, channel: Channel, created_by: str) -> None: ...
+    def channel(self, channel_id: str) -> Channel | None: ...
+    def channel_at(self, memory_id: str, loc: str) -> Channel | None: ...
+    def channels(self, *, app_id: str | None = None, memory_id: str | None = None) -> list[Channel]: ...
+    def channel_overlapping(self, memory_id: str, loc: str, *, containing: bool) -> Channel | None: ...
+    def post(
+        self,
+        channel_id: str,
+        body: str,
+        author: dict[str, Any],
+        session_id: str | None,
+        reply_to_seq: int | None,
+        mentions: list[dict[str, Any]],
+        mention_refs: Sequence[str],
+        at: str,
+    ) -> int: ...
+    def has_message(self, channel_id: str, seq: int) -> bool: ...
+    def read(
+        self,
+        channel: Channel,
+        since: int | None,
+        before: int | None,
+        mention_ref: str | None,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Message], int]: ...
+    def add_register(self, entry: RegisterEntry, created_by: str) -> None: ...
+    def register_entry(self, entry_id: str) -> RegisterEntry | None: ...
+    def registers(self, owner_app_ids: Sequence[str], channel_id: str | None) -> list[RegisterEntry]: ...
+    def remove_register(self, entry_id: str) -> None: ...
+    def add_item(self, item: WorkItem) -> None: ...
+    def items(
+        self,
+        app_id: str,
+        refs: Sequence[str] | None,
+        session_id: str | None,
+        tool: str | None,
+        kind: str | None,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[WorkItem], int]: ...
+
+
+class SqliteTeamStore(_SqliteBase):
+    # ── agents and AI service configs ──────────────────────────────────────
+
+    def add_agent(self, agent: Agent, at: str) -> None:
+        with self.atomic() as tx:
+            tx.execute(
+                "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (agent.id, agent.app_id, agent.slug, agent.name, agent.persona_role, agent.system_prompt,
+                 int(agent.is_team_agent), agent.memory_id, at),
+            )  # fmt: skip
+
+    def agent(self, agent_id: str) -> Agent | None:
+        row = self.conn.execute(_AGENT + " WHERE g.id = ?", (agent_id,)).fetchone()
+        return _agent(row) if row else None
+
+    def agent_by_slug(self, app_id: str, slug: str) -> Agent | None:
+        row = self.conn.execute(_AGENT + " WHERE g.app_id = ? AND g.slug = ?", (app_id, slug)).fetchone()
+        return _agent(row) if row else None
+
+    def agents(self, app_ids: Sequence[str] | None = None) -> list[Agent]:
+        if app_ids is None:
+            rows = self.conn.execute(_AGENT + " ORDER BY a.root, a.slug, g.slug").fetchall()
+        else:
+            marks = ", ".join("?" * len(app_ids))
+            rows = self.conn.execute(
+                _AGENT + f" WHERE g.app_id IN ({marks}) ORDER BY a.root, a.slug, g.slug", tuple(app_ids)
+            ).fetchall()
+        return [_agent(r) for r in rows]
+
+    def add_ai_config(self, config: AiServiceConfig, at: str) -> None:
+        with self.atomic() as tx:
+            tx.execute(
+                "INSERT INTO ai_service_configs VALUES (?, ?, ?, ?, ?, ?)",
+                (config.id, config.app_id, config.name, config.provider, config.model, at),
+            )
+
+    def ai_configs(self, app_ids: Sequence[str]) -> list[AiServiceConfig]:
+        if not app_ids:
+            return []
+        marks = ", ".join("?" * len(app_ids))
+        rows = self.conn.execute(
+            "SELECT c.id, c.app_id, c.name, c.provider, c.model, "
+            "a.root, a.slug FROM ai_service_configs c "
+            f"JOIN apps a ON a.id = c.app_id WHERE c.app_id IN ({marks}) ORDER BY c.name",
+            tuple(app_ids),
+        ).fetchall()
+        return [AiServiceConfig(r[0], r[1], r[2], r[3], r[4], ai_config_urn(r[5], r[6], r[2])) for r in rows]
+
+    # ── workers ─────────────────────────────────────────────────────────────
+
+    def add_worker(self, worker: Worker, created_by: str) -> None:
+        with self.atomic() as tx:
+            tx.execute(
+                "INSERT INTO workers (id, app_id, agent_id, name, name_key, slug, role, prompt_override, held_by, "
+                "retired_at, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (worker.id, worker.app_id, worker.agent_id, worker.name, worker.name.casefold(), worker.slug,
+                 worker.role, worker.prompt_override, worker.held_by, worker.retired_at, worker.created_at,
+                 created_by),
+            )  # fmt: skip
+
+    def worker(self, worker_id: str) -> Worker | None:
+        row = self.conn.execute(_WORKER + " WHERE w.id = ?", (worker_id,)).fetchone()
+        return _worker(row) if row else None
+
+    def worker_named(self, app_id: str, name: str) -> Worker | None:
+        """By name (case-insensitive) or by slug: the two ways a person spells a worker."""
+        row = self.conn.execute(
+            _WORKER + " WHERE w.app_id = ? AND (w.name_key = ? OR w.slug = ?)",
+            (app_id, name.casefold(), name.lower()),
+        ).fetchone()
+        return _worker(row) if row else None
+
+    def workers(
+        self, app_id: str, include_retired: bool, limit: int, offset: int
+    ) -> tuple[list[Worker], int]:
+        where = " WHERE w.app_id = ?" + ("" if include_retired else " AND w.retired_at IS NULL")
+        total = self.conn.execute("SELECT COUNT(*) FROM workers w" + where, (app_id,)).fetchone()[0]
+        rows = self.conn.execute(
+            _WORKER + where + " ORDER BY w.name_key LIMIT ? OFFSET ?", (app_id, limit, offset)
+        ).fetchall()
+        return [_worker(r) for r in rows], int(total)
+
+    def all_workers(self, app_id: str) -> list[Worker]:
+        return [_worker(r) for r in self.conn.execute(_WORKER + " WHERE w.app_id = ?", (app_id,)).fetchall()]
+
+    def set_prompt_override(self, worker_id: str, text: str | None) -> None:
+        with self.atomic() as tx:
+            tx.execute("UPDATE workers SET prompt_override = ? WHERE id = ?", (text, worker_id))
+
+    def set_holder(self, worker_id: str, user_id: str | None) -> None:
+        with self.atomic() as tx:
+            tx.execute("UPDATE workers SET held_by = ? WHERE id = ?", (user_id, worker_id))
+
+    def retire(self, worker_id: str, at: str) -> None:
+        with self.atomic() as tx:
+            tx.execute(
+                "UPDATE workers SET retired_at = COALESCE(retired_at, ?) WHERE id = ?", (at, worker_id)
+            )
+
+    # ── worker sessions ──────────────────────────────────────────────────────
+
+    def add_session(self, session: WorkSession) -> None:
+        values = tuple(getattr(session, c) for c in _SESSION_COLUMNS.split(", "))
+        with self.atomic() as tx:
+            tx.execute(
+                f"INSERT INTO work_sessions ({_SESSION_COLUMNS}) VALUES ({', '.join('?' * len(values))})",
+                values,
+            )
+
+    def session(self, session_id: str) -> WorkSession | None:
+        row = self.conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        return _session(row) if row else None
+
+    def heartbeat(self, session_id: str, at: str) -> None:
+        with self.atomic() as tx:
+            tx.execute(
+                "UPDATE work_sessions SET last_active_at = ? WHERE id = ? AND ended_at IS NULL AND last_active_at < ?",
+                (at, session_id, at),
+            )
+
+    def end_session(self, session_id: str, at: str, reason: str, fields: dict[str, Any]) -> None:
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self.atomic() as tx:
+            tx.execute(
+                # Ending is the driver's last act: it is also the last heartbeat.
+                f"UPDATE work_sessions SET ended_at = ?, end_reason = ?, last_active_at = max(last_active_at, ?)"
+                f"{', ' if sets else ''}{sets} WHERE id = ? AND ended_at IS NULL",
+                (at, reason, at, *fields.values(), session_id),
+            )
+
+    def expire_sessions(self, at: str) -> int:
+        """End sessions past a hard ``expiresAt``; the cleanup write overwrites the heartbeat, as upstream."""
+        with self.atomic() as tx:
+            cursor = tx.execute(
+                "UPDATE work_sessions SET ended_at = ?, end_reason = 'expired', last_active_at = ? "
+                "WHERE ended_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?",
+                (at, at, at),
+            )
+            return cursor.rowcount
+
+    def set_pr_number(self, session_id: str, number: int) -> None:
+        with self.atomic() as tx:
+            tx.execute("UPDATE work_sessions SET pr_number = ? WHERE id = ?", (number, session_id))
+
+    def worker_sessions(self, worker_id: str) -> list[WorkSession]:
+        rows = self.conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? ORDER BY started_at",
+            (worker_id,),
+        ).fetchall()
+        return [_session(r) for r in rows]
+
+    def last_handoff(self, worker_id: str) -> WorkSession | None:
+        row = self.conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? AND handoff IS NOT NULL "
+            "ORDER BY ended_at DESC LIMIT 1",
+            (worker_id,),
+        ).fetchone()
+        return _session(row) if row else None
+
+    def sessions_of(
+        self, user_id: str | None, app_id: str | None, include_ended: bool, limit: int
+    ) -> list[WorkSession]:
+        """A user's sessions, or (``user_id`` None) an App's key-started ones, newest first."""
+        args: list[Any]
+        if user_id is not None:
+            where, args = "user_id = ?", [user_id]
+        else:
+            where, args = "user_id IS NULL AND app_id = ?", [app_id]
+        if not include_ended:
+            where += " AND ended_at IS NULL"
+        rows = self.conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE {where} ORDER BY started_at DESC LIMIT ?",
+            (*args, limit),
+        ).fetchall()
+        return [_session(r) for r in rows]
+
+    def add_event(self, session_id: str, at: str, kind: str, ref: str | None) -> None:
+        with self.atomic() as tx:
+            tx.execute("INSERT INTO session_events VALUES (?, ?, ?, ?)", (session_id, at, kind, ref))
+
+    def events(self, session_id: str) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT at FROM session_events WHERE session_id = ?", (session_id,)
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def attribute_node(self, node_id: str, session_id: str, at: str) -> None:
+        with self.atomic() as tx:
+            tx.execute("INSERT OR IGNORE INTO session_nodes VALUES (?, ?, ?)", (node_id, session_id, at))
+            tx.execute("INSERT INTO session_events VALUES (?, ?, 'node', ?)", (session_id, at, node_id))
+
+    def node_session(self, node_id: str) -> str | None:
+        row = self.conn.execute(
+            "SELECT session_id FROM session_nodes WHERE node_id = ?", (node_id,)
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    # ── channels and messages ────────────────────────────────────────────────
+
+    def add_channel(self, channel: Channel, created_by: str) -> None:
+        with self.atomic() as tx:
+            tx.execute(
+                "INSERT INTO channels VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
+                (channel.id, channel.memory_id, channel.loc, channel.name, channel.app_id, channel.created_at,
+                 created_by),
+            )  # fmt: skip
+
+    def channel(self, channel_id: str) -> Channel | None:
+        row = self.conn.execute(_CHANNEL + " WHERE id = ?", (channel_id,)).fetchone()
+        return _channel(row) if row else None
+
+    def channel_at(self, memory_id: str, loc: str) -> Channel | None:
+        row = self.conn.execute(_CHANNEL + " WHERE memory_id = ? AND loc = ?", (memory_id, loc)).fetchone()
+        return _channel(row) if row else None
+
+    def channels(self, *, app_id: str | None = None, memory_id: str | None = None) -> list[Channel]:
+        if memory_id is not None:
+            rows = self.conn.execute(_CHANNEL + " WHERE memory_id = ? ORDER BY loc", (memory_id,)).fetchall()
+        else:
+            rows = self.conn.execute(_CHANNEL + " WHERE app_id = ? ORDER BY loc", (app_id,)).fetchall()
+        return [_channel(r) for r in rows]
+
+    def channel_overlapping(self, memory_id: str, loc: str, *, containing: bool) -> Channel | None:
+        """A channel whose address is ``loc`` or lies above it; with ``containing`` also one below it."""
+        sql = _CHANNEL + " WHERE memory_id = ? AND (loc = ? OR substr(?, 1, length(loc) + 1) = loc || ':'"
+        args: list[Any] = [memory_id, loc, loc]
+        if containing:
+            sql += " OR (loc > ? AND loc < ?)"
+            args += [loc + ":", loc + ";"]
+        row = self.conn.execute(sql + ") LIMIT 1", tuple(args)).fetchone()
+        return _channel(row) if row else None
+
+    def post(
+        self,
+        channel_id: str,
+        body: str,
+        author: dict[str, Any],
+        session_id: str | None,
+        reply_to_seq: int | None,
+        mentions: list[dict[str, Any]],
+        mention_refs: Sequence[str],
+        at: str,
+    ) -> int:
+        """Append a message; its ``seq`` is the channel's next, taken under the write lock."""
+        with self.atomic() as tx:
+            seq = int(
+                tx.execute(
+                    "UPDATE channels SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq",
+                    (channel_id,),
+                ).fetchone()[0]
+            )
+            tx.execute(
+                "INSERT INTO channel_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (channel_id, seq, body, _dumps(author), session_id, reply_to_seq, _dumps(mentions), at),
+            )
+            tx.executemany(
+                "INSERT OR IGNORE INTO message_mentions VALUES (?, ?, ?)",
+                [(channel_id, r, seq) for r in mention_refs],
+            )
+        return seq
+
+    def has_message(self, channel_id: str, seq: int) -> bool:
+        row = self.conn.execute(
+            "SELECT 1 FROM channel_messages WHERE channel_id = ? AND seq = ?", (channel_id, seq)
+        ).fetchone()
+        return row is not None
+
+    def read(
+        self,
+        channel: Channel,
+        since: int | None,
+        before: int | None,
+        mention_ref: str | None,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Message], int]:
+        """Oldest first. With only ``before``, the page just before it (the tail of what precedes it)."""
+        low = since if since is not None else 0
+        high = before if before is not None else channel.last_seq + 1
+        if mention_ref is None:
+            total = channel.last_seq  # gap-free: the count is the last seq
+            if before is not None and since is None:
+                rows = self.conn.execute(
+                    _MESSAGE + " WHERE channel_id = ? AND seq < ? ORDER BY seq DESC LIMIT ? OFFSET ?",
+                    (channel.id, high, limit, offset),
+                ).fetchall()
+                rows.reverse()
+            else:
+                rows = self.conn.execute(
+                    _MESSAGE + " WHERE channel_id = ? AND seq > ? AND seq < ? ORDER BY seq LIMIT ? OFFSET ?",
+                    (channel.id, low, high, limit, offset),
+                ).fetchall()
+            return [_message(r) for r in rows], total
+        total = self.conn.execute(
+            "SELECT COUNT(*) FROM message_mentions WHERE channel_id = ? AND ref = ?",
+            (channel.id, mention_ref),
+        ).fetchone()[0]
+        order = "DESC" if before is not None and since is None else ""
+        seqs = self.conn.execute(
+            "SELECT seq FROM message_mentions WHERE channel_id = ? AND ref = ? AND seq > ? AND seq < ? "
+            f"ORDER BY seq {order} LIMIT ? OFFSET ?",
+            (channel.id, mention_ref, low, high, limit, offset),
+        ).fetchall()
+        wanted = sorted(r[0] for r in seqs)
+        if not wanted:
+            return [], int(total)
+        rows = self.conn.execute(
+            _MESSAGE + f" WHERE channel_id = ? AND seq IN ({', '.join('?' * len(wanted))}) ORDER BY seq",
+            (channel.id, *wanted),
+        ).fetchall()
+        return [_message(r) for r in rows], int(total)
+
+    # ── registers ───────────────────────────────────────────────────────────
+
+    def add_register(self, entry: RegisterEntry, created_by: str) -> None:
+        with self.atomic() as tx:
+            tx.execute(
+                "INSERT INTO registers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry.id, entry.owner_app_id, entry.channel_id, entry.attendee, entry.role,
+                 int(entry.mention_only), entry.created_at, created_by),
+            )  # fmt: skip
+
+    def register_entry(self, entry_id: str) -> RegisterEntry | None:
+        row = self.conn.execute(
+            "SELECT id, owner_app_id, channel_id, attendee, role, mention_only, created_at FROM registers "
+            "WHERE id = ?",
+            (entry_id,),
+        ).fetchone()
+        return RegisterEntry(row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6]) if row else None
+
+    def registers(self, owner_app_ids: Sequence[str], channel_id: str | None) -> list[RegisterEntry]:
+        if not owner_app_ids:
+            return []
+        sql = (
+            "SELECT id, owner_app_id, channel_id, attendee, role, mention_only, created_at FROM registers "
+            f"WHERE owner_app_id IN ({', '.join('?' * len(owner_app_ids))})"
+        )
+        args: list[Any] = list(owner_app_ids)
+        if channel_id is not None:
+            sql += " AND channel_id = ?"
+            args.append(channel_id)
+        rows = self.conn.execute(sql + " ORDER BY created_at, id", tuple(args)).fetchall()
+        return [RegisterEntry(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6]) for r in rows]
+
+    def remove_register(self, entry_id: str) -> None:
+        with self.atomic() as tx:
+            tx.execute("DELETE FROM registers WHERE id = ?", (entry_id,))
+
+    # ── worklog ─────────────────────────────────────────────────────────────
+
+    def add_item(self, item: WorkItem) -> None:
+        with self.atomic() as tx:
+            tx.execute(
+                "INSERT INTO work_items (id, app_id, session_id, user_id, worker_id, tool, kind, ref, action, "
+                "detail, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (item.id, item.app_id, item.session_id, item.user_id, item.worker_id, item.tool, item.kind,
+                 item.ref, item.action, _dumps(item.detail) if item.detail is not None else None, item.created_at),
+            )  # fmt: skip
+
+    def items(
+        self,
+        app_id: str,
+        refs: Sequence[str] | None,
+        session_id: str | None,
+        tool: str | None,
+        kind: str | None,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[WorkItem], int]:
+        where = "app_id = ?"
+        args: list[Any] = [app_id]
+        if refs is not None:
+            if not refs:
+                return [], 0
+            where += f" AND ref IN ({', '.join('?' * len(refs))})"
+            args += list(refs)
+        for column, value in (("session_id", session_id), ("tool", tool), ("kind", kind)):
+            if value is not None:
+                where += f" AND {column} = ?"
+                args.append(value)
+        # The planner, seeing ORDER BY n, would walk the whole App newest first and filter; the ref (or
+        # session) index finds the few matches directly, and sorting them is cheap.
+        index = (
+            "work_items_by_ref"
+            if refs is not None
+            else "work_items_by_session"
+            if session_id
+            else "work_items_by_app"
+        )
+        table = f"work_items INDEXED BY {index}"
+        total = self.conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", tuple(args)).fetchone()[0]
+        rows = self.conn.execute(
+            _ITEM.replace("FROM work_items", f"FROM {table}")
+            + f" WHERE {where} ORDER BY n DESC LIMIT ? OFFSET ?",
+            (*args, limit, offset),
+        ).fetchall()
+        return [_item(r) for r in rows], int(total)

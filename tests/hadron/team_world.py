@@ -1,0 +1,70 @@
+"""A team world for contract tests, on top of ``world.build_world``: two team Apps of acme.com, each
+with a Team Agent and role agents, an App key, and people at different roles. Set up through the admin
+services the CLI runs (``triptych hadron agent install ...``).
+
+acme.com:crew — alice (org OWNER), bob (AppMember CONTRIBUTOR), carol (org CONTRIBUTOR),
+erin (AppMember READER); agents: team (Team Agent), backend (backend-engineer), android
+(android-engineer); an App key; an AI service config.
+acme.com:ops — bob (AppMember READER); agents: team (Team Agent), sre (site-reliability).
+acme.com:bot (from world.py) has no agents at all; acme.com:twins has two Team Agents.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from hadron.world import World, build_world
+from harness import SECRET, TRIPTYCH, ServerProcess
+
+from triptych.hadron.cli import TeamAdmin
+from triptych.hadron.store import open_database
+
+CREW = "hrn:app:acme.com:crew"
+OPS = "hrn:app:acme.com:ops"
+
+
+def cli(data_dir: Path, *args: str) -> str:
+    """Run ``triptych hadron ...`` against the data directory; its stdout."""
+    done = subprocess.run(
+        [TRIPTYCH, "hadron", *args, "--data-dir", str(data_dir)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def build_team(data_dir: Path) -> tuple[str, str, str]:
+    """In process, through the admin services the CLI runs (tests/hadron/test_team_cli.py runs the CLI)."""
+    key, other = build_world(data_dir)
+    db = open_database(data_dir / "hadron.db")
+    try:
+        admin = TeamAdmin(db)
+        tenancy, agents = admin.tenancy, admin.agents
+        for slug, name in (("crew", "Crew"), ("ops", "Ops"), ("twins", "Twins")):
+            tenancy.create_app(slug, name, "acme.com", None)
+        tenancy.add_app_member(CREW, "bob", "CONTRIBUTOR")
+        tenancy.add_app_member(CREW, "erin", "READER")
+        tenancy.add_app_member(OPS, "bob", "READER")
+        agents.install(CREW, "team", team=True)
+        agents.install(
+            CREW, "backend", persona_role="backend-engineer",
+            system_prompt="You are {{name}}, the {{role}} of {{app}}. Ship small PRs.",
+        )  # fmt: skip
+        agents.install(CREW, "android", persona_role="android-engineer")
+        agents.install(OPS, "team", team=True)
+        agents.install(OPS, "sre", persona_role="site-reliability")
+        agents.install("hrn:app:acme.com:twins", "one", team=True)
+        agents.install("hrn:app:acme.com:twins", "two", team=True)
+        agents.add_ai_config(CREW, "claude-main", "anthropic", "claude-sonnet")
+        _, crew_key = tenancy.create_app_key(CREW, "tests")
+    finally:
+        db.close()
+    return key, other, crew_key
+
+
+def start_team_world(tmp: Path) -> tuple[World, str]:
+    data_dir = tmp / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key, other, crew_key = build_team(data_dir)
+    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET}
+    return World(ServerProcess(data_dir, env).start(), key, other), crew_key
