@@ -14,6 +14,8 @@ exception becomes ``InternalError`` and its traceback stays in the server log.
     ├── IngestionFailed            INGESTION_FAILED       500
     ├── EmbeddingMismatch          EMBEDDING_MISMATCH     409
     └── InternalError              INTERNAL_ERROR         500
+        └── StorageUnavailable     INTERNAL_ERROR         503 (disk full, read-only or failing data
+                                                          directory: details.reason says which)
 """
 
 from __future__ import annotations
@@ -86,3 +88,12 @@ class InternalError(TriptychError):
     code = "INTERNAL_ERROR"
     http_status = 500
     default_hint = "Unexpected server error; check the server log"
+
+
+class StorageUnavailable(InternalError):
+    """The data directory cannot be written (full, read-only, failing): nothing was written, reads work.
+
+    Still the contracts' ``INTERNAL_ERROR`` code (no contract has a storage code), with a message that
+    names the folder and the cause and ``details.reason`` (``disk_full``, ``read_only``, ``io_error``)."""
+
+    http_status = 503

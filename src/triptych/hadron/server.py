@@ -26,6 +26,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from triptych import __version__
 from triptych.config import Settings
+from triptych.core import jsonbody
 from triptych.core.errors import AuthRequired, InternalError, InvalidParams, TriptychError
 from triptych.core.http import McpEndpoint, error_body, send_json
 from triptych.core.mcp import input_schemas, parse_args
@@ -40,6 +41,7 @@ CALLER_KEY = "triptych.hadron.caller"
 CLIENT_ID_HEADER = "x-hadron-client-id"
 SESSION_HEADER = "mcp-session-id"
 UNSUPPORTED_PROTOCOL_VERSION = -32022
+MAX_REFUSED_BODY = 64 * 1024  # a refused request's body is read only for its id
 
 
 def render_error(exc: TriptychError) -> types.CallToolResult:
@@ -184,12 +186,13 @@ class HadronEndpoint(McpEndpoint):
         while scope["type"] == "http":
             message = await receive()
             body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+            if not message.get("more_body") or len(body) > MAX_REFUSED_BODY:
+                break  # only the id is wanted: past the bound the rest is not read
         try:
-            request_id = json.loads(body).get("id") if body else None
-        except (json.JSONDecodeError, AttributeError):
-            request_id = None
+            decoded = jsonbody.parse(body) if body else None
+        except jsonbody.JsonRefused:
+            decoded = None
+        request_id = decoded.get("id") if isinstance(decoded, dict) else None
         error = {
             "code": UNSUPPORTED_PROTOCOL_VERSION,
             "message": f"protocol revision {version} is not served here: Hadron needs MCP sessions",

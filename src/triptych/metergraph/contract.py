@@ -119,6 +119,12 @@ ERROR_CODES = frozenset(
 )
 
 
+def internal_error_document() -> dict[str, Any]:
+    """An unexpected failure (core/lastresort.py): not a contract code, but the contract's shape."""
+    message = "unexpected server error; see the server log"
+    return {"schema_version": CONTRACT_VERSION, "error": {"code": "internal", "message": message}}
+
+
 def error_document(exc: MetergraphError) -> dict[str, Any]:
     code = exc.code if exc.code in ERROR_CODES else "invalid_argument"
     return {"schema_version": CONTRACT_VERSION, "error": {"code": code, "message": exc.message}}

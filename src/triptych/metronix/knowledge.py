@@ -20,7 +20,7 @@ import numpy as np
 from triptych.core.auth import Principal, require_write, resolve_workspace
 from triptych.core.chunking import chunk_text
 from triptych.core.embed import Embedder, ModelGuard, reembed
-from triptych.core.errors import IngestionFailed, InvalidParams, NotFound, TriptychError
+from triptych.core.errors import IngestionFailed, InvalidParams, NotFound, StorageUnavailable, TriptychError
 from triptych.core.search import convex
 from triptych.metronix.store import KnowledgeStore, NewDocument
 
@@ -143,6 +143,8 @@ class KnowledgeService:
         )
         try:
             stored = self.store.put_document(doc)
+        except StorageUnavailable:
+            raise  # says which folder and what to do; INGESTION_FAILED would only say it failed
         except Exception as exc:
             log.exception("storing %s failed", label)
             raise IngestionFailed(f"storing {label} failed: {exc}") from exc
