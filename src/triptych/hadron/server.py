@@ -28,7 +28,7 @@ from triptych import __version__
 from triptych.config import Settings
 from triptych.core import jsonbody
 from triptych.core.errors import AuthRequired, InternalError, InvalidParams, TriptychError
-from triptych.core.http import McpEndpoint, error_body, send_json
+from triptych.core.http import McpEndpoint, error_body, jsonrpc_plain_errors, send_json
 from triptych.core.mcp import input_schemas, parse_args
 from triptych.hadron.errors import BadInput, Unauthenticated
 from triptych.hadron.identity import ANONYMOUS, Authenticate, HadronCaller
@@ -158,6 +158,7 @@ class HadronEndpoint(McpEndpoint):
         self._selections = selections
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        send = jsonrpc_plain_errors(send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         version = headers.get("mcp-protocol-version")
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
