@@ -28,7 +28,7 @@ from triptych.hadron.services.tenancy import TenancyAdmin
 from triptych.hadron.services.validate import ValidateService
 from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, open_database
 from triptych.hadron.tools.apps import app_tools
-from triptych.hadron.tools.base import HadronTool
+from triptych.hadron.tools.base import Ctx, Tool
 from triptych.hadron.tools.edges import edge_tools
 from triptych.hadron.tools.memories import memory_tools
 from triptych.hadron.tools.nodes import node_tools
@@ -96,7 +96,7 @@ class Hadron:
     def admin(self) -> TenancyAdmin:
         return TenancyAdmin(self.tenancy)
 
-    def tools(self) -> list[HadronTool]:
+    def tools(self) -> list[Tool[Ctx]]:
         return [
             *memory_tools(self.access, self.selections),
             *app_tools(self.access, self.selections),

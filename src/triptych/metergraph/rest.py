@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 
 from triptych.core import jsonbody
 from triptych.core.errors import StorageUnavailable
+from triptych.core.mcp import ArgumentsInvalid
 from triptych.metergraph import otlp
 from triptych.metergraph.contract import (
     BadBatch,
@@ -32,7 +33,7 @@ from triptych.metergraph.contract import (
 from triptych.metergraph.ingest import IngestResult, gc_paused
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.tools import ArgumentError, parse
+from triptych.metergraph.tools import principal_bind, toolbox
 from triptych.metergraph.web import BadEncoding, BodyTooLarge, bearer, decode_body, json_response, read_body
 
 log = logging.getLogger(__name__)
@@ -217,12 +218,12 @@ def query_arguments(request: Request, list_params: tuple[str, ...], split_group_
 
 
 def agent_routes(mg: Metergraph) -> list[BaseRoute]:
-    tools = {t.name: t for t in mg.tools}
+    tools = toolbox(mg.tools)
 
     def mirror(
         tool_name: str, list_params: tuple[str, ...] = (), path_args: tuple[str, ...] = ()
     ) -> Endpoint:
-        tool = tools[tool_name]
+        tools.get(tool_name)  # a mirror of a tool that does not exist fails here, at startup
 
         async def endpoint(request: Request) -> Response:
             try:
@@ -231,10 +232,9 @@ def agent_routes(mg: Metergraph) -> list[BaseRoute]:
                 for name in path_args:
                     arguments[name] = request.path_params[name]
                 try:
-                    args = parse(tool.args, arguments)
-                except ArgumentError as exc:
-                    raise InvalidArgument(str(exc)) from None
-                document = await anyio.to_thread.run_sync(tool.handler, principal, args)
+                    document = await tools.call(tool_name, arguments, principal_bind(principal))
+                except ArgumentsInvalid as exc:
+                    raise InvalidArgument(exc.message) from None
                 response = json_response(document, headers={"Cache-Control": "no-store"})
                 check_response_size(len(response.body))
             except MetergraphError as exc:

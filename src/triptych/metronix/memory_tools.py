@@ -102,7 +102,7 @@ class ReviewResolveArgs(ToolArgs):
     notes: str | None = Field(None, description="Free-form audit note (capped at 1024 chars)")
 
 
-def memory_tools(service: MemoryService) -> list[Tool]:
+def memory_tools(service: MemoryService) -> list[Tool[Caller]]:
     def store(caller: Caller, a: StoreArgs) -> dict[str, Any]:
         return service.store_record(
             caller.principal, a.workspace_id, a.content, a.agent_id, a.scope, a.tags, a.importance_score,

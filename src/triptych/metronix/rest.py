@@ -21,7 +21,7 @@ from triptych.core import jsonbody
 from triptych.core.auth import Principal, local_principal
 from triptych.core.errors import InternalError, InvalidParams, NotFound, TriptychError
 from triptych.core.http import Authenticator
-from triptych.core.mcp import validation_message
+from triptych.core.mcp import argument_message
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.memory import MemoryService
 
@@ -94,7 +94,7 @@ async def _parse(model: type[Body], request: Request) -> Any:
     try:
         return model.model_validate(await _json(request))
     except ValidationError as exc:
-        raise InvalidParams(validation_message(exc)) from exc
+        raise InvalidParams(argument_message(exc)) from exc
 
 
 def _ws(request: Request, body_value: str | None = None) -> str | None:

@@ -14,7 +14,7 @@ from triptych.config import Settings
 from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint, jwt_authenticator
 from triptych.core.lastresort import jsonrpc_internal_error
-from triptych.core.mcp import Tool, build_server
+from triptych.core.mcp import Caller, Tool, build_server, caller_bind
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.answer import AnswerService, LlmClient
 from triptych.metronix.knowledge import KnowledgeService
@@ -76,7 +76,7 @@ class Metronix:
         )
         return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm))
 
-    def tools(self) -> list[Tool]:
+    def tools(self) -> list[Tool[Caller]]:
         return knowledge_tools(self.knowledge) + sync_tools(self.sync) + memory_tools(self.memory)
 
     def start(self) -> None:
@@ -99,7 +99,13 @@ class Metronix:
         gc.freeze()
 
     def mcp_server(self, stdio_agent_id: str | None = None) -> Server[Any]:
-        return build_server("metronix", self.tools(), render_error, INSTRUCTIONS, stdio_agent_id)
+        return build_server(
+            "metronix",
+            self.tools(),
+            bind=caller_bind(stdio_agent_id),
+            render_error=render_error,
+            instructions=INSTRUCTIONS,
+        )
 
     def close(self) -> None:
         if self.warming is not None:

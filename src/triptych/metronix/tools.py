@@ -71,7 +71,7 @@ class StatusArgs(ToolArgs):
     workspace_id: str | None = WorkspaceField
 
 
-def knowledge_tools(service: KnowledgeService) -> list[Tool]:
+def knowledge_tools(service: KnowledgeService) -> list[Tool[Caller]]:
     def search_fast(caller: Caller, args: SearchFastArgs) -> dict[str, Any]:
         return service.search(caller.principal, args.workspace_id, args.query, args.top_k)
 
@@ -121,7 +121,7 @@ class SyncArgs(ToolArgs):
     force_full: bool = Field(False, description="Force full sync, skip change detection")
 
 
-def sync_tools(service: SyncService) -> list[Tool]:
+def sync_tools(service: SyncService) -> list[Tool[Caller]]:
     async def sync(caller: Caller, args: SyncArgs) -> dict[str, Any]:
         return await service.sync(caller.principal, args.workspace_id, args.source, args.force_full)
 

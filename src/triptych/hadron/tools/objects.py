@@ -9,7 +9,7 @@ from pydantic import Field
 
 from triptych.core.db import MAX_OFFSET
 from triptych.hadron.services.objects import ObjectService, record
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 
 class CreateObjectArgs(ToolArgs):
@@ -49,7 +49,7 @@ class FindObjectsArgs(ToolArgs):
     offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
 
-def object_tools(objects: ObjectService) -> list[HadronTool]:
+def object_tools(objects: ObjectService) -> list[Tool[Ctx]]:
     def out(verb: str, node: Any, memory: Any) -> ToolOutput:
         rec = record(node)
         urn = f"hrn:node:{memory.root}:{memory.slug}:{node.loc}"
@@ -87,7 +87,7 @@ def object_tools(objects: ObjectService) -> list[HadronTool]:
         return ToolOutput(text, {"objects": recs, "total": total})
 
     return [
-        HadronTool(
+        Tool(
             "hadron_create_object",
             "Create a record in a collection; fields are validated against the memory's schema when the "
             "collection is declared. id and type are reserved.",
@@ -95,27 +95,27 @@ def object_tools(objects: ObjectService) -> list[HadronTool]:
             create_object,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_get_object",
             "Read one object by id or node URN as {id, type, ...fields}.",
             RefArgs,
             get_object,
         ),
-        HadronTool(
+        Tool(
             "hadron_update_object",
             "Shallow-merge fields into an object (atomic; patch wins, unmentioned fields kept), then re-validate.",
             UpdateObjectArgs,
             update_object,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_delete_object",
             "Delete an object: soft by default; hard: true removes the row. Non-recursive.",
             DeleteObjectArgs,
             delete_object,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_find_objects",
             "Query one collection -> {objects, total}: match (equality, cast from the schema), where (the "
             "predicate grammar, ANDed with match), sort, limit, offset.",
