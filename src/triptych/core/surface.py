@@ -27,7 +27,9 @@ class Shared:
     def embedder(self) -> Embedder:
         if self._embedder is None:
             s = self.settings
-            self._embedder = build_embedder(s.embed_url, s.embed_model, s.embed_api_key, s.embed_threads)
+            self._embedder = build_embedder(
+                s.embed_url, s.embed_model, s.embed_api_key, s.embed_threads, s.embed_bulk_threads
+            )
         return self._embedder
 
 

@@ -48,7 +48,11 @@ class Metronix:
     @classmethod
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> Metronix:
         embedder = embedder or build_embedder(
-            settings.embed_url, settings.embed_model, settings.embed_api_key, settings.embed_threads
+            settings.embed_url,
+            settings.embed_model,
+            settings.embed_api_key,
+            settings.embed_threads,
+            settings.embed_bulk_threads,
         )
         store = SqliteKnowledgeStore(settings.metronix_db, embedder.dim)
         knowledge = KnowledgeService(
