@@ -77,14 +77,20 @@ class ClientThread:
             tuple[Callable[[Client], Awaitable[Any]], concurrent.futures.Future[Any]]
         ]
         self._ready = threading.Event()
-        self._thread = threading.Thread(
-            target=self._loop.run_until_complete, args=(self._main(),), daemon=True
-        )
+        self._task: asyncio.Task[None] | None = None
+        self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
         if not self._ready.wait(60):
             raise RuntimeError(f"no MCP session with {url}")
 
+    def _serve(self) -> None:
+        try:
+            self._loop.run_until_complete(self._main())
+        except BaseException:  # cancelled by close() after the server died: nothing left to report
+            pass
+
     async def _main(self) -> None:
+        self._task = asyncio.current_task()
         self._requests = asyncio.Queue()
         async with httpx2.AsyncClient(headers=self.headers, timeout=120.0) as http:
             async with Client(streamable_http_client(self.url, http_client=http)) as client:
@@ -118,7 +124,10 @@ class ClientThread:
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._requests.put_nowait, (None, None))  # type: ignore[arg-type]
-        self._thread.join(30)
+        self._thread.join(10)
+        if self._thread.is_alive() and self._task is not None:  # the server is gone: stop waiting for it
+            self._loop.call_soon_threadsafe(self._task.cancel)
+            self._thread.join(30)
         self._loop.close()
 
 
