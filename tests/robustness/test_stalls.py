@@ -6,6 +6,7 @@ request finishes, /health answers every time, and the other calls finish too."""
 from __future__ import annotations
 
 import random
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -17,17 +18,35 @@ from robustness.report import record
 from robustness.target import ClientThread, Target, error_code, result_text
 
 STALL_MS = 100.0  # the issue's criterion: no request stalls /health by more than this
+IDLE: list[float] = []  # /health latencies (ms) just before the last scenario started
+
+
+def _figures(health: list[float]) -> dict[str, float]:
+    return {
+        "health_polls": len(health),
+        "health_p50_ms": round(statistics.median(health), 1) if health else 0.0,
+        "health_max_ms": round(max(health, default=0.0), 1),
+        "stalls": sum(h > STALL_MS for h in health),
+        "idle_p50_ms": round(statistics.median(IDLE), 1),
+        "idle_max_ms": round(max(IDLE), 1),
+    }
 
 
 def _while_polling(
     target: Target, work: Callable[[], Any], also: Callable[[], None] | None = None
 ) -> tuple[Any, list[float], int]:
-    """Run ``work`` in a thread; meanwhile poll /health (and call ``also``) until it is done."""
+    """Run ``work`` in a thread; meanwhile poll /health (and call ``also``) until it is done. The first
+    20 polls, before ``work`` starts, are the same run's idle baseline (``IDLE``)."""
     out: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", work()))
     latencies: list[float] = []
     extra_calls = 0
     with httpx.Client(base_url=target.url, timeout=120.0) as http:
+        IDLE.clear()
+        for _ in range(20):
+            started = time.perf_counter()
+            assert http.get("/health").status_code == 200
+            IDLE.append((time.perf_counter() - started) * 1000)
         thread.start()
         while thread.is_alive():
             started = time.perf_counter()
@@ -59,8 +78,7 @@ def test_regex_bomb_is_linear_and_health_keeps_answering(target: Target) -> None
             )
             took = (time.perf_counter() - started) * 1000
             assert error_code(result) is None, result_text(result)
-            record("regex-bomb", pattern=pattern, call_ms=round(took, 1), health_polls=len(health),
-                   health_max_ms=round(max(health, default=0.0), 1), stalls=sum(h > STALL_MS for h in health))  # fmt: skip
+            record("regex-bomb", pattern=pattern, call_ms=round(took, 1), **_figures(health))
         refused = alice.call("hadron_find_nodes", {"query": r"(a)\1", "mode": "regex", "memoryUrn": memory})
         assert error_code(refused) == "BAD_USER_INPUT" and "invalid regex" in result_text(refused)
     finally:
@@ -95,9 +113,8 @@ def test_a_300_kb_document_leaves_health_and_other_tools_answering(target: Targe
         )
         took = time.perf_counter() - started
         assert error_code(stored) is None, result_text(stored)[:500]
-        record("document-300kb", chars=len(document), store_s=round(took, 1), health_polls=len(health),
-               health_max_ms=round(max(health, default=0.0), 1), stalls=sum(h > STALL_MS for h in health),
-               other_calls=calls, other_max_ms=round(max(other_ms, default=0.0), 1))  # fmt: skip
+        record("document-300kb", chars=len(document), store_s=round(took, 1), other_calls=calls,
+               other_max_ms=round(max(other_ms, default=0.0), 1), **_figures(health))  # fmt: skip
     finally:
         big.close()
         other.close()
