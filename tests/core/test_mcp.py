@@ -54,7 +54,7 @@ async def test_arguments_that_do_not_fit_are_refused_with_a_readable_message(
         await TOOLS.call("echo", arguments, bind)
     assert caught.value.message == message
     assert caught.value.details == {"fields": fields}
-    assert caught.value.code == "INVALID_PARAMS"
+    assert caught.value.kind == "invalid"
 
 
 async def test_a_private_argument_never_repeats_the_callers_keys() -> None:

@@ -14,7 +14,6 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from triptych.config import Settings
-from triptych.core.auth import Principal, bearer_token
 from triptych.core.errors import AuthRequired, TriptychError
 from triptych.core.mcp import PRINCIPAL_KEY, guard
 
@@ -138,20 +137,3 @@ class McpEndpoint:
         self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], caller: Any
     ) -> None:
         await self.manager.handle_request(scope, receive, send)
-
-
-def jwt_authenticator(settings: Settings) -> Authenticator:
-    """Auth off: every caller is the local principal. Auth on: a valid bearer JWT is required."""
-    if not settings.auth_enabled:
-        return lambda _header: None
-    from triptych.core.auth import TokenVerifier
-
-    verifier = TokenVerifier(settings)
-
-    def authenticate(header: str | None) -> Principal:
-        token = bearer_token(header)
-        if token is None:
-            raise AuthRequired("missing bearer token: send 'Authorization: Bearer <jwt>'")
-        return verifier.verify(token)
-
-    return authenticate

@@ -9,7 +9,7 @@ waits on SQLite or the embedding model; a coroutine handler runs on the loop.
 
 What differs per surface is a hook, not a copy of this module:
 
-- the *context* a handler receives (``Bind``): Metronix a ``Caller``; Hadron a caller bound to its MCP
+- the *context* a handler receives (``Bind``): Metronix a ``metronix.access.Caller``; Hadron a caller bound to its MCP
   session and client id (entered in the worker thread, under the session's lock); Metergraph the key's
   principal;
 - the *renderer* of refusals (``ErrorRenderer``): each surface's ``errors.py``;
@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
@@ -34,8 +34,7 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from triptych import __version__
-from triptych.core.auth import Principal, local_principal, valid_agent_id
-from triptych.core.errors import InternalError, InvalidParams, TriptychError
+from triptych.core.errors import InternalError, Invalid, TriptychError
 
 log = logging.getLogger(__name__)
 # The ``_meta`` key of every tool result that carries the server's own time for the call, in ms.
@@ -105,12 +104,14 @@ def definition_json(tool: Tool[Any]) -> dict[str, Any]:
     return tool.definition().model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-class UnknownTool(InvalidParams):
+class UnknownTool(Invalid):
     """A call to a name the surface does not serve."""
 
 
-class ArgumentsInvalid(InvalidParams):
+class ArgumentsInvalid(Invalid):
     """Arguments that do not fit the tool's input schema."""
+
+    default_hint = "Check the argument names, types and ranges in the tool's input schema"
 
 
 def argument_message(exc: ValidationError, private: Collection[str] = ()) -> str:
@@ -204,31 +205,6 @@ def tool_result(output: dict[str, Any] | ToolOutput) -> types.CallToolResult:
             content=[types.TextContent(type="text", text=output.text)], structured_content=output.data
         )
     return json_result(output)
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    principal: Principal
-    agent_id: str | None
-    headers: Mapping[str, str]
-
-
-def caller_from(ctx: ServerRequestContext[Any, Any], stdio_agent_id: str | None = None) -> Caller:
-    request = ctx.request
-    if request is None:  # stdio: the local configuration applies
-        return Caller(local_principal(), valid_agent_id(stdio_agent_id), {})
-    principal = request.scope.get(PRINCIPAL_KEY) or local_principal()
-    headers = request.headers
-    return Caller(principal, valid_agent_id(headers.get("x-agent-id")), headers)
-
-
-def caller_bind(stdio_agent_id: str | None = None) -> SessionBind[Caller]:
-    """The plain context: the authenticated principal and the ``X-Agent-Id`` header."""
-
-    def bind(ctx: ServerRequestContext[Any, Any], tool: Tool[Caller]) -> AbstractContextManager[Caller]:
-        return nullcontext(caller_from(ctx, stdio_agent_id))
-
-    return bind
 
 
 def input_schemas(definitions: Sequence[types.Tool]) -> dict[str, dict[str, Any]]:

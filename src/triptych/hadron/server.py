@@ -13,23 +13,20 @@ selections on the MCP session id and the client id) and its endpoint:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
 from triptych.config import Settings
 from triptych.core import jsonbody
-from triptych.core.errors import InvalidParams, TriptychError
 from triptych.core.http import McpEndpoint, send_json
 from triptych.core.mcp import SessionBind, Tool
 from triptych.core.mcp import build_server as build_mcp_server
-from triptych.hadron.errors import BadInput, Unauthenticated
+from triptych.hadron.errors import Unauthenticated, render_error
 from triptych.hadron.identity import ANONYMOUS, Authenticate, HadronCaller
 from triptych.hadron.services.selection import SelectionService, client_id_from
 from triptych.hadron.tools.base import Ctx
@@ -39,30 +36,6 @@ CLIENT_ID_HEADER = "x-hadron-client-id"
 SESSION_HEADER = "mcp-session-id"
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 MAX_REFUSED_BODY = 64 * 1024  # a refused request's body is read only for its id
-
-
-def render_error(exc: TriptychError) -> types.CallToolResult:
-    """A refusal: text that starts with the typed code, then the message, hint and data."""
-    if isinstance(exc, InvalidParams):  # core's argument and unknown-tool refusals
-        exc = BadInput(exc.message, details=exc.details, hint=exc.hint)
-    code = exc.code
-    if code == "SCHEMA_VIOLATION":
-        head = exc.message
-    elif code.islower():
-        head = f"[{code}] {exc.message}"
-    else:
-        head = f"{code}: {exc.message}"
-    lines = [head]
-    if exc.hint:
-        lines.append(f"hint: {exc.hint}")
-    if exc.details:
-        lines.append("data: " + json.dumps(exc.details, ensure_ascii=False, default=str))
-    body = {"code": code, "message": exc.message, "hint": exc.hint, "data": exc.details}
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text="\n".join(lines))],
-        structured_content={"error": body},
-        is_error=True,
-    )
 
 
 def session_bind(selections: SelectionService) -> SessionBind[Ctx]:

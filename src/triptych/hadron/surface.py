@@ -15,9 +15,10 @@ from triptych.core.embed import Embedder
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.surface import Mounted, Shared
 from triptych.hadron.access import AccessPolicy
+from triptych.hadron.errors import render_error
 from triptych.hadron.identity import authenticator
 from triptych.hadron.search_store import SqliteSearchStore
-from triptych.hadron.server import HadronEndpoint, build_server, render_error
+from triptych.hadron.server import HadronEndpoint, build_server
 from triptych.hadron.services.embedding import NodeEmbedder
 from triptych.hadron.services.nodes import NodeService
 from triptych.hadron.services.objects import ObjectService

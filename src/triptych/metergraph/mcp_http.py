@@ -19,8 +19,9 @@ from starlette.responses import Response
 
 from triptych import __version__
 from triptych.core import jsonbody
+from triptych.core.errors import TriptychError
 from triptych.core.mcp import ArgumentsInvalid, UnknownTool, definition_json, guard
-from triptych.metergraph.contract import MetergraphError, check_response_size, error_document
+from triptych.metergraph.errors import MetergraphError, check_response_size, error_document
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.tools import MetergraphTool, principal_bind, toolbox, visible_tools
 from triptych.metergraph.web import BodyTooLarge, json_response, read_body
@@ -107,8 +108,11 @@ class McpRpc:
             return _error(msg_id, -32602, "Unknown tool", {"tools": self.toolbox.names})
         except ArgumentsInvalid as exc:
             return _error(msg_id, -32602, f"Invalid arguments for {name}: {exc.message}")
-        except MetergraphError as exc:
-            return _result(msg_id, tool_result(error_document(exc), is_error=True))
+        except TriptychError as exc:
+            if exc.kind != "internal":
+                return _result(msg_id, tool_result(error_document(exc), is_error=True))
+            log.error("metergraph tool %s failed: %s", name, exc.message)
+            return _error(msg_id, -32603, "Internal error")
         except Exception:
             log.exception("metergraph tool %s failed", name)
             return _error(msg_id, -32603, "Internal error")

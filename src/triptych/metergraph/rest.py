@@ -19,13 +19,12 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from triptych.core import jsonbody
-from triptych.core.errors import StorageUnavailable
+from triptych.core.errors import StorageUnavailable, TriptychError
 from triptych.core.mcp import ArgumentsInvalid
 from triptych.metergraph import otlp
-from triptych.metergraph.contract import (
+from triptych.metergraph.errors import (
     BadBatch,
     InvalidArgument,
-    MetergraphError,
     Unauthenticated,
     check_response_size,
     error_document,
@@ -41,7 +40,9 @@ log = logging.getLogger(__name__)
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def _error_response(exc: MetergraphError) -> Response:
+def _error_response(exc: TriptychError) -> Response:
+    if exc.kind == "internal":  # never an error document: HTTP 500, the traceback in the log
+        raise exc
     headers = {"WWW-Authenticate": 'Bearer error="invalid_token"'} if exc.http_status == 401 else None
     if isinstance(exc, Unauthenticated):
         return json_response({"error": {"code": "unauthenticated", "message": exc.message}}, 401, headers)
@@ -93,12 +94,12 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
             return json_response({"error": {"code": "payload_too_large", "message": exc.message}}, 413)
         except BadEncoding as exc:
             return json_response({"error": {"code": "invalid_argument", "message": str(exc)}}, 400)
-        except MetergraphError as exc:
-            return _error_response(exc)
         except StorageUnavailable as exc:
             # 503 with Retry-After: the SDKs retry the batch later instead of dropping it.
             error = {"code": "storage_unavailable", "message": exc.message, "hint": exc.hint, **exc.details}
             return json_response({"error": error}, 503, {"Retry-After": "60"})
+        except TriptychError as exc:
+            return _error_response(exc)
 
     async def ingest(request: Request) -> Response:
         async def work(app: AppPrincipal) -> Response:
@@ -237,7 +238,7 @@ def agent_routes(mg: Metergraph) -> list[BaseRoute]:
                     raise InvalidArgument(exc.message) from None
                 response = json_response(document, headers={"Cache-Control": "no-store"})
                 check_response_size(len(response.body))
-            except MetergraphError as exc:
+            except TriptychError as exc:
                 return _error_response(exc)
             return response
 

@@ -10,7 +10,7 @@ from starlette.routing import Route
 
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.surface import Mounted, Shared
-from triptych.metergraph.contract import internal_error_document
+from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
 from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes

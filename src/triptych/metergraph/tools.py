@@ -153,18 +153,10 @@ def build_tools(
 ) -> list[MetergraphTool]:
     def aggregates(p: AgentPrincipal, a: AggregatesArgs) -> dict[str, Any]:
         return usage.aggregates(
-            p,
-            a.group_by,
-            a.days,
-            a.since,
-            a.until,
-            a.route,
-            a.provider,
-            a.model,
-            a.environment,
-            a.metadata,
-            a.limit,
-        )
+            p, group_by=a.group_by, days=a.days, since=a.since, until=a.until, routes=a.route,
+            providers=a.provider, models=a.model, environments=a.environment, metadata=a.metadata,
+            limit=a.limit,
+        )  # fmt: skip
 
     def query_traces(p: AgentPrincipal, a: TracesArgs) -> dict[str, Any]:
         return traces.query(

@@ -12,11 +12,13 @@ from starlette.routing import Route
 
 from triptych.config import Settings
 from triptych.core.embed import Embedder, build_embedder
-from triptych.core.http import McpEndpoint, jwt_authenticator
+from triptych.core.http import McpEndpoint
 from triptych.core.lastresort import jsonrpc_internal_error
-from triptych.core.mcp import Caller, Tool, build_server, caller_bind
+from triptych.core.mcp import Tool, build_server
 from triptych.core.surface import Mounted, Shared
+from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
 from triptych.metronix.answer import AnswerService, LlmClient
+from triptych.metronix.errors import render_error
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
@@ -26,7 +28,7 @@ from triptych.metronix.rest import memory_routes
 from triptych.metronix.sources import sources_path
 from triptych.metronix.store import SqliteKnowledgeStore, utcnow
 from triptych.metronix.sync import SyncService
-from triptych.metronix.tools import knowledge_tools, render_error, sync_tools
+from triptych.metronix.tools import knowledge_tools, sync_tools
 
 INSTRUCTIONS = (
     "Metronix: a knowledge base and agent memory. Use metronix_search_fast for passages, metronix_get for a "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.services.nodes import EdgeInput, NodeService
 from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
@@ -22,7 +23,7 @@ def edge_tools(nodes: NodeService) -> list[Tool[Ctx]]:
         edge = EdgeInput(args.targetUrn, args.name, args.description, args.loc, args.isRunnable)
         mem, node, stored, created = nodes.create_edge(ctx.caller, ctx.session, args.sourceUrn, edge)
         view = nodes.edge_view(ctx.caller, stored)
-        source = f"hrn:node:{mem.root}:{mem.slug}:{node.loc}"
+        source = node_urn(mem.root, mem.slug, node.loc)
         target = (view["target"] or {}).get("urn") or args.targetUrn
         verb = "Added edge" if created else "Edge already present"
         return ToolOutput(

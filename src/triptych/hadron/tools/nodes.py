@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from triptych.core.db import SQLITE_MAX_INT
+from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.services.nodes import EdgeInput, NodeFields, NodeService
 from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
@@ -216,7 +217,7 @@ def node_tools(nodes: NodeService) -> list[Tool[Ctx]]:
         src, dst, loc, count = nodes.move(
             ctx.caller, ctx.session, args.urn, args.targetUrn, args.overwrite, args.renameToLeaf
         )
-        urn = f"hrn:node:{dst.root}:{dst.slug}:{loc}"
+        urn = node_urn(dst.root, dst.slug, loc)
         kind = "cross-memory move" if src.id != dst.id else "move"
         return ToolOutput(
             f"Moved {count} node(s) to {urn} ({kind})",
@@ -227,7 +228,7 @@ def node_tools(nodes: NodeService) -> list[Tool[Ctx]]:
         mem, loc, count, edges = nodes.delete(
             ctx.caller, ctx.session, args.urn, args.hard, args.recursive, args.cascadeCrossMemoryEdges
         )
-        urn = f"hrn:node:{mem.root}:{mem.slug}:{loc}"
+        urn = node_urn(mem.root, mem.slug, loc)
         how = "Hard-deleted" if args.hard else "Soft-deleted"
         extra = f", removed {edges} cross-memory edge(s)" if edges else ""
         return ToolOutput(

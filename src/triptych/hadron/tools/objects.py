@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from triptych.core.db import MAX_OFFSET
+from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.services.objects import ObjectService, record
 from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
@@ -52,7 +53,7 @@ class FindObjectsArgs(ToolArgs):
 def object_tools(objects: ObjectService) -> list[Tool[Ctx]]:
     def out(verb: str, node: Any, memory: Any) -> ToolOutput:
         rec = record(node)
-        urn = f"hrn:node:{memory.root}:{memory.slug}:{node.loc}"
+        urn = node_urn(memory.root, memory.slug, node.loc)
         text = f"{verb} {rec['type']} {rec['id']} ({urn}, revision {node.revision})\n"
         return ToolOutput(text + json.dumps(rec, ensure_ascii=False, sort_keys=True), rec)
 
