@@ -81,3 +81,40 @@ def _attack(client: ClientThread, name: str, schema: dict[str, Any], tally: Coun
         assert not leaked, f"{name}({args!r:.500}) leaked another tenant's data: {text[:2000]}"
 
     attack()
+
+
+@pytest.mark.parametrize(
+    ("surface", "tool", "arguments", "code"),
+    [
+        ("metronix", "memory_review_list", {"workspace_id": "ws-a", "offset": 2**63}, "INVALID_PARAMS"),
+        (
+            "metronix",
+            "memory_list",
+            {"agent_id": "bot", "workspace_id": "ws-a", "offset": 2**63},
+            "INVALID_PARAMS",
+        ),
+        (
+            "hadron",
+            "hadron_create_node",
+            {"loc": "hrn:node:acme.com:specs:seq", "name": "s", "seq": 2**63},
+            "BAD_USER_INPUT",
+        ),
+        (
+            "hadron",
+            "hadron_find_objects",
+            {"memoryUrn": "hrn:mem:acme.com:catalog", "type": "competitor", "offset": 2**63},
+            "BAD_USER_INPUT",
+        ),
+    ],  # fmt: skip
+)
+def test_integers_past_64_bits_are_refused_as_bad_input_not_internal(
+    target: Target, surface: str, tool: str, arguments: dict[str, Any], code: str
+) -> None:
+    path, headers = ENDPOINTS[surface]
+    client = ClientThread(target.url + path, headers(target))
+    try:
+        result = client.call(tool, arguments)
+    finally:
+        client.close()
+    assert error_code(result) == code, result_text(result)
+    assert ("offset" if "offset" in arguments else "seq") in result_text(result)
