@@ -26,6 +26,25 @@ NASTY_TEXT = [
     "../../etc/passwd", "%s%n%x", "{{7*7}}", "${jndi:x}", "<script>alert(1)</script>",
     "hrn:", "hrn:mem:", "hrn:node::::", ":", "x" * 5000, "NaN", "-1", "1e309",
 ]  # fmt: skip
+# Values the attacking callers really hold, by argument name: mixed in so that calls get past "no such
+# workspace / memory / node" into the services' deeper paths.
+KNOWN: dict[str, list[Any]] = {
+    "workspace_id": ["ws-a"],
+    "agent_id": ["bot", "agent-1"],
+    "memoryUrn": ["hrn:mem:acme.com:specs", "hrn:mem:acme.com:team", "hrn:mem:alice:journal"],
+    "memoryId": ["hrn:mem:acme.com:specs"],
+    "loc": [
+        "hrn:node:acme.com:specs:fuzz",
+        "hrn:node:acme.com:specs:bomb0",
+        "hrn:node:acme.com:specs:fuzz:child",
+    ],
+    "parentRel": ["hrn:node:acme.com:specs:fuzz"],
+    "app": ["hrn:app:acme.com:bot"],
+    "doc_label": ["big", "fuzz-doc"],
+    "query": ["graph memory", "*", "deploy"],
+    "content": ["a note about graphs and memory", "fuzz content"],
+    "name": ["fuzz", "Plan"],
+}
 HUGE_INTS = [2**31, 2**53 + 1, 2**63 - 1, 2**63, -(2**63) - 1, 2**64, 10**30, -1, 0]
 
 
@@ -68,12 +87,19 @@ def arguments(schema: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
             if optional
             else st.just([])
         )
-        args = {name: draw(value(props[name], defs)) for name in chosen}
+        args = {name: draw(_known_or(name, value(props[name], defs))) for name in chosen}
         if draw(st.integers(0, 9)) == 0:
             args[draw(st.sampled_from(["extra", "__proto__", "workspaceId", ""]))] = draw(hostile())
         return args
 
     return build()
+
+
+def _known_or(name: str, other: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    if name not in KNOWN:
+        return other
+    known = st.sampled_from(KNOWN[name])
+    return st.one_of(known, known, other)
 
 
 def value(schema: dict[str, Any], defs: dict[str, Any], depth: int = 0) -> st.SearchStrategy[Any]:
