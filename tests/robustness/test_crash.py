@@ -147,6 +147,10 @@ def test_every_acknowledged_write_survives_kill_9(crash_server: ServerProcess, s
     ]
     for thread in threads:
         thread.start()
+    # The clock starts once writes are being acknowledged (a loaded machine takes a while to connect).
+    deadline = time.monotonic() + 120
+    while sum(map(len, acked)) < WRITERS and time.monotonic() < deadline:
+        time.sleep(0.05)
     time.sleep(SECONDS)
     assert crash_server.process is not None
     crash_server.process.kill()  # SIGKILL: no shutdown hook runs
