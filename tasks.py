@@ -99,6 +99,7 @@ def bench(args: list[str]) -> int:
         "hadron-graph": "bench/hadron_graph.py",
         "hadron-search": "bench/hadron_search.py",
         "sync-answers": "bench/sync_answers.py",
+        "robustness": "bench/robustness.py",
     }
     if not args or args[0] not in scripts:
         sys.exit(f"usage: python3 tasks.py bench {{{'|'.join(scripts)}}} [options]")

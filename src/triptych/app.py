@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -14,6 +15,7 @@ from starlette.routing import BaseRoute, Route
 from triptych import __version__
 from triptych.config import Settings
 from triptych.core.embed import Embedder
+from triptych.core.lastresort import LastResort
 from triptych.core.surface import Mounted, Shared
 from triptych.hadron import surface as hadron
 from triptych.metergraph import surface as metergraph
@@ -56,4 +58,5 @@ def create_app(settings: Settings, embedder: Embedder | None = None) -> Starlett
 
     routes: list[BaseRoute] = [route for surface in surfaces for route in surface.routes]
     routes.append(Route("/health", health, methods=["GET"]))
-    return Starlette(routes=routes, lifespan=lifespan)
+    shapes = {prefix: body for surface in surfaces for prefix, body in surface.error_shapes.items()}
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(LastResort, shapes=shapes)])

@@ -34,14 +34,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from triptych.app import create_app
+    from triptych.core.db import check_writable
+    from triptych.core.errors import StorageUnavailable
 
     settings = _settings(args)
     _log_to_stderr(settings.log_level)
     try:
+        check_writable(settings.data_dir)
         app = create_app(settings)
     except ValueError as exc:  # a configuration problem, said plainly
         print(f"triptych: {exc}", file=sys.stderr)
         return 2
+    except StorageUnavailable as exc:  # one line naming the folder, the cause and the remedy
+        hint = (exc.hint or "").replace("then retry; reads keep working", "then start triptych again")
+        print(
+            f"triptych: cannot start: {exc.message.replace(': nothing was written', '')}. {hint}",
+            file=sys.stderr,
+        )
+        return 1
     print(
         f"triptych {__version__}: serving on http://{settings.host}:{settings.port} "
         "(Metronix /mcp, Hadron /hadron/mcp, Metergraph /v1/agent/mcp; "

@@ -58,6 +58,10 @@ class Settings(BaseSettings):
         None, validation_alias=_alias("TRIPTYCH_EMBED_API_KEY", "embed_api_key")
     )
     embed_threads: int = Field(0, validation_alias=_alias("TRIPTYCH_EMBED_THREADS", "embed_threads"))
+    # Threads for bulk embedding (a document's chunks); 0: all cores but one, so other requests keep one.
+    embed_bulk_threads: int = Field(
+        0, ge=0, validation_alias=_alias("TRIPTYCH_EMBED_BULK_THREADS", "embed_bulk_threads")
+    )
 
     # Chunking, chosen by the SciFact benchmark (docs/benchmarks.md).
     chunk_tokens: int = Field(200, validation_alias=_alias("TRIPTYCH_CHUNK_TOKENS", "chunk_tokens"))

@@ -6,12 +6,16 @@ only way to write, so the writes of one call commit together or not at all.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from triptych.core.errors import StorageUnavailable
 
 Migration = str  # one SQL script; its position in the list is its version
 log = logging.getLogger(__name__)
@@ -22,6 +26,11 @@ FALLBACK_AUTOCHECKPOINT = 10_000
 # at p50 (the checkpoint's sync competes with the next request); a few dozen small commits fill a few
 # hundred WAL pages, under SQLite's own threshold of 1,000.
 CHECKPOINT_EVERY = 32
+# SQLite integers are signed 64-bit: a larger Python int fails inside the query (OverflowError), so
+# every integer a caller sends is bounded before it gets there. Offsets stop far below (a page past
+# a billion rows is a mistake, and offset + limit must not overflow either).
+SQLITE_MAX_INT = 2**63 - 1
+MAX_OFFSET = 1_000_000_000
 
 
 class Checkpointer:
@@ -114,19 +123,26 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception: never half-written."""
-        conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        else:
-            conn.execute("COMMIT")
-            if self._checkpointer is not None:
-                self._commits += 1
-                if self._commits % self._checkpoint_every == 0:
-                    self._checkpointer.poke()
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:  # SQLite itself rolls back after a full disk or an I/O error
+                    conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+        except (sqlite3.Error, OSError) as exc:
+            storage = storage_failure(exc, self.path.parent)
+            if storage is None:
+                raise
+            raise storage from exc
+        if self._checkpointer is not None:
+            self._commits += 1
+            if self._commits % self._checkpoint_every == 0:
+                self._checkpointer.poke()
 
     def migrate(self, component: str, migrations: Sequence[Migration]) -> None:
         """Apply the component's migrations not yet applied, each in its own transaction."""
@@ -156,6 +172,59 @@ class Database:
                     pass
             self._all.clear()
         self._local = threading.local()
+
+
+_SQLITE_CAUSES = (
+    ("database or disk is full", "disk_full"),
+    ("readonly database", "read_only"),
+    ("disk i/o error", "io_error"),
+    ("unable to open database file", "read_only"),
+)
+_ERRNO_CAUSES = {errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full", errno.EROFS: "read_only",
+                 errno.EACCES: "read_only", errno.EPERM: "read_only", errno.EIO: "io_error"}  # fmt: skip
+_WHAT_TO_DO = {
+    "disk_full": ("The disk holding the data directory {dir} is full: nothing was written",
+                  "Free space on that disk (or point TRIPTYCH_DATA_DIR at a bigger one), then retry; reads keep working"),
+    "read_only": ("The data directory {dir} is read-only or not writable by the server: nothing was written",
+                  "Remount it read-write or give the server's user write access to it, then retry; reads keep working"),
+    "io_error": ("Writing to the data directory {dir} failed with a disk I/O error: nothing was written",
+                 "Check that disk (full, read-only or failing) and the server log, then retry; reads keep working"),
+}  # fmt: skip
+
+
+def storage_failure(exc: BaseException, data_dir: Path) -> StorageUnavailable | None:
+    """A ``StorageUnavailable`` naming the folder and what to do, if ``exc`` is a full, read-only or
+    failing disk; None for any other error."""
+    reason: str | None = None
+    if isinstance(exc, OSError):
+        reason = _ERRNO_CAUSES.get(exc.errno or 0)
+    elif isinstance(exc, sqlite3.Error):
+        text = str(exc).lower()
+        reason = next((cause for needle, cause in _SQLITE_CAUSES if needle in text), None)
+    if reason is None:
+        return None
+    message, hint = _WHAT_TO_DO[reason]
+    return StorageUnavailable(
+        message.format(dir=data_dir), hint=hint, details={"reason": reason, "data_dir": str(data_dir)}
+    )
+
+
+def check_writable(data_dir: Path) -> None:
+    """Create the data directory and a probe file in it, or raise ``StorageUnavailable`` saying why."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        probe = data_dir / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        failure = storage_failure(exc, data_dir)
+        if failure is None:
+            raise StorageUnavailable(
+                f"The data directory {data_dir} cannot be written ({exc.strerror or exc})",
+                hint="Point TRIPTYCH_DATA_DIR at a writable folder, then retry",
+                details={"reason": "io_error", "data_dir": str(data_dir)},
+            ) from exc
+        raise failure from exc
 
 
 def _statements(script: str) -> list[str]:

@@ -44,6 +44,10 @@ SINGLE_THREAD_CHARS = 80
 _TOKENIZER_DIR = "all-MiniLM-L6-v2-onnx-int8"
 # The model was trained on 128-token windows and accepts 256; longer text is truncated.
 LOCAL_MAX_TOKENS = 256
+# More texts than this in one call is bulk work (a document's chunks, a re-embed), not a request's
+# query or memory: it runs in its own session on all cores but one (``bulk_threads``), one batch at a
+# time, so a 300 KB document never takes the cores or the session the other requests embed with.
+BULK_TEXTS = 16
 
 
 class Embedder(Protocol):
@@ -151,8 +155,15 @@ class LocalEmbedder:
     name = LOCAL_MODEL_NAME
     dim = LOCAL_MODEL_DIM
 
-    def __init__(self, threads: int = 0, batch_tokens: int = 512, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, threads: int = 0, batch_tokens: int = 512, cache_dir: Path | None = None, bulk_threads: int = 0
+    ) -> None:
         self._threads = threads
+        cores = os.cpu_count() or 1
+        self._bulk_threads = bulk_threads or max(1, min(threads or cores, cores - 1))
+        self._bulk_lock = threading.Lock()
+        self._bulk: Any = None
+        self._model_path: Path | None = None
         self._cache_dir = cache_dir
         # Measured on 2 cores: one 256-token passage per run is faster than padded batches of them,
         # while short texts (queries, memories) gain from sharing a run. So batches are capped by
@@ -184,6 +195,7 @@ class LocalEmbedder:
         # bench/locomo.py scale phase), and memory_search runs its keyword step on that other core.
         # Longer texts gain more from the second thread (a stored memory: 11.2 vs 13.6 ms idle).
         self._single = session if self._threads == 1 else _session(model, 1)
+        self._model_path = model
         self._tokenizer = tokenizer
         self._session = session  # last: ``embed`` takes a set ``_session`` to mean loaded
 
@@ -201,6 +213,7 @@ class LocalEmbedder:
         if len(texts) == 1 and len(texts[0]) <= SINGLE_THREAD_CHARS:
             out[0] = self._embed_batch(list(texts), self._single)[0]
             return out
+        run = self._run_bulk if len(texts) > BULK_TEXTS else self._run
         # Sorting by length keeps padding (wasted compute) small inside each batch.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         batch: list[int] = []
@@ -208,12 +221,24 @@ class LocalEmbedder:
             # ~4 characters a token is close enough to bound a batch's padded size.
             longest = min(LOCAL_MAX_TOKENS, len(texts[i]) // 4 + 2)
             if batch and (len(batch) + 1) * longest > self._batch_tokens:
-                out[batch] = self._embed_batch([texts[j] for j in batch], self._session)
+                out[batch] = run([texts[j] for j in batch])
                 batch = []
             batch.append(i)
         if batch:
-            out[batch] = self._embed_batch([texts[j] for j in batch], self._session)
+            out[batch] = run([texts[j] for j in batch])
         return out
+
+    def _run(self, texts: list[str]) -> Matrix:
+        return self._embed_batch(texts, self._session)
+
+    def _run_bulk(self, texts: list[str]) -> Matrix:
+        # One batch at a time across all bulk callers: two big documents interleave batch by batch
+        # instead of one waiting for the other to finish, and together they still use one lane.
+        with self._bulk_lock:
+            if self._bulk is None:
+                assert self._model_path is not None
+                self._bulk = _session(self._model_path, self._bulk_threads)
+            return self._embed_batch(texts, self._bulk)
 
     def _embed_batch(self, texts: list[str], session: Any) -> Matrix:
         encodings = self._tokenizer.encode_batch(texts)
@@ -358,9 +383,11 @@ class ModelGuard:
         self._read = True
 
 
-def build_embedder(url: str | None, model: str | None, api_key: str | None, threads: int = 0) -> Embedder:
+def build_embedder(
+    url: str | None, model: str | None, api_key: str | None, threads: int = 0, bulk_threads: int = 0
+) -> Embedder:
     if url:
         remote = RemoteEmbedder(url, model or "text-embedding-3-small", api_key)
         remote.probe()
         return remote
-    return LocalEmbedder(threads=threads)
+    return LocalEmbedder(threads=threads, bulk_threads=bulk_threads)

@@ -18,7 +18,9 @@ that kind (``surface_code``). Nothing else reaches a client: an unexpected excep
     │   └── EmbeddingMismatch   EMBEDDING_MISMATCH: the embedder (core.embed) both surfaces share
     ├── Unavailable        unavailable      UNAVAILABLE        503
     └── InternalError      internal         INTERNAL_ERROR     500
-        └── IngestionFailed     INGESTION_FAILED: the shared embedder could not embed; nothing stored
+        ├── IngestionFailed     INGESTION_FAILED: the shared embedder could not embed; nothing stored
+        └── StorageUnavailable  INTERNAL_ERROR, HTTP 503: the data directory is full, read-only or
+                                failing (details.reason says which); nothing was written, reads work
 """
 
 from __future__ import annotations
@@ -146,3 +148,11 @@ class IngestionFailed(
     hint="Check the server log; the document was not stored and nothing was changed",
 ):
     """Text could not be embedded or stored; nothing was changed."""
+
+
+class StorageUnavailable(InternalError, status=503):
+    """The data directory cannot be written (full, read-only, failing): nothing was written, reads work.
+
+    Still the contracts' ``INTERNAL_ERROR`` code (no contract has a storage code), with a message that
+    names the folder and the cause and ``details.reason`` (``disk_full``, ``read_only``, ``io_error``)."""
+

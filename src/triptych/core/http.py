@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any
 
 from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from triptych.config import Settings
 from triptych.core.errors import AuthRequired, TriptychError
@@ -33,6 +34,40 @@ async def send_json(
     raw_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": payload})
+
+
+def jsonrpc_plain_errors(send: Send) -> Send:
+    """The SDK answers a few transport refusals in plain text (a wrong Content-Type 400, a body over the
+    limit 413, ...): rewrite those into JSON-RPC errors, so every MCP answer is JSON-RPC."""
+    held: dict[str, Any] = {}
+
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            content_type = dict(message.get("headers", [])).get(b"content-type", b"")
+            if not content_type.startswith(b"application/json"):
+                held.update(start=message, body=b"")
+                return
+        if "start" in held and message["type"] == "http.response.body":
+            held["body"] += message.get("body", b"")
+            if message.get("more_body", False):
+                return
+            start = held.pop("start")
+            text = held.pop("body").decode("utf-8", "replace").strip() or HTTPStatus(start["status"]).phrase
+            payload = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": text}})
+            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in _REPLACED]
+            headers += [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+            ]
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": payload.encode()})
+            return
+        await send(message)
+
+    return wrapped
+
+
+_REPLACED = (b"content-type", b"content-length")
 
 
 def error_body(exc: TriptychError) -> dict[str, Any]:
@@ -73,6 +108,7 @@ class McpEndpoint:
         self._allowed_origins = list(settings.allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        send = jsonrpc_plain_errors(send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         refused = guard(headers, self._allowed_hosts, self._allowed_origins)
         if refused is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.routing import BaseRoute
 
@@ -26,7 +27,9 @@ class Shared:
     def embedder(self) -> Embedder:
         if self._embedder is None:
             s = self.settings
-            self._embedder = build_embedder(s.embed_url, s.embed_model, s.embed_api_key, s.embed_threads)
+            self._embedder = build_embedder(
+                s.embed_url, s.embed_model, s.embed_api_key, s.embed_threads, s.embed_bulk_threads
+            )
         return self._embedder
 
 
@@ -36,3 +39,6 @@ class Mounted:
     endpoints: list[McpEndpoint] = field(default_factory=list)
     on_startup: list[Callable[[], None]] = field(default_factory=list)
     on_close: list[Callable[[], None]] = field(default_factory=list)
+    # Path prefix -> the JSON body of an unexpected 500 at that door, in its contract's shape
+    # (core/lastresort.py); paths no surface claims get the root INTERNAL_ERROR shape.
+    error_shapes: dict[str, dict[str, Any]] = field(default_factory=dict)

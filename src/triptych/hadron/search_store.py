@@ -10,7 +10,6 @@ tools agree on every operator and cast).
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -21,6 +20,7 @@ import numpy as np
 
 from triptych.core.db import Database
 from triptych.core.partitions import WriteGate, gated
+from triptych.core.regex import LinearPattern
 from triptych.core.search import Vector
 from triptych.hadron.domain.model import NodeRecord, Scope
 from triptych.hadron.domain.where import Predicate
@@ -278,12 +278,10 @@ class SqliteSearchStore:
         ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
-    def regex(self, f: NodeFilter, pattern: re.Pattern[str], limit: int) -> list[tuple[int, float]]:
+    def regex(self, f: NodeFilter, pattern: LinearPattern, limit: int) -> list[tuple[int, float]]:
         """Nodes whose name (score 1.0), description (0.67) or content (0.33) matches, best field first."""
         conn = self._prepare(f)
-        conn.create_function(
-            "hadron_regex", 1, lambda text: int(text is not None and pattern.search(text) is not None)
-        )
+        conn.create_function("hadron_regex", 1, lambda text: int(text is not None and pattern.search(text)))
         cond, params = _conditions(f)
         rows = conn.execute(
             "SELECT rowid, s FROM (SELECT n.rowid AS rowid, n.memory_id AS m, n.loc AS loc, "

@@ -13,7 +13,6 @@ selections on the MCP session id and the client id) and its endpoint:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -23,6 +22,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
 from triptych.config import Settings
+from triptych.core import jsonbody
 from triptych.core.http import McpEndpoint, send_json
 from triptych.core.mcp import SessionBind, Tool
 from triptych.core.mcp import build_server as build_mcp_server
@@ -35,6 +35,7 @@ CALLER_KEY = "triptych.hadron.caller"
 CLIENT_ID_HEADER = "x-hadron-client-id"
 SESSION_HEADER = "mcp-session-id"
 UNSUPPORTED_PROTOCOL_VERSION = -32022
+MAX_REFUSED_BODY = 64 * 1024  # a refused request's body is read only for its id
 
 
 def session_bind(selections: SelectionService) -> SessionBind[Ctx]:
@@ -116,12 +117,13 @@ class HadronEndpoint(McpEndpoint):
         while scope["type"] == "http":
             message = await receive()
             body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+            if not message.get("more_body") or len(body) > MAX_REFUSED_BODY:
+                break  # only the id is wanted: past the bound the rest is not read
         try:
-            request_id = json.loads(body).get("id") if body else None
-        except (json.JSONDecodeError, AttributeError):
-            request_id = None
+            decoded = jsonbody.parse(body) if body else None
+        except jsonbody.JsonRefused:
+            decoded = None
+        request_id = decoded.get("id") if isinstance(decoded, dict) else None
         error = {
             "code": UNSUPPORTED_PROTOCOL_VERSION,
             "message": f"protocol revision {version} is not served here: Hadron needs MCP sessions",

@@ -12,6 +12,7 @@ from starlette.routing import Route
 from triptych.config import Settings
 from triptych.core.db import Database
 from triptych.core.embed import Embedder
+from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.surface import Mounted, Shared
 from triptych.hadron.access import AccessPolicy
 from triptych.hadron.domain.model import NodeRecord
@@ -191,5 +192,8 @@ def mount(shared: Shared) -> Mounted:
         hadron.mcp_server(), settings, authenticator(settings, hadron.tenancy), hadron.selections
     )
     return Mounted(
-        routes=[Route("/hadron/mcp", endpoint=endpoint)], endpoints=[endpoint], on_close=[hadron.close]
+        routes=[Route("/hadron/mcp", endpoint=endpoint)],
+        endpoints=[endpoint],
+        on_close=[hadron.close],
+        error_shapes={"/hadron/mcp": jsonrpc_internal_error()},
     )

@@ -59,7 +59,9 @@ class Bridge:
             return _error(None, -32700, "Message exceeds 1 MiB")
         try:
             message = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        # ValueError covers bad JSON, bad UTF-8 and a number past Python's 4,300 digits; the
+        # standard library recurses, so a deeply nested message raises RecursionError.
+        except (ValueError, RecursionError):
             return _error(None, -32700, "Parse error")
         msg_id = message.get("id") if isinstance(message, dict) else None
         expects_answer = isinstance(message, dict) and "id" in message and "method" in message

@@ -107,3 +107,9 @@ def error_document(exc: TriptychError) -> dict[str, Any]:
     code = surface_code(exc, BY_KIND)
     code = code if code in ERROR_CODES else "invalid_argument"
     return {"schema_version": CONTRACT_VERSION, "error": {"code": code, "message": exc.message}}
+
+
+def internal_error_document() -> dict[str, Any]:
+    """An unexpected failure (core/lastresort.py): not a contract code, but the contract's shape."""
+    message = "unexpected server error; see the server log"
+    return {"schema_version": CONTRACT_VERSION, "error": {"code": "internal", "message": message}}

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from triptych import __version__
+from triptych.core import jsonbody
 from triptych.core.errors import TriptychError
 from triptych.core.mcp import ArgumentsInvalid, UnknownTool, definition_json, guard
 from triptych.metergraph.errors import MetergraphError, check_response_size, error_document
@@ -154,9 +155,9 @@ class StatelessEndpoint:
             )
         version = request.headers.get("mcp-protocol-version")
         try:
-            message = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return json_response(_error(None, -32700, "Parse error"), 400)
+            message = jsonbody.parse(body)
+        except jsonbody.JsonRefused as exc:
+            return json_response(_error(None, -32700, f"Parse error: {exc.message}"), 400)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return json_response(_error(None, -32600, "Invalid Request: send one JSON-RPC 2.0 object"), 400)
         if version is not None and version not in ACCEPTED_REVISIONS:

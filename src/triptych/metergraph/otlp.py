@@ -25,6 +25,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from triptych.core import jsonbody
+
 PROVIDER = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
 MODEL = (
     "gen_ai.response.model",
@@ -159,9 +161,13 @@ def parse_request(body: bytes, content_type: str) -> ExportTraceServiceRequest:
     request = ExportTraceServiceRequest()
     if content_type.startswith("application/json"):
         try:
-            document = json.loads(body)
+            document = jsonbody.parse(body, want_object=True)
             json_format.ParseDict(_hex_ids_to_base64(document), request, ignore_unknown_fields=True)
-        except (json.JSONDecodeError, UnicodeDecodeError, json_format.ParseError, OtlpDecodeError) as exc:
+        except jsonbody.JsonRefused as exc:
+            raise OtlpDecodeError(f"invalid OTLP/JSON: {exc.message}") from None
+        # A well-formed document of the wrong shape (a list where a message belongs, a string where a
+        # number does) fails inside the protobuf mapping with one of these.
+        except (json_format.ParseError, OtlpDecodeError, ValueError, TypeError, AttributeError) as exc:
             raise OtlpDecodeError(f"invalid OTLP/JSON: {exc}") from None
         return request
     try:

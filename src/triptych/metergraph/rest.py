@@ -7,18 +7,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio.to_thread
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from triptych.core.errors import TriptychError
+from triptych.core import jsonbody
+from triptych.core.errors import StorageUnavailable, TriptychError
 from triptych.core.mcp import ArgumentsInvalid
 from triptych.metergraph import otlp
 from triptych.metergraph.errors import (
@@ -68,13 +69,10 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
     def parse_json(request: Request, raw: bytes) -> Any:
         body = decode_body(request, raw, settings.max_body_bytes)
         try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass  # orjson refuses a few documents the standard library reads (NaN, huge integers)
-        try:
-            return json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise BadBatch("the body is not valid JSON") from None
+            # NaN and Infinity were always read (the rows that hold them are refused one by one).
+            return jsonbody.parse(body, allow_nan=True)
+        except jsonbody.JsonRefused as exc:
+            raise BadBatch(exc.message) from None
 
     def decode_and_ingest(app: AppPrincipal, request: Request, raw: bytes) -> IngestResult:
         with gc_paused():
@@ -92,10 +90,14 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
                     mg.store.record_failed_batch, app.workspace, source, int(time.time() * 1000), "permanent"
                 )
                 raise
-        except BodyTooLarge:
-            return json_response({"error": {"code": "payload_too_large", "message": "body too large"}}, 413)
+        except BodyTooLarge as exc:
+            return json_response({"error": {"code": "payload_too_large", "message": exc.message}}, 413)
         except BadEncoding as exc:
             return json_response({"error": {"code": "invalid_argument", "message": str(exc)}}, 400)
+        except StorageUnavailable as exc:
+            # 503 with Retry-After: the SDKs retry the batch later instead of dropping it.
+            error = {"code": "storage_unavailable", "message": exc.message, "hint": exc.hint, **exc.details}
+            return json_response({"error": error}, 503, {"Retry-After": "60"})
         except TriptychError as exc:
             return _error_response(exc)
 
@@ -162,6 +164,7 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
 # -- Agent Access REST mirrors --------------------------------------------------------------------
 
 _INT_PARAMS = ("days", "limit")
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
 _LIST_PARAMS = ("route", "provider", "model", "environment")
 
 
@@ -175,8 +178,9 @@ def parse_metadata_param(raw: str) -> dict[str, str]:
         return dict(pairs)
 
     try:
+        jsonbody.parse(raw)  # bounded depth and number length before the duplicate-key pass
         value = json.loads(raw, object_pairs_hook=no_duplicates)
-    except json.JSONDecodeError:
+    except (jsonbody.JsonRefused, json.JSONDecodeError):
         raise InvalidArgument("metadata must be one JSON object of string keys and string values") from None
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise InvalidArgument("metadata must be one JSON object of string keys and string values")
@@ -193,7 +197,8 @@ def query_arguments(request: Request, list_params: tuple[str, ...], split_group_
                 raise InvalidArgument("send metadata once, as one JSON object")
             args["metadata"] = parse_metadata_param(values[0])
         elif key in _INT_PARAMS:
-            if len(values) != 1 or not values[0].lstrip("-").isdigit():
+            # ASCII digits only, at most 18 of them: int() would take "²" or 5,000 digits and fail later.
+            if len(values) != 1 or not _INTEGER.fullmatch(values[0]):
                 raise InvalidArgument(f"{key} must be one integer")
             args[key] = int(values[0])
         elif key == "group_by" and split_group_by:

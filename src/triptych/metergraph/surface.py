@@ -8,7 +8,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.surface import Mounted, Shared
+from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
 from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
@@ -52,4 +54,6 @@ def mount(shared: Shared) -> Mounted:
         *agent_routes(mg),
         health_route(),
     ]
-    return Mounted(routes=routes, endpoints=[], on_close=[mg.close])
+    document = internal_error_document()
+    shapes = {"/v1/agent/mcp": jsonrpc_internal_error(), "/v1": document, "/healthz": document}
+    return Mounted(routes=routes, endpoints=[], on_close=[mg.close], error_shapes=shapes)

@@ -11,29 +11,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from triptych.core.auth import bearer_token
+from triptych.core.jsonbody import BodyTooLarge
+from triptych.core.jsonbody import read as read_body
 
-
-class BodyTooLarge(Exception):
-    pass
+__all__ = ["BadEncoding", "BodyTooLarge", "read_body"]
 
 
 class BadEncoding(Exception):
     pass
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused past ``limit`` bytes without reading it all."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def decode_body(request: Request, body: bytes, limit: int) -> bytes:
@@ -49,7 +34,7 @@ def decode_body(request: Request, body: bytes, limit: int) -> bytes:
     except zlib.error:
         raise BadEncoding("the body is not valid gzip") from None
     if len(out) > limit or decompressor.unconsumed_tail:
-        raise BodyTooLarge
+        raise BodyTooLarge(limit)
     return out
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from triptych.core.auth import Principal
 from triptych.core.embed import Embedder, ModelGuard, reembed
-from triptych.core.errors import IngestionFailed, TriptychError
+from triptych.core.errors import IngestionFailed, StorageUnavailable, TriptychError
 from triptych.core.search import convex
 from triptych.metronix.access import require_write, resolve_workspace
 from triptych.metronix.chunking import chunk_text
@@ -151,6 +151,8 @@ class KnowledgeService:
         )
         try:
             stored = self.store.put_document(doc)
+        except StorageUnavailable:
+            raise  # says which folder and what to do; INGESTION_FAILED would only say it failed
         except Exception as exc:
             log.exception("storing %s failed", label)
             raise IngestionFailed(f"storing {label} failed: {exc}") from exc

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from triptych.core.auth import Principal
+from triptych.core.db import MAX_OFFSET
 from triptych.core.embed import Embedder, ModelGuard, reembed
 from triptych.core.errors import TriptychError
 from triptych.core.search import rrf
@@ -501,8 +502,8 @@ class MemoryService:
             raise InvalidParams(
                 f"limit must be between 1 and {max_limit}, got {limit}", details={"field": "limit"}
             )
-        if offset < 0:
-            raise InvalidParams("offset must not be negative", details={"field": "offset"})
+        if not 0 <= offset <= MAX_OFFSET:
+            raise InvalidParams(f"offset must be 0 to {MAX_OFFSET:,}", details={"field": "offset"})
         view = Visibility(
             workspace_id=workspace,
             agent_id=agent,
@@ -799,8 +800,8 @@ class MemoryService:
             )
         if not 1 <= limit <= 100:
             raise InvalidParams(f"limit must be between 1 and 100, got {limit}", details={"field": "limit"})
-        if offset < 0:
-            raise InvalidParams("offset must not be negative", details={"field": "offset"})
+        if not 0 <= offset <= MAX_OFFSET:
+            raise InvalidParams(f"offset must be 0 to {MAX_OFFSET:,}", details={"field": "offset"})
         entries, total = self.store.list_reviews(workspace, reason, record_id, limit, offset)
         return {
             "entries": [e.contract() for e in entries],

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from triptych.core.db import MAX_OFFSET
 from triptych.core.mcp import Tool, ToolArgs
 from triptych.metronix.access import Caller
 from triptych.metronix.memory import MemoryService
@@ -71,7 +72,7 @@ class ListArgs(ToolArgs):
     scope: str | None = Field(None, description="Filter by scope")
     tags: list[str] | None = Field(None, description="Filter by tags (intersection)")
     limit: int = Field(20, ge=1, le=100, description="Results per page (1-100)")
-    offset: int = Field(0, ge=0, description="Pagination offset")
+    offset: int = Field(0, ge=0, le=MAX_OFFSET, description="Pagination offset")
     status: list[str] | None = STATUS
     kind: Kind | None = Field(None, description="Filter by kind")
 
@@ -92,7 +93,7 @@ class ReviewListArgs(ToolArgs):
     )
     record_id: str | None = Field(None, description="Filter to review entries for a specific memory record")
     limit: int = Field(20, ge=1, le=100, description="Page size (1-100)")
-    offset: int = Field(0, ge=0, description="Pagination offset")
+    offset: int = Field(0, ge=0, le=MAX_OFFSET, description="Pagination offset")
 
 
 class ReviewResolveArgs(ToolArgs):

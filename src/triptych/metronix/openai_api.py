@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from triptych.core import jsonbody
 from triptych.core.auth import Principal, local_principal
 from triptych.core.errors import AuthRequired, TriptychError
 from triptych.core.http import Authenticator
@@ -52,6 +53,9 @@ _TYPES = {
 }
 
 
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
+
+
 def openai_error(
     status: int, message: str, kind: str | None = None, code: str | None = None, param: str | None = None
 ) -> JSONResponse:
@@ -64,6 +68,17 @@ def openai_error(
         }
     }
     return JSONResponse(body, status_code=status)
+
+
+def openai_internal_error() -> dict[str, Any]:
+    """The body of an unexpected 500 on these doors (core/lastresort.py), in OpenAI's error shape."""
+    error = {
+        "message": "Unexpected server error",
+        "type": "api_error",
+        "param": None,
+        "code": "internal_error",
+    }
+    return {"error": error}
 
 
 def from_error(exc: TriptychError) -> JSONResponse:
@@ -133,9 +148,9 @@ def answer_routes(service: AnswerService, authenticate: Authenticator) -> list[R
             return openai_error(401, exc.message, code="invalid_api_key")
         try:
             try:
-                body = await request.json()
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise InvalidParams("the request body is not valid JSON") from exc
+                body = await jsonbody.read_object(request)
+            except jsonbody.JsonRefused as exc:
+                raise InvalidParams(exc.message, details={"reason": exc.reason}) from None
             messages, stream, extra = _validate(body)
             requested = body.get("model") if isinstance(body.get("model"), str) else None
             query, passages = await service.retrieve(
@@ -177,8 +192,8 @@ def answer_routes(service: AnswerService, authenticate: Authenticator) -> list[R
         )
 
     return [
-        Route("/v1/chat/completions", completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
+        Route(OPENAI_PATHS[0], completions, methods=["POST"]),
+        Route(OPENAI_PATHS[1], models, methods=["GET"]),
     ]
 
 

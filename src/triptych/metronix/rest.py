@@ -7,7 +7,6 @@ parameter (or in the body), bearer JWT auth, and errors as HTTP 401/403/404/422 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from triptych.core import jsonbody
 from triptych.core.auth import Principal, local_principal
 from triptych.core.errors import InternalError, TriptychError
 from triptych.core.http import Authenticator
@@ -79,12 +79,11 @@ class KnowledgeStoreBody(Body):
 
 async def _json(request: Request) -> dict[str, Any]:
     try:
-        data = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidParams("the request body is not valid JSON", hint="Send a JSON object") from exc
-    if not isinstance(data, dict):
-        raise InvalidParams("the request body must be a JSON object")
-    return data
+        return await jsonbody.read_object(request)
+    except jsonbody.JsonRefused as exc:
+        raise InvalidParams(
+            exc.message, hint="Send one JSON object", details={"reason": exc.reason}
+        ) from None
 
 
 async def _parse(model: type[Body], request: Request) -> Any:
@@ -103,9 +102,13 @@ def _int(request: Request, name: str, default: int) -> int:
     if raw is None:
         return default
     try:
-        return int(raw)
-    except ValueError as exc:
-        raise InvalidParams(f"{name} must be an integer, got {raw!r}", details={"field": name}) from exc
+        value = int(raw) if len(raw) <= 20 else None
+    except ValueError:
+        value = None
+    # SQLite integers are 64-bit: a larger one would fail in the query instead of here.
+    if value is None or not -(2**63) <= value < 2**63:
+        raise InvalidParams(f"{name} must be a 64-bit integer, got {raw[:30]!r}", details={"field": name})
+    return value
 
 
 def _list(request: Request, name: str) -> list[str] | None:

@@ -13,6 +13,7 @@ from starlette.routing import Route
 from triptych.config import Settings
 from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint
+from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.mcp import Tool, build_server
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
@@ -22,7 +23,7 @@ from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.memory_tools import memory_tools
-from triptych.metronix.openai_api import answer_routes
+from triptych.metronix.openai_api import OPENAI_PATHS, answer_routes, openai_internal_error
 from triptych.metronix.rest import memory_routes
 from triptych.metronix.sources import sources_path
 from triptych.metronix.store import SqliteKnowledgeStore, utcnow
@@ -49,7 +50,11 @@ class Metronix:
     @classmethod
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> Metronix:
         embedder = embedder or build_embedder(
-            settings.embed_url, settings.embed_model, settings.embed_api_key, settings.embed_threads
+            settings.embed_url,
+            settings.embed_model,
+            settings.embed_api_key,
+            settings.embed_threads,
+            settings.embed_bulk_threads,
         )
         store = SqliteKnowledgeStore(settings.metronix_db, embedder.dim)
         knowledge = KnowledgeService(
@@ -126,4 +131,5 @@ def mount(shared: Shared) -> tuple[Metronix, Mounted]:
         endpoints=[endpoint],
         on_startup=[metronix.start],
         on_close=[metronix.close],
+        error_shapes={"/mcp": jsonrpc_internal_error(), **{p: openai_internal_error() for p in OPENAI_PATHS}},
     )

@@ -8,11 +8,11 @@ the survivors inside the query (so ``limit`` is honest), then apply ``minScore``
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from triptych.core.regex import LinearPattern, RegexRefused
 from triptych.core.search import fts_match, keyword_terms, rrf
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain.loc import is_id, node_urn
@@ -219,14 +219,15 @@ class SearchService:
         return result
 
     @staticmethod
-    def _regex(text: str) -> re.Pattern[str]:
+    def _regex(text: str) -> LinearPattern:
         if len(text) > MAX_REGEX:
             raise BadInput(f"a regex is at most {MAX_REGEX} characters", details={"field": "query"})
         try:
-            return re.compile(text)
-        except re.error as exc:
+            return LinearPattern(text)
+        except RegexRefused as exc:
             raise BadInput(
-                f"invalid regex: {exc}", details={"field": "query", "reason": "invalid-regex"}
+                f"invalid regex: {exc} (RE2 syntax: no backreferences or lookaround)",
+                details={"field": "query", "reason": "invalid-regex"},
             ) from exc
 
     def _keyword(self, f: NodeFilter, query: str, limit: int, result: FindResult) -> list[tuple[int, float]]:
@@ -460,7 +461,7 @@ def _substring_score(value: str | None, needle: str) -> float:
     return 0.5 if needle in text else 0.0
 
 
-def _passage(content: str, terms: Sequence[str], pattern: re.Pattern[str] | None) -> dict[str, Any] | None:
+def _passage(content: str, terms: Sequence[str], pattern: LinearPattern | None) -> dict[str, Any] | None:
     """The content window that best matches the query: chunk granularity with offsets into the content."""
     if not content:
         return None
@@ -477,7 +478,7 @@ def _passage(content: str, terms: Sequence[str], pattern: re.Pattern[str] | None
     def score(window: tuple[int, int]) -> int:
         text = content[window[0] : window[1]]
         if pattern is not None:
-            return len(pattern.findall(text))
+            return pattern.count(text)
         low = text.lower()
         return sum(low.count(t[:5]) for t in terms)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from triptych.core.db import SQLITE_MAX_INT
 from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.services.nodes import EdgeInput, NodeFields, NodeService
 from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
@@ -40,7 +41,12 @@ class EdgeArg(ToolArgs):
 class NodeBody(ToolArgs):
     description: str | None = None
     content: str | None = Field(None, description="Markdown body")
-    seq: int | None = Field(None, description="Order among siblings (hadron_get_next_node walks by it)")
+    seq: int | None = Field(
+        None,
+        ge=-SQLITE_MAX_INT - 1,
+        le=SQLITE_MAX_INT,
+        description="Order among siblings (hadron_get_next_node walks by it)",
+    )
     tags: list[str] | None = None
     properties: dict[str, Any] | None = Field(
         None, description="Typed fields; validated against the memory's schema when objectType is set"
@@ -65,7 +71,7 @@ class CreateParentArgs(ToolArgs):
     loc: str = Field(description=LOC)
     name: str
     description: str | None = None
-    seq: int | None = None
+    seq: int | None = Field(None, ge=-SQLITE_MAX_INT - 1, le=SQLITE_MAX_INT)
     tags: list[str] | None = None
     memoryId: str | None = Field(None, description="Memory URN or id (default: the active memory)")
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from triptych.core.db import MAX_OFFSET
 from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.services.objects import ObjectService, record
 from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
@@ -46,7 +47,7 @@ class FindObjectsArgs(ToolArgs):
     )
     sort: dict[str, Literal["asc", "desc"]] | None = Field(None, description='{field: "asc" | "desc"}')
     limit: int = Field(50, ge=1, le=500)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
 
 def object_tools(objects: ObjectService) -> list[Tool[Ctx]]:

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from triptych.core.db import MAX_OFFSET
 from triptych.hadron.services.scopes import ScopeService
 from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
@@ -16,7 +17,7 @@ class ListScopesArgs(ToolArgs):
     ownerRef: str | None = Field(None, description="One owner's scopes (organization or App URN or id)")
     name: str | None = Field(None, description="Only scopes with this name")
     limit: int = Field(50, ge=1, le=200)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
 
 class CreateScopeArgs(ToolArgs):

@@ -21,7 +21,7 @@ class FindNodesArgs(ToolArgs):
     mode: Literal["keyword", "vector", "hybrid", "regex"] = Field(
         "keyword",
         description="keyword (stemmed full text, default), vector or hybrid (semantic; needs the memory's "
-        "vector index), regex (a Python regular expression over name, description and content)",
+        "vector index), regex (an RE2 regular expression, linear-time: no backreferences or lookaround, over name, description and content)",
     )
     scope: str | None = Field(None, description="A scope id or name (or the built-in app / global)")
     parentRel: str | None = Field(None, description="Only the subtree under this node (a full node URN)")

@@ -1,0 +1,56 @@
+"""One attacked server for the whole robustness suite, with secrets planted out of the attackers' reach."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from harness import token
+from robustness.target import SECRETS, ClientThread, Target, error_code, result_text, start_target
+
+
+@pytest.fixture(scope="package")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    t = start_target(tmp_path_factory.mktemp("robust"))
+    try:
+        _plant_secrets(t)
+        yield t
+    finally:
+        t.server.stop()
+
+
+def _plant_secrets(t: Target) -> None:
+    globex, ws_b, mg_b = SECRETS
+    dave = ClientThread(t.url + "/hadron/mcp", {"Authorization": f"Bearer {token(user='dave')}"})
+    try:
+        result = dave.call(
+            "hadron_create_node",
+            {"loc": "hrn:node:globex.com:plans:secret", "name": "Plan", "content": f"the plan: {globex}"},
+        )
+        assert not result.is_error, result_text(result)
+    finally:
+        dave.close()
+    bob = ClientThread(t.url + "/mcp", {"Authorization": f"Bearer {t.other_token}"})
+    try:
+        for tool, args in (
+            ("memory_store", {"content": f"bob's secret {ws_b}", "agent_id": "bot", "workspace_id": "ws-b"}),
+            (
+                "metronix_store",
+                {"content": f"a document: {ws_b}", "doc_label": "secret", "workspace_id": "ws-b"},
+            ),
+        ):
+            result = bob.call(tool, args)
+            assert error_code(result) is None, result_text(result)
+    finally:
+        bob.close()
+    row = {"ts": datetime.now(UTC).isoformat(), "route": mg_b, "provider": "openai", "model": "gpt-4o",
+           "input_tokens": 10, "output_tokens": 5, "latency_ms": 100, "metadata": {"note": mg_b}}  # fmt: skip
+    response = httpx.post(
+        t.url + "/v1/ingest",
+        json={"schema_version": 1, "rows": [row]},
+        headers={"Authorization": f"Bearer {t.other_app_token}"},
+        timeout=60,
+    )
+    assert response.status_code == 202, response.text
