@@ -41,6 +41,7 @@ MAX_CONTENT = 100_000
 MAX_TAGS = 50
 MAX_TAG_CHARS = 100
 NOTES_CAP = 1024
+MAX_BATCH_DELETE = 500  # ids per REST batch-delete call, as upstream
 REVIEW_REASONS = ("possible_duplicate", "possible_contradiction", "low_confidence_decision")
 # REST search shows everything an inspector may want except the two terminal statuses.
 REST_EXCLUDED = ("archived", "superseded")
@@ -140,6 +141,11 @@ class MemoryService:
                 details={"field": "agent_id"},
             )
         return valid
+
+    @classmethod
+    def _optional_agent(cls, agent_id: str | None) -> str | None:
+        """None (no agent: the whole workspace) or a valid agent id."""
+        return None if agent_id is None else cls._agent(agent_id)
 
     @staticmethod
     def _scope(scope: str | None, session_id: str | None, required: bool = True) -> str | None:
@@ -388,6 +394,34 @@ class MemoryService:
         found = self.store.delete(workspace, record_id)
         return {"success": True, "found": found}
 
+    def delete_many(
+        self, principal: Principal, workspace_id: str | None, record_ids: list[str]
+    ) -> dict[str, list[str]]:
+        """Delete persistent records by id, each on its own; ids not stored in the workspace (or naming
+        session records, which expire instead) come back in ``not_found``."""
+        workspace = self._workspace(principal, workspace_id)
+        require_write(principal)
+        if not 1 <= len(record_ids) <= MAX_BATCH_DELETE:
+            raise InvalidParams(
+                f"record_ids must hold 1 to {MAX_BATCH_DELETE} ids, got {len(record_ids)}",
+                details={"field": "record_ids"},
+            )
+        deleted: list[str] = []
+        not_found: list[str] = []
+        for record_id in dict.fromkeys(record_ids):
+            record = self._live(workspace, record_id) if record_id.strip() else None
+            if record is not None and record.scope != "session" and self.store.delete(workspace, record_id):
+                deleted.append(record_id)
+            else:
+                not_found.append(record_id)
+        return {"deleted": deleted, "not_found": not_found}
+
+    def facets(self, principal: Principal, workspace_id: str | None) -> dict[str, list[str]]:
+        """The kinds and source types present in the workspace (for filter drop-downs)."""
+        workspace = self._workspace(principal, workspace_id)
+        kinds, source_types = self.store.facets(workspace, _iso(_now()))
+        return {"kinds": kinds, "source_types": source_types}
+
     def update(
         self,
         principal: Principal,
@@ -450,7 +484,7 @@ class MemoryService:
         self,
         principal: Principal,
         workspace_id: str | None,
-        agent_id: str,
+        agent_id: str | None,
         scope: str | None = None,
         tags: list[str] | None = None,
         limit: int = 20,
@@ -458,12 +492,20 @@ class MemoryService:
         status: list[str] | None = None,
         kind: str | None = None,
         rest_defaults: bool = False,
+        session_id: str | None = None,
+        source_types: list[str] | None = None,
     ) -> dict[str, Any]:
         """MCP: ``status`` defaults to active, limit 1-100. REST (the inspector's view, as upstream):
-        every status by default, limit 1-200."""
+        every status by default, limit 1-200. ``agent_id`` None lists every agent's records (the REST
+        doors' whole-workspace view; the MCP tools require it); ``session_id`` lists that session's
+        live records, whichever agent wrote them."""
         max_limit = 200 if rest_defaults else 100
         workspace = self._workspace(principal, workspace_id)
-        agent = self._agent(agent_id)
+        agent = self._optional_agent(agent_id)
+        if session_id is not None:
+            if not session_id.strip():
+                raise InvalidParams("session_id must not be empty", details={"field": "session_id"})
+            agent, scope = None, "session"
         if not 1 <= limit <= max_limit:
             raise InvalidParams(
                 f"limit must be between 1 and {max_limit}, got {limit}", details={"field": "limit"}
@@ -476,7 +518,9 @@ class MemoryService:
             statuses=self._statuses(status, None if rest_defaults else ("active",)),
             scope=self._scope(scope, None, required=False),
             tags=tuple(self._tags(tags)),
+            session_id=session_id,
             kind=self._kind(kind),
+            source_types=tuple(dict.fromkeys(source_types or ())),
         )
         records, total = self.store.list_records(view, limit, offset)
         self._touch(records)
@@ -523,7 +567,7 @@ class MemoryService:
         principal: Principal,
         workspace_id: str | None,
         query: str,
-        agent_id: str,
+        agent_id: str | None,
         scope: str | None = None,
         tags: list[str] | None = None,
         session_id: str | None = None,
@@ -532,9 +576,10 @@ class MemoryService:
         kind: str | None = None,
         rest_defaults: bool = False,
     ) -> dict[str, Any]:
+        """``agent_id`` None searches every agent's records (REST only; the MCP tool requires it)."""
         started = time.perf_counter()
         workspace = self._workspace(principal, workspace_id)
-        agent = self._agent(agent_id)
+        agent = self._optional_agent(agent_id)
         if not query or not query.strip():
             raise InvalidParams("query must not be empty", details={"field": "query"})
         if not 1 <= top_k <= 50:
