@@ -84,6 +84,20 @@ class ServerProcess:
                 self.process.wait()
 
 
+def metergraph_key(data_dir: Path, workspace: str, role: str = "debug", app: bool = False) -> str:
+    """A Metergraph agent key (or, with ``app``, an ingest token) minted in a server's data directory."""
+    from triptych.metergraph.service import Metergraph
+    from triptych.metergraph.settings import load_metergraph_settings
+
+    mg = Metergraph.open(data_dir, load_metergraph_settings())
+    try:
+        if app:
+            return mg.keys.create_app_token(workspace)[1]
+        return mg.keys.create_agent_key(workspace, role, None)[1]
+    finally:
+        mg.close()
+
+
 def token(
     user: str = "alice", role: str = "editor", workspaces: list[str] | None = None, ttl: int = 600
 ) -> str:
