@@ -45,6 +45,10 @@ class ServerProcess:
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    # False: leave TRIPTYCH_DATA_DIR alone, so the server uses its default (``data_dir`` then only holds
+    # the log); ``cwd`` is the folder it starts in.
+    pass_data_dir: bool = True
+    cwd: Path | None = None
 
     @property
     def url(self) -> str:
@@ -53,10 +57,16 @@ class ServerProcess:
     def start(self, timeout: float = 60.0) -> ServerProcess:
         self.port = free_port()
         self.log_path = self.data_dir.parent / f"server-{self.port}.log"
-        env = {**os.environ, **self.env, "TRIPTYCH_DATA_DIR": str(self.data_dir)}
+        env = {**os.environ, **self.env}
+        if self.pass_data_dir:
+            env["TRIPTYCH_DATA_DIR"] = str(self.data_dir)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [TRIPTYCH, "serve", "--port", str(self.port)], env=env, stdout=log, stderr=subprocess.STDOUT
+                [TRIPTYCH, "serve", "--port", str(self.port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

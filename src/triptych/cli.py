@@ -12,6 +12,8 @@ from typing import Any
 
 from triptych import __version__
 from triptych.config import Settings, load_settings
+from triptych.core.datadir import HELP as DATA_DIR_HELP
+from triptych.core.datadir import describe, is_fresh
 
 SURFACES = ("metronix", "metergraph")
 
@@ -37,6 +39,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _log_to_stderr(settings.log_level)
+    fresh = is_fresh(settings.data_dir)  # before create_app makes the databases
     try:
         app = create_app(settings)
     except ValueError as exc:  # a configuration problem, said plainly
@@ -45,7 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(
         f"triptych {__version__}: serving on http://{settings.host}:{settings.port} "
         "(Metronix /mcp, Hadron /hadron/mcp, Metergraph /v1/agent/mcp; "
-        f"data in {settings.data_dir.resolve()}; "
+        f"{describe(settings.data_dir, fresh)}; "
         f"auth {'on' if settings.auth_enabled else 'off'})",
         file=sys.stderr,
         flush=True,
@@ -204,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     data_dir: dict[str, Any] = {
         "type": Path,
-        "help": "data directory (env TRIPTYCH_DATA_DIR, default ./data)",
+        "help": DATA_DIR_HELP,
     }
 
     serve = sub.add_parser("serve", help="start the HTTP server (all three MCP endpoints)")
@@ -278,5 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
+    if args.command != "serve" and "data_dir" in vars(args):
+        # Every command on the embedded data names the directory it uses (and says when it is new), so a
+        # key minted into the wrong directory is noticed at once. serve says it in its banner.
+        data_dir = load_settings(data_dir=args.data_dir).data_dir
+        print(f"triptych: {describe(data_dir, is_fresh(data_dir))}", file=sys.stderr, flush=True)
     result: int = args.func(args)
     return result

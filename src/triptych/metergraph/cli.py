@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.metergraph.contract import ROLES, MetergraphError
 
 
@@ -117,7 +118,7 @@ def register(subparsers: Any) -> None:
     """Adds ``metergraph`` and ``metergraph-mcp`` to the ``triptych`` command."""
     data_dir: dict[str, Any] = {
         "type": Path,
-        "help": "data directory (env TRIPTYCH_DATA_DIR, default ./data)",
+        "help": DATA_DIR_HELP,
     }
     mg = subparsers.add_parser("metergraph", help="Metergraph keys, app tokens, content retention and routes")
     sub = mg.add_subparsers(dest="metergraph_command", required=True)
