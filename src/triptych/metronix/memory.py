@@ -142,6 +142,14 @@ class MemoryService:
             )
         return valid
 
+    @staticmethod
+    def _reachable(record: MemoryRecord | None, caller_agent: str | None) -> MemoryRecord | None:
+        """The record, unless a connection that names its agent asks for another agent's partition (then it
+        answers as if the record did not exist: partitions do not leak through ids)."""
+        if record is None or caller_agent is None or record.scope == "global":
+            return record
+        return record if record.agent_id == caller_agent else None
+
     @classmethod
     def _optional_agent(cls, agent_id: str | None) -> str | None:
         """None (no agent: the whole workspace) or a valid agent id."""
@@ -377,12 +385,15 @@ class MemoryService:
             stored += not result["deduped"]
         return {"stored": stored, "deduped": deduped, "results": results}
 
-    def delete(self, principal: Principal, workspace_id: str | None, record_id: str) -> dict[str, Any]:
+    def delete(
+        self, principal: Principal, workspace_id: str | None, record_id: str, caller_agent: str | None = None
+    ) -> dict[str, Any]:
+        """``caller_agent``: the connection's agent (``X-Agent-Id``), whose partition bounds the call."""
         workspace = self._workspace(principal, workspace_id)
         require_write(principal)
         if not record_id or not record_id.strip():
             raise InvalidParams("record_id must not be empty", details={"field": "record_id"})
-        record = self._live(workspace, record_id)
+        record = self._reachable(self._live(workspace, record_id), caller_agent)
         if record is None:
             return {"success": True, "found": False}
         if record.scope == "session":
@@ -431,10 +442,11 @@ class MemoryService:
         tags: list[str] | None = None,
         importance_score: float | None = None,
         kind: str | None = None,
+        caller_agent: str | None = None,
     ) -> dict[str, Any]:
         workspace = self._workspace(principal, workspace_id)
         require_write(principal)
-        record = self._live(workspace, record_id) if record_id else None
+        record = self._reachable(self._live(workspace, record_id), caller_agent) if record_id else None
         if record is None:
             raise NotFound(
                 f"Memory record not found: {record_id}", hint=RECORD_HINT, details={"record_id": record_id}
