@@ -14,8 +14,29 @@ from triptych import __version__
 from triptych.config import Settings, load_settings
 from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.core.datadir import describe, is_fresh
+from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
 
 SURFACES = ("metronix", "metergraph")
+
+MCP_ENVIRONMENT = (
+    """\
+environment, metronix:
+  TRIPTYCH_AGENT_ID          the connection's agent: memory tools then act as this agent only
+  TRIPTYCH_DATA_DIR          data directory (or --data-dir; default: the user data directory)
+  TRIPTYCH_DEFAULT_WORKSPACE workspace of calls that omit workspace_id (default: default)
+  TRIPTYCH_LOG_LEVEL         log level on stderr (default here: warning)
+  TRIPTYCH_EMBED_URL, TRIPTYCH_EMBED_MODEL, TRIPTYCH_EMBED_API_KEY
+                             an OpenAI-compatible embeddings endpoint instead of the bundled model
+  TRIPTYCH_EMBED_THREADS, TRIPTYCH_MODEL_CACHE, TRIPTYCH_CHUNK_TOKENS
+                             bundled-model threads, its cache folder, chunk size
+  TRIPTYCH_MCP_SOURCES, TRIPTYCH_SYNC_TIMEOUT
+                             the metronix_sync source registry and its per-request timeout
+  METRONIX_MEMORY_*, METRONIX_FRESHNESS_*
+                             agent-memory settings (README, Configuration)
+environment, metergraph (the same as `triptych metergraph-mcp`):
+"""
+    + BRIDGE_ENVIRONMENT
+)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -216,8 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", **data_dir)
     serve.set_defaults(func=cmd_serve)
 
-    mcp = sub.add_parser("mcp", help="serve one surface over stdio, for MCP hosts that launch a process")
-    mcp.add_argument("surface", choices=SURFACES)
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve one surface over stdio, for MCP hosts that launch a process",
+        description="Serve one surface over stdio (the protocol on stdout, logs on stderr).",
+        epilog=MCP_ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mcp.add_argument("surface", choices=SURFACES, help="metronix (served here) or metergraph (a bridge)")
     mcp.add_argument("--data-dir", **data_dir)
     mcp.set_defaults(func=cmd_mcp)
 
@@ -281,7 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
-    if args.command != "serve" and "data_dir" in vars(args):
+    bridge = args.command == "mcp" and args.surface == "metergraph"  # a bridge to a server: no data here
+    if args.command != "serve" and "data_dir" in vars(args) and not bridge:
         # Every command on the embedded data names the directory it uses (and says when it is new), so a
         # key minted into the wrong directory is noticed at once. serve says it in its banner.
         data_dir = load_settings(data_dir=args.data_dir).data_dir

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from triptych.core.datadir import HELP as DATA_DIR_HELP
+from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
 from triptych.metergraph.contract import ROLES, MetergraphError
 
 
@@ -166,5 +167,8 @@ def register(subparsers: Any) -> None:
     bridge = subparsers.add_parser(
         "metergraph-mcp",
         help="stdio MCP bridge to a Metergraph endpoint (METERGRAPH_URL, METERGRAPH_AGENT_TOKEN)",
+        description="A stdio MCP server that forwards each message to a running server's /v1/agent/mcp.",
+        epilog="environment:\n" + BRIDGE_ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bridge.set_defaults(func=cmd_bridge)
