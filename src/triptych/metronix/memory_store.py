@@ -843,14 +843,18 @@ class SqliteMemoryStore:
 
     def _where(self, view: Visibility) -> tuple[str, list[Any]]:
         """The WHERE clause of everything ``view`` may see; every filter applies here, inside the query."""
+        # Without an agent (the REST whole-workspace view) the agent term goes, rather than becoming
+        # `? IS NULL OR ...`, which would keep the planner off the (workspace, agent) index.
+        agent = "" if view.agent_id is None else "r.agent_id = ? AND "
         clauses = [
             "r.workspace_id = ?",
-            "(r.scope = 'global' OR ((? IS NULL OR r.agent_id = ?) AND (r.scope = 'per_agent'"
+            f"(r.scope = 'global' OR ({agent}(r.scope = 'per_agent'"
             " OR (r.scope = 'session' AND r.ttl_expires_at > ? AND (? IS NULL OR r.session_id = ?)))))",
         ]
-        params: list[Any] = [
-            view.workspace_id, view.agent_id, view.agent_id, view.now, view.session_id, view.session_id
-        ]  # fmt: skip
+        params: list[Any] = [view.workspace_id]
+        if view.agent_id is not None:
+            params.append(view.agent_id)
+        params.extend((view.now, view.session_id, view.session_id))
         if view.statuses is not None:
             clauses.append(f"r.status IN ({','.join('?' * len(view.statuses))})")
             params.extend(view.statuses)
