@@ -9,22 +9,20 @@ from typing import Any
 from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from triptych.config import Settings
-from triptych.core.auth import Principal, bearer_token
 from triptych.core.errors import AuthRequired, TriptychError
-from triptych.core.mcp import PRINCIPAL_KEY
+from triptych.core.mcp import PRINCIPAL_KEY, guard
 
-Authenticator = Callable[[str | None], Principal | None]
+Authenticator = Callable[[str | None], Any]
 
 
-def transport_security(settings: Settings) -> TransportSecuritySettings:
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=list(settings.allowed_hosts),
-        allowed_origins=list(settings.allowed_origins),
-    )
+def transport_security() -> TransportSecuritySettings:
+    # The SDK's own Host/Origin check is off: ``core.mcp.guard`` runs first, the same for every endpoint.
+    # (The SDK still refuses a POST that is not application/json.)
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 async def send_json(
@@ -42,10 +40,13 @@ def error_body(exc: TriptychError) -> dict[str, Any]:
 
 
 class McpEndpoint:
-    """An ASGI endpoint: authenticate the bearer token, then hand the request to the MCP session manager.
+    """An ASGI endpoint: the Host/Origin guard, then the bearer token, then the MCP session manager.
 
     ``authenticate`` returns the caller (or None when auth is off) and raises ``AuthRequired`` for a
     missing, malformed, forged or expired token, which becomes HTTP 401 with ``WWW-Authenticate: Bearer``.
+    The caller is put in the request scope under ``caller_key`` for the server's ``Bind``. A surface
+    whose transport differs (Hadron's protocol revisions and lost sessions) overrides ``refuse`` and
+    ``forward``.
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class McpEndpoint:
         settings: Settings,
         authenticate: Authenticator,
         *,
+        caller_key: str = PRINCIPAL_KEY,
         stateless: bool = False,
         json_response: bool = False,
         max_body: int = 4 * 1024 * 1024,
@@ -62,35 +64,40 @@ class McpEndpoint:
             app=server,
             json_response=json_response,
             stateless=stateless,
-            security_settings=transport_security(settings),
+            security_settings=transport_security(),
             max_request_body_size=max_body,
         )
         self._authenticate = authenticate
+        self._caller_key = caller_key
+        self._allowed_hosts = list(settings.allowed_hosts)
+        self._allowed_origins = list(settings.allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        refused = guard(headers, self._allowed_hosts, self._allowed_origins)
+        if refused is not None:
+            # The SDK transport's own words and statuses for these refusals.
+            status, text = (
+                (421, "Invalid Host header") if refused == "host" else (403, "Invalid Origin header")
+            )
+            await Response(text, status_code=status)(scope, receive, send)
+            return
+        if await self.refuse(scope, receive, send, headers):
+            return
         try:
-            principal = self._authenticate(headers.get("authorization"))
+            caller = self._authenticate(headers.get("authorization"))
         except AuthRequired as exc:
             await send_json(send, 401, error_body(exc), {"WWW-Authenticate": 'Bearer error="invalid_token"'})
             return
-        if principal is not None:
-            scope[PRINCIPAL_KEY] = principal
+        if caller is not None:
+            scope[self._caller_key] = caller
+        await self.forward(scope, receive, send, headers, caller)
+
+    async def refuse(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> bool:
+        """Answer a request the surface's transport does not serve (before auth); True when answered."""
+        return False
+
+    async def forward(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], caller: Any
+    ) -> None:
         await self.manager.handle_request(scope, receive, send)
-
-
-def jwt_authenticator(settings: Settings) -> Authenticator:
-    """Auth off: every caller is the local principal. Auth on: a valid bearer JWT is required."""
-    if not settings.auth_enabled:
-        return lambda _header: None
-    from triptych.core.auth import TokenVerifier
-
-    verifier = TokenVerifier(settings)
-
-    def authenticate(header: str | None) -> Principal:
-        token = bearer_token(header)
-        if token is None:
-            raise AuthRequired("missing bearer token: send 'Authorization: Bearer <jwt>'")
-        return verifier.verify(token)
-
-    return authenticate

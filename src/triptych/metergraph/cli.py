@@ -12,7 +12,8 @@ from typing import Any
 
 from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
-from triptych.metergraph.contract import ROLES, MetergraphError
+from triptych.metergraph.contract import ROLES
+from triptych.metergraph.errors import MetergraphError
 
 
 def _open(args: argparse.Namespace) -> Any:

@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from triptych.core.errors import InvalidParams
-from triptych.core.mcp import Caller, Tool, ToolArgs
+from triptych.core.mcp import Tool, ToolArgs
+from triptych.metronix.access import Caller
+from triptych.metronix.errors import InvalidParams
 from triptych.metronix.memory import MemoryService
 
 Scope = Literal["global", "per_agent", "session"]
@@ -116,17 +117,18 @@ def agent_of(caller: Caller, argument: str) -> str:
     return argument
 
 
-def memory_tools(service: MemoryService) -> list[Tool]:
+def memory_tools(service: MemoryService) -> list[Tool[Caller]]:
     def store(caller: Caller, a: StoreArgs) -> dict[str, Any]:
         return service.store_record(
-            caller.principal, a.workspace_id, a.content, agent_of(caller, a.agent_id), a.scope, a.tags,
-            a.importance_score, a.source_type, a.session_id, a.kind, a.metadata,
+            caller.principal, workspace_id=a.workspace_id, content=a.content, agent_id=agent_of(caller, a.agent_id),
+            scope=a.scope, tags=a.tags, importance_score=a.importance_score, source_type=a.source_type,
+            session_id=a.session_id, kind=a.kind, metadata=a.metadata,
         )  # fmt: skip
 
     def search(caller: Caller, a: SearchArgs) -> dict[str, Any]:
         return service.search(
-            caller.principal, a.workspace_id, a.query, agent_of(caller, a.agent_id), a.scope, a.tags,
-            a.session_id, a.top_k, a.status, a.kind,
+            caller.principal, workspace_id=a.workspace_id, query=a.query, agent_id=agent_of(caller, a.agent_id), scope=a.scope,
+            tags=a.tags, session_id=a.session_id, top_k=a.top_k, status=a.status, kind=a.kind,
         )  # fmt: skip
 
     def delete(caller: Caller, a: DeleteArgs) -> dict[str, Any]:
@@ -134,20 +136,21 @@ def memory_tools(service: MemoryService) -> list[Tool]:
 
     def batch_store(caller: Caller, a: BatchStoreArgs) -> dict[str, Any]:
         return service.batch_store(
-            caller.principal, a.workspace_id, a.records, agent_of(caller, a.agent_id), a.scope,
-            a.importance_score, a.source_type, a.session_id, a.kind,
+            caller.principal, workspace_id=a.workspace_id, records=a.records, agent_id=agent_of(caller, a.agent_id),
+            scope=a.scope, importance_score=a.importance_score, source_type=a.source_type,
+            session_id=a.session_id, kind=a.kind,
         )  # fmt: skip
 
     def list_(caller: Caller, a: ListArgs) -> dict[str, Any]:
         return service.list_records(
-            caller.principal, a.workspace_id, agent_of(caller, a.agent_id), a.scope, a.tags, a.limit,
-            a.offset, a.status, a.kind,
+            caller.principal, workspace_id=a.workspace_id, agent_id=agent_of(caller, a.agent_id), scope=a.scope, tags=a.tags,
+            limit=a.limit, offset=a.offset, status=a.status, kind=a.kind,
         )  # fmt: skip
 
     def update(caller: Caller, a: UpdateArgs) -> dict[str, Any]:
         return service.update(
-            caller.principal, a.workspace_id, a.record_id, a.content, a.tags, a.importance_score, a.kind,
-            caller.agent_id,
+            caller.principal, workspace_id=a.workspace_id, record_id=a.record_id, content=a.content,
+            tags=a.tags, importance_score=a.importance_score, kind=a.kind, caller_agent=caller.agent_id,
         )  # fmt: skip
 
     def review_list(caller: Caller, a: ReviewListArgs) -> dict[str, Any]:
