@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -22,6 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 VENV_MCP1 = ROOT / ".venv-mcp1"  # the 1.x MCP client, for the contract's own Python example
+# The MCP Inspector CLI and the Node it needs (>= 22.19), from the npm registry, for the test that drives
+# all three endpoints with it (tests/contract/test_inspector.py).
+INSPECTOR = ROOT / ".inspector"
+INSPECTOR_PACKAGES = ["node@22", "@modelcontextprotocol/inspector@2.12.0"]
 
 
 def _bin(env: Path, name: str) -> Path:
@@ -66,6 +71,27 @@ def setup(dev: bool) -> None:
     if dev:
         mcp1 = ROOT / "tests" / "contract" / "mcp1-requirements.txt"
         _ensure(VENV_MCP1, [mcp1], ["-r", str(mcp1)])
+        _ensure_inspector()
+
+
+def _ensure_inspector() -> None:
+    """Best effort: without npm (or the registry) the Inspector test skips and says why."""
+    stamp = INSPECTOR / ".triptych-stamp"
+    wanted = " ".join(INSPECTOR_PACKAGES)
+    if stamp.exists() and stamp.read_text() == wanted:
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        print("tasks.py: npm not found; the MCP Inspector test will be skipped", file=sys.stderr)
+        return
+    INSPECTOR.mkdir(exist_ok=True)
+    command = [npm, "install", "--prefix", str(INSPECTOR), "--no-audit", "--no-fund", "--silent"]
+    try:
+        _run(*command, *INSPECTOR_PACKAGES)
+    except subprocess.CalledProcessError:
+        print("tasks.py: installing the MCP Inspector failed; its test will be skipped", file=sys.stderr)
+        return
+    stamp.write_text(wanted)
 
 
 def serve(args: list[str]) -> int:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 from harness import SECRET, ServerProcess
+
+# The default data directory is the user's (core/datadir.py): a test that forgets to pass its own never
+# writes into the real home, and every process the tests start inherits this.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="triptych-test-xdg-")
+atexit.register(shutil.rmtree, os.environ["XDG_DATA_HOME"], True)
 
 
 @pytest.fixture(scope="session")

@@ -64,6 +64,10 @@ class ServerProcess:
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    # False: leave TRIPTYCH_DATA_DIR alone, so the server uses its default (``data_dir`` then only holds
+    # the log); ``cwd`` is the folder it starts in.
+    pass_data_dir: bool = True
+    cwd: Path | None = None
 
     @property
     def url(self) -> str:
@@ -72,10 +76,16 @@ class ServerProcess:
     def start(self, timeout: float = 60.0) -> ServerProcess:
         self.port = free_port()
         self.log_path = self.data_dir.parent / f"server-{self.port}.log"
-        env = {**os.environ, **self.env, "TRIPTYCH_DATA_DIR": str(self.data_dir)}
+        env = {**os.environ, **self.env}
+        if self.pass_data_dir:
+            env["TRIPTYCH_DATA_DIR"] = str(self.data_dir)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [TRIPTYCH, "serve", "--port", str(self.port)], env=env, stdout=log, stderr=subprocess.STDOUT
+                [TRIPTYCH, "serve", "--port", str(self.port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -101,6 +111,20 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def metergraph_key(data_dir: Path, workspace: str, role: str = "debug", app: bool = False) -> str:
+    """A Metergraph agent key (or, with ``app``, an ingest token) minted in a server's data directory."""
+    from triptych.metergraph.service import Metergraph
+    from triptych.metergraph.settings import load_metergraph_settings
+
+    mg = Metergraph.open(data_dir, load_metergraph_settings())
+    try:
+        if app:
+            return mg.keys.create_app_token(workspace)[1]
+        return mg.keys.create_agent_key(workspace, role, None)[1]
+    finally:
+        mg.close()
 
 
 def token(

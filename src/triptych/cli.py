@@ -12,8 +12,31 @@ from typing import Any
 
 from triptych import __version__
 from triptych.config import Settings, load_settings
+from triptych.core.datadir import HELP as DATA_DIR_HELP
+from triptych.core.datadir import describe, is_fresh
+from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
 
 SURFACES = ("metronix", "metergraph")
+
+MCP_ENVIRONMENT = (
+    """\
+environment, metronix:
+  TRIPTYCH_AGENT_ID          the connection's agent: memory tools then act as this agent only
+  TRIPTYCH_DATA_DIR          data directory (or --data-dir; default: the user data directory)
+  TRIPTYCH_DEFAULT_WORKSPACE workspace of calls that omit workspace_id (default: default)
+  TRIPTYCH_LOG_LEVEL         log level on stderr (default here: warning)
+  TRIPTYCH_EMBED_URL, TRIPTYCH_EMBED_MODEL, TRIPTYCH_EMBED_API_KEY
+                             an OpenAI-compatible embeddings endpoint instead of the bundled model
+  TRIPTYCH_EMBED_THREADS, TRIPTYCH_MODEL_CACHE, TRIPTYCH_CHUNK_TOKENS
+                             bundled-model threads, its cache folder, chunk size
+  TRIPTYCH_MCP_SOURCES, TRIPTYCH_SYNC_TIMEOUT
+                             the metronix_sync source registry and its per-request timeout
+  METRONIX_MEMORY_*, METRONIX_FRESHNESS_*
+                             agent-memory settings (README, Configuration)
+environment, metergraph (the same as `triptych metergraph-mcp`):
+"""
+    + BRIDGE_ENVIRONMENT
+)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -39,6 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _log_to_stderr(settings.log_level)
+    fresh = is_fresh(settings.data_dir)  # before create_app makes the databases
     try:
         check_writable(settings.data_dir)
         app = create_app(settings)
@@ -55,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(
         f"triptych {__version__}: serving on http://{settings.host}:{settings.port} "
         "(Metronix /mcp, Hadron /hadron/mcp, Metergraph /v1/agent/mcp; "
-        f"data in {settings.data_dir.resolve()}; "
+        f"{describe(settings.data_dir, fresh)}; "
         f"auth {'on' if settings.auth_enabled else 'off'})",
         file=sys.stderr,
         flush=True,
@@ -214,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     data_dir: dict[str, Any] = {
         "type": Path,
-        "help": "data directory (env TRIPTYCH_DATA_DIR, default ./data)",
+        "help": DATA_DIR_HELP,
     }
 
     serve = sub.add_parser("serve", help="start the HTTP server (all three MCP endpoints)")
@@ -223,8 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", **data_dir)
     serve.set_defaults(func=cmd_serve)
 
-    mcp = sub.add_parser("mcp", help="serve one surface over stdio, for MCP hosts that launch a process")
-    mcp.add_argument("surface", choices=SURFACES)
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve one surface over stdio, for MCP hosts that launch a process",
+        description="Serve one surface over stdio (the protocol on stdout, logs on stderr).",
+        epilog=MCP_ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mcp.add_argument("surface", choices=SURFACES, help="metronix (served here) or metergraph (a bridge)")
     mcp.add_argument("--data-dir", **data_dir)
     mcp.set_defaults(func=cmd_mcp)
 
@@ -288,5 +318,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
+    bridge = args.command == "mcp" and args.surface == "metergraph"  # a bridge to a server: no data here
+    if args.command != "serve" and "data_dir" in vars(args) and not bridge:
+        # Every command on the embedded data names the directory it uses (and says when it is new), so a
+        # key minted into the wrong directory is noticed at once. serve says it in its banner.
+        data_dir = load_settings(data_dir=args.data_dir).data_dir
+        print(f"triptych: {describe(data_dir, is_fresh(data_dir))}", file=sys.stderr, flush=True)
     result: int = args.func(args)
     return result

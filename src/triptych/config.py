@@ -12,6 +12,8 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from triptych.core.datadir import default_data_dir
+
 
 def _alias(*names: str) -> AliasChoices:
     return AliasChoices(*names)
@@ -22,7 +24,10 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", validation_alias=_alias("TRIPTYCH_HOST", "host"))
     port: int = Field(8000, validation_alias=_alias("TRIPTYCH_PORT", "port"))
-    data_dir: Path = Field(Path("data"), validation_alias=_alias("TRIPTYCH_DATA_DIR", "data_dir"))
+    # The platform's user data directory (core/datadir.py): the same wherever a command runs.
+    data_dir: Path = Field(
+        default_factory=default_data_dir, validation_alias=_alias("TRIPTYCH_DATA_DIR", "data_dir")
+    )
 
     auth_enabled: bool = Field(
         False, validation_alias=_alias("TRIPTYCH_AUTH_ENABLED", "AUTH_ENABLED", "auth_enabled")
@@ -98,6 +103,11 @@ class Settings(BaseSettings):
         if isinstance(value, str) and not value.lstrip().startswith("["):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("data_dir", mode="after")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        return value.expanduser()
 
     @property
     def metronix_db(self) -> Path:

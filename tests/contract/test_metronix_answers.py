@@ -223,3 +223,56 @@ def test_without_an_llm_the_answer_is_extractive_and_only_quotes_passages(
     for sentence in answer.replace("[1]", "").split(". "):
         assert sentence.strip(" .") in text
     assert (response.model_extra or {})["citations"][0]["doc_label"] == "handbook"
+
+
+def test_an_empty_workspace_answers_with_a_hint_and_never_asks_the_upstream(
+    rag_server: ServerProcess, workspaces: tuple[str, str]
+) -> None:
+    empty = "ans-empty-" + uuid.uuid4().hex[:6]
+    Upstream.received.clear()
+    response = client(rag_server, token(workspaces=[empty])).chat.completions.create(
+        model="triptych-rag", messages=[{"role": "user", "content": "Who approves invoices?"}]
+    )
+    answer = response.choices[0].message.content or ""
+    assert f"workspace '{empty}' holds no documents yet" in answer
+    assert f"triptych kb import PATH --workspace {empty}" in answer and "X-Workspace-Id" in answer
+    extra = response.model_extra or {}
+    assert extra["retrieval"]["workspace_id"] == empty and extra["retrieval"]["empty_workspace"] is True
+    assert extra["citations"] == []
+    assert Upstream.received == []  # nothing to ground an answer on: the LLM is not asked to guess
+    stream = client(rag_server, token(workspaces=[empty])).chat.completions.create(
+        model="triptych-rag", messages=[{"role": "user", "content": "Who approves invoices?"}], stream=True
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == answer
+
+
+def test_with_auth_the_token_grant_chooses_the_workspace_and_says_which(
+    rag_server: ServerProcess, workspaces: tuple[str, str]
+) -> None:
+    a, b = workspaces
+    Upstream.received.clear()
+    # No X-Workspace-Id: the token's first granted workspace answers (never "default").
+    response = client(rag_server, token(workspaces=[b, a])).chat.completions.create(
+        model="triptych-rag", messages=[{"role": "user", "content": "Who approves invoices?"}]
+    )
+    assert (response.model_extra or {})["retrieval"]["workspace_id"] == b
+    assert "Mallory" in Upstream.received[-1]["messages"][0]["content"]
+
+
+def test_without_auth_the_header_chooses_and_the_default_workspace_is_named(
+    open_server: ServerProcess,
+) -> None:
+    response = client(open_server, "unused").chat.completions.create(
+        model="anything", messages=[{"role": "user", "content": "Is anything stored?"}]
+    )
+    assert (response.model_extra or {})["retrieval"]["workspace_id"] == "default"
+    chosen = "ans-hdr-" + uuid.uuid4().hex[:6]
+    named = client(open_server, "unused", **{"X-Workspace-Id": chosen}).chat.completions.create(
+        model="anything", messages=[{"role": "user", "content": "Is anything stored?"}]
+    )
+    assert (named.model_extra or {})["retrieval"] == {
+        **(named.model_extra or {})["retrieval"],
+        "workspace_id": chosen,
+        "empty_workspace": True,
+    }

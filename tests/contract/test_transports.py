@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from harness import ROOT, TRIPTYCH, ServerProcess, mcp_session, token
+from harness import ROOT, TRIPTYCH, ServerProcess, bearer, mcp_session, metergraph_key, token
 from mcp import Client, StdioServerParameters
 
 MCP1_PYTHON = ROOT / ".venv-mcp1" / "bin" / "python"
@@ -65,9 +65,11 @@ async def test_hadron_and_metergraph_endpoints_answer_initialize_and_tools_list(
 
     async with mcp_session(open_server.url + "/hadron/mcp") as mcp:
         assert sorted(await mcp.tool_names()) == sorted(TOOLS)
-    async with mcp_session(open_server.url + "/v1/agent/mcp") as mcp:
+    # Metergraph's agent surface needs an agent key even with auth off; a Debug key sees every
+    # contract tool but replay.
+    key = metergraph_key(open_server.data_dir, "default", "debug")
+    async with mcp_session(open_server.url + "/v1/agent/mcp", bearer(key)) as mcp:
         names = await mcp.tool_names()
-    # The local principal has the Debug role: every contract tool but replay.
     assert "metergraph_get_usage_aggregates" in names and "metergraph_replay_trace" not in names
 
 
@@ -83,8 +85,10 @@ def test_legacy_initialize_over_plain_http_on_every_endpoint(open_server: Server
         },
     }
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    agent = bearer(metergraph_key(open_server.data_dir, "default", "metadata"))
     for path, name in (("/mcp", "metronix"), ("/hadron/mcp", "hadron"), ("/v1/agent/mcp", "metergraph")):
-        response = httpx.post(open_server.url + path, json=body, headers=headers)
+        extra = agent if path == "/v1/agent/mcp" else {}
+        response = httpx.post(open_server.url + path, json=body, headers={**headers, **extra})
         assert response.status_code == 200, path
         text = response.text
         payload = json.loads(text.split("data: ", 1)[1]) if text.startswith("event") else response.json()

@@ -16,6 +16,7 @@ from triptych.metergraph.errors import ForbiddenError, InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.store import CallFilter
+from triptych.metergraph.usage import measures
 
 
 def aggregates(mg: Metergraph, principal: AgentPrincipal | None = None, **kw: Any) -> dict[str, Any]:
@@ -83,12 +84,25 @@ def test_missing_provider_model_and_route_are_named(mg: Metergraph) -> None:
 
 def test_unpriced_models_make_the_cost_a_lower_bound(mg: Metergraph) -> None:
     mg.ingest.ingest_document(app(), {"rows": [row(), row(model="in-house-model-7")]})
-    out = aggregates(mg)
+    out = aggregates(mg, group_by=["model"])
     assert out["pricing"]["cost"] == "lower_bound"
     assert out["pricing"]["unpriced_calls"] == 1
     by_model = {i["model"]: i for i in out["items"]}
-    assert by_model["in-house-model-7"]["cost_usd"] == 0
-    assert by_model["in-house-model-7"]["pricing"]["priced_calls"] == 0
+    # A group with no priced call has no cost (null, like a trace's), never $0.00.
+    unpriced = by_model["in-house-model-7"]
+    assert unpriced["cost_usd"] is None and unpriced["cost_per_call_usd"] is None
+    assert unpriced["pricing"] == {**unpriced["pricing"], "cost": "lower_bound", "priced_calls": 0}
+    assert by_model["gpt-4o"]["cost_usd"] == pytest.approx(1000 * 2.5e-6 + 100 * 10e-6)
+    assert out["totals"]["cost_usd"] == by_model["gpt-4o"]["cost_usd"]
+
+
+def test_a_free_model_costs_zero_and_a_window_of_unpriced_calls_costs_null(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row(model="in-house-model-7", route="r1")]})
+    assert aggregates(mg)["totals"]["cost_usd"] is None
+    mg.ingest.ingest_document(app(), {"rows": [row(route="r2", reported_cost_usd=0)]})
+    by_route = {i["route"]: i for i in aggregates(mg, group_by=["route"])["items"]}
+    assert by_route["r1"]["cost_usd"] is None
+    assert by_route["r2"]["cost_usd"] == 0  # priced at zero: a real $0.00
 
 
 @pytest.mark.parametrize(
@@ -282,7 +296,7 @@ def test_weekly_rollups_answer_exactly_what_a_raw_scan_answers(mg: Metergraph, d
         raw = mg.store.aggregate_raw(f, ["provider", "model"], None)
         expected = {
             (p or "(unknown)", m or "(unknown)"): (
-                int(a.get("calls")), int(a.get("errors")), round(a.get("cost_usd"), 10),
+                int(a.get("calls")), int(a.get("errors")), measures(a)["cost_usd"],
                 histogram.quantile(a.hist, 0.95),
             )
             for (p, m), a in raw.items()
@@ -294,7 +308,7 @@ def test_weekly_rollups_answer_exactly_what_a_raw_scan_answers(mg: Metergraph, d
         assert got.keys() == expected.keys()
         for key, (calls, errors, cost, p95) in expected.items():
             assert got[key][:2] == (calls, errors) and got[key][3] == p95
-            assert got[key][2] == pytest.approx(cost)
+            assert got[key][2] == (None if cost is None else pytest.approx(cost))
 
 
 def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path: Path) -> None:

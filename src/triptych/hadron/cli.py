@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from triptych.config import load_settings
+from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.core.errors import TriptychError
 from triptych.hadron.domain.model import ACCESS_LEVELS, MEMORY_CLASSES, ORG_ROLES
 from triptych.hadron.services.tenancy import TenancyAdmin
@@ -195,7 +196,7 @@ def register(subparsers: Any) -> None:
     groups = hadron.add_subparsers(dest="hadron_command", required=True)
     data_dir: dict[str, Any] = {
         "type": Path,
-        "help": "data directory (env TRIPTYCH_DATA_DIR, default ./data)",
+        "help": DATA_DIR_HELP,
     }
 
     def command(parent: Any, name: str, help_text: str, action: Action) -> argparse.ArgumentParser:

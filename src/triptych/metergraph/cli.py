@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from triptych.core.datadir import HELP as DATA_DIR_HELP
+from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
 from triptych.metergraph.contract import ROLES
 from triptych.metergraph.errors import MetergraphError
 
@@ -118,7 +120,7 @@ def register(subparsers: Any) -> None:
     """Adds ``metergraph`` and ``metergraph-mcp`` to the ``triptych`` command."""
     data_dir: dict[str, Any] = {
         "type": Path,
-        "help": "data directory (env TRIPTYCH_DATA_DIR, default ./data)",
+        "help": DATA_DIR_HELP,
     }
     mg = subparsers.add_parser("metergraph", help="Metergraph keys, app tokens, content retention and routes")
     sub = mg.add_subparsers(dest="metergraph_command", required=True)
@@ -166,5 +168,8 @@ def register(subparsers: Any) -> None:
     bridge = subparsers.add_parser(
         "metergraph-mcp",
         help="stdio MCP bridge to a Metergraph endpoint (METERGRAPH_URL, METERGRAPH_AGENT_TOKEN)",
+        description="A stdio MCP server that forwards each message to a running server's /v1/agent/mcp.",
+        epilog="environment:\n" + BRIDGE_ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bridge.set_defaults(func=cmd_bridge)

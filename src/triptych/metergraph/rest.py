@@ -50,10 +50,9 @@ def _error_response(exc: TriptychError) -> Response:
 
 
 def agent_principal(mg: Metergraph, request: Request) -> AgentPrincipal:
-    token = bearer(request)
-    if token is None and mg.local_principal is not None:
-        return mg.local_principal
-    return mg.keys.agent(token)
+    # Always a key, auth on or off, as the upstream self-hosted server: telemetry reads name a workspace
+    # and a role, which only an agent key (or a configured static token) carries.
+    return mg.keys.agent(bearer(request))
 
 
 # -- ingest ---------------------------------------------------------------------------------------

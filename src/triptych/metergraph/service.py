@@ -9,7 +9,7 @@ from pathlib import Path
 
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.ingest import IngestService
-from triptych.metergraph.keys import AgentPrincipal, KeyService
+from triptych.metergraph.keys import KeyService
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.ratelimit import RateLimiter
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
@@ -38,8 +38,6 @@ class Metergraph:
     traces: TraceService
     tools: list[MetergraphTool]
     columns: ColumnProjection
-    # When set (auth disabled and no static agent tokens), an unauthenticated read acts as this principal.
-    local_principal: AgentPrincipal | None = None
 
     @classmethod
     def open(
@@ -47,7 +45,6 @@ class Metergraph:
         data_dir: Path,
         settings: MetergraphSettings | None = None,
         clock: Callable[[], datetime] = utc_now,
-        local_workspace: str | None = None,
     ) -> Metergraph:
         settings = settings or load_metergraph_settings()
         store = SqliteTelemetryStore(data_dir / DB_FILE)
@@ -60,11 +57,6 @@ class Metergraph:
         usage = UsageService(store, clock)
         traces = TraceService(store, clock)
         limiter = RateLimiter(settings.agent_rate_per_minute)
-        local = (
-            AgentPrincipal(local_workspace, "debug", "local")
-            if local_workspace is not None and not settings.agent_tokens
-            else None
-        )
         return cls(
             settings,
             store,
@@ -75,7 +67,6 @@ class Metergraph:
             traces,
             [replace(t, handler=limiter.wrap(t.handler)) for t in build_tools(workspace, usage, traces)],
             columns,
-            local,
         )
 
     def close(self) -> None:

@@ -26,11 +26,8 @@ async def not_found(request: Request) -> Response:
 
 
 def open_metergraph(shared: Shared) -> Metergraph:
-    settings = shared.settings
-    # Auth off (local development) and no static agent tokens: unauthenticated reads act on the default
-    # workspace. Ingest always needs an app token.
-    local = settings.default_workspace if not settings.auth_enabled else None
-    mg = Metergraph.open(settings.data_dir, load_metergraph_settings(), local_workspace=local)
+    # Ingest needs an app token and reads an agent key (or static MG_* tokens), whatever TRIPTYCH_AUTH_ENABLED.
+    mg = Metergraph.open(shared.settings.data_dir, load_metergraph_settings())
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
     return mg
 

@@ -59,13 +59,16 @@ def pricing_summary(agg: AggRow) -> dict[str, Any]:
 
 def measures(agg: AggRow) -> dict[str, Any]:
     calls = int(agg.get("calls"))
-    cost = round(agg.get("cost_usd"), 10)
+    # A group where no call has a price (not even a partial or a zero one) has no cost to report: null,
+    # as a trace's cost is, never 0.0 (a dashboard would show $0.00 for calls it cannot price).
+    priced = int(agg.get("priced")) + int(agg.get("partial")) + int(agg.get("zero"))
+    cost = round(agg.get("cost_usd"), 10) if priced or not calls else None
     latency_count = agg.get("latency_count")
     return {
         "calls": calls,
         "errors": int(agg.get("errors")),
         "cost_usd": cost,
-        "cost_per_call_usd": round(cost / calls, 10) if calls else None,
+        "cost_per_call_usd": round(cost / calls, 10) if calls and cost is not None else None,
         "input_tokens": int(agg.get("input_tokens")),
         "output_tokens": int(agg.get("output_tokens")),
         "cache_read_tokens": int(agg.get("cache_read_tokens")),

@@ -117,6 +117,24 @@ def extractive_answer(question: str, passages: list[Passage], sentences: int = 3
     return " ".join(f"{sentence} [{number}]" for _, number, _, sentence in best)
 
 
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    query: str
+    passages: list[Passage]
+    workspace_id: str
+    empty_workspace: bool  # the workspace holds no document at all (not: nothing matched)
+
+
+def empty_workspace_answer(workspace_id: str) -> str:
+    """What an empty knowledge base answers, instead of "nothing found": how to fill it or pick another."""
+    return (
+        f"The knowledge base of workspace {workspace_id!r} holds no documents yet, so there is nothing to "
+        f"answer from. Import some with `triptych kb import PATH --workspace {workspace_id}` (or the "
+        "metronix_store tool), or ask another workspace with the X-Workspace-Id header (with auth on, one "
+        "your token grants; without the header the token's first granted workspace answers)."
+    )
+
+
 class LlmClient:
     """An OpenAI-compatible upstream ``/chat/completions``."""
 
@@ -202,14 +220,19 @@ class AnswerService:
 
     async def retrieve(
         self, principal: Principal, workspace_id: str | None, messages: list[dict[str, Any]]
-    ) -> tuple[str, list[Passage]]:
+    ) -> Retrieved:
+        """The passages for the conversation's question, from the workspace the caller chose (the
+        ``X-Workspace-Id`` header) or, without one, its default (the token's first grant when auth is on)."""
         query = retrieval_query(messages)
         workspace = self.knowledge.workspace(principal, workspace_id)
         hits = await anyio.to_thread.run_sync(self.knowledge.hybrid, workspace, query, self.passages)
         passages = [
             Passage(i + 1, h["doc_label"], h["title"], h["url"], h["content"]) for i, h in enumerate(hits)
         ]
-        return query, passages
+        empty = not passages and not await anyio.to_thread.run_sync(
+            self.knowledge.store.count_documents, workspace
+        )
+        return Retrieved(query, passages, workspace, empty)
 
     def prompt(self, messages: list[dict[str, Any]], passages: list[Passage]) -> list[dict[str, Any]]:
         listing = (

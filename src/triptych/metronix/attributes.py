@@ -32,6 +32,7 @@ class Attributes(NamedTuple):
     updated_at: str
     tags: frozenset[str]
     entities: frozenset[str]
+    source_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,7 @@ class Visibility:
     """Which records a caller sees: its workspace, its agent's view and the filters of the call."""
 
     workspace_id: str
-    agent_id: str
+    agent_id: str | None  # None: every agent's records (the REST doors' whole-workspace view)
     statuses: tuple[str, ...] | None  # None: every status
     scope: str | None = None
     tags: tuple[str, ...] = ()
@@ -47,13 +48,14 @@ class Visibility:
     kind: str | None = None
     now: str = field(default_factory=utcnow)
     exclude_statuses: tuple[str, ...] = ()
+    source_types: tuple[str, ...] = ()  # empty: any source type
 
     def admits(self, a: Attributes) -> bool:
         """Whether the record may be seen: the rule of ``SqliteMemoryStore._where``, restated."""
         # Global records are the workspace's; the rest are their agent's, and session records only while
         # their TTL runs (and only the session asked for, when one is).
         if a.scope != "global":
-            if a.agent_id != self.agent_id:
+            if self.agent_id is not None and a.agent_id != self.agent_id:
                 return False
             if a.scope == "session":
                 if a.ttl_expires_at is None or a.ttl_expires_at <= self.now:
@@ -69,6 +71,8 @@ class Visibility:
         if self.scope is not None and a.scope != self.scope:
             return False
         if self.kind is not None and a.kind != self.kind:
+            return False
+        if self.source_types and a.source_type not in self.source_types:
             return False
         return all(tag in a.tags for tag in self.tags)
 

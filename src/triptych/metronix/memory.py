@@ -44,6 +44,7 @@ MAX_CONTENT = 100_000
 MAX_TAGS = 50
 MAX_TAG_CHARS = 100
 NOTES_CAP = 1024
+MAX_BATCH_DELETE = 500  # ids per REST batch-delete call, as upstream
 REVIEW_REASONS = ("possible_duplicate", "possible_contradiction", "low_confidence_decision")
 # REST search shows everything an inspector may want except the two terminal statuses.
 REST_EXCLUDED = ("archived", "superseded")
@@ -169,6 +170,19 @@ class MemoryService:
                 details={"field": "agent_id"},
             )
         return valid
+
+    @staticmethod
+    def _reachable(record: MemoryRecord | None, caller_agent: str | None) -> MemoryRecord | None:
+        """The record, unless a connection that names its agent asks for another agent's partition (then it
+        answers as if the record did not exist: partitions do not leak through ids)."""
+        if record is None or caller_agent is None or record.scope == "global":
+            return record
+        return record if record.agent_id == caller_agent else None
+
+    @classmethod
+    def _optional_agent(cls, agent_id: str | None) -> str | None:
+        """None (no agent: the whole workspace) or a valid agent id."""
+        return None if agent_id is None else cls._agent(agent_id)
 
     @staticmethod
     def _scope(scope: str | None, session_id: str | None, required: bool = True) -> str | None:
@@ -405,12 +419,15 @@ class MemoryService:
             stored += not result["deduped"]
         return {"stored": stored, "deduped": deduped, "results": results}
 
-    def delete(self, principal: Principal, workspace_id: str | None, record_id: str) -> dict[str, Any]:
+    def delete(
+        self, principal: Principal, workspace_id: str | None, record_id: str, caller_agent: str | None = None
+    ) -> dict[str, Any]:
+        """``caller_agent``: the connection's agent (``X-Agent-Id``), whose partition bounds the call."""
         workspace = self._workspace(principal, workspace_id)
         require_write(principal)
         if not record_id or not record_id.strip():
             raise InvalidParams("record_id must not be empty", details={"field": "record_id"})
-        record = self._live(workspace, record_id)
+        record = self._reachable(self._live(workspace, record_id), caller_agent)
         if record is None:
             return {"success": True, "found": False}
         if record.scope == "session":
@@ -422,6 +439,34 @@ class MemoryService:
         found = self.store.delete(workspace, record_id)
         return {"success": True, "found": found}
 
+    def delete_many(
+        self, principal: Principal, workspace_id: str | None, record_ids: list[str]
+    ) -> dict[str, list[str]]:
+        """Delete persistent records by id, each on its own; ids not stored in the workspace (or naming
+        session records, which expire instead) come back in ``not_found``."""
+        workspace = self._workspace(principal, workspace_id)
+        require_write(principal)
+        if not 1 <= len(record_ids) <= MAX_BATCH_DELETE:
+            raise InvalidParams(
+                f"record_ids must hold 1 to {MAX_BATCH_DELETE} ids, got {len(record_ids)}",
+                details={"field": "record_ids"},
+            )
+        deleted: list[str] = []
+        not_found: list[str] = []
+        for record_id in dict.fromkeys(record_ids):
+            record = self._live(workspace, record_id) if record_id.strip() else None
+            if record is not None and record.scope != "session" and self.store.delete(workspace, record_id):
+                deleted.append(record_id)
+            else:
+                not_found.append(record_id)
+        return {"deleted": deleted, "not_found": not_found}
+
+    def facets(self, principal: Principal, workspace_id: str | None) -> dict[str, list[str]]:
+        """The kinds and source types present in the workspace (for filter drop-downs)."""
+        workspace = self._workspace(principal, workspace_id)
+        kinds, source_types = self.store.facets(workspace, _iso(self.clock()))
+        return {"kinds": kinds, "source_types": source_types}
+
     def update(
         self,
         principal: Principal,
@@ -432,10 +477,11 @@ class MemoryService:
         tags: list[str] | None = None,
         importance_score: float | None = None,
         kind: str | None = None,
+        caller_agent: str | None = None,
     ) -> dict[str, Any]:
         workspace = self._workspace(principal, workspace_id)
         require_write(principal)
-        record = self._live(workspace, record_id) if record_id else None
+        record = self._reachable(self._live(workspace, record_id), caller_agent) if record_id else None
         if record is None:
             raise DocumentNotFound(
                 f"Memory record not found: {record_id}", hint=RECORD_HINT, details={"record_id": record_id}
@@ -486,7 +532,7 @@ class MemoryService:
         principal: Principal,
         *,
         workspace_id: str | None,
-        agent_id: str,
+        agent_id: str | None,
         scope: str | None = None,
         tags: list[str] | None = None,
         limit: int = 20,
@@ -494,10 +540,18 @@ class MemoryService:
         status: list[str] | None = None,
         kind: str | None = None,
         defaults: DoorDefaults = MCP_DEFAULTS,
+        session_id: str | None = None,
+        source_types: list[str] | None = None,
     ) -> dict[str, Any]:
+        """``agent_id`` None lists every agent's records (the REST doors' whole-workspace view; the MCP
+        tools require it); ``session_id`` lists that session's live records, whichever agent wrote them."""
         max_limit = defaults.max_list_limit
         workspace = self._workspace(principal, workspace_id)
-        agent = self._agent(agent_id)
+        agent = self._optional_agent(agent_id)
+        if session_id is not None:
+            if not session_id.strip():
+                raise InvalidParams("session_id must not be empty", details={"field": "session_id"})
+            agent, scope = None, "session"
         if not 1 <= limit <= max_limit:
             raise InvalidParams(
                 f"limit must be between 1 and {max_limit}, got {limit}", details={"field": "limit"}
@@ -510,7 +564,9 @@ class MemoryService:
             statuses=self._statuses(status, defaults.statuses),
             scope=self._scope(scope, None, required=False),
             tags=tuple(self._tags(tags)),
+            session_id=session_id,
             kind=self._kind(kind),
+            source_types=tuple(dict.fromkeys(source_types or ())),
             now=_iso(self.clock()),
         )
         records, total = self.store.list_records(view, limit, offset)
@@ -559,7 +615,7 @@ class MemoryService:
         *,
         workspace_id: str | None,
         query: str,
-        agent_id: str,
+        agent_id: str | None,
         scope: str | None = None,
         tags: list[str] | None = None,
         session_id: str | None = None,
@@ -568,9 +624,10 @@ class MemoryService:
         kind: str | None = None,
         defaults: DoorDefaults = MCP_DEFAULTS,
     ) -> dict[str, Any]:
+        """``agent_id`` None searches every agent's records (REST only; the MCP tool requires it)."""
         started = time.perf_counter()
         workspace = self._workspace(principal, workspace_id)
-        agent = self._agent(agent_id)
+        agent = self._optional_agent(agent_id)
         if not query or not query.strip():
             raise InvalidParams("query must not be empty", details={"field": "query"})
         if not 1 <= top_k <= 50:

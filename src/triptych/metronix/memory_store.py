@@ -296,6 +296,7 @@ def _attributes(record: MemoryRecord, seq: int, entities: set[str]) -> Attribute
         updated_at=record.updated_at,
         tags=frozenset(record.tags),
         entities=frozenset(entities),
+        source_type=record.source_type,
     )
 
 
@@ -404,7 +405,7 @@ class SqliteMemoryStore:
             entities.setdefault(int(seq), set()).add(entity)
         rows = self._plain().execute(
             "SELECT seq, id, agent_id, scope, session_id, status, kind, ttl_expires_at, importance_score,"
-            " created_at, updated_at, tags FROM memory_records WHERE workspace_id = ?",
+            " created_at, updated_at, tags, source_type FROM memory_records WHERE workspace_id = ?",
             (workspace_id,),
         )
         return [
@@ -422,8 +423,9 @@ class SqliteMemoryStore:
                 updated_at=updated,
                 tags=frozenset(json.loads(tags)),
                 entities=frozenset(entities.get(int(seq), ())),
+                source_type=source,
             )
-            for seq, id_, agent, scope, session, status, kind, ttl, importance, created, updated, tags in rows
+            for seq, id_, agent, scope, session, status, kind, ttl, importance, created, updated, tags, source in rows
         ]
 
     def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
@@ -841,12 +843,18 @@ class SqliteMemoryStore:
 
     def _where(self, view: Visibility) -> tuple[str, list[Any]]:
         """The WHERE clause of everything ``view`` may see; every filter applies here, inside the query."""
+        # Without an agent (the REST whole-workspace view) the agent term goes, rather than becoming
+        # `? IS NULL OR ...`, which would keep the planner off the (workspace, agent) index.
+        agent = "" if view.agent_id is None else "r.agent_id = ? AND "
         clauses = [
             "r.workspace_id = ?",
-            "(r.scope = 'global' OR (r.agent_id = ? AND (r.scope = 'per_agent'"
+            f"(r.scope = 'global' OR ({agent}(r.scope = 'per_agent'"
             " OR (r.scope = 'session' AND r.ttl_expires_at > ? AND (? IS NULL OR r.session_id = ?)))))",
         ]
-        params: list[Any] = [view.workspace_id, view.agent_id, view.now, view.session_id, view.session_id]
+        params: list[Any] = [view.workspace_id]
+        if view.agent_id is not None:
+            params.append(view.agent_id)
+        params.extend((view.now, view.session_id, view.session_id))
         if view.statuses is not None:
             clauses.append(f"r.status IN ({','.join('?' * len(view.statuses))})")
             params.extend(view.statuses)
@@ -859,6 +867,9 @@ class SqliteMemoryStore:
         if view.kind is not None:
             clauses.append("r.kind = ?")
             params.append(view.kind)
+        if view.source_types:
+            clauses.append(f"r.source_type IN ({','.join('?' * len(view.source_types))})")
+            params.extend(view.source_types)
         for tag in view.tags:
             clauses.append("EXISTS (SELECT 1 FROM memory_tags t WHERE t.seq = r.seq AND t.tag = ?)")
             params.append(tag)
@@ -875,6 +886,19 @@ class SqliteMemoryStore:
             (*params, limit, offset),
         ).fetchall()
         return [_record(r) for r in rows], total
+
+    def facets(self, workspace_id: str, now: str) -> tuple[list[str], list[str]]:
+        """The distinct kinds and source types of the workspace's live records (expired sessions aside)."""
+        live = "workspace_id = ? AND (ttl_expires_at IS NULL OR ttl_expires_at > ?)"
+        kinds = self.db.conn.execute(
+            f"SELECT DISTINCT kind FROM memory_records WHERE {live} ORDER BY kind", (workspace_id, now)
+        ).fetchall()
+        sources = self.db.conn.execute(
+            f"SELECT DISTINCT source_type FROM memory_records WHERE {live} AND source_type != ''"
+            " ORDER BY source_type",
+            (workspace_id, now),
+        ).fetchall()
+        return [r[0] for r in kinds], [r[0] for r in sources]
 
     def visible_seqs(self, view: Visibility) -> list[int]:
         where, params = self._where(view)

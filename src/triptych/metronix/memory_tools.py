@@ -9,11 +9,13 @@ from pydantic import Field
 from triptych.core.db import MAX_OFFSET
 from triptych.core.mcp import Tool, ToolArgs
 from triptych.metronix.access import Caller
+from triptych.metronix.errors import InvalidParams
 from triptych.metronix.memory import MemoryService
 
 Scope = Literal["global", "per_agent", "session"]
 Kind = Literal["fact", "preference", "pinned"]
 WORKSPACE = Field(None, description='Target workspace (default: "default", or your first granted workspace)')
+AGENT_ID = "Agent identity (1-64 of A-Z a-z 0-9 . _ -); equal to X-Agent-Id when the connection sends one"
 STATUS = Field(
     None,
     description='Lifecycle statuses to include (default ["active"]); ["all"] disables the filter. Valid: active, '
@@ -23,7 +25,7 @@ STATUS = Field(
 
 class StoreArgs(ToolArgs):
     content: str = Field(description="Memory content")
-    agent_id: str = Field(description="Agent identity (1-64 of A-Z a-z 0-9 . _ -)")
+    agent_id: str = Field(description=AGENT_ID)
     workspace_id: str | None = WORKSPACE
     scope: str = Field("per_agent", description="global, per_agent or session")
     tags: list[str] = Field(default_factory=list, description="Tags for filtering")
@@ -36,7 +38,7 @@ class StoreArgs(ToolArgs):
 
 class SearchArgs(ToolArgs):
     query: str = Field(description="Natural language query")
-    agent_id: str = Field(description="Agent identity")
+    agent_id: str = Field(description=AGENT_ID)
     workspace_id: str | None = WORKSPACE
     scope: str | None = Field(None, description="Filter by scope (global, per_agent, session)")
     tags: list[str] | None = Field(None, description="Filter by tags (intersection)")
@@ -57,7 +59,7 @@ class BatchStoreArgs(ToolArgs):
         description="Array of {content, tags?} objects (max 100)",
         json_schema_extra={"items": {"type": "object"}},
     )
-    agent_id: str = Field(description="Agent identity (same for all records)")
+    agent_id: str = Field(description=AGENT_ID + " (same for all records)")
     workspace_id: str | None = WORKSPACE
     scope: str = Field("per_agent", description="Scope for all records")
     importance_score: float = Field(0.5, ge=0.0, le=1.0, description="Importance for all records (0.0-1.0)")
@@ -67,7 +69,7 @@ class BatchStoreArgs(ToolArgs):
 
 
 class ListArgs(ToolArgs):
-    agent_id: str = Field(description="Agent identity")
+    agent_id: str = Field(description=AGENT_ID)
     workspace_id: str | None = WORKSPACE
     scope: str | None = Field(None, description="Filter by scope")
     tags: list[str] | None = Field(None, description="Filter by tags (intersection)")
@@ -103,47 +105,62 @@ class ReviewResolveArgs(ToolArgs):
     notes: str | None = Field(None, description="Free-form audit note (capped at 1024 chars)")
 
 
+def agent_of(caller: Caller, argument: str) -> str:
+    """The call's agent: the ``agent_id`` argument, which the contract keeps required. A connection that
+    names its agent (``X-Agent-Id``, or ``TRIPTYCH_AGENT_ID`` over stdio) may act only as that agent, so
+    what it writes and reads is attributed to the agent the header names."""
+    if caller.agent_id is not None and argument != caller.agent_id:
+        raise InvalidParams(
+            f"agent_id {argument!r} differs from this connection's agent {caller.agent_id!r}",
+            hint="Send the same value as agent_id and in X-Agent-Id (TRIPTYCH_AGENT_ID over stdio)",
+            details={"field": "agent_id", "connection_agent_id": caller.agent_id},
+        )
+    return argument
+
+
 def memory_tools(service: MemoryService) -> list[Tool[Caller]]:
     def store(caller: Caller, a: StoreArgs) -> dict[str, Any]:
         return service.store_record(
-            caller.principal, workspace_id=a.workspace_id, content=a.content, agent_id=a.agent_id,
+            caller.principal, workspace_id=a.workspace_id, content=a.content, agent_id=agent_of(caller, a.agent_id),
             scope=a.scope, tags=a.tags, importance_score=a.importance_score, source_type=a.source_type,
             session_id=a.session_id, kind=a.kind, metadata=a.metadata,
         )  # fmt: skip
 
     def search(caller: Caller, a: SearchArgs) -> dict[str, Any]:
         return service.search(
-            caller.principal, workspace_id=a.workspace_id, query=a.query, agent_id=a.agent_id, scope=a.scope,
+            caller.principal, workspace_id=a.workspace_id, query=a.query, agent_id=agent_of(caller, a.agent_id), scope=a.scope,
             tags=a.tags, session_id=a.session_id, top_k=a.top_k, status=a.status, kind=a.kind,
         )  # fmt: skip
 
     def delete(caller: Caller, a: DeleteArgs) -> dict[str, Any]:
-        return service.delete(caller.principal, a.workspace_id, a.record_id)
+        return service.delete(caller.principal, a.workspace_id, a.record_id, caller.agent_id)
 
     def batch_store(caller: Caller, a: BatchStoreArgs) -> dict[str, Any]:
         return service.batch_store(
-            caller.principal, workspace_id=a.workspace_id, records=a.records, agent_id=a.agent_id,
+            caller.principal, workspace_id=a.workspace_id, records=a.records, agent_id=agent_of(caller, a.agent_id),
             scope=a.scope, importance_score=a.importance_score, source_type=a.source_type,
             session_id=a.session_id, kind=a.kind,
         )  # fmt: skip
 
     def list_(caller: Caller, a: ListArgs) -> dict[str, Any]:
         return service.list_records(
-            caller.principal, workspace_id=a.workspace_id, agent_id=a.agent_id, scope=a.scope, tags=a.tags,
+            caller.principal, workspace_id=a.workspace_id, agent_id=agent_of(caller, a.agent_id), scope=a.scope, tags=a.tags,
             limit=a.limit, offset=a.offset, status=a.status, kind=a.kind,
         )  # fmt: skip
 
     def update(caller: Caller, a: UpdateArgs) -> dict[str, Any]:
         return service.update(
             caller.principal, workspace_id=a.workspace_id, record_id=a.record_id, content=a.content,
-            tags=a.tags, importance_score=a.importance_score, kind=a.kind,
+            tags=a.tags, importance_score=a.importance_score, kind=a.kind, caller_agent=caller.agent_id,
         )  # fmt: skip
 
     def review_list(caller: Caller, a: ReviewListArgs) -> dict[str, Any]:
         return service.review_list(caller.principal, a.workspace_id, a.reason, a.record_id, a.limit, a.offset)
 
     def review_resolve(caller: Caller, a: ReviewResolveArgs) -> dict[str, Any]:
-        return service.review_resolve(caller.principal, a.workspace_id, a.review_id, a.action, a.notes)
+        # The audit event names the agent that resolved the entry, when the connection says which.
+        actor = f"agent:{caller.agent_id}" if caller.agent_id else "mcp_caller"
+        return service.review_resolve(caller.principal, a.workspace_id, a.review_id, a.action, a.notes, actor)
 
     specs: list[tuple[str, str, type[ToolArgs], Any, bool]] = [
         (

@@ -27,6 +27,7 @@ from triptych.metronix.answer import (
     UpstreamError,
     cited,
     completion_id,
+    empty_workspace_answer,
     extractive_answer,
     now,
     text_of,
@@ -153,25 +154,31 @@ def answer_routes(service: AnswerService, authenticate: Authenticator) -> list[R
                 raise InvalidParams(exc.message, details={"reason": exc.reason}) from None
             messages, stream, extra = _validate(body)
             requested = body.get("model") if isinstance(body.get("model"), str) else None
-            query, passages = await service.retrieve(
-                principal, request.headers.get("x-workspace-id"), messages
-            )
+            found = await service.retrieve(principal, request.headers.get("x-workspace-id"), messages)
         except TriptychError as exc:
             return from_error(exc)
+        query, passages = found.query, found.passages
         model = service.model_name(requested)
         retrieval = {
             "query": query,
+            "workspace_id": found.workspace_id,
             "passages": len(passages),
             "retrieval_ms": round((time.perf_counter() - started) * 1000, 1),
         }
+        # An empty workspace gets a hint, never an LLM's guess or "nothing found".
+        fixed = empty_workspace_answer(found.workspace_id) if found.empty_workspace else None
+        if fixed is not None:
+            retrieval["empty_workspace"] = True
         if stream:
             return StreamingResponse(
-                _stream(service, requested, model, messages, passages, extra, retrieval),
+                _stream(service, requested, model, messages, passages, extra, retrieval, fixed),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
         try:
-            answer = await _complete_or_cancel(request, service, requested, messages, passages, extra)
+            answer = fixed or await _complete_or_cancel(
+                request, service, requested, messages, passages, extra
+            )
         except TriptychError as exc:
             return from_error(exc)
         if answer is None:  # the client went away; nobody is listening
@@ -242,6 +249,7 @@ async def _stream(
     passages: list[Passage],
     extra: dict[str, Any],
     retrieval: dict[str, Any],
+    fixed: str | None = None,
 ) -> AsyncIterator[str]:
     ident, created = completion_id(), now()
 
@@ -259,7 +267,10 @@ async def _stream(
     yield chunk({"role": "assistant", "content": ""})
     parts: list[str] = []
     try:
-        if service.uses_llm(requested):
+        if fixed is not None:
+            parts.append(fixed)
+            yield chunk({"content": fixed})
+        elif service.uses_llm(requested):
             assert service.llm is not None
             # Starlette cancels this generator when the client disconnects, closing the upstream stream.
             async for piece in service.llm.stream(service.prompt(messages, passages), extra):

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -24,7 +24,7 @@ from triptych.core.http import Authenticator
 from triptych.core.mcp import argument_message
 from triptych.metronix.errors import DocumentNotFound, InvalidParams, error_response
 from triptych.metronix.knowledge import KnowledgeService
-from triptych.metronix.memory import REST_DEFAULTS, MemoryService
+from triptych.metronix.memory import MAX_BATCH_DELETE, REST_DEFAULTS, MemoryService
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class CreateRecordBody(Body):
 
 class SearchBody(Body):
     query: str
-    agent_id: str
+    agent_id: str | None = None  # omitted: the whole workspace, as upstream
     scope: str | None = None
     tags: list[str] | None = None
     session_id: str | None = None
@@ -65,6 +65,21 @@ class ResolveBody(Body):
     action: str
     target_record_id: str | None = None
     notes: str | None = None
+    workspace_id: str | None = None
+
+    @model_validator(mode="after")
+    def _target_only_for_merge(self) -> ResolveBody:
+        # Upstream's REST rule: a target names the record to merge into, and nothing else.
+        if self.action == "merge_into" and not self.target_record_id:
+            raise ValueError("target_record_id is required when action=merge_into")
+        if self.action != "merge_into" and self.target_record_id is not None:
+            raise ValueError("target_record_id is only valid when action=merge_into")
+        return self
+
+
+class BatchDeleteBody(Body):
+    record_ids: list[str] = Field(min_length=1, max_length=MAX_BATCH_DELETE)
+    agent_id: str | None = None  # upstream clients send it; deleting is by id within the workspace
     workspace_id: str | None = None
 
 
@@ -116,6 +131,17 @@ def _list(request: Request, name: str) -> list[str] | None:
     return values or None
 
 
+def _rest_statuses(statuses: list[str] | None) -> list[str] | None:
+    """REST takes explicit statuses only: ``all`` is the MCP tools' sentinel (upstream refuses it here)."""
+    if statuses is not None and "all" in statuses:
+        raise InvalidParams(
+            "status_filter 'all' is only valid over MCP; list the statuses to include",
+            hint='e.g. ["active", "archived"], or omit status_filter for the default',
+            details={"field": "status_filter"},
+        )
+    return statuses
+
+
 def memory_routes(
     memory: MemoryService, knowledge: KnowledgeService, authenticate: Authenticator, auth_enabled: bool
 ) -> list[Route]:
@@ -153,13 +179,14 @@ def memory_routes(
     async def list_records(request: Request, principal: Principal) -> Response:
         q = request.query_params
         limit, offset = _int(request, "limit", 50), _int(request, "offset", 0)
-        statuses = _list(request, "status_filter") or _list(request, "status")
+        statuses = _rest_statuses(_list(request, "status_filter") or _list(request, "status"))
         kinds = _list(request, "kind_filter") or _list(request, "kind")
         result = await run(
             lambda: memory.list_records(
-                principal, workspace_id=_ws(request), agent_id=q.get("agent_id", ""), scope=q.get("scope"),
+                principal, workspace_id=_ws(request), agent_id=q.get("agent_id"), scope=q.get("scope"),
                 tags=_list(request, "tags"), limit=limit, offset=offset, status=statuses,
-                kind=kinds[0] if kinds else None, defaults=REST_DEFAULTS,
+                kind=kinds[0] if kinds else None, defaults=REST_DEFAULTS, session_id=q.get("session_id"),
+                source_types=_list(request, "source_type_filter"),
             )
         )  # fmt: skip
         return JSONResponse({**result, "has_more": result["offset"] + result["count"] < result["total"]})
@@ -175,13 +202,22 @@ def memory_routes(
             raise DocumentNotFound(f"Memory record not found: {record_id}", details={"record_id": record_id})
         return Response(status_code=204)
 
+    async def facets(request: Request, principal: Principal) -> Response:
+        return JSONResponse(await run(memory.facets, principal, _ws(request)))
+
+    async def batch_delete(request: Request, principal: Principal) -> Response:
+        b: BatchDeleteBody = await _parse(BatchDeleteBody, request)
+        return JSONResponse(
+            await run(memory.delete_many, principal, _ws(request, b.workspace_id), b.record_ids)
+        )
+
     async def search(request: Request, principal: Principal) -> Response:
         b: SearchBody = await _parse(SearchBody, request)
         result = await run(
             lambda: memory.search(
                 principal, workspace_id=_ws(request, b.workspace_id), query=b.query, agent_id=b.agent_id,
-                scope=b.scope, tags=b.tags, session_id=b.session_id, top_k=b.top_k, status=b.status_filter,
-                kind=b.kind, defaults=REST_DEFAULTS,
+                scope=b.scope, tags=b.tags, session_id=b.session_id, top_k=b.top_k,
+                status=_rest_statuses(b.status_filter), kind=b.kind, defaults=REST_DEFAULTS,
             )
         )  # fmt: skip
         for item in result["results"]:
@@ -198,11 +234,7 @@ def memory_routes(
 
     async def review_resolve(request: Request, principal: Principal) -> Response:
         b: ResolveBody = await _parse(ResolveBody, request)
-        action = b.action
-        if action == "merge_into":
-            if not b.target_record_id:
-                raise InvalidParams("target_record_id is required when action=merge_into")
-            action = f"merge_into:{b.target_record_id}"
+        action = f"merge_into:{b.target_record_id}" if b.action == "merge_into" else b.action
         await run(
             lambda: memory.review_resolve(
                 principal, _ws(request, b.workspace_id), request.path_params["review_id"], action, b.notes,
@@ -243,6 +275,8 @@ def memory_routes(
     return [
         Route(f"{prefix}/memory/records", guarded(create_record), methods=["POST"]),
         Route(f"{prefix}/memory/records", guarded(list_records), methods=["GET"]),
+        Route(f"{prefix}/memory/records/batch-delete", guarded(batch_delete), methods=["POST"]),
+        Route(f"{prefix}/memory/facets", guarded(facets), methods=["GET"]),
         Route(f"{prefix}/memory/records/{{record_id}}", guarded(get_record), methods=["GET"]),
         Route(f"{prefix}/memory/records/{{record_id}}", guarded(delete_record), methods=["DELETE"]),
         Route(f"{prefix}/memory/search", guarded(search), methods=["POST"]),
