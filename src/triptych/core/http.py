@@ -9,14 +9,18 @@ from typing import Any
 from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import Receive, Scope, Send
+from starlette.datastructures import Headers
+from starlette.types import Message, Receive, Scope, Send
 
 from triptych.config import Settings
 from triptych.core.auth import Principal, bearer_token
-from triptych.core.errors import AuthRequired, TriptychError
+from triptych.core.errors import AuthRequired, InvalidParams, TriptychError
 from triptych.core.mcp import PRINCIPAL_KEY
 
 Authenticator = Callable[[str | None], Principal | None]
+
+# The largest request an MCP endpoint reads (a metronix_store document travels in one request).
+MCP_MAX_BODY = 4 * 1024 * 1024
 
 
 def transport_security(settings: Settings) -> TransportSecuritySettings:
@@ -41,6 +45,28 @@ def error_body(exc: TriptychError) -> dict[str, Any]:
     return {"error": exc.to_dict()}
 
 
+def body_too_large(limit: int, declared: str | None) -> dict[str, Any]:
+    """The JSON-RPC error for a request over ``limit`` bytes, with the contract's error in ``data``.
+
+    MCP clients show a JSON-RPC error's message (the official one turns a bare 413 into "Server returned
+    an error response"), so the message names the limit.
+    """
+    size = int(declared) if declared and declared.isdigit() else None
+    what = f"is {size:,} bytes" if size is not None else "is larger than that"
+    exc = InvalidParams(
+        f"Request body too large: the limit of this MCP endpoint is {limit // (1024 * 1024)} MiB "
+        f"({limit:,} bytes); this request {what}",
+        hint="Split the document into parts, each stored with its own doc_label, "
+        "or import large files with `triptych kb import`",
+        details={"limit_bytes": limit, "request_bytes": size},
+    )
+    return {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": exc.message, "data": error_body(exc)},
+    }
+
+
 class McpEndpoint:
     """An ASGI endpoint: authenticate the bearer token, then hand the request to the MCP session manager.
 
@@ -56,7 +82,7 @@ class McpEndpoint:
         *,
         stateless: bool = False,
         json_response: bool = False,
-        max_body: int = 4 * 1024 * 1024,
+        max_body: int = MCP_MAX_BODY,
     ) -> None:
         self.manager = StreamableHTTPSessionManager(
             app=server,
@@ -66,6 +92,7 @@ class McpEndpoint:
             max_request_body_size=max_body,
         )
         self._authenticate = authenticate
+        self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -76,7 +103,26 @@ class McpEndpoint:
             return
         if principal is not None:
             scope[PRINCIPAL_KEY] = principal
-        await self.manager.handle_request(scope, receive, send)
+        await self.forward(scope, receive, send)
+
+    async def forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Hand the request to the session manager; its bare 413 for an oversized body becomes a
+        JSON-RPC error that names the limit."""
+        refused = False
+
+        async def send_or_explain(message: Message) -> None:
+            nonlocal refused
+            if message["type"] == "http.response.start" and message["status"] == 413:
+                refused = True
+                return
+            if refused:
+                if message["type"] == "http.response.body" and not message.get("more_body", False):
+                    declared = Headers(scope=scope).get("content-length")
+                    await send_json(send, 413, body_too_large(self.max_body, declared))
+                return
+            await send(message)
+
+        await self.manager.handle_request(scope, receive, send_or_explain)
 
 
 def jwt_authenticator(settings: Settings) -> Authenticator:

@@ -169,7 +169,7 @@ class HadronEndpoint(McpEndpoint):
             return
         scope[CALLER_KEY] = caller
         if headers.get(SESSION_HEADER) is None:
-            await self.manager.handle_request(scope, receive, send)
+            await self.forward(scope, receive, send)
             return
 
         async def watch(message: Message) -> None:
@@ -177,7 +177,7 @@ class HadronEndpoint(McpEndpoint):
                 self._selections.note_lost_session(caller)
             await send(message)
 
-        await self.manager.handle_request(scope, receive, watch)
+        await self.forward(scope, receive, watch)
 
     async def _refuse_revision(self, scope: Scope, receive: Receive, send: Send, version: str) -> None:
         body = b""
