@@ -275,3 +275,41 @@ def _chunk_ids(service: KnowledgeService) -> set[int]:
     store = service.store
     assert isinstance(store, SqliteKnowledgeStore)
     return {int(r[0]) for r in store.db.conn.execute("SELECT id FROM chunks")}
+
+
+def test_two_files_of_the_same_name_in_different_folders_are_two_documents(
+    service: KnowledgeService, tmp_path: Path
+) -> None:
+    for package in ("alpha", "beta"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "README").write_text(f"The {package} package reads its config at start.\n")
+
+    summary = import_paths(service, LOCAL, "default", [tmp_path / "alpha" / "README", tmp_path / "beta"])
+
+    assert (summary.new, summary.workspace_documents) == (2, 2)
+    assert _labels(service) == {
+        label_for(tmp_path / "alpha" / "README"),
+        label_for(tmp_path / "beta" / "README"),
+    }
+
+
+def test_a_file_named_twice_is_imported_once(service: KnowledgeService, folder: Path) -> None:
+    summary = import_paths(service, LOCAL, "default", [folder / "alpha.md", folder, folder / "alpha.md"])
+
+    assert (summary.new, summary.workspace_documents) == (3, 3)
+
+
+def test_a_label_holding_another_document_is_never_replaced(service: KnowledgeService, folder: Path) -> None:
+    label = label_for(folder / "beta.txt")
+    service.store_document(LOCAL, None, "Written by an agent, not by an import.", doc_label=label)
+
+    summary = import_paths(service, LOCAL, "default", [folder / "beta.txt"])
+
+    assert summary.stored == 0
+    assert [(o.path, o.reason) for o in summary.skipped] == [
+        (
+            str(folder / "beta.txt"),
+            f"the label {label} already holds another document (not written by an import of this file)",
+        )
+    ]
+    assert service.get(LOCAL, None, label)["content"] == "Written by an agent, not by an import."

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -149,6 +150,7 @@ class KnowledgeStore(Protocol):
     def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]: ...
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]: ...
     def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]: ...
+    def warm(self) -> None: ...
     def iter_chunks(self, batch: int = 256) -> Iterator[list[tuple[int, str | None, str]]]: ...
     def replace_embeddings(self, rows: Sequence[tuple[int, Vector]]) -> None: ...
     def close(self) -> None: ...
@@ -354,6 +356,16 @@ class SqliteKnowledgeStore:
             (workspace_id,),
         ).fetchall()
         return [(int(r[0]), _keyword_columns(r[1], r[2])) for r in rows]
+
+    def warm(self) -> None:
+        """Load every workspace's keyword and vector indexes (best effort: a search loads what is missing)."""
+        try:
+            for (workspace,) in self.db.conn.execute("SELECT id FROM workspaces").fetchall():
+                generation = self._generation(workspace)
+                self.keywords.sync(workspace, generation)
+                self.index.sync(workspace, generation)
+        except (sqlite3.Error, ValueError):
+            return
 
     def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
         generation = self._generation(workspace_id)

@@ -85,13 +85,14 @@ class Metronix:
             warm()
         self.memory.run_pending_checks()
         self.memory.store.purge_expired(utcnow())
-        # Load every workspace's memory indexes off the request path: at 100,000 records the first
-        # search would otherwise wait seconds for them.
+        # Load every workspace's memory and knowledge-base indexes off the request path: at 100,000
+        # records the first search would otherwise wait seconds for them.
         self.warming = threading.Thread(target=self._warm, name="memory-index-warm", daemon=True)
         self.warming.start()
 
     def _warm(self) -> None:
         self.memory.store.warm()
+        self.knowledge.store.warm()
         # The caches just loaded are long-lived: at 10,000 records a full collection walked them for
         # 170-180 ms, once every few hundred calls. Frozen objects are skipped by the collector (and
         # still freed by reference counting when a cache is replaced).

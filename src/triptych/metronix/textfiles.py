@@ -167,11 +167,29 @@ def _decode(raw: bytes, inside: str) -> str:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             # A legacy 8-bit encoding (Latin-1, Windows-1252, ...), or binary data no encoding fits.
-            guess = from_bytes(raw).best()
-            if guess is None:
+            text = _decode_legacy(raw)
+            if text is None:
                 raise NotText(f"binary content (no text encoding fits{inside})") from None
-            text = str(guess)
     sample = text[:SNIFF_BYTES]
     if sample and sum(ch in _CONTROL for ch in sample) > len(sample) * 0.05:
         raise NotText(f"binary content (control characters{inside})")
     return text
+
+
+def _decode_legacy(raw: bytes) -> str | None:
+    """Text in an 8-bit encoding, detected; None when no encoding makes text of it."""
+    matches = from_bytes(raw)
+    best = matches.best()
+    if best is None:
+        return None
+    # Candidates the detector cannot tell apart (French read as Romanian Windows-1250 scores the same as
+    # Windows-1252) go to Windows-1252, the commonest legacy encoding of documentation.
+    for match in matches:
+        if (match.chaos, match.coherence) == (best.chaos, best.coherence) and (
+            "cp1252" in match.could_be_from_charset
+        ):
+            try:
+                return raw.decode("cp1252")
+            except UnicodeDecodeError:
+                break
+    return str(best)
