@@ -207,7 +207,8 @@ What it reads, decided by each file's content, not only its extension:
   - gzip (.gz), bzip2 (.bz2) and xz (.xz) compressed files: the text they hold.
 What it skips, each with its reason on stderr: binary content (images, PDF, archives,
 executables, anything with NUL bytes), empty files, hidden files and folders inside a folder
-(names starting with '.'), files over 20,000,000 bytes or 5,000,000 characters.
+(names starting with '.'), links to folders inside a folder (not followed), files over
+20,000,000 bytes or 5,000,000 characters.
 
 Each document is labelled file:<absolute path>: two README files in different folders stay
 two documents, and a rerun (from any directory) skips unchanged files and updates changed

@@ -12,7 +12,7 @@ import pytest
 
 from triptych.core.auth import Principal, local_principal
 from triptych.core.embed import Matrix
-from triptych.metronix.importer import discover, extract, import_paths, label_for
+from triptych.metronix.importer import LINKED_FOLDER, discover, extract, import_paths, label_for
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.store import SqliteKnowledgeStore
 
@@ -313,3 +313,14 @@ def test_a_label_holding_another_document_is_never_replaced(service: KnowledgeSe
         )
     ]
     assert service.get(LOCAL, None, label)["content"] == "Written by an agent, not by an import."
+
+
+def test_a_linked_folder_inside_a_folder_is_reported_not_followed(
+    service: KnowledgeService, folder: Path
+) -> None:
+    (folder / "sub" / "loop").symlink_to(folder)
+
+    summary = import_paths(service, LOCAL, "default", [folder])
+
+    assert summary.new == 3
+    assert (str(folder / "sub" / "loop"), LINKED_FOLDER) in [(o.path, o.reason) for o in summary.skipped]

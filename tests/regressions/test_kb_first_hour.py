@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import http.client
+import json
 import os
+import socket
 import subprocess
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
-from harness import TRIPTYCH, ServerProcess, mcp_session
-from mcp.shared.exceptions import MCPError
+from harness import ROOT, TRIPTYCH, ServerProcess, mcp_session
+
+MCP1_PYTHON = ROOT / ".venv-mcp1" / "bin" / "python"
 
 
 def ws() -> str:
@@ -189,12 +192,11 @@ async def test_identical_documents_take_one_place_in_the_results_and_name_the_ot
 async def test_keyword_scores_use_the_workspace_s_own_statistics(open_server: ServerProcess) -> None:
     small, big = ws(), ws()
     async with mcp_session(open_server.url + "/mcp") as mcp:
-        await mcp.call(
-            "metronix_store", content="The zeppelin hangar opens at dawn.", doc_label="z", workspace_id=small
-        )
-        await mcp.call(
-            "metronix_store", content="Bicycles are parked by the gate.", doc_label="b", workspace_id=small
-        )
+        for doc_label, content in (
+            ("z", "The zeppelin hangar opens at dawn."),
+            ("b", "Bikes wait by the gate."),
+        ):
+            await mcp.call("metronix_store", content=content, doc_label=doc_label, workspace_id=small)
         before = await mcp.call("metronix_search_fast", query="zeppelin", workspace_id=small)
         for i in range(12):
             await mcp.call(
@@ -215,31 +217,70 @@ async def test_keyword_scores_use_the_workspace_s_own_statistics(open_server: Se
     }
 
 
-async def test_a_document_over_the_size_limit_is_refused_with_the_limit_named(
+# The 1.x client API, as in the contract's example (run in .venv-mcp1: 1.x cannot share a venv with 2.x).
+MCP1_STORE = """
+import asyncio, json, sys
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+
+async def main(url, workspace, chars):
+    async with streamablehttp_client(url) as (r, w, _):
+        async with ClientSession(r, w) as session:
+            await session.initialize()
+            result = await session.call_tool("metronix_store", {"content": "x" * chars, "workspace_id": workspace})
+            print(json.dumps({"error": result.isError, "text": result.content[0].text}))
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+
+async def test_a_document_over_the_size_limit_is_refused_in_the_contract_s_shape_with_the_limit_named(
     open_server: ServerProcess,
 ) -> None:
     workspace = ws()
-    content = "word " * (1024 * 1024)  # 5 MiB of text
+    too_long = 5_000_001
     async with mcp_session(open_server.url + "/mcp") as mcp:
-        with pytest.raises(MCPError) as refused:
-            await mcp.client.call_tool("metronix_store", {"content": content, "workspace_id": workspace})
-        # The session goes on: the refusal changed nothing.
+        refused = await mcp.call(
+            "metronix_store", content="word " * (too_long // 5 + 1), workspace_id=workspace
+        )
         status = await mcp.call("metronix_status", workspace_id=workspace)
-    assert "4 MiB (4,194,304 bytes)" in refused.value.message
-    assert refused.value.data["error"]["code"] == "INVALID_PARAMS"
-    assert refused.value.data["error"]["details"]["limit_bytes"] == 4 * 1024 * 1024
-    assert "doc_label" in refused.value.data["error"]["hint"]
-    assert status.data["documents"]["total"] == 0
 
-    raw = httpx.post(
-        open_server.url + "/mcp",
-        content=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"padding": "'
-        + b"x" * (4 * 1024 * 1024)
-        + b'"}}',
-        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
-        timeout=60,
+    assert refused.is_error and refused.error_code == "INVALID_PARAMS"
+    error = refused.data["error"]
+    assert "the limit of one document is 5,000,000" in error["message"]
+    assert error["details"]["limit_chars"] == 5_000_000 and "doc_label" in error["hint"]
+    assert status.data["documents"]["total"] == 0  # nothing half-written
+
+    if not MCP1_PYTHON.exists():
+        pytest.skip("the 1.x client venv is missing: run `python3 tasks.py test`")
+    done = subprocess.run(
+        [str(MCP1_PYTHON), "-c", MCP1_STORE, open_server.url + "/mcp", workspace, str(too_long)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert raw.status_code == 413
-    body = raw.json()
+    assert done.returncode == 0, done.stderr[-2000:]
+    shown = json.loads(done.stdout.strip().splitlines()[-1])
+    assert shown["error"] is True
+    assert json.loads(shown["text"])["error"]["code"] == "INVALID_PARAMS"
+    assert "the limit of one document is 5,000,000" in shown["text"]
+
+
+def test_a_request_over_the_transport_limit_gets_a_json_rpc_error_naming_it(
+    open_server: ServerProcess,
+) -> None:
+    declared = 40 * 1024 * 1024  # refused on the declared length: nothing more needs to be sent
+    with socket.create_connection(("127.0.0.1", open_server.port), timeout=30) as sock:
+        sock.sendall(
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{open_server.port}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\nContent-Length: {declared}\r\n\r\n{{".encode()
+        )
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        body = json.loads(response.read())
+
+    assert response.status == 413 and response.getheader("content-type") == "application/json"
     assert body["error"]["code"] == -32600
-    assert body["error"]["data"]["error"]["details"]["request_bytes"] == len(raw.request.content)
+    assert "32 MiB (33,554,432 bytes)" in body["error"]["message"]
+    assert body["error"]["data"]["error"]["code"] == "INVALID_PARAMS"
+    assert body["error"]["data"]["error"]["details"] == {"limit_bytes": 33_554_432, "request_bytes": declared}

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 LABEL_PREFIX = "file:"
 HIDDEN = "hidden (its name starts with '.')"
+LINKED_FOLDER = "a symbolic link to a folder (not followed; name the folder itself to import it)"
 
 _BLOCKS = (
     "p, div, li, h1, h2, h3, h4, h5, h6, br, tr, td, th, pre, blockquote, section, article, table, dd, dt"
@@ -99,9 +100,13 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[Outcome]]:
         if path.is_dir():
             for top, dirs, names in os.walk(path):
                 here = Path(top)
-                for name in sorted(d for d in dirs if d.startswith(".")):
-                    skipped.append(Outcome(str(here / name), HIDDEN))
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(dirs):
+                    if name.startswith("."):
+                        skipped.append(Outcome(str(here / name), HIDDEN))
+                    elif (here / name).is_symlink():
+                        # Not followed: a link back up the tree would import it again and again.
+                        skipped.append(Outcome(str(here / name), LINKED_FOLDER))
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (here / d).is_symlink())
                 for name in sorted(names):
                     file = here / name
                     if name.startswith("."):

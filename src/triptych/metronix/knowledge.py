@@ -27,6 +27,10 @@ from triptych.metronix.store import ChunkHit, KnowledgeStore, NewDocument
 log = logging.getLogger(__name__)
 
 MAX_CONTENT_CHARS = 5_000_000
+# The largest request body /mcp reads: a metronix_store of MAX_CONTENT_CHARS characters, each escaped
+# as \uXXXX (6 bytes; clients that send ASCII-only JSON do), still fits, so a document over the limit
+# is refused in-band by the rule above, in the contract's error shape, not by the transport.
+MAX_REQUEST_BYTES = 32 * 1024 * 1024
 MAX_LABEL_CHARS = 512
 # Labels of identical documents listed with a search result (the count is what matters past that).
 MAX_DUPLICATE_LABELS = 20
@@ -95,9 +99,9 @@ class KnowledgeService:
             raise InvalidParams("content must not be empty", details={"field": "content"})
         if len(content) > MAX_CONTENT_CHARS:
             raise InvalidParams(
-                f"content is {len(content)} characters; the limit is {MAX_CONTENT_CHARS}",
-                hint="Split the document into parts with their own doc_label",
-                details={"field": "content"},
+                f"content is {len(content):,} characters; the limit of one document is {MAX_CONTENT_CHARS:,}",
+                hint="Split the document into parts, each stored with its own doc_label",
+                details={"field": "content", "limit_chars": MAX_CONTENT_CHARS, "content_chars": len(content)},
             )
         if doc_label is not None and (not doc_label.strip() or len(doc_label) > MAX_LABEL_CHARS):
             raise InvalidParams(

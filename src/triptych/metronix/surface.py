@@ -16,7 +16,7 @@ from triptych.core.http import McpEndpoint, jwt_authenticator
 from triptych.core.mcp import Tool, build_server
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.answer import AnswerService, LlmClient
-from triptych.metronix.knowledge import KnowledgeService
+from triptych.metronix.knowledge import MAX_REQUEST_BYTES, KnowledgeService
 from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.memory_tools import memory_tools
@@ -111,7 +111,7 @@ class Metronix:
 def mount(shared: Shared) -> tuple[Metronix, Mounted]:
     metronix = Metronix.open(shared.settings, shared.embedder)
     authenticate = jwt_authenticator(shared.settings)
-    endpoint = McpEndpoint(metronix.mcp_server(), shared.settings, authenticate)
+    endpoint = McpEndpoint(metronix.mcp_server(), shared.settings, authenticate, max_body=MAX_REQUEST_BYTES)
     rest = memory_routes(metronix.memory, metronix.knowledge, authenticate, shared.settings.auth_enabled)
     # Route, not Mount: a Mount answers POST /mcp with a redirect to /mcp/.
     return metronix, Mounted(
