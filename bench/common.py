@@ -30,8 +30,8 @@ import numpy as np
 
 # onnxruntime must be imported before usearch anywhere in the process: triptych.core.embed does it.
 from triptych.core import embed as _embed  # noqa: F401  (import order, see ARCHITECTURE.md section 5)
-from triptych.core.chunking import chunk_text
 from triptych.core.search import STOPWORDS, keyword_terms  # noqa: F401
+from triptych.metronix.chunking import chunk_text
 from triptych.metronix.knowledge import embedding_text
 
 REPO = Path(__file__).resolve().parents[1]

@@ -88,7 +88,7 @@ def build_database(
     embedder: Any,
     cache: common.EmbeddingCache,
 ) -> dict[str, Any]:
-    from triptych.core.chunking import split_sentences
+    from triptych.metronix.chunking import split_sentences
     from triptych.metronix.knowledge import content_hash
     from triptych.metronix.store import NewDocument, SqliteKnowledgeStore
 

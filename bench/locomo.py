@@ -497,9 +497,9 @@ def load_turns(
                     part = turns[start : start + 100]
                     service.batch_store(
                         PRINCIPAL,
-                        workspace,
-                        [{"content": render(t), "metadata": _metadata(t)} for t in part],
-                        agent,
+                        workspace_id=workspace,
+                        records=[{"content": render(t), "metadata": _metadata(t)} for t in part],
+                        agent_id=agent,
                         source_type="locomo",
                     )
                     bar.update(len(part))
@@ -685,7 +685,14 @@ def check_ranker(
     sample = data.questions[:: max(1, len(data.questions) // n)][:n]
     got_sets, mine_sets = [], []
     for q in sample:
-        got = service.search(PRINCIPAL, workspace, q.text, agent_of(q.conv), top_k=TOP_K, status=["all"])
+        got = service.search(
+            PRINCIPAL,
+            workspace_id=workspace,
+            query=q.text,
+            agent_id=agent_of(q.conv),
+            top_k=TOP_K,
+            status=["all"],
+        )
         ids = [r["record"]["id"] for r in got["results"]]
         mine = [ranker.ids[s] for s in ranker.rank(q, Knobs())]
         same += ids == mine
@@ -1024,7 +1031,9 @@ def timed_service_calls(
         for text in progress(stores, desc=f"timed memory_store ({workspace})", unit="rec"):
             timers.clear()
             t0, c0 = time.perf_counter(), time.process_time()
-            service.store_record(PRINCIPAL, workspace, text, agent, source_type="bench")
+            service.store_record(
+                PRINCIPAL, workspace_id=workspace, content=text, agent_id=agent, source_type="bench"
+            )
             total = (time.perf_counter() - t0) * 1000
             add("store_total_ms", total)
             add("store_process_cpu_ms", (time.process_time() - c0) * 1000)
@@ -1041,7 +1050,9 @@ def timed_service_calls(
         for q in progress(queries, desc=f"timed memory_search ({workspace})", unit="q"):
             timers.clear()
             c0 = time.process_time()
-            res = service.search(PRINCIPAL, workspace, q, agent, top_k=TOP_K, status=["all"])
+            res = service.search(
+                PRINCIPAL, workspace_id=workspace, query=q, agent_id=agent, top_k=TOP_K, status=["all"]
+            )
             add("search_latency_ms (service)", float(res["latency_ms"]))
             add("search_process_cpu_ms", (time.process_time() - c0) * 1000)
             # The embedding runs in a worker thread while the keyword search runs: they overlap.
@@ -1179,9 +1190,9 @@ def build_scale(
             c0 = time.perf_counter()
             metronix.memory.batch_store(
                 PRINCIPAL,
-                workspace,
-                [{"content": t} for t in texts[start : start + 100]],
-                agent,
+                workspace_id=workspace,
+                records=[{"content": t} for t in texts[start : start + 100]],
+                agent_id=agent,
                 source_type="bench",
             )
             checks.append((time.perf_counter() - c0) * 1000 / len(texts[start : start + 100]))
@@ -1226,9 +1237,9 @@ def scale_phase(
     for start in range(0, half, 100):  # the first half in bulk, so timings are taken at ~300-600 records
         service.batch_store(
             PRINCIPAL,
-            "lat",
-            [{"content": FORMATS["plain"](t)} for t in turns[start : min(start + 100, half)]],
-            agent,
+            workspace_id="lat",
+            records=[{"content": FORMATS["plain"](t)} for t in turns[start : min(start + 100, half)]],
+            agent_id=agent,
         )
     conv_queries = [q.text for q in data.questions if q.conv == conv][:n_queries]
     out["locomo_size"] = {

@@ -158,7 +158,7 @@ def cmd_kb_import(args: argparse.Namespace) -> int:
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
-    from triptych.core.errors import InvalidParams
+    from triptych.metronix.errors import InvalidParams
     from triptych.metronix.sources import load_sources, parse_source, save_sources, sources_path
 
     settings = _settings(args)

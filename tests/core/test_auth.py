@@ -16,17 +16,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from triptych.config import Settings
-from triptych.core.auth import (
-    Principal,
-    TokenVerifier,
-    bearer_token,
-    local_principal,
-    mint_token,
-    require_write,
-    resolve_workspace,
-    valid_agent_id,
-)
-from triptych.core.errors import AuthRequired, Forbidden, InvalidParams, WorkspaceNotFound
+from triptych.core.auth import Principal, TokenVerifier, bearer_token, local_principal, mint_token
+from triptych.core.errors import AuthRequired, Forbidden
+from triptych.metronix.access import require_write, resolve_workspace, valid_agent_id
+from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
 
 # 64 bytes or more: PyJWT warns (an error here) about HMAC keys shorter than the hash (HS512: 64).
 SECRET = "test-secret-" + "0123456789abcdef" * 4

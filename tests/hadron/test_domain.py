@@ -13,8 +13,14 @@ from triptych.hadron.domain.loc import (
     require_qualified_node,
 )
 from triptych.hadron.domain.urn import UrnError
-from triptych.hadron.errors import BadInput, NoActiveApp, NotFound, SchemaViolation, UrnAlreadyExists
-from triptych.hadron.server import render_error
+from triptych.hadron.errors import (
+    BadInput,
+    NoActiveApp,
+    NotFound,
+    SchemaViolation,
+    UrnAlreadyExists,
+    render_error,
+)
 from triptych.hadron.services.selection import client_id_from
 
 
@@ -124,3 +130,43 @@ def test_refusals_render_with_their_code_first() -> None:
     assert texts[1].startswith("[memory_not_found] memory not found: hrn:mem:x.com:y")
     assert texts[2].startswith("URN_ALREADY_EXISTS: taken") and 'data: {"collisions": ["a"]}' in texts[2]
     assert texts[3].startswith("Schema violation: price: 'x' is not of type 'number'")
+
+
+def test_every_urn_the_server_writes_is_composed_in_domain_loc() -> None:
+    from triptych.hadron.domain import loc
+    from triptych.hadron.domain.urn import parse_urn_v2
+
+    written = [
+        loc.org_urn("acme.com"),
+        loc.user_urn("alice"),
+        loc.app_urn("acme.com", "crm"),
+        loc.memory_urn("acme.com", "specs"),
+        loc.node_urn("acme.com", "specs", "a:b:c"),
+    ]
+    # Each is a valid flat v2 URN by the grammar the reference corpus pins.
+    assert [parse_urn_v2(u).canonical for u in written] == written
+    assert loc.node_urn("acme.com", "specs", "") == "hrn:node:acme.com:specs:"
+
+
+@pytest.mark.parametrize(
+    ("ref", "types", "bare"),
+    [
+        ("hrn:org:acme.com", ("org",), "acme.com"),
+        (" urn:org:acme.com ", ("org",), "acme.com"),
+        ("acme.com", ("org",), "acme.com"),
+        ("hrn:memory:acme.com::specs", ("mem", "memory"), "acme.com::specs"),
+        ("hrn:app:acme.com:crm", ("org",), "hrn:app:acme.com:crm"),  # another type stays whole
+    ],
+)
+def test_references_lose_only_their_own_prefix(ref: str, types: tuple[str, ...], bare: str) -> None:
+    from triptych.hadron.domain.loc import strip_urn_prefix
+
+    assert strip_urn_prefix(ref, *types) == bare
+
+
+def test_a_bare_key_splits_on_its_last_colon() -> None:
+    from triptych.hadron.domain.loc import split_bare_key, urn_type
+
+    assert split_bare_key("acme.com::specs") == ("acme.com", "specs")
+    assert split_bare_key("0123456789abcdef0123456789abcdef") == ("", "0123456789abcdef0123456789abcdef")
+    assert (urn_type("urn:app:a.b:c"), urn_type("a.b:c")) == ("app", None)

@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 
 from triptych.metergraph import histogram
-from triptych.metergraph.contract import BadBatch
+from triptych.metergraph.errors import BadBatch
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.store import ROLLUPS, SUMS, Content, group_sum

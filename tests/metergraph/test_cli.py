@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from triptych.metergraph import cli
-from triptych.metergraph.contract import ForbiddenError, Unauthenticated
+from triptych.metergraph.errors import ForbiddenError, Unauthenticated
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
 

@@ -9,13 +9,8 @@ from typing import Any
 import jsonschema
 from mg_support import NOW, agent, app, row
 
-from triptych.metergraph.contract import (
-    ERROR_CODES,
-    TOOL_CONTRACT,
-    WARNING_CODES,
-    InvalidArgument,
-    error_document,
-)
+from triptych.metergraph.contract import TOOL_CONTRACT, WARNING_CODES
+from triptych.metergraph.errors import ERROR_CODES, InvalidArgument, error_document
 from triptych.metergraph.service import Metergraph
 
 
@@ -82,7 +77,7 @@ def test_every_read_matches_the_contract_shapes(mg: Metergraph) -> None:
     check(mg.workspace.capabilities(who), ENVELOPE, CAPABILITIES)
     check(mg.workspace.routes(who), ENVELOPE, obj(["routes"], routes={"type": "array", "items": ROUTE}))
     check(mg.workspace.context(who), ENVELOPE, WORKSPACE)
-    check(mg.usage.aggregates(who, None, 7, None, None, None, None, None, None, None, 100), ENVELOPE)
+    check(mg.usage.aggregates(who, days=7), ENVELOPE)
     check(mg.traces.get_trace(who, "t"), TRACE_DEBUG)
 
 

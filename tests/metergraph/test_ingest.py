@@ -74,12 +74,7 @@ def test_sdk_error_boolean_and_raw_error_message_both_mark_failures(mg: Metergra
 def test_reads_see_rows_only_in_their_own_workspace(mg: Metergraph) -> None:
     mg.ingest.ingest_document(app("w1"), {"rows": [row(trace_id="a")]})
     mg.ingest.ingest_document(app("w2"), {"rows": [row(30, trace_id="b"), row(20, trace_id="c")]})
-    assert (
-        mg.usage.aggregates(agent("w1"), None, 7, None, None, None, None, None, None, None, 100)["totals"][
-            "calls"
-        ]
-        == 1
-    )
+    assert mg.usage.aggregates(agent("w1"), days=7)["totals"]["calls"] == 1
     assert [t["trace_id"] for t in mg.traces.query(agent("w2"))["traces"]] == ["c", "b"]
 
 

@@ -13,7 +13,7 @@ import pytest
 import reference_ingest
 from mg_support import app
 
-from triptych.metergraph.contract import BadBatch
+from triptych.metergraph.errors import BadBatch
 from triptych.metergraph.ingest import _FLOAT_FIELDS, _INT_FIELDS, _STR_FIELDS, IngestService
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.store import (

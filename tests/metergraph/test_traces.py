@@ -8,7 +8,7 @@ import json
 import pytest
 from mg_support import NOW, agent, app, row
 
-from triptych.metergraph.contract import ForbiddenError, InvalidArgument, NotFoundError
+from triptych.metergraph.errors import ForbiddenError, InvalidArgument, NotFoundError
 from triptych.metergraph.service import Metergraph
 
 

@@ -12,7 +12,7 @@ import pytest
 from mg_support import NOW, agent, app, row
 
 from triptych.metergraph import histogram
-from triptych.metergraph.contract import ForbiddenError, InvalidArgument
+from triptych.metergraph.errors import ForbiddenError, InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.store import CallFilter

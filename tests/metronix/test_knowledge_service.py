@@ -15,14 +15,8 @@ from harness import count_loads, run_threads
 
 from triptych.core.auth import Principal, local_principal
 from triptych.core.embed import Embedder, LocalEmbedder, Matrix
-from triptych.core.errors import (
-    EmbeddingMismatch,
-    Forbidden,
-    IngestionFailed,
-    InvalidParams,
-    NotFound,
-    WorkspaceNotFound,
-)
+from triptych.core.errors import EmbeddingMismatch, Forbidden, IngestionFailed, NotFound
+from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.store import SqliteKnowledgeStore
 
@@ -543,13 +537,15 @@ def test_reindex_reports_progress_per_batch(open_service: OpenService) -> None:
 
 def test_empty_index_adopts_the_configured_model(open_service: OpenService) -> None:
     first = open_service()
+    assert first.store.embedding_model() is None  # the constructor reads and writes nothing
+    first.search(LOCAL, None, "anything")  # the first call that embeds adopts the model
     assert first.store.embedding_model() == ("all-MiniLM-L6-v2-onnx-qint8-dynamic", 384)
     first.store.close()
 
     switched = open_service(OtherEmbedder())
 
-    assert switched.store.embedding_model() == ("other", 8)
     switched.store_document(LOCAL, None, ZEBRA, doc_label="zebra")
+    assert switched.store.embedding_model() == ("other", 8)
     assert _labels(switched.search(LOCAL, None, "zebra")) == ["zebra"]
 
 

@@ -19,12 +19,13 @@ from harness import count_loads, run_threads
 from triptych.core.auth import Principal, local_principal
 from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
-from triptych.core.errors import EmbeddingMismatch, Forbidden, InvalidParams, NotFound, WorkspaceNotFound
+from triptych.core.errors import EmbeddingMismatch, Forbidden, NotFound
 from triptych.metronix import memory_store
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
+from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
 from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
-from triptych.metronix.memory import MemoryService, MemorySettings, content_hash
+from triptych.metronix.memory import REST_DEFAULTS, MemoryService, MemorySettings, content_hash
 from triptych.metronix.memory_store import MemoryRecord, SqliteMemoryStore
 from triptych.metronix.store import utcnow
 
@@ -53,7 +54,9 @@ def service(db: Database, embedder: LocalEmbedder) -> MemoryService:
 
 
 def store(service: MemoryService, content: str, agent: str = "hermes", **kwargs: Any) -> dict[str, Any]:
-    return service.store_record(LOCAL, kwargs.pop("workspace_id", WS), content, agent, **kwargs)
+    return service.store_record(
+        LOCAL, workspace_id=kwargs.pop("workspace_id", WS), content=content, agent_id=agent, **kwargs
+    )
 
 
 def raw_record(content: str, agent: str = "hermes", status: str = "active", **fields: Any) -> MemoryRecord:
@@ -144,7 +147,7 @@ def test_concurrent_writers_of_the_same_content_leave_exactly_one_record(service
         thread.join()
     assert len({r["id"] for r in results}) == 1
     assert sorted(r["deduped"] for r in results) == [False, True, True, True]
-    assert service.list_records(LOCAL, WS, "hermes")["total"] == 1
+    assert service.list_records(LOCAL, workspace_id=WS, agent_id="hermes")["total"] == 1
 
 
 # -- lifecycle filters happen before top_k ----------------------------------------------------
@@ -159,13 +162,17 @@ def test_many_archived_matches_do_not_crowd_the_active_record_out_of_top_k(
     for text, vector in zip(texts, embedder.embed(texts), strict=True):
         service.store.insert(raw_record(text, status="archived"), vector, set(), False)
     store(service, "Invoices for the quarter are exported by a cron job.")
-    found = service.search(LOCAL, WS, "quarterly invoice export finance cluster", "hermes", top_k=1)
+    found = service.search(
+        LOCAL, workspace_id=WS, query="quarterly invoice export finance cluster", agent_id="hermes", top_k=1
+    )
     assert [r["record"]["content"] for r in found["results"]] == [
         "Invoices for the quarter are exported by a cron job."
     ]
-    every = service.search(LOCAL, WS, "quarterly invoice export", "hermes", top_k=50, status=["all"])
+    every = service.search(
+        LOCAL, workspace_id=WS, query="quarterly invoice export", agent_id="hermes", top_k=50, status=["all"]
+    )
     assert every["count"] == 50
-    listed = service.list_records(LOCAL, WS, "hermes", status=["archived"], limit=5)
+    listed = service.list_records(LOCAL, workspace_id=WS, agent_id="hermes", status=["archived"], limit=5)
     assert (listed["count"], listed["total"]) == (5, 60)
 
 
@@ -177,9 +184,16 @@ def test_rest_search_defaults_exclude_only_archived_and_superseded(
     for status, text, vector in zip(statuses, texts, embedder.embed(texts), strict=True):
         service.store.insert(raw_record(text, status=status), vector, set(), False)
     rest = service.search(
-        LOCAL, WS, "vendor contract lifecycle probe", "hermes", top_k=50, rest_defaults=True
+        LOCAL,
+        workspace_id=WS,
+        query="vendor contract lifecycle probe",
+        agent_id="hermes",
+        top_k=50,
+        defaults=REST_DEFAULTS,
     )
-    mcp = service.search(LOCAL, WS, "vendor contract lifecycle probe", "hermes", top_k=50)
+    mcp = service.search(
+        LOCAL, workspace_id=WS, query="vendor contract lifecycle probe", agent_id="hermes", top_k=50
+    )
     assert {r["record"]["status"] for r in rest["results"]} == {
         "active",
         "candidate",
@@ -198,7 +212,9 @@ def test_configured_weights_compose_the_score(db: Database, embedder: LocalEmbed
     service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder, settings)
     store(service, "Priya reviews every pull request for MTRNIX-77.", scope="session", session_id="s9")
     store(service, "The coffee machine on floor two is broken.")
-    found = service.search(LOCAL, WS, "who reviews MTRNIX-77", "hermes", session_id="s9")
+    found = service.search(
+        LOCAL, workspace_id=WS, query="who reviews MTRNIX-77", agent_id="hermes", session_id="s9"
+    )
     assert found["count"] == 2
     for hit in found["results"]:
         expected = 0.2 * hit["dense_score"] + 0.5 * hit["graph_score"] + 0.3 * hit["session_boost"]
@@ -217,8 +233,10 @@ def test_updating_content_to_another_records_content_is_invalid_params_not_a_cra
     store(service, "The release train leaves on Thursdays.")
     other = store(service, "Lunch is catered on Wednesdays.")
     with pytest.raises(InvalidParams):
-        service.update(LOCAL, WS, other["id"], content="The release train leaves on Thursdays.")
-    listed = service.list_records(LOCAL, WS, "hermes", status=["all"])
+        service.update(
+            LOCAL, workspace_id=WS, record_id=other["id"], content="The release train leaves on Thursdays."
+        )
+    listed = service.list_records(LOCAL, workspace_id=WS, agent_id="hermes", status=["all"])
     assert sorted(r["content"] for r in listed["records"]) == [
         "Lunch is catered on Wednesdays.",
         "The release train leaves on Thursdays.",
@@ -228,18 +246,26 @@ def test_updating_content_to_another_records_content_is_invalid_params_not_a_cra
 def test_updating_a_record_of_another_workspace_is_not_found(service: MemoryService) -> None:
     stored = store(service, "Only in the first workspace.")
     with pytest.raises(NotFound):
-        service.update(LOCAL, "svc-other", stored["id"], tags=["x"])
+        service.update(LOCAL, workspace_id="svc-other", record_id=stored["id"], tags=["x"])
 
 
 def test_an_expired_session_record_is_gone_for_update_too(db: Database, embedder: LocalEmbedder) -> None:
-    service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder, MemorySettings(session_ttl=1))
+    now = [datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)]
+    service = MemoryService(
+        SqliteMemoryStore(db, embedder.dim), embedder, MemorySettings(session_ttl=60), clock=lambda: now[0]
+    )
     stored = store(service, "Scratch note for this session only.", scope="session", session_id="s1")
-    time.sleep(1.05)  # TTLs have one-second resolution: gone at most one second after the last touch
-    assert service.list_records(LOCAL, WS, "hermes", status=["all"])["total"] == 0
+    now[0] += timedelta(seconds=59)
+    assert service.list_records(LOCAL, workspace_id=WS, agent_id="hermes", status=["all"])["total"] == 1
+    # Listing slid the TTL: the record lives 60 s after its last touch, not after its creation.
+    now[0] += timedelta(seconds=50)
+    assert service.get_record(LOCAL, WS, stored["id"])["id"] == stored["id"]
+    now[0] += timedelta(seconds=61)
+    assert service.list_records(LOCAL, workspace_id=WS, agent_id="hermes", status=["all"])["total"] == 0
     with pytest.raises(NotFound):
         service.get_record(LOCAL, WS, stored["id"])
     with pytest.raises(NotFound):
-        service.update(LOCAL, WS, stored["id"], tags=["revived"])
+        service.update(LOCAL, workspace_id=WS, record_id=stored["id"], tags=["revived"])
 
 
 # -- roles ----------------------------------------------------------------------------------------
@@ -248,12 +274,12 @@ def test_an_expired_session_record_is_gone_for_update_too(db: Database, embedder
 def test_a_viewer_searches_but_every_write_is_forbidden(service: MemoryService) -> None:
     stored = store(service, "Visible to viewers of the workspace.", scope="global")
     viewer = Principal(user="vic", role="viewer", workspace_ids=(WS,))
-    found = service.search(viewer, WS, "visible to viewers", "anyone")
+    found = service.search(viewer, workspace_id=WS, query="visible to viewers", agent_id="anyone")
     assert [r["record"]["id"] for r in found["results"]] == [stored["id"]]
     writes = [
-        lambda: service.store_record(viewer, WS, "nope", "vic"),
-        lambda: service.batch_store(viewer, WS, [{"content": "nope"}], "vic"),
-        lambda: service.update(viewer, WS, stored["id"], tags=["x"]),
+        lambda: service.store_record(viewer, workspace_id=WS, content="nope", agent_id="vic"),
+        lambda: service.batch_store(viewer, workspace_id=WS, records=[{"content": "nope"}], agent_id="vic"),
+        lambda: service.update(viewer, workspace_id=WS, record_id=stored["id"], tags=["x"]),
         lambda: service.delete(viewer, WS, stored["id"]),
         lambda: service.review_resolve(viewer, WS, "review_x", "keep"),
     ]
@@ -261,7 +287,7 @@ def test_a_viewer_searches_but_every_write_is_forbidden(service: MemoryService) 
         with pytest.raises(Forbidden):
             write()
     with pytest.raises(WorkspaceNotFound):
-        service.search(viewer, "svc-other", "visible", "anyone")
+        service.search(viewer, workspace_id="svc-other", query="visible", agent_id="anyone")
 
 
 # -- freshness pipeline: durable, idempotent, three detectors -----------------------------------------
@@ -531,7 +557,7 @@ def test_a_record_gains_context_from_the_turn_stored_just_before_it(service: Mem
     store(service, "Unrelated: the deploy pipeline is green again.", agent="other")
     answer = store(service, "Melanie: That sounds wonderful, I am proud of you.")
 
-    found = service.search(LOCAL, WS, "LGBTQ support group", "hermes", top_k=5)
+    found = service.search(LOCAL, workspace_id=WS, query="LGBTQ support group", agent_id="hermes", top_k=5)
 
     by_id = {r["record"]["id"]: r for r in found["results"]}
     assert by_id[question["id"]]["rank"] == 1
@@ -596,10 +622,10 @@ def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
     assert service.store.adjacent(WS, [1, 2]) == {1: {2}, 2: {1}}
     # Nothing recorded which model embedded those records: searching them waits for a reindex.
     with pytest.raises(EmbeddingMismatch, match="before Triptych recorded"):
-        service.search(LOCAL, WS, "note", "hermes", top_k=5)
+        service.search(LOCAL, workspace_id=WS, query="note", agent_id="hermes", top_k=5)
     assert service.reindex() == 2
     third = store(service, "note 3, written right after")
-    found = service.search(LOCAL, WS, "note", "hermes", top_k=5)
+    found = service.search(LOCAL, workspace_id=WS, query="note", agent_id="hermes", top_k=5)
     db.close()
 
     assert {r["record"]["id"] for r in found["results"]} == {"r1", "r2", third["id"]}
@@ -632,9 +658,9 @@ def test_keyword_search_follows_updates_deletes_and_another_process_s_writes(
     b = store(first, "Invoices are due on the first Monday")["id"]
     assert keyword(first.store, "lighthouse") == {a}
     # Tags are indexed (at half weight) and follow an update that changes only them.
-    first.update(LOCAL, WS, b, tags=["accounting"])
+    first.update(LOCAL, workspace_id=WS, record_id=b, tags=["accounting"])
     assert keyword(first.store, "accounting") == {b}
-    first.update(LOCAL, WS, a, content="The harbour master painted the gate green")
+    first.update(LOCAL, workspace_id=WS, record_id=a, content="The harbour master painted the gate green")
     assert keyword(first.store, "lighthouse") == set()
     assert keyword(first.store, "harbour") == {a}
     # A second process over the same database: its writes reach the first one's cached index.
@@ -777,9 +803,12 @@ def test_concurrent_writes_and_searches_never_reload_a_cache(db: Database, embed
     # reload it from the database; with one process writing, nothing should ever reload.
     service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
     service.batch_store(
-        LOCAL, WS, [{"content": f"note {i} about the harbour crane"} for i in range(60)], "hermes"
+        LOCAL,
+        workspace_id=WS,
+        records=[{"content": f"note {i} about the harbour crane"} for i in range(60)],
+        agent_id="hermes",
     )
-    service.search(LOCAL, WS, "harbour", "hermes")  # every cache loaded
+    service.search(LOCAL, workspace_id=WS, query="harbour", agent_id="hermes")  # every cache loaded
     st = service.store
     loads = count_loads(st.index, st.keywords, st.adjacency, st.attributes)
 
@@ -794,13 +823,21 @@ def test_concurrent_writes_and_searches_never_reload_a_cache(db: Database, embed
                 )
             else:
                 found = service.search(
-                    LOCAL, WS, "crane container", "hermes", session_id="s", top_k=10, status=["all"]
+                    LOCAL,
+                    workspace_id=WS,
+                    query="crane container",
+                    agent_id="hermes",
+                    session_id="s",
+                    top_k=10,
+                    status=["all"],
                 )
                 assert found["count"] == 10
 
     assert run_threads(work, 6) == []
     assert loads == []
-    listed = service.list_records(LOCAL, WS, "hermes", scope="session", limit=100, status=["all"])
+    listed = service.list_records(
+        LOCAL, workspace_id=WS, agent_id="hermes", scope="session", limit=100, status=["all"]
+    )
     assert listed["total"] == 36
 
 
@@ -824,11 +861,21 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
     assert finished == [True] and not again["deduped"]
     finished.clear()
     twin = service.store_record(
-        LOCAL, WS, "The ferry leaves at noon", "hermes", scope="session", session_id="s"
+        LOCAL,
+        workspace_id=WS,
+        content="The ferry leaves at noon",
+        agent_id="hermes",
+        scope="session",
+        session_id="s",
     )
     assert finished == [True]
     twice = service.store_record(
-        LOCAL, WS, "The ferry leaves at noon", "hermes", scope="session", session_id="s"
+        LOCAL,
+        workspace_id=WS,
+        content="The ferry leaves at noon",
+        agent_id="hermes",
+        scope="session",
+        session_id="s",
     )
     assert twice["deduped"] and twice["id"] == twin["id"]
     assert finished == [True, True]

@@ -1,4 +1,6 @@
-"""Bearer tokens -> ``Principal``, and the workspace rules every surface applies.
+"""Bearer tokens -> ``Principal``: Triptych's one JWT format, shared by Metronix and Hadron (one
+``triptych token`` mints for both; Hadron reads the subject, Metronix also the role and workspace grants,
+whose rules are in ``metronix.access``).
 
 JWTs carry the upstream Metronix claims: ``sub``, ``role`` (admin | editor | viewer),
 ``workspace_ids``, ``iat``, ``exp``. HS256 with the configured secret, or RS256 with a PEM public key
@@ -7,7 +9,6 @@ or a JWKS URL. ``alg: none`` and every algorithm not configured are refused.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,12 +17,10 @@ from typing import Any, Literal
 import jwt
 
 from triptych.config import Settings
-from triptych.core.errors import AuthRequired, Forbidden, InvalidParams, WorkspaceNotFound
+from triptych.core.errors import AuthRequired
 
 Role = Literal["admin", "editor", "viewer"]
 ROLES: tuple[Role, ...] = ("admin", "editor", "viewer")
-_AGENT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-_WORKSPACE_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,45 +46,6 @@ class Principal:
 
 def local_principal() -> Principal:
     return Principal(user="local", role="admin", local=True)
-
-
-def valid_agent_id(value: str | None) -> str | None:
-    """The ``X-Agent-Id`` rule: 1-64 of A-Z a-z 0-9 . _ -; anything else is dropped (None)."""
-    if value is None:
-        return None
-    value = value.strip()
-    return value if _AGENT_ID.fullmatch(value) else None
-
-
-def resolve_workspace(principal: Principal, requested: str | None, default: str) -> str:
-    """The workspace a call acts on, refused before any data access when it is not granted.
-
-    An omitted workspace selects the first granted one (hosted) or the configured default (local).
-    The refusal never says whether the workspace exists.
-    """
-    if requested is None or requested == "":
-        if principal.workspace_ids and not principal.local:
-            return principal.workspace_ids[0]
-        requested = default
-    if not _WORKSPACE_ID.fullmatch(requested):
-        raise InvalidParams(
-            f"workspace_id {requested!r} is not valid: use 1-128 characters from A-Z a-z 0-9 . _ : @ -",
-            details={"field": "workspace_id"},
-        )
-    if not principal.can_access(requested):
-        raise WorkspaceNotFound(
-            f"Workspace not found or not granted: {requested}",
-            details={"workspace_id": requested},
-        )
-    return requested
-
-
-def require_write(principal: Principal) -> None:
-    if not principal.can_write:
-        raise Forbidden(
-            f"Role {principal.role!r} may read but not write",
-            hint="Use a token with role editor or admin (`triptych token --role editor ...`)",
-        )
 
 
 class TokenVerifier:

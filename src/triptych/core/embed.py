@@ -304,8 +304,10 @@ class ModelGuard:
     """Refuses work over stored vectors of another model than the configured one.
 
     ``stored`` reads the (name, dimension) recorded with the vectors; '' as the name means vectors
-    stored before the model was recorded. A refusal re-reads it first, so a ``triptych reindex`` run
-    by another process is noticed on the next call.
+    stored before the model was recorded. Nothing is read until the first ``check`` (a service's
+    constructor does no I/O); ``adopt``, when given, runs first then (recording the configured model
+    where the store has none). A refusal re-reads the record first, so a ``triptych reindex`` run by
+    another process is noticed on the next call.
     """
 
     def __init__(
@@ -314,13 +316,15 @@ class ModelGuard:
         stored: Callable[[], tuple[str, int] | None],
         subject: str,
         hint: str | None = None,
+        adopt: Callable[[], None] | None = None,
     ) -> None:
         self._model = (embedder.name, embedder.dim)
         self._stored = stored
         self._subject = subject  # "the index was built", "the memory records were embedded"
         self._hint = hint
+        self._adopt = adopt
         self._mismatch: str | None = None
-        self.refresh()
+        self._read = False
 
     def refresh(self) -> None:
         stored, (name, dim) = self._stored(), self._model
@@ -336,8 +340,13 @@ class ModelGuard:
                 f"{self._subject} with {stored[0]} ({stored[1]} dimensions) but the server is configured "
                 f"with {name} ({dim} dimensions); vectors from two models cannot be mixed"
             )
+        self._read = True
 
     def check(self) -> None:
+        if not self._read:
+            if self._adopt is not None:
+                self._adopt()
+            self.refresh()
         if self._mismatch:
             self.refresh()
         if self._mismatch:
@@ -346,6 +355,7 @@ class ModelGuard:
     def clear(self) -> None:
         """After a reindex in this process."""
         self._mismatch = None
+        self._read = True
 
 
 def build_embedder(url: str | None, model: str | None, api_key: str | None, threads: int = 0) -> Embedder:

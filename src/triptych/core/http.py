@@ -10,25 +10,24 @@ from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
+from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from triptych.config import Settings
-from triptych.core.auth import Principal, bearer_token
-from triptych.core.errors import AuthRequired, InvalidParams, TriptychError
-from triptych.core.mcp import PRINCIPAL_KEY
+from triptych.core.errors import AuthRequired, Invalid, TriptychError
+from triptych.core.mcp import PRINCIPAL_KEY, guard
 
-Authenticator = Callable[[str | None], Principal | None]
+Authenticator = Callable[[str | None], Any]
 
-# The largest request an MCP endpoint reads (a metronix_store document travels in one request).
+# The largest request an MCP endpoint reads unless it says otherwise (Metronix reads more: a whole
+# document travels in one metronix_store request).
 MCP_MAX_BODY = 4 * 1024 * 1024
 
 
-def transport_security(settings: Settings) -> TransportSecuritySettings:
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=list(settings.allowed_hosts),
-        allowed_origins=list(settings.allowed_origins),
-    )
+def transport_security() -> TransportSecuritySettings:
+    # The SDK's own Host/Origin check is off: ``core.mcp.guard`` runs first, the same for every endpoint.
+    # (The SDK still refuses a POST that is not application/json.)
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 async def send_json(
@@ -45,15 +44,18 @@ def error_body(exc: TriptychError) -> dict[str, Any]:
     return {"error": exc.to_dict()}
 
 
-def body_too_large(limit: int, declared: str | None) -> dict[str, Any]:
-    """The JSON-RPC error for a request over ``limit`` bytes, with the contract's error in ``data``.
+def body_too_large(
+    limit: int, declared: str | None, render: Callable[[TriptychError], dict[str, Any]] = error_body
+) -> dict[str, Any]:
+    """The JSON-RPC error for a request over ``limit`` bytes, with the surface's error (``render``) in
+    ``data``.
 
     MCP clients show a JSON-RPC error's message (the official one turns a bare 413 into "Server returned
     an error response"), so the message names the limit.
     """
     size = int(declared) if declared and declared.isdigit() else None
     what = f"is {size:,} bytes" if size is not None else "is larger than that"
-    exc = InvalidParams(
+    exc = Invalid(
         f"Request body too large: the limit of this MCP endpoint is {limit // (1024 * 1024)} MiB "
         f"({limit:,} bytes); this request {what}",
         hint="Split the document into parts, each stored with its own doc_label, "
@@ -63,15 +65,18 @@ def body_too_large(limit: int, declared: str | None) -> dict[str, Any]:
     return {
         "jsonrpc": "2.0",
         "id": None,
-        "error": {"code": -32600, "message": exc.message, "data": error_body(exc)},
+        "error": {"code": -32600, "message": exc.message, "data": render(exc)},
     }
 
 
 class McpEndpoint:
-    """An ASGI endpoint: authenticate the bearer token, then hand the request to the MCP session manager.
+    """An ASGI endpoint: the Host/Origin guard, then the bearer token, then the MCP session manager.
 
     ``authenticate`` returns the caller (or None when auth is off) and raises ``AuthRequired`` for a
     missing, malformed, forged or expired token, which becomes HTTP 401 with ``WWW-Authenticate: Bearer``.
+    The caller is put in the request scope under ``caller_key`` for the server's ``Bind``. A surface
+    whose transport differs (Hadron's protocol revisions and lost sessions) overrides ``refuse`` and
+    ``forward``.
     """
 
     def __init__(
@@ -80,32 +85,57 @@ class McpEndpoint:
         settings: Settings,
         authenticate: Authenticator,
         *,
+        caller_key: str = PRINCIPAL_KEY,
         stateless: bool = False,
         json_response: bool = False,
         max_body: int = MCP_MAX_BODY,
+        render: Callable[[TriptychError], dict[str, Any]] = error_body,
     ) -> None:
         self.manager = StreamableHTTPSessionManager(
             app=server,
             json_response=json_response,
             stateless=stateless,
-            security_settings=transport_security(settings),
+            security_settings=transport_security(),
             max_request_body_size=max_body,
         )
         self._authenticate = authenticate
+        self._caller_key = caller_key
         self.max_body = max_body
+        self._render = render
+        self._allowed_hosts = list(settings.allowed_hosts)
+        self._allowed_origins = list(settings.allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        refused = guard(headers, self._allowed_hosts, self._allowed_origins)
+        if refused is not None:
+            # The SDK transport's own words and statuses for these refusals.
+            status, text = (
+                (421, "Invalid Host header") if refused == "host" else (403, "Invalid Origin header")
+            )
+            await Response(text, status_code=status)(scope, receive, send)
+            return
+        if await self.refuse(scope, receive, send, headers):
+            return
         try:
-            principal = self._authenticate(headers.get("authorization"))
+            caller = self._authenticate(headers.get("authorization"))
         except AuthRequired as exc:
             await send_json(send, 401, error_body(exc), {"WWW-Authenticate": 'Bearer error="invalid_token"'})
             return
-        if principal is not None:
-            scope[PRINCIPAL_KEY] = principal
-        await self.forward(scope, receive, send)
+        if caller is not None:
+            scope[self._caller_key] = caller
+        await self.forward(scope, receive, send, headers, caller)
 
-    async def forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def refuse(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> bool:
+        """Answer a request the surface's transport does not serve (before auth); True when answered."""
+        return False
+
+    async def forward(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], caller: Any
+    ) -> None:
+        await self.handle(scope, receive, send)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Hand the request to the session manager; its bare 413 for an oversized body becomes a
         JSON-RPC error that names the limit."""
         refused = False
@@ -118,25 +148,8 @@ class McpEndpoint:
             if refused:
                 if message["type"] == "http.response.body" and not message.get("more_body", False):
                     declared = Headers(scope=scope).get("content-length")
-                    await send_json(send, 413, body_too_large(self.max_body, declared))
+                    await send_json(send, 413, body_too_large(self.max_body, declared, self._render))
                 return
             await send(message)
 
         await self.manager.handle_request(scope, receive, send_or_explain)
-
-
-def jwt_authenticator(settings: Settings) -> Authenticator:
-    """Auth off: every caller is the local principal. Auth on: a valid bearer JWT is required."""
-    if not settings.auth_enabled:
-        return lambda _header: None
-    from triptych.core.auth import TokenVerifier
-
-    verifier = TokenVerifier(settings)
-
-    def authenticate(header: str | None) -> Principal:
-        token = bearer_token(header)
-        if token is None:
-            raise AuthRequired("missing bearer token: send 'Authorization: Bearer <jwt>'")
-        return verifier.verify(token)
-
-    return authenticate

@@ -1,9 +1,20 @@
-"""Declaring MCP tools once (name, description, pydantic argument model, handler) and serving them.
+"""The one MCP tool layer every surface uses: declaring a tool, its JSON Schema, checking its arguments,
+running its handler, and the Host/Origin guard in front of every MCP endpoint.
 
-The argument models use ``extra="forbid"``: a misspelled argument is refused, never silently dropped.
-Each surface passes its own ``ErrorRenderer`` so refusals come out in its contract's shape. Handlers
-are synchronous service calls and run in worker threads, so the event loop never waits on SQLite or
-the embedding model.
+A tool is a ``Tool``: a name, a description, a pydantic argument model (``extra="forbid"``: a
+misspelled argument is refused, never silently dropped) and a handler ``(context, args) -> output``.
+The output is a JSON object (sent as text and as structured content) or a ``ToolOutput`` (a text for
+people plus the structured data). A plain handler runs in a worker thread, so the event loop never
+waits on SQLite or the embedding model; a coroutine handler runs on the loop.
+
+What differs per surface is a hook, not a copy of this module:
+
+- the *context* a handler receives (``Bind``): Metronix a ``metronix.access.Caller``; Hadron a caller bound to its MCP
+  session and client id (entered in the worker thread, under the session's lock); Metergraph the key's
+  principal;
+- the *renderer* of refusals (``ErrorRenderer``): each surface's ``errors.py``;
+- Metergraph's stateless endpoint, which answers unknown tools and bad arguments as JSON-RPC -32602
+  rather than as tool results, catches ``UnknownTool`` and ``ArgumentsInvalid`` from ``Toolbox.call``.
 """
 
 from __future__ import annotations
@@ -12,9 +23,10 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import anyio.to_thread
 import mcp_types as types
@@ -22,8 +34,7 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from triptych import __version__
-from triptych.core.auth import Principal, local_principal, valid_agent_id
-from triptych.core.errors import InternalError, InvalidParams, TriptychError
+from triptych.core.errors import InternalError, Invalid, TriptychError
 
 log = logging.getLogger(__name__)
 # The ``_meta`` key of every tool result that carries the server's own time for the call, in ms.
@@ -32,6 +43,8 @@ SERVER_TIME_META = "triptych/server_ms"
 PRINCIPAL_KEY = "triptych.principal"
 
 M = TypeVar("M", bound=BaseModel)
+# What a surface hands its handlers (see the module docstring).
+C = TypeVar("C")
 
 
 class ToolArgs(BaseModel):
@@ -40,36 +53,143 @@ class ToolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@dataclass(frozen=True, slots=True)
-class Caller:
-    principal: Principal
-    agent_id: str | None
-    headers: Mapping[str, str]
+class NoArgs(ToolArgs):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
-class Tool:
+class ToolOutput:
+    """A tool result for people (``text``) with the same facts as data (``data``)."""
+
+    text: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool(Generic[C]):
     name: str
     description: str
     args: type[BaseModel]
-    # A plain function runs in a worker thread; a coroutine function runs on the event loop.
-    handler: Callable[[Caller, Any], Any]
+    # Returns a JSON object or a ``ToolOutput``. A plain function runs in a worker thread; a coroutine
+    # function runs on the event loop.
+    handler: Callable[[C, Any], Any]
     read_only: bool = True
+    title: str | None = None
+    # The MCP ``openWorldHint``: None leaves it out of the definition.
+    open_world: bool | None = None
+    # Callable before authentication (the surface's ``Bind`` decides what that means).
+    public: bool = False
 
     def definition(self) -> types.Tool:
-        schema = self.args.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
         return types.Tool(
             name=self.name,
+            title=self.title,
             description=self.description,
-            input_schema=schema,
-            annotations=types.ToolAnnotations(read_only_hint=self.read_only),
+            input_schema=input_schema(self.args),
+            annotations=types.ToolAnnotations(read_only_hint=self.read_only, open_world_hint=self.open_world),
         )
 
 
+def input_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The argument model's JSON Schema without pydantic's generated titles (noise to a model)."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return schema
+
+
+def definition_json(tool: Tool[Any]) -> dict[str, Any]:
+    """A definition as ``tools/list`` sends it, for an endpoint that writes JSON-RPC itself."""
+    return tool.definition().model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class UnknownTool(Invalid):
+    """A call to a name the surface does not serve."""
+
+
+class ArgumentsInvalid(Invalid):
+    """Arguments that do not fit the tool's input schema."""
+
+    default_hint = "Check the argument names, types and ranges in the tool's input schema"
+
+
+def argument_message(exc: ValidationError, private: Collection[str] = ()) -> str:
+    """One readable line per schema violation. Below an argument in ``private`` (a free-form mapping
+    whose keys are the caller's data) the message names only the argument, never the key."""
+    parts = []
+    for error in exc.errors():
+        loc = [str(p) for p in error["loc"]]
+        if loc and loc[0] in private:
+            loc = loc[:1]
+        where = ".".join(loc) or "arguments"
+        if error["type"] == "extra_forbidden":
+            parts.append(f"unknown argument {where!r}")
+        elif error["type"] == "missing":
+            parts.append(f"missing required argument {where!r}")
+        else:
+            parts.append(f"{where}: {error['msg']}")
+    return "; ".join(dict.fromkeys(parts))
+
+
+def parse_args(model: type[M], arguments: Any, private: Collection[str] = ()) -> M:
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, Mapping):
+        raise ArgumentsInvalid("arguments must be an object", details={"fields": []})
+    try:
+        return model.model_validate(dict(arguments))
+    except ValidationError as exc:
+        fields = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
+        raise ArgumentsInvalid(argument_message(exc, private), details={"fields": fields}) from exc
+
+
+# Given the tool about to run, the context its handler receives. Checks that need no I/O (is the
+# caller allowed this tool at all?) run when it is called; entering it may block (it runs in the
+# worker thread with the handler) and leaving it releases whatever it held.
+Bind = Callable[[Tool[C]], AbstractContextManager[C]]
+
+
+class Toolbox(Generic[C]):
+    """A surface's tools by name, and the one way a call runs: look the tool up, bind its context,
+    check its arguments, run its handler. Refusals are raised as ``TriptychError`` for the caller of
+    ``call`` to render in its contract's shape."""
+
+    def __init__(self, tools: Sequence[Tool[C]], *, private_arguments: Collection[str] = ()) -> None:
+        self.tools = list(tools)
+        self.by_name = {tool.name: tool for tool in self.tools}
+        # Built once: the schemas never change, and tools/list is called often.
+        self.definitions = [tool.definition() for tool in self.tools]
+        self.private_arguments = frozenset(private_arguments)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.by_name)
+
+    def get(self, name: str) -> Tool[C]:
+        tool = self.by_name.get(name)
+        if tool is None:
+            raise UnknownTool(f"unknown tool {name!r}", hint=f"Available tools: {', '.join(self.names)}")
+        return tool
+
+    async def call(self, name: str, arguments: Any, bind: Bind[C]) -> Any:
+        tool = self.get(name)
+        context = bind(tool)
+        args = parse_args(tool.args, arguments, self.private_arguments)
+        if inspect.iscoroutinefunction(tool.handler):
+            with context as bound:
+                return await tool.handler(bound, args)
+
+        def run() -> Any:
+            with context as bound:
+                return tool.handler(bound, args)
+
+        return await anyio.to_thread.run_sync(run)
+
+
 ErrorRenderer = Callable[[TriptychError], types.CallToolResult]
+# The SDK's request context (``request`` is None on stdio) and the tool: the handler's context.
+SessionBind = Callable[[ServerRequestContext[Any, Any], Tool[C]], AbstractContextManager[C]]
 
 
 def json_result(payload: dict[str, Any]) -> types.CallToolResult:
@@ -79,34 +199,12 @@ def json_result(payload: dict[str, Any]) -> types.CallToolResult:
     )
 
 
-def validation_message(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"]) or "arguments"
-        if error["type"] == "extra_forbidden":
-            parts.append(f"unknown argument {where!r}")
-        elif error["type"] == "missing":
-            parts.append(f"missing required argument {where!r}")
-        else:
-            parts.append(f"{where}: {error['msg']}")
-    return "; ".join(parts)
-
-
-def parse_args(model: type[M], arguments: Mapping[str, Any] | None) -> M:
-    try:
-        return model.model_validate(dict(arguments or {}))
-    except ValidationError as exc:
-        fields = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
-        raise InvalidParams(validation_message(exc), details={"fields": fields}) from exc
-
-
-def caller_from(ctx: ServerRequestContext[Any, Any], stdio_agent_id: str | None = None) -> Caller:
-    request = ctx.request
-    if request is None:  # stdio: the local configuration applies
-        return Caller(local_principal(), valid_agent_id(stdio_agent_id), {})
-    principal = request.scope.get(PRINCIPAL_KEY) or local_principal()
-    headers = request.headers
-    return Caller(principal, valid_agent_id(headers.get("x-agent-id")), headers)
+def tool_result(output: dict[str, Any] | ToolOutput) -> types.CallToolResult:
+    if isinstance(output, ToolOutput):
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=output.text)], structured_content=output.data
+        )
+    return json_result(output)
 
 
 def input_schemas(definitions: Sequence[types.Tool]) -> dict[str, dict[str, Any]]:
@@ -116,50 +214,36 @@ def input_schemas(definitions: Sequence[types.Tool]) -> dict[str, dict[str, Any]
 
 def build_server(
     name: str,
-    tools: Sequence[Tool],
+    tools: Sequence[Tool[C]],
+    *,
+    bind: SessionBind[C],
     render_error: ErrorRenderer,
     instructions: str | None = None,
-    stdio_agent_id: str | None = None,
 ) -> Server[Any]:
-    by_name = {tool.name: tool for tool in tools}
-    definitions = [tool.definition() for tool in tools]
+    """An SDK server (streamable HTTP or stdio) over ``tools``; refusals come out as ``render_error``
+    shapes them, and an unexpected exception as ``InternalError`` (its traceback stays in the log)."""
+    toolbox = Toolbox(tools)
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=definitions)
+        return types.ListToolsResult(tools=toolbox.definitions)
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         started = time.perf_counter()
-        result = await _run_tool(ctx, params)
+        try:
+            result = tool_result(await toolbox.call(params.name, params.arguments, lambda t: bind(ctx, t)))
+        except TriptychError as exc:
+            result = render_error(exc)
+        except Exception:
+            log.exception("tool %s failed", params.name)
+            result = render_error(InternalError("Unexpected server error while running " + params.name))
         # How long the server spent on the call, in the result's protocol metadata (not the payload,
         # whose shape the contracts fix): clients that time only round trips can subtract transport.
         result.meta = {SERVER_TIME_META: round((time.perf_counter() - started) * 1000, 2)}
         return result
-
-    async def _run_tool(
-        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        tool = by_name.get(params.name)
-        try:
-            if tool is None:
-                raise InvalidParams(
-                    f"unknown tool {params.name!r}", hint=f"Available tools: {', '.join(sorted(by_name))}"
-                )
-            caller = caller_from(ctx, stdio_agent_id)
-            args = parse_args(tool.args, params.arguments)
-            if inspect.iscoroutinefunction(tool.handler):
-                payload = await tool.handler(caller, args)
-            else:
-                payload = await anyio.to_thread.run_sync(tool.handler, caller, args)
-            return json_result(payload)
-        except TriptychError as exc:
-            return render_error(exc)
-        except Exception:
-            log.exception("tool %s failed", params.name)
-            return render_error(InternalError("Unexpected server error while running " + params.name))
 
     return Server(
         name,
@@ -170,5 +254,32 @@ def build_server(
         # The SDK checks a call's Mcp-Param-* headers against the tool's schema; without this lookup it
         # runs the whole tools/list handler and serializes every definition on every call (a third of
         # the event loop's time under a memory_store load, py-spy).
-        get_tool_input_schema=input_schemas(definitions).get,
+        get_tool_input_schema=input_schemas(toolbox.definitions).get,
     )
+
+
+def _pattern_matches(value: str, allowed: Sequence[str]) -> bool:
+    # An exact value, or ``base:*`` for any port of ``base``. Not fnmatch: ``[::1]:*`` would read as a
+    # character class and refuse the IPv6 loopback.
+    return value in allowed or any(p.endswith(":*") and value.startswith(p[:-1]) for p in allowed)
+
+
+def host_allowed(host: str | None, allowed: Sequence[str]) -> bool:
+    return bool(host) and _pattern_matches(host or "", allowed)
+
+
+def origin_allowed(origin: str | None, allowed: Sequence[str]) -> bool:
+    # Same-origin requests (and clients that are not browsers) send no Origin.
+    return not origin or _pattern_matches(origin, allowed)
+
+
+def guard(
+    headers: Mapping[str, str], allowed_hosts: Sequence[str] | None, allowed_origins: Sequence[str]
+) -> Literal["host", "origin"] | None:
+    """The DNS-rebinding guard in front of every MCP endpoint: which header is refused, if any.
+    ``allowed_hosts`` None skips the Host check."""
+    if allowed_hosts is not None and not host_allowed(headers.get("host"), allowed_hosts):
+        return "host"
+    if not origin_allowed(headers.get("origin"), allowed_origins):
+        return "origin"
+    return None

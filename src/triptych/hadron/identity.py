@@ -16,6 +16,7 @@ from typing import Literal
 from triptych.config import Settings
 from triptych.core.auth import TokenVerifier, bearer_token
 from triptych.core.errors import AuthRequired
+from triptych.hadron.domain.loc import user_urn
 from triptych.hadron.domain.model import App, User
 from triptych.hadron.store import TenancyStore
 
@@ -40,7 +41,7 @@ class HadronCaller:
         """How revisions record this caller."""
         if self.kind == "app" and self.app is not None:
             return self.app.urn
-        return f"hrn:user:{self.handle}"
+        return user_urn(self.handle)
 
 
 ANONYMOUS = HadronCaller("anonymous", "anonymous")

@@ -14,9 +14,10 @@ from triptych.core.db import Database
 from triptych.core.embed import Embedder
 from triptych.core.surface import Mounted, Shared
 from triptych.hadron.access import AccessPolicy
+from triptych.hadron.errors import render_error
 from triptych.hadron.identity import authenticator
 from triptych.hadron.search_store import SqliteSearchStore
-from triptych.hadron.server import HadronEndpoint, build_server, render_error
+from triptych.hadron.server import HadronEndpoint, build_server
 from triptych.hadron.services.embedding import NodeEmbedder
 from triptych.hadron.services.nodes import NodeService
 from triptych.hadron.services.objects import ObjectService
@@ -27,7 +28,7 @@ from triptych.hadron.services.tenancy import TenancyAdmin
 from triptych.hadron.services.validate import ValidateService
 from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, open_database
 from triptych.hadron.tools.apps import app_tools
-from triptych.hadron.tools.base import HadronTool
+from triptych.hadron.tools.base import Ctx, Tool
 from triptych.hadron.tools.edges import edge_tools
 from triptych.hadron.tools.memories import memory_tools
 from triptych.hadron.tools.nodes import node_tools
@@ -95,7 +96,7 @@ class Hadron:
     def admin(self) -> TenancyAdmin:
         return TenancyAdmin(self.tenancy)
 
-    def tools(self) -> list[HadronTool]:
+    def tools(self) -> list[Tool[Ctx]]:
         return [
             *memory_tools(self.access, self.selections),
             *app_tools(self.access, self.selections),

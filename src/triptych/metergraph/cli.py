@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from triptych.metergraph.contract import ROLES, MetergraphError
+from triptych.metergraph.contract import ROLES
+from triptych.metergraph.errors import MetergraphError
 
 
 def _open(args: argparse.Namespace) -> Any:

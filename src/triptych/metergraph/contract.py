@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar
-
-from triptych.core.errors import TriptychError
+from typing import Any
 
 CONTRACT_VERSION = "metergraph.agent-access/v1"
 TRACE_DEBUG_VERSION = "metergraph.trace-debug/v1"
@@ -42,86 +40,6 @@ WARNING_CODES = frozenset(
         "metadata_key_mostly_missing",
     }
 )
-
-
-class MetergraphError(TriptychError):
-    """A refusal in the contract's shape: a stable lower-case ``error.code``."""
-
-    code: ClassVar[str] = "invalid_argument"
-    http_status: ClassVar[int] = 422
-
-
-class InvalidArgument(MetergraphError):
-    code = "invalid_argument"
-    http_status = 422
-
-
-class BadBatch(InvalidArgument):
-    """An ingest document refused as a whole (HTTP 400)."""
-
-    http_status = 400
-
-
-class NotFoundError(MetergraphError):
-    code = "not_found"
-    http_status = 404
-
-
-class ForbiddenError(MetergraphError):
-    code = "forbidden"
-    http_status = 403
-
-
-class ReplayNotEligible(MetergraphError):
-    code = "replay_not_eligible"
-    http_status = 409
-
-
-class ResponseTooLarge(MetergraphError):
-    code = "response_too_large"
-    http_status = 413
-
-
-def check_response_size(size: int) -> None:
-    """Both doors refuse an answer over 5 MiB the same way."""
-    if size > MAX_RESPONSE_BYTES:
-        raise ResponseTooLarge("the response exceeds 5 MiB: narrow the window or lower the limit")
-
-
-class UnsupportedCapability(MetergraphError):
-    code = "unsupported_capability"
-    http_status = 501
-
-
-class RateLimited(MetergraphError):
-    code = "rate_limited"
-    http_status = 429
-
-
-class Unauthenticated(MetergraphError):
-    """Not a contract code: a missing or invalid token is HTTP 401 before any tool runs."""
-
-    code = "unauthenticated"
-    http_status = 401
-
-
-ERROR_CODES = frozenset(
-    c.code
-    for c in (
-        InvalidArgument,
-        NotFoundError,
-        ForbiddenError,
-        ReplayNotEligible,
-        ResponseTooLarge,
-        UnsupportedCapability,
-        RateLimited,
-    )
-)
-
-
-def error_document(exc: MetergraphError) -> dict[str, Any]:
-    code = exc.code if exc.code in ERROR_CODES else "invalid_argument"
-    return {"schema_version": CONTRACT_VERSION, "error": {"code": code, "message": exc.message}}
 
 
 @dataclass(frozen=True, slots=True)

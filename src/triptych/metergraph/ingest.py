@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from triptych.metergraph import histogram
-from triptych.metergraph.contract import BadBatch
+from triptych.metergraph.errors import BadBatch
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.scope import DAY_MS

@@ -17,14 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from triptych.metergraph.contract import (
-    ROLE_SCOPES,
-    ROLES,
-    BadBatch,
-    ForbiddenError,
-    InvalidArgument,
-    Unauthenticated,
-)
+from triptych.metergraph.contract import ROLE_SCOPES, ROLES
+from triptych.metergraph.errors import BadBatch, ForbiddenError, InvalidArgument, Unauthenticated
 from triptych.metergraph.settings import MetergraphSettings
 from triptych.metergraph.store import TelemetryStore
 

@@ -14,15 +14,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
 from triptych import __version__
-from triptych.metergraph.contract import MetergraphError, check_response_size, error_document
+from triptych.core.errors import TriptychError
+from triptych.core.mcp import ArgumentsInvalid, UnknownTool, definition_json, guard
+from triptych.metergraph.errors import MetergraphError, check_response_size, error_document
 from triptych.metergraph.keys import AgentPrincipal
-from triptych.metergraph.tools import ArgumentError, ToolSpec, parse, visible_tools
-from triptych.metergraph.web import BodyTooLarge, host_allowed, json_response, origin_allowed, read_body
+from triptych.metergraph.tools import MetergraphTool, principal_bind, toolbox, visible_tools
+from triptych.metergraph.web import BodyTooLarge, json_response, read_body
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +56,14 @@ def tool_result(document: dict[str, Any], is_error: bool = False) -> dict[str, A
 
 
 class McpRpc:
-    """JSON-RPC dispatch, shared by the HTTP endpoint (and usable in-process by tests)."""
+    """JSON-RPC dispatch, shared by the HTTP endpoint (and usable in-process by tests). Tools run
+    through ``core.mcp.Toolbox``; what is Metergraph's own is the stateless protocol around them."""
 
-    def __init__(self, tools: list[ToolSpec]) -> None:
+    def __init__(self, tools: list[MetergraphTool]) -> None:
         self.tools = tools
-        self.by_name = {t.name: t for t in tools}
+        self.toolbox = toolbox(tools)
         # The schemas never change: built once, not on every stateless tools/list.
-        self.definitions = {t.name: t.definition() for t in tools}
+        self.definitions = {t.name: definition_json(t) for t in tools}
 
     async def handle(self, principal: AgentPrincipal, message: dict[str, Any]) -> dict[str, Any]:
         msg_id = message.get("id")
@@ -96,26 +98,29 @@ class McpRpc:
         name = params.get("name")
         if not isinstance(name, str):
             return _error(msg_id, -32602, "tools/call needs a tool name")
-        tool = self.by_name.get(name)
-        if tool is None:
-            return _error(msg_id, -32602, "Unknown tool", {"tools": sorted(self.by_name)})
         try:
-            args = parse(tool.args, params.get("arguments"))
-        except ArgumentError as exc:
-            return _error(msg_id, -32602, f"Invalid arguments for {name}: {exc}")
-        try:
-            document = await anyio.to_thread.run_sync(tool.handler, principal, args)
+            document = await self.toolbox.call(name, params.get("arguments"), principal_bind(principal))
             result = tool_result(document)
             check_response_size(len(result["content"][0]["text"]))
-        except MetergraphError as exc:
-            return _result(msg_id, tool_result(error_document(exc), is_error=True))
+        # A call that does not fit the tools' schemas is a protocol error here, not a tool result.
+        except UnknownTool:
+            return _error(msg_id, -32602, "Unknown tool", {"tools": self.toolbox.names})
+        except ArgumentsInvalid as exc:
+            return _error(msg_id, -32602, f"Invalid arguments for {name}: {exc.message}")
+        except TriptychError as exc:
+            if exc.kind != "internal":
+                return _result(msg_id, tool_result(error_document(exc), is_error=True))
+            log.error("metergraph tool %s failed: %s", name, exc.message)
+            return _error(msg_id, -32603, "Internal error")
         except Exception:
             log.exception("metergraph tool %s failed", name)
             return _error(msg_id, -32603, "Internal error")
         return _result(msg_id, result)
 
 
-class McpEndpoint:
+class StatelessEndpoint:
+    """``/v1/agent/mcp``: the guard, the body bound, the key, then one JSON-RPC message."""
+
     def __init__(
         self,
         rpc: McpRpc,
@@ -132,11 +137,10 @@ class McpEndpoint:
 
     async def handle(self, request: Request) -> Response:
         # DNS-rebinding guard, as on the other MCP endpoints: unknown Host 421, foreign Origin 403.
-        if self.allowed_hosts is not None and not host_allowed(
-            request.headers.get("host"), self.allowed_hosts
-        ):
+        refused = guard(request.headers, self.allowed_hosts, self.allowed_origins)
+        if refused == "host":
             return json_response(_error(None, -32600, "Invalid Host header"), 421)
-        if not origin_allowed(request.headers.get("origin"), self.allowed_origins):
+        if refused == "origin":
             return json_response(_error(None, -32600, "Forbidden origin"), 403)
         if request.method != "POST":
             return Response(status_code=405, headers={"Allow": "POST"})

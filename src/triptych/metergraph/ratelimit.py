@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from triptych.metergraph.contract import RateLimited
+from triptych.metergraph.errors import RateLimited
 from triptych.metergraph.keys import AgentPrincipal
 
 

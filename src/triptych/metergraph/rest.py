@@ -18,11 +18,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from triptych.core.errors import TriptychError
+from triptych.core.mcp import ArgumentsInvalid
 from triptych.metergraph import otlp
-from triptych.metergraph.contract import (
+from triptych.metergraph.errors import (
     BadBatch,
     InvalidArgument,
-    MetergraphError,
     Unauthenticated,
     check_response_size,
     error_document,
@@ -30,7 +31,7 @@ from triptych.metergraph.contract import (
 from triptych.metergraph.ingest import IngestResult, gc_paused
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.tools import ArgumentError, parse
+from triptych.metergraph.tools import principal_bind, toolbox
 from triptych.metergraph.web import BadEncoding, BodyTooLarge, bearer, decode_body, json_response, read_body
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,9 @@ log = logging.getLogger(__name__)
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def _error_response(exc: MetergraphError) -> Response:
+def _error_response(exc: TriptychError) -> Response:
+    if exc.kind == "internal":  # never an error document: HTTP 500, the traceback in the log
+        raise exc
     headers = {"WWW-Authenticate": 'Bearer error="invalid_token"'} if exc.http_status == 401 else None
     if isinstance(exc, Unauthenticated):
         return json_response({"error": {"code": "unauthenticated", "message": exc.message}}, 401, headers)
@@ -93,7 +96,7 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
             return json_response({"error": {"code": "payload_too_large", "message": "body too large"}}, 413)
         except BadEncoding as exc:
             return json_response({"error": {"code": "invalid_argument", "message": str(exc)}}, 400)
-        except MetergraphError as exc:
+        except TriptychError as exc:
             return _error_response(exc)
 
     async def ingest(request: Request) -> Response:
@@ -211,12 +214,12 @@ def query_arguments(request: Request, list_params: tuple[str, ...], split_group_
 
 
 def agent_routes(mg: Metergraph) -> list[BaseRoute]:
-    tools = {t.name: t for t in mg.tools}
+    tools = toolbox(mg.tools)
 
     def mirror(
         tool_name: str, list_params: tuple[str, ...] = (), path_args: tuple[str, ...] = ()
     ) -> Endpoint:
-        tool = tools[tool_name]
+        tools.get(tool_name)  # a mirror of a tool that does not exist fails here, at startup
 
         async def endpoint(request: Request) -> Response:
             try:
@@ -225,13 +228,12 @@ def agent_routes(mg: Metergraph) -> list[BaseRoute]:
                 for name in path_args:
                     arguments[name] = request.path_params[name]
                 try:
-                    args = parse(tool.args, arguments)
-                except ArgumentError as exc:
-                    raise InvalidArgument(str(exc)) from None
-                document = await anyio.to_thread.run_sync(tool.handler, principal, args)
+                    document = await tools.call(tool_name, arguments, principal_bind(principal))
+                except ArgumentsInvalid as exc:
+                    raise InvalidArgument(exc.message) from None
                 response = json_response(document, headers={"Cache-Control": "no-store"})
                 check_response_size(len(response.body))
-            except MetergraphError as exc:
+            except TriptychError as exc:
                 return _error_response(exc)
             return response
 

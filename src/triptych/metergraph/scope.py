@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from triptych.metergraph.contract import MAX_DAYS, ForbiddenError, InvalidArgument
+from triptych.metergraph.contract import MAX_DAYS
+from triptych.metergraph.errors import ForbiddenError, InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
 
 DAY_MS = 86_400_000

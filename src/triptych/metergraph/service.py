@@ -14,7 +14,7 @@ from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.ratelimit import RateLimiter
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
 from triptych.metergraph.store import SqliteTelemetryStore
-from triptych.metergraph.tools import ToolSpec, build_tools
+from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
 from triptych.metergraph.workspace import WorkspaceService
@@ -36,7 +36,7 @@ class Metergraph:
     workspace: WorkspaceService
     usage: UsageService
     traces: TraceService
-    tools: list[ToolSpec]
+    tools: list[MetergraphTool]
     columns: ColumnProjection
     # When set (auth disabled and no static agent tokens), an unauthenticated read acts as this principal.
     local_principal: AgentPrincipal | None = None

@@ -10,7 +10,7 @@ from starlette.routing import Route
 
 from triptych.core.surface import Mounted, Shared
 from triptych.metergraph.keys import AgentPrincipal
-from triptych.metergraph.mcp_http import McpEndpoint, McpRpc
+from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
 from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -40,7 +40,7 @@ def mount(shared: Shared) -> Mounted:
         return agent_principal(mg, request)
 
     settings = shared.settings
-    endpoint = McpEndpoint(
+    endpoint = StatelessEndpoint(
         McpRpc(mg.tools), authenticate, list(settings.allowed_origins), MAX_BODY, list(settings.allowed_hosts)
     )
     routes = [

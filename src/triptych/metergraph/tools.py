@@ -1,18 +1,19 @@
 """Metergraph tools: argument models (the contract as data) and thin adapters onto the services.
 
-Schema violations (unknown tools, unknown arguments, wrong types, out-of-range values) are JSON-RPC
--32602 protocol errors; a well-formed call the services refuse is a tool result carrying the contract's
+Tools are ``core.mcp.Tool``s whose context is the key's principal. Schema violations (unknown tools,
+unknown arguments, wrong types, out-of-range values) are JSON-RPC -32602 protocol errors; a well-formed call the services refuse is a tool result carrying the contract's
 ``error.code``. Messages about metadata never repeat a key or value the caller sent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import nullcontext
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
+from triptych.core.mcp import Bind, Tool, Toolbox
 from triptych.metergraph.contract import TOOLS_BY_NAME
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.traces import TraceService
@@ -124,62 +125,20 @@ class OpenArgs(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class ArgumentError(Exception):
-    """Arguments that do not fit the tool's schema: JSON-RPC -32602."""
-
-
-def argument_message(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        loc = [str(p) for p in error["loc"]]
-        if loc and loc[0] == "metadata":
-            loc = loc[:1]  # never repeat a metadata key the caller sent
-        where = ".".join(loc) or "arguments"
-        if error["type"] == "extra_forbidden":
-            parts.append(f"unknown argument {where!r}")
-        elif error["type"] == "missing":
-            parts.append(f"missing required argument {where!r}")
-        else:
-            parts.append(f"{where}: {error['msg']}")
-    return "; ".join(dict.fromkeys(parts))
-
-
-def parse(model: type[BaseModel], arguments: Any) -> Any:
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
-        raise ArgumentError("arguments must be an object")
-    try:
-        return model.model_validate(arguments)
-    except ValidationError as exc:
-        raise ArgumentError(argument_message(exc)) from None
-
+# Metadata keys are the caller's data: an argument error below ``metadata`` never repeats them.
+PRIVATE_ARGUMENTS = ("metadata",)
 
 Handler = Callable[[AgentPrincipal, Any], dict[str, Any]]
+MetergraphTool = Tool[AgentPrincipal]
 
 
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    name: str
-    title: str
-    description: str
-    args: type[BaseModel]
-    handler: Handler
+def toolbox(tools: list[MetergraphTool]) -> Toolbox[AgentPrincipal]:
+    """The tools as both doors (MCP and the REST mirrors) run them."""
+    return Toolbox(tools, private_arguments=PRIVATE_ARGUMENTS)
 
-    def definition(self) -> dict[str, Any]:
-        schema = self.args.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
-        schema["additionalProperties"] = self.args.model_config.get("extra") != "forbid"
-        contract = TOOLS_BY_NAME[self.name]
-        return {
-            "name": self.name,
-            "title": self.title,
-            "description": self.description,
-            "inputSchema": schema,
-            "annotations": {"readOnlyHint": not contract.mutates, "openWorldHint": contract.external_calls},
-        }
+
+def principal_bind(principal: AgentPrincipal) -> Bind[AgentPrincipal]:
+    return lambda tool: nullcontext(principal)
 
 
 def _unsupported(name: str) -> Handler:
@@ -189,21 +148,15 @@ def _unsupported(name: str) -> Handler:
     return handler
 
 
-def build_tools(workspace: WorkspaceService, usage: UsageService, traces: TraceService) -> list[ToolSpec]:
+def build_tools(
+    workspace: WorkspaceService, usage: UsageService, traces: TraceService
+) -> list[MetergraphTool]:
     def aggregates(p: AgentPrincipal, a: AggregatesArgs) -> dict[str, Any]:
         return usage.aggregates(
-            p,
-            a.group_by,
-            a.days,
-            a.since,
-            a.until,
-            a.route,
-            a.provider,
-            a.model,
-            a.environment,
-            a.metadata,
-            a.limit,
-        )
+            p, group_by=a.group_by, days=a.days, since=a.since, until=a.until, routes=a.route,
+            providers=a.provider, models=a.model, environments=a.environment, metadata=a.metadata,
+            limit=a.limit,
+        )  # fmt: skip
 
     def query_traces(p: AgentPrincipal, a: TracesArgs) -> dict[str, Any]:
         return traces.query(
@@ -270,10 +223,21 @@ def build_tools(workspace: WorkspaceService, usage: UsageService, traces: TraceS
          "Bounded, non-persistent replay (not available in this deployment). Requires agent:replay.",
          ReplayArgs, _unsupported("metergraph_replay_trace")),
     ]  # fmt: skip
-    tools = [ToolSpec(*spec) for spec in specs]
+    tools = [
+        Tool(
+            name,
+            description,
+            args,
+            handler,
+            title=title,
+            read_only=not TOOLS_BY_NAME[name].mutates,
+            open_world=TOOLS_BY_NAME[name].external_calls,
+        )
+        for name, title, description, args, handler in specs
+    ]
     assert [t.name for t in tools] == list(TOOLS_BY_NAME), "tools must match the contract table"
     return tools
 
 
-def visible_tools(tools: list[ToolSpec], principal: AgentPrincipal) -> list[ToolSpec]:
+def visible_tools(tools: list[MetergraphTool], principal: AgentPrincipal) -> list[MetergraphTool]:
     return [t for t in tools if tool_visible(principal, t.name)]

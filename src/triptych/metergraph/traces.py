@@ -9,15 +9,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from triptych.metergraph.contract import (
-    SCOPE_READ,
-    TRACE_DEBUG_VERSION,
-    ForbiddenError,
-    InvalidArgument,
-    NotFoundError,
-    envelope,
-    warning,
-)
+from triptych.metergraph.contract import SCOPE_READ, TRACE_DEBUG_VERSION, envelope, warning
+from triptych.metergraph.errors import ForbiddenError, InvalidArgument, NotFoundError
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.scope import environment_scope, metadata_pairs, resolve_window
 from triptych.metergraph.store import CallFilter, TelemetryStore

@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from triptych.metergraph import histogram
-from triptych.metergraph.contract import MAX_ROWS, InvalidArgument, envelope, warning
+from triptych.metergraph.contract import MAX_ROWS, envelope, warning
+from triptych.metergraph.errors import InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.scope import (
     DAY_MS,
@@ -166,16 +167,17 @@ class UsageService:
     def aggregates(
         self,
         principal: AgentPrincipal,
-        group_by: Sequence[str] | None,
-        days: int | None,
-        since: str | None,
-        until: str | None,
-        routes: Sequence[str] | None,
-        providers: Sequence[str] | None,
-        models: Sequence[str] | None,
-        environments: Sequence[str] | None,
-        metadata: dict[str, str] | None,
-        limit: int,
+        *,
+        group_by: Sequence[str] | None = None,
+        days: int | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        routes: Sequence[str] | None = None,
+        providers: Sequence[str] | None = None,
+        models: Sequence[str] | None = None,
+        environments: Sequence[str] | None = None,
+        metadata: dict[str, str] | None = None,
+        limit: int = 100,
     ) -> dict[str, Any]:
         group_by = list(group_by) if group_by else ["provider", "model"]
         dims: list[str] = []

@@ -1,11 +1,10 @@
-"""HTTP helpers for the Metergraph doors: bounded bodies, gzip, origin checks, JSON responses."""
+"""HTTP helpers for the Metergraph doors: bounded bodies, gzip, JSON responses (the Host/Origin guard
+is ``core.mcp.guard``)."""
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import zlib
-from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -52,18 +51,6 @@ def decode_body(request: Request, body: bytes, limit: int) -> bytes:
     if len(out) > limit or decompressor.unconsumed_tail:
         raise BodyTooLarge
     return out
-
-
-def origin_allowed(origin: str | None, allowed: Sequence[str]) -> bool:
-    if origin is None:
-        return True
-    return any(fnmatch.fnmatchcase(origin, pattern) for pattern in allowed)
-
-
-def host_allowed(host: str | None, allowed: Sequence[str]) -> bool:
-    if host is None:
-        return False
-    return any(fnmatch.fnmatchcase(host, pattern) for pattern in allowed)
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

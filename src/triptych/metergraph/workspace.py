@@ -17,10 +17,9 @@ from triptych.metergraph.contract import (
     TOOL_CONTRACT,
     TOOLS_BY_NAME,
     TRACE_DEBUG_VERSION,
-    ForbiddenError,
-    UnsupportedCapability,
     envelope,
 )
+from triptych.metergraph.errors import ForbiddenError, UnsupportedCapability
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.scope import (
     MAX_KEY_LEN,

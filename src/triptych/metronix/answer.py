@@ -16,9 +16,10 @@ import anyio.to_thread
 import httpx
 
 from triptych.core.auth import Principal
-from triptych.core.chunking import split_sentences
-from triptych.core.errors import InvalidParams, TriptychError
+from triptych.core.errors import Unavailable
 from triptych.core.search import keyword_terms
+from triptych.metronix.chunking import split_sentences
+from triptych.metronix.errors import InvalidParams
 from triptych.metronix.knowledge import KnowledgeService
 
 EXTRACTIVE_MODEL = "triptych-extractive"
@@ -33,7 +34,7 @@ SYSTEM_PROMPT = (
 )
 
 
-class UpstreamError(TriptychError):
+class UpstreamError(Unavailable):
     """The upstream LLM failed; ``http_status`` is what the client gets (502 or 504)."""
 
     code = "UPSTREAM_ERROR"

@@ -17,11 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from triptych.core.auth import Principal, require_write, resolve_workspace
-from triptych.core.chunking import chunk_text
+from triptych.core.auth import Principal
 from triptych.core.embed import Embedder, ModelGuard, reembed
-from triptych.core.errors import IngestionFailed, InvalidParams, NotFound, TriptychError
+from triptych.core.errors import IngestionFailed, TriptychError
 from triptych.core.search import convex
+from triptych.metronix.access import require_write, resolve_workspace
+from triptych.metronix.chunking import chunk_text
+from triptych.metronix.errors import DocumentNotFound, InvalidParams
 from triptych.metronix.store import ChunkHit, KnowledgeStore, NewDocument
 
 log = logging.getLogger(__name__)
@@ -71,11 +73,17 @@ class KnowledgeService:
         self.default_workspace = default_workspace
         self.chunk_tokens = chunk_tokens
         self.candidates = candidates
-        stored = store.embedding_model()
-        model = (embedder.name, embedder.dim)
-        if stored is None or (stored != model and store.count_chunks() == 0):
-            store.set_embedding_model(*model)
-        self._model_guard = ModelGuard(embedder, store.embedding_model, "the index was built")
+        # Nothing is read here: the model is adopted and compared on the first call that embeds.
+        self._model_guard = ModelGuard(
+            embedder, store.embedding_model, "the index was built", adopt=self._adopt_model
+        )
+
+    def _adopt_model(self) -> None:
+        """An index that never recorded a model, or holds no chunk, takes the configured one."""
+        stored = self.store.embedding_model()
+        model = (self.embedder.name, self.embedder.dim)
+        if stored is None or (stored != model and self.store.count_chunks() == 0):
+            self.store.set_embedding_model(*model)
 
     def workspace(self, principal: Principal, requested: str | None) -> str:
         return resolve_workspace(principal, requested, self.default_workspace)
@@ -167,7 +175,7 @@ class KnowledgeService:
             raise InvalidParams("doc_label must not be empty", details={"field": "doc_label"})
         doc = self.store.get_document(workspace, doc_label)
         if doc is None:
-            raise NotFound(f"Document not found: {doc_label}", details={"doc_label": doc_label})
+            raise DocumentNotFound(f"Document not found: {doc_label}", details={"doc_label": doc_label})
         return {
             "doc_label": doc.doc_label,
             "title": doc.title,

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from triptych.core.auth import Principal, require_write, resolve_workspace, valid_agent_id
+from triptych.core.auth import Principal
 from triptych.core.embed import Embedder, ModelGuard, reembed
-from triptych.core.errors import InvalidParams, NotFound, TriptychError
+from triptych.core.errors import TriptychError
 from triptych.core.search import rrf
+from triptych.metronix.access import require_write, resolve_workspace, valid_agent_id
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
+from triptych.metronix.errors import DocumentNotFound, InvalidParams
 from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
 from triptych.metronix.memory_store import (
     KINDS,
@@ -44,6 +46,20 @@ NOTES_CAP = 1024
 REVIEW_REASONS = ("possible_duplicate", "possible_contradiction", "low_confidence_decision")
 # REST search shows everything an inspector may want except the two terminal statuses.
 REST_EXCLUDED = ("archived", "superseded")
+
+
+@dataclass(frozen=True, slots=True)
+class DoorDefaults:
+    """What a caller gets for a filter it leaves out: the MCP tools and the REST inspector differ, as
+    upstream (REST shows every status and lists up to 200 at a time)."""
+
+    statuses: tuple[str, ...] | None  # None: every status
+    max_list_limit: int
+    search_excludes: tuple[str, ...]
+
+
+MCP_DEFAULTS = DoorDefaults(statuses=("active",), max_list_limit=100, search_excludes=())
+REST_DEFAULTS = DoorDefaults(statuses=None, max_list_limit=200, search_excludes=REST_EXCLUDED)
 DECISION_SIMILARITY_MARGIN = 0.05
 # First-stage fusion, tuned on LoCoMo (bench/locomo.py, experiments phase; recall@10 of the plain
 # format 0.485 -> 0.646 together): a small RRF constant keeps how far ahead the first hits are; BM25
@@ -83,28 +99,38 @@ def _now() -> datetime:
 
 
 class MemoryService:
+    """Reads nothing on construction: the embedding model is recorded (for an empty store) and
+    compared on the first call that embeds or searches."""
+
     def __init__(
         self,
         store: SqliteMemoryStore,
         embedder: Embedder,
         settings: MemorySettings | None = None,
         default_workspace: str = "default",
+        clock: Callable[[], datetime] = _now,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.settings = settings or MemorySettings()
         self.default_workspace = default_workspace
+        # Session TTLs, expiry and the session boost read the time from here.
+        self.clock = clock
         # The query embedding runs here while the keyword search runs in the caller's thread.
         self._embedding = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memory-embed")
-        if store.embedding_model() is None:
-            store.set_embedding_model(embedder.name, embedder.dim)
         self._model_guard = ModelGuard(
             embedder,
             store.embedding_model,
             "the memory records were embedded",
             hint="Run `triptych reindex` to re-embed the stored chunks and memory records with the"
             " configured model; listing, deleting and reviewing records work meanwhile",
+            adopt=self._adopt_model,
         )
+
+    def _adopt_model(self) -> None:
+        """A store that never recorded a model records the configured one."""
+        if self.store.embedding_model() is None:
+            self.store.set_embedding_model(self.embedder.name, self.embedder.dim)
 
     def reindex(self, progress: Callable[[int], None] | None = None) -> int:
         """Re-embed every memory record with the configured model; returns how many were re-embedded."""
@@ -125,7 +151,9 @@ class MemoryService:
     def _live(self, workspace: str, record_id: str) -> MemoryRecord | None:
         """The record, unless it does not exist or its session TTL has passed (then it is gone)."""
         record = self.store.get(workspace, record_id)
-        if record is None or (record.ttl_expires_at is not None and record.ttl_expires_at <= _iso(_now())):
+        if record is None or (
+            record.ttl_expires_at is not None and record.ttl_expires_at <= _iso(self.clock())
+        ):
             return None
         return record
 
@@ -209,13 +237,14 @@ class MemoryService:
     def _ttl(self, scope: str) -> str | None:
         if scope != "session":
             return None
-        return _iso(_now() + timedelta(seconds=self.settings.session_ttl))
+        return _iso(self.clock() + timedelta(seconds=self.settings.session_ttl))
 
     # -- writes ------------------------------------------------------------------------
 
     def store_record(
         self,
         principal: Principal,
+        *,
         workspace_id: str | None,
         content: str,
         agent_id: str,
@@ -246,14 +275,17 @@ class MemoryService:
         self._model_guard.check()
         vector = self.embedder.embed([text])[0]
         return self._insert(
-            workspace, text, agent, scope_name, clean_tags, importance_score, source_type, session_id,
-            kind_name, metadata or {}, vector,
+            workspace, text, vector, agent=agent, scope=scope_name, tags=clean_tags,
+            importance=importance_score, source_type=source_type, session_id=session_id, kind=kind_name,
+            metadata=metadata or {},
         )  # fmt: skip
 
     def _insert(
         self,
         workspace: str,
         text: str,
+        vector: Any,
+        *,
         agent: str,
         scope: str,
         tags: list[str],
@@ -262,9 +294,8 @@ class MemoryService:
         session_id: str | None,
         kind: str,
         metadata: dict[str, Any],
-        vector: Any,
     ) -> dict[str, Any]:
-        now = _iso(_now())
+        now = _iso(self.clock())
         record = MemoryRecord(
             id=str(uuid.uuid4()),
             workspace_id=workspace,
@@ -299,6 +330,7 @@ class MemoryService:
     def batch_store(
         self,
         principal: Principal,
+        *,
         workspace_id: str | None,
         records: list[dict[str, Any]],
         agent_id: str,
@@ -360,8 +392,9 @@ class MemoryService:
             _, text, tags, metadata = entry
             try:
                 result = self._insert(
-                    workspace, text, agent, scope_name, tags, importance_score, source_type, session_id,
-                    default_kind, metadata, next(vectors),
+                    workspace, text, next(vectors), agent=agent, scope=scope_name, tags=tags,
+                    importance=importance_score, source_type=source_type, session_id=session_id,
+                    kind=default_kind, metadata=metadata,
                 )  # fmt: skip
             except TriptychError as exc:
                 results.append({"id": None, "content_hash": None, "deduped": False, "error": exc.message})
@@ -391,6 +424,7 @@ class MemoryService:
     def update(
         self,
         principal: Principal,
+        *,
         workspace_id: str | None,
         record_id: str,
         content: str | None = None,
@@ -402,7 +436,7 @@ class MemoryService:
         require_write(principal)
         record = self._live(workspace, record_id) if record_id else None
         if record is None:
-            raise NotFound(
+            raise DocumentNotFound(
                 f"Memory record not found: {record_id}", hint=RECORD_HINT, details={"record_id": record_id}
             )
         changes: dict[str, Any] = {}
@@ -449,6 +483,7 @@ class MemoryService:
     def list_records(
         self,
         principal: Principal,
+        *,
         workspace_id: str | None,
         agent_id: str,
         scope: str | None = None,
@@ -457,11 +492,9 @@ class MemoryService:
         offset: int = 0,
         status: list[str] | None = None,
         kind: str | None = None,
-        rest_defaults: bool = False,
+        defaults: DoorDefaults = MCP_DEFAULTS,
     ) -> dict[str, Any]:
-        """MCP: ``status`` defaults to active, limit 1-100. REST (the inspector's view, as upstream):
-        every status by default, limit 1-200."""
-        max_limit = 200 if rest_defaults else 100
+        max_limit = defaults.max_list_limit
         workspace = self._workspace(principal, workspace_id)
         agent = self._agent(agent_id)
         if not 1 <= limit <= max_limit:
@@ -473,10 +506,11 @@ class MemoryService:
         view = Visibility(
             workspace_id=workspace,
             agent_id=agent,
-            statuses=self._statuses(status, None if rest_defaults else ("active",)),
+            statuses=self._statuses(status, defaults.statuses),
             scope=self._scope(scope, None, required=False),
             tags=tuple(self._tags(tags)),
             kind=self._kind(kind),
+            now=_iso(self.clock()),
         )
         records, total = self.store.list_records(view, limit, offset)
         self._touch(records)
@@ -509,7 +543,7 @@ class MemoryService:
         workspace = self._workspace(principal, workspace_id)
         record = self._live(workspace, record_id)
         if record is None:
-            raise NotFound(
+            raise DocumentNotFound(
                 f"Memory record not found: {record_id}", hint=RECORD_HINT, details={"record_id": record_id}
             )
         return {
@@ -521,6 +555,7 @@ class MemoryService:
     def search(
         self,
         principal: Principal,
+        *,
         workspace_id: str | None,
         query: str,
         agent_id: str,
@@ -530,7 +565,7 @@ class MemoryService:
         top_k: int = 5,
         status: list[str] | None = None,
         kind: str | None = None,
-        rest_defaults: bool = False,
+        defaults: DoorDefaults = MCP_DEFAULTS,
     ) -> dict[str, Any]:
         started = time.perf_counter()
         workspace = self._workspace(principal, workspace_id)
@@ -539,7 +574,7 @@ class MemoryService:
             raise InvalidParams("query must not be empty", details={"field": "query"})
         if not 1 <= top_k <= 50:
             raise InvalidParams(f"top_k must be between 1 and 50, got {top_k}", details={"field": "top_k"})
-        statuses = self._statuses(status, None if rest_defaults else ("active",))
+        statuses = self._statuses(status, defaults.statuses)
         view = Visibility(
             workspace_id=workspace,
             agent_id=agent,
@@ -547,7 +582,8 @@ class MemoryService:
             scope=self._scope(scope, None, required=False),
             tags=tuple(self._tags(tags)),
             kind=self._kind(kind),
-            exclude_statuses=REST_EXCLUDED if rest_defaults and status is None else (),
+            exclude_statuses=defaults.search_excludes if status is None else (),
+            now=_iso(self.clock()),
         )
         self._model_guard.check()
         results = self._rank(view, query, session_id, top_k)
@@ -580,7 +616,7 @@ class MemoryService:
         # Ranking reads a few columns of each candidate; only the records returned are read whole.
         rows = self.store.ranking_rows(view.workspace_id, candidates)
         graph = self._graph_scores(query, candidates, rows)
-        now = _now()
+        now = self.clock()
         s = self.settings
         scored = []
         for seq in candidates:
@@ -685,6 +721,7 @@ class MemoryService:
             agent_id=record.agent_id,
             statuses=("active",),
             session_id=record.session_id if record.scope == "session" else None,
+            now=_iso(self.clock()),
         )
         return self.store.dense_search(view, vector, 6)
 
@@ -805,12 +842,12 @@ class MemoryService:
             )
         review = self.store.get_review(workspace, review_id)
         if review is None:
-            raise NotFound(
+            raise DocumentNotFound(
                 f"Review entry not found: {review_id}", hint=REVIEW_HINT, details={"review_id": review_id}
             )
         record = self.store.get(workspace, review.target_id)
         if record is None:
-            raise NotFound(
+            raise DocumentNotFound(
                 f"Memory record not found: {review.target_id}", details={"record_id": review.target_id}
             )
         if superseded_by is not None:
@@ -833,7 +870,7 @@ class MemoryService:
         }
         event_id = self.store.resolve_review(review, record, status, state, superseded_by, actor, payload)
         if event_id is None:
-            raise NotFound(
+            raise DocumentNotFound(
                 f"Review entry not found: {review_id}", hint=REVIEW_HINT, details={"review_id": review_id}
             )
         return {

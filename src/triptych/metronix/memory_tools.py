@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from triptych.core.mcp import Caller, Tool, ToolArgs
+from triptych.core.mcp import Tool, ToolArgs
+from triptych.metronix.access import Caller
 from triptych.metronix.memory import MemoryService
 
 Scope = Literal["global", "per_agent", "session"]
@@ -101,17 +102,18 @@ class ReviewResolveArgs(ToolArgs):
     notes: str | None = Field(None, description="Free-form audit note (capped at 1024 chars)")
 
 
-def memory_tools(service: MemoryService) -> list[Tool]:
+def memory_tools(service: MemoryService) -> list[Tool[Caller]]:
     def store(caller: Caller, a: StoreArgs) -> dict[str, Any]:
         return service.store_record(
-            caller.principal, a.workspace_id, a.content, a.agent_id, a.scope, a.tags, a.importance_score,
-            a.source_type, a.session_id, a.kind, a.metadata,
+            caller.principal, workspace_id=a.workspace_id, content=a.content, agent_id=a.agent_id,
+            scope=a.scope, tags=a.tags, importance_score=a.importance_score, source_type=a.source_type,
+            session_id=a.session_id, kind=a.kind, metadata=a.metadata,
         )  # fmt: skip
 
     def search(caller: Caller, a: SearchArgs) -> dict[str, Any]:
         return service.search(
-            caller.principal, a.workspace_id, a.query, a.agent_id, a.scope, a.tags, a.session_id, a.top_k,
-            a.status, a.kind,
+            caller.principal, workspace_id=a.workspace_id, query=a.query, agent_id=a.agent_id, scope=a.scope,
+            tags=a.tags, session_id=a.session_id, top_k=a.top_k, status=a.status, kind=a.kind,
         )  # fmt: skip
 
     def delete(caller: Caller, a: DeleteArgs) -> dict[str, Any]:
@@ -119,19 +121,22 @@ def memory_tools(service: MemoryService) -> list[Tool]:
 
     def batch_store(caller: Caller, a: BatchStoreArgs) -> dict[str, Any]:
         return service.batch_store(
-            caller.principal, a.workspace_id, a.records, a.agent_id, a.scope, a.importance_score, a.source_type,
-            a.session_id, a.kind,
+            caller.principal, workspace_id=a.workspace_id, records=a.records, agent_id=a.agent_id,
+            scope=a.scope, importance_score=a.importance_score, source_type=a.source_type,
+            session_id=a.session_id, kind=a.kind,
         )  # fmt: skip
 
     def list_(caller: Caller, a: ListArgs) -> dict[str, Any]:
         return service.list_records(
-            caller.principal, a.workspace_id, a.agent_id, a.scope, a.tags, a.limit, a.offset, a.status, a.kind
-        )
+            caller.principal, workspace_id=a.workspace_id, agent_id=a.agent_id, scope=a.scope, tags=a.tags,
+            limit=a.limit, offset=a.offset, status=a.status, kind=a.kind,
+        )  # fmt: skip
 
     def update(caller: Caller, a: UpdateArgs) -> dict[str, Any]:
         return service.update(
-            caller.principal, a.workspace_id, a.record_id, a.content, a.tags, a.importance_score, a.kind
-        )
+            caller.principal, workspace_id=a.workspace_id, record_id=a.record_id, content=a.content,
+            tags=a.tags, importance_score=a.importance_score, kind=a.kind,
+        )  # fmt: skip
 
     def review_list(caller: Caller, a: ReviewListArgs) -> dict[str, Any]:
         return service.review_list(caller.principal, a.workspace_id, a.reason, a.record_id, a.limit, a.offset)

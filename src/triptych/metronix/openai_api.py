@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from triptych.core.auth import Principal, local_principal
-from triptych.core.errors import AuthRequired, InvalidParams, TriptychError
+from triptych.core.errors import AuthRequired, TriptychError
 from triptych.core.http import Authenticator
 from triptych.metronix.answer import (
     AnswerService,
@@ -30,6 +30,7 @@ from triptych.metronix.answer import (
     now,
     text_of,
 )
+from triptych.metronix.errors import InvalidParams, error_body
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,8 @@ def from_error(exc: TriptychError) -> JSONResponse:
         )
     status = 400 if exc.http_status == 422 else exc.http_status
     field = exc.details.get("field") if isinstance(exc.details.get("field"), str) else None
-    return openai_error(
-        status, exc.message, "invalid_request_error" if status == 400 else None, exc.code.lower(), field
-    )
+    code = error_body(exc)["code"].lower()
+    return openai_error(status, exc.message, "invalid_request_error" if status == 400 else None, code, field)
 
 
 def _usage(prompt: str, answer: str) -> dict[str, int]:

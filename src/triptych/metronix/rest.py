@@ -19,11 +19,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from triptych.core.auth import Principal, local_principal
-from triptych.core.errors import InternalError, InvalidParams, NotFound, TriptychError
+from triptych.core.errors import InternalError, TriptychError
 from triptych.core.http import Authenticator
-from triptych.core.mcp import validation_message
+from triptych.core.mcp import argument_message
+from triptych.metronix.errors import DocumentNotFound, InvalidParams, error_response
 from triptych.metronix.knowledge import KnowledgeService
-from triptych.metronix.memory import MemoryService
+from triptych.metronix.memory import REST_DEFAULTS, MemoryService
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +77,6 @@ class KnowledgeStoreBody(Body):
     workspace_id: str | None = None
 
 
-def error_response(exc: TriptychError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
-    return JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status, headers=headers)
-
-
 async def _json(request: Request) -> dict[str, Any]:
     try:
         data = await request.json()
@@ -95,7 +91,7 @@ async def _parse(model: type[Body], request: Request) -> Any:
     try:
         return model.model_validate(await _json(request))
     except ValidationError as exc:
-        raise InvalidParams(validation_message(exc)) from exc
+        raise InvalidParams(argument_message(exc)) from exc
 
 
 def _ws(request: Request, body_value: str | None = None) -> str | None:
@@ -142,8 +138,9 @@ def memory_routes(
 
         def work() -> dict[str, Any]:
             stored = memory.store_record(
-                principal, workspace, b.content, b.agent_id, b.scope, b.tags, b.importance_score, b.source_type,
-                b.session_id, b.kind, b.metadata,
+                principal, workspace_id=workspace, content=b.content, agent_id=b.agent_id, scope=b.scope,
+                tags=b.tags, importance_score=b.importance_score, source_type=b.source_type,
+                session_id=b.session_id, kind=b.kind, metadata=b.metadata,
             )  # fmt: skip
             record = memory.get_record(principal, workspace, stored["id"])
             return {**record, "deduped": stored["deduped"]}
@@ -157,8 +154,9 @@ def memory_routes(
         kinds = _list(request, "kind_filter") or _list(request, "kind")
         result = await run(
             lambda: memory.list_records(
-                principal, _ws(request), q.get("agent_id", ""), q.get("scope"), _list(request, "tags"), limit,
-                offset, statuses, kinds[0] if kinds else None, True,
+                principal, workspace_id=_ws(request), agent_id=q.get("agent_id", ""), scope=q.get("scope"),
+                tags=_list(request, "tags"), limit=limit, offset=offset, status=statuses,
+                kind=kinds[0] if kinds else None, defaults=REST_DEFAULTS,
             )
         )  # fmt: skip
         return JSONResponse({**result, "has_more": result["offset"] + result["count"] < result["total"]})
@@ -171,15 +169,16 @@ def memory_routes(
         record_id = request.path_params["record_id"]
         result = await run(memory.delete, principal, _ws(request), record_id)
         if not result["found"]:
-            raise NotFound(f"Memory record not found: {record_id}", details={"record_id": record_id})
+            raise DocumentNotFound(f"Memory record not found: {record_id}", details={"record_id": record_id})
         return Response(status_code=204)
 
     async def search(request: Request, principal: Principal) -> Response:
         b: SearchBody = await _parse(SearchBody, request)
         result = await run(
             lambda: memory.search(
-                principal, _ws(request, b.workspace_id), b.query, b.agent_id, b.scope, b.tags, b.session_id,
-                b.top_k, b.status_filter, b.kind, True,
+                principal, workspace_id=_ws(request, b.workspace_id), query=b.query, agent_id=b.agent_id,
+                scope=b.scope, tags=b.tags, session_id=b.session_id, top_k=b.top_k, status=b.status_filter,
+                kind=b.kind, defaults=REST_DEFAULTS,
             )
         )  # fmt: skip
         for item in result["results"]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triptych.core.errors import InvalidParams
+from triptych.metronix.errors import InvalidParams
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 

@@ -12,10 +12,12 @@ from starlette.routing import Route
 
 from triptych.config import Settings
 from triptych.core.embed import Embedder, build_embedder
-from triptych.core.http import McpEndpoint, jwt_authenticator
+from triptych.core.http import McpEndpoint
 from triptych.core.mcp import Tool, build_server
 from triptych.core.surface import Mounted, Shared
+from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
 from triptych.metronix.answer import AnswerService, LlmClient
+from triptych.metronix.errors import error_body, render_error
 from triptych.metronix.knowledge import MAX_REQUEST_BYTES, KnowledgeService
 from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
@@ -25,7 +27,7 @@ from triptych.metronix.rest import memory_routes
 from triptych.metronix.sources import sources_path
 from triptych.metronix.store import SqliteKnowledgeStore, utcnow
 from triptych.metronix.sync import SyncService
-from triptych.metronix.tools import knowledge_tools, render_error, sync_tools
+from triptych.metronix.tools import knowledge_tools, sync_tools
 
 INSTRUCTIONS = (
     "Metronix: a knowledge base and agent memory. Use metronix_search_fast for passages, metronix_get for a "
@@ -75,7 +77,7 @@ class Metronix:
         )
         return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm))
 
-    def tools(self) -> list[Tool]:
+    def tools(self) -> list[Tool[Caller]]:
         return knowledge_tools(self.knowledge) + sync_tools(self.sync) + memory_tools(self.memory)
 
     def start(self) -> None:
@@ -99,7 +101,13 @@ class Metronix:
         gc.freeze()
 
     def mcp_server(self, stdio_agent_id: str | None = None) -> Server[Any]:
-        return build_server("metronix", self.tools(), render_error, INSTRUCTIONS, stdio_agent_id)
+        return build_server(
+            "metronix",
+            self.tools(),
+            bind=caller_bind(stdio_agent_id),
+            render_error=render_error,
+            instructions=INSTRUCTIONS,
+        )
 
     def close(self) -> None:
         if self.warming is not None:
@@ -111,7 +119,13 @@ class Metronix:
 def mount(shared: Shared) -> tuple[Metronix, Mounted]:
     metronix = Metronix.open(shared.settings, shared.embedder)
     authenticate = jwt_authenticator(shared.settings)
-    endpoint = McpEndpoint(metronix.mcp_server(), shared.settings, authenticate, max_body=MAX_REQUEST_BYTES)
+    endpoint = McpEndpoint(
+        metronix.mcp_server(),
+        shared.settings,
+        authenticate,
+        max_body=MAX_REQUEST_BYTES,
+        render=lambda exc: {"error": error_body(exc)},
+    )
     rest = memory_routes(metronix.memory, metronix.knowledge, authenticate, shared.settings.auth_enabled)
     # Route, not Mount: a Mount answers POST /mcp with a redirect to /mcp/.
     return metronix, Mounted(

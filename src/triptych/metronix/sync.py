@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,8 +24,9 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from triptych.core.auth import Principal, require_write
-from triptych.core.errors import InvalidParams
+from triptych.core.auth import Principal
+from triptych.metronix.access import require_write
+from triptych.metronix.errors import InvalidParams
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.sources import Source, load_sources
 from triptych.metronix.store import utcnow
@@ -81,8 +82,15 @@ def _text_of(result: types.ReadResourceResult, mime: str | None) -> str:
 
 
 class SyncService:
-    def __init__(self, knowledge: KnowledgeService, sources_file: Path, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        knowledge: KnowledgeService,
+        sources_file: Path,
+        timeout: float = 30.0,
+        clock: Callable[[], str] = utcnow,
+    ) -> None:
         self.knowledge = knowledge
+        self.clock = clock  # when a sync finished, as the store records it
         self.sources_file = sources_file
         # Per request to a source; connecting and listing together get twice that.
         self.timeout = timeout
@@ -117,7 +125,7 @@ class SyncService:
             reports.append(report)
         synced = sum(1 for r in reports if r.error is None)
         if synced:
-            await anyio.to_thread.run_sync(self.knowledge.store.set_last_sync, workspace, utcnow())
+            await anyio.to_thread.run_sync(self.knowledge.store.set_last_sync, workspace, self.clock())
         return {
             "success": all(r.error is None for r in reports),
             "sources_synced": synced,

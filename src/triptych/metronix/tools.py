@@ -2,44 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import mcp_types as types
 from pydantic import Field
 
-from triptych.core.errors import TriptychError
-from triptych.core.mcp import Caller, Tool, ToolArgs
+from triptych.core.mcp import Tool, ToolArgs
+from triptych.metronix.access import Caller
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.sync import SyncService
-
-# Codes the Metronix contract documents; anything else is rendered as the closest of them, with the
-# precise reason kept in details.reason.
-CONTRACT_CODES = {
-    "INVALID_PARAMS",
-    "DOCUMENT_NOT_FOUND",
-    "INGESTION_FAILED",
-    "WORKSPACE_NOT_FOUND",
-    "QDRANT_UNAVAILABLE",
-    "GRAPH_UNAVAILABLE",
-    "AUTH_REQUIRED",
-    "RATE_LIMITED",
-    "INTERNAL_ERROR",
-}
-_NEAREST = {"FORBIDDEN": "AUTH_REQUIRED"}
-
-
-def render_error(exc: TriptychError) -> types.CallToolResult:
-    body = exc.to_dict()
-    if body["code"] not in CONTRACT_CODES:
-        body["details"] = {**body["details"], "reason": body["code"]}
-        body["code"] = _NEAREST.get(body["code"], "INTERNAL_ERROR")
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=json.dumps({"error": body}, ensure_ascii=False))],
-        structured_content={"error": body},
-        is_error=True,
-    )
-
 
 WorkspaceField = Field(
     None, description='Target workspace (default: "default", or your first granted workspace)'
@@ -71,7 +41,7 @@ class StatusArgs(ToolArgs):
     workspace_id: str | None = WorkspaceField
 
 
-def knowledge_tools(service: KnowledgeService) -> list[Tool]:
+def knowledge_tools(service: KnowledgeService) -> list[Tool[Caller]]:
     def search_fast(caller: Caller, args: SearchFastArgs) -> dict[str, Any]:
         return service.search(caller.principal, args.workspace_id, args.query, args.top_k)
 
@@ -121,7 +91,7 @@ class SyncArgs(ToolArgs):
     force_full: bool = Field(False, description="Force full sync, skip change detection")
 
 
-def sync_tools(service: SyncService) -> list[Tool]:
+def sync_tools(service: SyncService) -> list[Tool[Caller]]:
     async def sync(caller: Caller, args: SyncArgs) -> dict[str, Any]:
         return await service.sync(caller.principal, args.workspace_id, args.source, args.force_full)
 

@@ -1,4 +1,8 @@
-"""Locs (a node's address inside a memory) and the references tools accept for memories and nodes.
+"""Locs (a node's address inside a memory), the URNs the server writes, and the references it reads.
+
+Every URN the server composes is composed here, and every reference it is given (``hrn:``/``urn:``
+prefixed or bare) is taken apart here; tools and services never write ``hrn:`` themselves. The
+grammar itself (v1, v2 and legacy forms, checked against the reference corpus) is ``domain/urn.py``.
 
 A loc is 1-32 atoms joined by ``:``; each atom is 1-64 characters of ``[A-Za-z0-9._-]`` that
 start and end alphanumeric (the URN grammar's atom). A memory is addressed as ``hrn:mem:<root>:<slug>``
@@ -70,12 +74,50 @@ def is_urn(value: str) -> bool:
     return _PREFIX.match(value) is not None
 
 
+# The URNs the server writes: the flat v2 form. Roots, slugs and locs were checked when they were
+# stored, so composing them does not check again (it runs for every node a read returns).
+
+
+def org_urn(root: str) -> str:
+    return f"hrn:org:{root}"
+
+
+def user_urn(handle: str) -> str:
+    return f"hrn:user:{handle}"
+
+
+def app_urn(root: str, slug: str) -> str:
+    return f"hrn:app:{root}:{slug}"
+
+
 def memory_urn(root: str, slug: str) -> str:
     return f"hrn:mem:{root}:{slug}"
 
 
 def node_urn(root: str, slug: str, loc: str) -> str:
+    """A node's URN; with ``loc`` empty, the prefix every node URN of that memory starts with."""
     return f"hrn:node:{root}:{slug}:{loc}"
+
+
+def urn_type(value: str) -> str | None:
+    """The type word of an ``hrn:``/``urn:`` reference (``org``, ``mem``, ...), None for a bare one."""
+    m = _PREFIX.match(value.strip())
+    return m[1] if m else None
+
+
+def strip_urn_prefix(ref: str, *types: str) -> str:
+    """``ref`` (trimmed) without a leading ``hrn:<type>:`` or ``urn:<type>:`` of one of ``types``;
+    anything else (a bare root, key or id) as it is."""
+    value = normalize_scheme(ref.strip())
+    for type_word in types:
+        value = value.removeprefix(f"hrn:{type_word}:")
+    return value
+
+
+def split_bare_key(bare: str) -> tuple[str, str]:
+    """``root:slug`` (or the v1 ``root::slug``) as ``(root, slug)``; ``("", bare)`` without a colon."""
+    root, _, slug = bare.replace("::", ":").rpartition(":")
+    return root, slug
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from triptych.hadron.domain.loc import app_urn, memory_urn, org_urn, user_urn
+
 OrgRole = Literal["OWNER", "ADMIN", "CONTRIBUTOR", "READER"]
 ORG_ROLES: tuple[OrgRole, ...] = ("OWNER", "ADMIN", "CONTRIBUTOR", "READER")
 AppRole = OrgRole  # AppMembershipRole has the same four words
@@ -28,7 +30,7 @@ class Org:
 
     @property
     def urn(self) -> str:
-        return f"hrn:org:{self.root}"
+        return org_urn(self.root)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +41,7 @@ class User:
 
     @property
     def urn(self) -> str:
-        return f"hrn:user:{self.handle}"
+        return user_urn(self.handle)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +55,7 @@ class App:
 
     @property
     def urn(self) -> str:
-        return f"hrn:app:{self.root}:{self.slug}"
+        return app_urn(self.root, self.slug)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,7 @@ class Memory:
 
     @property
     def urn(self) -> str:
-        return f"hrn:mem:{self.root}:{self.slug}"
+        return memory_urn(self.root, self.slug)
 
     @property
     def owner_type(self) -> str:

@@ -13,7 +13,7 @@ from triptych.hadron.access import AccessPolicy
 from triptych.hadron.domain import schema as schemas
 from triptych.hadron.domain.loc import check_loc, is_id, node_urn
 from triptych.hadron.domain.model import Memory, NodeRecord
-from triptych.hadron.domain.urn import UrnError
+from triptych.hadron.domain.urn import UrnError, has_scheme_prefix
 from triptych.hadron.domain.where import compile_where
 from triptych.hadron.errors import BadInput, NotFound, SchemaViolation, UrnAlreadyExists
 from triptych.hadron.identity import HadronCaller
@@ -92,7 +92,7 @@ class ObjectService:
 
     def get(self, caller: HadronCaller, state: SessionState, ref: str) -> tuple[Memory, NodeRecord]:
         ref = ref.strip()
-        if not is_id(ref) and not ref.startswith(("hrn:", "urn:")):
+        if not is_id(ref) and not has_scheme_prefix(ref):
             raise BadInput("ref is an object id or a node URN", details={"field": "ref"})
         try:
             memory, node = self.nodes.find(caller, state, ref)

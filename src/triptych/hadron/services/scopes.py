@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from triptych.hadron.access import AccessPolicy, require_identity
-from triptych.hadron.domain.loc import is_id, node_urn
+from triptych.hadron.domain.loc import is_id, node_urn, strip_urn_prefix
 from triptych.hadron.domain.model import App, Memory, Org, Scope, role_at_least
-from triptych.hadron.errors import BadInput, Forbidden, HadronError, NoActiveApp, NotFound
+from triptych.hadron.errors import BadInput, Forbidden, NoActiveApp, NotFound
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.search_store import SqliteSearchStore
 from triptych.hadron.services.selection import SelectionService, SessionState
@@ -31,11 +31,6 @@ SCOPE_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 RESERVED = ("app", "global")
 TIERS = ("app", "agent", "organization")
 MAX_LISTED = 10
-
-
-class ScopeAmbiguous(HadronError):
-    code = "scope_identifier_ambiguous"
-    default_hint = "Pass the scope's id (hadron_list_scopes prints it)"
 
 
 @dataclass
@@ -332,7 +327,7 @@ class ScopeService:
             raise NotFound("agent", agent, hint="No agents are installed in this build")
         if org:
             ref = org.strip()
-            root = ref.removeprefix("hrn:org:").removeprefix("urn:org:")
+            root = strip_urn_prefix(ref, "org")
             found = self.tenancy.org_by_root(root) or self.tenancy.org(ref)
             if (
                 found is None

@@ -17,6 +17,7 @@ from triptych.core.search import fts_match, keyword_terms, rrf
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain.loc import is_id, node_urn
 from triptych.hadron.domain.model import Memory, NodeRecord
+from triptych.hadron.domain.urn import has_scheme_prefix
 from triptych.hadron.domain.where import compile_where
 from triptych.hadron.errors import BadInput
 from triptych.hadron.identity import HadronCaller
@@ -324,7 +325,7 @@ class SearchService:
             use = list(fields)
         elif is_id(needle):
             use = ["pk"]
-        elif needle.lower().startswith(("hrn:", "urn:")):
+        elif has_scheme_prefix(needle.lower()):
             use = ["urn"]
         else:
             use = ["name", "urn"]
@@ -379,7 +380,7 @@ class SearchService:
         out: list[dict[str, Any]] = []
         skipped = 0
         for memory in memories:
-            prefix = f"hrn:node:{memory.root}:{memory.slug}:".replace("'", "''")
+            prefix = node_urn(memory.root, memory.slug, "").replace("'", "''")
             columns = []
             for name in use:
                 if name == "urn":

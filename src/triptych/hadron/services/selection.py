@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from triptych.hadron.access import AccessPolicy, require_identity
-from triptych.hadron.domain import urn
+from triptych.hadron.domain.loc import is_urn, split_bare_key, strip_urn_prefix, urn_type
 from triptych.hadron.domain.model import App, Memory, Org
 from triptych.hadron.errors import (
     AppAmbiguous,
@@ -181,10 +181,9 @@ class SelectionService:
         require_identity(caller)
         ref = ref.strip()
         visible = self.access.visible_apps(caller)
-        if urn.has_scheme_prefix(ref):
-            bare = urn.normalize_scheme(ref)
-            if bare.startswith("hrn:app:"):
-                root, _, slug = bare.removeprefix("hrn:app:").replace("::", ":").rpartition(":")
+        if is_urn(ref):
+            if urn_type(ref) == "app":
+                root, slug = split_bare_key(strip_urn_prefix(ref, "app"))
                 for app, role in visible:
                     if (app.root, app.slug) == (root, slug):
                         return app, role
@@ -239,7 +238,7 @@ class SelectionService:
         return org
 
     def _member_org(self, caller: HadronCaller, ref: str) -> Org:
-        root = urn.normalize_scheme(ref.strip()).removeprefix("hrn:org:")
+        root = strip_urn_prefix(ref, "org")
         org = self.tenancy.org_by_root(root) or self.tenancy.org(root)
         if org is None or caller.user is None or self.tenancy.org_role(org.id, caller.user.id) is None:
             raise NotFound("org", ref, hint="You can select only organizations you are a member of")

@@ -10,6 +10,14 @@ import json
 from typing import Any
 
 from triptych.hadron.domain import urn
+from triptych.hadron.domain.loc import (
+    app_urn,
+    memory_urn,
+    org_urn,
+    split_bare_key,
+    strip_urn_prefix,
+    user_urn,
+)
 from triptych.hadron.domain.model import (
     ACCESS_LEVELS,
     EMBEDDING_POLICIES,
@@ -45,31 +53,27 @@ class TenancyAdmin:
         self.store = store
 
     def org(self, ref: str) -> Org:
-        root = ref.removeprefix("hrn:org:").removeprefix("urn:org:")
+        root = strip_urn_prefix(ref, "org")
         org = self.store.org_by_root(root) or self.store.org(ref)
         if org is None:
             raise NotFound("org", ref)
         return org
 
     def user(self, handle: str) -> User:
-        user = self.store.user_by_handle(handle.removeprefix("hrn:user:").lstrip("@"))
+        user = self.store.user_by_handle(strip_urn_prefix(handle, "user").lstrip("@"))
         if user is None:
             raise NotFound("user", handle)
         return user
 
     def app(self, ref: str) -> App:
-        bare = urn.normalize_scheme(ref).removeprefix("hrn:app:").replace("::", ":")
-        root, _, slug = bare.rpartition(":")
+        root, slug = split_bare_key(strip_urn_prefix(ref, "app"))
         app = self.store.app_by_urn(root, slug) if root else self.store.app(ref)
         if app is None:
             raise NotFound("app", ref)
         return app
 
     def memory(self, ref: str) -> Memory:
-        bare = urn.normalize_scheme(ref)
-        for prefix in ("hrn:mem:", "hrn:memory:"):
-            bare = bare.removeprefix(prefix)
-        root, _, slug = bare.replace("::", ":").rpartition(":")
+        root, slug = split_bare_key(strip_urn_prefix(ref, "mem", "memory"))
         memory = self.store.memory_by_key(root, slug) if root else self.store.memory(ref)
         if memory is None:
             raise NotFound("memory", ref)
@@ -80,13 +84,13 @@ class TenancyAdmin:
     def create_org(self, root: str, name: str | None = None) -> Org:
         _checked("organization root", root, urn.validate_org_slug)
         if self.store.org_by_root(root):
-            raise UrnAlreadyExists(f"organization hrn:org:{root} already exists")
+            raise UrnAlreadyExists(f"organization {org_urn(root)} already exists")
         return self.store.add_org(root, name or root)
 
     def create_user(self, handle: str, name: str | None = None) -> User:
         _checked("user handle", handle, urn.validate_user_handle)
         if self.store.user_by_handle(handle):
-            raise UrnAlreadyExists(f"user hrn:user:{handle} already exists")
+            raise UrnAlreadyExists(f"user {user_urn(handle)} already exists")
         return self.store.add_user(handle, name or handle)
 
     def add_org_member(self, org_ref: str, handle: str, role: str) -> tuple[Org, User, str]:
@@ -105,7 +109,7 @@ class TenancyAdmin:
         user = self.user(owner) if owner else None
         root = org.root if org else user.handle if user else ""
         if self.store.app_by_urn(root, slug):
-            raise UrnAlreadyExists(f"app hrn:app:{root}:{slug} already exists")
+            raise UrnAlreadyExists(f"app {app_urn(root, slug)} already exists")
         return self.store.add_app(slug, name or slug, org, user)
 
     def add_app_member(self, app_ref: str, handle: str, role: str) -> tuple[App, User, str]:
@@ -155,7 +159,7 @@ class TenancyAdmin:
             else ""
         )
         if self.store.memory_by_key(root, slug):
-            raise UrnAlreadyExists(f"memory hrn:mem:{root}:{slug} already exists")
+            raise UrnAlreadyExists(f"memory {memory_urn(root, slug)} already exists")
         klass: MemoryClass = memory_class
         policy = embedding or _default_embedding(klass, encrypted)
         if policy not in EMBEDDING_POLICIES:

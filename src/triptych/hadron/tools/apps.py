@@ -6,7 +6,7 @@ from pydantic import Field
 
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.services.selection import SelectionService
-from triptych.hadron.tools.base import Ctx, HadronTool, NoArgs, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, NoArgs, Tool, ToolArgs, ToolOutput
 
 
 class SetActiveAppArgs(ToolArgs):
@@ -18,7 +18,7 @@ class SetActiveOrgArgs(ToolArgs):
     clear: bool = Field(False, description="Drop the active organization")
 
 
-def app_tools(access: AccessPolicy, selections: SelectionService) -> list[HadronTool]:
+def app_tools(access: AccessPolicy, selections: SelectionService) -> list[Tool[Ctx]]:
     def list_apps(ctx: Ctx, args: NoArgs) -> ToolOutput:
         require_identity(ctx.caller)
         rows = [
@@ -58,20 +58,20 @@ def app_tools(access: AccessPolicy, selections: SelectionService) -> list[Hadron
         )
 
     return [
-        HadronTool(
+        Tool(
             "hadron_list_apps",
             "List the Hadron Apps the caller has access to, each with its canonical URN and the caller's role.",
             NoArgs,
             list_apps,
         ),
-        HadronTool(
+        Tool(
             "hadron_set_active_app",
             "Pin an App as the active scope for the rest of the MCP session (canonical URN or unique display "
             "name). Refusals: [app_not_found], [app_identifier_ambiguous].",
             SetActiveAppArgs,
             set_active_app,
         ),
-        HadronTool(
+        Tool(
             "hadron_set_active_org",
             "Set — or with clear: true drop — the active organization: the tenancy an org-scoped read runs "
             "against. Persisted per client instance. Not available to App keys.",

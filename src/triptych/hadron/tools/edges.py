@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.services.nodes import EdgeInput, NodeService
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 
 class CreateEdgeArgs(ToolArgs):
@@ -17,12 +18,12 @@ class CreateEdgeArgs(ToolArgs):
     isRunnable: bool = False
 
 
-def edge_tools(nodes: NodeService) -> list[HadronTool]:
+def edge_tools(nodes: NodeService) -> list[Tool[Ctx]]:
     def create_edge(ctx: Ctx, args: CreateEdgeArgs) -> ToolOutput:
         edge = EdgeInput(args.targetUrn, args.name, args.description, args.loc, args.isRunnable)
         mem, node, stored, created = nodes.create_edge(ctx.caller, ctx.session, args.sourceUrn, edge)
         view = nodes.edge_view(ctx.caller, stored)
-        source = f"hrn:node:{mem.root}:{mem.slug}:{node.loc}"
+        source = node_urn(mem.root, mem.slug, node.loc)
         target = (view["target"] or {}).get("urn") or args.targetUrn
         verb = "Added edge" if created else "Edge already present"
         return ToolOutput(
@@ -31,7 +32,7 @@ def edge_tools(nodes: NodeService) -> list[HadronTool]:
         )
 
     return [
-        HadronTool(
+        Tool(
             "hadron_create_edge",
             "Add one outgoing edge without touching the others; idempotent on the edge loc. Targets may dangle "
             "(hadron_validate reports them); cross-memory targets must be in a memory you can read.",

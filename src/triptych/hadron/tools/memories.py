@@ -6,14 +6,14 @@ from pydantic import Field
 
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.services.selection import SelectionService
-from triptych.hadron.tools.base import Ctx, HadronTool, NoArgs, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, NoArgs, Tool, ToolArgs, ToolOutput
 
 
 class SetActiveMemoryArgs(ToolArgs):
     memoryUrn: str = Field(description="The memory to bind (hrn:mem:<org-or-user>:<slug>, or its id)")
 
 
-def memory_tools(access: AccessPolicy, selections: SelectionService) -> list[HadronTool]:
+def memory_tools(access: AccessPolicy, selections: SelectionService) -> list[Tool[Ctx]]:
     def list_memories(ctx: Ctx, args: NoArgs) -> ToolOutput:
         require_identity(ctx.caller)
         readable = access.readable(ctx.caller)
@@ -58,14 +58,14 @@ def memory_tools(access: AccessPolicy, selections: SelectionService) -> list[Had
         )
 
     return [
-        HadronTool(
+        Tool(
             "hadron_list_memories",
             "List every memory accessible to the caller, with URN and access level (read-only or read-write). "
             "The authoritative inventory of where you can read and write.",
             NoArgs,
             list_memories,
         ),
-        HadronTool(
+        Tool(
             "hadron_set_active_memory",
             "Bind a memory as the session default for subsequent calls that take an optional memoryUrn or loc.",
             SetActiveMemoryArgs,

@@ -7,8 +7,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.services.nodes import EdgeInput, NodeFields, NodeService
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 LOC = "Loc path inside the memory (a:b:c) or a full node URN (hrn:node:<root>:<memory>:<loc>)"
 
@@ -151,7 +152,7 @@ def render_node(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def node_tools(nodes: NodeService) -> list[HadronTool]:
+def node_tools(nodes: NodeService) -> list[Tool[Ctx]]:
     def written(ctx: Ctx, mem: Any, node: Any, verb: str) -> ToolOutput:
         view = nodes.view(ctx.caller, mem, node, revisions=1)
         return ToolOutput(f"{verb} {view['urn']} (revision {node.revision})", view)
@@ -210,7 +211,7 @@ def node_tools(nodes: NodeService) -> list[HadronTool]:
         src, dst, loc, count = nodes.move(
             ctx.caller, ctx.session, args.urn, args.targetUrn, args.overwrite, args.renameToLeaf
         )
-        urn = f"hrn:node:{dst.root}:{dst.slug}:{loc}"
+        urn = node_urn(dst.root, dst.slug, loc)
         kind = "cross-memory move" if src.id != dst.id else "move"
         return ToolOutput(
             f"Moved {count} node(s) to {urn} ({kind})",
@@ -221,7 +222,7 @@ def node_tools(nodes: NodeService) -> list[HadronTool]:
         mem, loc, count, edges = nodes.delete(
             ctx.caller, ctx.session, args.urn, args.hard, args.recursive, args.cascadeCrossMemoryEdges
         )
-        urn = f"hrn:node:{mem.root}:{mem.slug}:{loc}"
+        urn = node_urn(mem.root, mem.slug, loc)
         how = "Hard-deleted" if args.hard else "Soft-deleted"
         extra = f", removed {edges} cross-memory edge(s)" if edges else ""
         return ToolOutput(
@@ -230,7 +231,7 @@ def node_tools(nodes: NodeService) -> list[HadronTool]:
         )
 
     return [
-        HadronTool(
+        Tool(
             "hadron_create_node",
             "Create or upsert a node. nodeType defaults to info. data replaces the whole data bag "
             "(hadron_update_node_data merges); edges replaces the edge set (hadron_create_edge appends one).",
@@ -238,14 +239,14 @@ def node_tools(nodes: NodeService) -> list[HadronTool]:
             create_node,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_create_parent_node",
             "Create a section/category container node (nodeType pinned to parent).",
             CreateParentArgs,
             create_parent_node,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_update_node",
             "Partially update a node: only the fields you pass change. data replaces the whole data bag (use "
             "hadron_update_node_data to merge); edges replaces the edge set; reason is kept in the revision history.",
@@ -253,7 +254,7 @@ def node_tools(nodes: NodeService) -> list[HadronTool]:
             update_node,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_update_node_data",
             "Merge a JSON object into a node's data bag (shallow: the patch's top-level keys win, other keys stay). "
             "The patch must be an object. To replace the whole bag use hadron_update_node.",
@@ -261,20 +262,20 @@ def node_tools(nodes: NodeService) -> list[HadronTool]:
             update_node_data,
             read_only=False,
         ),
-        HadronTool("hadron_get_node", "Read a single node by loc path or full URN.", GetNodeArgs, get_node),
-        HadronTool(
+        Tool("hadron_get_node", "Read a single node by loc path or full URN.", GetNodeArgs, get_node),
+        Tool(
             "hadron_get_next_node",
             "Read the next sibling under a parent, ordered by seq (the first child without current).",
             GetNextNodeArgs,
             get_next_node,
         ),
-        HadronTool(
+        Tool(
             "hadron_list_nodes",
             "Browse the tree under a parent: names and descriptions only, optionally to a depth.",
             ListNodesArgs,
             list_nodes,
         ),
-        HadronTool(
+        Tool(
             "hadron_move_node",
             "Move a node with its whole loc-subtree, within a memory or across memories. Ids and names are kept "
             "(renameToLeaf re-derives the name). A collision refuses URN_ALREADY_EXISTS unless overwrite.",
@@ -282,7 +283,7 @@ def node_tools(nodes: NodeService) -> list[HadronTool]:
             move_node,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_delete_node",
             "Delete a node: soft by default, hard: true removes the rows. Refuses with descendants unless "
             "recursive; a hard delete refuses cross-memory edges unless cascadeCrossMemoryEdges.",

@@ -7,8 +7,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.services.objects import ObjectService, record
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 
 class CreateObjectArgs(ToolArgs):
@@ -48,10 +49,10 @@ class FindObjectsArgs(ToolArgs):
     offset: int = Field(0, ge=0)
 
 
-def object_tools(objects: ObjectService) -> list[HadronTool]:
+def object_tools(objects: ObjectService) -> list[Tool[Ctx]]:
     def out(verb: str, node: Any, memory: Any) -> ToolOutput:
         rec = record(node)
-        urn = f"hrn:node:{memory.root}:{memory.slug}:{node.loc}"
+        urn = node_urn(memory.root, memory.slug, node.loc)
         text = f"{verb} {rec['type']} {rec['id']} ({urn}, revision {node.revision})\n"
         return ToolOutput(text + json.dumps(rec, ensure_ascii=False, sort_keys=True), rec)
 
@@ -86,7 +87,7 @@ def object_tools(objects: ObjectService) -> list[HadronTool]:
         return ToolOutput(text, {"objects": recs, "total": total})
 
     return [
-        HadronTool(
+        Tool(
             "hadron_create_object",
             "Create a record in a collection; fields are validated against the memory's schema when the "
             "collection is declared. id and type are reserved.",
@@ -94,27 +95,27 @@ def object_tools(objects: ObjectService) -> list[HadronTool]:
             create_object,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_get_object",
             "Read one object by id or node URN as {id, type, ...fields}.",
             RefArgs,
             get_object,
         ),
-        HadronTool(
+        Tool(
             "hadron_update_object",
             "Shallow-merge fields into an object (atomic; patch wins, unmentioned fields kept), then re-validate.",
             UpdateObjectArgs,
             update_object,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_delete_object",
             "Delete an object: soft by default; hard: true removes the row. Non-recursive.",
             DeleteObjectArgs,
             delete_object,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_find_objects",
             "Query one collection -> {objects, total}: match (equality, cast from the schema), where (the "
             "predicate grammar, ANDed with match), sort, limit, offset.",

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from triptych.hadron.services.scopes import ScopeService
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 
 class ListScopesArgs(ToolArgs):
@@ -55,7 +55,7 @@ class SetActiveScopeArgs(ToolArgs):
     clear: bool = Field(False, description="Drop the active scope")
 
 
-def scope_tools(service: ScopeService) -> list[HadronTool]:
+def scope_tools(service: ScopeService) -> list[Tool[Ctx]]:
     def list_scopes(ctx: Ctx, args: ListScopesArgs) -> ToolOutput:
         context, found = service.listing(
             ctx.caller, ctx.session, args.app, args.ownerType, args.ownerRef, args.name
@@ -129,14 +129,14 @@ def scope_tools(service: ScopeService) -> list[HadronTool]:
         )
 
     return [
-        HadronTool(
+        Tool(
             "hadron_list_scopes",
             "List the scopes you may read. With no filter, the active App's context: its own scopes, its "
             "installed Agents', and its organization's (what a bare scope name resolves against there).",
             ListScopesArgs,
             list_scopes,
         ),
-        HadronTool(
+        Tool(
             "hadron_create_scope",
             "Create a scope: a named, ordered list of memories that narrows searches and never grants. With no "
             "owner ref the active App owns it. Every memory must be one you can read.",
@@ -144,28 +144,28 @@ def scope_tools(service: ScopeService) -> list[HadronTool]:
             create_scope,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_update_scope",
             "Rename, re-describe, or replace a scope's memory list (memoryUrns replaces, never merges).",
             UpdateScopeArgs,
             update_scope,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_delete_scope",
             "Soft-delete a scope; its name is free again at once. Attaches or detaches nothing.",
             DeleteScopeArgs,
             delete_scope,
             read_only=False,
         ),
-        HadronTool(
+        Tool(
             "hadron_scope_explain",
             "What a scope resolves to for you: readable memories in order, how many were dropped for access, "
             "which owner tier won, the scopes it shadowed, and with loc which memory would win for that address.",
             ExplainScopeArgs,
             explain,
         ),
-        HadronTool(
+        Tool(
             "hadron_set_active_scope",
             "Set the scope hadron_find_nodes and hadron_search run under when a call names no scope and no "
             "memory, or drop it with clear: true. Persisted per client instance, like the active App.",

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.services.search import ENTITY_TYPES, FindQuery, FindResult, Hit, SearchService
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 PREVIEW = 300
 
@@ -131,7 +131,7 @@ def _render(result: FindResult, rows: list[dict[str, Any]], query: str, brief: b
     return "\n".join(lines)
 
 
-def search_tools(service: SearchService) -> list[HadronTool]:
+def search_tools(service: SearchService) -> list[Tool[Ctx]]:
     def find_nodes(ctx: Ctx, args: FindNodesArgs) -> ToolOutput:
         q = FindQuery(
             query=args.query, mode=args.mode, scope=args.scope, parent_rel=args.parentRel, memory_urn=args.memoryUrn,
@@ -176,7 +176,7 @@ def search_tools(service: SearchService) -> list[HadronTool]:
         return ToolOutput("\n".join(lines), data)
 
     return [
-        HadronTool(
+        Tool(
             "hadron_find_nodes",
             "Relevance-ranked node search. mode: keyword (default, stemmed full text), vector/hybrid (semantic, "
             'needs the memory\'s vector index), regex. query "*" or "" lists everything (survey). Filters: '
@@ -186,7 +186,7 @@ def search_tools(service: SearchService) -> list[HadronTool]:
             FindNodesArgs,
             find_nodes,
         ),
-        HadronTool(
+        Tool(
             "hadron_search",
             "Find a known entity by id, URN or name across organizations, memories, nodes, agents, apps, AI "
             "service configs and users in one ranked list. Case-insensitive substring (pk is exact), never "

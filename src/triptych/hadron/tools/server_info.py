@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from triptych import __version__
 from triptych.hadron.services.selection import SelectionService
-from triptych.hadron.tools.base import Ctx, HadronTool, NoArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, NoArgs, Tool, ToolOutput
 
 # One token per feature this build really has; tokens are added when a feature ships, never early.
 CAPABILITIES = (
@@ -24,7 +24,7 @@ CAPABILITIES = (
 )
 
 
-def server_info_tools(selections: SelectionService) -> list[HadronTool]:
+def server_info_tools(selections: SelectionService) -> list[Tool[Ctx]]:
     def server_info(ctx: Ctx, args: NoArgs) -> ToolOutput:
         state = ctx.session
         lines = [f"server: {ctx.server_url or 'stdio'}", f"version: {__version__}"]
@@ -75,7 +75,7 @@ def server_info_tools(selections: SelectionService) -> list[HadronTool]:
         )
 
     return [
-        HadronTool(
+        Tool(
             "hadron_server_info",
             "Return the deployment URL, the version, the capability tokens this build carries, the organization "
             "currently resolved (and which rung chose it), and whether this connection was re-established. "

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pydantic import Field
 
 from triptych.hadron.services.validate import ValidateService
-from triptych.hadron.tools.base import Ctx, HadronTool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 
 class ValidateArgs(ToolArgs):
     memoryUrn: str = Field(description="Fully-qualified memory URN (hrn:mem:<root>:<slug>)")
 
 
-def validate_tools(service: ValidateService) -> list[HadronTool]:
+def validate_tools(service: ValidateService) -> list[Tool[Ctx]]:
     def validate(ctx: Ctx, args: ValidateArgs) -> ToolOutput:
         r = service.validate(ctx.caller, args.memoryUrn)
         lines = [f"Validated {r.memory.urn}: {r.nodes} node(s), {r.issues} issue(s)"]
@@ -36,7 +36,7 @@ def validate_tools(service: ValidateService) -> list[HadronTool]:
         return ToolOutput("\n".join(lines), data)
 
     return [
-        HadronTool(
+        Tool(
             "hadron_validate",
             "Walk a memory and report broken edges, missing content, embedding failures and schema violations "
             "(including records written before the schema existed). Read-only; safe any time.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triptych.core.chunking import chunk_text, estimate_tokens, split_sentences
+from triptych.metronix.chunking import chunk_text, estimate_tokens, split_sentences
 
 
 def _sentences(count: int, words: int = 8, tag: str = "s") -> list[str]:

@@ -1,0 +1,124 @@
+"""Metergraph's refusals (subclasses of the core kinds with the contract's lower-case ``error.code``)
+and the one renderer of its error document, used by the MCP endpoint and the REST doors alike.
+
+    MetergraphError              code                    kind            http
+    ├── InvalidArgument          invalid_argument        invalid         422
+    │   └── BadBatch             invalid_argument        invalid         400 (an ingest document as a whole)
+    ├── NotFoundError            not_found               not_found       404
+    ├── ForbiddenError           forbidden               forbidden       403
+    ├── ReplayNotEligible        replay_not_eligible     conflict        409
+    ├── ResponseTooLarge         response_too_large      invalid         413
+    ├── UnsupportedCapability    unsupported_capability  unavailable     501
+    ├── RateLimited              rate_limited            unavailable     429
+    └── Unauthenticated          unauthenticated         unauthenticated 401 (HTTP only, not a contract code)
+
+A core kind raised as it is reads as ``BY_KIND`` says; an internal error is never a tool result (the
+MCP endpoint answers JSON-RPC -32603, the REST doors HTTP 500).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from triptych.core import errors as core
+from triptych.core.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    Kind,
+    NotFound,
+    TriptychError,
+    Unavailable,
+    surface_code,
+)
+from triptych.metergraph.contract import CONTRACT_VERSION, MAX_RESPONSE_BYTES
+
+BY_KIND: dict[Kind, str] = {
+    "invalid": "invalid_argument",
+    "not_found": "not_found",
+    "forbidden": "forbidden",
+    "unauthenticated": "unauthenticated",
+}
+
+
+class MetergraphError(TriptychError):
+    """A refusal with Metergraph's own (lower-case) code."""
+
+    code = "invalid_argument"
+    http_status = 422
+
+
+class InvalidArgument(MetergraphError, Invalid):
+    code = "invalid_argument"
+    http_status = 422
+
+
+class BadBatch(InvalidArgument):
+    """An ingest document refused as a whole (HTTP 400)."""
+
+    http_status = 400
+
+
+class NotFoundError(MetergraphError, NotFound):
+    code = "not_found"
+    http_status = 404
+
+
+class ForbiddenError(MetergraphError, Forbidden):
+    code = "forbidden"
+    http_status = 403
+
+
+class ReplayNotEligible(MetergraphError, Conflict):
+    code = "replay_not_eligible"
+    http_status = 409
+
+
+class ResponseTooLarge(MetergraphError, Invalid):
+    code = "response_too_large"
+    http_status = 413
+
+
+def check_response_size(size: int) -> None:
+    """Both doors refuse an answer over 5 MiB the same way."""
+    if size > MAX_RESPONSE_BYTES:
+        raise ResponseTooLarge("the response exceeds 5 MiB: narrow the window or lower the limit")
+
+
+class UnsupportedCapability(MetergraphError, Unavailable):
+    code = "unsupported_capability"
+    http_status = 501
+
+
+class RateLimited(MetergraphError, Unavailable):
+    code = "rate_limited"
+    http_status = 429
+
+
+class Unauthenticated(MetergraphError, core.Unauthenticated):
+    """Not a contract code: a missing or invalid token is HTTP 401 before any tool runs."""
+
+    code = "unauthenticated"
+    http_status = 401
+
+
+ERROR_CODES = frozenset(
+    c.code
+    for c in (
+        InvalidArgument,
+        NotFoundError,
+        ForbiddenError,
+        ReplayNotEligible,
+        ResponseTooLarge,
+        UnsupportedCapability,
+        RateLimited,
+    )
+)
+
+
+def error_document(exc: TriptychError) -> dict[str, Any]:
+    """The contract's error document: a contract code (a kind raised as it is reads as Metergraph's
+    code for that kind; anything else as ``invalid_argument``) and the message."""
+    code = surface_code(exc, BY_KIND)
+    code = code if code in ERROR_CODES else "invalid_argument"
+    return {"schema_version": CONTRACT_VERSION, "error": {"code": code, "message": exc.message}}
