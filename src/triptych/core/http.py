@@ -58,8 +58,7 @@ def body_too_large(
     exc = Invalid(
         f"Request body too large: the limit of this MCP endpoint is {limit // (1024 * 1024)} MiB "
         f"({limit:,} bytes); this request {what}",
-        hint="Split the document into parts, each stored with its own doc_label, "
-        "or import large files with `triptych kb import`",
+        hint="Send less in one request: split the content into parts, each stored by its own call",
         details={"limit_bytes": limit, "request_bytes": size},
     )
     return {
