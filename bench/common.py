@@ -413,7 +413,7 @@ def latency_breakdown(
     top_k: int = 10,
     desc: str = "breakdown",
 ) -> dict[str, Any]:
-    """Times each step of ``KnowledgeService.hybrid`` with the real store: query embedding, FTS5 keyword
+    """Times each step of ``KnowledgeService.hybrid`` with the real store: query embedding, BM25 keyword
     query, vector search, then fusion + hydration (rrf, sort, chunk_hits, result dicts)."""
     from triptych.core.search import rrf
 

@@ -183,14 +183,12 @@ def cmd_kb_import(args: argparse.Namespace) -> int:
         return 2
     finally:
         metronix.close()
-    print(
-        f"imported into workspace {args.workspace!r}: "
-        f"{summary.documents} documents, {summary.chunks} chunks, "
-        f"{summary.unchanged} skipped unchanged, {summary.failed} failed"
-    )
-    for error in summary.errors:
-        print(f"  failed: {error}", file=sys.stderr)
-    return 1 if summary.failed and not summary.documents and not summary.unchanged else 0
+    head, *details = summary.report(args.workspace)
+    print(head)
+    for line in details:
+        print(line, file=sys.stderr)
+    # A failure, or nothing importable at all, is worth a non-zero exit for a script.
+    return 1 if summary.failed or not (summary.stored or summary.unchanged) else 0
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
@@ -229,6 +227,29 @@ def cmd_sources(args: argparse.Namespace) -> int:
     except InvalidParams as exc:
         print(f"triptych: {exc.message}", file=sys.stderr)
         return 2
+
+
+KB_IMPORT_DESCRIPTION = """\
+Import files and folders into the knowledge base, one document per file.
+
+What it reads, decided by each file's content, not only its extension:
+  - Markdown (.md, .markdown): titled by its first '# ' heading;
+  - HTML (.html, .htm, or a file that starts with <!doctype html> or <html>): the page's
+    text without scripts, styles and navigation, titled by <title> or the first <h1>;
+  - any other text file, with or without an extension (README, NOTES, .txt, .rst, source
+    code, ...), in UTF-8, UTF-16 with a byte-order mark, or a detected legacy encoding;
+  - gzip (.gz), bzip2 (.bz2) and xz (.xz) compressed files: the text they hold.
+What it skips, each with its reason on stderr: binary content (images, PDF, archives,
+executables, anything with NUL bytes), empty files, hidden files and folders inside a folder
+(names starting with '.'), links to folders inside a folder (not followed), files over
+20,000,000 bytes or 5,000,000 characters.
+
+Each document is labelled file:<absolute path>: two README files in different folders stay
+two documents, and a rerun (from any directory) skips unchanged files and updates changed
+ones. A label that already holds a document not imported from that file is never replaced.
+The summary counts documents stored (new and changed), unchanged, skipped and failed, and the
+workspace's total. Exit status: 0, or 1 if a file failed or nothing was importable.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -294,8 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     kb = sub.add_parser("kb", help="knowledge-base commands")
     kb_sub = kb.add_subparsers(dest="kb_command", required=True)
-    kb_import = kb_sub.add_parser("import", help="import Markdown, text and HTML files or folders")
-    kb_import.add_argument("paths", nargs="+", help="files or folders")
+    kb_import = kb_sub.add_parser(
+        "import",
+        help="import files and folders of text (Markdown, HTML, plain text, compressed text)",
+        description=KB_IMPORT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    kb_import.add_argument("paths", nargs="+", help="files or folders (folders are read recursively)")
     kb_import.add_argument("--workspace", default="default", help="target workspace (default 'default')")
     kb_import.add_argument("--data-dir", **data_dir)
     kb_import.set_defaults(func=cmd_kb_import)

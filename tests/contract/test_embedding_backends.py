@@ -159,10 +159,11 @@ def test_kb_import_ingests_a_folder_with_a_summary_and_a_rerun_is_a_no_op(tmp_pa
     ]
 
     first = subprocess.run(command, capture_output=True, text=True, check=True)
-    assert "3 documents" in first.stdout and "0 skipped unchanged, 0 failed" in first.stdout
+    assert "stored 3 documents (3 new, 0 changed; 3 chunks), 0 unchanged, 1 skipped, 0 failed" in first.stdout
     assert "importing" in first.stderr  # the progress bar
+    assert f"skipped {docs / 'image.png'}: binary content (a PNG image)" in first.stderr
     second = subprocess.run(command, capture_output=True, text=True, check=True)
-    assert "0 documents, 0 chunks, 3 skipped unchanged, 0 failed" in second.stdout
+    assert "stored 0 documents (0 new, 0 changed; 0 chunks), 3 unchanged, 1 skipped" in second.stdout
 
     missing = subprocess.run(
         [*command[:3], str(tmp_path / "nope"), *command[4:]], capture_output=True, text=True

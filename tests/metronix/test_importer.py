@@ -12,7 +12,7 @@ import pytest
 
 from triptych.core.auth import Principal, local_principal
 from triptych.core.embed import Matrix
-from triptych.metronix.importer import discover, extract, import_paths
+from triptych.metronix.importer import LINKED_FOLDER, discover, extract, import_paths, label_for
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.store import SqliteKnowledgeStore
 
@@ -97,12 +97,18 @@ def test_import_of_a_folder_stores_supported_files_and_counts_them(
 ) -> None:
     summary = import_paths(service, LOCAL, "default", [folder])
 
-    assert (summary.documents, summary.unchanged, summary.failed) == (3, 0, 1)
+    assert (summary.new, summary.updated, summary.unchanged, summary.failed) == (3, 0, 0, [])
     assert summary.chunks >= 3
     assert summary.chunks == service.store.count_chunks()
-    assert len(summary.errors) == 1 and "empty.txt" in summary.errors[0]
-    # Labels are paths relative to the imported root; hidden entries and images are left out.
-    assert _labels(service) == {"file:alpha.md", "file:beta.txt", "file:sub/page.html"}
+    assert summary.workspace_documents == 3
+    # Labels are absolute paths; hidden entries, images and empty files are left out, each with a reason.
+    assert _labels(service) == {label_for(folder / n) for n in ("alpha.md", "beta.txt", "sub/page.html")}
+    assert {(Path(o.path).relative_to(folder).as_posix(), o.reason) for o in summary.skipped} == {
+        (".obsidian", "hidden (its name starts with '.')"),
+        (".draft.md", "hidden (its name starts with '.')"),
+        ("picture.png", "binary content (a PNG image)"),
+        ("sub/empty.txt", "empty (no text)"),
+    }
 
 
 def test_imported_documents_keep_their_titles_text_and_source(
@@ -110,8 +116,8 @@ def test_imported_documents_keep_their_titles_text_and_source(
 ) -> None:
     import_paths(service, LOCAL, "default", [folder])
 
-    alpha = service.get(LOCAL, None, "file:alpha.md")
-    beta = service.get(LOCAL, None, "file:beta.txt")
+    alpha = service.get(LOCAL, None, label_for(folder / "alpha.md"))
+    beta = service.get(LOCAL, None, label_for(folder / "beta.txt"))
     assert (alpha["title"], alpha["source_type"]) == ("Alpha Notes", "file")
     assert alpha["content"] == (folder / "alpha.md").read_text()
     assert alpha["metadata"] == {"path": str((folder / "alpha.md").resolve())}
@@ -123,7 +129,7 @@ def test_imported_html_has_its_title_and_body_text_without_scripts_or_page_chrom
 ) -> None:
     import_paths(service, LOCAL, "default", [folder])
 
-    page = service.get(LOCAL, None, "file:sub/page.html")
+    page = service.get(LOCAL, None, label_for(folder / "sub" / "page.html"))
 
     assert page["title"] == "Kite Guide"
     content = page["content"]
@@ -133,7 +139,7 @@ def test_imported_html_has_its_title_and_body_text_without_scripts_or_page_chrom
         assert dropped not in content
     for chrome in ("Home | About", "Copyright footer"):
         assert chrome not in content
-    assert _hits(service, "kites breeze") == ["file:sub/page.html"]
+    assert _hits(service, "kites breeze") == [label_for(folder / "sub" / "page.html")]
     assert _hits(service, "trackingSecret") == []
 
 
@@ -177,7 +183,7 @@ def test_running_the_same_import_again_changes_nothing(
 
     again = import_paths(service, LOCAL, "default", [folder])
 
-    assert (again.documents, again.chunks, again.unchanged, again.failed) == (0, 0, 3, 1)
+    assert (again.stored, again.chunks, again.unchanged, len(again.skipped), again.failed) == (0, 0, 3, 4, [])
     assert len(embedder.texts) == embedded  # nothing re-embedded
     assert _chunk_ids(service) == chunk_ids  # nothing rewritten
 
@@ -190,28 +196,38 @@ def test_a_changed_file_is_imported_again_and_the_rest_are_skipped(
 
     again = import_paths(service, LOCAL, "default", [folder])
 
-    assert (again.documents, again.unchanged, again.failed) == (1, 2, 1)
-    assert service.get(LOCAL, None, "file:beta.txt")["content"] == "Deserts are dry. Cacti store water.\n"
+    assert (again.new, again.updated, again.unchanged, again.failed) == (0, 1, 2, [])
+    beta = label_for(folder / "beta.txt")
+    assert service.get(LOCAL, None, beta)["content"] == "Deserts are dry. Cacti store water.\n"
     assert _hits(service, "glaciers") == []
-    assert _hits(service, "cacti") == ["file:beta.txt"]
+    assert _hits(service, "cacti") == [beta]
 
 
-def test_empty_and_whitespace_only_files_count_as_failed(service: KnowledgeService, tmp_path: Path) -> None:
-    (tmp_path / "empty.md").write_text("")
-    (tmp_path / "blank.txt").write_text("  \n\n\t \n")
-    (tmp_path / "script-only.html").write_text("<html><body><script>var x = 1;</script></body></html>")
+def test_empty_and_whitespace_only_files_are_skipped_with_a_reason(
+    service: KnowledgeService, tmp_path: Path
+) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "empty.md").write_text("")
+    (folder / "blank.txt").write_text("  \n\n\t \n")
+    (folder / "script-only.html").write_text("<html><body><script>var x = 1;</script></body></html>")
 
-    summary = import_paths(service, LOCAL, "default", [tmp_path])
+    summary = import_paths(service, LOCAL, "default", [folder])
 
-    assert (summary.documents, summary.failed) == (0, 3)
+    assert (summary.stored, summary.failed) == (0, [])
+    assert sorted((Path(o.path).name, o.reason) for o in summary.skipped) == [
+        ("blank.txt", "empty (no text)"),
+        ("empty.md", "empty (no text)"),
+        ("script-only.html", "no text once the markup is removed"),
+    ]
     assert service.store.count_documents("default") == 0
 
 
-def test_single_file_is_labelled_by_its_name(service: KnowledgeService, folder: Path) -> None:
+def test_a_single_file_is_labelled_by_its_absolute_path(service: KnowledgeService, folder: Path) -> None:
     summary = import_paths(service, LOCAL, "ws", [folder / "sub" / "page.html"])
 
-    assert summary.documents == 1
-    assert _labels(service, "ws") == {"file:page.html"}
+    assert summary.new == 1
+    assert _labels(service, "ws") == {"file:" + (folder / "sub" / "page.html").resolve().as_posix()}
 
 
 def test_missing_path_is_refused(service: KnowledgeService, tmp_path: Path) -> None:
@@ -219,25 +235,28 @@ def test_missing_path_is_refused(service: KnowledgeService, tmp_path: Path) -> N
         import_paths(service, LOCAL, "default", [tmp_path / "nowhere"])
 
 
-def test_discover_lists_supported_visible_files_in_a_stable_order(folder: Path) -> None:
+def test_discover_lists_visible_files_in_a_stable_order_and_reports_hidden_ones(folder: Path) -> None:
     (folder / "UPPER.MD").write_text("# Upper\n\nCase suffix.\n")
 
-    found = [file.relative_to(root).as_posix() for file, root in discover([folder])]
+    files, skipped = discover([folder])
 
-    assert found == ["UPPER.MD", "alpha.md", "beta.txt", "sub/empty.txt", "sub/page.html"]
+    found = [file.relative_to(folder).as_posix() for file in files]
+    assert found == ["UPPER.MD", "alpha.md", "beta.txt", "picture.png", "sub/empty.txt", "sub/page.html"]
+    assert sorted(Path(o.path).name for o in skipped) == [".draft.md", ".obsidian"]
 
 
 def test_import_reports_every_file_to_the_progress_wrapper(service: KnowledgeService, folder: Path) -> None:
     seen: list[int] = []
 
-    def progress(files: Iterable[tuple[Path, Path]], total: int) -> Iterable[tuple[Path, Path]]:
+    def progress(files: Sequence[Path], total: int) -> Iterable[Path]:
         seen.append(total)
         return files
 
     summary = import_paths(service, LOCAL, "default", [folder], progress=progress)
 
-    assert seen == [4]
-    assert summary.documents + summary.unchanged + summary.failed == 4
+    assert seen == [5]
+    # Every candidate is accounted for: stored, unchanged, skipped (2 of the skips are hidden entries).
+    assert summary.stored + summary.unchanged + len(summary.skipped) - 2 + len(summary.failed) == 5
 
 
 def test_import_as_a_viewer_stores_nothing_and_reports_every_file(
@@ -247,8 +266,8 @@ def test_import_as_a_viewer_stores_nothing_and_reports_every_file(
 
     summary = import_paths(service, viewer, "default", [folder])
 
-    assert (summary.documents, summary.failed) == (0, 4)
-    assert any("may read but not write" in error for error in summary.errors)
+    assert (summary.stored, len(summary.failed)) == (0, 3)
+    assert all("may read but not write" in outcome.reason for outcome in summary.failed)
     assert service.store.count_documents("default") == 0
 
 
@@ -256,3 +275,52 @@ def _chunk_ids(service: KnowledgeService) -> set[int]:
     store = service.store
     assert isinstance(store, SqliteKnowledgeStore)
     return {int(r[0]) for r in store.db.conn.execute("SELECT id FROM chunks")}
+
+
+def test_two_files_of_the_same_name_in_different_folders_are_two_documents(
+    service: KnowledgeService, tmp_path: Path
+) -> None:
+    for package in ("alpha", "beta"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "README").write_text(f"The {package} package reads its config at start.\n")
+
+    summary = import_paths(service, LOCAL, "default", [tmp_path / "alpha" / "README", tmp_path / "beta"])
+
+    assert (summary.new, summary.workspace_documents) == (2, 2)
+    assert _labels(service) == {
+        label_for(tmp_path / "alpha" / "README"),
+        label_for(tmp_path / "beta" / "README"),
+    }
+
+
+def test_a_file_named_twice_is_imported_once(service: KnowledgeService, folder: Path) -> None:
+    summary = import_paths(service, LOCAL, "default", [folder / "alpha.md", folder, folder / "alpha.md"])
+
+    assert (summary.new, summary.workspace_documents) == (3, 3)
+
+
+def test_a_label_holding_another_document_is_never_replaced(service: KnowledgeService, folder: Path) -> None:
+    label = label_for(folder / "beta.txt")
+    service.store_document(LOCAL, None, "Written by an agent, not by an import.", doc_label=label)
+
+    summary = import_paths(service, LOCAL, "default", [folder / "beta.txt"])
+
+    assert summary.stored == 0
+    assert [(o.path, o.reason) for o in summary.skipped] == [
+        (
+            str(folder / "beta.txt"),
+            f"the label {label} already holds another document (not written by an import of this file)",
+        )
+    ]
+    assert service.get(LOCAL, None, label)["content"] == "Written by an agent, not by an import."
+
+
+def test_a_linked_folder_inside_a_folder_is_reported_not_followed(
+    service: KnowledgeService, folder: Path
+) -> None:
+    (folder / "sub" / "loop").symlink_to(folder)
+
+    summary = import_paths(service, LOCAL, "default", [folder])
+
+    assert summary.new == 3
+    assert (str(folder / "sub" / "loop"), LINKED_FOLDER) in [(o.path, o.reason) for o in summary.skipped]

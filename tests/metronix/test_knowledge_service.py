@@ -411,6 +411,43 @@ def test_a_worker_sees_documents_another_worker_stored_or_replaced(open_service:
     assert {r["content"] for r in results} == {QUBIT, "Penguins huddle together in Antarctic winters."}
 
 
+def test_keyword_search_follows_another_worker_s_stores_replacements_and_deletes(
+    open_service: OpenService,
+) -> None:
+    first = open_service()
+    second = open_service()
+    first.store_document(LOCAL, None, ZEBRA, doc_label="zebra")
+    assert _keyword_hits(first, "stripes") == ["zebra"]  # the keyword index is now loaded
+
+    second.store_document(LOCAL, None, "Penguins huddle together in Antarctic winters.", doc_label="zebra")
+    second.store_document(LOCAL, None, QUBIT, doc_label="qubit")
+    assert _keyword_hits(first, "stripes") == []
+    assert _keyword_hits(first, "penguins huddle") == ["zebra"]
+    second.delete_document(LOCAL, None, "qubit")
+    assert _keyword_hits(first, "qubits") == []
+
+
+def _keyword_hits(service: KnowledgeService, query: str) -> list[str]:
+    return [r["doc_label"] for r in service.search(LOCAL, None, query)["results"] if r["keyword_score"]]
+
+
+def test_identical_documents_collapse_into_one_result_naming_the_other_labels(
+    service: KnowledgeService,
+) -> None:
+    for label in ("b-copy", "a-copy", "c-copy"):
+        service.store_document(LOCAL, None, ZEBRA, title=label.upper(), doc_label=label)
+    service.store_document(LOCAL, None, QUBIT, doc_label="qubit")
+    service.store_document(LOCAL, "elsewhere", ZEBRA, doc_label="other-workspace-copy")
+
+    results = service.search(LOCAL, None, "zebra stripes", top_k=2)["results"]
+
+    assert len(results) == 2
+    zebra, qubit = results
+    assert qubit["doc_label"] == "qubit" and qubit["duplicate_labels"] == []
+    # Another workspace's copy is not named: it is not this workspace's knowledge.
+    assert sorted([zebra["doc_label"], *zebra["duplicate_labels"]]) == ["a-copy", "b-copy", "c-copy"]
+
+
 # -- skip_unchanged --------------------------------------------------------------------------
 
 
@@ -512,7 +549,9 @@ def test_empty_index_adopts_the_configured_model(open_service: OpenService) -> N
     assert _labels(switched.search(LOCAL, None, "zebra")) == ["zebra"]
 
 
-def test_concurrent_stores_and_searches_never_reload_the_vector_index(service: KnowledgeService) -> None:
+def test_concurrent_stores_and_searches_never_reload_the_vector_or_keyword_index(
+    service: KnowledgeService,
+) -> None:
     # Each store commits and then hands its chunks to the index (``WriteGate``): with one process
     # writing, a search racing a store must never find the index behind and reload it.
     for i in range(20):
@@ -520,7 +559,7 @@ def test_concurrent_stores_and_searches_never_reload_the_vector_index(service: K
     service.search(LOCAL, None, "zebra")
     store = service.store
     assert isinstance(store, SqliteKnowledgeStore)
-    loads = count_loads(store.index)
+    loads = count_loads(store.index, store.keywords)
 
     def work(worker: int) -> None:
         for i in range(8):
@@ -534,3 +573,40 @@ def test_concurrent_stores_and_searches_never_reload_the_vector_index(service: K
     assert run_threads(work, 6) == []
     assert loads == []
     assert service.search(LOCAL, None, "qubits superposition lab", top_k=50)["count"] >= 24
+
+
+def test_a_database_of_the_previous_version_migrates_and_its_documents_stay_searchable(
+    tmp_path: Path, embedder: LocalEmbedder, open_service: OpenService
+) -> None:
+    from triptych.core.db import Database
+    from triptych.metronix.store import MIGRATIONS
+
+    # A knowledge base written before issue 21: FTS5 table, no body hashes.
+    old = Database(tmp_path / "metronix.db", MIGRATIONS[:2])
+    vector = embedder.embed([ZEBRA])[0]
+    with old.transaction() as conn:
+        conn.execute("INSERT INTO workspaces (id, created_at) VALUES ('default', '2026-01-01')")
+        for label in ("zebra", "zebra-copy"):
+            document = conn.execute(
+                "INSERT INTO documents (workspace_id, doc_label, content, source_type, content_hash, created_at,"
+                " updated_at) VALUES ('default', ?, ?, 'manual', ?, '2026-01-01', '2026-01-01')",
+                (label, ZEBRA, label),
+            ).lastrowid
+            chunk = conn.execute(
+                "INSERT INTO chunks (document_id, workspace_id, ordinal, text, embedding)"
+                " VALUES (?, 'default', 0, ?, ?)",
+                (document, ZEBRA, vector.tobytes()),
+            ).lastrowid
+            conn.execute(
+                "INSERT INTO chunks_fts (rowid, part, title, body) VALUES (?, 'p', '', ?)", (chunk, ZEBRA)
+            )
+    old.close()
+
+    service = open_service()
+
+    (hit,) = service.search(LOCAL, None, "zebra stripes")["results"]
+    assert hit["keyword_score"] and hit["duplicate_labels"] == ["zebra-copy"]
+    store = service.store
+    assert isinstance(store, SqliteKnowledgeStore)
+    tables = {r[0] for r in store.db.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "chunks_fts" not in tables

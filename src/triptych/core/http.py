@@ -10,14 +10,19 @@ from typing import Any
 from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from triptych.config import Settings
-from triptych.core.errors import AuthRequired, TriptychError
+from triptych.core.errors import AuthRequired, Invalid, TriptychError
 from triptych.core.mcp import PRINCIPAL_KEY, guard
 
 Authenticator = Callable[[str | None], Any]
+
+# The largest request an MCP endpoint reads unless it says otherwise (Metronix reads more: a whole
+# document travels in one metronix_store request).
+MCP_MAX_BODY = 4 * 1024 * 1024
 
 
 def transport_security() -> TransportSecuritySettings:
@@ -74,6 +79,30 @@ def error_body(exc: TriptychError) -> dict[str, Any]:
     return {"error": exc.to_dict()}
 
 
+def body_too_large(
+    limit: int, declared: str | None, render: Callable[[TriptychError], dict[str, Any]] = error_body
+) -> dict[str, Any]:
+    """The JSON-RPC error for a request over ``limit`` bytes, with the surface's error (``render``) in
+    ``data``.
+
+    MCP clients show a JSON-RPC error's message (the official one turns a bare 413 into "Server returned
+    an error response"), so the message names the limit.
+    """
+    size = int(declared) if declared and declared.isdigit() else None
+    what = f"is {size:,} bytes" if size is not None else "is larger than that"
+    exc = Invalid(
+        f"Request body too large: the limit of this MCP endpoint is {limit // (1024 * 1024)} MiB "
+        f"({limit:,} bytes); this request {what}",
+        hint="Send less in one request: split the content into parts, each stored by its own call",
+        details={"limit_bytes": limit, "request_bytes": size},
+    )
+    return {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": exc.message, "data": render(exc)},
+    }
+
+
 class McpEndpoint:
     """An ASGI endpoint: the Host/Origin guard, then the bearer token, then the MCP session manager.
 
@@ -93,7 +122,8 @@ class McpEndpoint:
         caller_key: str = PRINCIPAL_KEY,
         stateless: bool = False,
         json_response: bool = False,
-        max_body: int = 4 * 1024 * 1024,
+        max_body: int = MCP_MAX_BODY,
+        render: Callable[[TriptychError], dict[str, Any]] = error_body,
     ) -> None:
         self.manager = StreamableHTTPSessionManager(
             app=server,
@@ -104,6 +134,8 @@ class McpEndpoint:
         )
         self._authenticate = authenticate
         self._caller_key = caller_key
+        self.max_body = max_body
+        self._render = render
         self._allowed_hosts = list(settings.allowed_hosts)
         self._allowed_origins = list(settings.allowed_origins)
 
@@ -136,4 +168,23 @@ class McpEndpoint:
     async def forward(
         self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], caller: Any
     ) -> None:
-        await self.manager.handle_request(scope, receive, send)
+        await self.handle(scope, receive, send)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Hand the request to the session manager; its bare 413 for an oversized body becomes a
+        JSON-RPC error that names the limit."""
+        refused = False
+
+        async def send_or_explain(message: Message) -> None:
+            nonlocal refused
+            if message["type"] == "http.response.start" and message["status"] == 413:
+                refused = True
+                return
+            if refused:
+                if message["type"] == "http.response.body" and not message.get("more_body", False):
+                    declared = Headers(scope=scope).get("content-length")
+                    await send_json(send, 413, body_too_large(self.max_body, declared, self._render))
+                return
+            await send(message)
+
+        await self.manager.handle_request(scope, receive, send_or_explain)

@@ -11,6 +11,11 @@ them (k1 1.2, b 0.75, per-column weights summed into one term frequency, IDF flo
 document counts and lengths of the partition itself: one workspace's records never shift another's
 ranking.
 
+``idf="fts5"`` floors the IDF of a term in half or more of the partition's documents at 1e-6, as FTS5
+does: in a workspace of two documents, an exact match in one of them then scores nothing.
+``idf="smooth"`` is Lucene's ``log(1 + (N - n + 0.5) / (n + 0.5))``, positive for every matching term,
+so a match in a small workspace still counts (the knowledge base uses it; docs/decisions.md, issue 21).
+
 The database stays the source of truth, as for ``VectorIndex`` (``PartitionCache``): every write that
 changes indexed text bumps the partition's generation in its transaction.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -71,9 +77,12 @@ def _document_terms(columns: Sequence[tuple[str, float]]) -> tuple[dict[str, flo
 class KeywordIndex(PartitionCache[_Partition]):
     """BM25 over partitions loaded from the database by ``loader(key)`` and updated in place."""
 
-    def __init__(self, loader: Callable[[str], Iterable[Document]]) -> None:
+    def __init__(
+        self, loader: Callable[[str], Iterable[Document]], idf: Literal["fts5", "smooth"] = "fts5"
+    ) -> None:
         super().__init__()
         self._loader = loader
+        self._smooth_idf = idf == "smooth"
 
     def _load(self, key: str, generation: int) -> _Partition:
         part = _Partition(generation=generation)
@@ -158,8 +167,11 @@ class KeywordIndex(PartitionCache[_Partition]):
         weights = np.concatenate([w for _, w in lists])
         keep = alive[positions]
         matched = np.array([int(np.count_nonzero(alive[p])) for p, _ in lists], dtype=np.float64)
-        idf = np.log((live - matched + 0.5) / (matched + 0.5))
-        idf = np.where(idf > 0, idf, 1e-6)
+        if self._smooth_idf:
+            idf = np.log1p((live - matched + 0.5) / (matched + 0.5))
+        else:
+            idf = np.log((live - matched + 0.5) / (matched + 0.5))
+            idf = np.where(idf > 0, idf, 1e-6)
         term_idf = np.repeat(idf, [p.size for p, _ in lists])
         positions, weights, term_idf = positions[keep], weights[keep], term_idf[keep]
         norm = K1 * (1.0 - B + B * lengths[positions] / max(total / live, 1e-9))

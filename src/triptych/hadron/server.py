@@ -102,7 +102,7 @@ class HadronEndpoint(McpEndpoint):
         self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], caller: Any
     ) -> None:
         if headers.get(SESSION_HEADER) is None:
-            await self.manager.handle_request(scope, receive, send)
+            await self.handle(scope, receive, send)
             return
 
         async def watch(message: Message) -> None:
@@ -110,7 +110,7 @@ class HadronEndpoint(McpEndpoint):
                 self._selections.note_lost_session(caller)
             await send(message)
 
-        await self.manager.handle_request(scope, receive, watch)
+        await self.handle(scope, receive, watch)
 
     async def _refuse_revision(self, scope: Scope, receive: Receive, send: Send, version: str) -> None:
         body = b""

@@ -24,12 +24,18 @@ from triptych.core.search import convex
 from triptych.metronix.access import require_write, resolve_workspace
 from triptych.metronix.chunking import chunk_text
 from triptych.metronix.errors import DocumentNotFound, InvalidParams
-from triptych.metronix.store import KnowledgeStore, NewDocument
+from triptych.metronix.store import ChunkHit, KnowledgeStore, NewDocument
 
 log = logging.getLogger(__name__)
 
 MAX_CONTENT_CHARS = 5_000_000
+# The largest request body /mcp reads: a metronix_store of MAX_CONTENT_CHARS characters, each escaped
+# as \uXXXX (6 bytes; clients that send ASCII-only JSON do), still fits, so a document over the limit
+# is refused in-band by the rule above, in the contract's error shape, not by the transport.
+MAX_REQUEST_BYTES = 32 * 1024 * 1024
 MAX_LABEL_CHARS = 512
+# Labels of identical documents listed with a search result (the count is what matters past that).
+MAX_DUPLICATE_LABELS = 20
 
 
 def content_hash(title: str | None, content: str, metadata: dict[str, Any]) -> str:
@@ -101,9 +107,9 @@ class KnowledgeService:
             raise InvalidParams("content must not be empty", details={"field": "content"})
         if len(content) > MAX_CONTENT_CHARS:
             raise InvalidParams(
-                f"content is {len(content)} characters; the limit is {MAX_CONTENT_CHARS}",
-                hint="Split the document into parts with their own doc_label",
-                details={"field": "content"},
+                f"content is {len(content):,} characters; the limit of one document is {MAX_CONTENT_CHARS:,}",
+                hint="Split the document into parts, each stored with its own doc_label",
+                details={"field": "content", "limit_chars": MAX_CONTENT_CHARS, "content_chars": len(content)},
             )
         if doc_label is not None and (not doc_label.strip() or len(doc_label) > MAX_LABEL_CHARS):
             raise InvalidParams(
@@ -199,7 +205,12 @@ class KnowledgeService:
         }
 
     def hybrid(self, workspace: str, query: str, top_k: int) -> list[dict[str, Any]]:
-        """BM25 and dense candidates from the workspace only, fused, best chunk per document."""
+        """BM25 and dense candidates from the workspace only, fused; one result per distinct text.
+
+        A document is represented by its best chunk, and documents with identical text by the best of
+        them: the others' labels go in ``duplicate_labels``, so five copies of one file take one place in
+        ``top_k``, not five.
+        """
         n = max(self.candidates, top_k * 5)
         keyword = self.store.keyword_search(workspace, query, n)
         vector = self.embedder.embed([query])[0]
@@ -211,31 +222,45 @@ class KnowledgeService:
         ranked = sorted(
             fused, key=lambda i: (fused[i], (i in dense_scores) + (i in keyword_scores)), reverse=True
         )
-        # One result per document: its best chunk. Over-fetch so top_k documents survive the dedup.
-        hits = self.store.chunk_hits(workspace, ranked[: top_k * 4])
-        results: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        for chunk_id in ranked[: top_k * 4]:
-            hit = hits.get(chunk_id)
-            if hit is None or hit.doc_label in seen:  # deleted meanwhile, or the document is already in
-                continue
-            seen.add(hit.doc_label)
-            results.append(
-                {
-                    "doc_label": hit.doc_label,
-                    "title": hit.title,
-                    "content": hit.text,
-                    "source_type": hit.source_type,
-                    "score": round(fused[chunk_id], 4),
-                    "url": hit.url,
-                    "date": hit.date,
-                    "dense_score": _round(dense_scores.get(chunk_id)),
-                    "keyword_score": _round(keyword_scores.get(chunk_id)),
-                }
-            )
-            if len(results) == top_k:
+        best: list[ChunkHit] = []
+        seen_labels: set[str] = set()
+        seen_bodies: set[str] = set()
+        # Hydrate a window at a time until top_k distinct texts are in (or the candidates run out).
+        window = top_k * 4
+        for start in range(0, len(ranked), window):
+            ids = ranked[start : start + window]
+            hits = self.store.chunk_hits(workspace, ids)
+            for chunk_id in ids:
+                hit = hits.get(chunk_id)
+                if hit is None or hit.doc_label in seen_labels:  # deleted meanwhile, or already in
+                    continue
+                seen_labels.add(hit.doc_label)
+                if hit.body_hash in seen_bodies:
+                    continue
+                seen_bodies.add(hit.body_hash)
+                best.append(hit)
+                if len(best) == top_k:
+                    break
+            if len(best) == top_k:
                 break
-        return results
+        same_text = self.store.labels_by_body(workspace, [hit.body_hash for hit in best])
+        return [
+            {
+                "doc_label": hit.doc_label,
+                "title": hit.title,
+                "content": hit.text,
+                "source_type": hit.source_type,
+                "score": round(fused[hit.chunk_id], 4),
+                "url": hit.url,
+                "date": hit.date,
+                "dense_score": _round(dense_scores.get(hit.chunk_id)),
+                "keyword_score": _round(keyword_scores.get(hit.chunk_id)),
+                "duplicate_labels": [
+                    label for label in same_text.get(hit.body_hash, []) if label != hit.doc_label
+                ][:MAX_DUPLICATE_LABELS],
+            }
+            for hit in best
+        ]
 
     def reindex(self, progress: Callable[[int], None] | None = None) -> int:
         """Re-embed every stored chunk with the configured model; returns how many were re-embedded."""

@@ -1,13 +1,16 @@
 """Knowledge-base persistence: documents, chunks, the keyword index and the dense vectors.
 
 ``KnowledgeStore`` is the engine-neutral interface the service uses; ``SqliteKnowledgeStore`` is the
-embedded default (one SQLite file: FTS5 for BM25, vectors as float32 blobs, served from an in-memory
-index per workspace). A PostgreSQL + pgvector store implements the same protocol.
+embedded default (one SQLite file; chunks and their vectors as float32 blobs, served from in-memory
+indexes per workspace: BM25 from ``core.keyword_index`` and dense vectors from ``core.search``). Each
+workspace's BM25 statistics are its own: one tenant's documents never move another's scores.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,8 +20,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from triptych.core.db import Database
+from triptych.core.keyword_index import Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
-from triptych.core.search import Vector, VectorIndex, fts_match, partition_token, selective_terms
+from triptych.core.search import Vector, VectorIndex
+
+# BM25 column weights: the title counts twice as much as the body (as bm25(chunks_fts, 0, 2, 1) did).
+TITLE_WEIGHT = 2.0
+BODY_WEIGHT = 1.0
 
 MIGRATIONS = [
     """
@@ -61,7 +69,22 @@ MIGRATIONS = [
     """
     CREATE VIRTUAL TABLE chunks_vocab USING fts5vocab(chunks_fts, 'row');
     """,
+    # Issue 21: a hash of the text alone (the content hash also covers the title and metadata), so
+    # identical documents under different labels collapse into one search result; rows written before
+    # are hashed when the store opens (``_hash_bodies``). BM25 moved to an in-process index with each
+    # workspace's own statistics (the FTS5 table's were shared by all workspaces): the table goes.
+    """
+    ALTER TABLE documents ADD COLUMN body_hash TEXT;
+    CREATE INDEX documents_by_body ON documents (workspace_id, body_hash);
+    DROP TABLE chunks_vocab;
+    DROP TABLE chunks_fts;
+    """,
 ]
+
+
+def body_hash(content: str) -> str:
+    """What makes two documents identical for search: their text, whatever their label or title."""
+    return hashlib.sha256(content.encode()).hexdigest()
 
 
 def utcnow() -> str:
@@ -108,6 +131,7 @@ class ChunkHit:
     source_type: str
     url: str | None
     date: str | None
+    body_hash: str
 
 
 class KnowledgeStore(Protocol):
@@ -125,6 +149,8 @@ class KnowledgeStore(Protocol):
     def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]: ...
     def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]: ...
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]: ...
+    def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]: ...
+    def warm(self) -> None: ...
     def iter_chunks(self, batch: int = 256) -> Iterator[list[tuple[int, str | None, str]]]: ...
     def replace_embeddings(self, rows: Sequence[tuple[int, Vector]]) -> None: ...
     def close(self) -> None: ...
@@ -135,7 +161,18 @@ class SqliteKnowledgeStore:
         # WAL checkpoints off the request path: a memory write that checkpointed took 80 ms, not 20.
         self.db = Database(path, MIGRATIONS, background_checkpoints=True)
         self.index = VectorIndex(dim, self._load_vectors)
+        self.keywords = KeywordIndex(self._load_keyword_documents, idf="smooth")
         self._gate = WriteGate()
+        self._hash_bodies()
+
+    def _hash_bodies(self) -> None:
+        """Fill ``body_hash`` for documents stored before it existed (once; then nothing is missing)."""
+        rows = self.db.conn.execute("SELECT id, content FROM documents WHERE body_hash IS NULL").fetchall()
+        if rows:
+            with self.db.transaction() as conn:
+                conn.executemany(
+                    "UPDATE documents SET body_hash = ? WHERE id = ?", [(body_hash(c), i) for i, c in rows]
+                )
 
     # -- embedding model ---------------------------------------------------
 
@@ -170,7 +207,6 @@ class SqliteKnowledgeStore:
         if doc.embeddings.ndim != 2 or doc.embeddings.shape != expected:
             raise ValueError(f"embeddings have shape {doc.embeddings.shape}, expected {expected}")
         now = utcnow()
-        part = partition_token(doc.workspace_id)
         with self.db.transaction() as conn:
             conn.execute(
                 "INSERT INTO workspaces (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
@@ -190,13 +226,12 @@ class SqliteKnowledgeStore:
                 removed = [
                     r[0] for r in conn.execute("SELECT id FROM chunks WHERE document_id = ?", (old[0],))
                 ]
-                conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in removed])
                 conn.execute("DELETE FROM chunks WHERE document_id = ?", (old[0],))
                 conn.execute("DELETE FROM documents WHERE id = ?", (old[0],))
             created = old[1] if old is not None else now
             cursor = conn.execute(
                 "INSERT INTO documents (workspace_id, doc_label, title, content, source_type, url, date,"
-                " metadata, content_hash, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " metadata, content_hash, created_at, updated_at, body_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     doc.workspace_id,
                     doc.doc_label,
@@ -209,10 +244,12 @@ class SqliteKnowledgeStore:
                     doc.content_hash,
                     created,
                     now,
+                    body_hash(doc.content),
                 ),
             )
             document_id = cursor.lastrowid
             added: list[tuple[int, Vector]] = []
+            texts: list[Document] = []
             for ordinal, (text, vector) in enumerate(zip(doc.chunks, doc.embeddings, strict=True)):
                 vec = np.ascontiguousarray(vector, dtype=np.float32)
                 chunk_id = conn.execute(
@@ -221,15 +258,13 @@ class SqliteKnowledgeStore:
                     (document_id, doc.workspace_id, ordinal, text, vec.tobytes()),
                 ).lastrowid
                 assert chunk_id is not None
-                conn.execute(
-                    "INSERT INTO chunks_fts (rowid, part, title, body) VALUES (?,?,?,?)",
-                    (chunk_id, part, doc.title or "", text),
-                )
                 added.append((chunk_id, vec))
+                texts.append((chunk_id, _keyword_columns(doc.title, text)))
             conn.execute(
                 "UPDATE workspaces SET generation = generation + 1 WHERE id = ?", (doc.workspace_id,)
             )
         self.index.apply(doc.workspace_id, before, before + 1, added=added, removed=removed)
+        self.keywords.apply(doc.workspace_id, before, before + 1, added=texts, removed=removed)
         return len(added)
 
     @gated
@@ -242,11 +277,11 @@ class SqliteKnowledgeStore:
                 return False
             before = self._generation(workspace_id)
             removed = [r[0] for r in conn.execute("SELECT id FROM chunks WHERE document_id = ?", (row[0],))]
-            conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in removed])
             conn.execute("DELETE FROM chunks WHERE document_id = ?", (row[0],))
             conn.execute("DELETE FROM documents WHERE id = ?", (row[0],))
             conn.execute("UPDATE workspaces SET generation = generation + 1 WHERE id = ?", (workspace_id,))
         self.index.apply(workspace_id, before, before + 1, removed=removed)
+        self.keywords.apply(workspace_id, before, before + 1, removed=removed)
         return True
 
     def get_document(self, workspace_id: str, doc_label: str) -> DocumentRecord | None:
@@ -309,22 +344,28 @@ class SqliteKnowledgeStore:
     # -- retrieval ------------------------------------------------------------
 
     def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]:
-        terms = selective_terms(self.db.conn, "chunks_vocab", query, self._total_chunks())
-        match = fts_match(query, workspace_id, terms=terms)
-        if match is None:
-            return []
-        # bm25() is lower-is-better; the partition column weighs nothing, the title a little more.
-        rows = self.db.conn.execute(
-            "SELECT rowid, -bm25(chunks_fts, 0.0, 2.0, 1.0) AS score FROM chunks_fts"
-            " WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts, 0.0, 2.0, 1.0) LIMIT ?",
-            (match, limit),
-        ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
+        """BM25 over the workspace's chunks (title and body), with the workspace's own statistics."""
+        generation = self._generation(workspace_id)
+        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
+        return self.keywords.search(workspace_id, generation, query, limit)
 
-    def _total_chunks(self) -> int:
-        # max(rowid) is free and close enough to the row count for choosing which terms are common.
-        row = self.db.conn.execute("SELECT max(rowid) FROM chunks_fts").fetchone()
-        return int(row[0] or 0)
+    def _load_keyword_documents(self, workspace_id: str) -> list[Document]:
+        rows = self.db.conn.execute(
+            "SELECT c.id, d.title, c.text FROM chunks c JOIN documents d ON d.id = c.document_id"
+            " WHERE c.workspace_id = ? ORDER BY c.id",
+            (workspace_id,),
+        ).fetchall()
+        return [(int(r[0]), _keyword_columns(r[1], r[2])) for r in rows]
+
+    def warm(self) -> None:
+        """Load every workspace's keyword and vector indexes (best effort: a search loads what is missing)."""
+        try:
+            for (workspace,) in self.db.conn.execute("SELECT id FROM workspaces").fetchall():
+                generation = self._generation(workspace)
+                self.keywords.sync(workspace, generation)
+                self.index.sync(workspace, generation)
+        except (sqlite3.Error, ValueError):
+            return
 
     def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
         generation = self._generation(workspace_id)
@@ -346,7 +387,7 @@ class SqliteKnowledgeStore:
             return {}
         marks = ",".join("?" * len(chunk_ids))
         rows = self.db.conn.execute(
-            "SELECT c.id, c.text, d.doc_label, d.title, d.source_type, d.url, d.date FROM chunks c"
+            "SELECT c.id, c.text, d.doc_label, d.title, d.source_type, d.url, d.date, d.body_hash FROM chunks c"
             f" JOIN documents d ON d.id = c.document_id WHERE c.workspace_id = ? AND c.id IN ({marks})",
             (workspace_id, *chunk_ids),
         ).fetchall()
@@ -359,9 +400,25 @@ class SqliteKnowledgeStore:
                 source_type=r["source_type"],
                 url=r["url"],
                 date=r["date"],
+                body_hash=r["body_hash"],
             )
             for r in rows
         }
+
+    def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]:
+        """body hash -> the labels of the workspace's documents with that text, in label order."""
+        if not hashes:
+            return {}
+        marks = ",".join("?" * len(hashes))
+        rows = self.db.conn.execute(
+            f"SELECT body_hash, doc_label FROM documents WHERE workspace_id = ? AND body_hash IN ({marks})"
+            " ORDER BY doc_label",
+            (workspace_id, *hashes),
+        ).fetchall()
+        found: dict[str, list[str]] = {}
+        for digest, label in rows:
+            found.setdefault(digest, []).append(label)
+        return found
 
     # -- re-embedding ------------------------------------------------------------
 
@@ -389,3 +446,7 @@ class SqliteKnowledgeStore:
 
     def close(self) -> None:
         self.db.close()
+
+
+def _keyword_columns(title: str | None, text: str) -> list[tuple[str, float]]:
+    return [(title or "", TITLE_WEIGHT), (text, BODY_WEIGHT)]

@@ -18,8 +18,8 @@ from triptych.core.mcp import Tool, build_server
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
 from triptych.metronix.answer import AnswerService, LlmClient
-from triptych.metronix.errors import render_error
-from triptych.metronix.knowledge import KnowledgeService
+from triptych.metronix.errors import error_body, render_error
+from triptych.metronix.knowledge import MAX_REQUEST_BYTES, KnowledgeService
 from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.memory_tools import memory_tools
@@ -92,13 +92,14 @@ class Metronix:
             warm()
         self.memory.run_pending_checks()
         self.memory.store.purge_expired(utcnow())
-        # Load every workspace's memory indexes off the request path: at 100,000 records the first
-        # search would otherwise wait seconds for them.
+        # Load every workspace's memory and knowledge-base indexes off the request path: at 100,000
+        # records the first search would otherwise wait seconds for them.
         self.warming = threading.Thread(target=self._warm, name="memory-index-warm", daemon=True)
         self.warming.start()
 
     def _warm(self) -> None:
         self.memory.store.warm()
+        self.knowledge.store.warm()
         # The caches just loaded are long-lived: at 10,000 records a full collection walked them for
         # 170-180 ms, once every few hundred calls. Frozen objects are skipped by the collector (and
         # still freed by reference counting when a cache is replaced).
@@ -123,7 +124,13 @@ class Metronix:
 def mount(shared: Shared) -> tuple[Metronix, Mounted]:
     metronix = Metronix.open(shared.settings, shared.embedder)
     authenticate = jwt_authenticator(shared.settings)
-    endpoint = McpEndpoint(metronix.mcp_server(), shared.settings, authenticate)
+    endpoint = McpEndpoint(
+        metronix.mcp_server(),
+        shared.settings,
+        authenticate,
+        max_body=MAX_REQUEST_BYTES,
+        render=lambda exc: {"error": error_body(exc)},
+    )
     rest = memory_routes(metronix.memory, metronix.knowledge, authenticate, shared.settings.auth_enabled)
     # Route, not Mount: a Mount answers POST /mcp with a redirect to /mcp/.
     return metronix, Mounted(
