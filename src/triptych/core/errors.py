@@ -155,4 +155,3 @@ class StorageUnavailable(InternalError, status=503):
 
     Still the contracts' ``INTERNAL_ERROR`` code (no contract has a storage code), with a message that
     names the folder and the cause and ``details.reason`` (``disk_full``, ``read_only``, ``io_error``)."""
-
