@@ -99,7 +99,7 @@ TOOL_CONTRACT: tuple[ToolContract, ...] = (
         "agent-access/ingestion-health",
         True,
     ),
-    _t("metergraph_list_incidents", "incidents", "metadata", SCOPE_METADATA, "agent-access/incidents", False),
+    _t("metergraph_list_incidents", "incidents", "metadata", SCOPE_METADATA, "agent-access/incidents", True),
     _t(
         "metergraph_query_traces",
         "trace_metadata",

@@ -88,6 +88,7 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
                 await anyio.to_thread.run_sync(
                     mg.store.record_failed_batch, app.workspace, source, int(time.time() * 1000), "permanent"
                 )
+                mg.incidents.note_failure(app.workspace)
                 raise
         except BodyTooLarge as exc:
             return json_response({"error": {"code": "payload_too_large", "message": exc.message}}, 413)

@@ -8,6 +8,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from triptych.metergraph.columns import ColumnProjection
+from triptych.metergraph.detectors import IncidentSettings, load_incident_settings
+from triptych.metergraph.incidents import DB_FILE as INCIDENTS_FILE
+from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
 from triptych.metergraph.pricing import Pricer
@@ -38,6 +41,7 @@ class Metergraph:
     traces: TraceService
     tools: list[MetergraphTool]
     columns: ColumnProjection
+    incidents: IncidentService
 
     @classmethod
     def open(
@@ -45,6 +49,7 @@ class Metergraph:
         data_dir: Path,
         settings: MetergraphSettings | None = None,
         clock: Callable[[], datetime] = utc_now,
+        incident_settings: IncidentSettings | None = None,
     ) -> Metergraph:
         settings = settings or load_metergraph_settings()
         store = SqliteTelemetryStore(data_dir / DB_FILE)
@@ -56,19 +61,33 @@ class Metergraph:
         workspace = WorkspaceService(store, clock)
         usage = UsageService(store, clock)
         traces = TraceService(store, clock)
+        incidents = IncidentService(
+            store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock
+        )
         limiter = RateLimiter(settings.agent_rate_per_minute)
         return cls(
             settings,
             store,
             KeyService(store, settings),
-            IngestService(store, pricer, settings.max_rows, clock=lambda: clock().timestamp()),
+            IngestService(
+                store,
+                pricer,
+                settings.max_rows,
+                clock=lambda: clock().timestamp(),
+                on_batch=incidents.note_batch,
+            ),
             workspace,
             usage,
             traces,
-            [replace(t, handler=limiter.wrap(t.handler)) for t in build_tools(workspace, usage, traces)],
+            [
+                replace(t, handler=limiter.wrap(t.handler))
+                for t in build_tools(workspace, usage, traces, incidents)
+            ],
             columns,
+            incidents,
         )
 
     def close(self) -> None:
         self.columns.close()  # first: its catch-up thread reads through the store
+        self.incidents.close()  # so does the detectors' ticker
         self.store.close()

@@ -29,6 +29,7 @@ def open_metergraph(shared: Shared) -> Metergraph:
     # Ingest needs an app token and reads an agent key (or static MG_* tokens), whatever TRIPTYCH_AUTH_ENABLED.
     mg = Metergraph.open(shared.settings.data_dir, load_metergraph_settings())
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    mg.incidents.start()  # and sweeps the incident detectors over the workspaces that received calls
     return mg
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
 from triptych.core.mcp import Bind, Tool, Toolbox
 from triptych.metergraph.contract import TOOLS_BY_NAME
+from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
@@ -149,7 +150,7 @@ def _unsupported(name: str) -> Handler:
 
 
 def build_tools(
-    workspace: WorkspaceService, usage: UsageService, traces: TraceService
+    workspace: WorkspaceService, usage: UsageService, traces: TraceService, incidents: IncidentService
 ) -> list[MetergraphTool]:
     def aggregates(p: AgentPrincipal, a: AggregatesArgs) -> dict[str, Any]:
         return usage.aggregates(
@@ -186,8 +187,10 @@ def build_tools(
          "Ingestion batch counts, failures and the latest receive/process timestamps for the window.",
          HealthArgs, lambda p, a: workspace.ingestion_health(p, a.days)),
         ("metergraph_list_incidents", "List Metergraph incidents",
-         "Detector incidents (not available in this deployment).", LimitArgs,
-         _unsupported("metergraph_list_incidents")),
+         "Detector incidents of the workspace (cost spike, error-rate spike, p95 latency regression, model "
+         "without a price, failed ingestion), open first: kind, severity, window, the numbers that triggered "
+         "it next to the baseline, and tool calls that reproduce it. Content-free.", LimitArgs,
+         lambda p, a: incidents.list(p, a.limit)),
         ("metergraph_query_traces", "Query Metergraph trace metadata",
          "Content-free trace metadata, newest first with an opaque cursor, or a spread sample across the "
          "window: tokens, cost, latency, status, routes, providers, models and environment.", TracesArgs,
