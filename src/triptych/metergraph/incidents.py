@@ -175,17 +175,19 @@ class IncidentService:
         created: set[str] = set()
         for bucket in range(first, anchor + 1):
             complete = bucket < anchor
+            open_series = {series_key for _, series_key in open_now}
             for key, windows in series.items():
-                named = dict(zip(grain.dims, key, strict=True))
                 series_key = json.dumps(list(key))
-                judged = self._judge(windows, bucket, bucket, span, grain.pricing)
+                if bucket not in windows and series_key not in open_series:
+                    continue  # an empty window opens nothing: most series are quiet in most windows
+                named = dict(zip(grain.dims, key, strict=True))
+                judged: dict[int, dict[str, Judgement]] = {}  # by the window the baseline ends before
                 for kind in detectors.KINDS:
                     current = open_now.get((kind, series_key))
-                    if current is not None:
-                        frozen = min(bucket, current.window_start_ms // width)
-                        judgement = self._judge(windows, bucket, frozen, span, grain.pricing).get(kind)
-                    else:
-                        judgement = judged.get(kind)
+                    before = bucket if current is None else min(bucket, current.window_start_ms // width)
+                    if before not in judged:
+                        judged[before] = self._judge(windows, bucket, before, span, grain.pricing)
+                    judgement = judged[before].get(kind)
                     if judgement is None and current is None:
                         continue
                     updated = self._advance(
