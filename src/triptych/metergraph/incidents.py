@@ -118,10 +118,7 @@ class IncidentService:
 
     def _run(self) -> None:
         while not self._stop.wait(self.settings.tick_seconds):
-            try:
-                self.sweep()
-            except Exception:  # a failed sweep is retried next tick; ingest never sees it
-                log.exception("metergraph incidents: sweep failed")
+            self.sweep()
 
     def close(self) -> None:
         self._stop.set()
@@ -141,10 +138,19 @@ class IncidentService:
         with self._sweep_lock:
             for name, newest_ms in todo.items():
                 now_ms = int(self.clock().timestamp() * 1000)
-                if newest_ms is not None:
-                    for grain in GRAINS:
-                        self._sweep_grain(name, grain, min(newest_ms, now_ms), now_ms)
-                self._sweep_ingest(name, now_ms)
+                try:
+                    if newest_ms is not None:
+                        for grain in GRAINS:
+                            self._sweep_grain(name, grain, min(newest_ms, now_ms), now_ms)
+                    self._sweep_ingest(name, now_ms)
+                except Exception:
+                    # Noted again for the next sweep; a read still lists what is stored, and ingest never
+                    # sees a detector fail.
+                    log.exception("metergraph incidents: sweeping %s failed", name)
+                    if newest_ms is None:
+                        self.note_failure(name)
+                    else:
+                        self.note_batch(name, newest_ms)
 
     def _sweep_grain(self, workspace: str, grain: Grain, newest_ms: int, now_ms: int) -> None:
         s = self.settings
