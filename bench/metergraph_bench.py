@@ -235,8 +235,8 @@ def columns_phase(mg: Metergraph, data_dir: Path) -> dict[str, Any]:
 
 def detectors_compare(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Ingest rows/s with the incident detectors off and on, alternating rounds in the same run (the
-    machine is shared: the ratio of medians is the figure). The detectors sweep every second here, five
-    times as often as the default, so their cost shows."""
+    machine is shared: the ratio of medians is the figure), the detectors sweeping every
+    ``--detectors-tick`` seconds (the server's default is 5)."""
     stream = args.http_stream_calls or args.calls
     runs: dict[str, list[float]] = {"off": [], "on": []}
     for round_no in range(args.detectors_compare):

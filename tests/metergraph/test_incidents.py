@@ -17,6 +17,7 @@ from triptych.metergraph import histogram
 from triptych.metergraph.detectors import (
     COST_SPIKE,
     ERROR_SPIKE,
+    Baseline,
     IncidentSettings,
     judge,
     judge_batches,
@@ -41,7 +42,7 @@ def window(calls: int, errors: int = 0, cost: float = 1.0, latency: float = 500.
 
 
 def verdicts(current: AggRow, baseline: list[AggRow], s: IncidentSettings) -> dict[str, str]:
-    return {j.kind: j.verdict for j in judge(current, baseline, s, with_pricing=False)}
+    return {j.kind: j.verdict for j in judge(current, Baseline.of(baseline), s, with_pricing=False)}
 
 
 def test_cost_opens_above_the_ratio_holds_in_the_band_and_clears_below_it() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -96,37 +97,46 @@ def _calls(row: AggRow | None) -> int:
     return int(row.get("calls")) if row is not None else 0
 
 
-def _merged(rows: Sequence[AggRow]) -> AggRow:
-    total = AggRow(())
-    for row in rows:
-        total.sums = total.sums + row.sums
-        total.hist = total.hist + row.hist
-    return total
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """A series' trailing windows with calls, pooled: how many, the median spend, the summed measures and
+    the merged latency histogram."""
+
+    windows: int
+    median_cost: float
+    pooled: AggRow
+
+    @classmethod
+    def of(cls, rows: Sequence[AggRow]) -> Baseline:
+        pooled = AggRow(())
+        if rows:
+            pooled.sums = np.sum([r.sums for r in rows], axis=0)
+            pooled.hist = np.sum([r.hist for r in rows], axis=0, dtype=histogram.DTYPE)
+        median = statistics.median(r.get("cost_usd") for r in rows) if rows else 0.0
+        return cls(len(rows), median, pooled)
 
 
-def judge(
-    window: AggRow | None, baseline: Sequence[AggRow], s: IncidentSettings, with_pricing: bool
-) -> list[Judgement]:
-    """Every detector's verdict on one window of a series, given its baseline windows (those with calls)."""
+def judge(window: AggRow | None, base: Baseline, s: IncidentSettings, with_pricing: bool) -> list[Judgement]:
+    """Every detector's verdict on one window of a series, given its baseline."""
     out: list[Judgement] = []
     calls = _calls(window)
-    pooled = _merged(baseline)
+    pooled = base.pooled
     base_calls = _calls(pooled)
 
     # Cost: the window's spend against the median spend of the baseline windows that had calls.
     cost = window.get("cost_usd") if window is not None else 0.0
-    if len(baseline) >= s.min_baseline_windows:
-        base_cost = statistics.median(b.get("cost_usd") for b in baseline)
+    if base.windows >= s.min_baseline_windows:
+        base_cost = base.median_cost
         verdict = _band(cost, base_cost, s.cost_ratio, s.cost_min_usd, s.clear_fraction)
         severe = cost >= base_cost * s.cost_ratio * 3 and cost - base_cost >= s.cost_min_usd * 3
         out.append(Judgement(
             COST_SPIKE, verdict, "critical" if severe else "warning", round(cost, 6), round(base_cost, 6),
             {"window_cost_usd": round(cost, 6), "baseline_cost_usd": round(base_cost, 6), "window_calls": calls,
-             "baseline_windows": len(baseline)},
+             "baseline_windows": base.windows},
             "Cost spike",
         ))  # fmt: skip
 
-    enough = len(baseline) >= s.min_baseline_windows
+    enough = base.windows >= s.min_baseline_windows
     # Error rate: pooled over the baseline, judged only with enough calls on both sides.
     if enough and base_calls >= s.min_calls:
         base_rate = pooled.get("errors") / base_calls

@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,20 @@ def _label(grain: Grain, key: dict[str, str | None]) -> str:
     return name + (f" ({key['environment']})" if key["environment"] else "")
 
 
+# Workspace/grain window sets kept between sweeps (the least recently swept are dropped beyond this).
+CACHED_SERIES_SETS = 256
+
+
+@dataclass
+class _Windows:
+    """One workspace's series at one grain: window -> rollup sums, and the baselines pooled so far."""
+
+    low: int
+    read_from: int
+    series: dict[tuple[Any, ...], dict[int, AggRow]] = field(default_factory=dict)
+    baselines: dict[tuple[tuple[Any, ...], int], detectors.Baseline] = field(default_factory=dict)
+
+
 class IncidentService:
     def __init__(
         self,
@@ -91,6 +105,7 @@ class IncidentService:
         self._dirty_lock = threading.Lock()
         self._sweep_lock = threading.Lock()
         self._stop = threading.Event()
+        self._cache: dict[tuple[str, str], _Windows] = {}
         self._thread: threading.Thread | None = None
 
     # -- what ingest tells us --------------------------------------------------------------------
@@ -167,14 +182,8 @@ class IncidentService:
         open_now = {(i.kind, i.series): i for i in self.store.open_incidents(workspace, grain.name)}
         # An open incident's baseline stays the windows before it opened: the anomaly never becomes the norm.
         oldest = min([first, *(i.window_start_ms // width for i in open_now.values())])
-        rows = self.telemetry.aggregate_rollups(
-            grain.table, CallFilter(workspace, 0, 0), oldest - span, anchor + 1, ("day", *grain.dims), 1
-        )
-        series: dict[tuple[Any, ...], dict[int, AggRow]] = {}
-        for key, row in rows.items():
-            if grain.name == "route" and key[1] is None:
-                continue  # unrouted calls have no route series
-            series.setdefault(tuple(key[1:]), {})[int(key[0])] = row
+        cache = self._windows(workspace, grain, oldest - span, anchor)
+        series = cache.series
         for incident in open_now.values():
             series.setdefault(tuple(json.loads(incident.series)), {})
         changed: dict[str, Incident] = {}
@@ -192,7 +201,7 @@ class IncidentService:
                     current = open_now.get((kind, series_key))
                     before = bucket if current is None else min(bucket, current.window_start_ms // width)
                     if before not in judged:
-                        judged[before] = self._judge(windows, bucket, before, span, grain.pricing)
+                        judged[before] = self._judge(cache, key, bucket, before, span, grain.pricing)
                     judgement = judged[before].get(kind)
                     if judgement is None and current is None:
                         continue
@@ -211,12 +220,49 @@ class IncidentService:
                         open_now.pop((kind, series_key), None)
         self.store.save(workspace, grain.name, (anchor, anchor - 1), list(changed.values()), created)
 
+    def _windows(self, workspace: str, grain: Grain, low: int, anchor: int) -> _Windows:
+        """The series' windows from ``low`` to ``anchor``. Complete windows are read once and kept; each
+        sweep reads only from the previous anchor (then still filling) on, so its cost follows the new
+        data, not the baseline's length. Calls arriving late for a window already complete are counted by
+        the rollups but not judged again."""
+        key = (workspace, grain.name)
+        cache = self._cache.pop(key, None)
+        if cache is None or cache.low > low:
+            cache = _Windows(low, low)
+        rows = self.telemetry.aggregate_rollups(
+            grain.table, CallFilter(workspace, 0, 0), cache.read_from, anchor + 1, ("day", *grain.dims), 1
+        )
+        for windows in cache.series.values():
+            for bucket in [b for b in windows if b >= cache.read_from or b < low]:
+                del windows[bucket]
+        for row_key, row in rows.items():
+            if grain.name == "route" and row_key[1] is None:
+                continue  # unrouted calls have no route series
+            cache.series.setdefault(tuple(row_key[1:]), {})[int(row_key[0])] = row
+        cache.baselines = {
+            k: v for k, v in cache.baselines.items() if k[1] - grain.baseline(self.settings) >= low
+        }
+        cache.low, cache.read_from = low, max(cache.read_from, anchor)
+        self._cache[key] = cache  # most recently swept last: the oldest go first when over the bound
+        while len(self._cache) > CACHED_SERIES_SETS:
+            self._cache.pop(next(iter(self._cache)))
+        return cache
+
     def _judge(
-        self, windows: dict[int, AggRow], bucket: int, before: int, span: int, pricing: bool
+        self, cache: _Windows, key: tuple[Any, ...], bucket: int, before: int, span: int, pricing: bool
     ) -> dict[str, Judgement]:
-        """Every detector's verdict on ``bucket`` against the ``span`` windows with calls before ``before``."""
-        baseline = [w for b, w in windows.items() if before - span <= b < before and w.get("calls") > 0]
-        return {j.kind: j for j in detectors.judge(windows.get(bucket), baseline, self.settings, pricing)}
+        """Every detector's verdict on ``bucket`` against the ``span`` windows with calls before ``before``
+        (complete windows: their pooled baseline is computed once per series)."""
+        windows = cache.series[key]
+        base = cache.baselines.get((key, before))
+        if base is None:
+            rows = [
+                windows[b]
+                for b in range(before - span, before)
+                if b in windows and windows[b].get("calls") > 0
+            ]
+            base = cache.baselines[(key, before)] = detectors.Baseline.of(rows)
+        return {j.kind: j for j in detectors.judge(windows.get(bucket), base, self.settings, pricing)}
 
     def _advance(
         self,
