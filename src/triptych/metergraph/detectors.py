@@ -18,9 +18,13 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from triptych.metergraph import histogram
-from triptych.metergraph.store import AggRow
+from triptych.metergraph.store import SUMS, AggRow
 
 Verdict = Literal["trigger", "clear", "hold"]
+# Positions of the measures the detectors read in a rollup row's sums (``AggRow.get`` looks them up).
+CALLS, COST, ERRORS, TIMED, UNPRICED = (
+    SUMS.index(name) for name in ("calls", "cost_usd", "errors", "latency_count", "unpriced")
+)
 
 COST_SPIKE = "cost_spike"
 ERROR_SPIKE = "error_rate_spike"
@@ -64,6 +68,9 @@ class IncidentSettings(BaseSettings):
     ingest_batches: int = Field(20, ge=2, le=1000, validation_alias=_env("ingest_batches"))
     ingest_failures: int = Field(3, ge=1, validation_alias=_env("ingest_failures"))
     ingest_resolve_batches: int = Field(3, ge=1, validation_alias=_env("ingest_resolve_batches"))
+    # A route/day window still filling is re-read by background sweeps at most this often (a day's
+    # route rollup is the largest read a sweep makes); a read of the incidents always re-reads it.
+    route_refresh_seconds: float = Field(60.0, ge=0, validation_alias=_env("route_refresh_seconds"))
     # Windows a sweep catches up on after a gap (older ones are skipped, never reopened).
     max_catchup_windows: int = Field(48, ge=1, validation_alias=_env("max_catchup_windows"))
 
@@ -94,7 +101,7 @@ def _band(value: float, base: float, ratio: float, floor: float, clear_fraction:
 
 
 def _calls(row: AggRow | None) -> int:
-    return int(row.get("calls")) if row is not None else 0
+    return int(row.sums[CALLS]) if row is not None else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +119,7 @@ class Baseline:
         if rows:
             pooled.sums = np.sum([r.sums for r in rows], axis=0)
             pooled.hist = np.sum([r.hist for r in rows], axis=0, dtype=histogram.DTYPE)
-        median = statistics.median(r.get("cost_usd") for r in rows) if rows else 0.0
+        median = statistics.median(float(r.sums[COST]) for r in rows) if rows else 0.0
         return cls(len(rows), median, pooled)
 
 
@@ -124,7 +131,7 @@ def judge(window: AggRow | None, base: Baseline, s: IncidentSettings, with_prici
     base_calls = _calls(pooled)
 
     # Cost: the window's spend against the median spend of the baseline windows that had calls.
-    cost = window.get("cost_usd") if window is not None else 0.0
+    cost = float(window.sums[COST]) if window is not None else 0.0
     if base.windows >= s.min_baseline_windows:
         base_cost = base.median_cost
         verdict = _band(cost, base_cost, s.cost_ratio, s.cost_min_usd, s.clear_fraction)
@@ -139,13 +146,13 @@ def judge(window: AggRow | None, base: Baseline, s: IncidentSettings, with_prici
     enough = base.windows >= s.min_baseline_windows
     # Error rate: pooled over the baseline, judged only with enough calls on both sides.
     if enough and base_calls >= s.min_calls:
-        base_rate = pooled.get("errors") / base_calls
+        base_rate = float(pooled.sums[ERRORS]) / base_calls
         if calls >= s.min_calls and window is not None:
-            rate = window.get("errors") / calls
+            rate = float(window.sums[ERRORS]) / calls
             verdict = _band(rate, base_rate, s.error_ratio, s.error_rate_delta, s.clear_fraction)
             numbers: dict[str, float | int | None] = {
                 "window_error_rate": round(rate, 4), "baseline_error_rate": round(base_rate, 4),
-                "window_errors": int(window.get("errors")), "window_calls": calls, "baseline_calls": base_calls,
+                "window_errors": int(window.sums[ERRORS]), "window_calls": calls, "baseline_calls": base_calls,
             }  # fmt: skip
             severity = "critical" if rate >= 0.5 else "warning"
             out.append(Judgement(ERROR_SPIKE, verdict, severity, round(rate, 4), round(base_rate, 4), numbers,
@@ -155,10 +162,10 @@ def judge(window: AggRow | None, base: Baseline, s: IncidentSettings, with_prici
                                  round(base_rate, 4), {"window_calls": calls}, "Error-rate spike"))  # fmt: skip
 
     # p95 latency from the merged histograms (never a maximum of per-window values).
-    timed = int(pooled.get("latency_count"))
+    timed = int(pooled.sums[TIMED])
     if enough and timed >= s.min_calls:
         base_p95 = histogram.quantile(pooled.hist, 0.95)
-        window_timed = int(window.get("latency_count")) if window is not None else 0
+        window_timed = int(window.sums[TIMED]) if window is not None else 0
         if window is not None and window_timed >= s.min_calls and base_p95 is not None:
             p95 = histogram.quantile(window.hist, 0.95) or 0
             verdict = _band(p95, base_p95, s.latency_ratio, s.latency_min_ms, s.clear_fraction)
@@ -175,12 +182,12 @@ def judge(window: AggRow | None, base: Baseline, s: IncidentSettings, with_prici
 
     # A model without a price: any unpriced call in the window.
     if with_pricing:
-        unpriced = int(window.get("unpriced")) if window is not None else 0
+        unpriced = int(window.sums[UNPRICED]) if window is not None else 0
         out.append(Judgement(
             UNPRICED_MODEL, "trigger" if unpriced else "clear", "warning", unpriced,
-            int(pooled.get("unpriced")),
+            int(pooled.sums[UNPRICED]),
             {"window_unpriced_calls": unpriced, "window_calls": calls,
-             "baseline_unpriced_calls": int(pooled.get("unpriced"))},
+             "baseline_unpriced_calls": int(pooled.sums[UNPRICED])},
             "Model without a price",
         ))  # fmt: skip
     return out

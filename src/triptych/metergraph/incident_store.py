@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,7 @@ class Incident:
         return cls(**values)
 
     def params(self) -> dict[str, Any]:
-        values = asdict(self)
+        values = {name: getattr(self, name) for name in _COLUMNS}  # asdict would deep-copy the diagnosis
         values["diagnosis"] = json.dumps(self.diagnosis, sort_keys=True, separators=(",", ":"))
         return values
 

@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -85,6 +86,7 @@ class _Windows:
 
     low: int
     read_from: int
+    read_at: float = 0.0  # time.monotonic() of the last read
     series: dict[tuple[Any, ...], dict[int, AggRow]] = field(default_factory=dict)
     baselines: dict[tuple[tuple[Any, ...], int], detectors.Baseline] = field(default_factory=dict)
 
@@ -156,7 +158,10 @@ class IncidentService:
                 try:
                     if newest_ms is not None:
                         for grain in GRAINS:
-                            self._sweep_grain(name, grain, min(newest_ms, now_ms), now_ms)
+                            if not self._sweep_grain(
+                                name, grain, min(newest_ms, now_ms), now_ms, workspace is not None
+                            ):
+                                self.note_batch(name, newest_ms)  # deferred: judged at a later sweep
                     self._sweep_ingest(name, now_ms)
                 except Exception:
                     # Noted again for the next sweep; a read still lists what is stored, and ingest never
@@ -167,7 +172,9 @@ class IncidentService:
                     else:
                         self.note_batch(name, newest_ms)
 
-    def _sweep_grain(self, workspace: str, grain: Grain, newest_ms: int, now_ms: int) -> None:
+    def _sweep_grain(self, workspace: str, grain: Grain, newest_ms: int, now_ms: int, forced: bool) -> bool:
+        """Judge the grain's new windows; False when deferred (a window still filling was read less than
+        the grain's refresh interval ago, and no window completed since: a read forces it)."""
         s = self.settings
         width = grain.width_ms
         stored = self.store.cursor(workspace, grain.name)
@@ -177,6 +184,15 @@ class IncidentService:
             first = stored[1] + 1
         else:
             first = anchor - 1
+        cached = self._cache.get((workspace, grain.name))
+        refresh = s.route_refresh_seconds if grain.width_ms == DAY_MS else 0.0
+        if (
+            not forced
+            and cached is not None
+            and cached.read_from == anchor
+            and time.monotonic() - cached.read_at < refresh
+        ):
+            return False
         first = max(first, anchor - s.max_catchup_windows)
         span = grain.baseline(s)
         open_now = {(i.kind, i.series): i for i in self.store.open_incidents(workspace, grain.name)}
@@ -219,6 +235,7 @@ class IncidentService:
                     else:
                         open_now.pop((kind, series_key), None)
         self.store.save(workspace, grain.name, (anchor, anchor - 1), list(changed.values()), created)
+        return True
 
     def _windows(self, workspace: str, grain: Grain, low: int, anchor: int) -> _Windows:
         """The series' windows from ``low`` to ``anchor``. Complete windows are read once and kept; each
@@ -242,7 +259,7 @@ class IncidentService:
         cache.baselines = {
             k: v for k, v in cache.baselines.items() if k[1] - grain.baseline(self.settings) >= low
         }
-        cache.low, cache.read_from = low, max(cache.read_from, anchor)
+        cache.low, cache.read_from, cache.read_at = low, max(cache.read_from, anchor), time.monotonic()
         self._cache[key] = cache  # most recently swept last: the oldest go first when over the bound
         while len(self._cache) > CACHED_SERIES_SETS:
             self._cache.pop(next(iter(self._cache)))
@@ -259,7 +276,7 @@ class IncidentService:
             rows = [
                 windows[b]
                 for b in range(before - span, before)
-                if b in windows and windows[b].get("calls") > 0
+                if b in windows and windows[b].sums[detectors.CALLS] > 0
             ]
             base = cache.baselines[(key, before)] = detectors.Baseline.of(rows)
         return {j.kind: j for j in detectors.judge(windows.get(bucket), base, self.settings, pricing)}
@@ -281,7 +298,7 @@ class IncidentService:
         """One window's verdict applied to the series' open incident (or none): the changed incident."""
         if judgement is None:
             # The detector had nothing to judge (no baseline left): an empty window still counts as clear.
-            empty = window is None or window.get("calls") == 0
+            empty = window is None or window.sums[detectors.CALLS] == 0
             verdict = "clear" if empty else "hold"
         else:
             verdict = judgement.verdict
