@@ -146,3 +146,15 @@ def test_disabled_detectors_note_nothing(tmp_path: Path) -> None:
         assert world.incidents() == []
     finally:
         world.mg.close()
+
+
+def test_background_sweeps_defer_a_filling_day_window_until_its_refresh_but_reads_never_wait(
+    clocked: Clocked,
+) -> None:
+    clocked.hour(0)
+    clocked.mg.incidents.sweep()  # background: reads the route/day window still filling
+    clocked.hour(1)
+    clocked.mg.incidents.sweep()  # same day, read a moment ago: deferred, the workspace stays noted
+    assert "w1" in clocked.mg.incidents._dirty
+    clocked.incidents()  # a read sweeps everything now
+    assert "w1" not in clocked.mg.incidents._dirty
