@@ -91,6 +91,10 @@ class NodeService:
         # Attributes a node created inside a worker session to that session (issue 14).
         self.attribute: Callable[[SessionState, NodeRecord], None] | None = None
         self.session_of: Callable[[str], str | None] | None = None
+        # Derived data kept after a committed write (abstracts, issue 18), and extra fields a node's full
+        # view carries (an action's runs): each a callable, so this service imports none of them.
+        self.derived: list[Callable[[Memory, Sequence[NodeRecord]], None]] = []
+        self.extras: list[Callable[[NodeRecord], dict[str, Any]]] = []
 
     def _guard(self, memory: Memory, loc: str, containing: bool = False) -> None:
         if self.guard is not None:
@@ -100,6 +104,8 @@ class NodeService:
         """After a committed write: embed by the memory's policy (a failure is recorded, never raised)."""
         if self.embedder is not None:
             self.embedder.on_write(memory, nodes)
+        for keep in self.derived:
+            keep(memory, nodes)
 
     # ── resolution ─────────────────────────────────────────────────────────
 
@@ -189,7 +195,7 @@ class NodeService:
             ]
             if revisions
             else [],
-        }
+        } | {key: value for extra in self.extras for key, value in extra(node).items()}
 
     def edge_view(self, caller: HadronCaller, edge: EdgeRecord) -> dict[str, Any]:
         target: dict[str, Any] | None = None
