@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
 
 from triptych.core.errors import TriptychError
 from triptych.core.mcp_sources import Source, connect, load_sources
@@ -62,9 +64,16 @@ class McpToolCaller:
 
         try:
             result = anyio.run(go)
-        except TimeoutError:
-            return ToolCallResult(False, f"no answer within {2 * self.timeout:g} s", "timeout")
-        except Exception as exc:  # a source that cannot be reached or speaks garbage fails the action alone
+        except (
+            Exception
+        ) as caught:  # a source that cannot be reached or speaks garbage fails the action alone
+            exc = _innermost(caught)
+            if isinstance(exc, TimeoutError | httpx2.TimeoutException) or (
+                isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT
+            ):
+                return ToolCallResult(False, f"no answer within {self.timeout:g} s", "timeout")
+            if isinstance(exc, MCPError):  # the source refused the call (an unknown tool, bad arguments)
+                return ToolCallResult(False, exc.message, "tool-error")
             log.warning("action tool call %s/%s failed: %s", source.name, tool, exc, exc_info=True)
             return ToolCallResult(False, _describe(exc), "unreachable")
         text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
@@ -76,7 +85,11 @@ class McpToolCaller:
         return ToolCallResult(True, text)
 
 
+def _innermost(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        return _describe(exc.exceptions[0])
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
