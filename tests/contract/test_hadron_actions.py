@@ -15,8 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from contract.test_hadron_clients import MCP1_PYTHON, run_1x
 from hadron.llm_server import LlmServer, llm_server
-from hadron.world import World, as_app, as_user, build_world
+from hadron.world import World, as_app, as_user, build_world, user_headers
 from harness import SECRET, TRIPTYCH, ServerProcess, free_port
 
 SCRIPT = Path(__file__).parent / "scripts" / "tool_server.py"
@@ -332,3 +333,23 @@ async def test_abstracts_are_written_shown_in_survey_and_reported_stale(world: W
         await dave.ok("hadron_create_node", loc=node(PLANS, loc), name="P", content="Globex plans.")
         theirs = await dave.ok("hadron_find_nodes", query="*", memoryUrn=PLANS)
         assert all(h["urn"].startswith("hrn:node:globex.com") for h in theirs.data["hits"])
+
+
+@pytest.mark.skipif(
+    not MCP1_PYTHON.exists(), reason="the 1.x client venv is missing: run `python3 tasks.py test`"
+)
+def test_the_1x_client_runs_an_action_the_same_way(world: World) -> None:
+    loc = fresh()
+    done = run_1x(
+        world,
+        user_headers("alice"),
+        [
+            ("hadron_create_node", {"loc": node(SPECS, loc), "name": "A", "nodeType": "action",
+                                    "content": "1.x says {{ args.word }}", "data": {"action": {"kind": "template"}}}),
+            ("hadron_run_action", {"loc": node(SPECS, loc), "args": {"word": "hello"}}),
+            ("hadron_run_action", {"loc": node(SPECS, loc), "args": "not an object"}),
+        ],
+    )  # fmt: skip
+    assert [r["error"] for r in done] == [False, False, True]
+    assert str(done[1]["text"]).endswith("\n1.x says hello")
+    assert str(done[2]["text"]).startswith("BAD_USER_INPUT: args")
