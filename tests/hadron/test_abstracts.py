@@ -4,12 +4,15 @@ hadron_validate when the content changed behind their back."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hadron.llm_server import llm_server
 from hadron.world import build_world
+from harness import TRIPTYCH
 
 from triptych.config import Settings
 from triptych.hadron.domain.abstract import MAX_CHARS, content_hash, extractive
@@ -124,3 +127,39 @@ def test_with_an_llm_configured_abstracts_come_from_it_and_fall_back_when_it_fai
             assert fallback["abstract"]["text"] == "The model is down. Still fine."  # type: ignore[index]
         finally:
             hadron.close()
+
+
+def test_the_cli_writes_missing_and_stale_abstracts_of_a_memory(world: Path) -> None:
+    hadron = Hadron.open(world / "hadron.db", settings=Settings(data_dir=world))
+    try:
+        write(hadron, SPECS.replace("mem", "node") + ":old", content="Written before abstracts existed.")
+        write(hadron, SPECS.replace("mem", "node") + ":fresh", content="Already fine.")
+        with hadron.db.transaction() as tx:  # an older build: no abstract, and one stale
+            tx.execute("DELETE FROM node_abstracts WHERE node_id = (SELECT id FROM nodes WHERE loc = 'old')")
+            tx.execute("UPDATE nodes SET content = 'Changed.' WHERE loc = 'fresh'")
+        caller, _ = alice(hadron)
+        assert len(hadron.validator.validate(caller, SPECS).stale_abstracts) == 1
+    finally:
+        hadron.close()
+    done = subprocess.run(
+        [TRIPTYCH, "hadron", "memory", "abstracts", SPECS, "--data-dir", str(world)],
+        capture_output=True, text=True, check=True, env={**os.environ, "TRIPTYCH_LLM_URL": ""},
+    )  # fmt: skip
+    assert done.stdout.strip() == f"{SPECS}: 2 abstract(s) written (extractive) over 2 node(s)"
+    assert "2 node(s) read, 2 abstract(s) written" in done.stderr
+    hadron = Hadron.open(world / "hadron.db", settings=Settings(data_dir=world))
+    try:
+        caller, state = alice(hadron)
+        assert hadron.validator.validate(caller, SPECS).stale_abstracts == []
+        memory, node = hadron.nodes.find(caller, state, "hrn:node:acme.com:specs:old")
+        assert (
+            hadron.nodes.view(caller, memory, node)["abstract"]["text"] == "Written before abstracts existed."
+        )
+    finally:
+        hadron.close()
+    vault = subprocess.run(
+        [TRIPTYCH, "hadron", "memory", "abstracts", VAULT, "--data-dir", str(world)],
+        capture_output=True,
+        text=True,
+    )
+    assert vault.returncode == 0 and "encrypted" in vault.stdout

@@ -74,25 +74,33 @@ class AbstractService:
 
     def on_write(self, memory: Memory, nodes: Sequence[NodeRecord]) -> None:
         """After a committed write: refresh the abstracts whose content changed. Never raises."""
-        if memory.encrypted:
-            return
         try:
-            existing = self.store.get([n.id for n in nodes])
-            gone = [n.id for n in nodes if not (n.content or "").strip() and n.id in existing]
-            if gone:
-                self.store.delete(gone)
-            for node in nodes:
-                content = (node.content or "").strip()
-                if not content:
-                    continue
-                digest = content_hash(node.content or "")
-                old = existing.get(node.id)
-                if old is not None and old.content_hash == digest:
-                    continue
-                text, method = self.summarize(content)
-                self.store.put(Abstract(node.id, text, digest, method, self.clock()))
+            self.refresh(memory, nodes)
         except Exception:  # the node is committed; a stale or missing abstract is what validate reports
             log.exception("writing abstracts in %s failed", memory.urn)
+
+    def refresh(self, memory: Memory, nodes: Sequence[NodeRecord], force: bool = False) -> int:
+        """Write the abstracts of ``nodes`` that are missing or stale (all of them with ``force``);
+        returns how many were written."""
+        if memory.encrypted:
+            return 0
+        existing = self.store.get([n.id for n in nodes])
+        gone = [n.id for n in nodes if not (n.content or "").strip() and n.id in existing]
+        if gone:
+            self.store.delete(gone)
+        written = 0
+        for node in nodes:
+            content = (node.content or "").strip()
+            if not content:
+                continue
+            digest = content_hash(node.content or "")
+            old = existing.get(node.id)
+            if not force and old is not None and old.content_hash == digest:
+                continue
+            text, method = self.summarize(content)
+            self.store.put(Abstract(node.id, text, digest, method, self.clock()))
+            written += 1
+        return written
 
     def summarize(self, content: str) -> tuple[str, str]:
         if self.llm is not None:
