@@ -66,7 +66,9 @@ def summary(samples: list[float]) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--chars", type=int, default=2000)
     args = parser.parse_args()
@@ -78,7 +80,11 @@ def main() -> None:
         keep = list(plain.nodes.derived)
         state = plain.selections.session(caller, "bench", None)
         llm_state = with_llm.selections.session(caller, "bench", None)
-        times: dict[str, list[float]] = {"without abstracts": [], "extractive abstract": [], "LLM abstract": []}
+        times: dict[str, list[float]] = {
+            "without abstracts": [],
+            "extractive abstract": [],
+            "LLM abstract": [],
+        }
         extract: list[float] = []
 
         def create(hadron: Hadron, key: str, n: int, session: object) -> None:
@@ -86,7 +92,9 @@ def main() -> None:
             values = {"name": f"n{n}", "content": content}
             fields = NodeFields(values, frozenset(values))
             started = time.perf_counter()
-            hadron.nodes.create(caller, session, f"hrn:node:bench.example:notes:{key.split()[0]}-{n}", fields, None)  # type: ignore[arg-type]
+            hadron.nodes.create(
+                caller, session, f"hrn:node:bench.example:notes:{key.split()[0]}-{n}", fields, None
+            )  # type: ignore[arg-type]
             times[key].append((time.perf_counter() - started) * 1000)
 
         def toggled(on: bool) -> Callable[[], None]:
