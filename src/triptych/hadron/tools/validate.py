@@ -28,6 +28,11 @@ def validate_tools(service: ValidateService) -> list[Tool[Ctx]]:
         lines += [
             f"- {i['urn']}: the content changed since its abstract was written" for i in r.stale_abstracts
         ]
+        if r.stale_abstracts:
+            lines.append(
+                "  (the next content write refreshes one; `triptych hadron memory abstracts "
+                f"{r.memory.urn}` refreshes them all)"
+            )
         data = {
             "memoryUrn": r.memory.urn,
             "nodes": r.nodes,
