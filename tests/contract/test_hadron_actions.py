@@ -89,7 +89,7 @@ def world(data_dir: tuple[Path, str, str], llm: LlmServer) -> Iterator[World]:
         "TRIPTYCH_AUTH_ENABLED": "true",
         "TRIPTYCH_JWT_SECRET": SECRET,
         "TRIPTYCH_HADRON_ACTION_SOURCES": "tools,local,down",
-        "TRIPTYCH_SYNC_TIMEOUT": "2",
+        "TRIPTYCH_SYNC_TIMEOUT": "8",  # a stdio source starts a Python process: room for a loaded machine
         "TRIPTYCH_LLM_URL": llm.url,
         "TRIPTYCH_LLM_MODEL": "tiny",
     }
