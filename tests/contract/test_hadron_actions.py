@@ -353,3 +353,28 @@ def test_the_1x_client_runs_an_action_the_same_way(world: World) -> None:
     assert [r["error"] for r in done] == [False, False, True]
     assert str(done[1]["text"]).endswith("\n1.x says hello")
     assert str(done[2]["text"]).startswith("BAD_USER_INPUT: args")
+
+
+async def test_a_dependency_in_another_organization_runs_only_for_its_members(world: World) -> None:
+    loc = fresh()
+    async with as_user(world, "dave") as dave:  # globex ADMIN
+        await dave.ok(
+            "hadron_create_node", loc=node(PLANS, f"{loc}:plan"), name="Plan", content="Globex plan B"
+        )
+        own = await dave.ok("hadron_create_node", loc=node(PLANS, f"{loc}:act"), name="Act", nodeType="action",
+                            content="{{ deps.plan }}", data={"action": {"kind": "template"}},
+                            edges=[{"targetLoc": f"{loc}:plan", "loc": "plan"}])  # fmt: skip
+        assert (await dave.ok("hadron_run_action", loc=own.data["urn"])).data["output"] == "Globex plan B"
+    async with as_user(world, "carol") as carol:  # CONTRIBUTOR in both organizations
+        both = await carol.ok("hadron_create_node", loc=node(SPECS, f"{loc}:both"), name="Both", nodeType="action",
+                              content="acme sees: {{ deps.plan }}", data={"action": {"kind": "template"}},
+                              edges=[{"targetUrn": node(PLANS, f"{loc}:plan"), "loc": "plan"}])  # fmt: skip
+        assert (await carol.ok("hadron_run_action", loc=both.data["urn"])).data[
+            "output"
+        ] == "acme sees: Globex plan B"
+    async with as_user(
+        world, "alice"
+    ) as alice:  # acme only: globex's action is not there, its node unreadable
+        await alice.refused("hadron_run_action", "memory_not_found", loc=own.data["urn"])
+        refused = await alice.refused("hadron_run_action", "ACTION_DEPENDENCY_FAILED", loc=both.data["urn"])
+        assert "Globex" not in refused.text and "globex" not in refused.text
