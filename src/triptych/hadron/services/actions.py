@@ -102,14 +102,15 @@ class ActionService:
     def run(self, caller: HadronCaller, state: SessionState, loc: str, args: dict[str, Any]) -> RunResult:
         memory, node = self.nodes.find(caller, state, loc)
         urn = node_urn(memory.root, memory.slug, node.loc)
-        started, t0 = self.clock(), time.perf_counter()
+        attempt = self._attempt(caller, state, node, memory, _declared_kind(node), args, None)
         try:
             spec = parse_spec(node, urn)
             check_args(spec, args, urn)
             step = self._plan(caller, Step(node, memory, urn, spec), ((node.id, urn),), [0])
-        except TriptychError as exc:
-            self._record(caller, state, node, memory, _declared_kind(node), args, None, started, t0, exc.code,
-                         exc.message, None)  # fmt: skip
+        except (
+            Exception
+        ) as exc:  # a refusal, or a failure the server reports as internal: recorded either way
+            attempt.failed(exc)
             raise
         run, output = self._execute(caller, state, step, args, None)
         deps = [{"edge": edge, "urn": dep.urn, "ran": isinstance(dep, Step)} for edge, dep in step.deps]
@@ -197,8 +198,7 @@ class ActionService:
     def _execute(
         self, caller: HadronCaller, state: SessionState, step: Step, args: dict[str, Any], parent: str | None
     ) -> tuple[ActionRun, str]:
-        started, t0 = self.clock(), time.perf_counter()
-        run_id = new_id()
+        attempt = self._attempt(caller, state, step.node, step.memory, step.spec.kind, args, parent)
         try:
             deps: dict[str, DepView] = {}
             for edge, dep in step.deps:
@@ -206,18 +206,17 @@ class ActionService:
                     deps[edge] = dep
                     continue
                 try:
-                    _, output = self._execute(caller, state, dep, {}, run_id)
+                    _, output = self._execute(caller, state, dep, {}, attempt.run_id)
                 except TriptychError as exc:
                     raise _dependency_failed(step.urn, edge, dep.urn, exc.code, exc.message) from exc
                 deps[edge] = DepView(dep.node.name, dep.node.description, output, dep.urn, dep.node.loc)
             output = self._perform(step, args, deps)
-        except TriptychError as exc:
-            self._record(caller, state, step.node, step.memory, step.spec.kind, args, parent, started, t0,
-                         exc.code, exc.message, None, run_id)  # fmt: skip
+        except (
+            Exception
+        ) as exc:  # a refusal, or a failure the server reports as internal: recorded either way
+            attempt.failed(exc)
             raise
-        run = self._record(caller, state, step.node, step.memory, step.spec.kind, args, parent, started, t0,
-                           "ok", None, output, run_id)  # fmt: skip
-        return run, output
+        return attempt.finish("ok", None, output), output
 
     def _perform(self, step: Step, args: dict[str, Any], deps: dict[str, DepView]) -> str:
         spec = step.spec
@@ -247,7 +246,7 @@ class ActionService:
             )
         return result.text
 
-    def _record(
+    def _attempt(
         self,
         caller: HadronCaller,
         state: SessionState,
@@ -256,26 +255,49 @@ class ActionService:
         kind: str,
         args: dict[str, Any],
         parent: str | None,
-        started: str,
-        t0: float,
-        outcome: str,
-        error: str | None,
-        output: str | None,
-        run_id: str | None = None,
-    ) -> ActionRun:
-        run = ActionRun(
-            id=run_id or new_id(), node_id=node.id, memory_id=memory.id, node_revision=node.revision, kind=kind,
-            actor=caller.actor, work_session_id=state.work_session_id, parent_run_id=parent, started_at=started,
-            duration_ms=(time.perf_counter() - t0) * 1000, args=args, outcome=outcome, error=error,
-            output_chars=len(output) if output is not None else None,
-            output_sha256=hashlib.sha256(output.encode()).hexdigest() if output is not None else None,
+    ) -> _Attempt:
+        return _Attempt(
+            self.runs, new_id(), node, memory, kind, caller.actor, state.work_session_id, parent, args,
+            self.clock(), time.perf_counter(),
         )  # fmt: skip
-        self.runs.add_run(run)
-        return run
 
     def history(self, node_id: str, limit: int = 10) -> list[dict[str, Any]]:
         """The latest runs of a node, newest first (shown by hadron_get_node on action nodes)."""
         return [r.view() for r in self.runs.runs(node_id, limit)]
+
+
+@dataclass
+class _Attempt:
+    """One execution of one action node, recorded by ``finish`` with its outcome and duration."""
+
+    runs: ActionRunStore
+    run_id: str
+    node: NodeRecord
+    memory: Memory
+    kind: str
+    actor: str
+    work_session_id: str | None
+    parent: str | None
+    args: dict[str, Any]
+    started: str
+    t0: float
+
+    def failed(self, exc: Exception) -> None:
+        if isinstance(exc, TriptychError):
+            self.finish(exc.code, exc.message)
+        else:
+            self.finish("INTERNAL_ERROR", type(exc).__name__)
+
+    def finish(self, outcome: str, error: str | None, output: str | None = None) -> ActionRun:
+        run = ActionRun(
+            id=self.run_id, node_id=self.node.id, memory_id=self.memory.id, node_revision=self.node.revision,
+            kind=self.kind, actor=self.actor, work_session_id=self.work_session_id, parent_run_id=self.parent,
+            started_at=self.started, duration_ms=(time.perf_counter() - self.t0) * 1000, args=self.args,
+            outcome=outcome, error=error, output_chars=len(output) if output is not None else None,
+            output_sha256=hashlib.sha256(output.encode()).hexdigest() if output is not None else None,
+        )  # fmt: skip
+        self.runs.add_run(run)
+        return run
 
 
 def _dependency_failed(urn: str, edge: str, dep_urn: str, code: str, message: str) -> ActionRefusal:
