@@ -12,9 +12,11 @@ import pytest
 from hadron.world import build_world
 
 from triptych.config import Settings
+from triptych.core.mcp_sources import Source, save_sources, sources_path
 from triptych.hadron.domain.action import DepView, render
 from triptych.hadron.errors import ActionRefusal, Forbidden, NotFound
 from triptych.hadron.identity import HadronCaller
+from triptych.hadron.services.mcp_calls import McpToolCaller, ToolCallResult
 from triptych.hadron.services.nodes import EdgeInput, NodeFields
 from triptych.hadron.services.selection import SessionState
 from triptych.hadron.surface import Hadron
@@ -250,3 +252,25 @@ def test_templates_substitute_only_and_are_deterministic() -> None:
     assert out == 'Bob y {"a": 2, "b": 1} Be brief.'
     assert render(text, args, {"st.yle": dep}, me, "u") == out
     assert json.loads(render("{{ args.list }}", args, {}, me, "u")) == [1, {"x": "y"}]
+
+
+class BrokenCaller(McpToolCaller):
+    """A tool caller whose own code fails (not the source): the run must still be recorded."""
+
+    def call(self, source: Source, tool: str, arguments: dict[str, Any]) -> ToolCallResult:
+        raise RuntimeError("a bug in the caller")
+
+
+def test_a_run_that_fails_unexpectedly_is_recorded_as_an_internal_error(
+    hadron: Hadron, tmp_path: Path
+) -> None:
+    save_sources(sources_path(tmp_path), {"docs": Source("docs", url="http://127.0.0.1:9/mcp")})
+    tool = put(hadron, "alice", node(SPECS, "broken"), node_type="action",
+               action={"kind": "mcp-tool", "source": "docs", "tool": "lookup"})  # fmt: skip
+    hadron.derived.actions.calls = BrokenCaller(sources_path(tmp_path), ["docs"])
+    with pytest.raises(RuntimeError):
+        run(hadron, "alice", tool)
+    found = hadron.graph.node_by_loc(hadron.access.find_memory(SPECS).id, "broken")  # type: ignore[union-attr]
+    assert found is not None
+    [record] = hadron.derived.actions.history(found.id)
+    assert (record["outcome"], record["error"]) == ("INTERNAL_ERROR", "RuntimeError")
