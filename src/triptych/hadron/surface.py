@@ -130,7 +130,7 @@ class Hadron:
         return [
             *memory_tools(self.access, self.selections),
             *app_tools(self.access, self.selections),
-            *server_info_tools(self.selections, self.derived.capabilities),
+            *server_info_tools(self.selections, self.derived.capabilities()),
             *node_tools(self.nodes),
             *edge_tools(self.nodes),
             *object_tools(self.objects),

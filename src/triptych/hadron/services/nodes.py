@@ -85,16 +85,16 @@ class NodeService:
         self.clock = clock
         # Embeds written nodes by their memory's policy (search, issue 6); None embeds nothing.
         self.embedder: NodeEmbedder | None = None
+        # Derived data kept after a committed write (abstracts, issue 18), and extra fields a node's full
+        # view carries (an action's runs): each a callable, so this service imports none of them.
+        self.derived: list[Callable[[Memory, Sequence[NodeRecord]], None]] = []
+        self.extras: list[Callable[[NodeRecord], dict[str, Any]]] = []
         # Refuses a generic write on a Channel's address ([loc_protected], issue 14): (memory, loc,
         # containing) where ``containing`` also refuses a subtree holding an address.
         self.guard: Callable[[Memory, str, bool], None] | None = None
         # Attributes a node created inside a worker session to that session (issue 14).
         self.attribute: Callable[[SessionState, NodeRecord], None] | None = None
         self.session_of: Callable[[str], str | None] | None = None
-        # Derived data kept after a committed write (abstracts, issue 18), and extra fields a node's full
-        # view carries (an action's runs): each a callable, so this service imports none of them.
-        self.derived: list[Callable[[Memory, Sequence[NodeRecord]], None]] = []
-        self.extras: list[Callable[[NodeRecord], dict[str, Any]]] = []
 
     def _guard(self, memory: Memory, loc: str, containing: bool = False) -> None:
         if self.guard is not None:

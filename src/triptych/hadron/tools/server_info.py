@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from triptych import __version__
 from triptych.hadron.services.selection import SelectionService
@@ -32,14 +32,12 @@ CAPABILITIES = (
 )
 
 
-def server_info_tools(
-    selections: SelectionService, more: Callable[[], Sequence[str]] = tuple
-) -> list[Tool[Ctx]]:
-    """``more``: tokens of features whose availability is decided at run time (configuration)."""
+def server_info_tools(selections: SelectionService, extra: Sequence[str] = ()) -> list[Tool[Ctx]]:
+    """``extra``: tokens of features that depend on this deployment (a git binary, a server key)."""
+    capabilities = (*CAPABILITIES, *extra)
 
     def server_info(ctx: Ctx, args: NoArgs) -> ToolOutput:
         state = ctx.session
-        capabilities = [*CAPABILITIES, *more()]
         lines = [f"server: {ctx.server_url or 'stdio'}", f"version: {__version__}"]
         lines.append("capabilities: " + ", ".join(capabilities))
         org_data: dict[str, object] = {"urn": None, "rung": "unauthenticated"}
@@ -76,7 +74,7 @@ def server_info_tools(
             {
                 "server": ctx.server_url,
                 "version": __version__,
-                "capabilities": capabilities,
+                "capabilities": list(capabilities),
                 "organization": org_data,
                 "connection": {
                     "reestablished": state.replaced,
