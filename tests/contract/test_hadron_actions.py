@@ -20,6 +20,8 @@ from hadron.llm_server import LlmServer, llm_server
 from hadron.world import World, as_app, as_user, build_world, user_headers
 from harness import SECRET, TRIPTYCH, ServerProcess, free_port
 
+from triptych.core.mcp_sources import Source, load_sources, save_sources, sources_path
+
 SCRIPT = Path(__file__).parent / "scripts" / "tool_server.py"
 SPECS = "hrn:mem:acme.com:specs"
 PLANS = "hrn:mem:globex.com:plans"
@@ -75,10 +77,13 @@ def data_dir(
     data = tmp_path_factory.mktemp("hadron-actions") / "data"
     data.mkdir(parents=True)
     key, other = build_world(data)
-    register(data, "tools", "--url", http_tools)
-    register(data, "local", "--command", sys.executable, "--arg", str(SCRIPT), "--arg", str(tool_log))
-    register(data, "down", "--url", f"http://127.0.0.1:{free_port()}/mcp")
-    register(data, "unlisted", "--url", http_tools)
+    register(data, "tools", "--url", http_tools)  # as an operator does; the others straight into the registry
+    path = sources_path(data)
+    sources = load_sources(path)
+    sources["local"] = Source("local", command=sys.executable, args=[str(SCRIPT), str(tool_log)])
+    sources["down"] = Source("down", url=f"http://127.0.0.1:{free_port()}/mcp")
+    sources["unlisted"] = Source("unlisted", url=http_tools)
+    save_sources(path, sources)
     return data, key, other
 
 
