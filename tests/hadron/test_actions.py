@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from hadron.world import build_world
+from harness import free_port
 
 from triptych.config import Settings
 from triptych.core.mcp_sources import Source, save_sources, sources_path
@@ -274,3 +275,16 @@ def test_a_run_that_fails_unexpectedly_is_recorded_as_an_internal_error(
     assert found is not None
     [record] = hadron.derived.actions.history(found.id)
     assert (record["outcome"], record["error"]) == ("INTERNAL_ERROR", "RuntimeError")
+
+
+def test_the_tool_caller_reports_an_unreachable_source_and_an_unreadable_registry(tmp_path: Path) -> None:
+    registry = tmp_path / "mcp_servers.json"
+    caller = McpToolCaller(registry, [" docs ", ""], timeout=5)
+    assert caller.enabled and caller.allows("docs") and not caller.allows("wiki")
+    assert caller.source("docs") is None  # no registry yet
+    down = Source("down", url=f"http://127.0.0.1:{free_port()}/mcp")
+    result = caller.call(down, "lookup", {})
+    assert (result.ok, result.reason) == (False, "unreachable") and "Connect" in result.text
+    registry.write_text("{not json")
+    assert caller.source("docs") is None  # logged, and the action refuses as an unknown source
+    assert not McpToolCaller(registry, []).enabled
