@@ -54,6 +54,20 @@ def ingest_episode(server: ServerProcess, app: str) -> None:
         )
 
 
+CONTENT_FIELDS = frozenset({"text", "tool_definitions", "tool_calls", "prompt", "system", "messages", "input",
+                            "output"})  # fmt: skip
+
+
+def keys_of(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield str(key)
+            yield from keys_of(child)
+    elif isinstance(value, list):
+        for child in value:
+            yield from keys_of(child)
+
+
 def arguments_for(name: str, trace_id: str) -> dict[str, Any]:
     return {
         "metergraph_get_usage": {"days": 90, "limit": 200},
@@ -85,6 +99,9 @@ async def test_every_tool_output_validates_against_the_contract_schemas(server: 
             # A refusal is the contract's error document; a success, the tool's own schema.
             validate("agent-access/error" if result.is_error else tool.schema, result.data)
             validated[tool.name] = "error" if result.is_error else "document"
+            if not result.is_error and tool.privacy_class == "metadata":
+                # Upstream's content-free check: no content-named field anywhere in a metadata document.
+                assert CONTENT_FIELDS.isdisjoint(keys_of(result.data)), tool.name
     assert {name for name, kind in validated.items() if kind == "document"} >= {
         "metergraph_get_workspace_context", "metergraph_get_capabilities", "metergraph_list_routes",
         "metergraph_get_usage", "metergraph_get_usage_aggregates", "metergraph_get_ingestion_health",

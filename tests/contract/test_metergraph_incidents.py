@@ -7,6 +7,9 @@ Traffic is stamped in past hours (event time drives the windows), so a whole epi
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from harness import SECRET, ServerProcess, bearer, mcp_session
-from mcp import MCPError
+from mcp import Client, MCPError, StdioServerParameters
 
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -218,3 +221,20 @@ async def test_incidents_are_isolated_by_workspace_and_environment_and_bounded(s
         capabilities = await mcp.call("metergraph_get_capabilities")
     assert refused.value.error.code == -32602
     assert capabilities.data["agent"]["incidents"]["available"] is True
+
+
+async def test_the_stdio_bridge_lists_the_same_incidents(server: ServerProcess) -> None:
+    w = World(server)
+    w.baseline(range(0, 24))
+    w.hour(24, input_tokens=60_000)
+    over_http = await w.incidents()
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "triptych.metergraph.bridge"],
+        env={**os.environ, "METERGRAPH_URL": server.url, "METERGRAPH_AGENT_TOKEN": w.key},
+    )
+    async with Client(params) as client:
+        result = await client.call_tool("metergraph_list_incidents", {"limit": 200})
+    over_stdio = json.loads(result.content[0].text)  # type: ignore[union-attr]
+    assert [i["id"] for i in over_stdio["incidents"]] == [i["id"] for i in over_http["incidents"]]
+    assert any(i["detector_key"] == "cost_spike" for i in over_stdio["incidents"])
