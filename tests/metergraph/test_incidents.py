@@ -158,3 +158,19 @@ def test_background_sweeps_defer_a_filling_day_window_until_its_refresh_but_read
     assert "w1" in clocked.mg.incidents._dirty
     clocked.incidents()  # a read sweeps everything now
     assert "w1" not in clocked.mg.incidents._dirty
+
+
+def test_resolved_incidents_are_pruned_after_the_longest_window_and_open_ones_stay(clocked: Clocked) -> None:
+    for h in range(24):
+        clocked.hour(h)
+        clocked.mg.incidents.sweep()
+    for h, tokens in ((24, 60_000), (25, 1000), (26, 1000), (27, 1000), (28, 60_000)):
+        clocked.hour(h, input_tokens=tokens)
+        clocked.mg.incidents.sweep()
+    costs = [i for i in clocked.incidents() if i["detector_key"] == COST_SPIKE and i["grain"] == "model"]
+    assert [i["status"] for i in costs] == ["open", "resolved"]
+    store = clocked.mg.incidents.store
+    assert store.counts("w1", None)[1] >= 1
+    store.prune(int((clocked.now + timedelta(days=1)).timestamp() * 1000))
+    assert [i.status for i in store.for_workspace("w1")] == ["open"] * len(store.for_workspace("w1"))
+    assert store.for_workspace("w1", ["staging"]) == []

@@ -144,11 +144,41 @@ class IncidentStore:
                     (workspace, grain, *cursor),
                 )
 
-    def for_workspace(self, workspace: str) -> list[Incident]:
-        """Every incident of the workspace: open ones first, then the most recently seen."""
+    def for_workspace(
+        self, workspace: str, environments: Sequence[str] | None = None, limit: int = -1
+    ) -> list[Incident]:
+        """The workspace's incidents, open ones first, then the most recently seen; with ``environments``,
+        only those environments' and the workspace-wide (no series) ones."""
+        where, params = self._visible(workspace, environments)
         rows = self.db.conn.execute(
-            "SELECT * FROM incidents WHERE workspace = ?"
-            " ORDER BY status = 'open' DESC, last_seen_ms DESC, id",
-            (workspace,),
+            f"SELECT * FROM incidents WHERE {where} ORDER BY status = 'open' DESC, last_seen_ms DESC, id LIMIT ?",
+            [*params, limit],
         )
         return [Incident.from_row(r) for r in rows]
+
+    def counts(self, workspace: str, environments: Sequence[str] | None) -> tuple[int, int, int]:
+        """(all, open, open and critical) incidents ``for_workspace`` would list."""
+        where, params = self._visible(workspace, environments)
+        row = self.db.conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(status = 'open'), 0),"
+            f" COALESCE(SUM(status = 'open' AND severity = 'critical'), 0) FROM incidents WHERE {where}",
+            params,
+        ).fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
+
+    @staticmethod
+    def _visible(workspace: str, environments: Sequence[str] | None) -> tuple[str, list[Any]]:
+        if environments is None:
+            return "workspace = ?", [workspace]
+        marks = ", ".join("?" * len(environments))
+        where = (
+            f"workspace = ? AND (series = '[]' OR environment IN ({marks}))"
+            if environments
+            else ("workspace = ? AND series = '[]'")
+        )
+        return where, [workspace, *environments]
+
+    def prune(self, before_ms: int) -> None:
+        """Forget incidents resolved before ``before_ms`` (older than any window a read may ask for)."""
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM incidents WHERE status = 'resolved' AND resolved_ms < ?", (before_ms,))

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from triptych.metergraph import detectors
-from triptych.metergraph.contract import envelope, warning
+from triptych.metergraph.contract import MAX_DAYS, envelope, warning
 from triptych.metergraph.detectors import IncidentSettings, Judgement
 from triptych.metergraph.incident_store import Incident, IncidentStore
 from triptych.metergraph.keys import AgentPrincipal
@@ -108,6 +108,7 @@ class IncidentService:
         self._sweep_lock = threading.Lock()
         self._stop = threading.Event()
         self._cache: dict[tuple[str, str], _Windows] = {}
+        self._pruned_at = float("-inf")
         self._thread: threading.Thread | None = None
 
     # -- what ingest tells us --------------------------------------------------------------------
@@ -136,6 +137,9 @@ class IncidentService:
     def _run(self) -> None:
         while not self._stop.wait(self.settings.tick_seconds):
             self.sweep()
+            if time.monotonic() - self._pruned_at > 3600:
+                self._pruned_at = time.monotonic()
+                self.store.prune(int(self.clock().timestamp() * 1000) - MAX_DAYS * DAY_MS)
 
     def close(self) -> None:
         self._stop.set()
@@ -453,31 +457,23 @@ class IncidentService:
     def list(self, principal: AgentPrincipal, limit: int) -> dict[str, Any]:
         """``metergraph_list_incidents``: open incidents first, then the most recently seen, bounded."""
         self.sweep(principal.workspace)  # calls this process ingested are judged before they are read
+        # A key with an allowlist sees its environments' incidents (never untagged telemetry's); failed
+        # ingestion belongs to no environment and shows to every key, as ingestion health does.
         allowed = principal.environments
-        visible = [
-            i
-            for i in self.store.for_workspace(principal.workspace)
-            # A key with an allowlist sees its environments' incidents (never untagged telemetry's); failed
-            # ingestion belongs to no environment and shows to every key, as ingestion health does.
-            if allowed is None
-            or i.grain == INGEST_GRAIN
-            or (i.environment is not None and i.environment in allowed)
-        ]
-        listed = visible[:limit]
-        truncated = len(visible) > limit
+        total, opened, critical = self.store.counts(principal.workspace, allowed)
+        listed = self.store.for_workspace(principal.workspace, allowed, limit)
+        truncated = total > limit
         warnings = []
         if truncated:
-            warnings.append(
-                warning("truncated", f"{len(visible) - limit} more incidents than the limit of {limit}")
-            )
+            warnings.append(warning("truncated", f"{total - limit} more incidents than the limit of {limit}"))
         document = envelope(
             principal.workspace,
             self.clock(),
             page={"limit": limit, "truncated": truncated, "next_cursor": None},
             evidence={"sources": ["incidents"], "rows": len(listed), "complete": not truncated},
             content_included=False,
-            open=sum(i.status == "open" for i in visible),
-            critical=sum(i.status == "open" and i.severity == "critical" for i in visible),
+            open=opened,
+            critical=critical,
             truncated=truncated,
             incidents=[_render(i) for i in listed],
         )
