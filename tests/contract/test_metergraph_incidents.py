@@ -113,6 +113,11 @@ async def test_a_cost_spike_opens_one_incident_that_updates_and_resolves(server:
         traces = opened["diagnosis"]["evidence"]["traces"]
         listed = await mcp.call(traces["tool"], **traces["arguments"])
     assert abs(again.data["totals"]["cost_usd"] - numbers["window_cost_usd"]) < 1e-6
+    assert evidence["exact"] is True
+    # Trace queries filter by route, not model: the evidence points at the route that carried the model.
+    [busiest] = opened["diagnosis"]["evidence"]["routes"]
+    assert (busiest["route"], busiest["day_errors"]) == ("support", 0) and busiest["day_calls"] >= 30
+    assert traces["arguments"]["route"] == "support"
     assert not listed.is_error and listed.data["traces"]
     # A second episode is a second incident; the first stays resolved.
     w.hour(29)

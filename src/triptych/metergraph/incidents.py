@@ -315,7 +315,7 @@ class IncidentService:
                 ident, workspace, kind, grain.name, series_key, named.get("route"), named.get("provider"),
                 named.get("model"), named.get("environment"), "open", judgement.severity,
                 f"{judgement.title} on {_label(grain, named)}", start, end, now_ms, now_ms, None, 1, 1, 0,
-                bucket, self._diagnosis(grain, named, judgement, start, end, complete, now_ms),
+                bucket, self._diagnosis(workspace, grain, named, judgement, start, end, complete, now_ms),
             )  # fmt: skip
         if verdict == "trigger" and judgement is not None:
             current.occurrences += current.last_trigger_bucket != bucket
@@ -325,7 +325,9 @@ class IncidentService:
             current.clear_windows = 0
             if judgement.severity == "critical":
                 current.severity = "critical"
-            current.diagnosis = self._diagnosis(grain, named, judgement, start, end, complete, now_ms)
+            current.diagnosis = self._diagnosis(
+                workspace, grain, named, judgement, start, end, complete, now_ms
+            )
             current.generation += 1
             return current
         if not complete:
@@ -344,6 +346,7 @@ class IncidentService:
 
     def _diagnosis(
         self,
+        workspace: str,
         grain: Grain,
         named: dict[str, Any],
         judgement: Judgement,
@@ -370,14 +373,47 @@ class IncidentService:
             "baseline_windows": grain.baseline(s),
             "numbers": judgement.numbers,
             "thresholds": {**thresholds, "clear_fraction": s.clear_fraction, "resolve_windows": s.resolve_windows},
-            "evidence": self._evidence(grain, named, judgement.kind, start, end, now_ms),
+            "evidence": self._evidence(grain, named, judgement.kind, start, end, now_ms,
+                                       self._routes_of(workspace, grain, named, start)),
         }  # fmt: skip
+
+    def _routes_of(
+        self, workspace: str, grain: Grain, named: dict[str, Any], start: int
+    ) -> list[dict[str, Any]]:
+        """For a provider/model series: the routes that carried it on the window's UTC day, busiest first
+        (at most five), so the trace evidence can point at them."""
+        if grain.name != "model" or named["provider"] is None or named["model"] is None:
+            return []
+        env = named["environment"]
+        f = CallFilter(workspace, 0, 0, providers=[named["provider"]], models=[named["model"]],
+                       environments=[env] if env is not None else None)  # fmt: skip
+        day = start // DAY_MS
+        rows = self.telemetry.aggregate_rollups("rollup_daily", f, day, day + 1, ("route",), 1)
+        ranked = sorted(
+            ((key[0], row) for key, row in rows.items() if key[0] is not None),
+            key=lambda item: (-float(item[1].sums[detectors.CALLS]), item[0]),
+        )
+        return [
+            {
+                "route": route,
+                "day_calls": int(row.sums[detectors.CALLS]),
+                "day_errors": int(row.sums[detectors.ERRORS]),
+            }
+            for route, row in ranked[:5]
+        ]
 
     @staticmethod
     def _evidence(
-        grain: Grain, named: dict[str, Any], kind: str, start: int, end: int, now_ms: int
+        grain: Grain,
+        named: dict[str, Any],
+        kind: str,
+        start: int,
+        end: int,
+        now_ms: int,
+        routes: list[dict[str, Any]],
     ) -> dict[str, Any]:
-        """Tool calls that reproduce the window's numbers (usage aggregates) and list its traces."""
+        """Tool calls that reproduce the window's numbers (usage aggregates) and list its traces (on the
+        series' busiest route, for a provider/model series: trace queries filter by route, not model)."""
         env = named.get("environment")
         aggregates: dict[str, Any] = {
             "since": _iso(start),
@@ -393,15 +429,23 @@ class IncidentService:
                 aggregates[dim] = [named[dim]]
         if named.get("route") is not None:
             traces["route"] = named["route"]
+        elif routes:
+            traces["route"] = routes[0]["route"]
         if env is not None:
             aggregates["environment"] = [env]
             traces["environment"] = [env]
         if kind == detectors.ERROR_SPIKE:
             traces["status"] = "error"
-        return {
-            "usage": {"tool": "metergraph_get_usage_aggregates", "arguments": aggregates},
+        # The aggregates filters cannot select an untagged environment or an unknown provider/model: the
+        # numbers they return then cover more than the series.
+        exact = all(named.get(dim) is not None for dim in grain.dims)
+        evidence: dict[str, Any] = {
+            "usage": {"tool": "metergraph_get_usage_aggregates", "arguments": aggregates, "exact": exact},
             "traces": {"tool": "metergraph_query_traces", "arguments": traces},
         }
+        if grain.name == "model":
+            evidence["routes"] = routes
+        return evidence
 
     def _sweep_ingest(self, workspace: str, now_ms: int) -> None:
         s = self.settings
