@@ -7,11 +7,18 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from triptych.core.embed import Embedder
+from triptych.metergraph.analysis import AnalysisService
+from triptych.metergraph.analysis_runner import AnalysisRunner
+from triptych.metergraph.analysis_sources import Replayer, RouteWorkloads, WorkloadSource
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
+from triptych.metergraph.links import AppLinks
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.ratelimit import RateLimiter
+from triptych.metergraph.report_store import ReportStore
+from triptych.metergraph.reports import ReportService
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
 from triptych.metergraph.store import SqliteTelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
@@ -21,6 +28,7 @@ from triptych.metergraph.workspace import WorkspaceService
 
 DB_FILE = "metergraph.db"
 COLUMNS_DIR = "metergraph.columns"
+ANALYSIS_DB_FILE = "metergraph-analysis.db"
 
 
 def utc_now() -> datetime:
@@ -38,6 +46,9 @@ class Metergraph:
     traces: TraceService
     tools: list[MetergraphTool]
     columns: ColumnProjection
+    report_store: ReportStore
+    reports: ReportService
+    analysis: AnalysisService
 
     @classmethod
     def open(
@@ -45,7 +56,12 @@ class Metergraph:
         data_dir: Path,
         settings: MetergraphSettings | None = None,
         clock: Callable[[], datetime] = utc_now,
+        replayer: Replayer | None = None,
+        embedder: Callable[[], Embedder | None] = lambda: None,
+        workloads: WorkloadSource | None = None,
     ) -> Metergraph:
+        """``replayer`` enables analysis runs; ``embedder`` (called when a run scores) gives the
+        semantic-similarity check its model; ``workloads`` defaults to one workload per route."""
         settings = settings or load_metergraph_settings()
         store = SqliteTelemetryStore(data_dir / DB_FILE)
         # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
@@ -57,6 +73,18 @@ class Metergraph:
         usage = UsageService(store, clock)
         traces = TraceService(store, clock)
         limiter = RateLimiter(settings.agent_rate_per_minute)
+        links = AppLinks.from_env()
+        report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
+        reports = ReportService(report_store, clock, links)
+        runner = (
+            None
+            if replayer is None
+            else AnalysisRunner(workloads or RouteWorkloads(store), replayer, pricer, embedder)
+        )
+        analysis = AnalysisService(report_store, reports, runner, clock, links)
+        if runner is None:
+            workspace.disabled.add("metergraph_start_analysis")
+        tools = build_tools(workspace, usage, traces, reports, analysis)
         return cls(
             settings,
             store,
@@ -65,10 +93,15 @@ class Metergraph:
             workspace,
             usage,
             traces,
-            [replace(t, handler=limiter.wrap(t.handler)) for t in build_tools(workspace, usage, traces)],
+            [replace(t, handler=limiter.wrap(t.handler)) for t in tools],
             columns,
+            report_store,
+            reports,
+            analysis,
         )
 
     def close(self) -> None:
+        self.analysis.close()  # first: a running analysis reads through both stores
+        self.report_store.close()
         self.columns.close()  # first: its catch-up thread reads through the store
         self.store.close()
