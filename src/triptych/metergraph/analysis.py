@@ -18,14 +18,7 @@ from typing import Any
 
 from triptych.metergraph.analysis_runner import AnalysisRunner, Cancelled, Progress, RunContext, RunSettings
 from triptych.metergraph.contract import SCOPE_READ, envelope, warning
-from triptych.metergraph.errors import (
-    AnalysisActive,
-    ForbiddenError,
-    IdempotencyConflict,
-    InvalidArgument,
-    NotFoundError,
-    UnsupportedCapability,
-)
+from triptych.metergraph.errors import ForbiddenError, InvalidArgument, NotFoundError, UnsupportedCapability
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.links import AppLinks
 from triptych.metergraph.report_schema import serialize
@@ -146,16 +139,15 @@ class AnalysisService:
                 existing = self.store.run_by_request_key(principal.workspace, request_key)
                 if existing is not None:
                     if existing["request_hash"] != request_hash:
-                        raise IdempotencyConflict(
-                            "request_key was used with other arguments: choose a new request_key"
+                        raise InvalidArgument(
+                            "idempotency_conflict: request_key was used with other arguments; choose a new "
+                            "request_key"
                         )
                     return self._started(principal.workspace, existing, replayed=True)
             active = self.store.active_run(principal.workspace, "analysis")
             if active is not None:
-                raise AnalysisActive(
-                    f"analysis run {active['run_id']} is still {active['status']}: follow it with "
-                    "metergraph_get_analysis_run instead of starting another"
-                )
+                # One run at a time per workspace: the caller follows the active run (not an error).
+                return self._started(principal.workspace, active, replayed=False, reason="analysis_active")
             now = self.clock()
             run_id = str(uuid.uuid4())
             row = {
@@ -178,9 +170,13 @@ class AnalysisService:
         stored = self.store.run(principal.workspace, run_id)
         return self._started(principal.workspace, stored or row, replayed=False)
 
-    def _started(self, workspace: str, row: dict[str, Any], replayed: bool) -> dict[str, Any]:
+    def _started(
+        self, workspace: str, row: dict[str, Any], replayed: bool, reason: str | None = None
+    ) -> dict[str, Any]:
+        """``started`` and ``mutates`` say whether this call created the run; ``reason`` why it did not."""
+        created = not replayed and reason is None
         return envelope(
-            workspace, self.clock(), content_included=False, mutates=not replayed,
+            workspace, self.clock(), content_included=False, started=created, mutates=created, reason=reason,
             run=self._run_document(workspace, row, replayed=replayed),
         )  # fmt: skip
 

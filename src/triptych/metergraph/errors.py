@@ -7,8 +7,6 @@ and the one renderer of its error document, used by the MCP endpoint and the RES
     ├── NotFoundError            not_found               not_found       404
     ├── ForbiddenError           forbidden               forbidden       403
     ├── ReplayNotEligible        replay_not_eligible     conflict        409
-    ├── AnalysisActive           analysis_active         conflict        409
-    ├── IdempotencyConflict      idempotency_conflict    conflict        409
     ├── ResponseTooLarge         response_too_large      invalid         413
     ├── UnsupportedCapability    unsupported_capability  unavailable     501
     ├── RateLimited              rate_limited            unavailable     429
@@ -67,14 +65,6 @@ class ReplayNotEligible(MetergraphError, Conflict, code="replay_not_eligible", s
     """A trace that cannot be replayed."""
 
 
-class AnalysisActive(MetergraphError, Conflict, code="analysis_active", status=409):
-    """An analysis run is already queued or running in the workspace."""
-
-
-class IdempotencyConflict(MetergraphError, Conflict, code="idempotency_conflict", status=409):
-    """A ``request_key`` reused with other arguments."""
-
-
 class ResponseTooLarge(MetergraphError, Invalid, code="response_too_large", status=413):
     """An answer over 5 MiB."""
 
@@ -104,8 +94,6 @@ ERROR_CODES = frozenset(
         NotFoundError,
         ForbiddenError,
         ReplayNotEligible,
-        AnalysisActive,
-        IdempotencyConflict,
         ResponseTooLarge,
         UnsupportedCapability,
         RateLimited,
