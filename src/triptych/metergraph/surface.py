@@ -4,6 +4,8 @@ the Agent Access REST mirrors and ``/healthz``.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -30,6 +32,8 @@ def open_metergraph(shared: Shared) -> Metergraph:
     # Ingest needs an app token and reads an agent key (or static MG_* tokens), whatever TRIPTYCH_AUTH_ENABLED.
     mg = Metergraph.open(shared.settings.data_dir, load_metergraph_settings())
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    # Runs a stopped server left queued or running can never finish (their thread is gone).
+    mg.report_store.fail_abandoned_runs(datetime.now(UTC).isoformat())
     return mg
 
 
