@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from common import machine_facts  # noqa: E402
 from provider_server import ProviderServer  # noqa: E402
+from triptych.metergraph.providers import load_provider_settings  # noqa: E402
 
 from triptych.core.embed import LocalEmbedder  # noqa: E402
 from triptych.metergraph.analysis_runner import RunSettings  # noqa: E402
 from triptych.metergraph.analysis_sources import RouteWorkloads  # noqa: E402
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal  # noqa: E402
-from triptych.metergraph.providers import load_provider_settings  # noqa: E402
 from triptych.metergraph.service import Metergraph  # noqa: E402
 from triptych.metergraph.settings import load_metergraph_settings  # noqa: E402
 
@@ -75,14 +75,20 @@ def full_run(mg: Metergraph, settings: RunSettings) -> dict[str, Any]:
             "failed": run["progress"]["replays_failed"], "outcome": run["report"]["outcome"]}  # fmt: skip
 
 
-def bare_replays(mg: Metergraph, workloads: int, samples: int, candidates: tuple[str, ...], now: datetime) -> dict[str, Any]:
+def bare_replays(
+    mg: Metergraph, workloads: int, samples: int, candidates: tuple[str, ...], now: datetime
+) -> dict[str, Any]:
     """The baseline: the same replays through the same replay path, sequentially, nothing scored."""
     assert mg.analysis.runner is not None
     replayer = mg.analysis.runner.replayer
     source = RouteWorkloads(mg.store)
     until = int(now.timestamp() * 1000) + 1
     since = until - 7 * 86_400_000
-    calls = [c for spec in source.workloads("bench", since, until) for c in source.sample("bench", spec, since, until, samples)]
+    calls = [
+        c
+        for spec in source.workloads("bench", since, until)
+        for c in source.sample("bench", spec, since, until, samples)
+    ]
     start = time.perf_counter()
     n = 0
     for model in candidates:
@@ -94,7 +100,9 @@ def bare_replays(mg: Metergraph, workloads: int, samples: int, candidates: tuple
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workloads", type=int, default=3)
     parser.add_argument("--candidates", type=int, default=2)
     parser.add_argument("--samples", type=int, default=50)
@@ -133,7 +141,9 @@ def main() -> None:
     results["baseline_bare_sequential_replays"] = {"wall_s": med(r["wall_s"] for r in bare),
                                                    "replays_per_s": med(r["replays_per_s"] for r in bare)}  # fmt: skip
     results["ratio_run_vs_bare_replays_per_s"] = round(
-        results["analysis_run"]["replays_per_s"] / results["baseline_bare_sequential_replays"]["replays_per_s"], 2
+        results["analysis_run"]["replays_per_s"]
+        / results["baseline_bare_sequential_replays"]["replays_per_s"],
+        2,
     )
     print(json.dumps(results, indent=1))
 
