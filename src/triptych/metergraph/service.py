@@ -11,7 +11,9 @@ from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
 from triptych.metergraph.pricing import Pricer
+from triptych.metergraph.providers import Providers, ProviderSettings
 from triptych.metergraph.ratelimit import RateLimiter
+from triptych.metergraph.replay import ReplayService
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
 from triptych.metergraph.store import SqliteTelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
@@ -38,6 +40,9 @@ class Metergraph:
     traces: TraceService
     tools: list[MetergraphTool]
     columns: ColumnProjection
+    pricer: Pricer
+    providers: Providers
+    replay: ReplayService
 
     @classmethod
     def open(
@@ -45,6 +50,7 @@ class Metergraph:
         data_dir: Path,
         settings: MetergraphSettings | None = None,
         clock: Callable[[], datetime] = utc_now,
+        provider_settings: ProviderSettings | None = None,
     ) -> Metergraph:
         settings = settings or load_metergraph_settings()
         store = SqliteTelemetryStore(data_dir / DB_FILE)
@@ -53,7 +59,11 @@ class Metergraph:
         columns = ColumnProjection(data_dir / COLUMNS_DIR, store)
         store.columns = columns
         pricer = Pricer()
-        workspace = WorkspaceService(store, clock)
+        providers = Providers(provider_settings)
+        replay = ReplayService(store, pricer, providers, clock)
+        workspace = WorkspaceService(
+            store, clock, lambda name: name == "metergraph_replay_trace" and not replay.available
+        )
         usage = UsageService(store, clock)
         traces = TraceService(store, clock)
         limiter = RateLimiter(settings.agent_rate_per_minute)
@@ -65,10 +75,17 @@ class Metergraph:
             workspace,
             usage,
             traces,
-            [replace(t, handler=limiter.wrap(t.handler)) for t in build_tools(workspace, usage, traces)],
+            [
+                replace(t, handler=limiter.wrap(t.handler))
+                for t in build_tools(workspace, usage, traces, replay)
+            ],
             columns,
+            pricer,
+            providers,
+            replay,
         )
 
     def close(self) -> None:
         self.columns.close()  # first: its catch-up thread reads through the store
+        self.providers.close()
         self.store.close()
