@@ -30,7 +30,10 @@ async def not_found(request: Request) -> Response:
 
 def open_metergraph(shared: Shared) -> Metergraph:
     # Ingest needs an app token and reads an agent key (or static MG_* tokens), whatever TRIPTYCH_AUTH_ENABLED.
-    mg = Metergraph.open(shared.settings.data_dir, load_metergraph_settings())
+    # Analysis runs score with the shared embedding model, loaded the first time a run needs it.
+    mg = Metergraph.open(
+        shared.settings.data_dir, load_metergraph_settings(), embedder=lambda: shared.embedder
+    )
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
     # Runs a stopped server left queued or running can never finish (their thread is gone).
     mg.report_store.fail_abandoned_runs(datetime.now(UTC).isoformat())
