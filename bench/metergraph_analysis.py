@@ -75,6 +75,7 @@ def full_run(mg: Metergraph, settings: RunSettings) -> dict[str, Any]:
     assert run["status"] == "succeeded", run
     replays = run["progress"]["replays_done"]
     return {"wall_s": round(wall, 3), "replays": replays, "replays_per_s": round(replays / wall, 1),
+            "replay_s": run["progress"]["replay_seconds"], "scoring_s": run["progress"]["scoring_seconds"],
             "failed": run["progress"]["replays_failed"], "outcome": run["report"]["outcome"]}  # fmt: skip
 
 
