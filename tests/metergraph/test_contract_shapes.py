@@ -107,4 +107,3 @@ def test_the_tools_are_exactly_the_contracts_and_each_is_documented() -> None:
     assert [t.name for t in TOOL_CONTRACT if t.name not in docs] == []
     mutating = [t.name for t in TOOL_CONTRACT if t.mutates]
     assert mutating == ["metergraph_start_analysis", "metergraph_start_classification"]
-    assert not any(t.available for t in TOOL_CONTRACT if t.mutates)

@@ -19,6 +19,8 @@ from triptych.metergraph.store import SqliteTelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
+from triptych.metergraph.workload_store import WorkloadStore
+from triptych.metergraph.workloads import WorkloadService
 from triptych.metergraph.workspace import WorkspaceService
 
 DB_FILE = "metergraph.db"
@@ -43,6 +45,7 @@ class Metergraph:
     pricer: Pricer
     providers: Providers
     replay: ReplayService
+    workloads: WorkloadService
 
     @classmethod
     def open(
@@ -61,11 +64,15 @@ class Metergraph:
         pricer = Pricer()
         providers = Providers(provider_settings)
         replay = ReplayService(store, pricer, providers, clock)
+        workloads = WorkloadService(WorkloadStore(store.db), clock)
         workspace = WorkspaceService(
-            store, clock, lambda name: name == "metergraph_replay_trace" and not replay.available
+            store,
+            clock,
+            lambda name: name == "metergraph_replay_trace" and not replay.available,
+            workloads.store.replay_eligible_by_route,
         )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock)
+        traces = TraceService(store, clock, workloads.match)
         limiter = RateLimiter(settings.agent_rate_per_minute)
         return cls(
             settings,
@@ -77,12 +84,13 @@ class Metergraph:
             traces,
             [
                 replace(t, handler=limiter.wrap(t.handler))
-                for t in build_tools(workspace, usage, traces, replay)
+                for t in build_tools(workspace, usage, traces, replay, workloads)
             ],
             columns,
             pricer,
             providers,
             replay,
+            workloads,
         )
 
     def close(self) -> None:

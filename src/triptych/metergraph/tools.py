@@ -19,6 +19,7 @@ from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.replay import ReplayService
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
+from triptych.metergraph.workloads import WorkloadService
 from triptych.metergraph.workspace import WorkspaceService, refuse_unavailable, tool_visible
 
 
@@ -129,6 +130,10 @@ class ReplayArgs(Args):
     timeout_seconds: Annotated[StrictInt, Field(ge=1, le=30)] | None = None
 
 
+class ClassificationArgs(Args):
+    days: Days = 30
+
+
 class OpenArgs(BaseModel):
     """Tools the contract names without an argument table (not available here): any object."""
 
@@ -163,6 +168,7 @@ def build_tools(
     usage: UsageService,
     traces: TraceService,
     replay: ReplayService | None = None,
+    workloads: WorkloadService | None = None,
 ) -> list[MetergraphTool]:
     def aggregates(p: AgentPrincipal, a: AggregatesArgs) -> dict[str, Any]:
         return usage.aggregates(
@@ -182,6 +188,11 @@ def build_tools(
             refuse_unavailable(p, "metergraph_replay_trace")
         overrides = a.overrides.model_dump(exclude_none=True) if a.overrides else None
         return replay.replay(p, a.trace_id, overrides, a.timeout_seconds)
+
+    def start_classification(p: AgentPrincipal, a: ClassificationArgs) -> dict[str, Any]:
+        if workloads is None:
+            refuse_unavailable(p, "metergraph_start_classification")
+        return workloads.start_classification(p, a.days)
 
     specs: list[tuple[str, str, str, type[BaseModel], Handler]] = [
         ("metergraph_get_workspace_context", "Get Metergraph workspace context",
@@ -230,8 +241,11 @@ def build_tools(
          "Start an analysis run (not available in this deployment).", OpenArgs,
          _unsupported("metergraph_start_analysis")),
         ("metergraph_start_classification", "Start a Metergraph classification",
-         "Start a classification run (not available in this deployment).", OpenArgs,
-         _unsupported("metergraph_start_classification")),
+         "Group the workspace's calls of the last `days` (1 to 90, default 30) into workloads from "
+         "content-free features (route, metadata keys, token shapes; models are listed per workload) and "
+         "save them, replacing the previous classification. Workload ids are stable; pass one as "
+         "metergraph_query_traces' workload. Requires the Debug role (agent:read).", ClassificationArgs,
+         start_classification),
         ("metergraph_get_report_evidence", "Get pipeline report evidence",
          "Replay evidence of a report workload (content class; not available in this deployment).",
          EvidenceArgs, _unsupported("metergraph_get_report_evidence")),
