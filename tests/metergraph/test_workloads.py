@@ -12,7 +12,7 @@ from mg_support import NOW, agent, app, row
 
 from triptych.metergraph.errors import ForbiddenError
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.workload_match import shape_label
+from triptych.metergraph.workload_match import KEYS_SQL, shape_label, tags_signature
 
 
 def calls(n: int, **fields: Any) -> list[dict[str, Any]]:
@@ -155,3 +155,14 @@ def test_get_trace_says_which_spans_replay_can_resend(mg: Metergraph) -> None:
     trace = mg.traces.get_trace(agent("w1", "debug"), "t")
     assert [s["replay_eligible"] for s in trace["spans"]] == [True, False]
     assert trace["replay"]["eligible"] is True and "model" in trace["replay"]["allowlisted_overrides"]
+
+
+@pytest.mark.parametrize(
+    "tags", [None, "{}", '{"b": 1, "a": "x"}', '{"é": 1, "z": 2, "Z": 3, "a.b": 4, "中": 5}', "[1, 2]"]
+)
+def test_the_python_key_signature_matches_the_sql_one(tags: str | None) -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE calls (tags TEXT)")
+    conn.execute("INSERT INTO calls VALUES (?)", (tags,))
+    in_sql = conn.execute(f"SELECT {KEYS_SQL} FROM calls").fetchone()[0]
+    assert tags_signature(tags) == in_sql

@@ -7,6 +7,7 @@ Content-free by construction: no expression reads prompt or response text, nor m
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,18 @@ def shape_label(shape: int) -> str:
 
 def key_signature(keys: Sequence[str]) -> str:
     return _SEP.join(sorted(keys))
+
+
+def tags_signature(tags: str | None) -> str:
+    """``KEYS_SQL`` of a stored metadata text, computed in Python (SQLite orders keys by their UTF-8
+    bytes, which is code point order, as ``sorted`` is)."""
+    if not tags:
+        return ""
+    try:
+        document = json.loads(tags)
+    except ValueError:
+        return ""
+    return key_signature(list(document)) if isinstance(document, dict) else ""
 
 
 def signature_keys(signature: str) -> list[str]:
