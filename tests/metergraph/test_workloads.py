@@ -158,7 +158,7 @@ def test_get_trace_says_which_spans_replay_can_resend(mg: Metergraph) -> None:
 
 
 @pytest.mark.parametrize(
-    "tags", [None, "{}", '{"b": 1, "a": "x"}', '{"é": 1, "z": 2, "Z": 3, "a.b": 4, "中": 5}', "[1, 2]"]
+    "tags", [None, "{}", '{"b": 1, "a": "x"}', '{"é": 1, "z": 2, "Z": 3, "a.b": 4, "中": 5}']
 )
 def test_the_python_key_signature_matches_the_sql_one(tags: str | None) -> None:
     conn = sqlite3.connect(":memory:")
