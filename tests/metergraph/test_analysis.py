@@ -253,3 +253,31 @@ def test_runs_list_newest_first_with_a_cursor(mg: Metergraph) -> None:
     assert [r["run_id"] for r in page["runs"]] == ids[::-1][:2]
     rest = mg.analysis.list_runs(agent("w1"), limit=2, cursor=page["page"]["next_cursor"])
     assert [r["run_id"] for r in rest["runs"]] == ids[:1]
+
+
+def test_a_saved_classification_gives_the_run_its_workloads(mg: Metergraph) -> None:
+    traffic(mg, "support", 6, lambda q: f"replayed: {q}")
+    classified = mg.workloads.start_classification(agent("w1"), days=30)
+    saved = {w["workload_id"] for w in classified["workloads"]}
+    assert saved and not any(w.startswith("route:") for w in saved)
+    run = finished(mg, start(mg)["run"]["run_id"])
+    report = mg.reports.get_report(agent("w1"), run["analysis_id"])
+    assert {w["workload_id"] for w in report["workloads"]} == saved
+    assert report["workloads"][0]["sample_count"] == 6
+
+
+def test_the_routes_evaluation_contract_declares_candidates_and_checks(
+    mg: Metergraph, provider: ProviderServer
+) -> None:
+    traffic(mg, "extract", 6, lambda q: json.dumps({"city": "Paris"}))
+    contract = {
+        "version": 1,
+        "candidates": ["gpt-4.1-mini"],
+        "checks": [{"kind": "json_schema", "schema": JSON_SCHEMA}],
+    }
+    mg.store.set_route("w1", "extract", None, {"evaluation_contract": contract}, NOW.isoformat())
+    before = len(provider.requests)
+    run = finished(mg, start(mg, candidates=())["run"]["run_id"])
+    assert {r["json"]["model"] for r in provider.requests[before:]} == {"gpt-4.1-mini"}
+    suite = mg.reports.suite_results(agent("w1"), run["analysis_id"], "route:extract")
+    assert "json_schema" in {c["check_id"] for c in suite["suite"]["checks"]}

@@ -11,7 +11,7 @@ from triptych.core.embed import Embedder
 from triptych.metergraph.analysis import AnalysisService
 from triptych.metergraph.analysis_replay import ProviderReplayer
 from triptych.metergraph.analysis_runner import AnalysisRunner
-from triptych.metergraph.analysis_sources import Replayer, RouteWorkloads, WorkloadSource
+from triptych.metergraph.analysis_sources import Replayer, StoreWorkloads, WorkloadSource
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
@@ -27,6 +27,8 @@ from triptych.metergraph.store import SqliteTelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
+from triptych.metergraph.workload_store import WorkloadStore
+from triptych.metergraph.workloads import WorkloadService
 from triptych.metergraph.workspace import WorkspaceService
 
 DB_FILE = "metergraph.db"
@@ -55,6 +57,7 @@ class Metergraph:
     pricer: Pricer
     providers: Providers
     replay: ReplayService
+    workloads: WorkloadService
 
     @classmethod
     def open(
@@ -65,10 +68,11 @@ class Metergraph:
         provider_settings: ProviderSettings | None = None,
         replayer: Replayer | None = None,
         embedder: Callable[[], Embedder | None] = lambda: None,
-        workloads: WorkloadSource | None = None,
+        workload_source: WorkloadSource | None = None,
     ) -> Metergraph:
-        """``replayer`` enables analysis runs; ``embedder`` (called when a run scores) gives the
-        semantic-similarity check its model; ``workloads`` defaults to one workload per route."""
+        """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
+        scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
+        classification, else one workload per route."""
         settings = settings or load_metergraph_settings()
         store = SqliteTelemetryStore(data_dir / DB_FILE)
         # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
@@ -78,6 +82,7 @@ class Metergraph:
         pricer = Pricer()
         providers = Providers(provider_settings)
         replay = ReplayService(store, pricer, providers, clock)
+        workloads = WorkloadService(WorkloadStore(store.db), clock)
         # Replay, and analysis runs (which replay), need a configured provider.
         workspace = WorkspaceService(
             store,
@@ -86,21 +91,25 @@ class Metergraph:
                 (name == "metergraph_replay_trace" and not replay.available)
                 or (name == "metergraph_start_analysis" and not analysis.available())
             ),
+            workloads.store.replay_eligible_by_route,
         )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock)
+        traces = TraceService(store, clock, workloads.match)
         limiter = RateLimiter(settings.agent_rate_per_minute)
         links = AppLinks.from_env()
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(
-            workloads or RouteWorkloads(store), replayer or ProviderReplayer(replay), pricer, embedder
+            workload_source or StoreWorkloads(store, workloads),
+            replayer or ProviderReplayer(replay),
+            pricer,
+            embedder,
         )
         analysis = AnalysisService(
             report_store, reports, runner, clock, links,
             available=lambda: replayer is not None or replay.available,
         )  # fmt: skip
-        tools = build_tools(workspace, usage, traces, replay, reports, analysis)
+        tools = build_tools(workspace, usage, traces, replay, workloads, reports, analysis)
         return cls(
             settings,
             store,
@@ -117,6 +126,7 @@ class Metergraph:
             pricer,
             providers,
             replay,
+            workloads,
         )
 
     def close(self) -> None:
