@@ -281,3 +281,20 @@ def test_the_routes_evaluation_contract_declares_candidates_and_checks(
     assert {r["json"]["model"] for r in provider.requests[before:]} == {"gpt-4.1-mini"}
     suite = mg.reports.suite_results(agent("w1"), run["analysis_id"], "route:extract")
     assert "json_schema" in {c["check_id"] for c in suite["suite"]["checks"]}
+
+
+def test_classification_runs_are_listed_and_read_beside_analysis_runs(mg: Metergraph) -> None:
+    traffic(mg, "support", 6, lambda q: f"replayed: {q}")
+    classification = mg.workloads.start_classification(agent("w1"), days=30)["run"]["run_id"]
+    first = finished(mg, start(mg)["run"]["run_id"])["run_id"]
+    second = finished(mg, start(mg)["run"]["run_id"])["run_id"]
+    page = mg.analysis.list_runs(agent("w1"), limit=2)
+    # The clock is fixed: at the same instant analysis runs come first, newest first.
+    assert [r["run_id"] for r in page["runs"]] == [second, first]
+    rest = mg.analysis.list_runs(agent("w1"), limit=2, cursor=page["page"]["next_cursor"])
+    assert [(r["run_id"], r["kind"]) for r in rest["runs"]] == [(classification, "classification")]
+    assert rest["page"]["next_cursor"] is None
+    assert mg.analysis.get_run(agent("w1"), classification)["run"]["kind"] == "classification"
+    with pytest.raises(NotFoundError):
+        mg.analysis.get_run(agent("w2"), classification)
+    assert mg.analysis.list_runs(agent("w2"))["runs"] == []

@@ -7,6 +7,7 @@ the same arguments returns the same run, with other arguments it is refused.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -14,7 +15,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from triptych.metergraph.analysis_runner import AnalysisRunner, Cancelled, Progress, RunContext, RunSettings
 from triptych.metergraph.contract import SCOPE_READ, envelope, warning
@@ -24,10 +25,43 @@ from triptych.metergraph.links import AppLinks
 from triptych.metergraph.report_schema import serialize
 from triptych.metergraph.report_store import ReportStore
 from triptych.metergraph.reports import ReportService
-from triptych.metergraph.traces import decode_cursor, encode_cursor
 
 log = logging.getLogger(__name__)
 FINAL = ("succeeded", "failed", "cancelled")
+# Classification runs are few (each replaces the workspace's workloads); a listing reads at most these.
+MAX_CLASSIFICATION_RUNS = 1000
+RunKey = tuple[str, int, int, str]  # (created_at, 1 analysis | 0 classification, seq, run_id)
+
+
+class ClassificationRuns(Protocol):
+    """Classification runs in the run documents' shape (``kind: "classification"``)."""
+
+    def runs(self, workspace: str, limit: int) -> list[dict[str, Any]]: ...
+
+    def run(self, workspace: str, run_id: str) -> dict[str, Any] | None: ...
+
+
+def _encode_run_cursor(key: RunKey, fingerprint: str) -> str:
+    raw = json.dumps([list(key), fingerprint], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_run_cursor(cursor: str, fingerprint: str) -> RunKey:
+    try:
+        key, seen = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        created, kind, seq, run_id = key
+        if not (
+            isinstance(created, str)
+            and isinstance(kind, int)
+            and isinstance(seq, int)
+            and isinstance(run_id, str)
+        ):
+            raise ValueError
+    except (ValueError, TypeError):
+        raise InvalidArgument("cursor is not a cursor this server issued") from None
+    if seen != fingerprint:
+        raise InvalidArgument("cursor belongs to a different query: repeat the same filters or drop it")
+    return created, kind, seq, run_id
 
 
 class AnalysisService:
@@ -39,10 +73,13 @@ class AnalysisService:
         clock: Callable[[], datetime],
         links: AppLinks,
         available: Callable[[], bool] = lambda: True,
+        classification_runs: ClassificationRuns | None = None,
     ) -> None:
-        """``available`` says whether runs can replay now (a provider is configured)."""
+        """``available`` says whether runs can replay now (a provider is configured);
+        ``classification_runs`` lists the classification runs the run tools show beside analysis runs."""
         self.store = store
         self.available = available
+        self.classification_runs = classification_runs
         self.reports = reports
         self.runner = runner
         self.clock = clock
@@ -88,19 +125,31 @@ class AnalysisService:
     def list_runs(
         self, principal: AgentPrincipal, limit: int = 50, cursor: str | None = None
     ) -> dict[str, Any]:
-        fingerprint = f"runs:{principal.workspace}"
-        before = decode_cursor(cursor, fingerprint)[0] if cursor is not None else None
-        rows = self.store.list_runs(principal.workspace, limit + 1, before)
-        truncated = len(rows) > limit
-        rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1]["seq"], 0, fingerprint) if truncated else None
+        """Analysis and classification runs together, newest first by creation time (an analysis run
+        before a classification run created at the same instant)."""
+        workspace = principal.workspace
+        fingerprint = f"runs:{workspace}"
+        before = _decode_run_cursor(cursor, fingerprint) if cursor is not None else None
+        mine = self.store.list_runs(workspace, limit + 1, None if before is None else (before[0], before[2]))
+        keyed = [
+            ((r["created_at"], 1, int(r["seq"]), r["run_id"]), self._run_document(workspace, r)) for r in mine
+        ]
+        if self.classification_runs is not None:
+            for doc in self.classification_runs.runs(workspace, MAX_CLASSIFICATION_RUNS):
+                key = (doc["created_at"], 0, 0, doc["run_id"])
+                if before is None or key < before:
+                    keyed.append((key, doc))
+        keyed.sort(key=lambda kv: kv[0], reverse=True)
+        truncated = len(keyed) > limit
+        keyed = keyed[:limit]
+        next_cursor = _encode_run_cursor(keyed[-1][0], fingerprint) if truncated else None
         document = envelope(
-            principal.workspace,
+            workspace,
             self.clock(),
             page={"limit": limit, "truncated": truncated, "next_cursor": next_cursor},
             content_included=False,
-            runs=[self._run_document(principal.workspace, r) for r in rows],
-            app_url=self.links.analysis(principal.workspace),
+            runs=[doc for _, doc in keyed],
+            app_url=self.links.analysis(workspace),
         )
         if truncated:
             document["warnings"].append(warning("truncated", "more runs exist: pass page.next_cursor"))
@@ -108,14 +157,15 @@ class AnalysisService:
 
     def get_run(self, principal: AgentPrincipal, run_id: str) -> dict[str, Any]:
         row = self.store.run(principal.workspace, run_id)
-        if row is None:
+        if row is not None:
+            run = self._run_document(principal.workspace, row)
+        elif self.classification_runs is not None and (
+            found := self.classification_runs.run(principal.workspace, run_id)
+        ):
+            run = found
+        else:
             raise NotFoundError("no analysis run with that run_id in this workspace")
-        return envelope(
-            principal.workspace,
-            self.clock(),
-            content_included=False,
-            run=self._run_document(principal.workspace, row),
-        )
+        return envelope(principal.workspace, self.clock(), content_included=False, run=run)
 
     # -- start / cancel --------------------------------------------------------------------------
 

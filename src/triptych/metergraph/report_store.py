@@ -183,13 +183,16 @@ class ReportStore:
         ).fetchone()
         return None if row is None else _run_row(row)
 
-    def list_runs(self, workspace: str, limit: int, before_seq: int | None = None) -> list[dict[str, Any]]:
+    def list_runs(
+        self, workspace: str, limit: int, before: tuple[str, int] | None = None
+    ) -> list[dict[str, Any]]:
+        """Newest first by (created_at, seq); ``before`` is the key of the last run already listed."""
         sql = "SELECT * FROM analysis_runs WHERE workspace = ?"
         params: list[Any] = [workspace]
-        if before_seq is not None:
-            sql += " AND seq < ?"
-            params.append(before_seq)
-        sql += " ORDER BY seq DESC LIMIT ?"
+        if before is not None:
+            sql += " AND (created_at < ? OR (created_at = ? AND seq < ?))"
+            params.extend([before[0], before[0], before[1]])
+        sql += " ORDER BY created_at DESC, seq DESC LIMIT ?"
         params.append(limit)
         return [_run_row(r) for r in self.db.conn.execute(sql, params)]
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from triptych.core.embed import Embedder
 from triptych.metergraph.analysis import AnalysisService
@@ -38,6 +39,20 @@ ANALYSIS_DB_FILE = "metergraph-analysis.db"
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class ClassificationRunDocuments:
+    """Classification runs as the run tools list them (``AnalysisService.classification_runs``)."""
+
+    def __init__(self, workloads: WorkloadService) -> None:
+        self.workloads = workloads
+
+    def runs(self, workspace: str, limit: int) -> list[dict[str, Any]]:
+        return [self.workloads.run_document(r) for r in self.workloads.store.runs(workspace, limit)]
+
+    def run(self, workspace: str, run_id: str) -> dict[str, Any] | None:
+        row = self.workloads.store.run(workspace, run_id)
+        return None if row is None else self.workloads.run_document(row)
 
 
 @dataclass
@@ -108,6 +123,7 @@ class Metergraph:
         analysis = AnalysisService(
             report_store, reports, runner, clock, links,
             available=lambda: replayer is not None or replay.available,
+            classification_runs=ClassificationRunDocuments(workloads),
         )  # fmt: skip
         tools = build_tools(workspace, usage, traces, replay, workloads, reports, analysis)
         return cls(
