@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -23,11 +24,14 @@ from triptych.metergraph.errors import ForbiddenError, InvalidArgument, NotFound
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.links import AppLinks
 from triptych.metergraph.report_schema import serialize
-from triptych.metergraph.report_store import ReportStore
+from triptych.metergraph.report_store import ReportStore, RunEnded
 from triptych.metergraph.reports import ReportService
 
 log = logging.getLogger(__name__)
 FINAL = ("succeeded", "failed", "cancelled")
+# A running run writes a heartbeat this often; one silent for ABANDONED_AFTER_SECONDS is abandoned.
+HEARTBEAT_SECONDS = 10
+ABANDONED_AFTER_SECONDS = 60
 # Classification runs are few (each replaces the workspace's workloads); a listing reads at most these.
 MAX_CLASSIFICATION_RUNS = 1000
 RunKey = tuple[str, int, int, str]  # (created_at, 1 analysis | 0 classification, seq, run_id)
@@ -213,6 +217,7 @@ class AnalysisService:
                 "created_at": now.isoformat(),
                 "progress": Progress().as_dict(),
                 "arguments": arguments,
+                "heartbeat_ms": int(time.time() * 1000),
             }
             self.store.insert_run(principal.workspace, row)
             thread = threading.Thread(
@@ -249,9 +254,22 @@ class AnalysisService:
         def should_stop() -> bool:
             return self._stopping.is_set() or self.store.cancel_requested(workspace, run_id)
 
+        done = threading.Event()
+
+        def beat() -> None:
+            while True:
+                try:
+                    self.store.heartbeat(workspace, run_id, int(time.time() * 1000))
+                except Exception:  # a missed beat only risks a late "server_restarted"
+                    log.warning("analysis run %s: heartbeat not written", run_id, exc_info=True)
+                if done.wait(HEARTBEAT_SECONDS):
+                    return
+
+        heart = threading.Thread(target=beat, name=f"analysis-beat-{run_id[:8]}", daemon=True)
+        heart.start()
         try:
             now = self.clock()
-            self.store.update_run(workspace, run_id, status="running", started_at=now.isoformat())
+            self.store.start_run(workspace, run_id, now.isoformat())
             ctx = RunContext(workspace, row["analysis_id"], settings, now, report_progress, should_stop)
             artifact = self.runner.run(ctx)
             if should_stop():
@@ -259,20 +277,24 @@ class AnalysisService:
             raw = serialize(artifact)
             stored = self.reports.stored_report(artifact, raw, "analysis_run")
             self.store.finish_run_with_report(workspace, run_id, self.clock().isoformat(), stored, raw)
-        except Cancelled:
+        except (Cancelled, RunEnded):
             code = "server_stopped" if self._stopping.is_set() else "cancelled"
-            self.store.update_run(
-                workspace, run_id, status="cancelled", error_code=code, finished_at=self.clock().isoformat()
-            )
+            self.store.end_active_run(workspace, run_id, "cancelled", code, self.clock().isoformat())
         except Exception as exc:
             log.exception("analysis run %s failed", run_id)
-            self.store.update_run(
-                workspace, run_id, status="failed", error_code="internal", error_message=type(exc).__name__,
-                finished_at=self.clock().isoformat(),
-            )  # fmt: skip
+            self.store.end_active_run(
+                workspace, run_id, "failed", "internal", self.clock().isoformat(), type(exc).__name__
+            )
         finally:
+            done.set()
+            heart.join()
             with self._lock:
                 self._threads.pop(run_id, None)
+
+    def fail_abandoned(self) -> int:
+        """At server start: runs whose heartbeat stopped (their process is gone) become ``failed``."""
+        stale = int(time.time() * 1000) - ABANDONED_AFTER_SECONDS * 1000
+        return self.store.fail_abandoned_runs(self.clock().isoformat(), stale)
 
     def wait(self, timeout: float | None = None) -> None:
         """Join the running runs (tests and benchmarks)."""
