@@ -124,7 +124,9 @@ async def test_capabilities_are_keyed_by_capability_name(server: ServerProcess) 
             tool.privacy_class,
             tool.required_scope,
         )
-        assert entry["available"] is tool.available
+        # Availability may also hang on configuration (replay needs a provider): a reason says why not.
+        assert entry["available"] is True or entry["unavailable_reason"]
+    assert caps["agent"]["incidents"]["available"] is True
 
 
 async def test_usage_aggregates_emit_only_contract_warning_codes(server: ServerProcess) -> None:

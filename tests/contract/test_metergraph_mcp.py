@@ -232,7 +232,6 @@ def test_every_contract_error_code_is_reachable(env: Env) -> None:
     assert code(debug, "metergraph_get_trace", trace_id="no-such-trace") == "not_found"
     assert code(prod_only, "metergraph_query_traces", environment=["dev"]) == "forbidden"
     assert code(env.mint(workspace, "metadata"), "metergraph_get_trace", trace_id="x") == "forbidden"
-    assert code(debug, "metergraph_list_reports") == "unsupported_capability"
     assert code(debug, "metergraph_replay_trace", trace_id="x") == "forbidden"
     assert (
         code(env.mint(workspace, "replay"), "metergraph_replay_trace", trace_id="x")
