@@ -24,7 +24,7 @@ from triptych.core.regex import LinearPattern
 from triptych.core.search import Vector
 from triptych.hadron.domain.model import NodeRecord, Scope
 from triptych.hadron.domain.where import Predicate
-from triptych.hadron.store import _NODE_COLUMNS, _node
+from triptych.hadron.store import _NODE_COLUMNS, NodeCodec, _node
 
 RUNNABLE_TYPES = ("action",)
 # bm25 column weights: name, description, content, tags.
@@ -201,6 +201,12 @@ class SqliteSearchStore:
         self.model = model
         self.index = ExactIndex(dim, self._load_vectors) if dim else None
         self._gate = WriteGate()  # embedding writes and their hand-off to the index, in commit order
+        # Opens the sealed nodes of encrypted memories (sealing.py), as the graph store does.
+        self.codec: NodeCodec | None = None
+
+    def _read(self, row: Sequence[Any]) -> NodeRecord:
+        node = _node(row)
+        return self.codec.open(node) if self.codec is not None else node
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -222,7 +228,7 @@ class SqliteSearchStore:
             f"SELECT rowid, {_NODE_COLUMNS} FROM nodes WHERE rowid IN ({marks}) AND deleted_at IS NULL",
             tuple(rowids),
         ).fetchall()
-        return {int(r[0]): _node(tuple(r)[1:]) for r in rows}
+        return {int(r[0]): self._read(tuple(r)[1:]) for r in rows}
 
     def rowids_of(self, node_ids: Sequence[str]) -> dict[str, int]:
         if not node_ids:
@@ -455,7 +461,7 @@ class SqliteSearchStore:
             f"AND ({' OR '.join(tests)}) LIMIT ?",
             (*params, limit),
         ).fetchall()
-        return [_node(r) for r in rows]
+        return [self._read(r) for r in rows]
 
     def live_locs_in(self, memory_ids: Sequence[str], loc: str) -> set[str]:
         if not memory_ids:

@@ -18,6 +18,7 @@ from triptych.hadron.access import AccessPolicy
 from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.errors import render_error
 from triptych.hadron.identity import authenticator
+from triptych.hadron.sealing import KeyConfigError, NodeSealer, ServerKey, check_key, load_key
 from triptych.hadron.search_store import SqliteSearchStore
 from triptych.hadron.server import HadronEndpoint, build_server
 from triptych.hadron.services.agents import AgentService
@@ -82,15 +83,20 @@ class Hadron:
     team: Team
 
     @classmethod
-    def open(cls, path: Path, embedder: Embedder | None = None) -> Hadron:
-        """The surface over ``hadron.db``; without an embedder nodes are not embedded (admin, tests)."""
+    def open(cls, path: Path, embedder: Embedder | None = None, key: ServerKey | None = None) -> Hadron:
+        """The surface over ``hadron.db``; without an embedder nodes are not embedded (admin, tests);
+        without a key an encrypted memory's nodes are refused (``ENCRYPTION_KEY_MISSING``)."""
         db = open_database(path)
         tenancy = SqliteTenancyStore(db)
         access = AccessPolicy(tenancy)
         graph = SqliteGraphStore(db)
+        graph.codec = NodeSealer(
+            key, lambda memory_id: bool((m := tenancy.memory(memory_id)) and m.encrypted)
+        )
         selections = SelectionService(tenancy, access)
         nodes = NodeService(tenancy, graph, access, selections)
         store = SqliteSearchStore(db, embedder.dim if embedder else None, embedder.name if embedder else None)
+        store.codec = graph.codec
         node_embedder = NodeEmbedder(store, embedder)
         nodes.embedder = node_embedder
         team = Team.build(db, tenancy, graph, access, selections, nodes)
@@ -187,7 +193,13 @@ class Team:
 
 def mount(shared: Shared) -> Mounted:
     settings = shared.settings
-    hadron = Hadron.open(database_path(settings), shared.embedder)
+    key = load_key()
+    hadron = Hadron.open(database_path(settings), shared.embedder, key)
+    try:
+        check_key(hadron.db, key)  # a missing or wrong key stops the start, never serves garbage
+    except KeyConfigError:
+        hadron.close()
+        raise
     endpoint = HadronEndpoint(
         hadron.mcp_server(), settings, authenticator(settings, hadron.tenancy), hadron.selections
     )
