@@ -17,6 +17,7 @@ from triptych.core.surface import Mounted, Shared
 from triptych.hadron.access import AccessPolicy
 from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.errors import render_error
+from triptych.hadron.git_store import SqliteGitStore
 from triptych.hadron.identity import authenticator
 from triptych.hadron.sealing import KeyConfigError, NodeSealer, ServerKey, check_key, load_key
 from triptych.hadron.search_store import SqliteSearchStore
@@ -24,6 +25,7 @@ from triptych.hadron.server import HadronEndpoint, build_server
 from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.channels import ChannelService
 from triptych.hadron.services.embedding import NodeEmbedder
+from triptych.hadron.services.gitsync import GitSyncService
 from triptych.hadron.services.nodes import NodeService
 from triptych.hadron.services.objects import ObjectService
 from triptych.hadron.services.registers import RegisterService
@@ -41,6 +43,7 @@ from triptych.hadron.tools.apps import app_tools
 from triptych.hadron.tools.base import Ctx, Tool
 from triptych.hadron.tools.chat import chat_tools
 from triptych.hadron.tools.edges import edge_tools
+from triptych.hadron.tools.gitsync import gitsync_tools
 from triptych.hadron.tools.memories import memory_tools
 from triptych.hadron.tools.nodes import node_tools
 from triptych.hadron.tools.objects import object_tools
@@ -81,6 +84,7 @@ class Hadron:
     search: SearchService
     embedder: NodeEmbedder
     team: Team
+    gitsync: GitSyncService
 
     @classmethod
     def open(cls, path: Path, embedder: Embedder | None = None, key: ServerKey | None = None) -> Hadron:
@@ -101,6 +105,10 @@ class Hadron:
         nodes.embedder = node_embedder
         team = Team.build(db, tenancy, graph, access, selections, nodes)
         scopes = ScopeService(tenancy, access, selections, store, team.agents)
+        gitsync = GitSyncService(
+            graph, access, selections, SqliteGitStore(db), path.parent / "hadron-git", nodes.embedded
+        )
+        nodes.moved = gitsync.mirror_move
         return cls(
             db,
             tenancy,
@@ -114,6 +122,7 @@ class Hadron:
             SearchService(tenancy, access, nodes, scopes, store, node_embedder, team.agents),
             node_embedder,
             team,
+            gitsync,
         )
 
     def admin(self) -> TenancyAdmin:
@@ -135,6 +144,7 @@ class Hadron:
             *chat_tools(self.team.channels),
             *register_tools(self.team.registers),
             *worklog_tools(self.team.worklog),
+            *gitsync_tools(self.gitsync),
         ]
 
     def mcp_server(self) -> Server[Any]:

@@ -58,5 +58,7 @@ CHANNEL_TOOLS = (
     "hadron_register_remove",
 )
 ISSUE_14_TOOLS = SESSION_TOOLS + WORKER_TOOLS + CHAT_TOOLS + WORKLOG_TOOLS + CHANNEL_TOOLS
+# Git-backed memories (issue 18).
+GIT_TOOLS = ("hadron_sync_graph",)
 # Everything this build registers.
-TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS + ISSUE_14_TOOLS
+TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS + ISSUE_14_TOOLS + GIT_TOOLS
