@@ -86,7 +86,12 @@ def test_first_sync_creates_nodes_and_records_the_commit(hadron: Hadron, tmp_pat
     assert report.ignored == 1
     node = hadron.graph.node_by_loc(mem.id, "guides:install")
     assert node is not None
-    assert (node.name, node.node_type, node.description, node.tags) == ("Installing", "task", "How to install", ["setup", "ops"])
+    assert (node.name, node.node_type, node.description, node.tags) == (
+        "Installing",
+        "task",
+        "How to install",
+        ["setup", "ops"],
+    )
     assert node.data == {"owner": "ops-team", "since": "2024-01-02"}
     assert node.content == "Run the installer.\n"
     upgrade = hadron.graph.node_by_loc(mem.id, "guides:upgrade")
@@ -107,7 +112,11 @@ def test_resync_updates_deletes_creates_and_skips_unchanged(hadron: Hadron, tmp_
     repo.write("faq.md", "---\ntitle: FAQ\n---\nQ and A\n")
     sha = repo.commit("second")
     report = hadron.gitsync.sync_memory(mem, "test")
-    assert (report.created, report.updated, report.deleted) == (["faq"], ["guides:upgrade"], ["guides:install"])
+    assert (report.created, report.updated, report.deleted) == (
+        ["faq"],
+        ["guides:upgrade"],
+        ["guides:install"],
+    )
     assert report.unchanged == 1 and report.previous is not None and report.commit == sha
     assert hadron.graph.node_by_loc(mem.id, "guides:install") is None
     upgrade = hadron.graph.node_by_loc(mem.id, "guides:upgrade")
@@ -153,9 +162,15 @@ def test_repo_wins_over_a_hadron_edit_and_reports_the_conflict(hadron: Hadron, t
     caller = alice(hadron)
     state = hadron.selections.session(caller, "s", None)
     loc = "hrn:node:acme.com:docs:guides:upgrade"
-    hadron.nodes.update(caller, state, loc, NodeFields({"content": "edited in Hadron"}, frozenset({"content"})), None, None)
-    hadron.nodes.create(caller, state, "hrn:node:acme.com:docs:notes", NodeFields({"name": "n"}, frozenset({"name"})), None)
-    hadron.nodes.create(caller, state, "hrn:node:acme.com:docs:faq", NodeFields({"name": "f"}, frozenset({"name"})), None)
+    hadron.nodes.update(
+        caller, state, loc, NodeFields({"content": "edited in Hadron"}, frozenset({"content"})), None, None
+    )
+    hadron.nodes.create(
+        caller, state, "hrn:node:acme.com:docs:notes", NodeFields({"name": "n"}, frozenset({"name"})), None
+    )
+    hadron.nodes.create(
+        caller, state, "hrn:node:acme.com:docs:faq", NodeFields({"name": "f"}, frozenset({"name"})), None
+    )
     repo.write("guides/upgrade.md", "The repository's version.\n")
     repo.write("faq.md", "From the repo\n")
     repo.commit("conflicting")
@@ -193,7 +208,9 @@ def test_a_file_that_fails_half_way_leaves_the_memory_as_it_was(hadron: Hadron, 
     assert fixed.created == ["aaa"] and fixed.deleted == ["guides:install"]
 
 
-def test_a_corrupt_or_missing_repository_is_refused_and_changes_nothing(hadron: Hadron, tmp_path: Path) -> None:
+def test_a_corrupt_or_missing_repository_is_refused_and_changes_nothing(
+    hadron: Hadron, tmp_path: Path
+) -> None:
     repo = Repo(tmp_path / "repo")
     seed(repo)
     mem = attach(hadron, repo)
@@ -224,7 +241,9 @@ def test_moves_touching_git_backed_memories_are_mirrored(hadron: Hadron, tmp_pat
     hadron.gitsync.sync_memory(plain, "test")
     caller = alice(hadron)
     state = hadron.selections.session(caller, "s", None)
-    hadron.nodes.move(caller, state, "hrn:node:acme.com:docs:guides", "hrn:node:acme.com:plain:manual", False, False)
+    hadron.nodes.move(
+        caller, state, "hrn:node:acme.com:docs:guides", "hrn:node:acme.com:plain:manual", False, False
+    )
     docs_repo.pull()
     plain_repo.pull()
     assert docs_repo.read("guides/install.md") is None and docs_repo.read("guides/index.md") is None
@@ -239,10 +258,15 @@ def test_moves_touching_git_backed_memories_are_mirrored(hadron: Hadron, tmp_pat
     moved = hadron.graph.node_by_loc(plain.id, "manual:install")
     assert moved is not None and moved.content == "Run the installer.\n"
     # a move inside one Git-backed memory renames the file
-    hadron.nodes.move(caller, state, "hrn:node:acme.com:plain:start", "hrn:node:acme.com:plain:begin", False, False)
+    hadron.nodes.move(
+        caller, state, "hrn:node:acme.com:plain:start", "hrn:node:acme.com:plain:begin", False, False
+    )
     plain_repo.pull()
     # the node keeps its name across the move, so the file names it
-    assert plain_repo.read("start.md") is None and plain_repo.read("begin.md") == "---\ntitle: start\n---\nstart\n"
+    assert (
+        plain_repo.read("start.md") is None
+        and plain_repo.read("begin.md") == "---\ntitle: start\n---\nstart\n"
+    )
     log = git(plain_repo.work, "log", "-1", "--format=%s")
     assert log.startswith("hadron: move hrn:node:acme.com:plain:start")
 
@@ -255,7 +279,9 @@ def test_an_unreachable_repository_leaves_the_database_authoritative(hadron: Had
     shutil.rmtree(repo.origin)
     caller = alice(hadron)
     state = hadron.selections.session(caller, "s", None)
-    hadron.nodes.move(caller, state, "hrn:node:acme.com:docs:guides:upgrade", "hrn:node:acme.com:plain:up", False, False)
+    hadron.nodes.move(
+        caller, state, "hrn:node:acme.com:docs:guides:upgrade", "hrn:node:acme.com:plain:up", False, False
+    )
     assert hadron.graph.node_by_loc(memory(hadron, "plain").id, "up") is not None
     source = hadron.gitsync.store.source(mem.id)
     assert source is not None and "mirroring a move failed" in (source.last_error or "")

@@ -14,6 +14,7 @@ from triptych.core.db import Database
 from triptych.core.embed import Embedder
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.surface import Mounted, Shared
+from triptych.hadron import gitrepo
 from triptych.hadron.access import AccessPolicy
 from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.errors import render_error
@@ -85,6 +86,7 @@ class Hadron:
     embedder: NodeEmbedder
     team: Team
     gitsync: GitSyncService
+    key: ServerKey | None = None
 
     @classmethod
     def open(cls, path: Path, embedder: Embedder | None = None, key: ServerKey | None = None) -> Hadron:
@@ -123,6 +125,7 @@ class Hadron:
             node_embedder,
             team,
             gitsync,
+            key,
         )
 
     def admin(self) -> TenancyAdmin:
@@ -132,7 +135,7 @@ class Hadron:
         return [
             *memory_tools(self.access, self.selections),
             *app_tools(self.access, self.selections),
-            *server_info_tools(self.selections),
+            *server_info_tools(self.selections, self.capabilities()),
             *node_tools(self.nodes),
             *edge_tools(self.nodes),
             *object_tools(self.objects),
@@ -146,6 +149,15 @@ class Hadron:
             *worklog_tools(self.team.worklog),
             *gitsync_tools(self.gitsync),
         ]
+
+    def capabilities(self) -> list[str]:
+        """The tokens of issue 18's features, each advertised only when it works on this deployment."""
+        tokens = []
+        if gitrepo.available():
+            tokens.append("git-sync")  # hadron_sync_graph and mirrored moves need the git binary
+        if self.key is not None:
+            tokens.append("encryption-at-rest")  # without a key an encrypted memory is refused
+        return tokens
 
     def mcp_server(self) -> Server[Any]:
         return build_server(self.tools(), self.selections, INSTRUCTIONS)
