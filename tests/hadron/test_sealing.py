@@ -94,7 +94,7 @@ def test_the_same_writes_to_an_open_memory_are_visible_on_disk(sealed: Hadron, t
 def test_a_missing_or_wrong_key_stops_the_start(tmp_path: Path) -> None:
     h = world(tmp_path / "hadron.db", KEY)
     try:
-        with pytest.raises(KeyConfigError, match="1 encrypted memory need the server key"):
+        with pytest.raises(KeyConfigError, match="1 encrypted memory needs the server key"):
             check_key(h.db, None)
         check_key(h.db, KEY)  # records the key in use
         with pytest.raises(KeyConfigError, match="not the key this database is sealed with"):

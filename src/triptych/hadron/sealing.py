@@ -229,7 +229,7 @@ def check_key(db: Database, key: ServerKey | None) -> None:
     if key is None:
         if encrypted or active:
             raise KeyConfigError(
-                f"{encrypted} encrypted memor{'y' if encrypted == 1 else 'ies'} need the server key "
+                f"{encrypted} encrypted memor{'y needs' if encrypted == 1 else 'ies need'} the server key "
                 f"(key id {active or 'not yet recorded'}), and none is configured. {KEY_HINT}"
             )
         return
