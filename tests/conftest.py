@@ -9,12 +9,16 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
+from hadron.world import HADRON_KEY
 from harness import SECRET, ServerProcess
 
 # The default data directory is the user's (core/datadir.py): a test that forgets to pass its own never
 # writes into the real home, and every process the tests start inherits this.
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="triptych-test-xdg-")
 atexit.register(shutil.rmtree, os.environ["XDG_DATA_HOME"], True)
+# The test worlds hold an encrypted memory (acme.com:vault): every server the tests start gets the key
+# it is sealed with, unless a test passes its own (or "" for none).
+os.environ.setdefault("TRIPTYCH_HADRON_KEY", HADRON_KEY.encoded())
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hadron.world import HADRON_KEY, Result, World, as_app, as_user, build_world
+from hadron.world import Result, World, as_app, as_user, build_world
 from harness import SECRET, ServerProcess
 
 from triptych.hadron.surface import Hadron
@@ -40,11 +40,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         admin.set_embedding(TEAM, "content")
     finally:
         hadron.close()
-    env = {
-        "TRIPTYCH_AUTH_ENABLED": "true",
-        "TRIPTYCH_JWT_SECRET": SECRET,
-        "TRIPTYCH_HADRON_KEY": HADRON_KEY.encoded(),
-    }
+    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET}
     w = World(ServerProcess(data_dir, env).start(), key, other)
     yield w
     w.server.stop()

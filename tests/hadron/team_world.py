@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from hadron.world import HADRON_KEY, World, build_world
+from hadron.world import World, build_world
 from harness import SECRET, TRIPTYCH, ServerProcess
 
 from triptych.hadron.cli import TeamAdmin
@@ -66,9 +66,5 @@ def start_team_world(tmp: Path) -> tuple[World, str]:
     data_dir = tmp / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     key, other, crew_key = build_team(data_dir)
-    env = {
-        "TRIPTYCH_AUTH_ENABLED": "true",
-        "TRIPTYCH_JWT_SECRET": SECRET,
-        "TRIPTYCH_HADRON_KEY": HADRON_KEY.encoded(),
-    }
+    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET}
     return World(ServerProcess(data_dir, env).start(), key, other), crew_key

@@ -76,7 +76,7 @@ def test_key_new_and_rotate_as_processes(tmp_path: Path) -> None:
     h = Hadron.open(data / "hadron.db", None, old)
     check_key(h.db, old)
     h.close()
-    env = {"TRIPTYCH_HADRON_KEY_FILE": str(old_file)}
+    env = {"TRIPTYCH_HADRON_KEY_FILE": str(old_file), "TRIPTYCH_HADRON_KEY": ""}
     rotated = hadron_process(data, "key", "rotate", "--new-key-file", str(new_file), env=env)
     assert rotated.returncode == 0, rotated.stderr
     assert "memory under key" in rotated.stdout and f"TRIPTYCH_HADRON_KEY_FILE={new_file}" in rotated.stdout
