@@ -28,6 +28,8 @@ SUFFIX = ".md"
 INDEX = "index.md"
 ROOT_SKIPPED = frozenset(("README.md", "readme.md", INDEX))
 FIELD_KEYS = ("title", "type", "description", "tags", "seq")
+# libyaml's safe loader parses front matter ~10x faster than the pure-Python one (a 10,000-file sync).
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class LayoutError(ValueError):
@@ -93,7 +95,7 @@ def parse(path: str, loc: str, text: str) -> FileNode:
         if end is None:
             raise LayoutError(path, "the front matter is not closed by a '---' line")
         try:
-            loaded = yaml.safe_load("".join(lines[1:end]))
+            loaded = yaml.load("".join(lines[1:end]), Loader=_LOADER)
         except yaml.YAMLError as exc:
             raise LayoutError(
                 path, f"the front matter is not valid YAML ({exc.__class__.__name__})"
