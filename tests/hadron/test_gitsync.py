@@ -63,6 +63,15 @@ def seed(repo: Repo) -> str:
     return repo.commit("seed")
 
 
+def synced(h: Hadron, tmp_path: Path) -> tuple[Repo, Memory]:
+    """A seeded repository backing acme.com:docs, synced once."""
+    repo = Repo(tmp_path / "repo")
+    seed(repo)
+    mem = attach(h, repo)
+    h.gitsync.sync_memory(mem, "test")
+    return repo, mem
+
+
 def test_layout_maps_paths_front_matter_and_body() -> None:
     assert gitlayout.loc_for("guides/index.md") == ("guides", None)
     assert gitlayout.loc_for("guides/setup/install.md") == ("guides:setup:install", None)
@@ -102,10 +111,7 @@ def test_first_sync_creates_nodes_and_records_the_commit(hadron: Hadron, tmp_pat
 
 
 def test_resync_updates_deletes_creates_and_skips_unchanged(hadron: Hadron, tmp_path: Path) -> None:
-    repo = Repo(tmp_path / "repo")
-    seed(repo)
-    mem = attach(hadron, repo)
-    hadron.gitsync.sync_memory(mem, "test")
+    repo, mem = synced(hadron, tmp_path)
     kept = hadron.graph.node_by_loc(mem.id, "guides")
     repo.write("guides/upgrade.md", "Upgrade with great care.\n")
     repo.remove("guides/install.md")
@@ -129,10 +135,7 @@ def test_resync_updates_deletes_creates_and_skips_unchanged(hadron: Hadron, tmp_
 
 
 def test_a_renamed_file_moves_its_node_and_keeps_its_id_and_edges(hadron: Hadron, tmp_path: Path) -> None:
-    repo = Repo(tmp_path / "repo")
-    seed(repo)
-    mem = attach(hadron, repo)
-    hadron.gitsync.sync_memory(mem, "test")
+    repo, mem = synced(hadron, tmp_path)
     caller = alice(hadron)
     state = hadron.selections.session(caller, "s", None)
     hadron.nodes.create(
@@ -155,10 +158,7 @@ def test_a_renamed_file_moves_its_node_and_keeps_its_id_and_edges(hadron: Hadron
 
 
 def test_repo_wins_over_a_hadron_edit_and_reports_the_conflict(hadron: Hadron, tmp_path: Path) -> None:
-    repo = Repo(tmp_path / "repo")
-    seed(repo)
-    mem = attach(hadron, repo)
-    hadron.gitsync.sync_memory(mem, "test")
+    repo, mem = synced(hadron, tmp_path)
     caller = alice(hadron)
     state = hadron.selections.session(caller, "s", None)
     loc = "hrn:node:acme.com:docs:guides:upgrade"
@@ -211,10 +211,7 @@ def test_a_file_that_fails_half_way_leaves_the_memory_as_it_was(hadron: Hadron, 
 def test_a_corrupt_or_missing_repository_is_refused_and_changes_nothing(
     hadron: Hadron, tmp_path: Path
 ) -> None:
-    repo = Repo(tmp_path / "repo")
-    seed(repo)
-    mem = attach(hadron, repo)
-    hadron.gitsync.sync_memory(mem, "test")
+    repo, mem = synced(hadron, tmp_path)
     snapshot = list(hadron.graph.memory_nodes(mem.id))
     repo.write("new.md", "new\n")
     repo.commit("more")
@@ -272,10 +269,7 @@ def test_moves_touching_git_backed_memories_are_mirrored(hadron: Hadron, tmp_pat
 
 
 def test_an_unreachable_repository_leaves_the_database_authoritative(hadron: Hadron, tmp_path: Path) -> None:
-    repo = Repo(tmp_path / "repo")
-    seed(repo)
-    mem = attach(hadron, repo)
-    hadron.gitsync.sync_memory(mem, "test")
+    repo, mem = synced(hadron, tmp_path)
     shutil.rmtree(repo.origin)
     caller = alice(hadron)
     state = hadron.selections.session(caller, "s", None)
