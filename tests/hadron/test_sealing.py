@@ -104,6 +104,22 @@ def test_a_missing_or_wrong_key_stops_the_start(tmp_path: Path) -> None:
         h.close()
 
 
+def test_without_encrypted_memories_any_key_or_none_starts(tmp_path: Path) -> None:
+    h = Hadron.open(tmp_path / "hadron.db", None, None)
+    try:
+        check_key(h.db, None)
+        check_key(h.db, KEY)
+        check_key(h.db, None)  # nothing is sealed: no key is needed
+        other = ServerKey(b"o" * 32)
+        check_key(h.db, other)  # nothing is sealed under KEY: the new key becomes the key in use
+        h.admin().create_org("acme.com", "Acme")
+        h.admin().create_memory("vault", "knowledge", org="acme.com", encrypted=True)
+        with pytest.raises(KeyConfigError, match=f"id {other.id}"):
+            check_key(h.db, KEY)
+    finally:
+        h.close()
+
+
 def test_a_wrong_key_reads_as_a_refusal_never_as_garbage(sealed: Hadron, tmp_path: Path) -> None:
     write_secrets(sealed, "vault")
     memory = sealed.admin().memory("hrn:mem:acme.com:vault")

@@ -219,31 +219,33 @@ def active_key_id(conn: sqlite3.Connection) -> str | None:
 
 
 def check_key(db: Database, key: ServerKey | None) -> None:
-    """Startup: refuse a missing or wrong key, and record the key in use the first time it is seen."""
+    """Startup: refuse a missing or wrong key while encrypted memories exist, and record the key in use."""
     attach(db)
     conn = db.conn
     active = active_key_id(conn)
-    encrypted = conn.execute(
-        "SELECT COUNT(*) FROM memories WHERE encrypted = 1 AND deleted_at IS NULL"
-    ).fetchone()[0]
+    # Deleted memories count: their rows are still sealed.
+    encrypted = conn.execute("SELECT COUNT(*) FROM memories WHERE encrypted = 1").fetchone()[0]
     if key is None:
-        if encrypted or active:
+        if encrypted:
             raise KeyConfigError(
                 f"{encrypted} encrypted memor{'y needs' if encrypted == 1 else 'ies need'} the server key "
                 f"(key id {active or 'not yet recorded'}), and none is configured. {KEY_HINT}"
             )
         return
-    if active is None:
-        with db.transaction() as tx:
-            tx.execute("INSERT OR IGNORE INTO hadron_keys VALUES (?, ?, NULL)", (key.id, utcnow()))
-            tx.execute("UPDATE hadron_keys SET retired_at = NULL WHERE key_id = ?", (key.id,))
+    if active == key.id:
         return
-    if active != key.id:
+    if active is not None and encrypted:
         retired = conn.execute("SELECT retired_at FROM hadron_keys WHERE key_id = ?", (key.id,)).fetchone()
         why = f" (it was retired by a key rotation at {retired[0]})" if retired else ""
         raise KeyConfigError(
             f"the configured Hadron key (id {key.id}) is not the key this database is sealed with "
             f"(id {active}){why}. Start with the right key; nothing was read or changed"
+        )
+    with db.transaction() as tx:  # nothing is sealed under another key: this one is the key in use
+        tx.execute("UPDATE hadron_keys SET retired_at = ? WHERE retired_at IS NULL", (utcnow(),))
+        tx.execute(
+            "INSERT INTO hadron_keys VALUES (?, ?, NULL) ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL",
+            (key.id, utcnow()),
         )
 
 
