@@ -163,6 +163,7 @@ async def test_an_encrypted_memory_is_unreadable_on_disk_and_readable_through_th
     data = world.server.data_dir
     raw = b"".join(p.read_bytes() for p in data.glob("hadron.db*"))
     assert WORD.encode() not in raw and DATA_WORD.encode() not in raw
+    assert b"ocelot" not in raw.lower()  # nor as the full-text index's lower-cased tokens
     async with as_user(world, "bob") as bob:  # READER: reads in clear, may not write
         seen = await bob.ok("hadron_get_node", loc=node(VAULT, "keys"))
         assert seen.data["content"] == f"the code is {WORD}"

@@ -73,6 +73,7 @@ def test_an_encrypted_memory_leaves_no_plaintext_in_the_file_its_wal_or_its_fts(
     sealed.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     raw = on_disk(path)
     assert SECRET.encode() not in raw and DATA_SECRET.encode() not in raw
+    assert b"quasar" not in raw and b"mango" not in raw  # the FTS index stores lower-cased tokens
     with sqlite3.connect(path) as conn:  # the FTS index reads the sealed text too
         hits = conn.execute(
             "SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?", (f'"{SECRET}"',)
@@ -88,7 +89,8 @@ def test_an_encrypted_memory_leaves_no_plaintext_in_the_file_its_wal_or_its_fts(
 def test_the_same_writes_to_an_open_memory_are_visible_on_disk(sealed: Hadron, tmp_path: Path) -> None:
     """The control: the scan above would find plaintext if there were any."""
     write_secrets(sealed, "open")
-    assert SECRET.encode() in on_disk(tmp_path / "hadron.db")
+    raw = on_disk(tmp_path / "hadron.db")
+    assert SECRET.encode() in raw and b"quasar" in raw
 
 
 def test_a_missing_or_wrong_key_stops_the_start(tmp_path: Path) -> None:
@@ -100,6 +102,31 @@ def test_a_missing_or_wrong_key_stops_the_start(tmp_path: Path) -> None:
         with pytest.raises(KeyConfigError, match="not the key this database is sealed with"):
             check_key(h.db, ServerKey(b"w" * 32))
         check_key(h.db, KEY)
+    finally:
+        h.close()
+
+
+def test_rows_written_in_clear_before_this_build_are_sealed_at_start(tmp_path: Path) -> None:
+    path = tmp_path / "hadron.db"
+    old = world(path, KEY)
+    old.graph.codec = None  # what a build without encryption at rest wrote into an encrypted memory
+    write_secrets(old, "vault")
+    old.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert SECRET.encode() in on_disk(path)
+    old.close()
+    h = Hadron.open(path, None, KEY)
+    try:
+        check_key(h.db, KEY)
+        raw = on_disk(path)
+        assert SECRET.encode() not in raw and DATA_SECRET.encode() not in raw
+        assert b"quasar" not in raw.lower()  # nor the full-text index's lower-cased tokens
+        caller, state = alice(h)
+        _, node = h.nodes.find(caller, state, "hrn:node:acme.com:vault:plans")
+        assert node.content == f"second {SECRET} draft" and node.data == {
+            "k": DATA_SECRET,
+            "more": f"{DATA_SECRET} again",
+        }
+        check_key(h.db, KEY)  # once per memory
     finally:
         h.close()
 

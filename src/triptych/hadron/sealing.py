@@ -53,7 +53,11 @@ MIGRATIONS = [
     CREATE TABLE hadron_keys (
         key_id TEXT PRIMARY KEY, created_at TEXT NOT NULL, retired_at TEXT
     );
+    """,
+    # Encrypted memories whose rows were all checked sealed once (rows from before encryption at rest).
     """
+    CREATE TABLE hadron_sealed_memories (memory_id TEXT PRIMARY KEY, sealed_at TEXT NOT NULL);
+    """,
 ]
 
 
@@ -233,6 +237,7 @@ def check_key(db: Database, key: ServerKey | None) -> None:
             )
         return
     if active == key.id:
+        seal_clear_rows(db, key)
         return
     if active is not None and encrypted:
         retired = conn.execute("SELECT retired_at FROM hadron_keys WHERE key_id = ?", (key.id,)).fetchone()
@@ -247,6 +252,73 @@ def check_key(db: Database, key: ServerKey | None) -> None:
             "INSERT INTO hadron_keys VALUES (?, ?, NULL) ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL",
             (key.id, utcnow()),
         )
+    seal_clear_rows(db, key)
+
+
+def seal_clear_rows(db: Database, key: ServerKey) -> int:
+    """Seal what an encrypted memory still holds in clear (rows written before this build sealed them),
+    once per memory; with ``secure_delete`` so the clear bytes are overwritten, not left in free pages."""
+    conn = db.conn
+    todo = [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM memories WHERE encrypted = 1 AND id NOT IN (SELECT memory_id FROM hadron_sealed_memories)"
+        ).fetchall()
+    ]
+    if not todo:
+        return 0
+    cipher = MemoryCipher(key)
+
+    def seal(memory_id: str, node_id: str, field: str, value: str) -> str:
+        return cipher.seal(memory_id, node_id, field, value)
+
+    sealed = 0
+    conn.execute("PRAGMA secure_delete = ON")
+    try:
+        with db.transaction() as tx:
+            for memory_id in todo:
+                rows = tx.execute(
+                    "SELECT id, content, data FROM nodes WHERE memory_id = ?", (memory_id,)
+                ).fetchall()
+                for node_id, content, data in rows:
+                    new = _seal_clear_fields(seal, memory_id, node_id, content, data)
+                    if new != (content, data):
+                        tx.execute("UPDATE nodes SET content = ?, data = ? WHERE id = ?", (*new, node_id))
+                        sealed += 1
+                    for rev_id, snapshot in tx.execute(
+                        "SELECT id, snapshot FROM node_revisions WHERE node_id = ?", (node_id,)
+                    ).fetchall():
+                        snap = json.loads(snapshot)
+                        if "content" not in snap and "data" not in snap:
+                            continue
+                        old = (snap.get("content"), snap.get("data"))
+                        snap["content"], snap["data"] = _seal_clear_fields(seal, memory_id, node_id, *old)
+                        if (snap["content"], snap["data"]) != old:
+                            tx.execute(
+                                "UPDATE node_revisions SET snapshot = ? WHERE id = ?",
+                                (json.dumps(snap, ensure_ascii=False, sort_keys=True), rev_id),
+                            )
+                tx.execute("INSERT INTO hadron_sealed_memories VALUES (?, ?)", (memory_id, utcnow()))
+        if sealed:
+            # FTS5 keeps a deleted row's tokens in old segments until they merge: merge them now.
+            with db.transaction() as tx:
+                tx.execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('optimize')")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the WAL held the clear pages too
+    finally:
+        conn.execute("PRAGMA secure_delete = OFF")
+    return sealed
+
+
+def _seal_clear_fields(
+    seal: Callable[[str, str, str, str], str], memory_id: str, node_id: str, content: Any, data: Any
+) -> tuple[Any, Any]:
+    if isinstance(content, str) and not content.startswith(PREFIX):
+        content = seal(memory_id, node_id, "content", content)
+    if isinstance(data, str):
+        bag = json.loads(data)
+        if not (isinstance(bag, dict) and len(bag) == 1 and isinstance(bag.get(SEALED), str)):
+            data = json.dumps({SEALED: seal(memory_id, node_id, "data", json.dumps(bag, ensure_ascii=False))})
+    return content, data
 
 
 @dataclass(frozen=True, slots=True)
