@@ -221,3 +221,38 @@ def test_keys_load_from_the_environment_or_a_key_file(tmp_path: Path) -> None:
         load_key({"TRIPTYCH_HADRON_KEY": "c2hvcnQ="})
     with pytest.raises(KeyConfigError, match="cannot be read"):
         load_key({"TRIPTYCH_HADRON_KEY_FILE": str(tmp_path / "missing")})
+
+
+def test_channel_messages_of_an_encrypted_memory_are_sealed_too(tmp_path: Path) -> None:
+    path = tmp_path / "hadron.db"
+    h = world(path, KEY)
+    try:
+        admin = h.admin()
+        admin.create_app("bot", "Bot", "acme.com", None)
+        admin.create_memory("botsafe", "app", app="hrn:app:acme.com:bot", encrypted=True)
+        check_key(h.db, KEY)
+        caller, _ = alice(h)
+        memory, channel = h.team.channels.create_channel(caller, "hrn:mem:acme.com:botsafe", "ops", "Ops")
+        h.team.channels.post(caller, channel, memory, f"deploy key is {SECRET}", None, None)
+        h.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        assert SECRET.encode() not in on_disk(path)
+        fresh = h.team.store.channel(channel.id)  # with its last seq
+        assert fresh is not None
+        page = h.team.channels.read(caller, fresh, memory, None, None, None, 10, 0)
+        assert [m.body for m in page.messages] == [f"deploy key is {SECRET}"]
+        new = ServerKey(b"c" * 32)
+        assert rotate(h.db, KEY, new).messages == 1
+    finally:
+        h.close()
+    rotated = Hadron.open(path, None, new)
+    try:
+        caller, _ = alice(rotated)
+        memory = rotated.admin().memory("hrn:mem:acme.com:botsafe")
+        rows = rotated.db.conn.execute("SELECT body FROM channel_messages").fetchall()
+        assert [r[0].split("$")[1] for r in rows] == [new.id]
+        channel = rotated.team.store.channel_at(memory.id, "ops")
+        assert channel is not None
+        page = rotated.team.channels.read(caller, channel, memory, None, None, None, 10, 0)
+        assert [m.body for m in page.messages] == [f"deploy key is {SECRET}"]
+    finally:
+        rotated.close()

@@ -114,7 +114,8 @@ def _key_rotate(path: Path, a: argparse.Namespace) -> str:
     finally:
         db.close()
     return (
-        f"re-encrypted {done.nodes} node(s) and {done.revisions} revision(s) of {done.memories} encrypted "
+        f"re-encrypted {done.nodes} node(s), {done.revisions} revision(s) and {done.messages} Channel message(s) "
+        f"of {done.memories} encrypted "
         f"memor{'y' if done.memories == 1 else 'ies'} under key {done.new} (key {done.old} retired); "
         f"start the server with {ENV_KEY_FILE}={a.new_key_file}"
     )

@@ -199,6 +199,15 @@ class NodeSealer:
             }
         return replace(node, content=content, data=data)
 
+    def seal_text(self, memory_id: str, owner: str, field: str, text: str) -> str:
+        """One text of an encrypted memory that is not a node field (a Channel message body)."""
+        return self._cipher().seal(memory_id, owner, field, text) if self.encrypted(memory_id) else text
+
+    def open_text(self, memory_id: str, owner: str, field: str, text: str) -> str:
+        if not (self.encrypted(memory_id) and text.startswith(PREFIX)):
+            return text
+        return self._cipher().open(memory_id, owner, field, text)
+
     def open(self, node: NodeRecord) -> NodeRecord:
         if not self.encrypted(node.memory_id):
             return node
@@ -272,6 +281,9 @@ def seal_clear_rows(db: Database, key: ServerKey) -> int:
     def seal(memory_id: str, node_id: str, field: str, value: str) -> str:
         return cipher.seal(memory_id, node_id, field, value)
 
+    def seal_body(memory_id: str, owner: str, body: str) -> str:
+        return body if body.startswith(PREFIX) else seal(memory_id, owner, "body", body)
+
     sealed = 0
     conn.execute("PRAGMA secure_delete = ON")
     try:
@@ -298,6 +310,7 @@ def seal_clear_rows(db: Database, key: ServerKey) -> int:
                                 "UPDATE node_revisions SET snapshot = ? WHERE id = ?",
                                 (json.dumps(snap, ensure_ascii=False, sort_keys=True), rev_id),
                             )
+                sealed += _each_message_body(tx, memory_id, seal_body)
                 tx.execute("INSERT INTO hadron_sealed_memories VALUES (?, ?)", (memory_id, utcnow()))
         if sealed:
             # FTS5 keeps a deleted row's tokens in old segments until they merge: merge them now.
@@ -307,6 +320,25 @@ def seal_clear_rows(db: Database, key: ServerKey) -> int:
     finally:
         conn.execute("PRAGMA secure_delete = OFF")
     return sealed
+
+
+def _each_message_body(tx: sqlite3.Connection, memory_id: str, change: Callable[[str, str, str], str]) -> int:
+    """Rewrite the body of every message of the memory's Channels through ``change(memory, owner, body)``."""
+    rows = tx.execute(
+        "SELECT m.channel_id, m.seq, m.body FROM channel_messages m JOIN channels c ON c.id = m.channel_id "
+        "WHERE c.memory_id = ?",
+        (memory_id,),
+    ).fetchall()
+    changed = 0
+    for channel_id, seq, body in rows:
+        new = change(memory_id, f"{channel_id}#{seq}", body)
+        if new != body:
+            tx.execute(
+                "UPDATE channel_messages SET body = ? WHERE channel_id = ? AND seq = ?",
+                (new, channel_id, seq),
+            )
+            changed += 1
+    return changed
 
 
 def _seal_clear_fields(
@@ -328,6 +360,7 @@ class Rotation:
     memories: int
     nodes: int
     revisions: int
+    messages: int
 
 
 def rotate(db: Database, old: ServerKey, new: ServerKey) -> Rotation:
@@ -340,7 +373,10 @@ def rotate(db: Database, old: ServerKey, new: ServerKey) -> Rotation:
     def reseal(memory_id: str, node_id: str, field: str, token: str) -> str:
         return after.seal(memory_id, node_id, field, before.open(memory_id, node_id, field, token))
 
-    nodes = revisions = 0
+    def reseal_body(memory_id: str, owner: str, body: str) -> str:
+        return reseal(memory_id, owner, "body", body) if body.startswith(PREFIX) else body
+
+    nodes = revisions = messages = 0
     with db.transaction() as tx:
         memories = [r[0] for r in tx.execute("SELECT id FROM memories WHERE encrypted = 1").fetchall()]
         for memory_id in memories:
@@ -365,13 +401,14 @@ def rotate(db: Database, old: ServerKey, new: ServerKey) -> Rotation:
                         (json.dumps(snap, ensure_ascii=False, sort_keys=True), rev_id),
                     )
                     revisions += 1
+            messages += _each_message_body(tx, memory_id, reseal_body)
         now = utcnow()
         tx.execute("UPDATE hadron_keys SET retired_at = ? WHERE key_id = ?", (now, old.id))
         tx.execute(
             "INSERT INTO hadron_keys VALUES (?, ?, NULL) ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL",
             (new.id, now),
         )
-    return Rotation(old.id, new.id, len(memories), nodes, revisions)
+    return Rotation(old.id, new.id, len(memories), nodes, revisions, messages)
 
 
 def _reseal_fields(

@@ -96,9 +96,8 @@ class Hadron:
         tenancy = SqliteTenancyStore(db)
         access = AccessPolicy(tenancy)
         graph = SqliteGraphStore(db)
-        graph.codec = NodeSealer(
-            key, lambda memory_id: bool((m := tenancy.memory(memory_id)) and m.encrypted)
-        )
+        sealer = NodeSealer(key, lambda memory_id: bool((m := tenancy.memory(memory_id)) and m.encrypted))
+        graph.codec = sealer
         selections = SelectionService(tenancy, access)
         nodes = NodeService(tenancy, graph, access, selections)
         store = SqliteSearchStore(db, embedder.dim if embedder else None, embedder.name if embedder else None)
@@ -106,6 +105,7 @@ class Hadron:
         node_embedder = NodeEmbedder(store, embedder)
         nodes.embedder = node_embedder
         team = Team.build(db, tenancy, graph, access, selections, nodes)
+        team.store.codec = sealer  # Channel message bodies of encrypted memories
         scopes = ScopeService(tenancy, access, selections, store, team.agents)
         gitsync = GitSyncService(
             graph, access, selections, SqliteGitStore(db), path.parent / "hadron-git", nodes.embedded
