@@ -279,3 +279,22 @@ def test_an_unreachable_repository_leaves_the_database_authoritative(hadron: Had
     assert hadron.graph.node_by_loc(memory(hadron, "plain").id, "up") is not None
     source = hadron.gitsync.store.source(mem.id)
     assert source is not None and "mirroring a move failed" in (source.last_error or "")
+
+
+def test_a_file_at_a_channels_address_is_skipped_not_written(hadron: Hadron, tmp_path: Path) -> None:
+    admin = hadron.admin()
+    admin.create_app("bot", "Bot", "acme.com", None)
+    admin.create_memory("botmem", "app", app="hrn:app:acme.com:bot")
+    caller = alice(hadron)
+    hadron.team.channels.create_channel(caller, "hrn:mem:acme.com:botmem", "ops", "Ops")
+    repo = Repo(tmp_path / "repo")
+    repo.write("ops/index.md", "would overwrite the Channel's root\n")
+    repo.write("notes.md", "fine\n")
+    repo.commit()
+    mem = attach(hadron, repo, "botmem")
+    report = hadron.gitsync.sync_memory(mem, "test")
+    assert report.created == ["notes"]
+    assert [s["path"] for s in report.skipped] == ["ops/index.md"]
+    assert report.skipped[0]["reason"].startswith("loc_protected")
+    root = hadron.graph.node_by_loc(mem.id, "ops")
+    assert root is not None and root.content != "would overwrite the Channel's root\n"

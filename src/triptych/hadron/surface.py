@@ -108,7 +108,13 @@ class Hadron:
         team.store.codec = sealer  # Channel message bodies of encrypted memories
         scopes = ScopeService(tenancy, access, selections, store, team.agents)
         gitsync = GitSyncService(
-            graph, access, selections, SqliteGitStore(db), path.parent / "hadron-git", nodes.embedded
+            graph,
+            access,
+            selections,
+            SqliteGitStore(db),
+            path.parent / "hadron-git",
+            nodes.embedded,
+            nodes.guard,
         )
         nodes.moved = gitsync.mirror_move
         return cls(

@@ -29,7 +29,7 @@ from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain import gitlayout
 from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.domain.model import Memory, NodeRecord
-from triptych.hadron.errors import GitSyncFailed, NoGitSource
+from triptych.hadron.errors import GitSyncFailed, HadronError, NoGitSource
 from triptych.hadron.git_store import GitSource, GitStore, TrackedFile
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.services.selection import SelectionService, SessionState
@@ -92,6 +92,7 @@ class GitSyncService:
         store: GitStore,
         workdir: Path,
         embedded: Callable[[Memory, Sequence[NodeRecord]], None] | None = None,
+        guard: Callable[[Memory, str, bool], None] | None = None,
         clock: Callable[[], str] = utcnow,
     ) -> None:
         self.graph = graph
@@ -100,6 +101,8 @@ class GitSyncService:
         self.store = store
         self.workdir = workdir
         self.embedded = embedded
+        # Refuses a loc that is a Channel's protected address (NodeService.guard); such files are skipped.
+        self.guard = guard
         self.clock = clock
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -154,6 +157,8 @@ class GitSyncService:
                     report.ignored += 1
             elif loc in by_loc:
                 report.skipped.append({"path": path, "reason": f"same loc as {by_loc[loc]}"})
+            elif (refused := self._refused(memory, loc)) is not None:
+                report.skipped.append({"path": path, "reason": refused})
             else:
                 wanted[path], by_loc[loc] = loc, path
         tracked = self.store.files(memory.id)
@@ -203,6 +208,15 @@ class GitSyncService:
         if self.embedded is not None and written:
             self.embedded(memory, written)
         return report
+
+    def _refused(self, memory: Memory, loc: str) -> str | None:
+        if self.guard is None:
+            return None
+        try:
+            self.guard(memory, loc, False)
+        except HadronError as exc:
+            return f"{exc.code}: {exc.message}"
+        return None
 
     def _apply(
         self,
