@@ -1,7 +1,7 @@
 """Encryption at rest for encrypted memories: the server key, per-memory keys, and the node sealer.
 
 A node of an encrypted memory keeps its ``content`` and ``data`` sealed with AES-256-GCM in every
-row that holds them (``nodes``, the FTS index fed from it, and ``node_revisions`` snapshots). The
+row that holds them (``nodes``, which the keyword index reads, and ``node_revisions`` snapshots). The
 key of a memory is derived (HKDF-SHA256) from the server key and the memory id, so one leaked
 memory key opens one memory. Each sealed value names the server key's id, and the associated
 data binds it to its node and field, so a value copied onto another node does not open.
@@ -266,7 +266,7 @@ def check_key(db: Database, key: ServerKey | None) -> None:
 
 def seal_clear_rows(db: Database, key: ServerKey) -> int:
     """Seal what an encrypted memory still holds in clear (rows written before this build sealed them),
-    once per memory; with ``secure_delete`` so the clear bytes are overwritten, not left in free pages."""
+    once per memory; with ``secure_delete``, then a VACUUM, so no clear byte is left in a free page."""
     conn = db.conn
     todo = [
         r[0]
@@ -313,10 +313,10 @@ def seal_clear_rows(db: Database, key: ServerKey) -> int:
                 sealed += _each_message_body(tx, memory_id, seal_body)
                 tx.execute("INSERT INTO hadron_sealed_memories VALUES (?, ?)", (memory_id, utcnow()))
         if sealed:
-            # FTS5 keeps a deleted row's tokens in old segments until they merge: merge them now.
-            with db.transaction() as tx:
-                tx.execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('optimize')")
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the WAL held the clear pages too
+            # Pages freed before this (an old full-text index, rows moved by an update) may still hold
+            # clear bytes: rewrite the file once, then empty the WAL.
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.execute("PRAGMA secure_delete = OFF")
     return sealed
