@@ -85,8 +85,7 @@ def test_an_encrypted_memory_leaves_no_plaintext_in_the_file_its_wal_or_its_fts(
 def test_the_same_writes_to_an_open_memory_are_visible_on_disk(sealed: Hadron, tmp_path: Path) -> None:
     """The control: the scan above would find plaintext if there were any."""
     write_secrets(sealed, "open")
-    raw = on_disk(tmp_path / "hadron.db")
-    assert SECRET.encode() in raw and b"quasar" in raw
+    assert SECRET.encode() in on_disk(tmp_path / "hadron.db")
 
 
 def test_a_missing_or_wrong_key_stops_the_start(tmp_path: Path) -> None:
