@@ -361,7 +361,6 @@ class GitSyncService:
                     node.content,
                 )
                 written[path] = nid
-        self.store.drop_nodes([nid for nid, (mid, _) in tracked.items() if mid == src.id])
         for memory_id, (writes, removes) in plans.items():
             source = sources[memory_id]
             with self._lock(memory_id):
@@ -378,6 +377,8 @@ class GitSyncService:
                     log.warning("mirroring a move to %s failed: %s", source.url, exc)
                     self.store.synced(memory_id, None, f"mirroring a move failed: {exc}")
                     continue
+            if memory_id == src.id:  # only once the files left the repository: else a sync re-mints them
+                self.store.drop_nodes([nid for nid, (mid, _) in tracked.items() if mid == src.id])
             if pushed is None or memory_id != dst.id:
                 continue
             _, shas = pushed
