@@ -53,7 +53,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def world(path: Path, key: ServerKey | None) -> Hadron:
-    h = Hadron.open(path, None, key)
+    h = Hadron.open(path, key=key)
     admin = h.admin()
     admin.create_org("bench.example")
     admin.create_user("bench")
@@ -200,7 +200,7 @@ def bench_encryption(root: Path, calls: int) -> dict[str, Any]:
     finally:
         server.stop()
     log(f"encryption in process: {calls * 5} creates and gets per memory ...")
-    h = Hadron.open(data / "hadron.db", None, KEY)
+    h = Hadron.open(data / "hadron.db", key=KEY)
     try:
         inproc = inprocess_calls(h, calls * 5)
     finally:

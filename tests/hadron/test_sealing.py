@@ -22,7 +22,7 @@ DATA_SECRET = "MANGO-VORTEX-4410"
 
 
 def world(path: Path, key: ServerKey | None) -> Hadron:
-    h = Hadron.open(path, None, key)
+    h = Hadron.open(path, key=key)
     admin = h.admin()
     admin.create_org("acme.com", "Acme")
     admin.create_user("alice")
@@ -109,7 +109,7 @@ def test_rows_written_in_clear_before_this_build_are_sealed_at_start(tmp_path: P
     old.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     assert SECRET.encode() in on_disk(path)
     old.close()
-    h = Hadron.open(path, None, KEY)
+    h = Hadron.open(path, key=KEY)
     try:
         check_key(h.db, KEY)
         raw = on_disk(path)
@@ -127,7 +127,7 @@ def test_rows_written_in_clear_before_this_build_are_sealed_at_start(tmp_path: P
 
 
 def test_without_encrypted_memories_any_key_or_none_starts(tmp_path: Path) -> None:
-    h = Hadron.open(tmp_path / "hadron.db", None, None)
+    h = Hadron.open(tmp_path / "hadron.db", key=None)
     try:
         check_key(h.db, None)
         check_key(h.db, KEY)
@@ -145,8 +145,8 @@ def test_without_encrypted_memories_any_key_or_none_starts(tmp_path: Path) -> No
 def test_a_wrong_key_reads_as_a_refusal_never_as_garbage(sealed: Hadron, tmp_path: Path) -> None:
     write_secrets(sealed, "vault")
     memory = sealed.admin().memory("hrn:mem:acme.com:vault")
-    other = Hadron.open(tmp_path / "hadron.db", None, ServerKey(b"w" * 32))
-    keyless = Hadron.open(tmp_path / "hadron.db", None, None)
+    other = Hadron.open(tmp_path / "hadron.db", key=ServerKey(b"w" * 32))
+    keyless = Hadron.open(tmp_path / "hadron.db", key=None)
     try:
         with pytest.raises(EncryptionKeyMismatch):
             other.graph.node_by_loc(memory.id, "plans")
@@ -176,7 +176,7 @@ def test_rotation_reseals_nodes_and_revisions_under_the_new_key(sealed: Hadron, 
     assert KEY.id not in stored and new.id in stored
     with pytest.raises(KeyConfigError, match="retired by a key rotation"):
         check_key(sealed.db, KEY)
-    rotated = Hadron.open(tmp_path / "hadron.db", None, new)
+    rotated = Hadron.open(tmp_path / "hadron.db", key=new)
     try:
         check_key(rotated.db, new)
         memory = rotated.admin().memory("hrn:mem:acme.com:vault")
@@ -239,7 +239,7 @@ def test_channel_messages_of_an_encrypted_memory_are_sealed_too(tmp_path: Path) 
         assert rotate(h.db, KEY, new).messages == 1
     finally:
         h.close()
-    rotated = Hadron.open(path, None, new)
+    rotated = Hadron.open(path, key=new)
     try:
         caller, _ = alice(rotated)
         memory = rotated.admin().memory("hrn:mem:acme.com:botsafe")

@@ -73,7 +73,7 @@ def test_key_new_and_rotate_as_processes(tmp_path: Path) -> None:
     assert hadron(data, "key", "new", str(old_file)).returncode == 2  # never overwrites a key
     hadron(data, "key", "new", str(new_file))
     old = ServerKey.parse(old_file.read_text(), "old")
-    h = Hadron.open(data / "hadron.db", None, old)
+    h = Hadron.open(data / "hadron.db", key=old)
     check_key(h.db, old)
     h.close()
     env = {"TRIPTYCH_HADRON_KEY_FILE": str(old_file), "TRIPTYCH_HADRON_KEY": ""}

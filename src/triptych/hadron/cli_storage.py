@@ -36,7 +36,7 @@ def _run(action: Action) -> Callable[[argparse.Namespace], int]:
 def _open(path: Path) -> Any:
     from triptych.hadron.surface import Hadron
 
-    return Hadron.open(path, None, load_key())
+    return Hadron.open(path, key=load_key())
 
 
 def _source_attach(path: Path, a: argparse.Namespace) -> str:
