@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import base64
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 
 import pytest
-from hadron.world import HADRON_KEY
 from harness import SECRET, ServerProcess
 
 # The default data directory is the user's (core/datadir.py): a test that forgets to pass its own never
@@ -18,7 +18,7 @@ os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="triptych-test-xdg-")
 atexit.register(shutil.rmtree, os.environ["XDG_DATA_HOME"], True)
 # The test worlds hold an encrypted memory (acme.com:vault): every server the tests start gets the key
 # it is sealed with, unless a test passes its own (or "" for none).
-os.environ.setdefault("TRIPTYCH_HADRON_KEY", HADRON_KEY.encoded())
+os.environ.setdefault("TRIPTYCH_HADRON_KEY", base64.urlsafe_b64encode(bytes(range(32))).decode())
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hadron.world import HADRON_KEY
 
 from triptych.hadron.errors import BadInput, EncryptionKeyMismatch, EncryptionKeyMissing
 from triptych.hadron.identity import HadronCaller
@@ -206,6 +207,7 @@ def test_moves_into_and_out_of_an_encrypted_memory_are_refused(sealed: Hadron) -
 
 
 def test_keys_load_from_the_environment_or_a_key_file(tmp_path: Path) -> None:
+    assert load_key() == HADRON_KEY  # what tests/conftest.py gives every server the tests start
     assert load_key({}) is None
     assert load_key({"TRIPTYCH_HADRON_KEY": KEY.encoded()}) == KEY
     assert load_key({"TRIPTYCH_HADRON_KEY": KEY.raw.hex()}) == KEY
