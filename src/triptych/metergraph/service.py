@@ -72,7 +72,7 @@ class Metergraph:
             workloads.store.replay_eligible_by_route,
         )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock, workloads.match)
+        traces = TraceService(store, clock, workloads.match, workloads.classifications)
         limiter = RateLimiter(settings.agent_rate_per_minute)
         return cls(
             settings,
