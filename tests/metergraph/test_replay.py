@@ -258,3 +258,16 @@ def test_retained_requests_of_every_shape_parse_to_messages(
     parsed = parse_request(text)
     assert parsed.system == system
     assert [(m.role, m.content) for m in parsed.messages] == messages
+
+
+def test_retries_stay_inside_the_callers_timeout(tmp_path: Path, provider: ProviderServer) -> None:
+    mg = open_mg(tmp_path, provider, max_retries=2)
+    try:
+        trace = retained(mg)
+        before = len(provider.requests)
+        # The provider asks for a retry after 7 s: past the 1 s budget, so the replay ends as a timeout.
+        doc = replay(mg, trace, overrides={"model": "m-ratelimit"}, timeout_seconds=1)
+    finally:
+        mg.close()
+    assert doc["status"] == "timeout" and doc["error"]["code"] == "timeout"
+    assert len(provider.requests) - before == 1

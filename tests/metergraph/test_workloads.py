@@ -187,7 +187,10 @@ def test_get_trace_names_the_workloads_its_calls_belong_to(mg: Metergraph) -> No
     doc = classify(mg)
     by_route = {w["route"]: w["workload_id"] for w in doc["workloads"]}
     found = mg.traces.get_trace(agent("w1", "debug"), "mixed")["root_cause"]["classifications"]
-    assert {c["classification"]["workload_id"] for c in found} == {by_route["summarize"], by_route["elsewhere"]}
+    assert {c["classification"]["workload_id"] for c in found} == {
+        by_route["summarize"],
+        by_route["elsewhere"],
+    }
     assert all(c["analysis_run_id"] == doc["run"]["run_id"] and len(c["span_ids"]) == 1 for c in found)
     assert found[0]["analysis_run"]["status"] == "succeeded"
     assert mg.traces.get_trace(agent("w1", "debug"), "mixed")["root_cause"] == {"classifications": found}

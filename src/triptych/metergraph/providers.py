@@ -191,8 +191,9 @@ class Providers:
         limit = min(float(timeout or self.settings.timeout_seconds), MAX_TIMEOUT_SECONDS)
         call: Caller = self._openai if kind == "openai" else self._anthropic
         future = self._pool.submit(call, request, limit)
-        # Each retry may take the whole client timeout; the deadline allows for them, then gives up.
-        deadline = limit * (self.settings.max_retries + 1) + _DEADLINE_GRACE
+        # The caller's timeout bounds the whole replay, retries included (so a bridge or proxy waiting
+        # on the tool call is never outlasted).
+        deadline = limit + _DEADLINE_GRACE
         try:
             return future.result(timeout=deadline)
         except concurrent.futures.TimeoutError:
