@@ -20,9 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-import anthropic
 import httpx
-import openai
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -209,15 +207,16 @@ class Providers:
             if client is None:
                 s = self.settings
                 bounded = float(timeout)  # each library takes seconds (they build their own Timeout)
+                library = _library(kind)
                 if kind == "openai":
-                    client = openai.OpenAI(
+                    client = library.OpenAI(
                         api_key=s.openai_api_key or "not-needed",
                         base_url=self.base_url("openai"),
                         timeout=bounded,
                         max_retries=s.max_retries,
                     )
                 else:
-                    client = anthropic.Anthropic(
+                    client = library.Anthropic(
                         api_key=s.anthropic_api_key or "not-needed",
                         base_url=self.base_url("anthropic"),
                         timeout=bounded,
@@ -241,7 +240,7 @@ class Providers:
                 model=request.model, messages=messages, max_tokens=request.max_output_tokens, **extra
             )
         except Exception as exc:  # noqa: BLE001 - every client failure becomes a ProviderFailure
-            raise _failure(exc, openai) from None
+            raise _failure(exc, _library("openai")) from None
         choice = response.choices[0] if response.choices else None
         message = choice.message if choice is not None else None
         tool_calls = [
@@ -276,7 +275,7 @@ class Providers:
                 **extra,
             )
         except Exception as exc:  # noqa: BLE001 - every client failure becomes a ProviderFailure
-            raise _failure(exc, anthropic) from None
+            raise _failure(exc, _library("anthropic")) from None
         texts = [b.text for b in response.content if getattr(b, "type", None) == "text"]
         tool_calls = [
             {"name": b.name, "arguments": b.input}
@@ -290,6 +289,18 @@ class Providers:
             finish_reason=response.stop_reason,
             tool_calls=tool_calls,
         )
+
+
+def _library(kind: Kind) -> Any:
+    """The client library of ``kind``, imported on first use: the two take seconds to import, which
+    every CLI command and server start would otherwise pay whether or not replay is configured."""
+    if kind == "openai":
+        import openai
+
+        return openai
+    import anthropic
+
+    return anthropic
 
 
 def _failure(exc: Exception, library: Any) -> ProviderFailure:
