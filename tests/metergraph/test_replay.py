@@ -19,7 +19,7 @@ from triptych.metergraph.errors import (
     ReplayNotEligible,
     UnsupportedCapability,
 )
-from triptych.metergraph.providers import load_provider_settings
+from triptych.metergraph.providers import Providers, load_provider_settings
 from triptych.metergraph.replay import parse_request
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -271,3 +271,30 @@ def test_retries_stay_inside_the_callers_timeout(tmp_path: Path, provider: Provi
         mg.close()
     assert doc["status"] == "timeout" and doc["error"]["code"] == "timeout"
     assert len(provider.requests) - before == 1
+
+
+@pytest.mark.parametrize(
+    ("setting", "sent"),
+    [
+        ("auto", "max_tokens"),
+        ("max_completion_tokens", "max_completion_tokens"),
+        ("max_tokens", "max_tokens"),
+    ],
+)
+def test_the_output_cap_is_named_as_the_endpoint_wants(
+    tmp_path: Path, provider: ProviderServer, setting: str, sent: str
+) -> None:
+    mg = open_mg(tmp_path, provider, openai_token_parameter=setting)
+    try:
+        doc = replay(mg, retained(mg), overrides={"max_output_tokens": 5})
+    finally:
+        mg.close()
+    assert doc["status"] == "succeeded" and provider.requests[-1]["json"][sent] == 5
+    assert mg.providers._token_parameter() == sent  # auto: a local server is not OpenAI itself
+    official = Providers(
+        load_provider_settings(openai_api_key="sk", openai_base_url="", anthropic_base_url="")
+    )
+    try:
+        assert official._token_parameter() == "max_completion_tokens"
+    finally:
+        official.close()

@@ -70,6 +70,11 @@ class ProviderSettings(BaseSettings):
         le=MAX_OUTPUT_TOKENS,
         validation_alias=_alias("MG_REPLAY_MAX_OUTPUT_TOKENS", "max_output_tokens"),
     )
+    # How the output cap is named to the OpenAI-compatible endpoint: OpenAI itself wants
+    # max_completion_tokens (its reasoning models refuse max_tokens), most compatible servers max_tokens.
+    openai_token_parameter: Literal["auto", "max_tokens", "max_completion_tokens"] = Field(
+        "auto", validation_alias=_alias("MG_REPLAY_OPENAI_TOKEN_PARAMETER", "openai_token_parameter")
+    )
     # Models a replay may run on (empty: any model the configured providers serve).
     models: Annotated[list[str], NoDecode] = Field(
         default_factory=list, validation_alias=_alias("MG_REPLAY_MODELS", "models")
@@ -200,6 +205,13 @@ class Providers:
                 "timeout", "timeout", f"the provider did not answer within {limit:g} s"
             ) from None
 
+    def _token_parameter(self) -> str:
+        chosen = self.settings.openai_token_parameter
+        if chosen != "auto":
+            return chosen
+        host = httpx.URL(self.base_url("openai")).host
+        return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
+
     def _client(self, kind: Kind, timeout: float) -> Any:
         key = (kind, timeout)
         with self._lock:
@@ -235,9 +247,10 @@ class Providers:
             extra["temperature"] = request.temperature
         if request.top_p is not None:
             extra["top_p"] = request.top_p
+        extra[self._token_parameter()] = request.max_output_tokens
         try:
             response = self._client("openai", timeout).chat.completions.create(
-                model=request.model, messages=messages, max_tokens=request.max_output_tokens, **extra
+                model=request.model, messages=messages, **extra
             )
         except Exception as exc:  # noqa: BLE001 - every client failure becomes a ProviderFailure
             raise _failure(exc, _library("openai")) from None
