@@ -206,3 +206,10 @@ def test_retained_calls_of_a_workload_are_sampled_evenly_and_deterministically(m
     assert len(mg.workloads.store.retained_call_ids(f, 100)) == 30  # the 2 outliers kept no request text
     spans = [mg.store.trace_spans("w1", f"call:{i}", 1)[0] for i in ids]
     assert all(s["request_text"] is not None for s in spans)
+
+
+def test_an_empty_workspace_classifies_into_no_workloads(mg: Metergraph) -> None:
+    traffic(mg, "w1")
+    doc = classify(mg, "empty")
+    assert doc["workloads"] == [] and doc["run"]["status"] == "succeeded"
+    assert doc["run"]["progress"] == {"calls": 0, "workloads": 0, "days": 7}

@@ -13,6 +13,7 @@ call, optionally on a candidate model, as a ``ReplayOutcome``.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from triptych.metergraph.providers import (
     Providers,
 )
 from triptych.metergraph.store import TelemetryStore
+
+log = logging.getLogger(__name__)
 
 MAX_TEXT = 16 * 1024  # characters of one text field in a replay document
 MAX_MESSAGES = 50  # messages shown per input (the request sent holds them all)
@@ -273,6 +276,8 @@ class ReplayService:
         try:
             done = self.providers.complete(kind, request, timeout)
         except ProviderFailure as failure:
+            # Operators see failing providers in the log; no content is written there.
+            log.warning("replay on %s %s (%s): %s, %s", kind, target, provider, failure.code, failure.message)
             return ReplayOutcome(
                 failure.status, provider, target, request, None, None, None, None,
                 round((time.perf_counter() - start) * 1000, 3),
