@@ -5,6 +5,7 @@ refusals, workspace isolation, and nothing persisted."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,19 @@ def test_the_output_cap_is_named_as_the_endpoint_wants(
         assert official._token_parameter() == "max_completion_tokens"
     finally:
         official.close()
+
+
+def test_a_trickling_provider_is_hung_up_on_at_the_deadline(
+    mgr: Metergraph, provider: ProviderServer
+) -> None:
+    trace = retained(mgr)
+    aborted = provider.aborted
+    doc = replay(mgr, trace, overrides={"model": "m-dribble"}, timeout_seconds=1)
+    assert doc["status"] == "timeout"
+    # The connection is closed at the deadline (the answer would otherwise trickle for minutes), so the
+    # provider's next write fails and no replay thread stays behind.
+    for _ in range(100):
+        if provider.aborted > aborted:
+            break
+        time.sleep(0.1)
+    assert provider.aborted > aborted
