@@ -31,6 +31,7 @@ from triptych.metergraph.providers import (
     Message,
     ProviderFailure,
     Providers,
+    elapsed_ms,
 )
 from triptych.metergraph.store import TelemetryStore
 
@@ -280,10 +281,10 @@ class ReplayService:
             log.warning("replay on %s %s (%s): %s, %s", kind, target, provider, failure.code, failure.message)
             return ReplayOutcome(
                 failure.status, provider, target, request, None, None, None, None,
-                round((time.perf_counter() - start) * 1000, 3),
+                elapsed_ms(start),
                 error_code=failure.code, error_message=failure.message,
             )  # fmt: skip
-        latency = round((time.perf_counter() - start) * 1000, 3)
+        latency = elapsed_ms(start)
         price = self.pricer.price(provider, target, self.clock(), done.input_tokens, done.output_tokens)
         return ReplayOutcome(
             "succeeded", provider, target, request, done.text, done.input_tokens, done.output_tokens,
