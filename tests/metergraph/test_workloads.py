@@ -213,3 +213,11 @@ def test_an_empty_workspace_classifies_into_no_workloads(mg: Metergraph) -> None
     doc = classify(mg, "empty")
     assert doc["workloads"] == [] and doc["run"]["status"] == "succeeded"
     assert doc["run"]["progress"] == {"calls": 0, "workloads": 0, "days": 7}
+
+
+def test_a_spread_sample_of_a_workload_draws_only_its_calls(mg: Metergraph) -> None:
+    traffic(mg)
+    workloads = {w["calls"]: w["workload_id"] for w in classify(mg)["workloads"]}
+    sample = mg.traces.query(agent("w1", "metadata"), workload=workloads[25], sample="spread", limit=10)
+    assert sample["sample"]["slices_with_calls"] >= 1 and sample["traces"]
+    assert all(t["routes"] == ["support"] and t["input_tokens"] == 5000 for t in sample["traces"])
