@@ -315,3 +315,23 @@ def test_a_trickling_provider_is_hung_up_on_at_the_deadline(
             break
         time.sleep(0.1)
     assert provider.aborted > aborted
+
+
+def test_a_candidate_the_catalogue_knows_goes_to_its_vendors_api(
+    mgr: Metergraph, provider: ProviderServer
+) -> None:
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    trace = retained(mgr, provider="anthropic", model="claude-haiku-4-5", request_json=body)
+    doc = replay(mgr, trace, overrides={"model": "gpt-4o-mini"})
+    assert doc["status"] == "succeeded" and provider.requests[-1]["path"] == "/v1/chat/completions"
+    assert doc["comparison"]["replay"]["provider"] == "openai"
+    doc = replay(mgr, trace, overrides={"model": "my-finetune"})  # unknown: the original's API
+    assert provider.requests[-1]["path"] == "/v1/messages"
+
+
+def test_replay_call_refuses_a_row_of_another_workspace(mgr: Metergraph) -> None:
+    trace = retained(mgr, "w1")
+    span = mgr.store.trace_spans("w1", trace, 1)[0]
+    with pytest.raises(NotFoundError):
+        mgr.replay.replay_call("w2", span)
+    assert mgr.replay.replay_call("w1", span).status == "succeeded"

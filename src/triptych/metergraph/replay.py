@@ -246,6 +246,8 @@ class ReplayService:
         """Replay one stored call (a row of ``trace_spans``: call columns plus ``request_text``),
         optionally on ``model``. Refuses (``replay_not_eligible``) a call without retained request
         text, or one on a provider or model this server is not configured for."""
+        if call.get("workspace") not in (None, workspace):
+            raise NotFoundError("no such call in this workspace")  # a row read for another workspace
         if call.get("request_text") is None:
             raise ReplayNotEligible("the call has no retained request text")
         parsed = parse_request(call["request_text"])
@@ -304,8 +306,10 @@ class ReplayService:
             if prefix is not None:
                 kind, target = _KIND_PREFIXES[prefix], model[len(prefix) :]
             else:
+                # A model the price catalogue knows goes to its vendor's API (Anthropic's, or the
+                # OpenAI-compatible one for every other vendor); an unknown one to the original's API.
                 found = self.pricer.resolve(None, model, self.clock()).provider_id
-                kind = "anthropic" if found == "anthropic" else original_kind
+                kind = original_kind if found is None else ("anthropic" if found == "anthropic" else "openai")
                 target = model
             # Priced as the original provider when the API is the same one, else as the API's vendor.
             same = kind == original_kind and original_provider is not None
