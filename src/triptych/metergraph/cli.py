@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from triptych.core.datadir import HELP as DATA_DIR_HELP
+from triptych.metergraph import report_cli
 from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
 from triptych.metergraph.contract import ROLES
 from triptych.metergraph.errors import MetergraphError
@@ -144,7 +145,9 @@ def register(subparsers: Any) -> None:
         "type": Path,
         "help": DATA_DIR_HELP,
     }
-    mg = subparsers.add_parser("metergraph", help="Metergraph keys, app tokens, content retention and routes")
+    mg = subparsers.add_parser(
+        "metergraph", help="Metergraph keys, app tokens, content retention, routes, reports and analysis runs"
+    )
     sub = mg.add_subparsers(dest="metergraph_command", required=True)
 
     key = sub.add_parser("key", help="agent keys (read access)")
@@ -195,6 +198,7 @@ def register(subparsers: Any) -> None:
                           help="the window classified: today and the previous days (default 30)")  # fmt: skip
     classify.add_argument("--data-dir", **data_dir)
     classify.set_defaults(func=cmd_classify)
+    report_cli.register(sub, data_dir)
 
     bridge = subparsers.add_parser(
         "metergraph-mcp",
