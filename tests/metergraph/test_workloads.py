@@ -221,3 +221,16 @@ def test_a_spread_sample_of_a_workload_draws_only_its_calls(mg: Metergraph) -> N
     sample = mg.traces.query(agent("w1", "metadata"), workload=workloads[25], sample="spread", limit=10)
     assert sample["sample"]["slices_with_calls"] >= 1 and sample["traces"]
     assert all(t["routes"] == ["support"] and t["input_tokens"] == 5000 for t in sample["traces"])
+
+
+def test_a_classification_run_links_to_the_analysis_page(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIPTYCH_PUBLIC_URL", "https://mg.example.com/")
+    linked = Metergraph.open(tmp_path, clock=lambda: NOW)
+    try:
+        run = classify(linked)["run"]
+    finally:
+        linked.close()
+    assert run["app_url"] == "https://mg.example.com/app/metergraph/w1/analysis"
+    assert run["report"]["app_url"] is None  # a classification writes no report
