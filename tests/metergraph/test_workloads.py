@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -224,7 +225,7 @@ def test_a_spread_sample_of_a_workload_draws_only_its_calls(mg: Metergraph) -> N
 
 
 def test_a_classification_run_links_to_the_analysis_page(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TRIPTYCH_PUBLIC_URL", "https://mg.example.com/")
     linked = Metergraph.open(tmp_path, clock=lambda: NOW)
