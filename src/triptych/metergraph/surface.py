@@ -13,6 +13,7 @@ from triptych.core.surface import Mounted, Shared
 from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
+from triptych.metergraph.replay_rest import replay_routes
 from triptych.metergraph.report_rest import report_routes
 from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
 from triptych.metergraph.service import Metergraph
@@ -55,6 +56,7 @@ def mount(shared: Shared) -> Mounted:
         Route("/v1/agent/mcp/", not_found, methods=["GET", "POST", "DELETE"]),
         *ingest_routes(mg),
         *agent_routes(mg),
+        *replay_routes(mg),
         *report_routes(mg),
         health_route(),
     ]
