@@ -25,6 +25,7 @@ from triptych.core.regex import LinearPattern
 from triptych.core.search import Vector, VectorIndex
 from triptych.hadron.domain.model import NodeRecord, Scope
 from triptych.hadron.domain.where import Predicate
+from triptych.hadron.sealing import PREFIX as SEALED_PREFIX
 from triptych.hadron.store import _NODE_COLUMNS, NodeCodec, _node
 
 RUNNABLE_TYPES = ("action",)
@@ -149,6 +150,8 @@ class NodeKeywords:
 
 def _document(row: Sequence[Any]) -> Document:
     rowid, name, description, content, tags = row
+    if content and content.startswith(SEALED_PREFIX):
+        content = ""  # an encrypted memory's content is sealed (sealing.py): its ciphertext has no words
     texts = (name or "", description or "", content or "", tags or "")
     return int(rowid), list(zip(texts, COLUMN_WEIGHTS, strict=True))
 

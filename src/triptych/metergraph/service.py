@@ -114,12 +114,13 @@ class Metergraph:
             workloads.store.replay_eligible_by_route,
         )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock, workloads.match)
+        traces = TraceService(store, clock, workloads.match, workloads.classifications)
         incidents = IncidentService(
             store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock
         )
         limiter = RateLimiter(settings.agent_rate_per_minute)
         links = AppLinks.from_env()
+        workloads.app_url = links.analysis  # a classification run's link opens the Analysis page
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(

@@ -12,6 +12,7 @@ from triptych.core.surface import Mounted, Shared
 from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
+from triptych.metergraph.replay_rest import replay_routes
 from triptych.metergraph.report_rest import report_routes
 from triptych.metergraph.rest import (
     agent_principal,
@@ -55,6 +56,7 @@ def mount(shared: Shared) -> Mounted:
         Route("/v1/agent/mcp", endpoint.handle, methods=["GET", "POST", "DELETE"]),
         *ingest_routes(mg),
         *agent_routes(mg),
+        *replay_routes(mg),
         *report_routes(mg),
         health_route(),
         # Last: every other /v1/agent path (the trailing-slash forms too) is the contract's 404 document.
