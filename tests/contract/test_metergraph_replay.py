@@ -123,7 +123,7 @@ async def test_a_replay_key_replays_a_retained_trace_through_the_official_client
             "metergraph_replay_trace", trace_id=trace,
             overrides={"model": "claude-haiku-4-5", "max_output_tokens": 16, "temperature": 0},
         )  # fmt: skip
-    assert caps["agent"]["metergraph_replay_trace"]["available"] is True
+    assert caps["agent"]["trace_replay"]["available"] is True
     assert "trace_replay" in caps["deployment_capabilities"]
     assert not result.is_error
     jsonschema.validate(result.data, REPLAY)

@@ -88,7 +88,7 @@ async def test_classification_saves_workloads_that_query_traces_matches(env: Env
         by_calls = {w["calls"]: w for w in started.data["workloads"]}
         page = await mcp.call("metergraph_query_traces", workload=by_calls[25]["workload_id"], limit=200)
         other = await mcp.call("metergraph_query_traces", workload=by_calls[21]["workload_id"], limit=200)
-    entry = caps["agent"]["metergraph_start_classification"]
+    entry = caps["agent"]["classification_start"]
     assert entry["available"] is True and entry["mutates"] is True
     assert "classification_start" in caps["deployment_capabilities"]
     assert not started.is_error and started.data["content_included"] is False

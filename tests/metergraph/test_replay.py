@@ -204,16 +204,16 @@ def test_replay_is_unavailable_until_a_provider_is_configured(tmp_path: Path) ->
             mg.replay.replay(agent("w1", "debug"), trace)
     finally:
         mg.close()
-    entry = caps["agent"]["metergraph_replay_trace"]
+    entry = caps["agent"]["trace_replay"]
     assert entry["available"] is False and entry["unavailable_reason"] == "not_configured"
     assert "trace_replay" not in caps["deployment_capabilities"]
 
 
 def test_capabilities_advertise_replay_once_configured(mgr: Metergraph) -> None:
     caps = mgr.workspace.capabilities(agent("w1", "replay"))
-    assert caps["agent"]["metergraph_replay_trace"]["available"] is True
+    assert caps["agent"]["trace_replay"]["available"] is True
     assert "trace_replay" in caps["deployment_capabilities"]
-    debug = mgr.workspace.capabilities(agent("w1", "debug"))["agent"]["metergraph_replay_trace"]
+    debug = mgr.workspace.capabilities(agent("w1", "debug"))["agent"]["trace_replay"]
     assert debug["available"] is False and debug["unavailable_reason"] == "scope_missing"
 
 

@@ -138,6 +138,9 @@ class KeyService:
         hashed = token_hash(token)
         if _static_match(hashed, self._static_agent):
             return AgentPrincipal(self.settings.static_workspace, self.settings.static_agent_role, "static")
+        if _static_match(hashed, self._static_app):
+            # As the upstream self-hosted server: an operator's static ingest token also reads, content-free.
+            return AgentPrincipal(self.settings.static_workspace, "metadata", "static-ingest")
         key = self.store.key_by_hash(hashed)
         if key is None:
             raise Unauthenticated("invalid agent key")

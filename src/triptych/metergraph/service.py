@@ -14,6 +14,9 @@ from triptych.metergraph.analysis_replay import ProviderReplayer
 from triptych.metergraph.analysis_runner import AnalysisRunner
 from triptych.metergraph.analysis_sources import Replayer, StoreWorkloads, WorkloadSource
 from triptych.metergraph.columns import ColumnProjection
+from triptych.metergraph.detectors import IncidentSettings, load_incident_settings
+from triptych.metergraph.incidents import DB_FILE as INCIDENTS_FILE
+from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
 from triptych.metergraph.links import AppLinks
@@ -73,6 +76,7 @@ class Metergraph:
     providers: Providers
     replay: ReplayService
     workloads: WorkloadService
+    incidents: IncidentService
 
     @classmethod
     def open(
@@ -84,6 +88,7 @@ class Metergraph:
         replayer: Replayer | None = None,
         embedder: Callable[[], Embedder | None] = lambda: None,
         workload_source: WorkloadSource | None = None,
+        incident_settings: IncidentSettings | None = None,
     ) -> Metergraph:
         """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
         scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
@@ -110,6 +115,9 @@ class Metergraph:
         )
         usage = UsageService(store, clock)
         traces = TraceService(store, clock, workloads.match, workloads.classifications)
+        incidents = IncidentService(
+            store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock
+        )
         limiter = RateLimiter(settings.agent_rate_per_minute)
         links = AppLinks.from_env()
         workloads.app_url = links.analysis  # a classification run's link opens the Analysis page
@@ -126,12 +134,18 @@ class Metergraph:
             available=lambda: replayer is not None or replay.available,
             classification_runs=ClassificationRunDocuments(workloads),
         )  # fmt: skip
-        tools = build_tools(workspace, usage, traces, replay, workloads, reports, analysis)
+        tools = build_tools(workspace, usage, traces, replay, workloads, reports, analysis, incidents)
         return cls(
             settings,
             store,
             KeyService(store, settings),
-            IngestService(store, pricer, settings.max_rows, clock=lambda: clock().timestamp()),
+            IngestService(
+                store,
+                pricer,
+                settings.max_rows,
+                clock=lambda: clock().timestamp(),
+                on_batch=incidents.note_batch,
+            ),
             workspace,
             usage,
             traces,
@@ -144,11 +158,13 @@ class Metergraph:
             providers,
             replay,
             workloads,
+            incidents,
         )
 
     def close(self) -> None:
         self.analysis.close()  # first: a running analysis reads through both stores
         self.report_store.close()
         self.columns.close()  # first: its catch-up thread reads through the store
+        self.incidents.close()  # so does the detectors' ticker
         self.providers.close()
         self.store.close()

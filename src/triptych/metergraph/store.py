@@ -435,6 +435,7 @@ class TelemetryStore(Protocol):
         self, workspace: str, route: str, description: str | None, config: dict[str, Any], now_iso: str
     ) -> None: ...
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]: ...
+    def recent_batches(self, workspace: str, limit: int) -> list[tuple[str, int]]: ...
 
 
 class SqliteTelemetryStore:
@@ -879,6 +880,14 @@ class SqliteTelemetryStore:
             (workspace, since_ms),
         ).fetchone()
         return {k: row[k] for k in row.keys()}
+
+    def recent_batches(self, workspace: str, limit: int) -> list[tuple[str, int]]:
+        """The newest ``limit`` ingest batches of a workspace, newest first: (status, received_ms)."""
+        rows = self.db.conn.execute(
+            "SELECT status, received_ms FROM ingest_batches WHERE workspace = ? ORDER BY id DESC LIMIT ?",
+            (workspace, limit),
+        )
+        return [(str(r[0]), int(r[1])) for r in rows]
 
     # -- the source of the columnar projection ---------------------------------------------------
 

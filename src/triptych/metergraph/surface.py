@@ -5,7 +5,6 @@ the Agent Access REST mirrors and ``/healthz``.
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 
 from triptych.core.lastresort import jsonrpc_internal_error
@@ -15,16 +14,18 @@ from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
 from triptych.metergraph.replay_rest import replay_routes
 from triptych.metergraph.report_rest import report_routes
-from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
+from triptych.metergraph.rest import (
+    agent_principal,
+    agent_routes,
+    health_route,
+    ingest_routes,
+    unknown_agent_path,
+)
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
 
 # Metergraph's stateless endpoint refuses bodies over 1 MiB.
 MAX_BODY = 1024 * 1024
-
-
-async def not_found(request: Request) -> Response:
-    return Response(status_code=404)
 
 
 def open_metergraph(shared: Shared) -> Metergraph:
@@ -34,6 +35,7 @@ def open_metergraph(shared: Shared) -> Metergraph:
         shared.settings.data_dir, load_metergraph_settings(), embedder=lambda: shared.embedder
     )
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    mg.incidents.start()  # and sweeps the incident detectors over the workspaces that received calls
     # Runs a stopped server left queued or running can never finish (their thread is gone).
     mg.analysis.fail_abandoned()
     return mg
@@ -52,13 +54,13 @@ def mount(shared: Shared) -> Mounted:
     routes = [
         # Route, not Mount: the exact path only; the trailing-slash path is a 404.
         Route("/v1/agent/mcp", endpoint.handle, methods=["GET", "POST", "DELETE"]),
-        # The app router would redirect the trailing-slash path (307); the contract wants a plain 404.
-        Route("/v1/agent/mcp/", not_found, methods=["GET", "POST", "DELETE"]),
         *ingest_routes(mg),
         *agent_routes(mg),
         *replay_routes(mg),
         *report_routes(mg),
         health_route(),
+        # Last: every other /v1/agent path (the trailing-slash forms too) is the contract's 404 document.
+        unknown_agent_path(),
     ]
     document = internal_error_document()
     shapes = {"/v1/agent/mcp": jsonrpc_internal_error(), "/v1": document, "/healthz": document}
