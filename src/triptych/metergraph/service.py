@@ -10,6 +10,7 @@ from pathlib import Path
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
+from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.ratelimit import RateLimiter
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
@@ -38,6 +39,7 @@ class Metergraph:
     traces: TraceService
     tools: list[MetergraphTool]
     columns: ColumnProjection
+    links: AppLinks
 
     @classmethod
     def open(
@@ -45,8 +47,11 @@ class Metergraph:
         data_dir: Path,
         settings: MetergraphSettings | None = None,
         clock: Callable[[], datetime] = utc_now,
+        links: AppLinks | None = None,
     ) -> Metergraph:
         settings = settings or load_metergraph_settings()
+        # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
+        links = links or AppLinks(public_base(settings.public_url, "", 0))
         store = SqliteTelemetryStore(data_dir / DB_FILE)
         # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
         # process at a time maintains it (the others scan SQL).
@@ -67,6 +72,7 @@ class Metergraph:
             traces,
             [replace(t, handler=limiter.wrap(t.handler)) for t in build_tools(workspace, usage, traces)],
             columns,
+            links,
         )
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.surface import Mounted, Shared
 from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
 from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
 from triptych.metergraph.service import Metergraph
@@ -27,7 +28,9 @@ async def not_found(request: Request) -> Response:
 
 def open_metergraph(shared: Shared) -> Metergraph:
     # Ingest needs an app token and reads an agent key (or static MG_* tokens), whatever TRIPTYCH_AUTH_ENABLED.
-    mg = Metergraph.open(shared.settings.data_dir, load_metergraph_settings())
+    mg_settings = load_metergraph_settings()
+    links = AppLinks(public_base(mg_settings.public_url, shared.settings.host, shared.settings.port))
+    mg = Metergraph.open(shared.settings.data_dir, mg_settings, links=links)
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
     return mg
 
