@@ -14,6 +14,7 @@ from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
+from triptych.metergraph.pages.routes import page_routes
 from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -53,6 +54,7 @@ def mount(shared: Shared) -> Mounted:
         *ingest_routes(mg),
         *agent_routes(mg),
         health_route(),
+        *page_routes(mg, settings.data_dir),  # the app pages app links open (/app/...)
     ]
     document = internal_error_document()
     shapes = {"/v1/agent/mcp": jsonrpc_internal_error(), "/v1": document, "/healthz": document}

@@ -1,0 +1,230 @@
+"""The Metergraph app pages in a real headless Chromium against a real `triptych serve`: signing in with a
+key, the usage overview showing what ``metergraph_get_usage_aggregates`` returns (through the official MCP
+client) with its charts drawn, escaping, roles, environments and workspace isolation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from browser import chromium
+from harness import ServerProcess, mcp_session
+
+from triptych.metergraph.pages.render import count, millis, money
+from triptych.metergraph.service import Metergraph
+from triptych.metergraph.settings import load_metergraph_settings
+
+INJECTED_MODEL = '"><img src=x onerror="window.__pwned=1">'
+INJECTED_ROUTE = "</script><script>window.__pwned=2</script>"
+
+
+class Site:
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self.url = server.url
+
+    def mint(self, workspace: str, role: str = "metadata", environments: list[str] | None = None) -> str:
+        mg = Metergraph.open(self.server.data_dir, load_metergraph_settings())
+        try:
+            if role == "app":
+                return mg.keys.create_app_token(workspace)[1]
+            return mg.keys.create_agent_key(workspace, role, environments)[1]
+        finally:
+            mg.close()
+
+    def ingest(self, workspace: str, rows: list[dict[str, Any]]) -> None:
+        response = httpx.post(self.url + "/v1/ingest", json={"schema_version": 1, "rows": rows},
+                              headers={"Authorization": f"Bearer {self.mint(workspace, 'app')}"}, timeout=30)  # fmt: skip
+        assert response.status_code == 202, response.text
+
+    def tool(self, key: str, name: str, **arguments: Any) -> dict[str, Any]:
+        """One tool call through the official MCP client (in its own thread: the browser owns this one)."""
+        out: dict[str, Any] = {}
+
+        async def call() -> None:
+            async with mcp_session(self.url + "/v1/agent/mcp", {"Authorization": f"Bearer {key}"}) as mcp:
+                result = await mcp.call(name, **arguments)
+            assert not result.is_error, result.data
+            out.update(result.data)
+
+        thread = threading.Thread(target=lambda: asyncio.run(call()))
+        thread.start()
+        thread.join(60)
+        assert out, f"{name} returned nothing"
+        return out
+
+
+def call(day: int, **fields: Any) -> dict[str, Any]:
+    ts = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=day)
+    base = {"ts": ts.isoformat(), "route": "support", "provider": "openai", "model": "gpt-4o",
+            "input_tokens": 1000, "output_tokens": 200, "latency_ms": 400, "trace_id": uuid.uuid4().hex}  # fmt: skip
+    return {**base, **fields}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    server = ServerProcess(
+        tmp_path_factory.mktemp("pages") / "data", {"MG_AGENT_RATE_PER_MINUTE": "0"}
+    ).start()
+    yield Site(server)
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as context:
+        yield context
+
+
+@pytest.fixture
+def tab(browser: Any) -> Iterator[Any]:
+    browser.clear_cookies()
+    page = browser.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.dialogs = dialogs
+    yield page
+    page.close()
+
+
+def sign_in(tab: Any, site: Site, key: str, path: str) -> None:
+    tab.goto(site.url + path)
+    assert "/app/sign-in" in tab.url  # not signed in: the page asks for a key first
+    tab.fill("#key", key)
+    tab.click("#sign-in")
+    tab.wait_for_load_state()
+
+
+def populated(site: Site) -> tuple[str, str]:
+    workspace = "pages-" + uuid.uuid4().hex[:6]
+    rows = []
+    for day in range(5):
+        rows += [call(day, latency_ms=300 + 40 * i) for i in range(3 + day)]
+        rows += [call(day, provider="anthropic", model="claude-3-5-haiku-latest", route="triage",
+                      latency_ms=900, output_tokens=50) for _ in range(2)]  # fmt: skip
+        rows.append(call(day, model="gpt-4o-mini", status="error", latency_ms=2500))
+    rows.append(call(1, model=INJECTED_MODEL, route=INJECTED_ROUTE, provider="openai"))
+    site.ingest(workspace, rows)
+    return workspace, site.mint(workspace, "metadata")
+
+
+def test_usage_overview_shows_the_tool_figures_and_draws_every_chart(site: Site, tab: Any) -> None:
+    workspace, key = populated(site)
+    tool = site.tool(key, "metergraph_get_usage_aggregates", group_by=["model"], days=7)
+    sign_in(tab, site, key, f"/app/w/{workspace}/usage?by=model")
+    assert tab.url.endswith(f"/app/w/{workspace}/usage?by=model"), (
+        tab.content()
+    )  # back where the link pointed
+
+    assert tab.text_content("#total-calls") == count(tool["totals"]["calls"])
+    assert tab.text_content("#total-cost") == money(tool["totals"]["cost_usd"])
+    assert tab.text_content("#total-errors") == count(tool["totals"]["errors"]) == "5"
+    assert tab.text_content("#total-p95") == millis(tool["totals"]["p95_latency_ms"])
+    rows = tab.locator("#groups tbody tr")
+    assert rows.count() == len(tool["items"]) == 4
+    for i, item in enumerate(tool["items"]):  # same groups, same order, same numbers
+        row = rows.nth(i)
+        assert row.locator(".name").text_content() == item["model"]
+        assert row.locator(".calls").text_content() == count(item["calls"])
+        assert row.locator(".cost").text_content() == money(item["cost_usd"])
+        assert row.locator(".errors").text_content() == count(item["errors"])
+        assert row.locator(".p95").text_content() == millis(item["p95_latency_ms"])
+
+    tab.wait_for_selector("figure.chart[data-drawn=true] canvas")
+    tab.wait_for_function("document.querySelectorAll('figure.chart[data-drawn=true]').length === 4")
+    painted = tab.evaluate(
+        """() => [...document.querySelectorAll('figure.chart canvas')].map(c => {
+               const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+               let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n; })"""
+    )
+    assert len(painted) == 4 and all(n > 500 for n in painted), painted
+    legend = tab.locator("figure[data-metric=calls] .u-legend").text_content() or ""
+    assert "gpt-4o" in legend and "claude-3-5-haiku-latest" in legend
+    # The calls series add up to the tool's totals, day by day.
+    series = tab.evaluate("JSON.parse(document.getElementById('usage-data').textContent)")
+    assert sum(sum(s["calls"]) for s in series["series"]) == tool["totals"]["calls"]
+
+
+def test_pages_show_hostile_names_as_text(site: Site, tab: Any) -> None:
+    workspace, key = populated(site)
+    sign_in(tab, site, key, f"/app/w/{workspace}/usage?by=model")
+    names = tab.locator("#groups td.name").all_text_contents()
+    assert INJECTED_MODEL in names
+    tab.goto(site.url + f"/app/w/{workspace}/usage?by=route")
+    assert INJECTED_ROUTE in tab.locator("#groups td.name").all_text_contents()
+    tab.wait_for_function("document.querySelectorAll('figure.chart[data-drawn=true]').length === 4")
+    assert tab.evaluate("window.__pwned === undefined") and tab.dialogs == []
+    assert tab.locator("img").count() == 0
+    html = tab.content()
+    assert "<script>window.__pwned" not in html
+
+
+def test_a_link_of_another_workspace_says_so_and_shows_none_of_its_data(site: Site, tab: Any) -> None:
+    mine, key = populated(site)
+    theirs = "other-" + uuid.uuid4().hex[:6]
+    site.ingest(theirs, [call(0, model="their-secret-model")])
+    sign_in(tab, site, key, f"/app/w/{mine}/usage")
+    response = tab.goto(site.url + f"/app/w/{theirs}/usage?by=model")
+    assert response.status == 403
+    assert "belongs to another workspace" in tab.text_content("h1")
+    assert "their-secret-model" not in tab.content()
+
+
+def test_an_environment_restricted_key_sees_only_its_environments(site: Site, tab: Any) -> None:
+    workspace = "envs-" + uuid.uuid4().hex[:6]
+    site.ingest(workspace, [call(0, environment="prod", model="prod-model"),
+                            call(0, environment="staging", model="staging-model")])  # fmt: skip
+    key = site.mint(workspace, "metadata", ["prod"])
+    sign_in(tab, site, key, f"/app/w/{workspace}/usage?by=model")
+    assert tab.locator("#groups td.name").all_text_contents() == ["prod-model"]
+    assert "prod" in tab.text_content("#who")
+
+
+def test_sign_in_refuses_a_wrong_key_and_keeps_the_key_out_of_urls(site: Site, tab: Any) -> None:
+    workspace, key = populated(site)
+    requested: list[str] = []
+    tab.on("request", lambda r: requested.append(r.url))
+    sign_in(tab, site, "mgagent_not-a-real-key", f"/app/w/{workspace}/usage")
+    assert "not accepted" in tab.text_content("#error")
+    tab.fill("#key", key)
+    tab.click("#sign-in")
+    tab.wait_for_load_state()
+    assert tab.url.endswith(f"/app/w/{workspace}/usage")
+    assert not any(key in url for url in requested)
+    cookie = next(c for c in tab.context.cookies() if c["name"] == "mg_app_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and key not in cookie["value"]
+    tab.click("text=Sign out")
+    tab.wait_for_load_state()
+    assert "/app/sign-in" in tab.url
+    tab.goto(site.url + f"/app/w/{workspace}/usage")
+    assert "/app/sign-in" in tab.url
+
+
+def test_sign_in_from_another_origin_and_forged_cookies_are_refused(site: Site) -> None:
+    workspace, key = populated(site)
+    refused = httpx.post(site.url + "/app/sign-in", data={"key": key},
+                         headers={"Origin": "http://evil.example"}, follow_redirects=False)  # fmt: skip
+    assert refused.status_code == 403 and "set-cookie" not in refused.headers
+    ok = httpx.post(site.url + "/app/sign-in", data={"key": key}, follow_redirects=False)
+    assert ok.status_code == 303
+    cookie = ok.cookies["mg_app_session"]
+    page = httpx.get(site.url + f"/app/w/{workspace}/usage", cookies={"mg_app_session": cookie})
+    assert page.status_code == 200
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["cache-control"] == "no-store"
+    forged = cookie[:-3] + ("AAA" if not cookie.endswith("AAA") else "BBB")
+    bounced = httpx.get(site.url + f"/app/w/{workspace}/usage", cookies={"mg_app_session": forged},
+                        follow_redirects=False)  # fmt: skip
+    assert bounced.status_code == 303 and bounced.headers["location"].startswith("/app/sign-in?next=")
+    # An open redirect after sign-in is never followed.
+    outward = httpx.post(site.url + "/app/sign-in", data={"key": key, "next": "//evil.example/app/x"},
+                         follow_redirects=False)  # fmt: skip
+    assert outward.headers["location"] == f"/app/w/{workspace}/usage"
+    bad = httpx.get(site.url + f"/app/w/{workspace}/usage?days=365", cookies={"mg_app_session": cookie})
+    assert bad.status_code == 422 and "days must be" in bad.text
