@@ -16,8 +16,8 @@ from triptych.metergraph.settings import load_metergraph_settings
 def test_links_start_at_the_public_address_and_keep_each_id_in_one_segment() -> None:
     links = AppLinks(public_base("https://mg.example.com/base/", "0.0.0.0", 8000))
     assert links.analysis("ws 1") == "https://mg.example.com/base/app/w/ws%201/analysis"
-    assert links.evidence("ws", "../a", "w/1", "gpt-4o/mini") == (
-        "https://mg.example.com/base/app/w/ws/reports/..%2Fa/workloads/w%2F1/evidence?candidate=gpt-4o%2Fmini"
+    assert links.evidence("ws", "../a", "w/1", "o?1") == (
+        "https://mg.example.com/base/app/w/ws/reports/..%2Fa/workloads/w%2F1/opportunities/o%3F1"
     )
     assert AppLinks(public_base(None, "127.0.0.1", 8123)).usage("w") == "http://127.0.0.1:8123/app/w/w/usage"
     assert (

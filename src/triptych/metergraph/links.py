@@ -1,6 +1,6 @@
 """App links: the ``app_url`` / ``metergraph_links`` fields of analysis-run and report responses.
 
-Every link is built from the deployment's public address (``MG_PUBLIC_URL``, else the server's own
+Every link is built from the deployment's public address (``MG_PUBLIC_URL`` or ``TRIPTYCH_PUBLIC_URL``, else the server's own
 ``http://host:port`` when it listens on a concrete address) and names its workspace, so a page opened
 while signed in to another workspace says so instead of showing that workspace's data. Without a usable
 public address every link is null, as the contract says. The pages these paths open are served by
@@ -59,9 +59,8 @@ def suite_path(workspace: str, analysis_id: str, workload_id: str) -> str:
     return workload_path(workspace, analysis_id, workload_id) + "/suite"
 
 
-def evidence_path(workspace: str, analysis_id: str, workload_id: str, candidate: str | None = None) -> str:
-    path = workload_path(workspace, analysis_id, workload_id) + "/evidence"
-    return path + (f"?candidate={_seg(candidate)}" if candidate else "")
+def evidence_path(workspace: str, analysis_id: str, workload_id: str, opportunity_id: str) -> str:
+    return f"{workload_path(workspace, analysis_id, workload_id)}/opportunities/{_seg(opportunity_id)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +95,6 @@ class AppLinks:
         """``metergraph_get_suite_results.app_url``, and a switch the acceptance policy withheld."""
         return self._url(suite_path(workspace, analysis_id, workload_id))
 
-    def evidence(
-        self, workspace: str, analysis_id: str, workload_id: str, candidate: str | None = None
-    ) -> str | None:
-        """``workloads[].opportunities[].app_url``: the opportunity's evidence (one candidate's cases)."""
-        return self._url(evidence_path(workspace, analysis_id, workload_id, candidate))
+    def evidence(self, workspace: str, analysis_id: str, workload_id: str, opportunity_id: str) -> str | None:
+        """``workloads[].opportunities[].app_url``: the opportunity's evidence."""
+        return self._url(evidence_path(workspace, analysis_id, workload_id, opportunity_id))

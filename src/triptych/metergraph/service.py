@@ -7,12 +7,18 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from triptych.core.embed import Embedder
+from triptych.metergraph.analysis import AnalysisService
+from triptych.metergraph.analysis_runner import AnalysisRunner
+from triptych.metergraph.analysis_sources import Replayer, RouteWorkloads, WorkloadSource
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
 from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.ratelimit import RateLimiter
+from triptych.metergraph.report_store import ReportStore
+from triptych.metergraph.reports import ReportService
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
 from triptych.metergraph.store import SqliteTelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
@@ -22,6 +28,7 @@ from triptych.metergraph.workspace import WorkspaceService
 
 DB_FILE = "metergraph.db"
 COLUMNS_DIR = "metergraph.columns"
+ANALYSIS_DB_FILE = "metergraph-analysis.db"
 
 
 def utc_now() -> datetime:
@@ -39,6 +46,9 @@ class Metergraph:
     traces: TraceService
     tools: list[MetergraphTool]
     columns: ColumnProjection
+    report_store: ReportStore
+    reports: ReportService
+    analysis: AnalysisService
     links: AppLinks
 
     @classmethod
@@ -47,8 +57,13 @@ class Metergraph:
         data_dir: Path,
         settings: MetergraphSettings | None = None,
         clock: Callable[[], datetime] = utc_now,
+        replayer: Replayer | None = None,
+        embedder: Callable[[], Embedder | None] = lambda: None,
+        workloads: WorkloadSource | None = None,
         links: AppLinks | None = None,
     ) -> Metergraph:
+        """``replayer`` enables analysis runs; ``embedder`` (called when a run scores) gives the
+        semantic-similarity check its model; ``workloads`` defaults to one workload per route."""
         settings = settings or load_metergraph_settings()
         # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
         links = links or AppLinks(public_base(settings.public_url, "", 0))
@@ -62,6 +77,17 @@ class Metergraph:
         usage = UsageService(store, clock)
         traces = TraceService(store, clock)
         limiter = RateLimiter(settings.agent_rate_per_minute)
+        report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
+        reports = ReportService(report_store, clock, links)
+        runner = (
+            None
+            if replayer is None
+            else AnalysisRunner(workloads or RouteWorkloads(store), replayer, pricer, embedder)
+        )
+        analysis = AnalysisService(report_store, reports, runner, clock, links)
+        if runner is None:
+            workspace.disabled.add("metergraph_start_analysis")
+        tools = build_tools(workspace, usage, traces, reports, analysis)
         return cls(
             settings,
             store,
@@ -70,11 +96,16 @@ class Metergraph:
             workspace,
             usage,
             traces,
-            [replace(t, handler=limiter.wrap(t.handler)) for t in build_tools(workspace, usage, traces)],
+            [replace(t, handler=limiter.wrap(t.handler)) for t in tools],
             columns,
+            report_store,
+            reports,
+            analysis,
             links,
         )
 
     def close(self) -> None:
+        self.analysis.close()  # first: a running analysis reads through both stores
+        self.report_store.close()
         self.columns.close()  # first: its catch-up thread reads through the store
         self.store.close()

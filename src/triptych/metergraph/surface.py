@@ -4,6 +4,8 @@ the Agent Access REST mirrors and ``/healthz``.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -15,6 +17,7 @@ from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
 from triptych.metergraph.pages.routes import page_routes
+from triptych.metergraph.report_rest import report_routes
 from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -33,6 +36,8 @@ def open_metergraph(shared: Shared) -> Metergraph:
     links = AppLinks(public_base(mg_settings.public_url, shared.settings.host, shared.settings.port))
     mg = Metergraph.open(shared.settings.data_dir, mg_settings, links=links)
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    # Runs a stopped server left queued or running can never finish (their thread is gone).
+    mg.report_store.fail_abandoned_runs(datetime.now(UTC).isoformat())
     return mg
 
 
@@ -53,6 +58,7 @@ def mount(shared: Shared) -> Mounted:
         Route("/v1/agent/mcp/", not_found, methods=["GET", "POST", "DELETE"]),
         *ingest_routes(mg),
         *agent_routes(mg),
+        *report_routes(mg),
         health_route(),
         *page_routes(mg, settings.data_dir),  # the app pages app links open (/app/...)
     ]

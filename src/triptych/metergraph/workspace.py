@@ -54,6 +54,9 @@ class WorkspaceService:
     def __init__(self, store: TelemetryStore, clock: Callable[[], datetime]) -> None:
         self.store = store
         self.clock = clock
+        # Tools the contract marks available that this instance cannot run (e.g. analysis starts
+        # without a configured provider).
+        self.disabled: set[str] = set()
 
     def context(self, principal: AgentPrincipal) -> dict[str, Any]:
         row = self.store.workspace(principal.workspace) or {}
@@ -81,7 +84,7 @@ class WorkspaceService:
         for tool in TOOL_CONTRACT:
             allowed = principal.has(tool.required_scope)
             entry: dict[str, Any] = {
-                "available": tool.available and allowed,
+                "available": tool.available and allowed and tool.name not in self.disabled,
                 "content": tool.content,
                 "mutates": tool.mutates,
                 "privacy_class": tool.privacy_class,
@@ -90,7 +93,7 @@ class WorkspaceService:
                 "external_calls": tool.external_calls,
                 "capability": tool.capability,
             }
-            if not tool.available:
+            if not tool.available or tool.name in self.disabled:
                 entry["unavailable_reason"] = "not_supported_by_deployment"
             elif not allowed:
                 entry["unavailable_reason"] = "scope_missing"
@@ -100,7 +103,9 @@ class WorkspaceService:
             self.clock(),
             content_included=False,
             deployment_profile=DEPLOYMENT_PROFILE,
-            deployment_capabilities=sorted({t.capability for t in TOOL_CONTRACT if t.available}),
+            deployment_capabilities=sorted(
+                {t.capability for t in TOOL_CONTRACT if t.available and t.name not in self.disabled}
+            ),
             agent=agent,
             privacy_classes={
                 name: {"description": PRIVACY_DESCRIPTIONS[name], "fields": PRIVACY_FIELDS[name]}
