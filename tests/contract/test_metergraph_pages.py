@@ -5,20 +5,27 @@ client) with its charts drawn, escaping, roles, environments and workspace isola
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from browser import chromium
-from harness import ServerProcess, mcp_session
+from harness import TRIPTYCH, ServerProcess, mcp_session
 
-from triptych.metergraph.pages.render import count, millis, money
+from triptych.metergraph.pages.render import count, millis, money, percent
+from triptych.metergraph.report_store import ReportStore
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "metergraph"))
+from report_support import LONG_TEXT, artifact, raw  # noqa: E402
 
 INJECTED_MODEL = '"><img src=x onerror="window.__pwned=1">'
 INJECTED_ROUTE = "</script><script>window.__pwned=2</script>"
@@ -228,3 +235,155 @@ def test_sign_in_from_another_origin_and_forged_cookies_are_refused(site: Site) 
     assert outward.headers["location"] == f"/app/w/{workspace}/usage"
     bad = httpx.get(site.url + f"/app/w/{workspace}/usage?days=365", cookies={"mg_app_session": cookie})
     assert bad.status_code == 422 and "days must be" in bad.text
+
+
+# -- the report pages: every link a tool returns opens a page showing what the tool returned -----------
+
+INJECTED_TITLE = "<b>bold</b> & <script>window.__pwned=3</script>"
+
+
+def reported(site: Site, tmp: Path) -> tuple[str, dict[str, str]]:
+    """A workspace with two imported reports (via the CLI) and two analysis runs; its keys by role."""
+    workspace = "reports-" + uuid.uuid4().hex[:6]
+    old = artifact("an-old")
+    new = artifact("an-new")
+    new["title"] = INJECTED_TITLE
+    withheld = new["workloads"][0]["opportunities"][0] | {
+        "opportunity_id": "c2-swap", "candidate_ids": ["c2"], "recommendation_status": "withheld",
+        "evaluation_gate": {"suite_id": "triptych-default", "suite_revision": 1, "effect": "withheld",
+                            "reasons": [{"code": "check_below_threshold", "message": "semantic similarity 40% < 50%",
+                                         "checks": ["semantic_similarity"]}],
+                            "cases": {"eligible": 3, "scored": 3, "passed": 1, "failed": 2, "errored": 0}},
+    }  # fmt: skip
+    candidate = new["workloads"][0]["candidates"][0]
+    new["workloads"][0]["candidates"].append(
+        candidate | {"candidate_id": "c2", "model": "tiny-model", "outcome": "rejected", "cost_ratio": 0.01}
+    )
+    new["workloads"][0]["opportunities"].append(withheld)
+    new["workloads"][0]["evidence"][0]["candidate_response"] = "<img src=x onerror=window.__pwned=4>"
+    for document in (old, new):
+        path = tmp / f"{document['analysis_id']}.json"
+        path.write_bytes(raw(document))
+        done = subprocess.run([TRIPTYCH, "metergraph", "report", "import", str(path), "--workspace", workspace,
+                               "--data-dir", str(site.server.data_dir)], capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    # Runs as the analysis service records them: one finished with the new report, one still replaying.
+    store = ReportStore(site.server.data_dir / "metergraph-analysis.db")
+    try:
+        now = datetime.now(UTC).isoformat()
+        progress = {"phase": "replaying", "workloads_total": 3, "workloads_done": 1, "replays_total": 300,
+                    "replays_done": 120, "replays_failed": 0}  # fmt: skip
+        for run_id, status, analysis_id in (
+            (str(uuid.uuid4()), "succeeded", "an-new"),
+            (str(uuid.uuid4()), "running", "an-next"),
+        ):
+            store.insert_run(workspace, {"run_id": run_id, "kind": "analysis", "analysis_id": analysis_id,
+                                         "status": status, "created_at": now, "progress": progress})  # fmt: skip
+            if status == "succeeded":
+                store.update_run(workspace, run_id, finished_at=now, started_at=now)
+    finally:
+        store.close()
+    keys = {role: site.mint(workspace, role) for role in ("metadata", "debug")}
+    return workspace, keys
+
+
+@pytest.fixture(scope="module")
+def reports(site: Site, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
+    return reported(site, tmp_path_factory.mktemp("artifacts"))
+
+
+def test_run_and_report_list_links_open_the_analysis_page(site: Site, tab: Any, reports: Any) -> None:
+    workspace, keys = reports
+    runs = site.tool(keys["metadata"], "metergraph_list_analysis_runs")
+    listed = site.tool(keys["metadata"], "metergraph_list_reports")
+    assert runs["runs"] and all(r["app_url"] == listed["app_url"] for r in runs["runs"])
+    sign_in(tab, site, keys["metadata"], listed["app_url"].removeprefix(site.url))
+    assert tab.url == listed["app_url"]
+    for run in runs["runs"]:
+        row = tab.locator(f"#runs tr[data-run='{run['run_id']}']")
+        assert row.locator(".status").text_content().startswith(run["status"])
+    running = next(r for r in runs["runs"] if r["status"] == "running")
+    assert (
+        "1/3 workloads, 120/300 replays"
+        in tab.locator(f"tr[data-run='{running['run_id']}'] .progress").text_content()
+    )
+    assert tab.locator("meta[http-equiv=refresh]").count() == 1  # progress refreshes while a run is active
+    shown = tab.locator("#reports tbody tr").evaluate_all("rows => rows.map(r => r.dataset.analysis)")
+    assert shown == [r["analysis_id"] for r in listed["reports"]] == ["an-new", "an-old"]
+    assert tab.locator("#latest").get_attribute("data-analysis") == "an-new"
+    assert INJECTED_TITLE in tab.locator("#latest").text_content()
+    # run.report.app_url opens that run's report.
+    done = next(r for r in runs["runs"] if r["status"] == "succeeded")
+    tab.goto(done["report"]["app_url"])
+    assert tab.text_content("#analysis-id") == "an-new"
+    assert tab.text_content("#report-title") == INJECTED_TITLE
+    assert tab.evaluate("window.__pwned === undefined") and tab.dialogs == []
+
+
+def test_report_links_open_the_comparison_workload_suite_and_evidence_pages(
+    site: Site, tab: Any, reports: Any
+) -> None:
+    workspace, keys = reports
+    report = site.tool(keys["debug"], "metergraph_get_report", analysis_id="an-new")
+    sign_in(tab, site, keys["debug"], report["app_url"].removeprefix(site.url))
+    assert tab.locator("#latest").get_attribute("data-analysis") == report["analysis_id"]
+
+    support, digest = report["workloads"]
+    tab.goto(support["app_url"])  # a model comparison: the report holds candidates for it
+    assert support["app_url"].endswith("/comparison")
+    for cid, model, outcome in (("c1", "gpt-4o-mini", "accepted"), ("c2", "tiny-model", "rejected")):
+        row = tab.locator(f"#candidates tr[data-candidate={cid}]")
+        assert row.locator(".model").text_content() == model
+        assert row.locator(".outcome").text_content() == outcome
+    tab.goto(digest["app_url"])  # no comparison: the workload's page
+    assert tab.text_content("#workload-name") == "digest"
+    assert tab.text_content("#workload-state") == digest["state"] == "ineligible"
+
+    allowed, withheld = support["opportunities"]
+    tab.goto(allowed["app_url"])
+    evidence = site.tool(keys["debug"], "metergraph_get_report_evidence", analysis_id="an-new",
+                         workload_id=support["workload_id"])  # fmt: skip
+    for case in evidence["evidence"]:
+        article = tab.locator(f"article[data-case='{case['case_id']}']")
+        assert article.locator("pre.candidate").text_content() == case["candidate_response"]["text"]
+        assert article.locator("pre.question").text_content() == case["question"]["text"]
+    assert len(evidence["evidence"][-1]["question"]["text"].encode()) < len(LONG_TEXT.encode())
+    assert tab.locator("text=Cut at 16 KiB.").count() == 1
+    assert tab.locator("img").count() == 0 and tab.evaluate("window.__pwned === undefined")
+
+    tab.goto(withheld["app_url"])  # withheld by the acceptance policy: the suite results explain it
+    suite = site.tool(keys["debug"], "metergraph_get_suite_results", analysis_id="an-new",
+                      workload_id=support["workload_id"])  # fmt: skip
+    assert withheld["app_url"] == suite["app_url"] and tab.url == suite["app_url"]
+    assert "semantic similarity 40% < 50%" in tab.text_content(".withheld")
+    check = suite["candidates"][0]["checks"][0]
+    row = tab.locator(f"section[data-candidate=c1] tr[data-check='{check['check_id']}']")
+    assert row.locator(".pass-rate").text_content() == percent(check["pass_rate"])
+    assert row.locator(".cases").text_content() == ", ".join(check["representative_case_ids"])
+
+    tab.goto(evidence["metergraph_links"]["workload"])
+    assert tab.text_content("#workload-name") == support["workload_name"]
+    assert "7 days: 70 calls" in tab.text_content("#workload-usage")
+
+
+def test_evidence_needs_a_key_that_may_read_content(site: Site, tab: Any, reports: Any) -> None:
+    workspace, keys = reports
+    report = site.tool(keys["metadata"], "metergraph_get_report", analysis_id="an-new")
+    link = report["workloads"][0]["opportunities"][0]["app_url"]
+    sign_in(tab, site, keys["metadata"], link.removeprefix(site.url))
+    assert "cannot read this page" in tab.text_content("h1")
+    assert tab.locator("pre").count() == 0
+    tab.goto(site.url + link.removeprefix(site.url).replace("/opportunities/c1-swap", "/suite"))
+    assert tab.locator("text=Case text needs a Debug or Replay key.").count() == 1
+
+
+def test_report_pages_of_an_unknown_report_or_workload_say_not_found(
+    site: Site, tab: Any, reports: Any
+) -> None:
+    workspace, keys = reports
+    sign_in(tab, site, keys["debug"], f"/app/w/{workspace}/reports/an-missing")
+    assert tab.text_content("#message") == "no report with that analysis_id in this workspace"
+    response = tab.goto(site.url + f"/app/w/{workspace}/reports/an-new/workloads/route:nope/comparison")
+    assert response.status == 404
+    response = tab.goto(site.url + f"/app/w/{workspace}/reports/an-new/workloads/route:digest/comparison")
+    assert response.status == 404 and "open the workload's page" in tab.text_content("#message")

@@ -39,7 +39,9 @@ class MetergraphSettings(BaseSettings):
         600, ge=0, validation_alias=AliasChoices("MG_AGENT_RATE_PER_MINUTE", "agent_rate_per_minute")
     )
     # The public address app links start with (``app_url``); unset: the server's own http://host:port.
-    public_url: str | None = Field(None, validation_alias=AliasChoices("MG_PUBLIC_URL", "TRIPTYCH_PUBLIC_URL", "public_url"))
+    public_url: str | None = Field(
+        None, validation_alias=AliasChoices("MG_PUBLIC_URL", "TRIPTYCH_PUBLIC_URL", "public_url")
+    )
     # Signs the app's sign-in cookies; unset: a random secret kept in the data directory (0600).
     web_secret: str | None = Field(None, validation_alias=AliasChoices("MG_WEB_SECRET", "web_secret"))
     web_session_seconds: int = Field(

@@ -21,8 +21,8 @@ from starlette.routing import BaseRoute, Route
 from triptych.core.errors import TriptychError
 from triptych.metergraph.errors import Unauthenticated
 from triptych.metergraph.keys import AgentPrincipal, token_hash
-from triptych.metergraph.links import APP_PREFIX, usage_path
-from triptych.metergraph.pages import usage_view
+from triptych.metergraph.links import APP_PREFIX, analysis_path, usage_path
+from triptych.metergraph.pages import report_view, usage_view
 from triptych.metergraph.pages.render import STATIC_DIR, page
 from triptych.metergraph.pages.session import COOKIE, CookieSigner, load_secret
 from triptych.metergraph.service import Metergraph
@@ -88,7 +88,9 @@ class App:
             "workspace": ws,
             "role": ROLE_NAMES.get(principal.role, principal.role) if principal else None,
             "environments": list(principal.environments or []) if principal else [],
-            "nav": [("Usage", usage_path(ws))] if ws is not None and principal is not None else [],
+            "nav": [("Usage", usage_path(ws)), ("Analysis", analysis_path(ws))]
+            if ws is not None and principal is not None
+            else [],
             "sign_out": SIGN_OUT,
         }
 
@@ -198,6 +200,8 @@ def usage_page(mg: Metergraph, principal: AgentPrincipal, request: Request) -> t
 def page_routes(mg: Metergraph, data_dir: Path) -> list[BaseRoute]:
     app = App(mg, data_dir)
     ws = APP_PREFIX + "/w/{workspace}"
+    report = ws + "/reports/{analysis_id}"
+    workload = report + "/workloads/{workload_id}"
     return [
         Route(APP_PREFIX, app.home, methods=["GET"]),
         Route(APP_PREFIX + "/", app.home, methods=["GET"]),
@@ -206,4 +210,14 @@ def page_routes(mg: Metergraph, data_dir: Path) -> list[BaseRoute]:
         Route(SIGN_OUT, app.sign_out, methods=["POST"]),
         Route(STATIC + "/{name}", app.static, methods=["GET"]),
         Route(ws + "/usage", app.workspace_page(usage_page), methods=["GET"]),
+        Route(ws + "/analysis", app.workspace_page(report_view.analysis_page), methods=["GET"]),
+        Route(report, app.workspace_page(report_view.report_page), methods=["GET"]),
+        Route(workload, app.workspace_page(report_view.workload_page), methods=["GET"]),
+        Route(workload + "/comparison", app.workspace_page(report_view.comparison_page), methods=["GET"]),
+        Route(workload + "/suite", app.workspace_page(report_view.suite_page), methods=["GET"]),
+        Route(
+            workload + "/opportunities/{opportunity_id}",
+            app.workspace_page(report_view.evidence_page, content=True),
+            methods=["GET"],
+        ),
     ]
