@@ -235,6 +235,25 @@ def test_sign_in_from_another_origin_and_forged_cookies_are_refused(site: Site) 
     assert outward.headers["location"] == f"/app/w/{workspace}/usage"
     bad = httpx.get(site.url + f"/app/w/{workspace}/usage?days=365", cookies={"mg_app_session": cookie})
     assert bad.status_code == 422 and "days must be" in bad.text
+    missing = httpx.get(site.url + "/app/no-such-page", cookies={"mg_app_session": cookie})
+    assert missing.status_code == 404 and "text/html" in missing.headers["content-type"]
+
+
+def test_revoking_the_key_signs_its_browsers_out(site: Site) -> None:
+    workspace = "revoke-" + uuid.uuid4().hex[:6]
+    mg = Metergraph.open(site.server.data_dir, load_metergraph_settings())
+    try:
+        key_id, key = mg.keys.create_agent_key(workspace, "metadata", None)
+    finally:
+        mg.close()
+    cookie = httpx.post(site.url + "/app/sign-in", data={"key": key}).cookies.get("mg_app_session")
+    usage = site.url + f"/app/w/{workspace}/usage"
+    assert httpx.get(usage, cookies={"mg_app_session": cookie}).status_code == 200
+    revoked = subprocess.run([TRIPTYCH, "metergraph", "key", "revoke", key_id, "--data-dir",
+                              str(site.server.data_dir)], capture_output=True, text=True)  # fmt: skip
+    assert revoked.returncode == 0, revoked.stderr
+    after = httpx.get(usage, cookies={"mg_app_session": cookie}, follow_redirects=False)
+    assert after.status_code == 303 and after.headers["location"].startswith("/app/sign-in")
 
 
 # -- the report pages: every link a tool returns opens a page showing what the tool returned -----------
@@ -312,8 +331,10 @@ def test_run_and_report_list_links_open_the_analysis_page(site: Site, tab: Any, 
     assert shown == [r["analysis_id"] for r in listed["reports"]] == ["an-new", "an-old"]
     assert tab.locator("#latest").get_attribute("data-analysis") == "an-new"
     assert INJECTED_TITLE in tab.locator("#latest").text_content()
-    # run.report.app_url opens that run's report.
+    # run.report.app_url opens that run's report; metergraph_get_analysis_run links the same pages.
     done = next(r for r in runs["runs"] if r["status"] == "succeeded")
+    one = site.tool(keys["metadata"], "metergraph_get_analysis_run", run_id=done["run_id"])["run"]
+    assert (one["app_url"], one["report"]["app_url"]) == (done["app_url"], done["report"]["app_url"])
     tab.goto(done["report"]["app_url"])
     assert tab.text_content("#analysis-id") == "an-new"
     assert tab.text_content("#report-title") == INJECTED_TITLE

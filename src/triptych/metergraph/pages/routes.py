@@ -155,6 +155,11 @@ class App:
         headers = {"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
         return FileResponse(STATIC_DIR / name, media_type=media, headers=headers)
 
+    async def not_found(self, request: Request) -> Response:
+        principal = await anyio.to_thread.run_sync(self.principal, request)
+        return page("message.html", 404, **self.chrome(principal), title="Not found",
+                    message="No page here. The links the Metergraph tools return open the app's pages.")  # fmt: skip
+
     def workspace_page(
         self, body: PageBody, content: bool = False
     ) -> Callable[[Request], Awaitable[Response]]:
@@ -220,4 +225,5 @@ def page_routes(mg: Metergraph, data_dir: Path) -> list[BaseRoute]:
             app.workspace_page(report_view.evidence_page, content=True),
             methods=["GET"],
         ),
+        Route(APP_PREFIX + "/{rest:path}", app.not_found, methods=["GET"]),
     ]
