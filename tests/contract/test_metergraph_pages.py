@@ -381,6 +381,9 @@ def test_report_links_open_the_comparison_workload_suite_and_evidence_pages(
     row = tab.locator(f"section[data-candidate=c1] tr[data-check='{check['check_id']}']")
     assert row.locator(".pass-rate").text_content() == percent(check["pass_rate"])
     assert row.locator(".cases").text_content() == ", ".join(check["representative_case_ids"])
+    tab.click(f"section[data-candidate=c1] .cases a >> text={check['representative_case_ids'][0]}")
+    tab.wait_for_load_state()
+    assert tab.url == allowed["app_url"] + f"#case-{check['representative_case_ids'][0]}"
 
     tab.goto(evidence["metergraph_links"]["workload"])
     assert tab.text_content("#workload-name") == support["workload_name"]

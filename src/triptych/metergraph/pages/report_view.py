@@ -154,13 +154,21 @@ def suite_page(mg: Metergraph, principal: AgentPrincipal, request: Request) -> P
     suite = mg.reports.suite_results(principal, analysis_id, workload_id)
     ws = principal.workspace
     withheld = [o for o in workload["opportunities"] if o["recommendation_status"] == "withheld"]
+    opportunity_paths = _opportunity_paths(ws, analysis_id, workload)
+    # A representative case opens in its candidate's evidence (for keys that may read content).
+    case_paths = {
+        cid: opportunity_paths[o["opportunity_id"]]
+        for o in workload["opportunities"]
+        for cid in o["candidate_ids"]
+    }
     return "suite.html", {
         "report": report,
         "workload": workload,
         "suite": suite,
         "withheld": withheld,
         "paths": _paths(ws, analysis_id, workload_id),
-        "opportunity_paths": _opportunity_paths(ws, analysis_id, workload),
+        "opportunity_paths": opportunity_paths,
+        "case_paths": case_paths,
         "can_read_content": principal.has("agent:read"),
     }
 
