@@ -145,6 +145,7 @@ def bench(args: list[str]) -> int:
         "hadron-search": "bench/hadron_search.py",
         "sync-answers": "bench/sync_answers.py",
         "robustness": "bench/robustness.py",
+        "app-pages": "bench/app_pages.py",
     }
     if not args or args[0] not in scripts:
         sys.exit(f"usage: python3 tasks.py bench {{{'|'.join(scripts)}}} [options]")

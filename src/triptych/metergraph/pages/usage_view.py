@@ -1,12 +1,14 @@
 """The usage overview's data: per-group totals from ``metergraph_get_usage_aggregates``'s own service call,
 and per-day series of cost, calls, errors and p95 latency from the same rollups (``UsageService.grouped``),
-the top groups by cost charted one by one and the rest merged into "other" (histograms merge, so the
-"other" p95 is a real p95 too)."""
+the top groups by cost charted one by one and the rest as "other"."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from triptych.metergraph import histogram
 from triptych.metergraph.contract import MAX_DAYS, MAX_ROWS
 from triptych.metergraph.errors import InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
@@ -15,6 +17,7 @@ from triptych.metergraph.store import AggRow, CallFilter
 from triptych.metergraph.usage import UNKNOWN, UNROUTED, UsageService, measures
 
 DIMENSIONS = ("provider", "model", "route")
+DIMENSION_FILTERS = {"provider": "providers", "model": "models", "route": "routes"}
 CHARTED = 8  # series per chart; the rest are merged into "other"
 OTHER = "(other)"
 METRICS = (
@@ -44,32 +47,43 @@ def _label(dim: str, value: Any) -> str:
 
 def overview(usage: UsageService, principal: AgentPrincipal, days: int, by: str) -> dict[str, Any]:
     table = usage.aggregates(principal, group_by=[by], days=days, limit=MAX_ROWS)
-    charted = [item[by] for item in table["items"][:CHARTED]]
+    # Charted: the top groups by cost that a filter can name ("(unknown)" / "(unrouted)" go to "other").
+    charted = [item[by] for item in table["items"] if item[by] not in (UNKNOWN, UNROUTED)][:CHARTED]
 
     window = resolve_window(days, None, None, usage.clock())
     envs = environment_scope(principal, None)
-    f = CallFilter(principal.workspace, window.since_ms, window.until_ms, environments=envs)
-    groups, _ = usage.grouped(f, window, ["day", by], None)
+    whole = CallFilter(principal.workspace, window.since_ms, window.until_ms, environments=envs)
+    # Two rollup reads: the charted groups by day, and every call by day; "other" is the difference
+    # (sums and latency histograms are both additive, so its p95 is a real p95 too). Reading every group
+    # by day instead costs days x groups rows (27,000 for 90 days of 300 routes).
+    per_group: dict[tuple[Any, ...], AggRow] = {}
+    if charted:
+        only = CallFilter(**{**whole.__dict__, DIMENSION_FILTERS[by]: charted})
+        per_group, _ = usage.grouped(only, window, ["day", by], None)
+    per_day, _ = usage.grouped(whole, window, ["day"], None)
 
     first, last = window.since_ms // DAY_MS, (window.until_ms - 1) // DAY_MS
     day_numbers = list(range(first, last + 1))
-    names = [*charted, OTHER]
     cells: dict[tuple[str, int], AggRow] = {}
-    for (day, value), agg in groups.items():
-        name = _label(by, value)
-        name = name if name in charted else OTHER
-        cell = cells.get((name, int(day)))
-        if cell is None:
-            cells[(name, int(day))] = AggRow((name, day), agg.sums.copy(), agg.hist.copy())
-        else:
-            cell.sums = cell.sums + agg.sums
-            cell.hist = cell.hist + agg.hist
+    for (day, value), agg in per_group.items():
+        cells[(_label(by, value), int(day))] = agg
+    for (day,), agg in per_day.items():
+        rest = AggRow((OTHER, day), agg.sums.copy(), agg.hist.astype(np.int64))
+        for name in charted:
+            mine = cells.get((name, int(day)))
+            if mine is not None:
+                rest.sums = rest.sums - mine.sums
+                rest.hist = rest.hist - mine.hist
+        if rest.get("calls") > 0:
+            rest.sums = np.clip(rest.sums, 0, None)
+            rest.hist = np.clip(rest.hist, 0, None).astype(histogram.DTYPE)
+            cells[(OTHER, int(day))] = rest
     series = []
-    for name in names:
-        per_day = [cells.get((name, day)) for day in day_numbers]
-        if name == OTHER and not any(per_day):
+    for name in [*charted, OTHER]:
+        per = [cells.get((name, day)) for day in day_numbers]
+        if name == OTHER and not any(per):
             continue
-        values = [measures(agg) if agg is not None else None for agg in per_day]
+        values = [measures(agg) if agg is not None else None for agg in per]
         series.append(
             {
                 "name": name,
