@@ -69,7 +69,11 @@ def analysis_page(mg: Metergraph, principal: AgentPrincipal, request: Request) -
         "reports": reports,
         "latest": latest,
         "active": any(r["status"] in ACTIVE for r in runs["runs"]),
-        "report_paths": {r["analysis_id"]: report_path(ws, r["analysis_id"]) for r in reports["reports"]},
+        "report_paths": {
+            aid: report_path(ws, aid)
+            for aid in [r["analysis_id"] for r in reports["reports"]]
+            + [r["report"]["analysis_id"] for r in runs["runs"] if r["report"]["available"]]
+        },
         "workload_paths": {}
         if latest is None
         else {
