@@ -411,3 +411,10 @@ def test_report_pages_of_an_unknown_report_or_workload_say_not_found(
     assert response.status == 404
     response = tab.goto(site.url + f"/app/w/{workspace}/reports/an-new/workloads/route:digest/comparison")
     assert response.status == 404 and "open the workload's page" in tab.text_content("#message")
+    response = tab.goto(
+        site.url
+        + f"/app/w/{workspace}/reports/an-new/workloads/route:support/opportunities/c1-swap?cursor=%3Cx%3E"
+    )
+    assert (
+        response.status == 422 and tab.text_content("#message") == "cursor is not a cursor this server issued"
+    )

@@ -40,6 +40,9 @@ def test_the_page_query_is_checked() -> None:
         ("91", None),
         ("7.5", None),
         ("-1", None),
+        ("²", None),
+        ("٣", None),
+        ("0007", None),
         (None, "day"),
         (None, "metadata.x"),
     ):

@@ -4,6 +4,7 @@ the top groups by cost charted one by one and the rest as "other"."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from triptych.metergraph.store import AggRow, CallFilter
 from triptych.metergraph.usage import UNKNOWN, UNROUTED, UsageService, measures
 
 DIMENSIONS = ("provider", "model", "route")
+_DAYS = re.compile(r"[0-9]{1,3}")
 DIMENSION_FILTERS = {"provider": "providers", "model": "models", "route": "routes"}
 CHARTED = 8  # series per chart; the rest are merged into "other"
 OTHER = "(other)"
@@ -34,7 +36,8 @@ def parse_query(days: str | None, by: str | None) -> tuple[int, str]:
         raise InvalidArgument("by must be provider, model or route")
     if days is None:
         return 7, by
-    if not days.isdigit() or not 1 <= int(days) <= MAX_DAYS:
+    # ASCII digits only: str.isdigit() takes "²", which int() then refuses.
+    if not _DAYS.fullmatch(days) or not 1 <= int(days) <= MAX_DAYS:
         raise InvalidArgument(f"days must be a whole number from 1 to {MAX_DAYS}")
     return int(days), by
 
