@@ -418,3 +418,38 @@ def test_report_pages_of_an_unknown_report_or_workload_say_not_found(
     assert (
         response.status == 422 and tab.text_content("#message") == "cursor is not a cursor this server issued"
     )
+
+
+def test_hostile_query_parameters_and_paths_at_every_page_never_earn_a_500(site: Site, reports: Any) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from robustness.hostile import NASTY_TEXT
+
+    workspace, keys = reports
+    cookie = httpx.post(site.url + "/app/sign-in", data={"key": keys["debug"]}).cookies["mg_app_session"]
+    base = f"/app/w/{workspace}/reports/an-new/workloads/route:support"
+    doors = [f"/app/w/{workspace}/usage", f"/app/w/{workspace}/analysis", f"/app/w/{workspace}/reports/an-new",
+             base, base + "/comparison", base + "/suite", base + "/opportunities/c1-swap", "/app/sign-in"]  # fmt: skip
+    values = st.one_of(st.sampled_from([t for t in NASTY_TEXT if len(t) < 3000]), st.text(max_size=20),
+                       st.sampled_from(["1", "90", "91", "²", "route", "model", "//evil.example", "/app/x"]))  # fmt: skip
+    params = st.lists(st.tuples(st.sampled_from(["days", "by", "cursor", "next", "x"]), values), max_size=4)
+    segments = st.sampled_from(["an-new", "route:support", "c1-swap", "%00", "..", "%2F", "<b>", "x" * 300])
+    failures: list[str] = []
+    with httpx.Client(base_url=site.url, cookies={"mg_app_session": cookie}, timeout=60.0) as http:
+
+        @settings(max_examples=40, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @given(door=st.sampled_from(doors), query=params, segment=segments)
+        def attack(door: str, query: list[tuple[str, str]], segment: str) -> None:
+            for path in (door, door.replace("an-new", segment).replace("c1-swap", segment)):
+                try:
+                    response = http.get(path, params=query)
+                except httpx.InvalidURL:
+                    continue
+                if response.status_code >= 500 or "text/html" not in response.headers.get("content-type", ""):
+                    failures.append(f"{path} {query!r:.200} -> {response.status_code} {response.text[:200]}")
+                elif "<script>alert" in response.text or "<b>bold" in response.text:
+                    failures.append(f"{path} {query!r:.200} echoed markup unescaped")
+
+        attack()
+    assert not failures, "\n".join(failures[:10])
