@@ -5,8 +5,10 @@ the same 300 replays through the same replay path, one after another, without sc
 
     .venv/bin/python bench/metergraph_analysis.py [--workloads 3] [--candidates 2] [--samples 50] [--repeat 3]
 
-Data: per workload, 60 retained gpt-4o calls (questions of 20-60 words, answers of 40-120) ingested
-in-process through ``IngestService.ingest_rows``; the run samples 50 of each. Results print as JSON.
+Data: per workload, 60 retained gpt-4o calls (questions of 20-60 words) ingested in-process through
+``IngestService.ingest_rows``; the run samples 50 of each. The provider server answers "replayed: <question>":
+two workloads' stored answers are exactly that (candidates pass), the third's are 40-120 unrelated words
+(candidates are withheld), so the report holds both kinds of opportunity. Results print as JSON.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from common import machine_facts  # noqa: E402
 from provider_server import ProviderServer  # noqa: E402
-from triptych.metergraph.providers import load_provider_settings  # noqa: E402
 
 from triptych.core.embed import LocalEmbedder  # noqa: E402
 from triptych.metergraph.analysis_runner import RunSettings  # noqa: E402
 from triptych.metergraph.analysis_sources import RouteWorkloads  # noqa: E402
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal  # noqa: E402
+from triptych.metergraph.providers import load_provider_settings  # noqa: E402
 from triptych.metergraph.service import Metergraph  # noqa: E402
 from triptych.metergraph.settings import load_metergraph_settings  # noqa: E402
 
@@ -57,7 +59,8 @@ def load(mg: Metergraph, workloads: int, per_workload: int, now: datetime) -> No
                 "model": "gpt-4o", "input_tokens": 400 + i, "output_tokens": 120, "latency_ms": 900,
                 "status": "success", "trace_id": f"t-{w}-{i}",
                 "request_json": {"messages": [{"role": "user", "content": question}]},
-                "response_text": "replayed: " + sentence(rng, 40, 120),
+                # Two workloads whose answers the candidates reproduce, one they do not.
+                "response_text": f"replayed: {question}" if w < 2 else sentence(rng, 40, 120),
             })  # fmt: skip
     mg.ingest.ingest_rows(AppPrincipal("bench", "bench"), rows, "sdk")
 

@@ -38,8 +38,11 @@ class AnalysisService:
         runner: AnalysisRunner | None,
         clock: Callable[[], datetime],
         links: AppLinks,
+        available: Callable[[], bool] = lambda: True,
     ) -> None:
+        """``available`` says whether runs can replay now (a provider is configured)."""
         self.store = store
+        self.available = available
         self.reports = reports
         self.runner = runner
         self.clock = clock
@@ -126,7 +129,7 @@ class AnalysisService:
         """Queue a run and start it in a server thread; answers at once with the queued run."""
         if not principal.has(SCOPE_READ):
             raise ForbiddenError("metergraph_start_analysis needs the Debug role (agent:read)")
-        if self.runner is None:
+        if self.runner is None or not self.available():
             raise UnsupportedCapability("analysis runs need a configured provider replayer")
         if settings.min_samples > settings.samples_per_workload:
             raise InvalidArgument("min_samples cannot exceed samples_per_workload")

@@ -23,7 +23,7 @@ from triptych.metergraph.analysis_sources import (
     WorkloadSource,
     WorkloadSpec,
 )
-from triptych.metergraph.evaluation import REPRESENTATIVE_CASES, build_suite, gating, score_cases
+from triptych.metergraph.evaluation import REPRESENTATIVE_CASES, CaseScore, build_suite, gating, score_cases
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.report_schema import (
     SCHEMA_VERSION,
@@ -218,6 +218,8 @@ class AnalysisRunner:
                             warnings=[Warning_(code="no_candidates", message=message)])  # fmt: skip
         references = [c.response_text for c in sample]
         suite = build_suite(references, spec.json_schema)
+        embedder = self.embedder()
+        reference_vectors = embedder.embed(references) if embedder is not None else None
         results: list[Candidate] = []
         opportunities: list[Opportunity] = []
         cases: list[Case] = []
@@ -225,8 +227,9 @@ class AnalysisRunner:
             candidate_id = f"c{index + 1}"
             replies = self._replay_all(ctx, pool, sample, provider, model)
             ctx.replays += len(replies)
+            scores = score_cases(suite, references, [r.text for r in replies], embedder, reference_vectors)
             candidate, opportunity, candidate_cases = self._score(
-                ctx, spec, suite, sample, replies, candidate_id, provider, model
+                ctx, spec, suite, sample, replies, scores, candidate_id, provider, model
             )
             results.append(candidate)
             cases.extend(candidate_cases)
@@ -276,13 +279,11 @@ class AnalysisRunner:
         suite: Suite,
         sample: list[RetainedCall],
         replies: list[ReplayResult],
+        scored_cases: list[CaseScore],
         candidate_id: str,
         provider: str | None,
         model: str,
     ) -> tuple[Candidate, Opportunity | None, list[Case]]:
-        references = [c.response_text for c in sample]
-        texts = [r.text for r in replies]
-        scored_cases = score_cases(suite, references, texts, self.embedder())
         gates = {c.check_id for c in suite.checks if gating(c, spec.exact_match)}
         grades = []
         cases = []

@@ -161,7 +161,7 @@ TOOL_CONTRACT: tuple[ToolContract, ...] = (
         True,
     ),
     _t("metergraph_get_trace", "trace_content", "content", SCOPE_READ, "trace-debug/trace", True),
-    _t("metergraph_replay_trace", "trace_replay", "replay", SCOPE_REPLAY, "trace-debug/replay", False),
+    _t("metergraph_replay_trace", "trace_replay", "replay", SCOPE_REPLAY, "trace-debug/replay", True),
 )
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOL_CONTRACT}
 

@@ -61,11 +61,18 @@ class CaseScore:
 
 
 def score_cases(
-    suite: Suite, references: Sequence[str], candidates: Sequence[str | None], embedder: Embedder | None
+    suite: Suite,
+    references: Sequence[str],
+    candidates: Sequence[str | None],
+    embedder: Embedder | None,
+    reference_vectors: np.ndarray[Any, Any] | None = None,
 ) -> list[CaseScore]:
-    """One ``CaseScore`` per case; a candidate of None (the replay failed) is an error on every check."""
+    """One ``CaseScore`` per case; a candidate of None (the replay failed) is an error on every check.
+    ``reference_vectors`` (the references embedded once per workload) saves embedding them per candidate."""
     results = [CaseScore() for _ in references]
-    similarity = _similarities(references, candidates, embedder) if embedder is not None else None
+    similarity = (
+        _similarities(references, candidates, embedder, reference_vectors) if embedder is not None else None
+    )
     validator = {
         c.check_id: jsonschema.Draft202012Validator(c.json_schema)
         for c in suite.checks
@@ -117,18 +124,22 @@ def _check(
 
 
 def _similarities(
-    references: Sequence[str], candidates: Sequence[str | None], embedder: Embedder
+    references: Sequence[str],
+    candidates: Sequence[str | None],
+    embedder: Embedder,
+    reference_vectors: np.ndarray[Any, Any] | None,
 ) -> np.ndarray[Any, Any]:
     """Cosine similarity of each candidate output with its reference (0 where the replay failed)."""
-    pairs = [(r, c) for r, c in zip(references, candidates, strict=True) if c is not None]
-    out = np.zeros(len(references), dtype=np.float32)
-    if not pairs:
-        return out
-    matrix = embedder.embed([r for r, _ in pairs] + [c for _, c in pairs])
-    n = len(pairs)
-    ref, cand = matrix[:n], matrix[n:]
-    norms = np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1)
-    cosine = np.einsum("ij,ij->i", ref, cand) / np.where(norms == 0, 1, norms)
     positions = [i for i, c in enumerate(candidates) if c is not None]
-    out[positions] = cosine
+    out = np.zeros(len(references), dtype=np.float32)
+    if not positions:
+        return out
+    if reference_vectors is None:
+        reference_vectors = embedder.embed([references[i] for i in positions])
+    else:
+        reference_vectors = reference_vectors[positions]
+    cand = embedder.embed([candidates[i] or "" for i in positions])
+    ref = reference_vectors
+    norms = np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1)
+    out[positions] = np.einsum("ij,ij->i", ref, cand) / np.where(norms == 0, 1, norms)
     return out

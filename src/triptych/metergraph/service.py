@@ -9,6 +9,7 @@ from pathlib import Path
 
 from triptych.core.embed import Embedder
 from triptych.metergraph.analysis import AnalysisService
+from triptych.metergraph.analysis_replay import ProviderReplayer
 from triptych.metergraph.analysis_runner import AnalysisRunner
 from triptych.metergraph.analysis_sources import Replayer, RouteWorkloads, WorkloadSource
 from triptych.metergraph.columns import ColumnProjection
@@ -16,7 +17,9 @@ from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
 from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.pricing import Pricer
+from triptych.metergraph.providers import Providers, ProviderSettings
 from triptych.metergraph.ratelimit import RateLimiter
+from triptych.metergraph.replay import ReplayService
 from triptych.metergraph.report_store import ReportStore
 from triptych.metergraph.reports import ReportService
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
@@ -49,6 +52,9 @@ class Metergraph:
     report_store: ReportStore
     reports: ReportService
     analysis: AnalysisService
+    pricer: Pricer
+    providers: Providers
+    replay: ReplayService
     links: AppLinks
 
     @classmethod
@@ -57,6 +63,7 @@ class Metergraph:
         data_dir: Path,
         settings: MetergraphSettings | None = None,
         clock: Callable[[], datetime] = utc_now,
+        provider_settings: ProviderSettings | None = None,
         replayer: Replayer | None = None,
         embedder: Callable[[], Embedder | None] = lambda: None,
         workloads: WorkloadSource | None = None,
@@ -73,21 +80,30 @@ class Metergraph:
         columns = ColumnProjection(data_dir / COLUMNS_DIR, store)
         store.columns = columns
         pricer = Pricer()
-        workspace = WorkspaceService(store, clock)
+        providers = Providers(provider_settings)
+        replay = ReplayService(store, pricer, providers, clock)
+        # Replay, and analysis runs (which replay), need a configured provider.
+        workspace = WorkspaceService(
+            store,
+            clock,
+            lambda name: (
+                (name == "metergraph_replay_trace" and not replay.available)
+                or (name == "metergraph_start_analysis" and not analysis.available())
+            ),
+        )
         usage = UsageService(store, clock)
         traces = TraceService(store, clock)
         limiter = RateLimiter(settings.agent_rate_per_minute)
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
-        runner = (
-            None
-            if replayer is None
-            else AnalysisRunner(workloads or RouteWorkloads(store), replayer, pricer, embedder)
+        runner = AnalysisRunner(
+            workloads or RouteWorkloads(store), replayer or ProviderReplayer(replay), pricer, embedder
         )
-        analysis = AnalysisService(report_store, reports, runner, clock, links)
-        if runner is None:
-            workspace.disabled.add("metergraph_start_analysis")
-        tools = build_tools(workspace, usage, traces, reports, analysis)
+        analysis = AnalysisService(
+            report_store, reports, runner, clock, links,
+            available=lambda: replayer is not None or replay.available,
+        )  # fmt: skip
+        tools = build_tools(workspace, usage, traces, replay, reports, analysis)
         return cls(
             settings,
             store,
@@ -101,6 +117,9 @@ class Metergraph:
             report_store,
             reports,
             analysis,
+            pricer,
+            providers,
+            replay,
             links,
         )
 
@@ -108,4 +127,5 @@ class Metergraph:
         self.analysis.close()  # first: a running analysis reads through both stores
         self.report_store.close()
         self.columns.close()  # first: its catch-up thread reads through the store
+        self.providers.close()
         self.store.close()

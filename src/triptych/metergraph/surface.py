@@ -34,7 +34,8 @@ def open_metergraph(shared: Shared) -> Metergraph:
     # Ingest needs an app token and reads an agent key (or static MG_* tokens), whatever TRIPTYCH_AUTH_ENABLED.
     mg_settings = load_metergraph_settings()
     links = AppLinks(public_base(mg_settings.public_url, shared.settings.host, shared.settings.port))
-    mg = Metergraph.open(shared.settings.data_dir, mg_settings, links=links)
+    # Analysis runs score with the shared embedding model, loaded the first time a run needs it.
+    mg = Metergraph.open(shared.settings.data_dir, mg_settings, embedder=lambda: shared.embedder, links=links)
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
     # Runs a stopped server left queued or running can never finish (their thread is gone).
     mg.report_store.fail_abandoned_runs(datetime.now(UTC).isoformat())

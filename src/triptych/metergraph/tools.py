@@ -18,6 +18,7 @@ from triptych.metergraph.analysis import AnalysisService
 from triptych.metergraph.analysis_runner import RunSettings
 from triptych.metergraph.contract import TOOLS_BY_NAME
 from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.replay import ReplayService
 from triptych.metergraph.reports import ReportService
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
@@ -128,9 +129,18 @@ class TraceArgs(Args):
     trace_id: Id200
 
 
+class ReplayOverrides(Args):
+    model: Id200 | None = None
+    prompt: Annotated[str, StringConstraints(min_length=1, max_length=16384)] | None = None
+    system: Annotated[str, StringConstraints(min_length=1, max_length=16384)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=1)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_output_tokens: Annotated[StrictInt, Field(ge=1, le=1024)] | None = None
+
+
 class ReplayArgs(Args):
     trace_id: Id200
-    overrides: dict[str, Any] | None = None
+    overrides: ReplayOverrides | None = None
     timeout_seconds: Annotated[StrictInt, Field(ge=1, le=30)] | None = None
 
 
@@ -167,6 +177,7 @@ def build_tools(
     workspace: WorkspaceService,
     usage: UsageService,
     traces: TraceService,
+    replay: ReplayService | None = None,
     reports: ReportService | None = None,
     analysis: AnalysisService | None = None,
 ) -> list[MetergraphTool]:
@@ -193,6 +204,12 @@ def build_tools(
 
     def reading(name: str, handler: Handler, service: object | None) -> Handler:
         return handler if service is not None else _unsupported(name)
+
+    def replay_trace(p: AgentPrincipal, a: ReplayArgs) -> dict[str, Any]:
+        if replay is None:
+            refuse_unavailable(p, "metergraph_replay_trace")
+        overrides = a.overrides.model_dump(exclude_none=True) if a.overrides else None
+        return replay.replay(p, a.trace_id, overrides, a.timeout_seconds)
 
     specs: list[tuple[str, str, str, type[BaseModel], Handler]] = [
         ("metergraph_get_workspace_context", "Get Metergraph workspace context",
@@ -263,8 +280,10 @@ def build_tools(
          "One trace with its spans and retained request/response content where it exists. Requires the "
          "Debug role (agent:read).", TraceArgs, lambda p, a: traces.get_trace(p, a.trace_id)),
         ("metergraph_replay_trace", "Replay a Metergraph trace",
-         "Bounded, non-persistent replay (not available in this deployment). Requires agent:replay.",
-         ReplayArgs, _unsupported("metergraph_replay_trace")),
+         "Run one bounded, non-persistent replay of a retained call on its provider (or a candidate model "
+         "in overrides.model) and compare output, tokens, cost and latency with the original. Only model, "
+         "prompt/system text, temperature, top_p and output-token overrides are accepted; nothing is "
+         "written. Requires the Replay role (agent:replay).", ReplayArgs, replay_trace),
     ]  # fmt: skip
     tools = [
         Tool(

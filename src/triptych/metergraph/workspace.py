@@ -51,12 +51,16 @@ def refuse_unavailable(principal: AgentPrincipal, tool_name: str) -> NoReturn:
 
 
 class WorkspaceService:
-    def __init__(self, store: TelemetryStore, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        store: TelemetryStore,
+        clock: Callable[[], datetime],
+        not_configured: Callable[[str], bool] = lambda tool_name: False,
+    ) -> None:
         self.store = store
         self.clock = clock
-        # Tools the contract marks available that this instance cannot run (e.g. analysis starts
-        # without a configured provider).
-        self.disabled: set[str] = set()
+        # Tools the deployment builds but this server is not set up for (replay without a provider).
+        self.not_configured = not_configured
 
     def context(self, principal: AgentPrincipal) -> dict[str, Any]:
         row = self.store.workspace(principal.workspace) or {}
@@ -81,10 +85,11 @@ class WorkspaceService:
 
     def capabilities(self, principal: AgentPrincipal) -> dict[str, Any]:
         agent: dict[str, Any] = {}
+        works = {t.name: t.available and not self.not_configured(t.name) for t in TOOL_CONTRACT}
         for tool in TOOL_CONTRACT:
             allowed = principal.has(tool.required_scope)
             entry: dict[str, Any] = {
-                "available": tool.available and allowed and tool.name not in self.disabled,
+                "available": works[tool.name] and allowed,
                 "content": tool.content,
                 "mutates": tool.mutates,
                 "privacy_class": tool.privacy_class,
@@ -93,8 +98,10 @@ class WorkspaceService:
                 "external_calls": tool.external_calls,
                 "capability": tool.capability,
             }
-            if not tool.available or tool.name in self.disabled:
+            if not tool.available:
                 entry["unavailable_reason"] = "not_supported_by_deployment"
+            elif not works[tool.name]:
+                entry["unavailable_reason"] = "not_configured"
             elif not allowed:
                 entry["unavailable_reason"] = "scope_missing"
             agent[tool.name] = entry
@@ -103,9 +110,7 @@ class WorkspaceService:
             self.clock(),
             content_included=False,
             deployment_profile=DEPLOYMENT_PROFILE,
-            deployment_capabilities=sorted(
-                {t.capability for t in TOOL_CONTRACT if t.available and t.name not in self.disabled}
-            ),
+            deployment_capabilities=sorted({t.capability for t in TOOL_CONTRACT if works[t.name]}),
             agent=agent,
             privacy_classes={
                 name: {"description": PRIVACY_DESCRIPTIONS[name], "fields": PRIVACY_FIELDS[name]}
