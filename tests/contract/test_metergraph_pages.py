@@ -8,6 +8,7 @@ import asyncio
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,8 @@ from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "metergraph"))
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from provider_server import ProviderServer  # noqa: E402
 from report_support import LONG_TEXT, artifact, raw  # noqa: E402
 
 INJECTED_MODEL = '"><img src=x onerror="window.__pwned=1">'
@@ -76,11 +79,12 @@ def call(day: int, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    server = ServerProcess(
-        tmp_path_factory.mktemp("pages") / "data", {"MG_AGENT_RATE_PER_MINUTE": "0"}
-    ).start()
-    yield Site(server)
-    server.stop()
+    with ProviderServer() as provider:  # analysis runs replay on it through the real OpenAI client
+        env = {"MG_AGENT_RATE_PER_MINUTE": "0", "MG_REPLAY_OPENAI_BASE_URL": provider.openai_url,
+               "MG_REPLAY_OPENAI_API_KEY": "sk-test"}  # fmt: skip
+        server = ServerProcess(tmp_path_factory.mktemp("pages") / "data", env).start()
+        yield Site(server)
+        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -453,3 +457,62 @@ def test_hostile_query_parameters_and_paths_at_every_page_never_earn_a_500(site:
 
         attack()
     assert not failures, "\n".join(failures[:10])
+
+
+def test_a_real_analysis_run_opens_from_its_links_with_its_progress_report_and_evidence(
+    site: Site, tab: Any
+) -> None:
+    workspace = "run-" + uuid.uuid4().hex[:6]
+    mg = Metergraph.open(site.server.data_dir, load_metergraph_settings())
+    try:
+        mg.store.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
+    finally:
+        mg.close()
+    questions = [f"support question {i}: when does the <b>store</b> open?" for i in range(6)]
+    site.ingest(workspace, [call(0, request_json={"messages": [{"role": "user", "content": q}]},
+                                 response_text=f"replayed: {q}", input_tokens=300, output_tokens=40)
+                            for q in questions])  # fmt: skip
+    key = site.mint(workspace, "debug")
+    started = site.tool(key, "metergraph_start_analysis", candidates=["gpt-4o-mini"], samples_per_workload=6,
+                        min_samples=5)  # fmt: skip
+    run_id = started["run"]["run_id"]
+    deadline = time.monotonic() + 180
+    while True:
+        run = site.tool(key, "metergraph_get_analysis_run", run_id=run_id)["run"]
+        if run["status"] in ("succeeded", "failed", "cancelled") or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert run["status"] == "succeeded", run
+
+    sign_in(tab, site, key, started["run"]["app_url"].removeprefix(site.url))
+    row = tab.locator(f"#runs tr[data-run='{run_id}']")
+    assert row.locator(".status").text_content() == "succeeded"
+    progress = run["progress"]
+    expected = (
+        f"{progress['workloads_done']}/{progress['workloads_total']} workloads, {progress['replays_done']}/"
+    )
+    assert expected in row.locator(".progress").text_content()
+    assert tab.locator("meta[http-equiv=refresh]").count() == 0  # nothing active: no refreshing
+
+    tab.goto(run["report"]["app_url"])
+    report = site.tool(key, "metergraph_get_report", analysis_id=run["report"]["analysis_id"])
+    assert tab.text_content("#analysis-id") == report["analysis_id"]
+    workload = report["workloads"][0]
+    opportunity = workload["opportunities"][0]
+    shown = tab.locator(
+        f"section[data-workload='{workload['workload_id']}'] tr[data-opportunity='{opportunity['opportunity_id']}']"
+    )
+    assert shown.locator(".status").text_content() == opportunity["recommendation_status"]
+    assert shown.locator(".savings").text_content() == money(opportunity["savings_usd"])
+
+    tab.goto(workload["app_url"])
+    assert tab.locator("#candidates tr .model").all_text_contents() == ["gpt-4o-mini"]
+    tab.goto(opportunity["app_url"])
+    evidence = site.tool(key, "metergraph_get_report_evidence", analysis_id=report["analysis_id"],
+                         workload_id=workload["workload_id"])  # fmt: skip
+    assert evidence["evidence"]
+    for case in evidence["evidence"]:
+        article = tab.locator(f"article[data-case='{case['case_id']}']")
+        assert article.locator("pre.candidate").text_content() == case["candidate_response"]["text"]
+        assert "<b>store</b>" in article.locator("pre.question").text_content()  # shown as text
+    assert tab.locator("b:text('store')").count() == 0
