@@ -403,6 +403,9 @@ def test_evidence_needs_a_key_that_may_read_content(site: Site, tab: Any, report
     assert tab.locator("pre").count() == 0
     tab.goto(site.url + link.removeprefix(site.url).replace("/opportunities/c1-swap", "/suite"))
     assert tab.locator("text=Case text needs a Debug or Replay key.").count() == 1
+    tab.goto(report["workloads"][0]["app_url"])  # the comparison names the evidence without linking a 403
+    assert tab.locator("#candidates a:text('evidence')").count() == 0
+    assert tab.locator("text=evidence needs a Debug key").count() == 1
 
 
 def test_report_pages_of_an_unknown_report_or_workload_say_not_found(

@@ -110,7 +110,6 @@ def workload_page(mg: Metergraph, principal: AgentPrincipal, request: Request) -
         "paths": _paths(ws, analysis_id, workload_id),
         "opportunity_paths": _opportunity_paths(ws, analysis_id, workload),
         "has_comparison": bool(_candidates(mg, principal, analysis_id, workload_id)),
-        "can_read_content": principal.has("agent:read"),
     }
 
 
@@ -173,7 +172,6 @@ def suite_page(mg: Metergraph, principal: AgentPrincipal, request: Request) -> P
         "paths": _paths(ws, analysis_id, workload_id),
         "opportunity_paths": opportunity_paths,
         "case_paths": case_paths,
-        "can_read_content": principal.has("agent:read"),
     }
 
 

@@ -92,6 +92,7 @@ class App:
             if ws is not None and principal is not None
             else [],
             "sign_out": SIGN_OUT,
+            "can_read_content": principal is not None and principal.has("agent:read"),
         }
 
     # -- doors -----------------------------------------------------------------------------------
