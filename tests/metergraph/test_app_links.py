@@ -55,6 +55,9 @@ def test_the_sign_in_cookie_is_refused_when_tampered_expired_or_signed_elsewhere
     assert (
         signer.read(None, 0) is None and signer.read("x" * 500, 0) is None and signer.read("a.b", 0) is None
     )
+    assert signer.read(f"{'a' * 64}.soon.{value.split('.')[2]}", 0) is None
+    assert load_secret("configured-secret", tmp_path / "elsewhere") == b"configured-secret"
+    assert not (tmp_path / "elsewhere").exists()  # a configured secret writes nothing
 
 
 def test_chart_data_cannot_close_its_script_block() -> None:
