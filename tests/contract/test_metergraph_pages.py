@@ -239,6 +239,11 @@ def test_sign_in_from_another_origin_and_forged_cookies_are_refused(site: Site) 
     assert outward.headers["location"] == f"/app/w/{workspace}/usage"
     bad = httpx.get(site.url + f"/app/w/{workspace}/usage?days=365", cookies={"mg_app_session": cookie})
     assert bad.status_code == 422 and "days must be" in bad.text
+    crowded = httpx.post(site.url + "/app/sign-in", content="&".join(f"f{i}=1" for i in range(9)),
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    assert crowded.status_code == 400 and "unexpected fields" in crowded.text
+    huge = httpx.post(site.url + "/app/sign-in", data={"key": "k" * 20_000})
+    assert huge.status_code == 413
     missing = httpx.get(site.url + "/app/no-such-page", cookies={"mg_app_session": cookie})
     assert missing.status_code == 404 and "text/html" in missing.headers["content-type"]
 

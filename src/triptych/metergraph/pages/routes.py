@@ -54,12 +54,16 @@ def _safe_next(value: str | None) -> str | None:
     return value
 
 
-def _same_origin(request: Request) -> bool:
-    """A sign-in or sign-out form posts from this server's own pages (no login CSRF)."""
+def _same_origin(request: Request, public: str | None) -> bool:
+    """A sign-in or sign-out form posts from this server's own pages (no login CSRF): its Origin is the
+    host the request came to, or the public address (a reverse proxy may rewrite Host)."""
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
         return origin is None  # an opaque ("null") origin is refused, a missing one is a plain client
-    return urlsplit(origin).netloc == request.headers.get("host", "")
+    netloc = urlsplit(origin).netloc
+    return netloc == request.headers.get("host", "") or (
+        public is not None and netloc == urlsplit(public).netloc
+    )
 
 
 class App:
@@ -80,17 +84,15 @@ class App:
         except TriptychError:
             return None  # a revoked key or an app token: signed out
 
-    def chrome(self, principal: AgentPrincipal | None, workspace: str | None = None) -> dict[str, Any]:
+    def chrome(self, principal: AgentPrincipal | None) -> dict[str, Any]:
         """What the page frame shows: who is signed in and the pages they can open."""
-        ws = principal.workspace if principal else workspace
+        ws = principal.workspace if principal else None
         return {
             "signed_in": principal is not None,
             "workspace": ws,
             "role": ROLE_NAMES.get(principal.role, principal.role) if principal else None,
             "environments": list(principal.environments or []) if principal else [],
-            "nav": [("Usage", usage_path(ws)), ("Analysis", analysis_path(ws))]
-            if ws is not None and principal is not None
-            else [],
+            "nav": [("Usage", usage_path(ws)), ("Analysis", analysis_path(ws))] if ws is not None else [],
             "sign_out": SIGN_OUT,
             "can_read_content": principal is not None and principal.has("agent:read"),
         }
@@ -108,7 +110,7 @@ class App:
         return page("sign_in.html", **self.chrome(None), next=nxt or "", error=None)
 
     async def sign_in(self, request: Request) -> Response:
-        if not _same_origin(request):
+        if not _same_origin(request, self.mg.links.base):
             return page("message.html", 403, **self.chrome(None), title="Sign-in refused",
                         message="The sign-in form must be sent from this server's own page.")  # fmt: skip
         try:
@@ -116,7 +118,12 @@ class App:
         except BodyTooLarge:
             return page("message.html", 413, **self.chrome(None), title="Sign-in refused",
                         message="The form is too large.")  # fmt: skip
-        form = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=4)
+        try:
+            form = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=4)
+        except ValueError:  # more fields than the form has
+            return page(
+                "sign_in.html", 400, **self.chrome(None), next="", error="The form has unexpected fields."
+            )
         key = (form.get("key") or [""])[0].strip()
         nxt = _safe_next((form.get("next") or [""])[0])
         try:
@@ -136,12 +143,13 @@ class App:
             # Lax: a link opened from an agent's chat (a top-level GET) arrives signed in; a cross-site
             # POST never carries the cookie, and every page is a read.
             samesite="lax",
-            secure=request.url.scheme == "https",
+            # Secure over HTTPS, including behind a proxy that ends TLS for a public https:// address.
+            secure=request.url.scheme == "https" or (self.mg.links.base or "").startswith("https://"),
         )
         return response
 
     async def sign_out(self, request: Request) -> Response:
-        if not _same_origin(request):
+        if not _same_origin(request, self.mg.links.base):
             return page("message.html", 403, **self.chrome(None), title="Sign-out refused",
                         message="Sign out from this server's own page.")  # fmt: skip
         response = RedirectResponse(SIGN_IN, 303)
