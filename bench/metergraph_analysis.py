@@ -32,7 +32,7 @@ from provider_server import ProviderServer  # noqa: E402
 
 from triptych.core.embed import LocalEmbedder  # noqa: E402
 from triptych.metergraph.analysis_runner import RunSettings  # noqa: E402
-from triptych.metergraph.analysis_sources import RouteWorkloads  # noqa: E402
+from triptych.metergraph.analysis_sources import StoreWorkloads  # noqa: E402
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal  # noqa: E402
 from triptych.metergraph.providers import load_provider_settings  # noqa: E402
 from triptych.metergraph.service import Metergraph  # noqa: E402
@@ -75,6 +75,7 @@ def full_run(mg: Metergraph, settings: RunSettings) -> dict[str, Any]:
     assert run["status"] == "succeeded", run
     replays = run["progress"]["replays_done"]
     return {"wall_s": round(wall, 3), "replays": replays, "replays_per_s": round(replays / wall, 1),
+            "replay_s": run["progress"]["replay_seconds"], "scoring_s": run["progress"]["scoring_seconds"],
             "failed": run["progress"]["replays_failed"], "outcome": run["report"]["outcome"]}  # fmt: skip
 
 
@@ -84,7 +85,7 @@ def bare_replays(
     """The baseline: the same replays through the same replay path, sequentially, nothing scored."""
     assert mg.analysis.runner is not None
     replayer = mg.analysis.runner.replayer
-    source = RouteWorkloads(mg.store)
+    source = StoreWorkloads(mg.store)
     until = int(now.timestamp() * 1000) + 1
     since = until - 7 * 86_400_000
     calls = [

@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 from harness import SECRET, ServerProcess, mcp_session
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 from provider_server import ProviderServer
 
 from triptych.metergraph.service import Metergraph
@@ -203,3 +204,24 @@ async def test_the_stdio_bridge_replays_a_trace(env: Env) -> None:
     assert document["status"] == "succeeded" and not result.is_error
     assert refused.is_error
     assert json.loads(refused.content[0].text)["error"]["code"] == "not_found"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"trace_id": "t", "overrides": {"model": "x", "stream": True}},
+        {"trace_id": "t", "overrides": {"max_output_tokens": 1025}},
+        {"trace_id": "t", "overrides": {"temperature": 1.5}},
+        {"trace_id": "t", "overrides": {"top_p": 0}},
+        {"trace_id": "t", "timeout_seconds": 31},
+        {"trace_id": ""},
+    ],
+)
+async def test_replay_arguments_outside_the_contract_are_invalid_params(
+    env: Env, arguments: dict[str, Any]
+) -> None:
+    _, key = env.setup(ws())
+    async with mcp_session(env.url, {"Authorization": f"Bearer {key}"}) as mcp:
+        with pytest.raises(MCPError) as refused:
+            await mcp.client.call_tool("metergraph_replay_trace", arguments)
+    assert refused.value.error.code == -32602

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -15,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from harness import SECRET, ServerProcess, mcp_session
+from mcp import Client, StdioServerParameters
 
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -186,3 +188,27 @@ def test_the_artifact_download_refuses_metadata_keys_and_long_ids(
     assert too_long.status_code == 422 and too_long.json()["error"]["code"] == "invalid_argument"
     anonymous = httpx.get(f"{env.server.url}/v1/agent/reports/an-test-1/artifact", timeout=30)
     assert anonymous.status_code == 401
+
+
+async def test_the_stdio_bridge_reads_reports(env: Env, imported: tuple[str, bytes]) -> None:
+    workspace, _ = imported
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "triptych.metergraph.bridge"],
+        env={**os.environ, "METERGRAPH_URL": env.server.url, "METERGRAPH_AGENT_TOKEN": env.mint(workspace)},
+    )
+    async with Client(params) as client:
+        listed = await client.call_tool("metergraph_list_reports", {})
+        suite = await client.call_tool(
+            "metergraph_get_suite_results", {"analysis_id": "an-test-1", "workload_id": "route:support"}
+        )
+        evidence = await client.call_tool(
+            "metergraph_get_report_evidence",
+            {"analysis_id": "an-test-1", "workload_id": "route:support", "limit": 1},
+        )
+        runs = await client.call_tool("metergraph_list_analysis_runs", {})
+    text = [json.loads(r.content[0].text) for r in (listed, suite, evidence, runs)]  # type: ignore[union-attr]
+    assert [r["analysis_id"] for r in text[0]["reports"]] == ["an-test-1"]
+    assert text[1]["available"] is True
+    assert len(text[2]["evidence"]) == 1 and text[2]["next_cursor"] is not None
+    assert text[3]["runs"] == []

@@ -203,13 +203,18 @@ def test_a_failed_run_writes_no_report_and_says_so(tmp_path: Path, provider: Pro
         mg.close()
 
 
-def test_runs_a_stopped_server_left_are_marked_failed(mg: Metergraph) -> None:
+def test_only_runs_whose_heartbeat_stopped_are_failed_at_server_start(mg: Metergraph) -> None:
     traffic(mg, "support", 6, lambda q: f"replayed: {q}")
     run_id = start(mg, candidates=((None, "slow-model"),))["run"]["run_id"]
-    assert mg.report_store.fail_abandoned_runs((NOW + timedelta(minutes=1)).isoformat()) == 1
-    mg.analysis.cancel("w1", run_id)
-    mg.analysis.wait(60)
-    assert mg.analysis.get_run(agent("w1"), run_id)["run"]["error_code"] in ("server_restarted", "cancelled")
+    assert mg.analysis.fail_abandoned() == 0  # alive: its heartbeat is fresh (another worker's, say)
+    # As if its process died long ago: every heartbeat is older than the cut.
+    far = int((NOW + timedelta(days=3650)).timestamp() * 1000)
+    assert mg.report_store.fail_abandoned_runs(NOW.isoformat(), far) == 1
+    assert mg.analysis.get_run(agent("w1"), run_id)["run"]["error_code"] == "server_restarted"
+    mg.analysis.wait(60)  # the live thread sees the run ended and stops without a report
+    run = mg.analysis.get_run(agent("w1"), run_id)["run"]
+    assert (run["status"], run["error_code"]) == ("failed", "server_restarted")
+    assert mg.reports.list_reports(agent("w1"))["reports"] == []
 
 
 def test_starting_needs_the_debug_role_a_provider_and_sane_arguments(
@@ -253,3 +258,48 @@ def test_runs_list_newest_first_with_a_cursor(mg: Metergraph) -> None:
     assert [r["run_id"] for r in page["runs"]] == ids[::-1][:2]
     rest = mg.analysis.list_runs(agent("w1"), limit=2, cursor=page["page"]["next_cursor"])
     assert [r["run_id"] for r in rest["runs"]] == ids[:1]
+
+
+def test_a_saved_classification_gives_the_run_its_workloads(mg: Metergraph) -> None:
+    traffic(mg, "support", 6, lambda q: f"replayed: {q}")
+    classified = mg.workloads.start_classification(agent("w1"), days=30)
+    saved = {w["workload_id"] for w in classified["workloads"]}
+    assert saved and not any(w.startswith("route:") for w in saved)
+    run = finished(mg, start(mg)["run"]["run_id"])
+    report = mg.reports.get_report(agent("w1"), run["analysis_id"])
+    assert {w["workload_id"] for w in report["workloads"]} == saved
+    assert report["workloads"][0]["sample_count"] == 6
+
+
+def test_the_routes_evaluation_contract_declares_candidates_and_checks(
+    mg: Metergraph, provider: ProviderServer
+) -> None:
+    traffic(mg, "extract", 6, lambda q: json.dumps({"city": "Paris"}))
+    contract = {
+        "version": 1,
+        "candidates": ["gpt-4.1-mini"],
+        "checks": [{"kind": "json_schema", "schema": JSON_SCHEMA}],
+    }
+    mg.store.set_route("w1", "extract", None, {"evaluation_contract": contract}, NOW.isoformat())
+    before = len(provider.requests)
+    run = finished(mg, start(mg, candidates=())["run"]["run_id"])
+    assert {r["json"]["model"] for r in provider.requests[before:]} == {"gpt-4.1-mini"}
+    suite = mg.reports.suite_results(agent("w1"), run["analysis_id"], "route:extract")
+    assert "json_schema" in {c["check_id"] for c in suite["suite"]["checks"]}
+
+
+def test_classification_runs_are_listed_and_read_beside_analysis_runs(mg: Metergraph) -> None:
+    traffic(mg, "support", 6, lambda q: f"replayed: {q}")
+    classification = mg.workloads.start_classification(agent("w1"), days=30)["run"]["run_id"]
+    first = finished(mg, start(mg)["run"]["run_id"])["run_id"]
+    second = finished(mg, start(mg)["run"]["run_id"])["run_id"]
+    page = mg.analysis.list_runs(agent("w1"), limit=2)
+    # The clock is fixed: at the same instant analysis runs come first, newest first.
+    assert [r["run_id"] for r in page["runs"]] == [second, first]
+    rest = mg.analysis.list_runs(agent("w1"), limit=2, cursor=page["page"]["next_cursor"])
+    assert [(r["run_id"], r["kind"]) for r in rest["runs"]] == [(classification, "classification")]
+    assert rest["page"]["next_cursor"] is None
+    assert mg.analysis.get_run(agent("w1"), classification)["run"]["kind"] == "classification"
+    with pytest.raises(NotFoundError):
+        mg.analysis.get_run(agent("w2"), classification)
+    assert mg.analysis.list_runs(agent("w2"))["runs"] == []

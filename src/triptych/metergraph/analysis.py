@@ -7,14 +7,16 @@ the same arguments returns the same run, with other arguments it is refused.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from triptych.metergraph.analysis_runner import AnalysisRunner, Cancelled, Progress, RunContext, RunSettings
 from triptych.metergraph.contract import SCOPE_READ, envelope, warning
@@ -22,12 +24,48 @@ from triptych.metergraph.errors import ForbiddenError, InvalidArgument, NotFound
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.links import AppLinks
 from triptych.metergraph.report_schema import serialize
-from triptych.metergraph.report_store import ReportStore
+from triptych.metergraph.report_store import ReportStore, RunEnded
 from triptych.metergraph.reports import ReportService
-from triptych.metergraph.traces import decode_cursor, encode_cursor
 
 log = logging.getLogger(__name__)
 FINAL = ("succeeded", "failed", "cancelled")
+# A running run writes a heartbeat this often; one silent for ABANDONED_AFTER_SECONDS is abandoned.
+HEARTBEAT_SECONDS = 10
+ABANDONED_AFTER_SECONDS = 60
+# Classification runs are few (each replaces the workspace's workloads); a listing reads at most these.
+MAX_CLASSIFICATION_RUNS = 1000
+RunKey = tuple[str, int, int, str]  # (created_at, 1 analysis | 0 classification, seq, run_id)
+
+
+class ClassificationRuns(Protocol):
+    """Classification runs in the run documents' shape (``kind: "classification"``)."""
+
+    def runs(self, workspace: str, limit: int) -> list[dict[str, Any]]: ...
+
+    def run(self, workspace: str, run_id: str) -> dict[str, Any] | None: ...
+
+
+def _encode_run_cursor(key: RunKey, fingerprint: str) -> str:
+    raw = json.dumps([list(key), fingerprint], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_run_cursor(cursor: str, fingerprint: str) -> RunKey:
+    try:
+        key, seen = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        created, kind, seq, run_id = key
+        if not (
+            isinstance(created, str)
+            and isinstance(kind, int)
+            and isinstance(seq, int)
+            and isinstance(run_id, str)
+        ):
+            raise ValueError
+    except (ValueError, TypeError):
+        raise InvalidArgument("cursor is not a cursor this server issued") from None
+    if seen != fingerprint:
+        raise InvalidArgument("cursor belongs to a different query: repeat the same filters or drop it")
+    return created, kind, seq, run_id
 
 
 class AnalysisService:
@@ -39,10 +77,13 @@ class AnalysisService:
         clock: Callable[[], datetime],
         links: AppLinks,
         available: Callable[[], bool] = lambda: True,
+        classification_runs: ClassificationRuns | None = None,
     ) -> None:
-        """``available`` says whether runs can replay now (a provider is configured)."""
+        """``available`` says whether runs can replay now (a provider is configured);
+        ``classification_runs`` lists the classification runs the run tools show beside analysis runs."""
         self.store = store
         self.available = available
+        self.classification_runs = classification_runs
         self.reports = reports
         self.runner = runner
         self.clock = clock
@@ -88,19 +129,31 @@ class AnalysisService:
     def list_runs(
         self, principal: AgentPrincipal, limit: int = 50, cursor: str | None = None
     ) -> dict[str, Any]:
-        fingerprint = f"runs:{principal.workspace}"
-        before = decode_cursor(cursor, fingerprint)[0] if cursor is not None else None
-        rows = self.store.list_runs(principal.workspace, limit + 1, before)
-        truncated = len(rows) > limit
-        rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1]["seq"], 0, fingerprint) if truncated else None
+        """Analysis and classification runs together, newest first by creation time (an analysis run
+        before a classification run created at the same instant)."""
+        workspace = principal.workspace
+        fingerprint = f"runs:{workspace}"
+        before = _decode_run_cursor(cursor, fingerprint) if cursor is not None else None
+        mine = self.store.list_runs(workspace, limit + 1, None if before is None else (before[0], before[2]))
+        keyed = [
+            ((r["created_at"], 1, int(r["seq"]), r["run_id"]), self._run_document(workspace, r)) for r in mine
+        ]
+        if self.classification_runs is not None:
+            for doc in self.classification_runs.runs(workspace, MAX_CLASSIFICATION_RUNS):
+                key = (doc["created_at"], 0, 0, doc["run_id"])
+                if before is None or key < before:
+                    keyed.append((key, doc))
+        keyed.sort(key=lambda kv: kv[0], reverse=True)
+        truncated = len(keyed) > limit
+        keyed = keyed[:limit]
+        next_cursor = _encode_run_cursor(keyed[-1][0], fingerprint) if truncated else None
         document = envelope(
-            principal.workspace,
+            workspace,
             self.clock(),
             page={"limit": limit, "truncated": truncated, "next_cursor": next_cursor},
             content_included=False,
-            runs=[self._run_document(principal.workspace, r) for r in rows],
-            app_url=self.links.analysis(principal.workspace),
+            runs=[doc for _, doc in keyed],
+            app_url=self.links.analysis(workspace),
         )
         if truncated:
             document["warnings"].append(warning("truncated", "more runs exist: pass page.next_cursor"))
@@ -108,14 +161,15 @@ class AnalysisService:
 
     def get_run(self, principal: AgentPrincipal, run_id: str) -> dict[str, Any]:
         row = self.store.run(principal.workspace, run_id)
-        if row is None:
+        if row is not None:
+            run = self._run_document(principal.workspace, row)
+        elif self.classification_runs is not None and (
+            found := self.classification_runs.run(principal.workspace, run_id)
+        ):
+            run = found
+        else:
             raise NotFoundError("no analysis run with that run_id in this workspace")
-        return envelope(
-            principal.workspace,
-            self.clock(),
-            content_included=False,
-            run=self._run_document(principal.workspace, row),
-        )
+        return envelope(principal.workspace, self.clock(), content_included=False, run=run)
 
     # -- start / cancel --------------------------------------------------------------------------
 
@@ -163,6 +217,7 @@ class AnalysisService:
                 "created_at": now.isoformat(),
                 "progress": Progress().as_dict(),
                 "arguments": arguments,
+                "heartbeat_ms": int(time.time() * 1000),
             }
             self.store.insert_run(principal.workspace, row)
             thread = threading.Thread(
@@ -199,9 +254,22 @@ class AnalysisService:
         def should_stop() -> bool:
             return self._stopping.is_set() or self.store.cancel_requested(workspace, run_id)
 
+        done = threading.Event()
+
+        def beat() -> None:
+            while True:
+                try:
+                    self.store.heartbeat(workspace, run_id, int(time.time() * 1000))
+                except Exception:  # a missed beat only risks a late "server_restarted"
+                    log.warning("analysis run %s: heartbeat not written", run_id, exc_info=True)
+                if done.wait(HEARTBEAT_SECONDS):
+                    return
+
+        heart = threading.Thread(target=beat, name=f"analysis-beat-{run_id[:8]}", daemon=True)
+        heart.start()
         try:
             now = self.clock()
-            self.store.update_run(workspace, run_id, status="running", started_at=now.isoformat())
+            self.store.start_run(workspace, run_id, now.isoformat())
             ctx = RunContext(workspace, row["analysis_id"], settings, now, report_progress, should_stop)
             artifact = self.runner.run(ctx)
             if should_stop():
@@ -209,20 +277,24 @@ class AnalysisService:
             raw = serialize(artifact)
             stored = self.reports.stored_report(artifact, raw, "analysis_run")
             self.store.finish_run_with_report(workspace, run_id, self.clock().isoformat(), stored, raw)
-        except Cancelled:
+        except (Cancelled, RunEnded):
             code = "server_stopped" if self._stopping.is_set() else "cancelled"
-            self.store.update_run(
-                workspace, run_id, status="cancelled", error_code=code, finished_at=self.clock().isoformat()
-            )
+            self.store.end_active_run(workspace, run_id, "cancelled", code, self.clock().isoformat())
         except Exception as exc:
             log.exception("analysis run %s failed", run_id)
-            self.store.update_run(
-                workspace, run_id, status="failed", error_code="internal", error_message=type(exc).__name__,
-                finished_at=self.clock().isoformat(),
-            )  # fmt: skip
+            self.store.end_active_run(
+                workspace, run_id, "failed", "internal", self.clock().isoformat(), type(exc).__name__
+            )
         finally:
+            done.set()
+            heart.join()
             with self._lock:
                 self._threads.pop(run_id, None)
+
+    def fail_abandoned(self) -> int:
+        """At server start: runs whose heartbeat stopped (their process is gone) become ``failed``."""
+        stale = int(time.time() * 1000) - ABANDONED_AFTER_SECONDS * 1000
+        return self.store.fail_abandoned_runs(self.clock().isoformat(), stale)
 
     def wait(self, timeout: float | None = None) -> None:
         """Join the running runs (tests and benchmarks)."""

@@ -7,6 +7,7 @@ service commits the artifact and the run's end in one transaction.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -85,9 +86,15 @@ class Progress:
     replays_total: int = 0
     replays_done: int = 0
     replays_failed: int = 0
+    # Seconds spent replaying and scoring so far: where a slow run's time goes.
+    replay_seconds: float = 0.0
+    scoring_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        out["replay_seconds"] = round(self.replay_seconds, 3)
+        out["scoring_seconds"] = round(self.scoring_seconds, 3)
+        return out
 
 
 @dataclass
@@ -219,15 +226,21 @@ class AnalysisRunner:
         references = [c.response_text for c in sample]
         suite = build_suite(references, spec.json_schema)
         embedder = self.embedder()
+        began = time.perf_counter()
         reference_vectors = embedder.embed(references) if embedder is not None else None
+        ctx.progress.scoring_seconds += time.perf_counter() - began
         results: list[Candidate] = []
         opportunities: list[Opportunity] = []
         cases: list[Case] = []
         for index, (provider, model) in enumerate(candidates):
             candidate_id = f"c{index + 1}"
+            began = time.perf_counter()
             replies = self._replay_all(ctx, pool, sample, provider, model)
+            ctx.progress.replay_seconds += time.perf_counter() - began
             ctx.replays += len(replies)
+            began = time.perf_counter()
             scores = score_cases(suite, references, [r.text for r in replies], embedder, reference_vectors)
+            ctx.progress.scoring_seconds += time.perf_counter() - began
             candidate, opportunity, candidate_cases = self._score(
                 ctx, spec, suite, sample, replies, scores, candidate_id, provider, model
             )

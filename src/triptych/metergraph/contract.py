@@ -149,7 +149,7 @@ TOOL_CONTRACT: tuple[ToolContract, ...] = (
         "metadata",
         SCOPE_READ,
         "agent-access/analysis-run",
-        False,
+        True,
         mutates=True,
     ),
     _t(

@@ -36,7 +36,6 @@ from triptych.metergraph.store import TelemetryStore
 MAX_TEXT = 16 * 1024  # characters of one text field in a replay document
 MAX_MESSAGES = 50  # messages shown per input (the request sent holds them all)
 MAX_SPANS_SCANNED = 200
-ALLOWLISTED_OVERRIDES = ["model", "prompt", "system", "temperature", "top_p", "max_output_tokens"]
 _SYSTEM_ROLES = {"system", "developer"}
 _KIND_PREFIXES: dict[str, Kind] = {"openai:": "openai", "anthropic:": "anthropic"}
 

@@ -54,6 +54,9 @@ MIGRATIONS = [
     CREATE INDEX runs_newest ON analysis_runs (workspace, seq);
     CREATE UNIQUE INDEX runs_request_key ON analysis_runs (workspace, request_key) WHERE request_key IS NOT NULL;
     """,
+    # 2: the live run's process writes a heartbeat (wall-clock ms); a restarting server fails only runs
+    # whose heartbeat stopped, not those another worker is running.
+    "ALTER TABLE analysis_runs ADD COLUMN heartbeat_ms INTEGER;",
 ]
 
 _REPORT_COLUMNS = (
@@ -75,6 +78,10 @@ class StoredReport:
     sha256: str
     bytes: int
     seq: int
+
+
+class RunEnded(Exception):
+    """The run was cancelled or ended elsewhere before its report could be committed."""
 
 
 class ReportExists(Exception):
@@ -157,10 +164,10 @@ class ReportStore:
             ).fetchone()[0]
             conn.execute(
                 "INSERT INTO analysis_runs (workspace, run_id, seq, kind, analysis_id, request_key, request_hash,"
-                " status, created_at, progress, arguments) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " status, created_at, progress, arguments, heartbeat_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (workspace, run["run_id"], seq, run["kind"], run["analysis_id"], run.get("request_key"),
                  run.get("request_hash"), run["status"], run["created_at"], json.dumps(run.get("progress") or {}),
-                 json.dumps(run.get("arguments") or {}, sort_keys=True)),
+                 json.dumps(run.get("arguments") or {}, sort_keys=True), run.get("heartbeat_ms")),
             )  # fmt: skip
 
     def run(self, workspace: str, run_id: str) -> dict[str, Any] | None:
@@ -183,13 +190,16 @@ class ReportStore:
         ).fetchone()
         return None if row is None else _run_row(row)
 
-    def list_runs(self, workspace: str, limit: int, before_seq: int | None = None) -> list[dict[str, Any]]:
+    def list_runs(
+        self, workspace: str, limit: int, before: tuple[str, int] | None = None
+    ) -> list[dict[str, Any]]:
+        """Newest first by (created_at, seq); ``before`` is the key of the last run already listed."""
         sql = "SELECT * FROM analysis_runs WHERE workspace = ?"
         params: list[Any] = [workspace]
-        if before_seq is not None:
-            sql += " AND seq < ?"
-            params.append(before_seq)
-        sql += " ORDER BY seq DESC LIMIT ?"
+        if before is not None:
+            sql += " AND (created_at < ? OR (created_at = ? AND seq < ?))"
+            params.extend([before[0], before[0], before[1]])
+        sql += " ORDER BY created_at DESC, seq DESC LIMIT ?"
         params.append(limit)
         return [_run_row(r) for r in self.db.conn.execute(sql, params)]
 
@@ -203,6 +213,34 @@ class ReportStore:
                 (*fields.values(), workspace, run_id),
             )
 
+    def start_run(self, workspace: str, run_id: str, started_at: str) -> None:
+        """queued -> running; raises ``RunEnded`` when the run was cancelled or failed meanwhile."""
+        with self.db.transaction() as conn:
+            cursor = conn.execute(
+                "UPDATE analysis_runs SET status = 'running', started_at = ?"
+                " WHERE workspace = ? AND run_id = ? AND status = 'queued' AND cancel_requested = 0",
+                (started_at, workspace, run_id),
+            )
+            if cursor.rowcount == 0:
+                raise RunEnded(run_id)
+
+    def end_active_run(
+        self,
+        workspace: str,
+        run_id: str,
+        status: str,
+        code: str,
+        finished_at: str,
+        message: str | None = None,
+    ) -> None:
+        """A queued or running run ends (cancelled or failed); a run already ended keeps its state."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE analysis_runs SET status = ?, error_code = ?, error_message = ?, finished_at = ?"
+                " WHERE workspace = ? AND run_id = ? AND status IN ('queued', 'running')",
+                (status, code, message, finished_at, workspace, run_id),
+            )
+
     def request_cancel(self, workspace: str, run_id: str) -> bool:
         with self.db.transaction() as conn:
             cursor = conn.execute(
@@ -213,30 +251,43 @@ class ReportStore:
             return cursor.rowcount > 0
 
     def cancel_requested(self, workspace: str, run_id: str) -> bool:
+        """True once the run was asked to stop, or was ended elsewhere (failed as abandoned)."""
         row = self.db.conn.execute(
-            "SELECT cancel_requested FROM analysis_runs WHERE workspace = ? AND run_id = ?",
+            "SELECT cancel_requested OR status NOT IN ('queued', 'running') FROM analysis_runs"
+            " WHERE workspace = ? AND run_id = ?",
             (workspace, run_id),
         ).fetchone()
-        return bool(row and row[0])
+        return bool(row is None or row[0])
 
     def finish_run_with_report(
         self, workspace: str, run_id: str, finished_at: str, report: StoredReport, artifact: bytes
     ) -> None:
         """The run's end: the report and the run's final state commit together, or neither does."""
         with self.db.transaction() as conn:
-            self._insert_report(conn, workspace, report, artifact)
-            conn.execute(
-                "UPDATE analysis_runs SET status = 'succeeded', finished_at = ? WHERE workspace = ? AND run_id = ?",
+            ended = conn.execute(
+                "UPDATE analysis_runs SET status = 'succeeded', finished_at = ?"
+                " WHERE workspace = ? AND run_id = ? AND status = 'running' AND cancel_requested = 0",
                 (finished_at, workspace, run_id),
             )
+            if ended.rowcount == 0:
+                raise RunEnded(run_id)  # cancelled or failed meanwhile: the transaction writes nothing
+            self._insert_report(conn, workspace, report, artifact)
 
-    def fail_abandoned_runs(self, finished_at: str) -> int:
-        """Runs left queued or running by a stopped server can never finish: mark them failed."""
+    def heartbeat(self, workspace: str, run_id: str, now_ms: int) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE analysis_runs SET heartbeat_ms = ? WHERE workspace = ? AND run_id = ?",
+                (now_ms, workspace, run_id),
+            )
+
+    def fail_abandoned_runs(self, finished_at: str, stale_before_ms: int) -> int:
+        """Runs left queued or running whose heartbeat stopped before ``stale_before_ms`` can never
+        finish (their process is gone): mark them failed."""
         with self.db.transaction() as conn:
             cursor = conn.execute(
                 "UPDATE analysis_runs SET status = 'failed', error_code = 'server_restarted', finished_at = ?"
-                " WHERE status IN ('queued', 'running')",
-                (finished_at,),
+                " WHERE status IN ('queued', 'running') AND COALESCE(heartbeat_ms, 0) < ?",
+                (finished_at, stale_before_ms),
             )
             return cursor.rowcount
 

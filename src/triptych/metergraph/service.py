@@ -6,12 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from triptych.core.embed import Embedder
 from triptych.metergraph.analysis import AnalysisService
 from triptych.metergraph.analysis_replay import ProviderReplayer
 from triptych.metergraph.analysis_runner import AnalysisRunner
-from triptych.metergraph.analysis_sources import Replayer, RouteWorkloads, WorkloadSource
+from triptych.metergraph.analysis_sources import Replayer, StoreWorkloads, WorkloadSource
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
@@ -27,6 +28,8 @@ from triptych.metergraph.store import SqliteTelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
+from triptych.metergraph.workload_store import WorkloadStore
+from triptych.metergraph.workloads import WorkloadService
 from triptych.metergraph.workspace import WorkspaceService
 
 DB_FILE = "metergraph.db"
@@ -36,6 +39,20 @@ ANALYSIS_DB_FILE = "metergraph-analysis.db"
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class ClassificationRunDocuments:
+    """Classification runs as the run tools list them (``AnalysisService.classification_runs``)."""
+
+    def __init__(self, workloads: WorkloadService) -> None:
+        self.workloads = workloads
+
+    def runs(self, workspace: str, limit: int) -> list[dict[str, Any]]:
+        return [self.workloads.run_document(r) for r in self.workloads.store.runs(workspace, limit)]
+
+    def run(self, workspace: str, run_id: str) -> dict[str, Any] | None:
+        row = self.workloads.store.run(workspace, run_id)
+        return None if row is None else self.workloads.run_document(row)
 
 
 @dataclass
@@ -55,6 +72,7 @@ class Metergraph:
     pricer: Pricer
     providers: Providers
     replay: ReplayService
+    workloads: WorkloadService
     links: AppLinks
 
     @classmethod
@@ -66,11 +84,12 @@ class Metergraph:
         provider_settings: ProviderSettings | None = None,
         replayer: Replayer | None = None,
         embedder: Callable[[], Embedder | None] = lambda: None,
-        workloads: WorkloadSource | None = None,
+        workload_source: WorkloadSource | None = None,
         links: AppLinks | None = None,
     ) -> Metergraph:
-        """``replayer`` enables analysis runs; ``embedder`` (called when a run scores) gives the
-        semantic-similarity check its model; ``workloads`` defaults to one workload per route."""
+        """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
+        scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
+        classification, else one workload per route."""
         settings = settings or load_metergraph_settings()
         # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
         links = links or AppLinks(public_base(settings.public_url, "", 0))
@@ -82,6 +101,7 @@ class Metergraph:
         pricer = Pricer()
         providers = Providers(provider_settings)
         replay = ReplayService(store, pricer, providers, clock)
+        workloads = WorkloadService(WorkloadStore(store.db), clock, links.analysis)
         # Replay, and analysis runs (which replay), need a configured provider.
         workspace = WorkspaceService(
             store,
@@ -90,20 +110,25 @@ class Metergraph:
                 (name == "metergraph_replay_trace" and not replay.available)
                 or (name == "metergraph_start_analysis" and not analysis.available())
             ),
+            workloads.store.replay_eligible_by_route,
         )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock)
+        traces = TraceService(store, clock, workloads.match)
         limiter = RateLimiter(settings.agent_rate_per_minute)
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(
-            workloads or RouteWorkloads(store), replayer or ProviderReplayer(replay), pricer, embedder
+            workload_source or StoreWorkloads(store, workloads),
+            replayer or ProviderReplayer(replay),
+            pricer,
+            embedder,
         )
         analysis = AnalysisService(
             report_store, reports, runner, clock, links,
             available=lambda: replayer is not None or replay.available,
+            classification_runs=ClassificationRunDocuments(workloads),
         )  # fmt: skip
-        tools = build_tools(workspace, usage, traces, replay, reports, analysis)
+        tools = build_tools(workspace, usage, traces, replay, workloads, reports, analysis)
         return cls(
             settings,
             store,
@@ -120,6 +145,7 @@ class Metergraph:
             pricer,
             providers,
             replay,
+            workloads,
             links,
         )
 

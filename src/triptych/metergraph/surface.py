@@ -4,8 +4,6 @@ the Agent Access REST mirrors and ``/healthz``.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -38,7 +36,7 @@ def open_metergraph(shared: Shared) -> Metergraph:
     mg = Metergraph.open(shared.settings.data_dir, mg_settings, embedder=lambda: shared.embedder, links=links)
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
     # Runs a stopped server left queued or running can never finish (their thread is gone).
-    mg.report_store.fail_abandoned_runs(datetime.now(UTC).isoformat())
+    mg.analysis.fail_abandoned()
     return mg
 
 

@@ -22,6 +22,7 @@ from triptych.metergraph.replay import ReplayService
 from triptych.metergraph.reports import ReportService
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
+from triptych.metergraph.workloads import WorkloadService
 from triptych.metergraph.workspace import WorkspaceService, refuse_unavailable, tool_visible
 
 
@@ -144,6 +145,10 @@ class ReplayArgs(Args):
     timeout_seconds: Annotated[StrictInt, Field(ge=1, le=30)] | None = None
 
 
+class ClassificationArgs(Args):
+    days: Days = 30
+
+
 class OpenArgs(BaseModel):
     """Tools the contract names without an argument table (not available here): any object."""
 
@@ -178,6 +183,7 @@ def build_tools(
     usage: UsageService,
     traces: TraceService,
     replay: ReplayService | None = None,
+    workloads: WorkloadService | None = None,
     reports: ReportService | None = None,
     analysis: AnalysisService | None = None,
 ) -> list[MetergraphTool]:
@@ -210,6 +216,11 @@ def build_tools(
             refuse_unavailable(p, "metergraph_replay_trace")
         overrides = a.overrides.model_dump(exclude_none=True) if a.overrides else None
         return replay.replay(p, a.trace_id, overrides, a.timeout_seconds)
+
+    def start_classification(p: AgentPrincipal, a: ClassificationArgs) -> dict[str, Any]:
+        if workloads is None:
+            refuse_unavailable(p, "metergraph_start_classification")
+        return workloads.start_classification(p, a.days)
 
     specs: list[tuple[str, str, str, type[BaseModel], Handler]] = [
         ("metergraph_get_workspace_context", "Get Metergraph workspace context",
@@ -268,8 +279,11 @@ def build_tools(
          "money. Poll metergraph_get_analysis_run. Requires the Debug role.", StartAnalysisArgs,
          reading("metergraph_start_analysis", start_analysis, analysis)),
         ("metergraph_start_classification", "Start a Metergraph classification",
-         "Start a classification run (not available in this deployment).", OpenArgs,
-         _unsupported("metergraph_start_classification")),
+         "Group the workspace's calls of the last `days` (1 to 90, default 30) into workloads from "
+         "content-free features (route, metadata keys, token shapes; models are listed per workload) and "
+         "save them, replacing the previous classification. Workload ids are stable; pass one as "
+         "metergraph_query_traces' workload. Requires the Debug role (agent:read).", ClassificationArgs,
+         start_classification),
         ("metergraph_get_report_evidence", "Get pipeline report evidence",
          "One page of a report workload's replay evidence (content class, each text field at most 16 KiB, "
          "cursor paging). Requires the Debug role (agent:read).", EvidenceArgs,
