@@ -309,6 +309,11 @@ def reported(site: Site, tmp: Path) -> tuple[str, dict[str, str]]:
                                          "status": status, "created_at": now, "progress": progress})  # fmt: skip
             if status == "succeeded":
                 store.update_run(workspace, run_id, finished_at=now, started_at=now)
+        failed = str(uuid.uuid4())
+        store.insert_run(workspace, {"run_id": failed, "kind": "analysis", "analysis_id": "an-failed",
+                                     "status": "queued", "created_at": now})  # fmt: skip
+        store.update_run(workspace, failed, status="failed", finished_at=now, error_code="provider_error",
+                         error_message="<i>the provider</i> answered 500")  # fmt: skip
     finally:
         store.close()
     keys = {role: site.mint(workspace, role) for role in ("metadata", "debug")}
@@ -330,6 +335,10 @@ def test_run_and_report_list_links_open_the_analysis_page(site: Site, tab: Any, 
     for run in runs["runs"]:
         row = tab.locator(f"#runs tr[data-run='{run['run_id']}']")
         assert row.locator(".status").text_content().startswith(run["status"])
+    failed = next(r for r in runs["runs"] if r["status"] == "failed")
+    assert tab.locator(f"tr[data-run='{failed['run_id']}'] .error").text_content() == (
+        f"{failed['error_code']}: {failed['error_message']}"
+    )
     running = next(r for r in runs["runs"] if r["status"] == "running")
     assert (
         "1/3 workloads, 120/300 replays"
@@ -481,6 +490,7 @@ def test_a_real_analysis_run_opens_from_its_links_with_its_progress_report_and_e
                                  response_text=f"replayed: {q}", input_tokens=300, output_tokens=40)
                             for q in questions])  # fmt: skip
     key = site.mint(workspace, "debug")
+    classified = site.tool(key, "metergraph_start_classification")["run"]
     started = site.tool(key, "metergraph_start_analysis", candidates=["gpt-4o-mini"], samples_per_workload=6,
                         min_samples=5)  # fmt: skip
     run_id = started["run"]["run_id"]
@@ -501,6 +511,11 @@ def test_a_real_analysis_run_opens_from_its_links_with_its_progress_report_and_e
     )
     assert expected in row.locator(".progress").text_content()
     assert tab.locator("meta[http-equiv=refresh]").count() == 0  # nothing active: no refreshing
+    assert classified["app_url"] == started["run"]["app_url"]  # one Analysis page for both kinds
+    classification = site.tool(key, "metergraph_get_analysis_run", run_id=classified["run_id"])["run"]
+    row = tab.locator(f"#runs tr[data-run='{classified['run_id']}']")
+    assert row.locator(".status").text_content() == classification["status"]
+    assert f"→ {classification['progress']['workloads']} workloads" in row.locator(".progress").text_content()
 
     tab.goto(run["report"]["app_url"])
     report = site.tool(key, "metergraph_get_report", analysis_id=run["report"]["analysis_id"])
