@@ -30,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from provider_server import ProviderServer  # noqa: E402
 from report_support import LONG_TEXT, artifact, raw  # noqa: E402
 
+NASTY = ["", " ", "\x00", "a\x00b", "\u202eevil", "🙂" * 50, "' OR 1=1 --", "%s%n%x", "{{7*7}}", "../../etc/passwd",
+         "<script>alert(1)</script>", "\\", "x" * 2500, "NaN", "-1", "1e309", "%2F"]  # fmt: skip
 INJECTED_MODEL = '"><img src=x onerror="window.__pwned=1">'
 INJECTED_ROUTE = "</script><script>window.__pwned=2</script>"
 
@@ -444,14 +446,13 @@ def test_report_pages_of_an_unknown_report_or_workload_say_not_found(
 def test_hostile_query_parameters_and_paths_at_every_page_never_earn_a_500(site: Site, reports: Any) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-    from robustness.hostile import NASTY_TEXT
 
     workspace, keys = reports
     cookie = httpx.post(site.url + "/app/sign-in", data={"key": keys["debug"]}).cookies["mg_app_session"]
     base = f"/app/w/{workspace}/reports/an-new/workloads/route:support"
     doors = [f"/app/w/{workspace}/usage", f"/app/w/{workspace}/analysis", f"/app/w/{workspace}/reports/an-new",
              base, base + "/comparison", base + "/suite", base + "/opportunities/c1-swap", "/app/sign-in"]  # fmt: skip
-    values = st.one_of(st.sampled_from([t for t in NASTY_TEXT if len(t) < 3000]), st.text(max_size=20),
+    values = st.one_of(st.sampled_from(NASTY), st.text(max_size=20),
                        st.sampled_from(["1", "90", "91", "²", "route", "model", "//evil.example", "/app/x"]))  # fmt: skip
     params = st.lists(st.tuples(st.sampled_from(["days", "by", "cursor", "next", "x"]), values), max_size=4)
     segments = st.sampled_from(["an-new", "route:support", "c1-swap", "%00", "..", "%2F", "<b>", "x" * 300])
