@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
+from triptych.metergraph.contract import WARNING_CODES
+
 FORMAT = "triptych.metergraph.report"
 # Numbered inside the range the Agent Access contract accepts for a pipeline schema (11 to 15):
 # 11 is Triptych's first artifact format.
@@ -225,6 +227,10 @@ class ReportArtifact(Strict):
     def _consistent(self) -> ReportArtifact:
         if self.schema_version not in SUPPORTED_VERSIONS:
             raise ValueError(f"schema_version {self.schema_version} is not supported (supported: 11)")
+        # Report-level warnings reach agents as the response's warnings: only the contract's codes.
+        unknown = sorted({w.code for w in self.warnings} - WARNING_CODES)
+        if unknown:
+            raise ValueError(f"report warnings use codes the contract does not define: {', '.join(unknown)}")
         ids = [w.workload_id for w in self.workloads]
         if len(ids) != len(set(ids)):
             raise ValueError("workload ids repeat")
