@@ -47,7 +47,10 @@ def test_a_different_report_under_an_existing_id_is_refused_and_the_first_kept(m
         (raw(variant(artifact(), schema_version=99)), "not supported"),
         (raw(variant(artifact(), outcome="great")), "outcome"),
         (raw(variant(artifact(), analysis_id="bad id/with slash")), "analysis_id"),
-        (raw(variant(artifact(), warnings=[{"code": "made_up", "message": "x"}])), "does not define: made_up"),
+        (
+            raw(variant(artifact(), warnings=[{"code": "made_up", "message": "x"}])),
+            "does not define: made_up",
+        ),
     ],
 )
 def test_an_invalid_artifact_is_refused_saying_where(mg: Metergraph, data: bytes, message: str) -> None:
