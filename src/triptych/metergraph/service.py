@@ -113,7 +113,7 @@ class Metergraph:
             workloads.store.replay_eligible_by_route,
         )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock, workloads.match)
+        traces = TraceService(store, clock, workloads.match, workloads.classifications)
         limiter = RateLimiter(settings.agent_rate_per_minute)
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)

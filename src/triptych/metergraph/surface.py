@@ -15,6 +15,7 @@ from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
 from triptych.metergraph.pages.routes import page_routes
+from triptych.metergraph.replay_rest import replay_routes
 from triptych.metergraph.report_rest import report_routes
 from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
 from triptych.metergraph.service import Metergraph
@@ -57,6 +58,7 @@ def mount(shared: Shared) -> Mounted:
         Route("/v1/agent/mcp/", not_found, methods=["GET", "POST", "DELETE"]),
         *ingest_routes(mg),
         *agent_routes(mg),
+        *replay_routes(mg),
         *report_routes(mg),
         health_route(),
         *page_routes(mg, settings.data_dir),  # the app pages app links open (/app/...)
