@@ -233,5 +233,5 @@ def test_a_classification_run_links_to_the_analysis_page(
         run = classify(linked)["run"]
     finally:
         linked.close()
-    assert run["app_url"] == "https://mg.example.com/app/metergraph/w1/analysis"
+    assert run["app_url"] == "https://mg.example.com/app/w/w1/analysis"
     assert run["report"]["app_url"] is None  # a classification writes no report

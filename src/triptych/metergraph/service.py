@@ -19,7 +19,7 @@ from triptych.metergraph.incidents import DB_FILE as INCIDENTS_FILE
 from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
-from triptych.metergraph.links import AppLinks
+from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.providers import Providers, ProviderSettings
 from triptych.metergraph.ratelimit import RateLimiter
@@ -77,6 +77,7 @@ class Metergraph:
     replay: ReplayService
     workloads: WorkloadService
     incidents: IncidentService
+    links: AppLinks
 
     @classmethod
     def open(
@@ -89,11 +90,14 @@ class Metergraph:
         embedder: Callable[[], Embedder | None] = lambda: None,
         workload_source: WorkloadSource | None = None,
         incident_settings: IncidentSettings | None = None,
+        links: AppLinks | None = None,
     ) -> Metergraph:
         """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
         scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
         classification, else one workload per route."""
         settings = settings or load_metergraph_settings()
+        # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
+        links = links or AppLinks(public_base(settings.public_url, "", 0))
         store = SqliteTelemetryStore(data_dir / DB_FILE)
         # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
         # process at a time maintains it (the others scan SQL).
@@ -102,7 +106,7 @@ class Metergraph:
         pricer = Pricer()
         providers = Providers(provider_settings)
         replay = ReplayService(store, pricer, providers, clock)
-        workloads = WorkloadService(WorkloadStore(store.db), clock)
+        workloads = WorkloadService(WorkloadStore(store.db), clock, links.analysis)
         # Replay, and analysis runs (which replay), need a configured provider.
         workspace = WorkspaceService(
             store,
@@ -119,8 +123,6 @@ class Metergraph:
             store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock
         )
         limiter = RateLimiter(settings.agent_rate_per_minute)
-        links = AppLinks.from_env()
-        workloads.app_url = links.analysis  # a classification run's link opens the Analysis page
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(
@@ -159,6 +161,7 @@ class Metergraph:
             replay,
             workloads,
             incidents,
+            links,
         )
 
     def close(self) -> None:

@@ -11,7 +11,9 @@ from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.surface import Mounted, Shared
 from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
+from triptych.metergraph.pages.routes import page_routes
 from triptych.metergraph.replay_rest import replay_routes
 from triptych.metergraph.report_rest import report_routes
 from triptych.metergraph.rest import (
@@ -30,10 +32,10 @@ MAX_BODY = 1024 * 1024
 
 def open_metergraph(shared: Shared) -> Metergraph:
     # Ingest needs an app token and reads an agent key (or static MG_* tokens), whatever TRIPTYCH_AUTH_ENABLED.
+    mg_settings = load_metergraph_settings()
+    links = AppLinks(public_base(mg_settings.public_url, shared.settings.host, shared.settings.port))
     # Analysis runs score with the shared embedding model, loaded the first time a run needs it.
-    mg = Metergraph.open(
-        shared.settings.data_dir, load_metergraph_settings(), embedder=lambda: shared.embedder
-    )
+    mg = Metergraph.open(shared.settings.data_dir, mg_settings, embedder=lambda: shared.embedder, links=links)
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
     mg.incidents.start()  # and sweeps the incident detectors over the workspaces that received calls
     # Runs a stopped server left queued or running can never finish (their thread is gone).
@@ -59,6 +61,7 @@ def mount(shared: Shared) -> Mounted:
         *replay_routes(mg),
         *report_routes(mg),
         health_route(),
+        *page_routes(mg, settings.data_dir),  # the app pages app links open (/app/...)
         # Last: every other /v1/agent path (the trailing-slash forms too) is the contract's 404 document.
         unknown_agent_path(),
     ]
