@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,9 +16,32 @@ from mg_support import NOW  # noqa: E402
 from triptych.metergraph.service import Metergraph  # noqa: E402
 from triptych.metergraph.settings import load_metergraph_settings  # noqa: E402
 
+ENGINES = ("sqlite", "clickhouse")
+
+
+def open_engine(request: pytest.FixtureRequest, engine: str, path: Path, **settings: Any) -> Metergraph:
+    """The Metergraph services on ``engine``: embedded SQLite, or ClickHouse (the chdb endpoint)."""
+    if engine == "clickhouse":
+        settings["clickhouse_url"] = request.getfixturevalue("clickhouse").database_url()
+    return Metergraph.open(path, load_metergraph_settings(**settings), clock=lambda: NOW)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each engine in turn: the service tests run against both."""
+    return str(request.param)
+
 
 @pytest.fixture
-def mg(tmp_path: Path) -> Iterator[Metergraph]:
+def mg(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> Iterator[Metergraph]:
+    service = open_engine(request, engine, tmp_path, max_rows=50)
+    yield service
+    service.close()
+
+
+@pytest.fixture
+def mg_sqlite(tmp_path: Path) -> Iterator[Metergraph]:
+    """The embedded engine only (tests of its rollup tables and columnar projection)."""
     service = Metergraph.open(tmp_path, load_metergraph_settings(max_rows=50), clock=lambda: NOW)
     yield service
     service.close()

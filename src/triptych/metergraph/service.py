@@ -13,7 +13,7 @@ from triptych.metergraph.keys import KeyService
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.ratelimit import RateLimiter
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
-from triptych.metergraph.store import SqliteTelemetryStore
+from triptych.metergraph.store import SqliteTelemetryStore, TelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
@@ -30,14 +30,14 @@ def utc_now() -> datetime:
 @dataclass
 class Metergraph:
     settings: MetergraphSettings
-    store: SqliteTelemetryStore
+    store: TelemetryStore
     keys: KeyService
     ingest: IngestService
     workspace: WorkspaceService
     usage: UsageService
     traces: TraceService
     tools: list[MetergraphTool]
-    columns: ColumnProjection
+    columns: ColumnProjection | None  # the embedded engine's metadata projection
 
     @classmethod
     def open(
@@ -47,11 +47,21 @@ class Metergraph:
         clock: Callable[[], datetime] = utc_now,
     ) -> Metergraph:
         settings = settings or load_metergraph_settings()
-        store = SqliteTelemetryStore(data_dir / DB_FILE)
-        # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
-        # process at a time maintains it (the others scan SQL).
-        columns = ColumnProjection(data_dir / COLUMNS_DIR, store)
-        store.columns = columns
+        sqlite = SqliteTelemetryStore(data_dir / DB_FILE)
+        store: TelemetryStore = sqlite
+        columns: ColumnProjection | None = None
+        if settings.clickhouse_url:
+            from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
+
+            # Calls and rollups in ClickHouse; keys, sessions, routes and batch records stay in SQLite.
+            store = ClickHouseTelemetryStore(
+                settings.clickhouse_url, sqlite, settings.clickhouse_retention_days
+            )
+        else:
+            # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
+            # process at a time maintains it (the others scan SQL).
+            columns = ColumnProjection(data_dir / COLUMNS_DIR, sqlite)
+            sqlite.columns = columns
         pricer = Pricer()
         workspace = WorkspaceService(store, clock)
         usage = UsageService(store, clock)
@@ -70,5 +80,6 @@ class Metergraph:
         )
 
     def close(self) -> None:
-        self.columns.close()  # first: its catch-up thread reads through the store
+        if self.columns is not None:
+            self.columns.close()  # first: its catch-up thread reads through the store
         self.store.close()

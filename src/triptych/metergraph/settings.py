@@ -37,6 +37,18 @@ class MetergraphSettings(BaseSettings):
     agent_rate_per_minute: int = Field(
         600, ge=0, validation_alias=AliasChoices("MG_AGENT_RATE_PER_MINUTE", "agent_rate_per_minute")
     )
+    # The ClickHouse engine for calls and rollups (issue 17): unset keeps the embedded SQLite engine.
+    clickhouse_url: str | None = Field(
+        None, validation_alias=AliasChoices("TRIPTYCH_METERGRAPH_CLICKHOUSE_URL", "clickhouse_url")
+    )
+    # How long ClickHouse keeps calls and rollups (the tables' TTL), in days.
+    clickhouse_retention_days: int = Field(
+        400,
+        ge=1,
+        validation_alias=AliasChoices(
+            "TRIPTYCH_METERGRAPH_CLICKHOUSE_RETENTION_DAYS", "clickhouse_retention_days"
+        ),
+    )
     # Bodies of the stateless MCP endpoint (contract: 1 MiB).
     mcp_max_body_bytes: int = 1024 * 1024
 

@@ -28,7 +28,8 @@ async def not_found(request: Request) -> Response:
 def open_metergraph(shared: Shared) -> Metergraph:
     # Ingest needs an app token and reads an agent key (or static MG_* tokens), whatever TRIPTYCH_AUTH_ENABLED.
     mg = Metergraph.open(shared.settings.data_dir, load_metergraph_settings())
-    mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    if mg.columns is not None:
+        mg.columns.start()  # the server keeps the metadata projection caught up in the background
     return mg
 
 
