@@ -44,3 +44,13 @@ def clickhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseE
     endpoint = ClickHouseEndpoint(tmp_path_factory.mktemp("clickhouse"))
     yield endpoint
     endpoint.close()
+
+
+@pytest.fixture(scope="module", params=("sqlite", "clickhouse"))
+def metergraph_engine(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The server environment selecting each Metergraph engine in turn (a module's server per engine):
+    the Metergraph contract suite runs against both."""
+    if request.param == "sqlite":
+        return {}
+    endpoint: ClickHouseEndpoint = request.getfixturevalue("clickhouse")
+    return {"TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": endpoint.database_url()}

@@ -131,12 +131,14 @@ class ClickHouseTelemetryStore:
     def __init__(self, url: str, meta: SqliteTelemetryStore, retention_days: int = 400) -> None:
         try:
             import clickhouse_connect
+            import clickhouse_connect.driver.exceptions
         except ImportError:  # pragma: no cover - the extra is installed wherever tests run
             raise StorageUnavailable(
                 "the ClickHouse engine needs clickhouse-connect: pip install 'triptych[clickhouse]'",
                 details={"reason": "clickhouse_client_missing"},
             ) from None
         self.meta = meta
+        self._data_error: type[Exception] = clickhouse_connect.driver.exceptions.DataError
         self.columns = None  # no projection: ClickHouse reads one metadata column itself
         options = parse_url(url)
         database = options.pop("database")
@@ -252,13 +254,17 @@ class ClickHouseTelemetryStore:
                     column_names=["workspace", "call_id", "ts_ms", "request_text", "response_text", "tool_calls"],
                 )  # fmt: skip
             data = [ids, *(calls.column(name) for name in CALL_COLUMNS)]
-            self.client.insert(
-                "calls",
-                data,
-                column_names=list(_INSERT_COLUMNS),
-                column_type_names=_INSERT_TYPES,
-                column_oriented=True,
-            )
+            try:
+                self.client.insert(
+                    "calls",
+                    data,
+                    column_names=list(_INSERT_COLUMNS),
+                    column_type_names=_INSERT_TYPES,
+                    column_oriented=True,
+                )
+            except self._data_error as exc:
+                # A value beyond its column's range fails the batch whole, as SQLite's OverflowError does.
+                raise OverflowError(str(exc)) from exc
         with self.meta.db.transaction() as conn:
             self.meta.ensure_workspace(conn, workspace, now_iso)
             self.meta.record_batch(conn, workspace, source, calls.size, batch)
