@@ -7,8 +7,9 @@ window is one range of the primary key; low-cardinality dimensions are ``LowCard
 one column) and ``metadata_other`` (keys whose value is not a string). The retention window is the table
 ``TTL``.
 
-Rollups are ``AggregatingMergeTree`` tables, each fed by a materialized view on ``calls``: the same four
-as the embedded engine (``store.ROLLUPS``: daily by route; daily, hourly and weekly without the route),
+Rollups are ``AggregatingMergeTree`` tables, each fed by a materialized view: the same four as the
+embedded engine (``store.ROLLUPS``: daily by route; daily, hourly and weekly without the route; the
+route-keyed daily and the hourly ones read the inserted calls, the coarser ones cascade from them),
 with the sums as ``SimpleAggregateFunction(sum, ...)`` and the latency histogram (``histogram.py``'s 96
 buckets) as a mergeable ``sumMap`` of bucket -> count, so aggregates never scan raw calls and percentiles
 come out of the same buckets as on the embedded engine. Empty strings stand for a missing route,
@@ -119,10 +120,24 @@ TTL {starts} + INTERVAL {int(retention_days) + width // 86_400_000 + 1} DAY""",
     ]
 
 
+# Rollups fed from a finer-grained rollup instead of the calls: (source table, source buckets per bucket).
+# Each call then passes through two views (the route-keyed daily one and the hourly coarse one), and the
+# daily and weekly coarse rollups add up hourly and daily rows (cascading views).
+CASCADE: dict[str, tuple[str, int]] = {
+    "rollup_daily_coarse": ("rollup_hourly_coarse", 24),
+    "rollup_weekly_coarse": ("rollup_daily_coarse", 7),
+}
+
+
 def rollup_select(table: str) -> str:
-    """The rows of ``table`` computed from ``calls`` (its view's query, and a rebuild's)."""
+    """The rows ``table`` gets from its source (its view's query, and a rebuild's)."""
+    if table in CASCADE:
+        source, per = CASCADE[table]
+        sums = ", ".join(f"sum({name}) AS {name}" for name in SUMS)
+        return f"""SELECT workspace, coarse AS bucket, {", ".join(_KEY)}, {sums}, sumMap(hist) AS hist
+FROM (SELECT *, intDiv(bucket, {per}) AS coarse FROM {source})
+GROUP BY workspace, coarse, {", ".join(_KEY)}"""
     width, keep_route = ROLLUPS[table]
-    bucket = "intDiv(intDiv(ts_ms, 86400000), 7)" if width == 7 * 86_400_000 else f"intDiv(ts_ms, {width})"
     # The key columns are computed in a subquery under other names: an alias equal to a column's name
     # would shadow the column inside the measures.
     key_values = ", ".join(
@@ -131,13 +146,14 @@ def rollup_select(table: str) -> str:
     measured = ", ".join(f"{expr} AS {name}" for name, expr in MEASURES.items())
     key_out = ", ".join(f"key_{k} AS {k}" for k in _KEY)
     return f"""SELECT workspace, bucket, {key_out}, {measured}, {HIST} AS hist
-FROM (SELECT *, {bucket} AS bucket, {key_values} FROM calls)
+FROM (SELECT *, intDiv(ts_ms, {width}) AS bucket, {key_values} FROM calls)
 GROUP BY workspace, bucket, {", ".join(f"key_{k}" for k in _KEY)}"""
 
 
 def statements(retention_days: int) -> list[str]:
     """Every statement that creates the schema, in order (each is idempotent)."""
     out = [calls_ddl(retention_days), CONTENT_DDL]
-    for table in ROLLUPS:
-        out.extend(rollup_ddl(table, retention_days))
+    ddl = {table: rollup_ddl(table, retention_days) for table in ROLLUPS}
+    out.extend(table_ddl for table_ddl, _ in ddl.values())
+    out.extend(view for _, view in ddl.values())
     return out

@@ -24,7 +24,14 @@ import numpy as np
 
 from triptych.core.errors import StorageUnavailable
 from triptych.metergraph import histogram
-from triptych.metergraph.clickhouse_schema import CALL_TYPES, HIST, MEASURES, rollup_select, statements
+from triptych.metergraph.clickhouse_schema import (
+    CALL_TYPES,
+    CASCADE,
+    HIST,
+    MEASURES,
+    rollup_select,
+    statements,
+)
 from triptych.metergraph.store import (
     CALL_COLUMNS,
     ELIGIBLE_CHARS,
@@ -128,7 +135,7 @@ def parse_url(url: str) -> dict[str, Any]:
 class ClickHouseTelemetryStore:
     """``TelemetryStore`` on ClickHouse; metadata (keys, sessions, routes, batches) in ``meta``."""
 
-    def __init__(self, url: str, meta: SqliteTelemetryStore, retention_days: int = 400) -> None:
+    def __init__(self, url: str, meta: SqliteTelemetryStore, retention_days: int = 3650) -> None:
         try:
             import clickhouse_connect
             import clickhouse_connect.driver.exceptions
@@ -166,7 +173,9 @@ class ClickHouseTelemetryStore:
         """Recompute every rollup from the raw calls (operators; the views keep them current)."""
         for table in ROLLUPS:
             self.client.command(f"TRUNCATE TABLE {table}")
-            self.client.command(f"INSERT INTO {table} {rollup_select(table)}")
+        for table in ROLLUPS:
+            if table not in CASCADE:  # the cascading views fill the others
+                self.client.command(f"INSERT INTO {table} {rollup_select(table)}")
 
     def close(self) -> None:
         self.client.close()

@@ -41,9 +41,10 @@ class MetergraphSettings(BaseSettings):
     clickhouse_url: str | None = Field(
         None, validation_alias=AliasChoices("TRIPTYCH_METERGRAPH_CLICKHOUSE_URL", "clickhouse_url")
     )
-    # How long ClickHouse keeps calls and rollups (the tables' TTL), in days.
+    # How long ClickHouse keeps calls and rollups (the tables' TTL), in days; the embedded engine keeps
+    # everything, so the default is long enough not to differ from it in practice.
     clickhouse_retention_days: int = Field(
-        400,
+        3650,
         ge=1,
         validation_alias=AliasChoices(
             "TRIPTYCH_METERGRAPH_CLICKHOUSE_RETENTION_DAYS", "clickhouse_retention_days"
