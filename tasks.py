@@ -122,6 +122,7 @@ def bench(args: list[str]) -> int:
         "contradictions": "bench/contradictions.py",
         "metergraph": "bench/metergraph_bench.py",
         "metergraph-ingest-phases": "bench/metergraph_ingest_phases.py",
+        "metergraph-engines": "bench/metergraph_engines.py",
         "hadron-graph": "bench/hadron_graph.py",
         "hadron-search": "bench/hadron_search.py",
         "sync-answers": "bench/sync_answers.py",
