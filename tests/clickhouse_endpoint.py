@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import tempfile
 import threading
 import uuid
@@ -235,11 +236,17 @@ def main() -> None:
     args = parser.parse_args()
     engine = Engine(args.path)
     server = EndpointServer(engine, args.port)
+
+    def stop(signum: int, frame: object) -> None:
+        # The engine installs its own handlers when it starts: take SIGINT and SIGTERM back, and stop
+        # serving from another thread (shutdown() waits for serve_forever to return).
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
     print(f"ClickHouse {engine.version} (chdb) at {server.url}, data in {args.path}", flush=True)
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     finally:
         server.server_close()
         engine.close()

@@ -48,11 +48,12 @@ DEFAULT_DATABASE = "metergraph"
 _SEQUENCE_DDL = "CREATE TABLE IF NOT EXISTS clickhouse_call_ids (next_id INTEGER NOT NULL)"
 _INSERT_COLUMNS = ("id", *CALL_COLUMNS)
 _MEASURES_SQL = ", ".join(MEASURES.values())
-# The class of one metadata key on a call: 'v' an eligible string, 'i' present but not eligible, 'm' missing.
+# The class of one metadata key on a call (``mv`` is ``metadata[key]``, '' when the key is missing): 'v' an
+# eligible string, 'i' present but not eligible, 'm' missing. Most calls carry a non-empty value, so the
+# map is searched once for them.
 _META_CLASS = (
-    "multiIf(mapContains(metadata, {mk:String}),"
-    f" if(lengthUTF8(metadata[{{mk:String}}]) <= {ELIGIBLE_CHARS}, 'v', 'i'),"
-    " has(metadata_other, {mk:String}), 'i', 'm')"
+    f"multiIf(mv != '', if(lengthUTF8(mv) <= {ELIGIBLE_CHARS}, 'v', 'i'),"
+    " mapContains(metadata, {mk:String}), 'v', has(metadata_other, {mk:String}), 'i', 'm')"
 )
 _TRACE_KEY = "ifNull(trace_id, concat('call:', toString(id)))"
 
@@ -314,11 +315,22 @@ class ClickHouseTelemetryStore:
         """Raw calls grouped by ``dims`` and, when given, one metadata key's (class, value)."""
         w = call_where(f)
         exprs = ["intDiv(ts_ms, 86400000)" if d == "day" else d for d in dims]
+        source = "calls"
         if meta_key is not None:
+            # The key's value and class are computed once per call in a subquery, then grouped.
             w.params["mk"] = meta_key
-            exprs += [_META_CLASS, f"if({_META_CLASS} = 'v', metadata[{{mk:String}}], NULL)"]
+            columns = (
+                "ts_ms, route, provider, model, error, cost_usd, input_tokens, output_tokens, cache_read_tokens,"
+                " cache_write_tokens, reasoning_tokens, latency_ms, lat_bucket, cost_status, cost_unknown"
+            )
+            source = (
+                f"(SELECT *, {_META_CLASS} AS mc FROM (SELECT {columns}, metadata[{{mk:String}}] AS mv, metadata,"
+                f" metadata_other FROM calls WHERE {w.sql()}))"
+            )
+            exprs += ["mc", "if(mc = 'v', mv, NULL)"]
         group = f" GROUP BY {', '.join(exprs)}" if exprs else ""
-        sql = f"SELECT {', '.join([*exprs, _MEASURES_SQL])}, {HIST} FROM calls WHERE {w.sql()}{group}"
+        where = "" if meta_key is not None else f" WHERE {w.sql()}"
+        sql = f"SELECT {', '.join([*exprs, _MEASURES_SQL])}, {HIST} FROM {source}{where}{group}"
         result: dict[tuple[Any, ...], AggRow] = {}
         n = len(exprs)
         for row in self.client.query(sql, parameters=w.params).result_rows:
