@@ -27,13 +27,16 @@ Run it by hand: ``python tests/clickhouse_endpoint.py --port 8123 --path /tmp/ch
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -192,6 +195,21 @@ class EndpointServer(ThreadingHTTPServer):
     def __init__(self, engine: Engine, port: int = 0) -> None:
         super().__init__(("127.0.0.1", port), Handler)
         self.engine = engine
+        self.connections: set[socket.socket] = set()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def drop_connections(self) -> None:
+        """Close the kept-alive connections too, as a stopped server's would be."""
+        for connection in list(self.connections):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
 
     @property
     def url(self) -> str:
@@ -204,10 +222,26 @@ class ClickHouseEndpoint:
     def __init__(self, path: Path, port: int = 0) -> None:
         self.engine = Engine(path)
         self.server = EndpointServer(self.engine, port)
+        self._serve()
+
+    def _serve(self) -> None:
         self.thread = threading.Thread(
             target=self.server.serve_forever, name="clickhouse-endpoint", daemon=True
         )
         self.thread.start()
+
+    @contextlib.contextmanager
+    def down(self) -> Iterator[None]:
+        """The server stops listening (connections are refused), then comes back on the same port."""
+        port = self.server.server_address[1]
+        self.server.shutdown()
+        self.server.server_close()
+        self.server.drop_connections()
+        try:
+            yield
+        finally:
+            self.server = EndpointServer(self.engine, port)
+            self._serve()
 
     @property
     def url(self) -> str:

@@ -94,3 +94,24 @@ def test_an_unreachable_server_is_refused_at_start_with_what_to_check(tmp_path: 
     with pytest.raises(StorageUnavailable, match="not reachable") as refused:
         open_ch(tmp_path, f"http://127.0.0.1:{free_port()}/nothing")
     assert refused.value.hint is not None and "TRIPTYCH_METERGRAPH_CLICKHOUSE_URL" in refused.value.hint
+
+
+def test_a_server_gone_mid_run_answers_storage_unavailable_and_no_half_batch(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path
+) -> None:
+    mg = open_ch(tmp_path, clickhouse.database_url())
+    try:
+        mg.ingest.ingest_document(app(), {"rows": [row()]})
+        with clickhouse.down():
+            with pytest.raises(StorageUnavailable, match="ClickHouse did not answer") as refused:
+                mg.ingest.ingest_document(app(), {"rows": [row(), row()]})
+            assert refused.value.details["reason"] == "clickhouse_unavailable"
+            with pytest.raises(StorageUnavailable):
+                mg.usage.aggregates(agent(), days=1)
+        # Back up: the refused batch left nothing behind, and the SDK's retry lands whole.
+        assert mg.store.count_calls("w1") == 1
+        assert mg.store.batch_health("w1", 0)["processed"] == 1
+        mg.ingest.ingest_document(app(), {"rows": [row(), row()]})
+        assert mg.usage.aggregates(agent(), days=1)["totals"]["calls"] == 3
+    finally:
+        mg.close()

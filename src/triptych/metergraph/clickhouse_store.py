@@ -147,6 +147,7 @@ class ClickHouseTelemetryStore:
             ) from None
         self.meta = meta
         self._data_error: type[Exception] = clickhouse_connect.driver.exceptions.DataError
+        self._unreachable: type[Exception] = clickhouse_connect.driver.exceptions.OperationalError
         self.columns = None  # no projection: ClickHouse reads one metadata column itself
         options = parse_url(url)
         database = options.pop("database")
@@ -170,13 +171,40 @@ class ClickHouseTelemetryStore:
             conn.execute(_SEQUENCE_DDL)
         self._ids = threading.Lock()
 
+    # -- the client, with connection failures as StorageUnavailable (ingest answers 503 + Retry-After) ----
+
+    def _unavailable(self, exc: Exception) -> StorageUnavailable:
+        return StorageUnavailable(
+            f"ClickHouse did not answer: {exc}",
+            hint="check that the ClickHouse server is up; ingest clients retry the batch later",
+            details={"reason": "clickhouse_unavailable"},
+        )
+
+    def _query(self, sql: str, parameters: dict[str, Any] | None = None) -> Any:
+        try:
+            return self.client.query(sql, parameters=parameters)
+        except self._unreachable as exc:
+            raise self._unavailable(exc) from exc
+
+    def _insert(self, table: str, data: Any, **options: Any) -> None:
+        try:
+            self.client.insert(table, data, **options)
+        except self._unreachable as exc:
+            raise self._unavailable(exc) from exc
+
+    def _command(self, sql: str) -> None:
+        try:
+            self.client.command(sql)
+        except self._unreachable as exc:
+            raise self._unavailable(exc) from exc
+
     def rebuild_rollups(self) -> None:
         """Recompute every rollup from the raw calls (operators; the views keep them current)."""
         for table in ROLLUPS:
-            self.client.command(f"TRUNCATE TABLE {table}")
+            self._command(f"TRUNCATE TABLE {table}")
         for table in ROLLUPS:
             if table not in CASCADE:  # the cascading views fill the others
-                self.client.command(f"INSERT INTO {table} {rollup_select(table)}")
+                self._command(f"INSERT INTO {table} {rollup_select(table)}")
 
     def close(self) -> None:
         self.client.close()
@@ -257,7 +285,7 @@ class ClickHouseTelemetryStore:
             retained = [(i, c) for i, c in enumerate(contents) if c is not None]
             if retained:
                 ts = calls.column("ts_ms")
-                self.client.insert(
+                self._insert(
                     "call_content",
                     [[workspace, ids[i], ts[i], c.request_text, c.response_text, c.tool_calls]
                      for i, c in retained],
@@ -265,7 +293,7 @@ class ClickHouseTelemetryStore:
                 )  # fmt: skip
             data = [ids, *(calls.column(name) for name in CALL_COLUMNS)]
             try:
-                self.client.insert(
+                self._insert(
                     "calls",
                     data,
                     column_names=list(_INSERT_COLUMNS),
@@ -302,7 +330,7 @@ class ClickHouseTelemetryStore:
         sql = f"SELECT {', '.join([*exprs, sums])}, sumMap(hist) FROM {table} WHERE {w.sql()}{group}"
         result: dict[tuple[Any, ...], AggRow] = {}
         n = len(exprs)
-        for row in self.client.query(sql, parameters=w.params).result_rows:
+        for row in self._query(sql, parameters=w.params).result_rows:
             if not row[n]:
                 continue  # nothing matched (an aggregate without GROUP BY still returns one row)
             key = tuple(None if v == "" and d != "day" else v for v, d in zip(row[:n], dims, strict=True))
@@ -333,7 +361,7 @@ class ClickHouseTelemetryStore:
         sql = f"SELECT {', '.join([*exprs, _MEASURES_SQL])}, {HIST} FROM {source}{where}{group}"
         result: dict[tuple[Any, ...], AggRow] = {}
         n = len(exprs)
-        for row in self.client.query(sql, parameters=w.params).result_rows:
+        for row in self._query(sql, parameters=w.params).result_rows:
             if not row[n]:
                 continue
             key = tuple(row[:n])
@@ -367,7 +395,7 @@ class ClickHouseTelemetryStore:
                 f" FROM calls WHERE {w.sql()} GROUP BY k, single{having}"
                 f" ORDER BY pos DESC LIMIT {int(want)} OFFSET {int(offset)}"
             )
-            rows = self.client.query(sql, parameters=w.params).result_rows
+            rows = self._query(sql, parameters=w.params).result_rows
             candidates = [(str(k), bool(single), (int(pos[0]), int(pos[1]))) for k, single, pos in rows]
             if trace_filter_envs is not None:
                 outside = self._traces_outside(
@@ -397,7 +425,7 @@ class ClickHouseTelemetryStore:
         if not envs:
             w.clauses[-1] = "1"
         sql = f"SELECT DISTINCT trace_id FROM calls WHERE {w.sql()}"
-        return {str(r[0]) for r in self.client.query(sql, parameters=w.params).result_rows}
+        return {str(r[0]) for r in self._query(sql, parameters=w.params).result_rows}
 
     def trace_summaries(self, f: CallFilter, keys: Sequence[str]) -> list[dict[str, Any]]:
         if not keys:
@@ -419,7 +447,7 @@ class ClickHouseTelemetryStore:
             f" FROM calls WHERE {w.sql()} GROUP BY trace_key"
         )
         found: dict[str, dict[str, Any]] = {}
-        for row in self.client.query(sql, parameters=w.params).result_rows:
+        for row in self._query(sql, parameters=w.params).result_rows:
             (key, name, first, last, count, it, ot, crt, cwt, rt, cost, unpriced, error, routes, providers,
              models, envs, latency, untagged) = row  # fmt: skip
             found[key] = {
@@ -443,7 +471,7 @@ class ClickHouseTelemetryStore:
             w = call_where(CallFilter(**{**f.__dict__, "since_ms": lo, "until_ms": hi}))
             middle = w.param((start + end) // 2, "Int64")
             sql = f"SELECT {_TRACE_KEY} FROM calls WHERE {w.sql()} ORDER BY abs(ts_ms - {middle}), id LIMIT 1"
-            rows = self.client.query(sql, parameters=w.params).result_rows
+            rows = self._query(sql, parameters=w.params).result_rows
             if rows:
                 found.append(str(rows[0][0]))
         return found
@@ -472,10 +500,10 @@ class ClickHouseTelemetryStore:
         w.add(f"workspace = {w.param(workspace, 'String')}")
         w.add(f"call_id IN {w.param(list(ids), 'Array(UInt64)')}")
         sql = f"SELECT call_id, request_text, response_text, tool_calls FROM call_content WHERE {w.sql()}"
-        return {int(r[0]): tuple(r[1:]) for r in self.client.query(sql, parameters=w.params).result_rows}
+        return {int(r[0]): tuple(r[1:]) for r in self._query(sql, parameters=w.params).result_rows}
 
     def _rows(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        result = self.client.query(sql, parameters=params)
+        result = self._query(sql, parameters=params)
         names = result.column_names
         return [dict(zip(names, row, strict=True)) for row in result.result_rows]
 
@@ -496,9 +524,7 @@ class ClickHouseTelemetryStore:
         w = Where()
         w.add(f"workspace = {w.param(workspace, 'String')}")
         return int(
-            self.client.query(f"SELECT count() FROM calls WHERE {w.sql()}", parameters=w.params).result_rows[
-                0
-            ][0]
+            self._query(f"SELECT count() FROM calls WHERE {w.sql()}", parameters=w.params).result_rows[0][0]
         )
 
     def raw_calls(self, workspace: str) -> list[dict[str, Any]]:
