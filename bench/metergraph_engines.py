@@ -227,7 +227,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1_000_000, help="calls loaded for the reads")
     parser.add_argument("--http-rows", type=int, default=100_000, help="rows posted per ingest run")
-    parser.add_argument("--workers", default="1,2,4", help="ingest worker counts")
+    parser.add_argument("--workers", default="1,2,4", help='ingest worker counts ("": skip the ingest runs)')
     parser.add_argument("--engines", default="sqlite,clickhouse")
     parser.add_argument("--runs", type=int, default=9, help="runs of each read")
     parser.add_argument("--out", type=Path, default=None, help="work directory (default: a temp dir)")
@@ -235,15 +235,15 @@ def main() -> None:
     work = args.out or Path(tempfile.mkdtemp(prefix="mg-engines-"))
     work.mkdir(parents=True, exist_ok=True)
     engines = args.engines.split(",")
-    workers = [int(w) for w in args.workers.split(",")]
+    workers = [int(w) for w in args.workers.split(",") if w]  # --workers "": reads only
     results: dict[str, Any] = {"calls": args.calls, "http_rows": args.http_rows, "machine": f"{os.cpu_count()} cores",
                                "load_average_at_start": os.getloadavg()}  # fmt: skip
     clickhouse = None
     try:
         if "clickhouse" in engines:
             clickhouse, ch_url = start_clickhouse(work)
-        payloads = bodies(args.http_rows, args.calls)
-        if "sqlite" in engines:
+        payloads = bodies(args.http_rows, args.calls) if workers else []
+        if "sqlite" in engines and workers:
             results["sqlite_raw_bulk_insert"] = sqlite_raw_insert(work, args.http_rows, args.calls)
             print(json.dumps(results["sqlite_raw_bulk_insert"]), file=sys.stderr, flush=True)
         for engine in engines:
@@ -257,7 +257,7 @@ def main() -> None:
                 run = http_ingest(work / f"{engine}-ingest-{n}", extra, payloads, args.http_rows, n)
                 figures["ingest_http"].append(run)
                 print(json.dumps({engine: run}), file=sys.stderr, flush=True)
-            if engine == "sqlite":
+            if engine == "sqlite" and workers:
                 raw = results["sqlite_raw_bulk_insert"]["rows_per_s"]
                 figures["ingest_1_worker_fraction_of_raw_sqlite"] = round(
                     figures["ingest_http"][0]["rows_per_s"] / raw, 3
