@@ -1,29 +1,22 @@
-"""Metergraph service fixtures: a real SQLite store in tmp_path and a fixed clock."""
+"""Metergraph service fixtures: each engine in turn (SQLite in tmp_path, ClickHouse over the chdb endpoint)
+and a fixed clock."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from mg_support import NOW  # noqa: E402
+from mg_support import NOW, open_engine  # noqa: E402
 
 from triptych.metergraph.service import Metergraph  # noqa: E402
 from triptych.metergraph.settings import load_metergraph_settings  # noqa: E402
 
 ENGINES = ("sqlite", "clickhouse")
-
-
-def open_engine(request: pytest.FixtureRequest, engine: str, path: Path, **settings: Any) -> Metergraph:
-    """The Metergraph services on ``engine``: embedded SQLite, or ClickHouse (the chdb endpoint)."""
-    if engine == "clickhouse":
-        settings["clickhouse_url"] = request.getfixturevalue("clickhouse").database_url()
-    return Metergraph.open(path, load_metergraph_settings(**settings), clock=lambda: NOW)
 
 
 @pytest.fixture(params=ENGINES)

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import open_engine
-from mg_support import NOW, agent, app
+from mg_support import NOW, agent, app, open_engine
 
 from triptych.metergraph.service import Metergraph
 
