@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import base64
 import os
 import shutil
 import tempfile
@@ -16,6 +17,9 @@ from harness import SECRET, ServerProcess
 # writes into the real home, and every process the tests start inherits this.
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="triptych-test-xdg-")
 atexit.register(shutil.rmtree, os.environ["XDG_DATA_HOME"], True)
+# The test worlds hold an encrypted memory (acme.com:vault): every server the tests start gets the key
+# it is sealed with, unless a test passes its own (or "" for none).
+os.environ.setdefault("TRIPTYCH_HADRON_KEY", base64.urlsafe_b64encode(bytes(range(32))).decode())
 
 
 @pytest.fixture(scope="session")

@@ -99,8 +99,8 @@ async def test_the_official_client_falls_back_to_initialize_and_sees_the_contrac
     assert not result.is_error
     caps = result.data
     assert caps["schema_version"] == "metergraph.agent-access/v1"
-    assert caps["agent"]["metergraph_list_incidents"]["available"] is False
-    assert caps["agent"]["metergraph_get_usage_aggregates"]["available"] is True
+    assert caps["agent"]["incidents"]["available"] is True
+    assert caps["agent"]["usage_aggregates"]["available"] is True
     assert caps["bounds"]["max_days"] == 90 and caps["bounds"]["max_rows"] == 200
 
 
@@ -115,8 +115,8 @@ async def test_metadata_keys_do_not_see_content_or_replay_tools(env: Env) -> Non
     )
     assert "metergraph_query_traces" in names
     assert refused.is_error and refused.error_code == "forbidden"
-    assert caps["agent"]["metergraph_get_trace"] == {
-        **caps["agent"]["metergraph_get_trace"],
+    assert caps["agent"]["trace_content"] == {
+        **caps["agent"]["trace_content"],
         "available": False,
     }
 
@@ -231,7 +231,6 @@ def test_every_contract_error_code_is_reachable(env: Env) -> None:
     assert code(debug, "metergraph_get_trace", trace_id="no-such-trace") == "not_found"
     assert code(prod_only, "metergraph_query_traces", environment=["dev"]) == "forbidden"
     assert code(env.mint(workspace, "metadata"), "metergraph_get_trace", trace_id="x") == "forbidden"
-    assert code(debug, "metergraph_list_incidents") == "unsupported_capability"
     assert code(debug, "metergraph_replay_trace", trace_id="x") == "forbidden"
     assert (
         code(env.mint(workspace, "replay"), "metergraph_replay_trace", trace_id="x")

@@ -257,6 +257,9 @@ class ClickHouseTelemetryStore:
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]:
         return self.meta.batch_health(workspace, since_ms)
 
+    def recent_batches(self, workspace: str, limit: int) -> list[tuple[str, int]]:
+        return self.meta.recent_batches(workspace, limit)
+
     # -- ingest ---------------------------------------------------------------------------------
 
     def reserve_ids(self, n: int) -> int:

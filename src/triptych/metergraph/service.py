@@ -14,9 +14,12 @@ from triptych.metergraph.analysis_replay import ProviderReplayer
 from triptych.metergraph.analysis_runner import AnalysisRunner
 from triptych.metergraph.analysis_sources import Replayer, StoreWorkloads, WorkloadSource
 from triptych.metergraph.columns import ColumnProjection
+from triptych.metergraph.detectors import IncidentSettings, load_incident_settings
+from triptych.metergraph.incidents import DB_FILE as INCIDENTS_FILE
+from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
-from triptych.metergraph.links import AppLinks
+from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.providers import Providers, ProviderSettings
 from triptych.metergraph.ratelimit import RateLimiter
@@ -73,6 +76,8 @@ class Metergraph:
     providers: Providers
     replay: ReplayService
     workloads: WorkloadService
+    incidents: IncidentService
+    links: AppLinks
 
     @classmethod
     def open(
@@ -84,11 +89,15 @@ class Metergraph:
         replayer: Replayer | None = None,
         embedder: Callable[[], Embedder | None] = lambda: None,
         workload_source: WorkloadSource | None = None,
+        incident_settings: IncidentSettings | None = None,
+        links: AppLinks | None = None,
     ) -> Metergraph:
         """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
         scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
         classification, else one workload per route."""
         settings = settings or load_metergraph_settings()
+        # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
+        links = links or AppLinks(public_base(settings.public_url, "", 0))
         sqlite = SqliteTelemetryStore(data_dir / DB_FILE)
         store: TelemetryStore = sqlite
         columns: ColumnProjection | None = None
@@ -108,7 +117,7 @@ class Metergraph:
         providers = Providers(provider_settings)
         replay = ReplayService(store, pricer, providers, clock)
         # Workloads and their classification runs live in the SQLite metadata file on both engines.
-        workloads = WorkloadService(WorkloadStore(sqlite.db), clock)
+        workloads = WorkloadService(WorkloadStore(sqlite.db), clock, links.analysis)
         # Replay, and analysis runs (which replay), need a configured provider.
         workspace = WorkspaceService(
             store,
@@ -120,9 +129,11 @@ class Metergraph:
             workloads.store.replay_eligible_by_route,
         )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock, workloads.match)
+        traces = TraceService(store, clock, workloads.match, workloads.classifications)
+        incidents = IncidentService(
+            store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock
+        )
         limiter = RateLimiter(settings.agent_rate_per_minute)
-        links = AppLinks.from_env()
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(
@@ -138,12 +149,18 @@ class Metergraph:
             available=lambda: replayer is not None or replay.available,
             classification_runs=ClassificationRunDocuments(workloads),
         )  # fmt: skip
-        tools = build_tools(workspace, usage, traces, replay, workloads, reports, analysis)
+        tools = build_tools(workspace, usage, traces, replay, workloads, reports, analysis, incidents)
         return cls(
             settings,
             store,
             KeyService(store, settings),
-            IngestService(store, pricer, settings.max_rows, clock=lambda: clock().timestamp()),
+            IngestService(
+                store,
+                pricer,
+                settings.max_rows,
+                clock=lambda: clock().timestamp(),
+                on_batch=incidents.note_batch,
+            ),
             workspace,
             usage,
             traces,
@@ -156,6 +173,8 @@ class Metergraph:
             providers,
             replay,
             workloads,
+            incidents,
+            links,
         )
 
     def close(self) -> None:
@@ -163,5 +182,6 @@ class Metergraph:
         self.report_store.close()
         if self.columns is not None:
             self.columns.close()  # first: its catch-up thread reads through the store
+        self.incidents.close()  # so does the detectors' ticker
         self.providers.close()
         self.store.close()

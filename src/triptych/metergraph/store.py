@@ -439,6 +439,7 @@ class TelemetryStore(Protocol):
     def count_calls(self, workspace: str) -> int: ...
     def raw_calls(self, workspace: str) -> list[dict[str, Any]]: ...
     def raw_content(self, workspace: str) -> list[dict[str, Any]]: ...
+    def recent_batches(self, workspace: str, limit: int) -> list[tuple[str, int]]: ...
 
 
 class SqliteTelemetryStore:
@@ -892,6 +893,14 @@ class SqliteTelemetryStore:
             (workspace, since_ms),
         ).fetchone()
         return {k: row[k] for k in row.keys()}
+
+    def recent_batches(self, workspace: str, limit: int) -> list[tuple[str, int]]:
+        """The newest ``limit`` ingest batches of a workspace, newest first: (status, received_ms)."""
+        rows = self.db.conn.execute(
+            "SELECT status, received_ms FROM ingest_batches WHERE workspace = ? ORDER BY id DESC LIMIT ?",
+            (workspace, limit),
+        )
+        return [(str(r[0]), int(r[1])) for r in rows]
 
     # -- the source of the columnar projection ---------------------------------------------------
 
