@@ -141,6 +141,7 @@ def bench(args: list[str]) -> int:
         "contradictions": "bench/contradictions.py",
         "metergraph": "bench/metergraph_bench.py",
         "metergraph-ingest-phases": "bench/metergraph_ingest_phases.py",
+        "metergraph-engines": "bench/metergraph_engines.py",
         "metergraph-classify": "bench/metergraph_classify.py",
         "hadron-graph": "bench/hadron_graph.py",
         "hadron-search": "bench/hadron_search.py",

@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
+from clickhouse_endpoint import ClickHouseEndpoint
 from harness import SECRET, ServerProcess
 
 # The default data directory is the user's (core/datadir.py): a test that forgets to pass its own never
@@ -38,3 +39,22 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
     server = ServerProcess(tmp_path_factory.mktemp("auth") / "data", env).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def clickhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseEndpoint]:
+    """ClickHouse's HTTP interface over chdb on 127.0.0.1 (tests/clickhouse_endpoint.py), one per session;
+    each test takes a database of its own (``database_url``)."""
+    endpoint = ClickHouseEndpoint(tmp_path_factory.mktemp("clickhouse"))
+    yield endpoint
+    endpoint.close()
+
+
+@pytest.fixture(scope="module", params=("sqlite", "clickhouse"))
+def metergraph_engine(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The server environment selecting each Metergraph engine in turn (a module's server per engine):
+    the Metergraph contract suite runs against both."""
+    if request.param == "sqlite":
+        return {}
+    endpoint: ClickHouseEndpoint = request.getfixturevalue("clickhouse")
+    return {"TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": endpoint.database_url()}

@@ -20,27 +20,28 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess
+from harness import SECRET, ServerProcess, open_metergraph
 from mcp import Client, StdioServerParameters
 
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.settings import load_metergraph_settings
 
 STATIC_APP = "static-app-token-for-door-tests"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]
+) -> Iterator[ServerProcess]:
     data = tmp_path_factory.mktemp("mgdoors") / "data"
     env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "MG_TOKENS": STATIC_APP,
-           "MG_MAX_ROWS": "100", "MG_MAX_BODY_BYTES": str(256 * 1024)}  # fmt: skip
+           "MG_MAX_ROWS": "100", "MG_MAX_BODY_BYTES": str(256 * 1024), **metergraph_engine}  # fmt: skip
     started = ServerProcess(data, env).start()
     yield started
     started.stop()
 
 
 def open_mg(server: ServerProcess) -> Metergraph:
-    return Metergraph.open(server.data_dir, load_metergraph_settings())
+    return open_metergraph(server)
 
 
 def mint(

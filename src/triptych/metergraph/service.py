@@ -27,7 +27,7 @@ from triptych.metergraph.replay import ReplayService
 from triptych.metergraph.report_store import ReportStore
 from triptych.metergraph.reports import ReportService
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
-from triptych.metergraph.store import SqliteTelemetryStore
+from triptych.metergraph.store import SqliteTelemetryStore, TelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
@@ -61,14 +61,14 @@ class ClassificationRunDocuments:
 @dataclass
 class Metergraph:
     settings: MetergraphSettings
-    store: SqliteTelemetryStore
+    store: TelemetryStore
     keys: KeyService
     ingest: IngestService
     workspace: WorkspaceService
     usage: UsageService
     traces: TraceService
     tools: list[MetergraphTool]
-    columns: ColumnProjection
+    columns: ColumnProjection | None  # the embedded engine's metadata projection
     report_store: ReportStore
     reports: ReportService
     analysis: AnalysisService
@@ -98,15 +98,26 @@ class Metergraph:
         settings = settings or load_metergraph_settings()
         # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
         links = links or AppLinks(public_base(settings.public_url, "", 0))
-        store = SqliteTelemetryStore(data_dir / DB_FILE)
-        # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
-        # process at a time maintains it (the others scan SQL).
-        columns = ColumnProjection(data_dir / COLUMNS_DIR, store)
-        store.columns = columns
+        sqlite = SqliteTelemetryStore(data_dir / DB_FILE)
+        store: TelemetryStore = sqlite
+        columns: ColumnProjection | None = None
+        if settings.clickhouse_url:
+            from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
+
+            # Calls and rollups in ClickHouse; keys, sessions, routes and batch records stay in SQLite.
+            store = ClickHouseTelemetryStore(
+                settings.clickhouse_url, sqlite, settings.clickhouse_retention_days
+            )
+        else:
+            # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
+            # process at a time maintains it (the others scan SQL).
+            columns = ColumnProjection(data_dir / COLUMNS_DIR, sqlite)
+            sqlite.columns = columns
         pricer = Pricer()
         providers = Providers(provider_settings)
         replay = ReplayService(store, pricer, providers, clock)
-        workloads = WorkloadService(WorkloadStore(store.db), clock, links.analysis)
+        # Workloads and their classification runs live in the SQLite metadata file on both engines.
+        workloads = WorkloadService(WorkloadStore(sqlite.db), clock, links.analysis)
         # Replay, and analysis runs (which replay), need a configured provider.
         workspace = WorkspaceService(
             store,
@@ -126,7 +137,9 @@ class Metergraph:
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(
-            workload_source or StoreWorkloads(store, workloads),
+            # Analysis sources read calls with SQLite queries of their own: on the ClickHouse engine they
+            # see no calls yet (issue 17 follow-up: move those reads onto TelemetryStore).
+            workload_source or StoreWorkloads(sqlite, workloads),
             replayer or ProviderReplayer(replay),
             pricer,
             embedder,
@@ -167,7 +180,8 @@ class Metergraph:
     def close(self) -> None:
         self.analysis.close()  # first: a running analysis reads through both stores
         self.report_store.close()
-        self.columns.close()  # first: its catch-up thread reads through the store
+        if self.columns is not None:
+            self.columns.close()  # first: its catch-up thread reads through the store
         self.incidents.close()  # so does the detectors' ticker
         self.providers.close()
         self.store.close()

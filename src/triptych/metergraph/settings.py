@@ -38,6 +38,19 @@ class MetergraphSettings(BaseSettings):
     agent_rate_per_minute: int = Field(
         600, ge=0, validation_alias=AliasChoices("MG_AGENT_RATE_PER_MINUTE", "agent_rate_per_minute")
     )
+    # The ClickHouse engine for calls and rollups (issue 17): unset keeps the embedded SQLite engine.
+    clickhouse_url: str | None = Field(
+        None, validation_alias=AliasChoices("TRIPTYCH_METERGRAPH_CLICKHOUSE_URL", "clickhouse_url")
+    )
+    # How long ClickHouse keeps calls and rollups (the tables' TTL), in days; the embedded engine keeps
+    # everything, so the default is long enough not to differ from it in practice.
+    clickhouse_retention_days: int = Field(
+        3650,
+        ge=1,
+        validation_alias=AliasChoices(
+            "TRIPTYCH_METERGRAPH_CLICKHOUSE_RETENTION_DAYS", "clickhouse_retention_days"
+        ),
+    )
     # The public address app links start with (``app_url``); unset: the server's own http://host:port.
     public_url: str | None = Field(
         None, validation_alias=AliasChoices("MG_PUBLIC_URL", "TRIPTYCH_PUBLIC_URL", "public_url")

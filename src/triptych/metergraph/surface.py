@@ -36,7 +36,8 @@ def open_metergraph(shared: Shared) -> Metergraph:
     links = AppLinks(public_base(mg_settings.public_url, shared.settings.host, shared.settings.port))
     # Analysis runs score with the shared embedding model, loaded the first time a run needs it.
     mg = Metergraph.open(shared.settings.data_dir, mg_settings, embedder=lambda: shared.embedder, links=links)
-    mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    if mg.columns is not None:
+        mg.columns.start()  # the server keeps the metadata projection caught up in the background
     mg.incidents.start()  # and sweeps the incident detectors over the workspaces that received calls
     # Runs a stopped server left queued or running can never finish (their thread is gone).
     mg.analysis.fail_abandoned()
