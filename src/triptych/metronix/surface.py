@@ -11,10 +11,12 @@ from mcp.server import Server
 from starlette.routing import Route
 
 from triptych.config import Settings
+from triptych.core.db import Database
 from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.mcp import Tool, build_server
+from triptych.core.pg import PgDatabase
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
 from triptych.metronix.answer import AnswerService, LlmClient
@@ -24,9 +26,10 @@ from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.memory_tools import memory_tools
 from triptych.metronix.openai_api import OPENAI_PATHS, answer_routes, openai_internal_error
+from triptych.metronix.pg_store import PgKnowledgeStore
 from triptych.metronix.rest import memory_routes
 from triptych.metronix.sources import sources_path
-from triptych.metronix.store import SqliteKnowledgeStore, utcnow
+from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, utcnow
 from triptych.metronix.sync import SyncService
 from triptych.metronix.tools import knowledge_tools, sync_tools
 
@@ -46,6 +49,8 @@ class Metronix:
     answers: AnswerService
     # The background warm-up reads the database; ``close`` waits for it before closing the connections.
     warming: threading.Thread | None = field(default=None, repr=False)
+    # Databases opened here beside the knowledge store's (server mode's memory file), closed with it.
+    owned: list[Database] = field(default_factory=list, repr=False)
 
     @classmethod
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> Metronix:
@@ -56,7 +61,15 @@ class Metronix:
             settings.embed_threads,
             settings.embed_bulk_threads,
         )
-        store = SqliteKnowledgeStore(settings.metronix_db, embedder.dim)
+        store: KnowledgeStore
+        if settings.database_url:
+            # Server mode: the knowledge base in PostgreSQL, shared by every worker. Agent memory is not
+            # ported yet and stays in the data directory's SQLite file (docs/decisions.md, issue 16).
+            store = PgKnowledgeStore(PgDatabase(settings.database_url), embedder.dim)
+            memory_db = Database(settings.metronix_db, [], component="memory-only")
+        else:
+            sqlite_store = SqliteKnowledgeStore(settings.metronix_db, embedder.dim)
+            store, memory_db = sqlite_store, sqlite_store.db
         knowledge = KnowledgeService(
             store, embedder, default_workspace=settings.default_workspace, chunk_tokens=settings.chunk_tokens
         )
@@ -69,7 +82,7 @@ class Metronix:
             decision_threshold=settings.decision_threshold,
         )
         memory = MemoryService(
-            SqliteMemoryStore(store.db, embedder.dim), embedder, memory_settings, settings.default_workspace
+            SqliteMemoryStore(memory_db, embedder.dim), embedder, memory_settings, settings.default_workspace
         )
         sources = sources_path(settings.data_dir, settings.mcp_sources)
         sync = SyncService(knowledge, sources, settings.sync_timeout)
@@ -80,7 +93,8 @@ class Metronix:
             if settings.llm_url
             else None
         )
-        return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm))
+        owned = [memory_db] if settings.database_url else []
+        return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm), owned=owned)
 
     def tools(self) -> list[Tool[Caller]]:
         return knowledge_tools(self.knowledge) + sync_tools(self.sync) + memory_tools(self.memory)
@@ -119,6 +133,8 @@ class Metronix:
             self.warming.join()
         self.memory.close()
         self.knowledge.store.close()
+        for db in self.owned:
+            db.close()
 
 
 def mount(shared: Shared) -> tuple[Metronix, Mounted]:
