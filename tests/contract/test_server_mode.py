@@ -1,0 +1,109 @@
+"""Server mode: two `triptych serve` processes on one PostgreSQL database behave like one server.
+
+Each worker has its own data directory, so whatever one sees of the other's writes came through the
+database: the knowledge base lives there, and the in-process keyword index of each worker follows the
+workspace generations it reads from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from harness import ServerProcess, mcp_session, run_threads
+from postgres import PostgresCluster
+
+
+@pytest.fixture(scope="module")
+def workers(
+    postgres: PostgresCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[ServerProcess]]:
+    url = postgres.create_database("workers")
+    servers = [
+        ServerProcess(
+            tmp_path_factory.mktemp(f"worker{i}") / "data",
+            {"TRIPTYCH_DATABASE_URL": url, "TRIPTYCH_AUTH_ENABLED": "false"},
+        )
+        for i in range(2)
+    ]
+    # Both start at once on the empty database: one migrates it, the other waits and finds it current.
+    errors = run_threads(lambda i: servers[i].start(), 2)
+    try:
+        assert errors == [], [str(e) for e in errors]
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def ws() -> str:
+    return "mw-" + uuid.uuid4().hex[:8]
+
+
+async def _search(server: ServerProcess, workspace: str, query: str) -> list[str]:
+    """The labels the query matched by keyword, best first (dense retrieval returns everything else)."""
+    async with mcp_session(server.url + "/mcp") as mcp:
+        found = await mcp.call("metronix_search_fast", query=query, workspace_id=workspace, top_k=50)
+    assert not found.is_error, found.data
+    return [hit["doc_label"] for hit in found.data["results"] if hit["keyword_score"]]
+
+
+async def _store(server: ServerProcess, workspace: str, label: str, content: str) -> None:
+    async with mcp_session(server.url + "/mcp") as mcp:
+        stored = await mcp.call("metronix_store", content=content, doc_label=label, workspace_id=workspace)
+    assert not stored.is_error, stored.data
+
+
+async def test_a_write_through_one_worker_is_found_by_the_other_on_its_next_call(
+    workers: list[ServerProcess],
+) -> None:
+    first, second = workers
+    workspace = ws()
+    await _store(
+        first, workspace, "zebra", "Zebras graze on the savanna; their stripes confuse biting flies."
+    )
+    # The second worker loads its keyword index now, before the next write.
+    assert await _search(second, workspace, "zebra stripes") == ["zebra"]
+
+    await _store(first, workspace, "qubit", "Quantum computers keep information in qubits.")
+    assert await _search(second, workspace, "qubits") == ["qubit"]
+
+    # A replacement on the second worker: the first one's cached index drops the old text.
+    await _store(second, workspace, "zebra", "Okapis live in the rainforest of the Congo.")
+    assert await _search(first, workspace, "okapis rainforest") == ["zebra"]
+    assert "zebra" not in await _search(first, workspace, "stripes biting flies")
+    async with mcp_session(first.url + "/mcp") as mcp:
+        got = await mcp.call("metronix_get", doc_label="zebra", workspace_id=workspace)
+        status = await mcp.call("metronix_status", workspace_id=workspace)
+    assert got.data["content"] == "Okapis live in the rainforest of the Congo."
+    assert status.data["documents"] == {"total": 2}
+
+
+async def test_concurrent_writes_through_both_workers_all_land_and_both_find_them(
+    workers: list[ServerProcess],
+) -> None:
+    workspace = ws()
+    writes = [
+        _store(workers[i % 2], workspace, f"note-{i}", f"Shared ledger entry number {i} about lighthouses.")
+        for i in range(12)
+    ]
+    # And both workers replacing one label at once: one document survives, with one version's chunks.
+    writes += [
+        _store(w, workspace, "contested", f"Contested text from worker {n}.") for n, w in enumerate(workers)
+    ]
+    await asyncio.gather(*writes)
+    for server in workers:
+        labels = await _search(server, workspace, "lighthouses ledger")
+        assert sorted(labels) == sorted(f"note-{i}" for i in range(12))
+        assert await _search(server, workspace, "contested worker") == ["contested"]
+
+
+async def test_workspaces_stay_apart_across_workers(workers: list[ServerProcess]) -> None:
+    mine, theirs = ws(), ws()
+    await _store(workers[0], mine, "secret", "The vault combination is hidden under the lighthouse.")
+    assert await _search(workers[1], theirs, "vault combination lighthouse") == []
+    async with mcp_session(workers[1].url + "/mcp") as mcp:
+        got = await mcp.call("metronix_get", doc_label="secret", workspace_id=theirs)
+    assert got.error_code == "DOCUMENT_NOT_FOUND"
