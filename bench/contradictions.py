@@ -188,29 +188,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 RESTATEMENTS = ("paraphrase", "format", "refinement")  # the same fact again: the write is the hard call
-DISTINCT = ("attribute", "unrelated", "addition")  # a different fact: the write is a new memory
+# A different fact: the write is a new memory. "series": two items of a numbered series.
+DISTINCT = ("attribute", "unrelated", "addition", "series")
 
 
-def previous_decision_confidence(similarity: float, lexical: float, threshold: float) -> float:
-    """The rule src had before 2026-11-30 12:10 (max of the two signals), for comparison."""
-    p_sem = min(1.0, max(0.0, (similarity - 0.5) / max(threshold - 0.5, 1e-6)))
-    p_lex = min(1.0, max(0.0, lexical / 0.5))
-    if (p_sem >= 1.0) != (p_lex >= 1.0):
-        return 1.0 - min(p_sem, p_lex)
-    return 1.0 - max(p_sem, p_lex) / 2.0
+def previous_judge(
+    old: str, new: str, similarity: float, threshold: float, decision_threshold: float
+) -> bool:
+    """The rule src had before 2026-12-01 (no restatement or numbered-series rule), for comparison."""
+    from triptych.metronix.freshness import decision_confidence, jaccard
+    from triptych.metronix.memory import DECISION_SIMILARITY_MARGIN
+
+    lexical = jaccard(old, new)
+    duplicate = similarity >= threshold and lexical >= 0.5
+    unsure = (
+        similarity >= threshold - DECISION_SIMILARITY_MARGIN
+        and decision_confidence(similarity, lexical, threshold) < decision_threshold
+    )
+    return duplicate or unsure
 
 
 def decision_step(rows: Sequence[dict[str, Any]], sims: Sequence[float]) -> dict[str, Any]:
     """What the freshness pipeline files for the non-contradictions, the second statement written after
     the first: ``possible_duplicate`` or ``low_confidence_decision`` (either sends it to review). A
     restatement should be flagged, a distinct fact should not. Defaults of ``MemorySettings``."""
-    from triptych.metronix.freshness import decision_confidence, jaccard
+    from triptych.metronix.freshness import judge_repeat
     from triptych.metronix.memory import DECISION_SIMILARITY_MARGIN, MemorySettings
 
     settings = MemorySettings()
-    t = settings.reconciler_threshold
+    t, d = settings.reconciler_threshold, settings.decision_threshold
     out: dict[str, Any] = {}
-    for name, confidence in (("current", decision_confidence), ("previous", previous_decision_confidence)):
+    for name in ("current", "previous"):
         flagged = {"restatement": 0, "distinct": 0}
         totals = {"restatement": 0, "distinct": 0}
         for r, sim in zip(rows, sims, strict=True):
@@ -220,13 +228,18 @@ def decision_step(rows: Sequence[dict[str, Any]], sims: Sequence[float]) -> dict
             if group is None or detect_contradiction(r["old"], r["new"]) is not None:
                 continue
             totals[group] += 1
-            lexical = jaccard(r["old"], r["new"])
-            duplicate = sim >= t and lexical >= 0.5
-            unsure = (
-                sim >= t - DECISION_SIMILARITY_MARGIN
-                and confidence(sim, lexical, t) < settings.decision_threshold
-            )
-            flagged[group] += duplicate or unsure
+            if name == "current":
+                repeat = judge_repeat(
+                    r["old"],
+                    r["new"],
+                    sim,
+                    threshold=t,
+                    decision_threshold=d,
+                    margin=DECISION_SIMILARITY_MARGIN,
+                )
+                flagged[group] += repeat is not None
+            else:
+                flagged[group] += previous_judge(r["old"], r["new"], sim, t, d)
         out[name] = {g: f"{flagged[g]} of {totals[g]}" for g in totals}
     return out
 

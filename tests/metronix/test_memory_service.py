@@ -24,7 +24,14 @@ from triptych.metronix import memory_store
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
-from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
+from triptych.metronix.freshness import (
+    decision_confidence,
+    detect_contradiction,
+    distinct_items,
+    jaccard,
+    judge_repeat,
+    restatement,
+)
 from triptych.metronix.memory import REST_DEFAULTS, MemoryService, MemorySettings, content_hash
 from triptych.metronix.memory_store import MemoryRecord, SqliteMemoryStore
 from triptych.metronix.store import utcnow
@@ -454,6 +461,83 @@ def test_detect_contradiction_ignores_refinements_unrelated_statements_and_parap
     old: str, new: str
 ) -> None:
     assert detect_contradiction(old, new) is None
+
+
+# -- formatting variants and numbered series (issue 20) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("The team standup is at 5pm.", "The team standup is at 5 pm"),
+        ("The deploy window opens at 9:30am", "The deploy window opens at 9:30 AM."),
+        ("Support closes at 6 p.m. on Fridays.", "Support closes at 6pm on Fridays"),
+        ("The meeting is at 14:00.", "The meeting is at 2 pm."),
+        ("Bob prefers tea in the afternoon.", "Bob prefers tea in the afternoon"),
+    ],
+    ids=["5pm", "9:30am", "p.m.", "24h", "full-stop"],
+)
+def test_formatting_variants_of_one_fact_are_restatements_not_contradictions(old: str, new: str) -> None:
+    assert detect_contradiction(old, new) is None
+    assert restatement(old, new)
+    repeat = judge_repeat(old, new, 0.97, threshold=0.92, decision_threshold=0.7, margin=0.05)
+    assert repeat is not None and repeat.reason == "possible_duplicate"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Ticket 4411 is assigned to Bob.", "Ticket 4412 is assigned to Bob."),
+        (
+            "Step 3 of the release checklist is tagging the build.",
+            "Step 4 of the release checklist is tagging the build.",
+        ),
+        ("Order #1001 shipped on Monday.", "Order #1002 shipped on Monday."),
+        ("Fact 5: the user likes jazz.", "Fact 6: the user likes jazz."),
+        ("Ticket 4411 is assigned to Bob.", "Ticket 4412 is assigned to Carol."),
+    ],
+    ids=["ticket", "step", "order", "fact", "ticket-and-owner"],
+)
+def test_items_of_a_numbered_series_neither_contradict_nor_repeat_each_other(old: str, new: str) -> None:
+    assert distinct_items(old, new)
+    assert detect_contradiction(old, new) is None
+    assert judge_repeat(old, new, 0.97, threshold=0.92, decision_threshold=0.7, margin=0.05) is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Dana is 41 years old.", "Dana is 42 years old."),
+        ("The billing service runs version 2.3.", "The billing service runs version 2.4."),
+        ("Version 3 is deployed to production.", "Version 4 is deployed to production."),
+        ("The launch date is March 3.", "The launch date is March 10."),
+        ("Ticket 4411 is assigned to Bob.", "Ticket 4411 is assigned to Carol."),
+        ("The team standup is at 5pm.", "The team standup is at 6 pm."),
+        ("The meeting is in room 12.", "The meeting is in room 14."),
+    ],
+    ids=["age", "version", "leading-version", "date", "same-ticket", "time", "room-as-value"],
+)
+def test_the_contradictions_that_matter_are_still_found(old: str, new: str) -> None:
+    assert not distinct_items(old, new)
+    assert detect_contradiction(old, new) is not None
+
+
+def test_seven_numbered_facts_are_all_listed_and_a_reformatted_one_is_filed_as_a_duplicate(
+    service: MemoryService,
+) -> None:
+    ids = [
+        store(service, f"Step {n} of the release checklist is done by the on-call engineer.")["id"]
+        for n in range(1, 8)
+    ]
+    listed = service.list_records(LOCAL, workspace_id=WS, agent_id="hermes", limit=50)
+    assert {r["id"] for r in listed["records"]} >= set(ids)
+    assert service.review_list(LOCAL, WS)["total"] == 0
+    first = store(service, "The team standup is at 5pm.")
+    again = store(service, "The team standup is at 5 pm")
+    reviews = service.review_list(LOCAL, WS)
+    assert [(e["reason"], e["target_id"], e["related_record_id"]) for e in reviews["entries"]] == [
+        ("possible_duplicate", again["id"], first["id"])
+    ]
 
 
 # -- jaccard and decision_confidence ------------------------------------------------------------------

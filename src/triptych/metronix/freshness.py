@@ -5,8 +5,11 @@ For a new (or changed) record and its most similar active neighbours:
 - **contradiction**: the two say the same thing about the same subject except for one short value:
   a changed number or date, a negation added or removed, a replaced word or name ("prefers dark mode"
   vs "prefers light mode"). Found by aligning the two token sequences.
-- **duplicate**: embedding similarity at or above the reconciler threshold, confirmed lexically
-  (content-word Jaccard at least 0.5).
+- **duplicate**: the same words after number, time and format normalisation ("5pm" / "5 pm"), or
+  embedding similarity at or above the reconciler threshold confirmed lexically (content-word Jaccard
+  at least 0.5).
+- **numbered series**: a number that names the subject ("Ticket 4411 is ...", "Step 3 of ...") is not a
+  value: two items of a series neither contradict nor duplicate each other.
 - **decision confidence**: how sure the write can be treated as a distinct new memory. Two signals say
   "same fact": semantic ``p_sem = clip((s - 0.7) / (t - 0.7))`` and lexical
   ``p_lex = clip((j - 0.3) / 0.2)`` (s: cosine, t: reconciler threshold, j: Jaccard); the confidence is
@@ -116,6 +119,14 @@ _CONTRACTIONS = [
     for a, b in (("won't", "will not"), ("can't", "can not"), ("cannot", "can not"), ("n't", " not"))
 ]
 _WORD = re.compile(r"[A-Za-z0-9]+(?:[.:/-][A-Za-z0-9]+)*")
+# A 12-hour clock time in any common spelling ("5pm", "5 pm", "5 p.m.", "9:30AM"): one 24-hour token, so
+# the spellings of one time compare equal and "am" is never read as the copula.
+_CLOCK = re.compile(r"\b(1[0-2]|0?[1-9])(?::([0-5]\d))?\s*([ap])\.?\s?m\b\.?", re.IGNORECASE)
+
+
+def _clock(m: re.Match[str]) -> str:
+    hour = int(m.group(1)) % 12 + (12 if m.group(3).lower() == "p" else 0)
+    return f"{hour}:{m.group(2) or '00'}"
 
 
 def _normalise_text(text: str) -> str:
@@ -124,6 +135,7 @@ def _normalise_text(text: str) -> str:
         t = _THOUSANDS.sub("", t)
     if "$" in t:
         t = _DOLLAR.sub(r"\1", t)
+    t = _CLOCK.sub(_clock, t)
     t = _NO_LONGER.sub("not", t)
     t = _ANY_MORE.sub("anymore", t)
     if "'" in t or "nnot" in t.lower():
@@ -151,7 +163,7 @@ def _number_token(tok: str) -> list[str]:
         value = float(m.group(1)) * scale
         return [str(int(value)) if value.is_integer() else str(value)]
     m = _UNIT_GLUED.match(tok)
-    if m and m.group(2) not in ("am", "pm"):
+    if m:
         return [m.group(1), m.group(2)]
     if tok in _NUMBER_WORDS:
         return [str(_NUMBER_WORDS[tok])]
@@ -187,18 +199,7 @@ def _seq(text: str) -> tuple[tuple[str, bool], ...]:
             digit = tok[0].isdigit()
             number = digit and _NUMBER_TOKEN.match(tok) is not None
             out.append((tok if number else _stem(tok), valueish or digit))
-    # am/pm: "2 pm" -> "14:00", "9:30 am" -> "9:30"
-    fixed: list[tuple[str, bool]] = []
-    for tok, val in out:
-        if tok in ("am", "pm") and fixed and _NUMBER_TOKEN.match(fixed[-1][0]):
-            prev = fixed[-1][0]
-            hour, _, minute = prev.partition(":")
-            if hour.isdigit():
-                h = int(hour) % 12 + (12 if tok == "pm" else 0)
-                fixed[-1] = (f"{h}:{minute or '00'}", True)
-                continue
-        fixed.append((tok, val))
-    return tuple(fixed)
+    return tuple(out)
 
 
 def _is_number(tok: str) -> bool:
@@ -208,7 +209,8 @@ def _is_number(tok: str) -> bool:
 def detect_contradiction(old: str, new: str) -> Contradiction | None:
     """A contradiction between two statements, or None. Conservative: one short differing value.
 
-    Measured on bench/contradictions.jsonl (196 labelled pairs): precision 0.977, recall 0.867.
+    Measured on bench/contradictions.jsonl (236 labelled pairs): precision 0.980, recall 0.881; on the
+    56 held-out pairs never tuned on, precision 1.000, recall 0.880.
     """
     sa, sb = _seq(old), _seq(new)
     a = [t for t, _ in sa]
@@ -220,6 +222,8 @@ def detect_contradiction(old: str, new: str) -> Contradiction | None:
     val_b = [v for (t, v) in sb if t not in NEGATIONS]
     if not core_a or not core_b:
         return None
+    if distinct_items(old, new):
+        return None  # "Ticket 4411 ..." / "Ticket 4412 ...": two items of a series, not two values
     flipped = (neg_a % 2) != (neg_b % 2)
     if len(core_a) == len(core_b) and not flipped:
         differ = [i for i, (x, y) in enumerate(zip(core_a, core_b, strict=True)) if x != y]
@@ -273,6 +277,68 @@ def detect_contradiction(old: str, new: str) -> Contradiction | None:
     if any(t in _MULTI for t in core_a[:i1]):
         return None  # "likes / read / visited X" then "... Y": both can hold
     return Contradiction("value", " ".join(removed), " ".join(added), 0.75)
+
+
+# Nouns after which a number is the attribute's value, not the name of an item: "runs version 2.3" vs
+# "version 2.4" is a change even where the phrase leads ("Version 3 is deployed").
+_VALUE_NOUNS = frozenset(
+    "version v release age price cost size year budget score rank rating level count total limit".split()
+)
+
+
+def _subject_number(seq: tuple[tuple[str, bool], ...]) -> tuple[str, str] | None:
+    """The number that names the statement's subject, with its label: a number after a label noun in
+    the leading noun phrase, before any copula or "have" ("Ticket 4411 is ...", "Step 3 of the
+    checklist is ...", "Order #1001 shipped ...")."""
+    core = [t for t, _ in seq if t not in NEGATIONS]
+    for i in (1, 2):
+        if i >= len(core) or core[i - 1] in ("=be", "have"):
+            return None
+        label = core[i - 1]
+        if _is_number(core[i]) and label.isalpha() and label not in STOPWORDS and label not in _VALUE_NOUNS:
+            return label, core[i]
+    return None
+
+
+def distinct_items(old: str, new: str) -> bool:
+    """Two statements about two items of one numbered series (two tickets, two checklist steps): a
+    number that names the subject is not a value, so they neither contradict nor repeat each other."""
+    a, b = _subject_number(_seq(old)), _subject_number(_seq(new))
+    return a is not None and b is not None and a[0] == b[0] and a[1] != b[1]
+
+
+def restatement(old: str, new: str) -> bool:
+    """The same words after number, time and format normalisation ("5pm" / "5 pm", a trailing full
+    stop, "$50,000" / "$50k"), with the same polarity: the new record says the old one again."""
+    sa, sb = _seq(old), _seq(new)
+    return bool(sa) and [t for t, _ in sa] == [t for t, _ in sb]
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """How a write that contradicts nothing relates to its nearest neighbour, when it needs review."""
+
+    reason: str  # "possible_duplicate" | "low_confidence_decision"
+    confidence: float
+
+
+def judge_repeat(
+    old: str, new: str, similarity: float, *, threshold: float, decision_threshold: float, margin: float
+) -> Repeat | None:
+    """Whether ``new`` restates its nearest neighbour ``old`` (cosine ``similarity``): a duplicate, an
+    unsure call, or (None) a distinct new memory."""
+    if distinct_items(old, new):
+        return None
+    lexical = jaccard(old, new)
+    if restatement(old, new) or (similarity >= threshold and lexical >= 0.5):
+        return Repeat("possible_duplicate", similarity)
+    confidence = decision_confidence(similarity, lexical, threshold)
+    # Only a close neighbour makes "store it as a new memory" uncertain. Without this floor, short
+    # conversational turns that share a few words were filed by the hundred (113 of 300 LoCoMo turns)
+    # and vanished from default searches.
+    if similarity >= threshold - margin and confidence < decision_threshold:
+        return Repeat("low_confidence_decision", confidence)
+    return None
 
 
 def decision_confidence(similarity: float, lexical: float, threshold: float) -> float:

@@ -27,7 +27,7 @@ from triptych.metronix.access import require_write, resolve_workspace, valid_age
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.errors import DocumentNotFound, InvalidParams
-from triptych.metronix.freshness import decision_confidence, detect_contradiction, jaccard
+from triptych.metronix.freshness import detect_contradiction, judge_repeat
 from triptych.metronix.memory_store import (
     KINDS,
     SCOPES,
@@ -812,19 +812,17 @@ class MemoryService:
         best = others.get(best_seq)
         if best is None:
             return None
-        lexical = jaccard(best.content, record.content)
-        if best_similarity >= s.reconciler_threshold and lexical >= 0.5:
-            return Filing("possible_duplicate", best.id, best_similarity, "review_needed")
-        confidence = decision_confidence(best_similarity, lexical, s.reconciler_threshold)
-        # Only a close neighbour makes "store it as a new memory" uncertain. Without this floor, short
-        # conversational turns that share a few words were filed by the hundred (113 of 300 LoCoMo turns)
-        # and vanished from default searches.
-        if (
-            best_similarity >= s.reconciler_threshold - DECISION_SIMILARITY_MARGIN
-            and confidence < s.decision_threshold
-        ):
-            return Filing("low_confidence_decision", best.id, confidence, "review_needed")
-        return None
+        repeat = judge_repeat(
+            best.content,
+            record.content,
+            best_similarity,
+            threshold=s.reconciler_threshold,
+            decision_threshold=s.decision_threshold,
+            margin=DECISION_SIMILARITY_MARGIN,
+        )
+        if repeat is None:
+            return None
+        return Filing(repeat.reason, best.id, repeat.confidence, "review_needed")
 
     def run_pending_checks(self) -> int:
         """Checks a crash interrupted (queued with their write, never completed); run at start."""
