@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
-from harness import free_port, run_threads
+from harness import free_port, run_threads, shared_file
 from postgres import PostgresCluster
 
 from triptych.core.errors import StorageUnavailable
 from triptych.core.pg import PgDatabase, redacted
 from triptych.metronix import pg_store
 from triptych.metronix.pg_store import PgKnowledgeStore
-from triptych.metronix.store import NewDocument
+from triptych.metronix.store import KnowledgeStore, NewDocument, SqliteKnowledgeStore
 
 FIRST = "CREATE TABLE notes (id BIGINT PRIMARY KEY, body TEXT NOT NULL);"
 SECOND = (
@@ -130,3 +133,40 @@ def test_an_unreachable_database_is_storage_unavailable_without_the_password() -
     assert "s3cret" not in caught.value.message and redacted(url) in caught.value.message
     assert caught.value.details["reason"] == "database_unavailable"
     assert "TRIPTYCH_DATABASE_URL" in (caught.value.hint or "")
+
+
+def test_keyword_ranking_on_postgresql_is_the_embedded_engine_s_to_the_score(
+    postgres: PostgresCluster, tmp_path: Path
+) -> None:
+    """The same 400 SciFact abstracts in both engines; 100 queries rank the same labels with the same
+    BM25 scores (the decision in docs/decisions.md, issue 16, rests on this)."""
+    corpus = shared_file("data/scifact/corpus.jsonl")
+    queries = shared_file("data/scifact/queries.jsonl")
+    docs = [json.loads(line) for line in corpus.read_text().splitlines()[:400]]
+    texts = [json.loads(line)["text"] for line in queries.read_text().splitlines()[:100]]
+    dim = 8
+    rng = np.random.default_rng(3)
+    stores: list[KnowledgeStore] = [
+        SqliteKnowledgeStore(tmp_path / "metronix.db", dim),
+        PgKnowledgeStore(PgDatabase(postgres.create_database()), dim),
+    ]
+    try:
+        for doc in docs:
+            vector = rng.normal(size=(1, dim)).astype(np.float32)
+            new = NewDocument("sci", doc["_id"], doc["title"], doc["text"], "manual", None, None, {}, "h",
+                              chunks=[doc["text"]], embeddings=vector / np.linalg.norm(vector))  # fmt: skip
+            for store in stores:
+                store.put_document(new)
+        compared = 0
+        for query in texts:
+            rankings = []
+            for store in stores:
+                hits = store.keyword_search("sci", query, 10)
+                labels = store.chunk_hits("sci", [i for i, _ in hits])
+                rankings.append([(labels[i].doc_label, round(score, 9)) for i, score in hits])
+            assert rankings[0] == rankings[1], query
+            compared += bool(rankings[0])
+        assert compared >= 90
+    finally:
+        for store in stores:
+            store.close()
