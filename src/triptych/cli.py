@@ -60,7 +60,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from triptych.core.db import check_writable
     from triptych.core.errors import StorageUnavailable
 
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except ValueError as exc:  # a setting out of range or malformed (pydantic's message names it)
+        print(f"triptych: invalid setting: {exc}", file=sys.stderr)
+        return 2
     _log_to_stderr(settings.log_level)
     fresh = is_fresh(settings.data_dir)  # before create_app makes the databases
     try:

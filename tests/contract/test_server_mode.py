@@ -8,11 +8,14 @@ workspace generations it reads from it.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from harness import ServerProcess, mcp_session, run_threads
+from harness import TRIPTYCH, ServerProcess, free_port, mcp_session, run_threads
 from postgres import PostgresCluster
 
 
@@ -107,3 +110,23 @@ async def test_workspaces_stay_apart_across_workers(workers: list[ServerProcess]
     async with mcp_session(workers[1].url + "/mcp") as mcp:
         got = await mcp.call("metronix_get", doc_label="secret", workspace_id=theirs)
     assert got.error_code == "DOCUMENT_NOT_FOUND"
+
+
+def _serve(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    command = [TRIPTYCH, "serve", "--port", str(free_port())]
+    environ = {**os.environ, "TRIPTYCH_DATA_DIR": str(tmp_path / "data"), **env}
+    return subprocess.run(command, env=environ, capture_output=True, text=True, timeout=120)
+
+
+def test_an_unreachable_database_stops_serve_with_what_to_check_and_no_password(tmp_path: Path) -> None:
+    url = f"postgresql://triptych:s3cret@127.0.0.1:{free_port()}/nowhere"
+    done = _serve({"TRIPTYCH_DATABASE_URL": url}, tmp_path)
+    assert done.returncode == 1
+    assert "cannot start" in done.stderr and "TRIPTYCH_DATABASE_URL" in done.stderr
+    assert "s3cret" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_database_url_of_another_kind_is_refused_at_start(tmp_path: Path) -> None:
+    done = _serve({"TRIPTYCH_DATABASE_URL": "mysql://root@localhost/triptych"}, tmp_path)
+    assert done.returncode == 2
+    assert "must be a postgresql:// URL" in done.stderr and "Traceback" not in done.stderr
