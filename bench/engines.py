@@ -1,0 +1,146 @@
+"""The knowledge base on both storage engines, same run: SciFact nDCG@10 and search latency.
+
+The same documents go into an embedded SQLite store and a PostgreSQL one (a throwaway PostgreSQL 18 with
+pgvector started here, as the tests do), through the same ``KnowledgeService``; the same queries run on
+both. Vectors come from the on-disk embedding cache (bench/common.py; missing ones are embedded with the
+real local model once and kept), so the two engines see identical vectors and the timing is the store's,
+not the model's: each query's vector is embedded (cached) before the timed search.
+
+Run from the repository root:  .venv/bin/python bench/engines.py [--docs N] [--queries N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import common
+import numpy as np
+
+from triptych.core.auth import local_principal
+from triptych.core.embed import LocalEmbedder
+from triptych.core.pg import PgDatabase
+from triptych.metronix.knowledge import KnowledgeService
+from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore
+
+sys.path.insert(0, str(common.REPO / "tests"))
+from postgres import PostgresCluster  # noqa: E402  (the tests' throwaway PostgreSQL)
+
+LOCAL = local_principal()
+
+
+class CachedEmbedder:
+    """The local model behind the benchmark's embedding cache: a text is embedded once across runs."""
+
+    def __init__(self, inner: LocalEmbedder, cache: common.EmbeddingCache) -> None:
+        self.inner, self.cache = inner, cache
+        self.name, self.dim = inner.name, inner.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.cache.get(list(texts), self.inner)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--docs", type=int, default=0, help="documents (all queries' relevant ones + random); 0 = all"
+    )
+    p.add_argument("--queries", type=int, default=300, help="test queries (default all 300)")
+    p.add_argument("--repeat", type=int, default=3, help="timed passes over the queries (default 3)")
+    p.add_argument("--scifact-dir", type=Path, default=common.SCIFACT_DIR, help="BEIR SciFact folder")
+    p.add_argument(
+        "--cache-dir", type=Path, default=common.CACHE_DIR, help="embedding cache (outside the repo)"
+    )
+    p.add_argument(
+        "--out", type=Path, help="JSON result file (default /tmp/triptych-bench/engines-<time>.json)"
+    )
+    return p.parse_args(argv)
+
+
+def run_engine(
+    name: str, store: KnowledgeStore, embedder: CachedEmbedder, data: common.SciFact, repeat: int
+) -> dict[str, Any]:
+    service = KnowledgeService(store, embedder)  # type: ignore[arg-type]
+    started = time.perf_counter()
+    with common.progress(total=len(data.docs), desc=f"{name}: store", unit="doc") as bar:
+        for doc in data.docs:
+            service.store_document(
+                LOCAL, "scifact", doc["text"], title=doc["title"] or None, doc_label=doc["_id"]
+            )
+            bar.update(1)
+    ingest = time.perf_counter() - started
+    run: dict[str, list[str]] = {}
+    latencies: list[float] = []
+    for _ in range(repeat):
+        for qid, text in data.queries.items():
+            t0 = time.perf_counter()
+            found = service.search(LOCAL, "scifact", text, top_k=10)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            run[qid] = common.dedupe([hit["doc_label"] for hit in found["results"]])
+    quality = common.evaluate(run, data.qrels)
+    return {
+        "engine": name,
+        "ingest_s": round(ingest, 1),
+        "ndcg@10": quality["ndcg@10"],
+        "recall@10": quality["recall@10"],
+        "search_ms": common.summary(latencies),
+        "run": run,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    data = common.load_scifact(args.scifact_dir)
+    if args.docs:
+        data = common.quick_subset(data, args.docs, args.queries)
+    elif args.queries < len(data.queries):
+        data = common.quick_subset(data, len(data.docs), args.queries)
+    local = LocalEmbedder()
+    local.warm_up()
+    embedder = CachedEmbedder(local, common.EmbeddingCache(local.name, local.dim, args.cache_dir))
+    common.log(f"{len(data.docs)} documents, {len(data.queries)} queries; warming the embedding cache")
+    service_texts = []  # exactly what the service embeds: chunk texts with the title prefix, and queries
+    for row in common.chunk_corpus(data.docs, 200):
+        service_texts.append(row.embed_text)
+    embedder.embed(service_texts + list(data.queries.values()))
+    results = []
+    cluster = PostgresCluster().start()
+    with tempfile.TemporaryDirectory(prefix="triptych-engines-") as tmp:
+        try:
+            sqlite_store = SqliteKnowledgeStore(Path(tmp) / "metronix.db", local.dim)
+            results.append(run_engine("sqlite", sqlite_store, embedder, data, args.repeat))
+            sqlite_store.close()
+            pg_store = PgKnowledgeStore(PgDatabase(cluster.create_database("bench")), local.dim)
+            results.append(run_engine("postgresql", pg_store, embedder, data, args.repeat))
+            pg_store.close()
+        finally:
+            cluster.stop()
+    same = sum(results[0]["run"][q] == results[1]["run"][q] for q in data.queries)
+    report = {
+        "machine": common.machine_facts(),
+        "docs": len(data.docs),
+        "queries": len(data.queries),
+        "engines": [{k: v for k, v in r.items() if k != "run"} for r in results],
+        "identical_top10_queries": same,
+        "ndcg_delta": round(results[1]["ndcg@10"] - results[0]["ndcg@10"], 4),
+        "search_p50_ratio_pg_over_sqlite": round(
+            results[1]["search_ms"]["p50"] / max(results[0]["search_ms"]["p50"], 1e-9), 2
+        ),
+    }
+    out = args.out or Path("/tmp/triptych-bench") / f"engines-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(json.dumps({k: v for k, v in report.items() if k != "machine"}, indent=2))
+    print(f"written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
