@@ -949,3 +949,36 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
     twice = store(service, "The ferry leaves at noon", scope="session", session_id="s")
     assert twice["deduped"] and twice["id"] == twin["id"]
     assert finished == [True, True]
+
+
+# -- several workers on one data directory (server mode keeps memory there for now, issue 16) ---------
+
+
+def test_two_workers_recovering_the_same_queued_checks_file_each_review_once(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    path = tmp_path / "metronix.db"
+    dbs = [Database(path, []) for _ in range(2)]
+    try:
+        workers = [MemoryService(SqliteMemoryStore(db, embedder.dim), embedder) for db in dbs]
+        old = store(workers[0], "User prefers dark mode")
+        queued = [raw_record("User prefers light mode"), raw_record("User prefers dark mode at night")]
+        for record in queued:  # committed with their checks, then the writing worker "died"
+            vector = embedder.embed([record.content])[0]
+            workers[0].store.insert(record, vector, extract_entities(record.content), True)
+        assert len(workers[0].store.pending_checks()) == 2
+
+        # Both workers start at once and both find the queued checks.
+        errors = run_threads(lambda i: workers[i].run_pending_checks(), 2)
+
+        assert errors == []
+        assert workers[0].store.pending_checks() == workers[1].store.pending_checks() == []
+        for worker in workers:
+            entries = worker.review_list(LOCAL, WS)["entries"]
+            keys = [(e["target_id"], e["related_record_id"], e["reason"]) for e in entries]
+            assert len(keys) == len(set(keys)) >= 1  # each finding filed once, seen by both
+            assert {key[0] for key in keys} <= {r.id for r in queued}
+            assert all(key[1] in {old["id"], *(r.id for r in queued)} for key in keys)
+    finally:
+        for db in dbs:
+            db.close()
