@@ -1,4 +1,6 @@
-"""Agent-memory persistence: records, their tags, entities, vectors, the review queue and the audit log.
+"""Agent-memory persistence: records, their tags, entities, vectors, and the counters that keep the
+in-process caches coherent. The review queue, audit events and freshness queue are ``review_store``'s
+job (``SqliteMemoryStore.reviews``); the record model is ``memory_model``.
 
 The embedded default keeps everything in ``metronix.db`` (its own migration component), with the
 dense vectors served from an in-process ``VectorIndex`` per workspace like the knowledge base, and the
@@ -10,13 +12,11 @@ writers of the same content cannot both insert.
 from __future__ import annotations
 
 import json
-import secrets
 import sqlite3
-import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -26,11 +26,17 @@ from triptych.core.partitions import PartitionCache, WriteGate, gated
 from triptych.core.search import Vector, VectorIndex
 from triptych.metronix.adjacency import AdjacencyIndex
 from triptych.metronix.attributes import AttributeIndex, Attributes, Visibility
+from triptych.metronix.memory_counters import SqliteCounters
+from triptych.metronix.memory_model import (
+    MemoryRecord,
+    RankingRow,
+    dedup_key,
+    keyword_document,
+    record_attributes,
+    record_from_row,
+)
+from triptych.metronix.review_store import SqliteReviewStore
 from triptych.metronix.store import utcnow
-
-STATUSES = ("active", "candidate", "stale", "superseded", "archived", "conflicted", "review_needed")
-SCOPES = ("global", "per_agent", "session")
-KINDS = ("fact", "preference", "pinned")
 
 MIGRATIONS = [
     """
@@ -155,8 +161,6 @@ MIGRATIONS = [
     ALTER TABLE memory_generations ADD COLUMN attributes INTEGER NOT NULL DEFAULT 0;
     """,
 ]
-# How BM25 weighs a record's columns (FTS5 used the same weights before migration 5).
-CONTENT_WEIGHT, TAGS_WEIGHT = 1.0, 0.5
 
 # Records written by one agent within this many seconds of each other are adjacent: one exchange of a
 # conversation, or one batch. Longer gaps usually start another topic.
@@ -164,163 +168,6 @@ FOLLOW_WINDOW_SECONDS = 3600.0
 # Filters this selective (fewer than 1 visible record in this many of the workspace's nearest) are
 # served from the materialised visible set instead of widening the post-filtered probe further.
 MAX_PROBE = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryRecord:
-    id: str
-    workspace_id: str
-    agent_id: str
-    scope: str
-    session_id: str | None
-    kind: str
-    content: str
-    content_hash: str
-    tags: list[str]
-    importance_score: float
-    source_type: str
-    metadata: dict[str, Any]
-    status: str
-    created_at: str
-    updated_at: str
-    ttl_expires_at: str | None = None
-    verification_state: str | None = None
-    superseded_by: str | None = None
-    seq: int = 0
-
-    def contract(self) -> dict[str, Any]:
-        """The record as the contract's ``memory_search`` shows it (plus kind and updated_at)."""
-        return {
-            "id": self.id,
-            "workspace_id": self.workspace_id,
-            "agent_id": self.agent_id,
-            "scope": self.scope,
-            "source_type": self.source_type,
-            "content": self.content,
-            "tags": self.tags,
-            "importance_score": self.importance_score,
-            "ttl_expires_at": self.ttl_expires_at,
-            "content_hash": self.content_hash,
-            "created_at": self.created_at,
-            "session_id": self.session_id,
-            "metadata": self.metadata,
-            "status": self.status,
-            "kind": self.kind,
-            "updated_at": self.updated_at,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Filing:
-    """What a freshness check files: a review entry, the target's new status, and a link to record."""
-
-    reason: str
-    related_id: str | None
-    confidence: float
-    status: str | None
-    link: str | None = None  # a ``memory_links`` kind ("contradicts")
-
-
-@dataclass(frozen=True, slots=True)
-class ReviewEntry:
-    id: str
-    workspace_id: str
-    target_id: str
-    target_kind: str
-    reason: str
-    related_record_id: str | None
-    content: str
-    confidence: float
-    created_at: str
-
-    def contract(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "workspace_id": self.workspace_id,
-            "target_id": self.target_id,
-            "target_kind": self.target_kind,
-            "reason": self.reason,
-            "related_record_id": self.related_record_id,
-            "content": self.content,
-            "confidence": self.confidence,
-            "created_at": self.created_at,
-        }
-
-
-class RankingRow(NamedTuple):
-    seq: int
-    id: str
-    session_id: str | None
-    updated_at: str
-    importance_score: float
-    created_at: str
-    entities: frozenset[str]
-
-
-def _record(row: Any) -> MemoryRecord:
-    return MemoryRecord(
-        id=row["id"],
-        workspace_id=row["workspace_id"],
-        agent_id=row["agent_id"],
-        scope=row["scope"],
-        session_id=row["session_id"],
-        kind=row["kind"],
-        content=row["content"],
-        content_hash=row["content_hash"],
-        tags=json.loads(row["tags"]),
-        importance_score=row["importance_score"],
-        source_type=row["source_type"],
-        metadata=json.loads(row["metadata"]),
-        status=row["status"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        ttl_expires_at=row["ttl_expires_at"],
-        verification_state=row["verification_state"],
-        superseded_by=row["superseded_by"],
-        seq=row["seq"],
-    )
-
-
-def _attributes(record: MemoryRecord, seq: int, entities: set[str]) -> Attributes:
-    return Attributes(
-        seq=seq,
-        id=record.id,
-        agent_id=record.agent_id,
-        scope=record.scope,
-        session_id=record.session_id,
-        status=record.status,
-        kind=record.kind,
-        ttl_expires_at=record.ttl_expires_at,
-        importance_score=record.importance_score,
-        created_at=record.created_at,
-        updated_at=record.updated_at,
-        tags=frozenset(record.tags),
-        entities=frozenset(entities),
-        source_type=record.source_type,
-    )
-
-
-def _review(row: Any) -> ReviewEntry:
-    return ReviewEntry(
-        id=row["id"],
-        workspace_id=row["workspace_id"],
-        target_id=row["target_id"],
-        target_kind=row["target_kind"],
-        reason=row["reason"],
-        related_record_id=row["related_record_id"] or None,
-        content=row["content"],
-        confidence=row["confidence"],
-        created_at=row["created_at"],
-    )
-
-
-def _document(content: str, tags: Sequence[str]) -> list[tuple[str, float]]:
-    """A record as the keyword index sees it: its content and its tags, weighted."""
-    return [(content, CONTENT_WEIGHT), (" ".join(tags), TAGS_WEIGHT)]
-
-
-def dedup_key(workspace_id: str, agent_id: str, scope: str, session_id: str | None, content_hash: str) -> str:
-    return "\x1f".join([workspace_id, agent_id, scope, session_id or "", content_hash])
 
 
 _COLUMNS = (
@@ -335,10 +182,12 @@ class SqliteMemoryStore:
         self.db = db
         self._gate = WriteGate()
         db.migrate("memory", MIGRATIONS)
+        self.counters = SqliteCounters(db)
         self.index = VectorIndex(dim, self._load_vectors)
         self.keywords = KeywordIndex(self._load_documents)
         self.adjacency = AdjacencyIndex(self._load_links)
         self.attributes = AttributeIndex(self._load_attributes)
+        self.reviews = SqliteReviewStore(db, self._gate, self.attributes, self._attribute_write)
 
     # -- generations (vector cache coherence) -------------------------------------
 
@@ -346,25 +195,22 @@ class SqliteMemoryStore:
     # new rows), ``attributes`` for the attribute cache (every change to a record).
 
     def _generation(self, workspace_id: str) -> int:
-        return self._counter(workspace_id, "generation")
+        return self.counters.get(workspace_id, "generation")
 
     def _attribute_generation(self, workspace_id: str) -> int:
-        return self._counter(workspace_id, "attributes")
+        return self.counters.get(workspace_id, "attributes")
 
     def _bump(self, conn: Any, workspace_id: str) -> int:
-        return self._bump_counter(conn, workspace_id, "generation")
+        return self.counters.bump(conn, workspace_id, "generation")
 
     def _bump_attributes(self, conn: Any, workspace_id: str) -> int:
-        return self._bump_counter(conn, workspace_id, "attributes")
+        return self.counters.bump(conn, workspace_id, "attributes")
 
     def _counters(self, workspace_id: str) -> tuple[int, int]:
         """Both counters in one read: a search that reads them together and passes them down never
         asks a cache for a generation newer than its first look (a concurrent write of this process
         may commit meanwhile, and a cache asked for it before the write applies it would reload)."""
-        row = self.db.conn.execute(
-            "SELECT generation, attributes FROM memory_generations WHERE workspace_id = ?", (workspace_id,)
-        ).fetchone()
-        return (int(row[0]), int(row[1])) if row else (0, 0)
+        return self.counters.both(workspace_id)
 
     def _read_counters(self, workspace_id: str) -> tuple[int, int]:
         """``_counters`` for a read, once this process's write in progress has reached the caches
@@ -379,21 +225,6 @@ class SqliteMemoryStore:
             any(cache.generation(workspace_id) < generation for cache in self._caches())
             or self.attributes.generation(workspace_id) < attributes
         )
-
-    def _counter(self, workspace_id: str, column: str) -> int:
-        row = self.db.conn.execute(
-            f"SELECT {column} FROM memory_generations WHERE workspace_id = ?", (workspace_id,)
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    def _bump_counter(self, conn: Any, workspace_id: str, column: str) -> int:
-        first = (1, 0) if column == "generation" else (0, 1)
-        conn.execute(
-            "INSERT INTO memory_generations (workspace_id, generation, attributes) VALUES (?, ?, ?)"
-            f" ON CONFLICT (workspace_id) DO UPDATE SET {column} = {column} + 1",
-            (workspace_id, *first),
-        )
-        return self._counter(workspace_id, column)
 
     def _load_attributes(self, workspace_id: str) -> list[Attributes]:
         entities: dict[int, set[str]] = {}
@@ -450,7 +281,7 @@ class SqliteMemoryStore:
             "SELECT seq, content, tags FROM memory_records WHERE workspace_id = ? ORDER BY seq",
             (workspace_id,),
         )
-        return [(int(seq), _document(content, json.loads(tags))) for seq, content, tags in rows]
+        return [(int(seq), keyword_document(content, json.loads(tags))) for seq, content, tags in rows]
 
     def warm(self) -> None:
         """Load the vector, keyword, adjacency and attribute caches of every workspace that holds records (best
@@ -566,11 +397,11 @@ class SqliteMemoryStore:
             before,
             after,
             vectors=[(seq, vec)],
-            documents=[(seq, _document(record.content, record.tags))],
+            documents=[(seq, keyword_document(record.content, record.tags))],
             links=[(seq, previous)] if previous is not None else [],
         )
         self.attributes.apply(
-            record.workspace_id, attrs_before, attrs_after, put=[_attributes(record, seq, entities)]
+            record.workspace_id, attrs_before, attrs_after, put=[record_attributes(record, seq, entities)]
         )
         return replace(record, seq=seq), False
 
@@ -739,7 +570,7 @@ class SqliteMemoryStore:
                 before,
                 after,
                 vectors=vectors,
-                documents=[(record.seq, _document(updated.content, updated.tags))],
+                documents=[(record.seq, keyword_document(updated.content, updated.tags))],
                 removed_vectors=[record.seq] if vectors else [],
             )
         return updated
@@ -807,7 +638,7 @@ class SqliteMemoryStore:
         row = self.db.conn.execute(
             f"SELECT {_COLUMNS} FROM memory_records r WHERE dedup_key = ?", (key,)
         ).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else record_from_row(row)
 
     def _plain(self) -> sqlite3.Cursor:
         """A cursor yielding tuples: hot queries of many small rows skip building ``sqlite3.Row``s."""
@@ -820,7 +651,7 @@ class SqliteMemoryStore:
             f"SELECT {_COLUMNS} FROM memory_records r WHERE r.workspace_id = ? AND r.id = ?",
             (workspace_id, record_id),
         ).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else record_from_row(row)
 
     def by_seqs(self, seqs: Sequence[int]) -> dict[int, MemoryRecord]:
         if not seqs:
@@ -829,7 +660,7 @@ class SqliteMemoryStore:
         rows = self.db.conn.execute(
             f"SELECT {_COLUMNS} FROM memory_records r WHERE r.seq IN ({marks})", tuple(seqs)
         )
-        return {int(r["seq"]): _record(r) for r in rows}
+        return {int(r["seq"]): record_from_row(r) for r in rows}
 
     def ranking_rows(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, RankingRow]:
         """What ranking reads of each candidate: no content, tags or metadata to decode."""
@@ -885,7 +716,7 @@ class SqliteMemoryStore:
             " LIMIT ? OFFSET ?",
             (*params, limit, offset),
         ).fetchall()
-        return [_record(r) for r in rows], total
+        return [record_from_row(r) for r in rows], total
 
     def facets(self, workspace_id: str, now: str) -> tuple[list[str], list[str]]:
         """The distinct kinds and source types of the workspace's live records (expired sessions aside)."""
@@ -1008,145 +839,3 @@ class SqliteMemoryStore:
             for seq, value in self.db.conn.execute(query.format(",".join("?" * len(seqs))), tuple(seqs)):
                 found.setdefault(int(seq), set()).add(value)
         return found
-
-    # -- review queue and audit -----------------------------------------------------------
-
-    def file_review(
-        self,
-        record: MemoryRecord,
-        reason: str,
-        related_id: str | None,
-        confidence: float,
-        new_status: str | None,
-    ) -> bool:
-        """File a review entry (idempotent per target, related record and reason); True if it is new."""
-        return self._file(record, Filing(reason, related_id, confidence, new_status), done=False)
-
-    def finish_check(self, record: MemoryRecord, filing: Filing | None) -> bool:
-        """A freshness check's outcome: its filing, if any, and the check dequeued, in one transaction.
-        True if a new review entry was filed."""
-        return self._file(record, filing, done=True)
-
-    @gated
-    def _file(self, record: MemoryRecord, filing: Filing | None, done: bool) -> bool:
-        created, attrs = False, None
-        with self.db.transaction() as conn:
-            if filing is not None:
-                cursor = conn.execute(
-                    "INSERT OR IGNORE INTO review_entries (id, workspace_id, target_id, target_kind, reason,"
-                    " related_record_id, content, confidence, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (
-                        "review_" + uuid.uuid4().hex,
-                        record.workspace_id,
-                        record.id,
-                        "memory_record",
-                        filing.reason,
-                        filing.related_id or "",
-                        record.content,
-                        round(filing.confidence, 4),
-                        utcnow(),
-                    ),
-                )
-                created = cursor.rowcount > 0
-                if created and filing.status is not None:
-                    conn.execute(
-                        "UPDATE memory_records SET status = ? WHERE seq = ?", (filing.status, record.seq)
-                    )
-                    attrs = self._attribute_write(conn, record.workspace_id)
-                if filing.link is not None and filing.related_id:
-                    conn.execute(
-                        "INSERT OR IGNORE INTO memory_links VALUES (?, ?, ?)",
-                        (record.seq, filing.related_id, filing.link),
-                    )
-            if done:
-                conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
-        if attrs is not None and filing is not None:
-            self.attributes.apply(
-                record.workspace_id, *attrs, changes={record.seq: {"status": filing.status}}
-            )
-        return created
-
-    def list_reviews(
-        self, workspace_id: str, reason: str | None, record_id: str | None, limit: int, offset: int
-    ) -> tuple[list[ReviewEntry], int]:
-        clauses, params = ["workspace_id = ?"], [workspace_id]
-        if reason is not None:
-            clauses.append("reason = ?")
-            params.append(reason)
-        if record_id is not None:
-            clauses.append("(target_id = ? OR related_record_id = ?)")
-            params.extend([record_id, record_id])
-        where = " AND ".join(clauses)
-        total = int(
-            self.db.conn.execute(f"SELECT count(*) FROM review_entries WHERE {where}", params).fetchone()[0]
-        )
-        rows = self.db.conn.execute(
-            f"SELECT * FROM review_entries WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
-            (*params, limit, offset),
-        ).fetchall()
-        return [_review(r) for r in rows], total
-
-    def get_review(self, workspace_id: str, review_id: str) -> ReviewEntry | None:
-        row = self.db.conn.execute(
-            "SELECT * FROM review_entries WHERE workspace_id = ? AND id = ?", (workspace_id, review_id)
-        ).fetchone()
-        return None if row is None else _review(row)
-
-    @gated
-    def resolve_review(
-        self,
-        review: ReviewEntry,
-        record: MemoryRecord,
-        status: str,
-        verification_state: str,
-        superseded_by: str | None,
-        actor: str,
-        payload: dict[str, Any],
-    ) -> str | None:
-        """Apply a resolution in one transaction; the machine event id, or None if already resolved."""
-        event_id = "evt_" + secrets.token_hex(12)
-        now = utcnow()
-        with self.db.transaction() as conn:
-            gone = conn.execute("DELETE FROM review_entries WHERE id = ?", (review.id,)).rowcount == 0
-            if gone:  # a concurrent caller resolved it first
-                return None
-            conn.execute(
-                "UPDATE memory_records SET status = ?, verification_state = ?, superseded_by = ?,"
-                " updated_at = ?"
-                " WHERE seq = ?",
-                (status, verification_state, superseded_by, now, record.seq),
-            )
-            attrs = self._attribute_write(conn, record.workspace_id)
-            if superseded_by is not None:
-                conn.execute(
-                    "INSERT OR IGNORE INTO memory_links VALUES (?, ?, 'superseded_by')",
-                    (record.seq, superseded_by),
-                )
-            conn.execute(
-                "INSERT INTO machine_events VALUES (?, ?, 'freshness_review_resolved', ?, ?, ?, ?)",
-                (event_id, review.workspace_id, actor, record.id, json.dumps(payload), utcnow()),
-            )
-        self.attributes.apply(
-            record.workspace_id, *attrs, changes={record.seq: {"status": status, "updated_at": now}}
-        )
-        return event_id
-
-    def events(self, workspace_id: str, target_id: str) -> list[dict[str, Any]]:
-        rows = self.db.conn.execute(
-            "SELECT * FROM machine_events WHERE workspace_id = ? AND target_id = ? ORDER BY created_at, id",
-            (workspace_id, target_id),
-        ).fetchall()
-        return [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]
-
-    # -- freshness queue -----------------------------------------------------------------
-
-    def pending_checks(self, limit: int = 100) -> list[tuple[str, str]]:
-        rows = self.db.conn.execute(
-            "SELECT workspace_id, record_id FROM freshness_queue ORDER BY enqueued_at LIMIT ?", (limit,)
-        ).fetchall()
-        return [(r[0], r[1]) for r in rows]
-
-    @gated
-    def check_done(self, record_id: str) -> None:
-        with self.db.transaction() as conn:
-            conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
