@@ -29,7 +29,7 @@ from triptych.metronix.entities import extract_entities
 from triptych.metronix.errors import DocumentNotFound, InvalidParams
 from triptych.metronix.freshness import detect_contradiction, judge_repeat
 from triptych.metronix.memory_model import KINDS, SCOPES, STATUSES, Filing, MemoryRecord, RankingRow
-from triptych.metronix.memory_store import SqliteMemoryStore
+from triptych.metronix.memory_store import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class MemoryService:
 
     def __init__(
         self,
-        store: SqliteMemoryStore,
+        store: MemoryStore,
         embedder: Embedder,
         settings: MemorySettings | None = None,
         default_workspace: str = "default",

@@ -13,7 +13,7 @@ import json
 import secrets
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from triptych.core.db import Database
 from triptych.core.partitions import WriteGate, gated
@@ -23,6 +23,38 @@ from triptych.metronix.store import utcnow
 
 # Inside a write transaction: the attribute generation before it and after bumping it.
 AttributeWrite = Callable[[Any, str], tuple[int, int]]
+
+
+class ReviewStore(Protocol):
+    """The review queue, audit events and freshness queue, as the memory service uses them (each engine
+    implements it; the embedded one is ``SqliteReviewStore``)."""
+
+    def file_review(
+        self,
+        record: MemoryRecord,
+        reason: str,
+        related_id: str | None,
+        confidence: float,
+        new_status: str | None,
+    ) -> bool: ...
+    def finish_check(self, record: MemoryRecord, filing: Filing | None) -> bool: ...
+    def list_reviews(
+        self, workspace_id: str, reason: str | None, record_id: str | None, limit: int, offset: int
+    ) -> tuple[list[ReviewEntry], int]: ...
+    def get_review(self, workspace_id: str, review_id: str) -> ReviewEntry | None: ...
+    def resolve_review(
+        self,
+        review: ReviewEntry,
+        record: MemoryRecord,
+        status: str,
+        verification_state: str,
+        superseded_by: str | None,
+        actor: str,
+        payload: dict[str, Any],
+    ) -> str | None: ...
+    def events(self, workspace_id: str, target_id: str) -> list[dict[str, Any]]: ...
+    def pending_checks(self, limit: int = 100) -> list[tuple[str, str]]: ...
+    def check_done(self, record_id: str) -> None: ...
 
 
 class SqliteReviewStore:
