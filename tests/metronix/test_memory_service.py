@@ -20,6 +20,7 @@ from triptych.core.auth import Principal, local_principal
 from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
 from triptych.core.errors import EmbeddingMismatch, Forbidden, NotFound
+from triptych.core.pg import PgDatabase, PortableDatabase
 from triptych.metronix import memory_model, memory_store
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
@@ -39,6 +40,8 @@ from triptych.metronix.store import utcnow
 
 LOCAL = local_principal()
 WS = "svc"
+# The service's rules hold on both engines (tests of one engine's files or internals say so).
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,13 @@ def embedder() -> LocalEmbedder:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
+def db(tmp_path: Path, engine: str, request: pytest.FixtureRequest) -> Iterator[Database]:
+    """The memory database: a SQLite file, or (server mode) a fresh PostgreSQL database."""
+    if engine == "postgresql":
+        pg = PgDatabase(request.getfixturevalue("postgres").create_database(), max_size=4)
+        yield PortableDatabase(pg, write_lock="metronix-memory")  # type: ignore[misc]
+        pg.close()
+        return
     database = Database(tmp_path / "metronix.db", [])
     yield database
     database.close()
@@ -719,6 +728,7 @@ def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
     assert {r["record"]["id"] for r in found["results"]} == {"r1", "r2", third["id"]}
 
 
+@pytest.mark.engines("sqlite")  # a second SQLite connection, or SQLite's query plan
 def test_purging_expired_session_records_reads_the_expiry_index_not_the_table(
     db: Database, embedder: LocalEmbedder
 ) -> None:
@@ -732,6 +742,7 @@ def test_purging_expired_session_records_reads_the_expiry_index_not_the_table(
     assert st.purge_expired(utcnow()) == 0
 
 
+@pytest.mark.engines("sqlite")  # a second SQLite connection, or SQLite's query plan
 def test_keyword_search_follows_updates_deletes_and_another_process_s_writes(
     db: Database, embedder: LocalEmbedder
 ) -> None:
@@ -833,6 +844,7 @@ def test_the_cached_visibility_rule_equals_the_sql_one_for_every_filter(
         assert st.visible_subset(view, seqs) == set(st.visible_seqs(view)), view
 
 
+@pytest.mark.engines("sqlite")  # a second SQLite connection, or SQLite's query plan
 def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_process_s_writes(
     db: Database, embedder: LocalEmbedder
 ) -> None:

@@ -9,8 +9,10 @@ version and the others find it applied.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -136,3 +138,129 @@ class PgDatabase:
 
     def close(self) -> None:
         self.pool.close()
+
+
+# -- the common dialect: SQL written once for SQLite 3.35+ and PostgreSQL ---------------------------------
+
+
+class Row(tuple[Any, ...]):
+    """A result row readable by position and by column name, as ``sqlite3.Row`` is (``dict(row)`` too)."""
+
+    __slots__ = ()
+    _names: dict[str, int]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._names[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+
+def _row_factory(cursor: Any) -> Any:
+    names = {column.name: i for i, column in enumerate(cursor.description or ())}
+    row_type = type("Row", (Row,), {"__slots__": (), "_names": names})
+    return lambda values: row_type(values)
+
+
+class Result:
+    """The fetched rows of one statement (statements here are short: fetching at once frees the
+    connection for the next)."""
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def fetchone(self) -> Any:
+        return self._rows.pop(0) if self._rows else None
+
+    def fetchall(self) -> list[Any]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fetchall())
+
+
+class PortableConnection:
+    """What a store written against SQLite's ``conn.execute(sql, params)`` needs, on PostgreSQL: ``?``
+    placeholders become ``%s``, rows read by name. Inside ``PortableDatabase.transaction()`` statements
+    run on the transaction's connection; outside, each borrows a pooled one."""
+
+    row_factory: Any = None  # accepted and ignored: rows always read both ways
+
+    def __init__(self, db: PortableDatabase) -> None:
+        self._db = db
+
+    def cursor(self) -> PortableConnection:
+        return self
+
+    @staticmethod
+    def _sql(query: str) -> bytes:
+        return query.replace("%", "%%").replace("?", "%s").encode()
+
+    def execute(self, query: str, params: Sequence[Any] = ()) -> Result:
+        def run(conn: psycopg.Connection[Any]) -> Result:
+            with conn.cursor(row_factory=_row_factory) as cursor:
+                cursor.execute(self._sql(query), tuple(params))
+                rows = cursor.fetchall() if cursor.description is not None else []
+                return Result(rows, cursor.rowcount)
+
+        return self._db.run(run)
+
+    def executemany(self, query: str, params: Iterable[Sequence[Any]]) -> Result:
+        batch = [tuple(p) for p in params]
+
+        def run(conn: psycopg.Connection[Any]) -> Result:
+            if not batch:
+                return Result([], 0)
+            with conn.cursor() as cursor:
+                cursor.executemany(self._sql(query), batch)
+                return Result([], cursor.rowcount)
+
+        return self._db.run(run)
+
+
+class PortableDatabase:
+    """A ``PgDatabase`` shaped like ``core.db.Database`` (``conn``, ``transaction()``, ``migrate()``) for
+    stores whose SQL is in the dialect SQLite and PostgreSQL share."""
+
+    def __init__(self, pg: PgDatabase, write_lock: str | None = None) -> None:
+        self.pg = pg
+        # Writers of one store go one at a time across every worker, as SQLite's single writer does:
+        # the store's read-then-write steps (its generation counters) rely on it.
+        self._write_lock = write_lock
+        self._local = threading.local()
+        self._conn = PortableConnection(self)
+
+    @property
+    def conn(self) -> PortableConnection:
+        return self._conn
+
+    def run(self, work: Callable[[psycopg.Connection[Any]], Result]) -> Result:
+        current: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if current is not None:
+            return work(current)
+        with self.pg.connection() as conn:
+            return work(conn)
+
+    @contextmanager
+    def transaction(self) -> Iterator[PortableConnection]:
+        """BEGIN ... COMMIT, or ROLLBACK on any exception; this thread's statements join it meanwhile."""
+        if getattr(self._local, "conn", None) is not None:
+            raise RuntimeError("transactions do not nest")
+        with self.pg.transaction() as conn:
+            if self._write_lock is not None:
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._write_lock,))
+            self._local.conn = conn
+            try:
+                yield self._conn
+            finally:
+                self._local.conn = None
+
+    def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
+        return self.pg.migrate(component, migrations)
+
+    def close(self) -> None:
+        """Nothing: the ``PgDatabase`` belongs to whoever opened it (it closes its pool)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -28,7 +27,15 @@ from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.errors import DocumentNotFound, InvalidParams
 from triptych.metronix.freshness import detect_contradiction, judge_repeat
-from triptych.metronix.memory_model import KINDS, SCOPES, STATUSES, Filing, MemoryRecord, RankingRow
+from triptych.metronix.memory_model import (
+    KINDS,
+    SCOPES,
+    STATUSES,
+    DuplicateContent,
+    Filing,
+    MemoryRecord,
+    RankingRow,
+)
 from triptych.metronix.memory_store import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -507,7 +514,7 @@ class MemoryService:
             return {"id": record.id, "content_hash": record.content_hash, "updated_fields": []}
         try:
             updated = self.store.update(record, changes, vector, entities, enqueue=vector is not None)
-        except sqlite3.IntegrityError as exc:
+        except DuplicateContent as exc:
             raise InvalidParams(
                 "another record of this agent and scope already has this content",
                 hint="Delete one of the two records, or change the content",

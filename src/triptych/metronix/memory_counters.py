@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableDatabase
 
 Counter = Literal["generation", "attributes"]
 
 
 class SqliteCounters:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database | PortableDatabase) -> None:
         self.db = db
 
     def both(self, workspace_id: str) -> tuple[int, int]:
@@ -35,7 +36,7 @@ class SqliteCounters:
         first = (1, 0) if counter == "generation" else (0, 1)
         conn.execute(
             "INSERT INTO memory_generations (workspace_id, generation, attributes) VALUES (?, ?, ?)"
-            f" ON CONFLICT (workspace_id) DO UPDATE SET {counter} = {counter} + 1",
+            f" ON CONFLICT (workspace_id) DO UPDATE SET {counter} = memory_generations.{counter} + 1",
             (workspace_id, *first),
         )
         return self.get(workspace_id, counter)

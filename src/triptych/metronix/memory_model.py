@@ -20,6 +20,10 @@ KINDS = ("fact", "preference", "pinned")
 CONTENT_WEIGHT, TAGS_WEIGHT = 1.0, 0.5
 
 
+class DuplicateContent(Exception):
+    """An update would give a record the content another record of its agent and scope has."""
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryRecord:
     id: str

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from triptych.core.db import Database
 from triptych.core.partitions import WriteGate, gated
+from triptych.core.pg import PortableDatabase
 from triptych.metronix.attributes import AttributeIndex
 from triptych.metronix.memory_model import Filing, MemoryRecord, ReviewEntry, review_from_row
 from triptych.metronix.store import utcnow
@@ -59,7 +60,11 @@ class ReviewStore(Protocol):
 
 class SqliteReviewStore:
     def __init__(
-        self, db: Database, gate: WriteGate, attributes: AttributeIndex, attribute_write: AttributeWrite
+        self,
+        db: Database | PortableDatabase,
+        gate: WriteGate,
+        attributes: AttributeIndex,
+        attribute_write: AttributeWrite,
     ) -> None:
         self.db = db
         self._gate = gate
@@ -90,8 +95,9 @@ class SqliteReviewStore:
         with self.db.transaction() as conn:
             if filing is not None:
                 cursor = conn.execute(
-                    "INSERT OR IGNORE INTO review_entries (id, workspace_id, target_id, target_kind, reason,"
-                    " related_record_id, content, confidence, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO review_entries (id, workspace_id, target_id, target_kind, reason,"
+                    " related_record_id, content, confidence, created_at) VALUES (?,?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT DO NOTHING",
                     (
                         "review_" + uuid.uuid4().hex,
                         record.workspace_id,
@@ -112,7 +118,7 @@ class SqliteReviewStore:
                     attrs = self._attribute_write(conn, record.workspace_id)
                 if filing.link is not None and filing.related_id:
                     conn.execute(
-                        "INSERT OR IGNORE INTO memory_links VALUES (?, ?, ?)",
+                        "INSERT INTO memory_links VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                         (record.seq, filing.related_id, filing.link),
                     )
             if done:
@@ -176,7 +182,7 @@ class SqliteReviewStore:
             attrs = self._attribute_write(conn, record.workspace_id)
             if superseded_by is not None:
                 conn.execute(
-                    "INSERT OR IGNORE INTO memory_links VALUES (?, ?, 'superseded_by')",
+                    "INSERT INTO memory_links VALUES (?, ?, 'superseded_by') ON CONFLICT DO NOTHING",
                     (record.seq, superseded_by),
                 )
             conn.execute(

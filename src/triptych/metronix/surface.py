@@ -16,7 +16,7 @@ from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.mcp import Tool, build_server
-from triptych.core.pg import PgDatabase
+from triptych.core.pg import PgDatabase, PortableDatabase
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
 from triptych.metronix.answer import AnswerService, LlmClient
@@ -49,8 +49,6 @@ class Metronix:
     answers: AnswerService
     # The background warm-up reads the database; ``close`` waits for it before closing the connections.
     warming: threading.Thread | None = field(default=None, repr=False)
-    # Databases opened here beside the knowledge store's (server mode's memory file), closed with it.
-    owned: list[Database] = field(default_factory=list, repr=False)
 
     @classmethod
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> Metronix:
@@ -62,11 +60,12 @@ class Metronix:
             settings.embed_bulk_threads,
         )
         store: KnowledgeStore
+        memory_db: Database | PortableDatabase
         if settings.database_url:
-            # Server mode: the knowledge base in PostgreSQL, shared by every worker. Agent memory is not
-            # ported yet and stays in the data directory's SQLite file (docs/decisions.md, issue 16).
-            store = PgKnowledgeStore(PgDatabase(settings.database_url), embedder.dim)
-            memory_db = Database(settings.metronix_db, [], component="memory-only")
+            # Server mode: the knowledge base and agent memory in PostgreSQL, shared by every worker.
+            pg = PgDatabase(settings.database_url)
+            store = PgKnowledgeStore(pg, embedder.dim)
+            memory_db = PortableDatabase(pg, write_lock="metronix-memory")
         else:
             sqlite_store = SqliteKnowledgeStore(settings.metronix_db, embedder.dim)
             store, memory_db = sqlite_store, sqlite_store.db
@@ -93,8 +92,7 @@ class Metronix:
             if settings.llm_url
             else None
         )
-        owned = [memory_db] if settings.database_url else []
-        return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm), owned=owned)
+        return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm))
 
     def tools(self) -> list[Tool[Caller]]:
         return knowledge_tools(self.knowledge) + sync_tools(self.sync) + memory_tools(self.memory)
@@ -133,8 +131,6 @@ class Metronix:
             self.warming.join()
         self.memory.close()
         self.knowledge.store.close()
-        for db in self.owned:
-            db.close()
 
 
 def mount(shared: Shared) -> tuple[Metronix, Mounted]:
