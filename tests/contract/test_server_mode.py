@@ -1,8 +1,8 @@
 """Server mode: two `triptych serve` processes on one PostgreSQL database behave like one server.
 
 Each worker has its own data directory, so whatever one sees of the other's writes came through the
-database: the knowledge base lives there, and the in-process keyword index of each worker follows the
-workspace generations it reads from it.
+database: the knowledge base and agent memory live there, and each worker's in-process indexes follow
+the generations it reads from it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import TRIPTYCH, ServerProcess, free_port, mcp_session, run_threads
@@ -110,6 +111,60 @@ async def test_workspaces_stay_apart_across_workers(workers: list[ServerProcess]
     async with mcp_session(workers[1].url + "/mcp") as mcp:
         got = await mcp.call("metronix_get", doc_label="secret", workspace_id=theirs)
     assert got.error_code == "DOCUMENT_NOT_FOUND"
+
+
+async def _memory(server: ServerProcess, tool: str, **arguments: Any) -> dict[str, Any]:
+    async with mcp_session(server.url + "/mcp") as mcp:
+        result = await mcp.call(tool, **arguments)
+    assert not result.is_error, result.data
+    return result.data
+
+
+async def test_memory_written_through_one_worker_is_searched_updated_and_reviewed_through_the_other(
+    workers: list[ServerProcess],
+) -> None:
+    first, second = workers
+    workspace = ws()
+    mine = {"workspace_id": workspace, "agent_id": "hermes"}
+    # The second worker loads its memory indexes of the workspace first.
+    assert (await _memory(second, "memory_search", query="dark mode", **mine))["results"] == []
+    dark = await _memory(first, "memory_store", content="User prefers dark mode", **mine)
+    found = await _memory(second, "memory_search", query="which mode does the user prefer", **mine)
+    assert [r["record"]["id"] for r in found["results"]] == [dark["id"]]
+
+    await _memory(
+        second,
+        "memory_update",
+        record_id=dark["id"],
+        content="User prefers dark mode in the evening",
+        workspace_id=workspace,
+    )
+    found = await _memory(first, "memory_search", query="evening", **mine)
+    assert found["results"][0]["record"]["content"] == "User prefers dark mode in the evening"
+
+    # A contradiction stored through one worker is filed once and listed by the other.
+    light = await _memory(first, "memory_store", content="User prefers light mode in the evening", **mine)
+    review = await _memory(second, "memory_review_list", workspace_id=workspace)
+    assert [(e["target_id"], e["related_record_id"]) for e in review["entries"]] == [
+        (light["id"], dark["id"])
+    ]
+
+    await _memory(second, "memory_delete", record_id=light["id"], workspace_id=workspace)
+    listed = await _memory(first, "memory_list", **mine)
+    assert [r["id"] for r in listed["records"]] == [dark["id"]]
+
+
+async def test_memory_of_one_workspace_never_reaches_another_through_either_worker(
+    workers: list[ServerProcess],
+) -> None:
+    mine, theirs = ws(), ws()
+    await _memory(workers[0], "memory_store", content="The staging password rotates on Mondays",
+                  workspace_id=mine, agent_id="hermes")  # fmt: skip
+    for server in workers:
+        found = await _memory(
+            server, "memory_search", query="staging password", workspace_id=theirs, agent_id="hermes"
+        )
+        assert found["results"] == []
 
 
 def _serve(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
