@@ -971,10 +971,14 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
 
 
 def test_two_workers_recovering_the_same_queued_checks_file_each_review_once(
-    tmp_path: Path, embedder: LocalEmbedder
+    tmp_path: Path, embedder: LocalEmbedder, engine: str, request: pytest.FixtureRequest
 ) -> None:
-    path = tmp_path / "metronix.db"
-    dbs = [Database(path, []) for _ in range(2)]
+    dbs: list[Any]
+    if engine == "postgresql":
+        url = request.getfixturevalue("postgres").create_database()
+        dbs = [PortableDatabase(PgDatabase(url, max_size=4), write_lock="metronix-memory") for _ in range(2)]
+    else:
+        dbs = [Database(tmp_path / "metronix.db", []) for _ in range(2)]
     try:
         workers = [MemoryService(SqliteMemoryStore(db, embedder.dim), embedder) for db in dbs]
         old = store(workers[0], "User prefers dark mode")
@@ -997,4 +1001,4 @@ def test_two_workers_recovering_the_same_queued_checks_file_each_review_once(
             assert all(key[1] in {old["id"], *(r.id for r in queued)} for key in keys)
     finally:
         for db in dbs:
-            db.close()
+            (db.pg if isinstance(db, PortableDatabase) else db).close()
