@@ -1,4 +1,5 @@
-"""The knowledge base on both storage engines, same run: SciFact nDCG@10 and search latency.
+"""Metronix on both storage engines, same run: SciFact nDCG@10 and search latency of the knowledge base,
+and ``memory_store`` / ``memory_search`` latency at ``--memories`` records.
 
 The same documents go into an embedded SQLite store and a PostgreSQL one (a throwaway PostgreSQL 18 with
 pgvector started here, as the tests do), through the same ``KnowledgeService``; the same queries run on
@@ -6,7 +7,10 @@ both. Vectors come from the on-disk embedding cache (bench/common.py; missing on
 real local model once and kept), so the two engines see identical vectors and the timing is the store's,
 not the model's: each query's vector is embedded (cached) before the timed search.
 
-Run from the repository root:  .venv/bin/python bench/engines.py [--docs N] [--queries N]
+Memory: the first ``--memories`` SciFact chunks (cached vectors) are stored one ``store_record`` at a time
+through ``MemoryService``; the last ``--timed`` stores and ``--timed`` searches (SciFact queries) are timed.
+
+Run from the repository root:  .venv/bin/python bench/engines.py [--docs N] [--queries N] [--memories N]
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ import common
 import numpy as np
 
 from triptych.core.auth import local_principal
+from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
-from triptych.core.pg import PgDatabase
+from triptych.core.pg import PgDatabase, PortableDatabase
 from triptych.metronix.knowledge import KnowledgeService
+from triptych.metronix.memory import MemoryService
+from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.pg_store import PgKnowledgeStore
 from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore
 
@@ -54,6 +61,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--queries", type=int, default=300, help="test queries (default all 300)")
     p.add_argument("--repeat", type=int, default=3, help="timed passes over the queries (default 3)")
+    p.add_argument("--memories", type=int, default=0, help="memory records for the memory phase (0: skip it)")
+    p.add_argument("--timed", type=int, default=200, help="memory stores and searches timed (default 200)")
+    p.add_argument("--skip-kb", action="store_true", help="only the memory phase")
     p.add_argument("--scifact-dir", type=Path, default=common.SCIFACT_DIR, help="BEIR SciFact folder")
     p.add_argument(
         "--cache-dir", type=Path, default=common.CACHE_DIR, help="embedding cache (outside the repo)"
@@ -95,6 +105,28 @@ def run_engine(
     }
 
 
+def run_memory(
+    name: str, db: Any, embedder: CachedEmbedder, texts: Sequence[str], queries: Sequence[str], timed: int
+) -> dict[str, Any]:
+    service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)  # type: ignore[arg-type]
+    stores: list[float] = []
+    with common.progress(total=len(texts), desc=f"{name}: memory_store", unit="record") as bar:
+        for i, text in enumerate(texts):
+            t0 = time.perf_counter()
+            service.store_record(LOCAL, workspace_id="bench", content=text, agent_id=f"agent-{i % 4}")
+            if i >= len(texts) - timed:
+                stores.append((time.perf_counter() - t0) * 1000)
+            bar.update(1)
+    searches: list[float] = []
+    for query in list(queries)[:timed]:
+        t0 = time.perf_counter()
+        service.search(LOCAL, workspace_id="bench", query=query, agent_id="agent-0", top_k=5)
+        searches.append((time.perf_counter() - t0) * 1000)
+    service.close()
+    return {"engine": name, "records": len(texts), "store_ms": common.summary(stores),
+            "search_ms": common.summary(searches)}  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     data = common.load_scifact(args.scifact_dir)
@@ -110,30 +142,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     for row in common.chunk_corpus(data.docs, 200):
         service_texts.append(row.embed_text)
     embedder.embed(service_texts + list(data.queries.values()))
-    results = []
+    results: list[dict[str, Any]] = []
+    memory: list[dict[str, Any]] = []
+    memory_texts = [
+        row.embed_text for row in common.chunk_corpus(common.load_scifact(args.scifact_dir).docs, 200)
+    ]
+    memory_texts = memory_texts[: args.memories]
+    if memory_texts:
+        embedder.embed(memory_texts)
     cluster = PostgresCluster().start()
     with tempfile.TemporaryDirectory(prefix="triptych-engines-") as tmp:
         try:
-            sqlite_store = SqliteKnowledgeStore(Path(tmp) / "metronix.db", local.dim)
-            results.append(run_engine("sqlite", sqlite_store, embedder, data, args.repeat))
-            sqlite_store.close()
-            pg_store = PgKnowledgeStore(PgDatabase(cluster.create_database("bench")), local.dim)
-            results.append(run_engine("postgresql", pg_store, embedder, data, args.repeat))
-            pg_store.close()
+            if not args.skip_kb:
+                sqlite_store = SqliteKnowledgeStore(Path(tmp) / "metronix.db", local.dim)
+                results.append(run_engine("sqlite", sqlite_store, embedder, data, args.repeat))
+                sqlite_store.close()
+                pg_store = PgKnowledgeStore(PgDatabase(cluster.create_database("bench")), local.dim)
+                results.append(run_engine("postgresql", pg_store, embedder, data, args.repeat))
+                pg_store.close()
+            if memory_texts:
+                queries = list(data.queries.values())
+                sqlite_db = Database(Path(tmp) / "memory.db", [])
+                memory.append(run_memory("sqlite", sqlite_db, embedder, memory_texts, queries, args.timed))
+                sqlite_db.close()
+                pg = PgDatabase(cluster.create_database("memory"))
+                portable = PortableDatabase(pg, write_lock="metronix-memory")
+                memory.append(run_memory("postgresql", portable, embedder, memory_texts, queries, args.timed))
+                pg.close()
         finally:
             cluster.stop()
-    same = sum(results[0]["run"][q] == results[1]["run"][q] for q in data.queries)
-    report = {
+    report: dict[str, Any] = {
         "machine": common.machine_facts(),
         "docs": len(data.docs),
         "queries": len(data.queries),
-        "engines": [{k: v for k, v in r.items() if k != "run"} for r in results],
-        "identical_top10_queries": same,
-        "ndcg_delta": round(results[1]["ndcg@10"] - results[0]["ndcg@10"], 4),
-        "search_p50_ratio_pg_over_sqlite": round(
-            results[1]["search_ms"]["p50"] / max(results[0]["search_ms"]["p50"], 1e-9), 2
-        ),
     }
+    if results:
+        report["engines"] = [{k: v for k, v in r.items() if k != "run"} for r in results]
+        report["identical_top10_queries"] = sum(
+            results[0]["run"][q] == results[1]["run"][q] for q in data.queries
+        )
+        report["ndcg_delta"] = round(results[1]["ndcg@10"] - results[0]["ndcg@10"], 4)
+        report["search_p50_ratio_pg_over_sqlite"] = round(
+            results[1]["search_ms"]["p50"] / max(results[0]["search_ms"]["p50"], 1e-9), 2
+        )
+    if memory:
+        report["memory"] = memory
+        for what in ("store_ms", "search_ms"):
+            ratio = memory[1][what]["p50"] / max(memory[0][what]["p50"], 1e-9)
+            report[f"memory_{what[:-3]}_p50_ratio_pg_over_sqlite"] = round(ratio, 2)
     out = args.out or Path("/tmp/triptych-bench") / f"engines-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))

@@ -9,6 +9,7 @@ are copied once to a readable folder under the system temp directory.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import pwd

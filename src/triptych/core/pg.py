@@ -65,6 +65,9 @@ class PgDatabase:
                 max_size=max_size,
                 timeout=timeout,
                 configure=register_vector,
+                # Autocommit: a read is one round trip, with no COMMIT or ROLLBACK after it (about 2 ms
+                # of 2.8 per statement on a busy machine here); writes BEGIN in ``transaction()``.
+                kwargs={"autocommit": True},
                 open=True,
                 name="triptych",
             )
@@ -88,7 +91,7 @@ class PgDatabase:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[TupleRow]]:
-        """A pooled connection for reads; its implicit transaction ends when the block does."""
+        """A pooled connection in autocommit mode: each statement commits by itself."""
         try:
             with self.pool.connection() as conn:
                 yield conn
@@ -111,29 +114,22 @@ class PgDatabase:
     def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
         """Apply the component's migrations not yet applied, each in its own transaction; returns how many."""
         applied = 0
+        # The pool's connections autocommit: this session lock spans the transactions below.
         with self.connection() as conn:
-            conn.commit()
-            conn.autocommit = True
+            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
             try:
-                conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
-                try:
-                    conn.execute(
-                        "INSERT INTO schema_version VALUES (%s, 0) ON CONFLICT DO NOTHING", (component,)
-                    )
-                    query = "SELECT version FROM schema_version WHERE component = %s"
-                    row = conn.execute(query, (component,)).fetchone()
-                    current = int(row[0]) if row else 0
-                    for version, script in enumerate(migrations[current:], start=current + 1):
-                        with conn.transaction():
-                            conn.execute(script.encode())  # several statements: the simple protocol
-                            update = "UPDATE schema_version SET version = %s WHERE component = %s"
-                            conn.execute(update, (version, component))
-                        applied += 1
-                        log.info("migrated %s to version %d", component, version)
-                finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+                conn.execute("INSERT INTO schema_version VALUES (%s, 0) ON CONFLICT DO NOTHING", (component,))
+                row = conn.execute("SELECT version FROM schema_version WHERE component = %s", (component,))
+                current = int(one(row.fetchone())[0])
+                for version, script in enumerate(migrations[current:], start=current + 1):
+                    with conn.transaction():
+                        conn.execute(script.encode())  # several statements: the simple protocol
+                        update = "UPDATE schema_version SET version = %s WHERE component = %s"
+                        conn.execute(update, (version, component))
+                    applied += 1
+                    log.info("migrated %s to version %d", component, version)
             finally:
-                conn.autocommit = False
+                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
         return applied
 
     def close(self) -> None:
@@ -158,10 +154,16 @@ class Row(tuple[Any, ...]):
         return list(self._names)
 
 
+_ROW_TYPES: dict[tuple[str, ...], type[Row]] = {}
+
+
 def _row_factory(cursor: Any) -> Any:
-    names = {column.name: i for i, column in enumerate(cursor.description or ())}
-    row_type = type("Row", (Row,), {"__slots__": (), "_names": names})
-    return lambda values: row_type(values)
+    columns = tuple(column.name for column in cursor.description or ())
+    row_type = _ROW_TYPES.get(columns)
+    if row_type is None:  # one class per distinct column list: a store has a few dozen
+        names = {name: i for i, name in enumerate(columns)}
+        row_type = _ROW_TYPES.setdefault(columns, type("Row", (Row,), {"__slots__": (), "_names": names}))
+    return row_type
 
 
 class Result:
