@@ -106,6 +106,7 @@ class PostgresCluster:
             raise RuntimeError(
                 f"PostgreSQL did not start: {exc.stderr.decode(errors='replace')}\n{log}"
             ) from exc
+        atexit.register(self.stop)  # a run that dies before its teardown leaves no server behind
         return self
 
     def url(self, database: str = "postgres") -> str:
