@@ -185,3 +185,77 @@ def test_a_database_url_of_another_kind_is_refused_at_start(tmp_path: Path) -> N
     done = _serve({"TRIPTYCH_DATABASE_URL": "mysql://root@localhost/triptych"}, tmp_path)
     assert done.returncode == 2
     assert "must be a postgresql:// URL" in done.stderr and "Traceback" not in done.stderr
+
+
+async def _answers(server: ServerProcess, workspace: str) -> list[Any]:
+    """What the Metronix tools answer about a workspace (latencies aside)."""
+    mine = {"workspace_id": workspace, "agent_id": "hermes"}
+    async with mcp_session(server.url + "/mcp") as mcp:
+        calls = [
+            await mcp.call("metronix_search_fast", query="zebra stripes flies", workspace_id=workspace),
+            await mcp.call("metronix_get", doc_label="zebra", workspace_id=workspace),
+            await mcp.call("metronix_status", workspace_id=workspace),
+            await mcp.call("memory_search", query="which mode does the user prefer", **mine),
+            await mcp.call("memory_list", **mine),
+            await mcp.call("memory_review_list", workspace_id=workspace),
+        ]
+    answers = []
+    for result in calls:
+        assert not result.is_error, result.data
+        answers.append({k: v for k, v in result.data.items() if k != "latency_ms"})
+    return answers
+
+
+def _migrate(data_dir: Path, url: str) -> subprocess.CompletedProcess[str]:
+    command = [TRIPTYCH, "migrate", "--to", url, "--data-dir", str(data_dir)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+async def test_migrate_moves_the_embedded_data_and_the_tools_answer_the_same(
+    postgres: PostgresCluster, tmp_path: Path
+) -> None:
+    workspace = ws()
+    embedded = ServerProcess(tmp_path / "data", {"TRIPTYCH_AUTH_ENABLED": "false"}).start()
+    try:
+        await _store(
+            embedded, workspace, "zebra", "Zebras graze on the savanna; their stripes confuse biting flies."
+        )
+        await _store(embedded, workspace, "qubit", "Quantum computers keep information in qubits.")
+        mine = {"workspace_id": workspace, "agent_id": "hermes"}
+        await _memory(embedded, "memory_store", content="User prefers dark mode", **mine)
+        await _memory(embedded, "memory_store", content="User prefers light mode", **mine)  # a review
+        before = await _answers(embedded, workspace)
+    finally:
+        embedded.stop()
+
+    url = postgres.create_database("migrated")
+    done = _migrate(embedded.data_dir, url)
+    assert done.returncode == 0, done.stderr
+    assert "copied 2 documents (2 chunks), 2 memory records and 1 review entries" in done.stdout
+    assert "TRIPTYCH_DATABASE_URL" in done.stderr
+
+    server = ServerProcess(
+        tmp_path / "data", {"TRIPTYCH_AUTH_ENABLED": "false", "TRIPTYCH_DATABASE_URL": url}
+    )
+    server.start()
+    try:
+        assert await _answers(server, workspace) == before
+        # New writes on PostgreSQL continue the copied ids and sequences.
+        await _store(server, workspace, "okapi", "Okapis live in the rainforest of the Congo.")
+        assert await _search(server, workspace, "okapis rainforest") == ["okapi"]
+    finally:
+        server.stop()
+
+    again = _migrate(embedded.data_dir, url)
+    assert again.returncode == 1
+    assert "already holds Metronix data: nothing was copied" in again.stderr
+    assert "Traceback" not in again.stderr
+
+
+def test_migrate_without_embedded_data_says_where_it_looked(
+    postgres: PostgresCluster, tmp_path: Path
+) -> None:
+    done = _migrate(tmp_path / "empty", postgres.create_database("unused"))
+    assert done.returncode == 1
+    assert f"no Metronix database at {tmp_path / 'empty' / 'metronix.db'}" in done.stderr
+    assert "Traceback" not in done.stderr
