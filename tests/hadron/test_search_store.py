@@ -1,10 +1,13 @@
-"""The search store on a real SQLite file: full text and vector generations follow every write path,
-filters run inside the query, and embedding on write follows the memory's policy."""
+"""The search store on a real SQLite file: the keyword index and vector generations follow every write
+path (this process's and another's), filters run inside the query, and embedding on write follows the
+memory's policy."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+import sqlite3
 
 import numpy as np
 import pytest
@@ -60,7 +63,7 @@ def write(hadron: Hadron, caller: HadronCaller, urn: str, **values: object) -> N
 
 def keyword(hadron: Hadron, memory: str, text: str) -> list[str]:
     memory_id = hadron.admin().memory(memory).id
-    rows = hadron.search.store.keyword(NodeFilter((memory_id,)), f'"{text}"', 10)
+    rows = hadron.search.store.keyword(NodeFilter((memory_id,)), text, 10)
     return sorted(n.loc for n in hadron.search.store.nodes_by_rowid([r for r, _ in rows]).values())
 
 
@@ -125,7 +128,7 @@ def test_where_and_filters_run_inside_the_query(world: tuple[Hadron, HadronCalle
         write(hadron, caller, f"hrn:node:acme.com:specs:p:n{i:02d}", name=f"widget {i}", properties={"i": i})
     memory_id = hadron.admin().memory("hrn:mem:acme.com:specs").id
     f = NodeFilter((memory_id,), where=compile_where({"path": "i", "gte": 28}))
-    rows = hadron.search.store.keyword(f, '"widget"', 1)
+    rows = hadron.search.store.keyword(f, "widget", 1)
     assert len(rows) == 1  # limit 1 still finds a survivor: the filter is not applied after truncation
     survey = hadron.search.store.survey(NodeFilter((memory_id,), subtree=(memory_id, "p"), where=f.where), 10)
     assert sorted(n.loc for n in hadron.search.store.nodes_by_rowid(survey).values()) == ["p:n28", "p:n29"]
@@ -165,3 +168,138 @@ def test_concurrent_node_writes_and_vector_searches_never_reload_the_index(
     assert run_threads(work, 6) == []
     assert loads == []
     assert store.vector_count(specs.id) == 40
+
+
+# -- keyword index (issue 20): FTS5's BM25, per memory, following the change log ---------------------
+
+DOCS = [
+    (
+        "deploy",
+        "Deploying the service",
+        "how releases ship",
+        "Deploys run nightly; a deploy needs a review.",
+        "ops",
+    ),
+    ("rollback", "Rollbacks", "undoing a deploy", "Roll back with the previous image tag.", "ops,deploy"),
+    ("review", "Code review", None, "Every change needs one review before it ships.", "process"),
+    ("oncall", "On-call", "who answers pages", "The on-call engineer owns deploys at night.", None),
+    ("glossary", "Glossary", "terms", "Deploy: ship a build. Review: read a change. Page: an alert.", "docs"),
+]
+
+
+def _fts5_ranking(query_terms: str) -> list[tuple[str, float]]:
+    """The same rows in an FTS5 table ranked by ``bm25(4, 2, 1, 1)``, as Hadron ranked before issue 20."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute(
+        "CREATE VIRTUAL TABLE f USING fts5(loc UNINDEXED, name, description, content, tags, tokenize = 'porter unicode61')"
+    )
+    conn.executemany(
+        "INSERT INTO f VALUES (?, ?, ?, ?, ?)", [(d[0], d[1], d[2] or "", d[3], d[4] or "") for d in DOCS]
+    )
+    match = " OR ".join(f'"{t}"' for t in query_terms.split())
+    rows = conn.execute(
+        "SELECT loc, -bm25(f, 0, 4.0, 2.0, 1.0, 1.0) FROM f WHERE f MATCH ? ORDER BY bm25(f, 0, 4.0, 2.0, 1.0, 1.0)",
+        (match,),
+    ).fetchall()
+    return [(r[0], float(r[1])) for r in rows]
+
+
+def _ranking(hadron: Hadron, memory: str, text: str) -> list[tuple[str, float]]:
+    memory_id = hadron.admin().memory(memory).id
+    rows = hadron.search.store.keyword(NodeFilter((memory_id,)), text, 10)
+    nodes = hadron.search.store.nodes_by_rowid([r for r, _ in rows])
+    return [(nodes[r].loc, s) for r, s in rows]
+
+
+def _seed(hadron: Hadron, caller: HadronCaller, memory: str = "specs") -> None:
+    for loc, name, description, content, tags in DOCS:
+        values: dict[str, object] = {"name": name, "content": content}
+        if description is not None:
+            values["description"] = description
+        if tags is not None:
+            values["tags"] = tags.split(",")
+        write(hadron, caller, f"hrn:node:acme.com:{memory}:{loc}", **values)
+
+
+@pytest.mark.parametrize("query", ["deploy", "review change", "night pages", "rollback deploy review"])
+def test_keyword_ranking_equals_fts5_bm25_with_the_column_weights(
+    world: tuple[Hadron, HadronCaller, LetterEmbedder], query: str
+) -> None:
+    hadron, caller, _ = world
+    _seed(hadron, caller)
+    ours = _ranking(hadron, "hrn:mem:acme.com:specs", query)
+    # Tags are stored as a JSON list: FTS5 read the same text, brackets and quotes aside.
+    theirs = _fts5_ranking(query)
+    assert [loc for loc, _ in ours] == [loc for loc, _ in theirs]
+    assert [s for _, s in ours] == pytest.approx([s for _, s in theirs], rel=1e-4)
+
+
+def test_one_memory_s_documents_never_shift_another_memory_s_ranking(
+    world: tuple[Hadron, HadronCaller, LetterEmbedder],
+) -> None:
+    hadron, caller, _ = world
+    _seed(hadron, caller)
+    before = _ranking(hadron, "hrn:mem:acme.com:specs", "deploy review")
+    for i in range(40):  # a flood of "deploy" in another memory: the term grows common there only
+        write(hadron, caller, f"hrn:node:acme.com:team:d{i}", name=f"deploy {i}", content="deploy deploy")
+    assert _ranking(hadron, "hrn:mem:acme.com:specs", "deploy review") == before
+
+
+def test_another_process_s_writes_reach_the_keyword_index_without_a_reload(
+    world: tuple[Hadron, HadronCaller, LetterEmbedder], tmp_path: Path
+) -> None:
+    hadron, caller, embedder = world
+    _seed(hadron, caller)
+    specs = "hrn:mem:acme.com:specs"
+    assert [loc for loc, _ in _ranking(hadron, specs, "rollback")] == ["rollback"]
+    loads = count_loads(hadron.search.store.keywords.index)
+    other = Hadron.open(tmp_path / "hadron.db", embedder)  # type: ignore[arg-type]
+    try:
+        state = other.selections.session(caller, "s2", None)
+        write(
+            other,
+            caller,
+            "hrn:node:acme.com:specs:canary",
+            name="Canary rollback",
+            content="partial rollback",
+        )
+        assert [loc for loc, _ in _ranking(hadron, specs, "canary")] == ["canary"]
+        other.nodes.update(
+            caller, state, "hrn:node:acme.com:specs:rollback",
+            NodeFields({"content": "Revert to the last image."}, frozenset({"content"})), None, None,
+        )  # fmt: skip
+        assert [loc for loc, _ in _ranking(hadron, specs, "revert")] == ["rollback"]
+        other.nodes.move(
+            caller, state, "hrn:node:acme.com:specs:canary", "hrn:node:acme.com:team:canary", False, False
+        )
+        assert _ranking(hadron, specs, "canary") == []
+        assert [loc for loc, _ in _ranking(hadron, "hrn:mem:acme.com:team", "canary")] == ["canary"]
+        other.nodes.delete(caller, state, "hrn:node:acme.com:specs:oncall", False, False, False)
+        assert "oncall" not in [loc for loc, _ in _ranking(hadron, specs, "deploy")]
+    finally:
+        other.close()
+    # Every change arrived through the log: the specs index was never loaded again (team's first load only).
+    assert hadron.admin().memory(specs).id not in loads
+    # And the incrementally maintained index ranks exactly as a fresh load does.
+    fresh = Hadron.open(tmp_path / "hadron.db", embedder)  # type: ignore[arg-type]
+    try:
+        for query in ("deploy", "rollback revert", "review"):
+            assert _ranking(hadron, specs, query) == _ranking(fresh, specs, query)
+    finally:
+        fresh.close()
+
+
+def test_an_index_older_than_the_pruned_log_reloads_its_memory(
+    world: tuple[Hadron, HadronCaller, LetterEmbedder],
+) -> None:
+    hadron, caller, _ = world
+    _seed(hadron, caller)
+    specs = "hrn:mem:acme.com:specs"
+    assert _ranking(hadron, specs, "canary") == []
+    write(hadron, caller, "hrn:node:acme.com:specs:canary", name="Canary")
+    loads = count_loads(hadron.search.store.keywords.index)
+    with hadron.search.store.db.transaction() as tx:  # as the log's own pruning does past 50,000 entries
+        tx.execute("DELETE FROM node_text_changes")
+        tx.execute("INSERT INTO node_text_changes (memory_id, node_rowid) VALUES ('other', 0)")
+    assert [loc for loc, _ in _ranking(hadron, specs, "canary")] == ["canary"]
+    assert loads == [hadron.admin().memory(specs).id]

@@ -1,5 +1,6 @@
-"""Hadron search persistence: full text (FTS5, kept in step with nodes by triggers), node vectors with an
-exact in-process index per memory, structural filters pushed into SQL, and search scopes.
+"""Hadron search persistence: an in-process BM25 index per memory that follows a log of changed nodes,
+node vectors in an in-process index per memory (exact, then HNSW from 20,000 vectors), structural
+filters pushed into SQL, and search scopes.
 
 Filters run inside the query, never after truncation, so ``limit`` is honest: the memory set, object
 type, runnability and subtree are SQL conditions, and the ``where`` predicate is a SQL function over
@@ -11,24 +12,26 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from triptych.core.db import Database
+from triptych.core.keyword_index import Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.regex import LinearPattern
-from triptych.core.search import Vector
+from triptych.core.search import Vector, VectorIndex
 from triptych.hadron.domain.model import NodeRecord, Scope
 from triptych.hadron.domain.where import Predicate
 from triptych.hadron.store import _NODE_COLUMNS, _node
 
 RUNNABLE_TYPES = ("action",)
-# bm25 column weights: name, description, content, tags.
-BM25 = "bm25(nodes_fts, 4.0, 2.0, 1.0, 1.0)"
+# BM25 column weights (name, description, content, tags), as the FTS5 index used them before issue 20.
+COLUMN_WEIGHTS = (4.0, 2.0, 1.0, 1.0)
+# Candidates a filtered search ranks before it falls back to ranking every match.
+FILTER_WIDTH = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,127 +82,83 @@ def _where_function(predicate: Predicate) -> Callable[[str | None, str | None], 
     return test
 
 
-@dataclass
-class _Vectors:
-    generation: int
-    matrix: Vector  # capacity rows; the first ``len(ids)`` are live
-    ids: list[int] = field(default_factory=list)
-    position: dict[int, int] = field(default_factory=dict)
+class NodeKeywords:
+    """BM25 per memory over name, description, content and tags (``core.keyword_index``: FTS5's porter
+    stems and formula, the memory's own statistics), kept current by the ``node_text_changes`` log.
 
-    def live(self) -> Vector:
-        return self.matrix[: len(self.ids)]
-
-
-class ExactIndex:
-    """Exact cosine top-k per memory over an in-process float32 matrix, rebuilt from SQLite when stale.
-
-    Exact rather than HNSW (``core.search.VectorIndex`` switches to usearch above 20,000 vectors): a
-    graph build over 100,000 vectors took minutes on the shared 2-core machine, and Hadron's deletes and
-    moves make other workers reload, so a reload must cost a read (about a second), not a rebuild. Exact
-    top-k over 100,000 x 384 is one matrix-vector product. This process's own writes are applied in
-    place (swap-remove, amortised appends), all or nothing.
+    Before a search, the memory's index applies the log entries newer than the last one it saw: the
+    changed rows are read again and replace their old postings, whichever process wrote them. Loading
+    reads the log's head first, so a write racing the load is applied once more (harmlessly) rather
+    than missed. An index older than the log's horizon (it keeps 50,000 entries) reloads.
     """
 
-    def __init__(self, dim: int, loader: Callable[[str], tuple[list[int], Vector]]) -> None:
-        self.dim = dim
-        self._loader = loader
-        self._parts: dict[str, _Vectors] = {}
-        self._lock = threading.Lock()
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.index = KeywordIndex(self._documents, idf="fts5")
 
-    def sync(self, key: str, generation: int) -> _Vectors:
-        """The memory's vectors as of ``generation`` or later (generations only grow, as in
-        ``core.partitions``: a newer partition serves a reader that read an older generation)."""
-        with self._lock:
-            part = self._parts.get(key)
-            if part is None or part.generation < generation:
-                ids, matrix = self._loader(key)
-                part = _Vectors(generation, np.array(matrix, dtype=np.float32, copy=True), list(ids))
-                part.position = {item: i for i, item in enumerate(part.ids)}
-                self._parts[key] = part
-            return part
+    def _documents(self, memory_id: str) -> list[Document]:
+        rows = self.db.conn.execute(
+            "SELECT rowid, name, description, content, tags FROM nodes "
+            "WHERE memory_id = ? AND deleted_at IS NULL",
+            (memory_id,),
+        ).fetchall()
+        return [_document(r) for r in rows]
 
-    def apply(
-        self, key: str, before: int, after: int, added: Iterable[tuple[int, Vector]], removed: Iterable[int]
-    ) -> None:
-        with self._lock:
-            part = self._parts.get(key)
-            if part is None or part.generation >= after:
-                return  # not cached, or loaded after this write committed: nothing to apply
-            if part.generation != before:
-                del self._parts[key]
-                return
-            try:
-                self._apply(part, after, added, removed)
-            except Exception:  # all or nothing: the next search reloads from the database
-                self._parts.pop(key, None)
+    def current(self, memory_id: str) -> int:
+        """The memory's index brought up to the log's head; returns the generation to search at (the
+        log's global head: a memory nobody wrote to keeps up with it at no cost)."""
+        conn = self.db.conn
+        # Two subqueries: each is one b-tree probe, where max() and min() in one SELECT scan the log.
+        head, oldest = conn.execute(
+            "SELECT (SELECT max(seq) FROM node_text_changes), (SELECT min(seq) FROM node_text_changes)"
+        ).fetchone()
+        head = int(head or 0)
+        seen = self.index.generation(memory_id)
+        if seen >= head:
+            return head  # current, or not loaded (the load reads the rows after this head)
+        if oldest is not None and oldest > seen + 1:
+            self.index.forget(memory_id)  # entries were pruned since: the log cannot bring it up to date
+            return head
+        changed = sorted(
+            {
+                int(r[0])
+                for r in conn.execute(
+                    "SELECT node_rowid FROM node_text_changes WHERE memory_id = ? AND seq > ? AND seq <= ?",
+                    (memory_id, seen, head),
+                )
+            }
+        )
+        live: list[Document] = []
+        for i in range(0, len(changed), 5000):
+            part = changed[i : i + 5000]
+            marks = ", ".join("?" * len(part))
+            live += [
+                _document(r)
+                for r in conn.execute(
+                    f"SELECT rowid, name, description, content, tags FROM nodes WHERE rowid IN ({marks}) "
+                    "AND memory_id = ? AND deleted_at IS NULL",
+                    (*part, memory_id),
+                )
+            ]
+        self.index.apply(memory_id, seen, head, added=live, removed=changed)
+        return head
 
-    def _apply(
-        self, part: _Vectors, after: int, added: Iterable[tuple[int, Vector]], removed: Iterable[int]
-    ) -> None:
-        for item in removed:
-            i = part.position.pop(item, None)
-            if i is None:
-                continue
-            last = len(part.ids) - 1
-            if i != last:
-                moved = part.ids[last]
-                part.matrix[i] = part.matrix[last]
-                part.ids[i] = moved
-                part.position[moved] = i
-            part.ids.pop()
-        for item, vec in added:
-            if len(part.ids) == part.matrix.shape[0]:
-                grown = np.zeros((max(16, 2 * part.matrix.shape[0]), self.dim), dtype=np.float32)
-                grown[: len(part.ids)] = part.live()
-                part.matrix = grown
-            part.matrix[len(part.ids)] = vec
-            part.position[item] = len(part.ids)
-            part.ids.append(item)
-        part.generation = after
-
-    def generation(self, key: str) -> int:
-        """The cached generation of ``key``; a memory not cached counts as current (a load is no lag)."""
-        part = self._parts.get(key)
-        return part.generation if part is not None else 1 << 62
-
-    # Scoring holds the lock: ``_apply`` swap-removes in place, so a product taken outside it could pair
-    # a row with another node's id (or outrun a shrinking id list). One product is milliseconds.
-
-    def search(self, key: str, generation: int, query: Vector, k: int) -> list[tuple[int, float]]:
-        part = self.sync(key, generation)
-        with self._lock:
-            scores, ids = part.live() @ query.astype(np.float32), list(part.ids)
-        return _top(scores, ids, k)
-
-    def search_subset(
-        self, key: str, generation: int, query: Vector, ids: Sequence[int], k: int
-    ) -> list[tuple[int, float]]:
-        part = self.sync(key, generation)
-        with self._lock:
-            rows = [part.position[i] for i in ids if i in part.position]
-            if not rows:
-                return []
-            positions = np.asarray(rows, dtype=np.int64)
-            scores = part.matrix[positions] @ query.astype(np.float32)
-            owners = [part.ids[int(p)] for p in positions]
-        return _top(scores, owners, k)
+    def search(self, memory_id: str, text: str, k: int | None) -> list[tuple[int, float]]:
+        return self.index.search(memory_id, self.current(memory_id), text, k)
 
 
-def _top(scores: Vector, ids: Sequence[int], k: int) -> list[tuple[int, float]]:
-    n = len(ids)
-    if n == 0 or k <= 0:
-        return []
-    k = min(k, n)
-    top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
-    top = top[np.argsort(-scores[top])]
-    return [(ids[int(i)], float(scores[int(i)])) for i in top]
+def _document(row: Sequence[Any]) -> Document:
+    rowid, name, description, content, tags = row
+    texts = (name or "", description or "", content or "", tags or "")
+    return int(rowid), list(zip(texts, COLUMN_WEIGHTS, strict=True))
 
 
 class SqliteSearchStore:
     def __init__(self, db: Database, dim: int | None = None, model: str | None = None) -> None:
         self.db = db
         self.model = model
-        self.index = ExactIndex(dim, self._load_vectors) if dim else None
+        self.index = VectorIndex(dim, self._load_vectors) if dim else None
+        self.keywords = NodeKeywords(db)
         self._gate = WriteGate()  # embedding writes and their hand-off to the index, in commit order
 
     @property
@@ -251,32 +210,34 @@ class SqliteSearchStore:
             out.extend(int(r[0]) for r in rows)
         return out
 
-    def keyword(self, f: NodeFilter, match: str, limit: int) -> list[tuple[int, float]]:
+    def keyword(self, f: NodeFilter, query: str, limit: int) -> list[tuple[int, float]]:
         """BM25 over name, description, content and tags (porter-stemmed), filters before truncation.
 
-        First the index's own top candidates, filtered: when ``limit`` of them survive (or they were all
-        the matches) they are exactly the best survivors. Otherwise one query ranks the filtered join.
+        Each memory's index answers its own best candidates, filtered: when ``limit`` of them survive
+        (or they were all the matches) they are exactly the best survivors. Otherwise every match is
+        filtered and ranked. Memories are merged by score.
         """
-        conn = self._prepare(f)
-        width = max(limit * 10, 200)
-        candidates = [
-            (int(r[0]), float(r[1]))
-            for r in conn.execute(
-                f"SELECT rowid, -{BM25} FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY {BM25} LIMIT ?",
-                (match, width),
-            )
-        ]
-        keep = self.filter_rowids(f, [r for r, _ in candidates])
-        hits = [(r, s) for r, s in candidates if r in keep][:limit]
-        if len(hits) >= limit or len(candidates) < width:
-            return hits
-        cond, params = _conditions(f)
-        rows = conn.execute(
-            f"SELECT n.rowid, -{BM25} FROM nodes_fts JOIN nodes n ON n.rowid = nodes_fts.rowid "
-            f"WHERE nodes_fts MATCH ? AND {cond} ORDER BY {BM25} LIMIT ?",
-            (match, *params, limit),
-        ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
+        hits: list[tuple[int, float]] = []
+        for memory_id in f.memory_ids:
+            if f.subtree is not None and f.subtree[0] != memory_id:
+                continue
+            if not f.structural:
+                hits += self.keywords.search(memory_id, query, limit)
+                continue
+            one = NodeFilter((memory_id,), f.object_type, f.runnable, f.subtree, f.where)
+            width = max(limit * 10, FILTER_WIDTH)
+            candidates = self.keywords.search(memory_id, query, width)
+            keep = self.filter_rowids(one, [r for r, _ in candidates])
+            found = [(r, s) for r, s in candidates if r in keep][:limit]
+            if len(found) < limit and len(candidates) >= width:
+                every = self.keywords.search(memory_id, query, None)
+                keep = set()
+                for i in range(0, len(every), 5000):
+                    keep |= self.filter_rowids(one, [r for r, _ in every[i : i + 5000]])
+                found = [(r, s) for r, s in every if r in keep][:limit]
+            hits += found
+        hits.sort(key=lambda x: (-x[1], x[0]))
+        return hits[:limit]
 
     def regex(self, f: NodeFilter, pattern: LinearPattern, limit: int) -> list[tuple[int, float]]:
         """Nodes whose name (score 1.0), description (0.67) or content (0.33) matches, best field first."""

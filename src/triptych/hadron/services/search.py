@@ -9,11 +9,12 @@ the survivors inside the query (so ``limit`` is honest), then apply ``minScore``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from triptych.core.regex import LinearPattern, RegexRefused
-from triptych.core.search import fts_match, keyword_terms, rrf
+from triptych.core.search import Vector, keyword_terms, rrf
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain.loc import is_id, node_urn
 from triptych.hadron.domain.model import Memory, NodeRecord
@@ -94,6 +95,8 @@ class SearchService:
         self.scopes = scopes
         self.store = store
         self.embedder = embedder
+        # A hybrid search embeds its query while the keyword side runs (onnxruntime releases the GIL).
+        self._query_embedding = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hadron-query-embed")
 
     # ── which memories ──────────────────────────────────────────────────
 
@@ -231,13 +234,14 @@ class SearchService:
             ) from exc
 
     def _keyword(self, f: NodeFilter, query: str, limit: int, result: FindResult) -> list[tuple[int, float]]:
-        match = fts_match(query)
-        if match is None:
+        if not keyword_terms(query):
             result.degraded.append("no_terms")
             return []
-        return [(r, round(s, 4)) for r, s in self.store.keyword(f, match, limit)]
+        return [(r, round(s, 4)) for r, s in self.store.keyword(f, query, limit)]
 
-    def _vector(self, f: NodeFilter, query: str, k: int, result: FindResult) -> list[tuple[int, float]]:
+    def _vector(
+        self, f: NodeFilter, query: str, k: int, result: FindResult, pending: Future[Vector] | None = None
+    ) -> list[tuple[int, float]]:
         if not self.embedder.available:
             result.degraded.append("embedding_unavailable")
             return []
@@ -246,7 +250,7 @@ class SearchService:
             result.degraded.append("no_vector_index")
         if not indexed:
             return []
-        qvec = self.embedder.query_vector(query)
+        qvec = pending.result() if pending is not None else self.embedder.query_vector(query)
         hits: list[tuple[int, float]] = []
         for memory_id in indexed:
             one = NodeFilter((memory_id,), f.object_type, f.runnable, f.subtree, f.where)
@@ -271,8 +275,13 @@ class SearchService:
         self, f: NodeFilter, query: str, limit: int, result: FindResult
     ) -> list[tuple[int, float | None, float | None, float | None]]:
         width = max(50, 3 * limit)
+        pending = (
+            self._query_embedding.submit(self.embedder.query_vector, query)
+            if self.embedder.available
+            else None
+        )
         keyword = self._keyword(f, query, width, result)
-        vector = self._vector(f, query, width, result)
+        vector = self._vector(f, query, width, result, pending)
         kw, vec = dict(keyword), dict(vector)
         fused = rrf([[r for r, _ in keyword], [r for r, _ in vector]])
         ranked = sorted(fused.items(), key=lambda x: -x[1])[:limit]
