@@ -138,9 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     local.warm_up()
     embedder = CachedEmbedder(local, common.EmbeddingCache(local.name, local.dim, args.cache_dir))
     common.log(f"{len(data.docs)} documents, {len(data.queries)} queries; warming the embedding cache")
-    service_texts = []  # exactly what the service embeds: chunk texts with the title prefix, and queries
-    for row in common.chunk_corpus(data.docs, 200):
-        service_texts.append(row.embed_text)
+    # Exactly what the service embeds: chunk texts with the title prefix, and the queries.
+    service_texts = [] if args.skip_kb else [row.embed_text for row in common.chunk_corpus(data.docs, 200)]
     embedder.embed(service_texts + list(data.queries.values()))
     results: list[dict[str, Any]] = []
     memory: list[dict[str, Any]] = []
