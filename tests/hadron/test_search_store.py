@@ -4,10 +4,9 @@ memory's policy."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-
-import sqlite3
 
 import numpy as np
 import pytest
