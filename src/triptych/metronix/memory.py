@@ -644,7 +644,8 @@ class MemoryService:
             now=_iso(self.clock()),
         )
         self._model_guard.check()
-        results = self._rank(view, query, session_id, top_k)
+        with self.store.snapshot():
+            results = self._rank(view, query, session_id, top_k)
         self._touch([r for r, _ in results])
         return {
             "results": [{"record": record.contract(), **scores} for record, scores in results],

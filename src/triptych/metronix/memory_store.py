@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -281,6 +283,7 @@ class MemoryStore(Protocol):
     @property
     def reviews(self) -> ReviewStore: ...
     def warm(self) -> None: ...
+    def snapshot(self) -> AbstractContextManager[None]: ...
     def embedding_model(self) -> tuple[str, int] | None: ...
     def set_embedding_model(self, name: str, dim: int) -> None: ...
     def count_records(self) -> int: ...
@@ -325,6 +328,7 @@ class SqliteMemoryStore:
         # One engine's schema history each; the SQL of the statements below runs on both.
         db.migrate("memory", PG_MIGRATIONS if isinstance(db, PortableDatabase) else MIGRATIONS)
         self.counters = SqliteCounters(db)
+        self._snapshots = threading.local()
         self.index = VectorIndex(dim, self._load_vectors)
         self.keywords = KeywordIndex(self._load_documents)
         self.adjacency = AdjacencyIndex(self._load_links)
@@ -356,10 +360,30 @@ class SqliteMemoryStore:
 
     def _read_counters(self, workspace_id: str) -> tuple[int, int]:
         """``_counters`` for a read, once this process's write in progress has reached the caches
-        (``WriteGate.settle``)."""
+        (``WriteGate.settle``). Inside ``snapshot()`` the first read of a workspace serves the rest."""
+        pinned: dict[str, tuple[int, int]] | None = getattr(self._snapshots, "counters", None)
+        if pinned is not None and workspace_id in pinned:
+            return pinned[workspace_id]
         counters = self._counters(workspace_id)
         self._gate.settle(lambda: self._lagging(workspace_id, counters))
+        if pinned is not None:
+            pinned[workspace_id] = counters
         return counters
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """The reads of this thread inside the block share one reading of the counters: one search
+        ranks against one generation of every cache, and asks the database once instead of at each
+        step (a round trip each on a server engine: 5 of a search's 7 statements on PostgreSQL).
+        Caches newer than that reading still serve (``PartitionCache.sync``)."""
+        outer = getattr(self._snapshots, "counters", None)
+        if outer is None:
+            self._snapshots.counters = {}
+        try:
+            yield
+        finally:
+            if outer is None:
+                self._snapshots.counters = None
 
     def _lagging(self, workspace_id: str, counters: tuple[int, int]) -> bool:
         generation, attributes = counters
