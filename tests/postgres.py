@@ -90,8 +90,12 @@ class PostgresCluster:
             subprocess.run(command, check=True, capture_output=True, cwd=self.root)
 
     def start(self) -> PostgresCluster:
-        self.user = _service_user()
-        self.bin = _binaries(self.user)
+        try:
+            self.user = _service_user()
+            self.bin = _binaries(self.user)
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
         if self.user is not None:
             os.chown(self.root, self.user.pw_uid, self.user.pw_gid)
         data = self.root / "data"
