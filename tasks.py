@@ -137,6 +137,7 @@ def bench(args: list[str]) -> int:
         "metergraph-ingest-phases": "bench/metergraph_ingest_phases.py",
         "hadron-graph": "bench/hadron_graph.py",
         "hadron-search": "bench/hadron_search.py",
+        "hadron-abstracts": "bench/hadron_abstracts.py",
         "sync-answers": "bench/sync_answers.py",
         "robustness": "bench/robustness.py",
     }

@@ -229,8 +229,8 @@ def cmd_kb_import(args: argparse.Namespace) -> int:
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
-    from triptych.metronix.errors import InvalidParams
-    from triptych.metronix.sources import load_sources, parse_source, save_sources, sources_path
+    from triptych.core.errors import Invalid
+    from triptych.core.mcp_sources import load_sources, parse_source, save_sources, sources_path
 
     settings = _settings(args)
     path = sources_path(settings.data_dir, settings.mcp_sources)
@@ -261,7 +261,7 @@ def cmd_sources(args: argparse.Namespace) -> int:
         save_sources(path, sources)
         print(f"registered source {args.name!r} ({sources[args.name].transport}) in {path}")
         return 0
-    except InvalidParams as exc:
+    except Invalid as exc:
         print(f"triptych: {exc.message}", file=sys.stderr)
         return 2
 

@@ -85,6 +85,12 @@ class Settings(BaseSettings):
     llm_model: str | None = Field(None, validation_alias=_alias("TRIPTYCH_LLM_MODEL", "llm_model"))
     llm_api_key: str | None = Field(None, validation_alias=_alias("TRIPTYCH_LLM_API_KEY", "llm_api_key"))
     llm_timeout: float = Field(120.0, validation_alias=_alias("TRIPTYCH_LLM_TIMEOUT", "llm_timeout"))
+    # Hadron's MCP tool actions (hadron_run_action): the registered sources they may call, comma-separated
+    # ("*": every registered source). Empty, the default: no action reaches outside the server.
+    hadron_action_sources: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=_alias("TRIPTYCH_HADRON_ACTION_SOURCES", "hadron_action_sources"),
+    )
 
     # Agent memory: the upstream product's variable names.
     memory_session_ttl: int = Field(14_400, validation_alias=_alias("METRONIX_MEMORY_SESSION_TTL"))
@@ -100,7 +106,7 @@ class Settings(BaseSettings):
         0.7, validation_alias=_alias("METRONIX_FRESHNESS_DECISION_CONFIDENCE_THRESHOLD")
     )
 
-    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @field_validator("allowed_hosts", "allowed_origins", "hadron_action_sources", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         # A comma-separated environment value is friendlier than JSON for a list of hosts.

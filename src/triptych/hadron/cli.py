@@ -46,6 +46,48 @@ class TeamAdmin:
         self.workers = WorkerService(tenancy, team, access, selections, self.agents, sessions)
 
 
+class AbstractsAdmin:
+    """Writes missing or stale node abstracts of a memory (issue 18), with the server's settings: an
+    LLM when ``TRIPTYCH_LLM_URL`` is set, else extractive."""
+
+    def __init__(self, db: Any) -> None:
+        from triptych.hadron.abstract_store import SqliteAbstractStore
+        from triptych.hadron.services.abstracts import AbstractService, LlmSummarizer
+        from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore
+
+        settings = load_settings()
+        llm = None
+        if settings.llm_url:
+            llm = LlmSummarizer(settings.llm_url, settings.llm_model or "default", settings.llm_api_key, 20.0)
+        self.tenancy = TenancyAdmin(SqliteTenancyStore(db))
+        self.graph = SqliteGraphStore(db)
+        self.abstracts = AbstractService(SqliteAbstractStore(db), llm)
+
+
+def _memory_abstracts(admin: AbstractsAdmin, a: argparse.Namespace) -> str:
+    memory = admin.tenancy.memory(a.memory)
+    if memory.encrypted:
+        return f"{memory.urn} is encrypted: its nodes get no abstract (an abstract is clear text)"
+    batch: list[Any] = []
+    seen = written = 0
+
+    def flush() -> None:
+        nonlocal written
+        written += admin.abstracts.refresh(memory, batch, force=a.force)
+        batch.clear()
+        print(f"\r{seen} node(s) read, {written} abstract(s) written", end="", file=sys.stderr, flush=True)
+
+    for node in admin.graph.memory_nodes(memory.id):
+        seen += 1
+        batch.append(node)
+        if len(batch) >= 200:
+            flush()
+    flush()
+    print(file=sys.stderr)
+    how = admin.abstracts.llm.method if admin.abstracts.llm else "extractive"
+    return f"{memory.urn}: {written} abstract(s) written ({how}) over {seen} node(s)"
+
+
 def _tenancy_admin(db: Any) -> TenancyAdmin:
     from triptych.hadron.store import SqliteTenancyStore
 
@@ -264,6 +306,16 @@ def register(subparsers: Any) -> None:
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--user", help="user handle")
     who.add_argument("--app", help="app URN or id (its keys get the access)")
+    p = memory.add_parser(
+        "abstracts",
+        help="write the memory's missing and stale node abstracts (LLM when TRIPTYCH_LLM_URL is set)",
+    )
+    p.add_argument("--data-dir", **data_dir)
+    p.add_argument("memory", help="hrn:mem:<root>:<slug> or id")
+    p.add_argument(
+        "--force", action="store_true", help="rewrite every abstract, not only missing and stale ones"
+    )
+    p.set_defaults(func=_run(_memory_abstracts, AbstractsAdmin))
 
     def team_command(parent: Any, name: str, help_text: str, action: TeamAction) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = parent.add_parser(name, help=help_text)

@@ -27,6 +27,10 @@ reads as Hadron's code for that kind (``BY_KIND``).
                                  SESSION_ENDED, SESSION_NOT_IN_APP, SESSION_NOT_WORKER_BOUND,
                                  SESSION_WORKER_NOT_IN_APP, WORK_REF_INVALID, CHANNEL_HOST_NOT_WRITABLE,
                                  TEAM_AGENT_NOT_FOUND, TEAM_AGENT_AMBIGUOUS
+    └── ActionRefusal            ACTION_NOT_RUNNABLE,       invalid (hadron_run_action's typed refusals,
+                                 ACTION_ARGS_INVALID, ACTION_DEPENDENCY_CYCLE, ACTION_DEPENDENCY_FAILED,
+                                 ACTION_TEMPLATE_INVALID, ACTION_DISABLED, ACTION_TOOL_FAILED; data names
+                                 the dependency, source or tool at fault)
 
 A refusal whose ``verbatim`` is set is rendered as its message alone: the contract spells the whole
 line (``Forbidden: session "<id>" belongs to a different App or user``).
@@ -162,6 +166,15 @@ class LocProtected(
 
 class TeamRefusal(HadronError, core.Conflict, status=409):
     """A typed refusal of the team tools; ``code`` names which (the contract's upper-case codes)."""
+
+    def __init__(
+        self, code: str, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, hint=hint, details=details, code=code)
+
+
+class ActionRefusal(HadronError, core.Invalid):
+    """A typed refusal of hadron_run_action; ``code`` names which (ACTION_*), ``details`` what failed."""
 
     def __init__(
         self, code: str, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None

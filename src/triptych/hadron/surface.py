@@ -13,16 +13,23 @@ from triptych.config import Settings
 from triptych.core.db import Database
 from triptych.core.embed import Embedder
 from triptych.core.lastresort import jsonrpc_internal_error
+from triptych.core.mcp_sources import sources_path
 from triptych.core.surface import Mounted, Shared
+from triptych.hadron.abstract_store import SqliteAbstractStore
 from triptych.hadron.access import AccessPolicy
+from triptych.hadron.action_store import SqliteActionRunStore
+from triptych.hadron.domain.action import ACTION_TYPE
 from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.errors import render_error
 from triptych.hadron.identity import authenticator
 from triptych.hadron.search_store import SqliteSearchStore
 from triptych.hadron.server import HadronEndpoint, build_server
+from triptych.hadron.services.abstracts import AbstractService, LlmSummarizer
+from triptych.hadron.services.actions import ActionService
 from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.channels import ChannelService
 from triptych.hadron.services.embedding import NodeEmbedder
+from triptych.hadron.services.mcp_calls import McpToolCaller
 from triptych.hadron.services.nodes import NodeService
 from triptych.hadron.services.objects import ObjectService
 from triptych.hadron.services.registers import RegisterService
@@ -36,6 +43,7 @@ from triptych.hadron.services.workers import WorkerService
 from triptych.hadron.services.worklog import WorklogService
 from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, open_database
 from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron.tools.actions import action_tools
 from triptych.hadron.tools.apps import app_tools
 from triptych.hadron.tools.base import Ctx, Tool
 from triptych.hadron.tools.chat import chat_tools
@@ -80,10 +88,12 @@ class Hadron:
     search: SearchService
     embedder: NodeEmbedder
     team: Team
+    derived: Derived
 
     @classmethod
-    def open(cls, path: Path, embedder: Embedder | None = None) -> Hadron:
-        """The surface over ``hadron.db``; without an embedder nodes are not embedded (admin, tests)."""
+    def open(cls, path: Path, embedder: Embedder | None = None, settings: Settings | None = None) -> Hadron:
+        """The surface over ``hadron.db``; without an embedder nodes are not embedded (admin, tests).
+        ``settings`` configures what reaches outside: MCP tool actions and LLM abstracts (off without)."""
         db = open_database(path)
         tenancy = SqliteTenancyStore(db)
         access = AccessPolicy(tenancy)
@@ -95,6 +105,8 @@ class Hadron:
         nodes.embedder = node_embedder
         team = Team.build(db, tenancy, graph, access, selections, nodes)
         scopes = ScopeService(tenancy, access, selections, store, team.agents)
+        validator = ValidateService(tenancy, graph, access)
+        derived = Derived.build(db, tenancy, graph, access, nodes, validator, settings)
         return cls(
             db,
             tenancy,
@@ -103,11 +115,12 @@ class Hadron:
             selections,
             nodes,
             ObjectService(graph, access, nodes),
-            ValidateService(tenancy, graph, access),
+            validator,
             scopes,
             SearchService(tenancy, access, nodes, scopes, store, node_embedder, team.agents),
             node_embedder,
             team,
+            derived,
         )
 
     def admin(self) -> TenancyAdmin:
@@ -117,25 +130,77 @@ class Hadron:
         return [
             *memory_tools(self.access, self.selections),
             *app_tools(self.access, self.selections),
-            *server_info_tools(self.selections),
+            *server_info_tools(self.selections, self.derived.capabilities()),
             *node_tools(self.nodes),
             *edge_tools(self.nodes),
             *object_tools(self.objects),
             *validate_tools(self.validator),
-            *search_tools(self.search),
+            *search_tools(self.search, self.derived.abstracts.views),
             *scope_tools(self.scopes),
             *session_tools(self.team.sessions, self.team.workers, self.selections),
             *worker_tools(self.team.workers),
             *chat_tools(self.team.channels),
             *register_tools(self.team.registers),
             *worklog_tools(self.team.worklog),
+            *action_tools(self.derived.actions),
         ]
 
     def mcp_server(self) -> Server[Any]:
         return build_server(self.tools(), self.selections, INSTRUCTIONS)
 
     def close(self) -> None:
+        if self.derived.abstracts.llm is not None:
+            self.derived.abstracts.llm.close()
         self.db.close()
+
+
+@dataclass
+class Derived:
+    """Action runs and node abstracts (issue 18), hooked into the node service and hadron_validate."""
+
+    actions: ActionService
+    abstracts: AbstractService
+
+    @classmethod
+    def build(
+        cls,
+        db: Database,
+        tenancy: SqliteTenancyStore,
+        graph: SqliteGraphStore,
+        access: AccessPolicy,
+        nodes: NodeService,
+        validator: ValidateService,
+        settings: Settings | None,
+    ) -> Derived:
+        calls = None
+        llm = None
+        if settings is not None:
+            registry = sources_path(settings.data_dir, settings.mcp_sources)
+            calls = McpToolCaller(registry, settings.hadron_action_sources, settings.sync_timeout)
+            if settings.llm_url:
+                # Abstracts are written on the request path: bound the wait well below the answer endpoint's.
+                timeout = min(settings.llm_timeout, 20.0)
+                llm = LlmSummarizer(
+                    settings.llm_url, settings.llm_model or "default", settings.llm_api_key, timeout
+                )
+        abstracts = AbstractService(SqliteAbstractStore(db), llm)
+        actions = ActionService(tenancy, graph, access, nodes, SqliteActionRunStore(db), calls)
+        nodes.derived.append(abstracts.on_write)
+        nodes.extras.append(lambda node: {"abstract": abstracts.views([node]).get(node.id)})
+        nodes.extras.append(
+            lambda node: {"runs": actions.history(node.id)} if node.node_type == ACTION_TYPE else {}
+        )
+        validator.stale_abstracts = abstracts.stale
+        return cls(actions, abstracts)
+
+    def capabilities(self) -> list[str]:
+        """Tokens for what works with this configuration: MCP tool actions only when a source is enabled."""
+        tokens = ["run-action", "action-templates", "node-abstracts"]
+        if self.actions.mcp_tools_enabled:
+            tokens.append("action-mcp-tools")
+        if self.abstracts.llm is not None:
+            tokens.append("llm-abstracts")
+        return tokens
 
 
 @dataclass
@@ -187,7 +252,7 @@ class Team:
 
 def mount(shared: Shared) -> Mounted:
     settings = shared.settings
-    hadron = Hadron.open(database_path(settings), shared.embedder)
+    hadron = Hadron.open(database_path(settings), shared.embedder, settings)
     endpoint = HadronEndpoint(
         hadron.mcp_server(), settings, authenticator(settings, hadron.tenancy), hadron.selections
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from triptych.core.datadir import HELP as DATA_DIR_HELP
+from triptych.metergraph import report_cli
 from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
 from triptych.metergraph.contract import ROLES
 from triptych.metergraph.errors import MetergraphError
@@ -122,7 +123,9 @@ def register(subparsers: Any) -> None:
         "type": Path,
         "help": DATA_DIR_HELP,
     }
-    mg = subparsers.add_parser("metergraph", help="Metergraph keys, app tokens, content retention and routes")
+    mg = subparsers.add_parser(
+        "metergraph", help="Metergraph keys, app tokens, content retention, routes, reports and analysis runs"
+    )
     sub = mg.add_subparsers(dest="metergraph_command", required=True)
 
     key = sub.add_parser("key", help="agent keys (read access)")
@@ -164,6 +167,8 @@ def register(subparsers: Any) -> None:
     route_set.add_argument("--config", help='JSON object, e.g. \'{"model": "gpt-4o-mini"}\'')
     route_set.add_argument("--data-dir", **data_dir)
     route_set.set_defaults(func=cmd_route_set)
+
+    report_cli.register(sub, data_dir)
 
     bridge = subparsers.add_parser(
         "metergraph-mcp",

@@ -114,7 +114,7 @@ TOOL_CONTRACT: tuple[ToolContract, ...] = (
         "metadata",
         SCOPE_METADATA,
         "agent-access/analysis-runs",
-        False,
+        True,
     ),
     _t(
         "metergraph_get_analysis_run",
@@ -122,17 +122,17 @@ TOOL_CONTRACT: tuple[ToolContract, ...] = (
         "metadata",
         SCOPE_METADATA,
         "agent-access/analysis-run",
-        False,
+        True,
     ),
-    _t("metergraph_list_reports", "reports", "metadata", SCOPE_METADATA, "agent-access/reports", False),
-    _t("metergraph_get_report", "report_detail", "metadata", SCOPE_METADATA, "agent-access/report", False),
+    _t("metergraph_list_reports", "reports", "metadata", SCOPE_METADATA, "agent-access/reports", True),
+    _t("metergraph_get_report", "report_detail", "metadata", SCOPE_METADATA, "agent-access/report", True),
     _t(
         "metergraph_get_suite_results",
         "suite_results",
         "metadata",
         SCOPE_METADATA,
         "agent-access/suite-results",
-        False,
+        True,
     ),
     ToolContract(
         "metergraph_start_analysis",
@@ -140,7 +140,7 @@ TOOL_CONTRACT: tuple[ToolContract, ...] = (
         "metadata",
         SCOPE_READ,
         "agent-access/analysis-run",
-        False,
+        True,
         mutates=True,
     ),
     ToolContract(
@@ -149,7 +149,7 @@ TOOL_CONTRACT: tuple[ToolContract, ...] = (
         "metadata",
         SCOPE_READ,
         "agent-access/analysis-run",
-        False,
+        True,
         mutates=True,
     ),
     _t(
@@ -158,10 +158,10 @@ TOOL_CONTRACT: tuple[ToolContract, ...] = (
         "content",
         SCOPE_READ,
         "agent-access/report-evidence",
-        False,
+        True,
     ),
     _t("metergraph_get_trace", "trace_content", "content", SCOPE_READ, "trace-debug/trace", True),
-    _t("metergraph_replay_trace", "trace_replay", "replay", SCOPE_REPLAY, "trace-debug/replay", False),
+    _t("metergraph_replay_trace", "trace_replay", "replay", SCOPE_REPLAY, "trace-debug/replay", True),
 )
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOL_CONTRACT}
 

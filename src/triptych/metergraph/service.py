@@ -6,25 +6,53 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from triptych.core.embed import Embedder
+from triptych.metergraph.analysis import AnalysisService
+from triptych.metergraph.analysis_replay import ProviderReplayer
+from triptych.metergraph.analysis_runner import AnalysisRunner
+from triptych.metergraph.analysis_sources import Replayer, StoreWorkloads, WorkloadSource
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
+from triptych.metergraph.links import AppLinks
 from triptych.metergraph.pricing import Pricer
+from triptych.metergraph.providers import Providers, ProviderSettings
 from triptych.metergraph.ratelimit import RateLimiter
+from triptych.metergraph.replay import ReplayService
+from triptych.metergraph.report_store import ReportStore
+from triptych.metergraph.reports import ReportService
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
 from triptych.metergraph.store import SqliteTelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
+from triptych.metergraph.workload_store import WorkloadStore
+from triptych.metergraph.workloads import WorkloadService
 from triptych.metergraph.workspace import WorkspaceService
 
 DB_FILE = "metergraph.db"
 COLUMNS_DIR = "metergraph.columns"
+ANALYSIS_DB_FILE = "metergraph-analysis.db"
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class ClassificationRunDocuments:
+    """Classification runs as the run tools list them (``AnalysisService.classification_runs``)."""
+
+    def __init__(self, workloads: WorkloadService) -> None:
+        self.workloads = workloads
+
+    def runs(self, workspace: str, limit: int) -> list[dict[str, Any]]:
+        return [self.workloads.run_document(r) for r in self.workloads.store.runs(workspace, limit)]
+
+    def run(self, workspace: str, run_id: str) -> dict[str, Any] | None:
+        row = self.workloads.store.run(workspace, run_id)
+        return None if row is None else self.workloads.run_document(row)
 
 
 @dataclass
@@ -38,6 +66,13 @@ class Metergraph:
     traces: TraceService
     tools: list[MetergraphTool]
     columns: ColumnProjection
+    report_store: ReportStore
+    reports: ReportService
+    analysis: AnalysisService
+    pricer: Pricer
+    providers: Providers
+    replay: ReplayService
+    workloads: WorkloadService
 
     @classmethod
     def open(
@@ -45,7 +80,14 @@ class Metergraph:
         data_dir: Path,
         settings: MetergraphSettings | None = None,
         clock: Callable[[], datetime] = utc_now,
+        provider_settings: ProviderSettings | None = None,
+        replayer: Replayer | None = None,
+        embedder: Callable[[], Embedder | None] = lambda: None,
+        workload_source: WorkloadSource | None = None,
     ) -> Metergraph:
+        """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
+        scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
+        classification, else one workload per route."""
         settings = settings or load_metergraph_settings()
         store = SqliteTelemetryStore(data_dir / DB_FILE)
         # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
@@ -53,10 +95,37 @@ class Metergraph:
         columns = ColumnProjection(data_dir / COLUMNS_DIR, store)
         store.columns = columns
         pricer = Pricer()
-        workspace = WorkspaceService(store, clock)
+        providers = Providers(provider_settings)
+        replay = ReplayService(store, pricer, providers, clock)
+        workloads = WorkloadService(WorkloadStore(store.db), clock)
+        # Replay, and analysis runs (which replay), need a configured provider.
+        workspace = WorkspaceService(
+            store,
+            clock,
+            lambda name: (
+                (name == "metergraph_replay_trace" and not replay.available)
+                or (name == "metergraph_start_analysis" and not analysis.available())
+            ),
+            workloads.store.replay_eligible_by_route,
+        )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock)
+        traces = TraceService(store, clock, workloads.match)
         limiter = RateLimiter(settings.agent_rate_per_minute)
+        links = AppLinks.from_env()
+        report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
+        reports = ReportService(report_store, clock, links)
+        runner = AnalysisRunner(
+            workload_source or StoreWorkloads(store, workloads),
+            replayer or ProviderReplayer(replay),
+            pricer,
+            embedder,
+        )
+        analysis = AnalysisService(
+            report_store, reports, runner, clock, links,
+            available=lambda: replayer is not None or replay.available,
+            classification_runs=ClassificationRunDocuments(workloads),
+        )  # fmt: skip
+        tools = build_tools(workspace, usage, traces, replay, workloads, reports, analysis)
         return cls(
             settings,
             store,
@@ -65,10 +134,20 @@ class Metergraph:
             workspace,
             usage,
             traces,
-            [replace(t, handler=limiter.wrap(t.handler)) for t in build_tools(workspace, usage, traces)],
+            [replace(t, handler=limiter.wrap(t.handler)) for t in tools],
             columns,
+            report_store,
+            reports,
+            analysis,
+            pricer,
+            providers,
+            replay,
+            workloads,
         )
 
     def close(self) -> None:
+        self.analysis.close()  # first: a running analysis reads through both stores
+        self.report_store.close()
         self.columns.close()  # first: its catch-up thread reads through the store
+        self.providers.close()
         self.store.close()

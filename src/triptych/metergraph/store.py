@@ -26,6 +26,7 @@ import numpy as np
 
 from triptych.core.db import Database
 from triptych.metergraph import histogram
+from triptych.metergraph.workload_match import WorkloadMatch, workload_sql
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +298,7 @@ class CallFilter:
     metadata: Sequence[tuple[str, str]] = ()
     status: str | None = None
     request_id: str | None = None
+    workload: WorkloadMatch | None = None  # a saved workload's calls (``workload_match.py``)
 
 
 @dataclass
@@ -371,6 +373,8 @@ def call_where(f: CallFilter, params: list[Any]) -> str:
     if f.request_id is not None:
         clauses.append("request_id = ?")
         params.append(f.request_id)
+    if f.workload is not None:
+        clauses.append(workload_sql(f.workload, params))
     for key, value in f.metadata:
         type_sql, value_sql, arg = _meta_exprs(key)
         clauses.append(f"{type_sql} = 'text' AND {value_sql} = ?")

@@ -13,6 +13,7 @@ from triptych.core.surface import Mounted, Shared
 from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
+from triptych.metergraph.report_rest import report_routes
 from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -27,8 +28,13 @@ async def not_found(request: Request) -> Response:
 
 def open_metergraph(shared: Shared) -> Metergraph:
     # Ingest needs an app token and reads an agent key (or static MG_* tokens), whatever TRIPTYCH_AUTH_ENABLED.
-    mg = Metergraph.open(shared.settings.data_dir, load_metergraph_settings())
+    # Analysis runs score with the shared embedding model, loaded the first time a run needs it.
+    mg = Metergraph.open(
+        shared.settings.data_dir, load_metergraph_settings(), embedder=lambda: shared.embedder
+    )
     mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    # Runs a stopped server left queued or running can never finish (their thread is gone).
+    mg.analysis.fail_abandoned()
     return mg
 
 
@@ -49,6 +55,7 @@ def mount(shared: Shared) -> Mounted:
         Route("/v1/agent/mcp/", not_found, methods=["GET", "POST", "DELETE"]),
         *ingest_routes(mg),
         *agent_routes(mg),
+        *report_routes(mg),
         health_route(),
     ]
     document = internal_error_document()

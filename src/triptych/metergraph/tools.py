@@ -14,10 +14,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
 from triptych.core.mcp import Bind, Tool, Toolbox
+from triptych.metergraph.analysis import AnalysisService
+from triptych.metergraph.analysis_runner import RunSettings
 from triptych.metergraph.contract import TOOLS_BY_NAME
 from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.replay import ReplayService
+from triptych.metergraph.reports import ReportService
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
+from triptych.metergraph.workloads import WorkloadService
 from triptych.metergraph.workspace import WorkspaceService, refuse_unavailable, tool_visible
 
 
@@ -109,14 +114,39 @@ class EvidenceArgs(Args):
     limit: Annotated[StrictInt, Field(ge=1, le=50)] = 50
 
 
+class StartAnalysisArgs(Args):
+    request_key: (
+        Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")] | None
+    ) = None
+    workloads: Annotated[list[Id200], Field(min_length=1, max_length=20)] | None = None
+    candidates: Annotated[list[Id200], Field(min_length=1, max_length=5)] | None = None
+    samples_per_workload: Annotated[StrictInt, Field(ge=1, le=200)] = 20
+    min_samples: Annotated[StrictInt, Field(ge=1, le=200)] = 10
+    days: Days = 7
+    rerun_of_run_id: Annotated[str, StringConstraints(min_length=1, max_length=36)] | None = None
+
+
 class TraceArgs(Args):
     trace_id: Id200
 
 
+class ReplayOverrides(Args):
+    model: Id200 | None = None
+    prompt: Annotated[str, StringConstraints(min_length=1, max_length=16384)] | None = None
+    system: Annotated[str, StringConstraints(min_length=1, max_length=16384)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=1)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_output_tokens: Annotated[StrictInt, Field(ge=1, le=1024)] | None = None
+
+
 class ReplayArgs(Args):
     trace_id: Id200
-    overrides: dict[str, Any] | None = None
+    overrides: ReplayOverrides | None = None
     timeout_seconds: Annotated[StrictInt, Field(ge=1, le=30)] | None = None
+
+
+class ClassificationArgs(Args):
+    days: Days = 30
 
 
 class OpenArgs(BaseModel):
@@ -149,7 +179,13 @@ def _unsupported(name: str) -> Handler:
 
 
 def build_tools(
-    workspace: WorkspaceService, usage: UsageService, traces: TraceService
+    workspace: WorkspaceService,
+    usage: UsageService,
+    traces: TraceService,
+    replay: ReplayService | None = None,
+    workloads: WorkloadService | None = None,
+    reports: ReportService | None = None,
+    analysis: AnalysisService | None = None,
 ) -> list[MetergraphTool]:
     def aggregates(p: AgentPrincipal, a: AggregatesArgs) -> dict[str, Any]:
         return usage.aggregates(
@@ -163,6 +199,28 @@ def build_tools(
             p, route=a.route, status=a.status, workload=a.workload, environment=a.environment,
             metadata=a.metadata, cursor=a.cursor, days=a.days, limit=a.limit, sample=a.sample,
         )  # fmt: skip
+
+    def start_analysis(p: AgentPrincipal, a: StartAnalysisArgs) -> dict[str, Any]:
+        assert analysis is not None
+        settings = RunSettings(
+            days=a.days, samples_per_workload=a.samples_per_workload, min_samples=a.min_samples,
+            candidates=tuple((None, m) for m in a.candidates or ()), workload_ids=tuple(a.workloads or ()),
+        )  # fmt: skip
+        return analysis.start(p, settings, a.request_key, a.rerun_of_run_id)
+
+    def reading(name: str, handler: Handler, service: object | None) -> Handler:
+        return handler if service is not None else _unsupported(name)
+
+    def replay_trace(p: AgentPrincipal, a: ReplayArgs) -> dict[str, Any]:
+        if replay is None:
+            refuse_unavailable(p, "metergraph_replay_trace")
+        overrides = a.overrides.model_dump(exclude_none=True) if a.overrides else None
+        return replay.replay(p, a.trace_id, overrides, a.timeout_seconds)
+
+    def start_classification(p: AgentPrincipal, a: ClassificationArgs) -> dict[str, Any]:
+        if workloads is None:
+            refuse_unavailable(p, "metergraph_start_classification")
+        return workloads.start_classification(p, a.days)
 
     specs: list[tuple[str, str, str, type[BaseModel], Handler]] = [
         ("metergraph_get_workspace_context", "Get Metergraph workspace context",
@@ -193,35 +251,53 @@ def build_tools(
          "window: tokens, cost, latency, status, routes, providers, models and environment.", TracesArgs,
          query_traces),
         ("metergraph_list_analysis_runs", "List Metergraph analysis runs",
-         "Analysis runs (not available in this deployment).", RunsArgs,
-         _unsupported("metergraph_list_analysis_runs")),
+         "A page of the workspace's analysis runs, newest first, with progress and report availability. "
+         "Read-only.", RunsArgs,
+         reading("metergraph_list_analysis_runs",
+                 lambda p, a: analysis.list_runs(p, a.limit, a.cursor), analysis)),  # type: ignore[union-attr]
         ("metergraph_get_analysis_run", "Get a Metergraph analysis run",
-         "One analysis run (not available in this deployment).", RunArgs,
-         _unsupported("metergraph_get_analysis_run")),
+         "One analysis run by run_id: status, progress, timestamps, error_code and its report once "
+         "available. Does not start, cancel or rerun analysis.", RunArgs,
+         reading("metergraph_get_analysis_run",
+                 lambda p, a: analysis.get_run(p, a.run_id), analysis)),  # type: ignore[union-attr]
         ("metergraph_list_reports", "List Metergraph pipeline reports",
-         "Imported pipeline reports (not available in this deployment).", LimitArgs,
-         _unsupported("metergraph_list_reports")),
+         "Report metadata, newest first: schema version, provenance, outcome, workload counts, opportunity "
+         "count, evidence coverage, and the artifact's SHA-256 and size.", LimitArgs,
+         reading("metergraph_list_reports", lambda p, a: reports.list_reports(p, a.limit), reports)),  # type: ignore[union-attr]
         ("metergraph_get_report", "Get a Metergraph pipeline report",
-         "One imported report (not available in this deployment).", ReportArgs,
-         _unsupported("metergraph_get_report")),
+         "One report's metadata and per-workload projections (state, warnings, numeric opportunity "
+         "summaries, evaluation gates, evidence coverage). Never model-authored text.", ReportArgs,
+         reading("metergraph_get_report", lambda p, a: reports.get_report(p, a.analysis_id), reports)),  # type: ignore[union-attr]
         ("metergraph_get_suite_results", "Get suite results",
-         "One workload's suite results (not available in this deployment).", SuiteArgs,
-         _unsupported("metergraph_get_suite_results")),
+         "One workload's evaluation-suite results per candidate and check (pass rates, counts, "
+         "representative case ids). Metadata class: no case text.", SuiteArgs,
+         reading("metergraph_get_suite_results",
+                 lambda p, a: reports.suite_results(p, a.analysis_id, a.workload_id), reports)),  # type: ignore[union-attr]
         ("metergraph_start_analysis", "Start a Metergraph analysis",
-         "Start an analysis run (not available in this deployment).", OpenArgs,
-         _unsupported("metergraph_start_analysis")),
+         "Start an asynchronous analysis run: replays sampled retained calls of each workload on cheaper "
+         "candidate models, scores them with an evaluation suite and writes a report. Spends provider "
+         "money. Poll metergraph_get_analysis_run. Requires the Debug role.", StartAnalysisArgs,
+         reading("metergraph_start_analysis", start_analysis, analysis)),
         ("metergraph_start_classification", "Start a Metergraph classification",
-         "Start a classification run (not available in this deployment).", OpenArgs,
-         _unsupported("metergraph_start_classification")),
+         "Group the workspace's calls of the last `days` (1 to 90, default 30) into workloads from "
+         "content-free features (route, metadata keys, token shapes; models are listed per workload) and "
+         "save them, replacing the previous classification. Workload ids are stable; pass one as "
+         "metergraph_query_traces' workload. Requires the Debug role (agent:read).", ClassificationArgs,
+         start_classification),
         ("metergraph_get_report_evidence", "Get pipeline report evidence",
-         "Replay evidence of a report workload (content class; not available in this deployment).",
-         EvidenceArgs, _unsupported("metergraph_get_report_evidence")),
+         "One page of a report workload's replay evidence (content class, each text field at most 16 KiB, "
+         "cursor paging). Requires the Debug role (agent:read).", EvidenceArgs,
+         reading("metergraph_get_report_evidence",
+                 lambda p, a: reports.evidence(p, a.analysis_id, a.workload_id, a.cursor, a.limit),  # type: ignore[union-attr]
+                 reports)),
         ("metergraph_get_trace", "Get a Metergraph trace",
          "One trace with its spans and retained request/response content where it exists. Requires the "
          "Debug role (agent:read).", TraceArgs, lambda p, a: traces.get_trace(p, a.trace_id)),
         ("metergraph_replay_trace", "Replay a Metergraph trace",
-         "Bounded, non-persistent replay (not available in this deployment). Requires agent:replay.",
-         ReplayArgs, _unsupported("metergraph_replay_trace")),
+         "Run one bounded, non-persistent replay of a retained call on its provider (or a candidate model "
+         "in overrides.model) and compare output, tokens, cost and latency with the original. Only model, "
+         "prompt/system text, temperature, top_p and output-token overrides are accepted; nothing is "
+         "written. Requires the Replay role (agent:replay).", ReplayArgs, replay_trace),
     ]  # fmt: skip
     tools = [
         Tool(

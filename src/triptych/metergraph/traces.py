@@ -14,8 +14,11 @@ from triptych.metergraph.errors import ForbiddenError, InvalidArgument, NotFound
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.scope import environment_scope, metadata_pairs, resolve_window
 from triptych.metergraph.store import CallFilter, TelemetryStore
+from triptych.metergraph.workload_match import WorkloadMatch
 
 MAX_SAMPLE_SLICES = 10
+# The overrides metergraph_replay_trace accepts (its argument model in tools.py says the same).
+REPLAY_OVERRIDES = ("model", "prompt", "system", "temperature", "top_p", "max_output_tokens")
 MAX_SPANS = 200
 
 
@@ -51,9 +54,16 @@ def decode_cursor(cursor: str, fingerprint: str) -> tuple[int, int]:
 
 
 class TraceService:
-    def __init__(self, store: TelemetryStore, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        store: TelemetryStore,
+        clock: Callable[[], datetime],
+        workload_match: Callable[[str, str], WorkloadMatch | None] = lambda workspace, workload: None,
+    ) -> None:
         self.store = store
         self.clock = clock
+        # A saved analysis workload of a workspace by id (``WorkloadService.match``).
+        self.workload_match = workload_match
 
     def query(
         self,
@@ -74,9 +84,10 @@ class TraceService:
         window = resolve_window(days, None, None, now)
         pairs = metadata_pairs(metadata)
         envs = environment_scope(principal, environment)
-        # A workload is a route here (this deployment has no saved analysis workloads). Route and
-        # workload both given must both match: different values select nothing.
-        wanted = {r for r in (route, workload) if r is not None}
+        # A workload is a saved analysis workload when one has that id, otherwise a route. Route and
+        # a route-workload both given must both match: different values select nothing.
+        match = self.workload_match(principal.workspace, workload) if workload is not None else None
+        wanted = {r for r in (route, None if match is not None else workload) if r is not None}
         routes = sorted(wanted) if len(wanted) == 1 else ([] if wanted else None)
         f = CallFilter(
             principal.workspace,
@@ -87,6 +98,7 @@ class TraceService:
             metadata=pairs,
             status=status,
             request_id=request_id,
+            workload=match,
         )
         span_filtered = bool(route or workload or status or request_id or pairs)
         cost_basis = "matching_calls" if span_filtered else "trace_total"
@@ -223,7 +235,10 @@ class TraceService:
         limited = len(spans) > MAX_SPANS
         spans = spans[:MAX_SPANS]
         errors = sorted({s["error_type"] for s in spans if s["error"] and s["error_type"]})
-        out_spans = [self._span_out(s) for s in spans]
+        # What metergraph_replay_trace would accept: retention on and the call's request text kept.
+        retained = bool((self.store.workspace(principal.workspace) or {}).get("retain_content"))
+        out_spans = [self._span_out(s, retained and s["request_text"] is not None) for s in spans]
+        eligible = any(s["replay_eligible"] for s in out_spans)
         body: dict[str, Any] = {
             "schema_version": TRACE_DEBUG_VERSION,
             "trace_id": trace_id,
@@ -234,7 +249,11 @@ class TraceService:
             "status": "error" if any(s["error"] for s in spans) else "success",
             "error_context": {"kinds": errors},
             "root_cause": {"classifications": []},
-            "replay": {"eligible": False, "allowlisted_overrides": [], "writes_production": False},
+            "replay": {
+                "eligible": eligible,
+                "allowlisted_overrides": list(REPLAY_OVERRIDES) if eligible else [],
+                "writes_production": False,
+            },
             "content_included": any(s["request_text"] or s["response_text"] for s in spans),
             "spans": out_spans,
         }
@@ -243,7 +262,7 @@ class TraceService:
         return body
 
     @staticmethod
-    def _span_out(s: dict[str, Any]) -> dict[str, Any]:
+    def _span_out(s: dict[str, Any], replay_eligible: bool) -> dict[str, Any]:
         def part(text: str | None) -> dict[str, Any]:
             if text is not None:
                 return {"state": "captured", "text": text}
@@ -278,5 +297,5 @@ class TraceService:
             "content": {"request": part(s["request_text"]), "response": part(s["response_text"])},
             "tool_definitions": [],
             "tool_calls": tool_calls if isinstance(tool_calls, list) else [],
-            "replay_eligible": False,
+            "replay_eligible": replay_eligible,
         }

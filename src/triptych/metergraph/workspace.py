@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -35,6 +37,20 @@ def _iso_ms(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat() if ms is not None else None
 
 
+def evaluation_contract(config: dict[str, Any] | None) -> tuple[Any, int | str | None, str | None]:
+    """A route's evaluation contract, declared under ``evaluation_contract`` in its config (``triptych
+    metergraph route set --config``): (the contract, its ``version`` when it has one, sha256 of its
+    canonical JSON), or Nones."""
+    contract = (config or {}).get("evaluation_contract")
+    if contract is None:
+        return None, None, None
+    version = contract.get("version") if isinstance(contract, dict) else None
+    if isinstance(version, bool) or not isinstance(version, int | str):
+        version = None
+    canonical = json.dumps(contract, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return contract, version, "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def tool_visible(principal: AgentPrincipal, tool_name: str) -> bool:
     """Metadata-role keys do not see content or replay tools in tools/list."""
     contract = TOOLS_BY_NAME[tool_name]
@@ -51,9 +67,19 @@ def refuse_unavailable(principal: AgentPrincipal, tool_name: str) -> NoReturn:
 
 
 class WorkspaceService:
-    def __init__(self, store: TelemetryStore, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        store: TelemetryStore,
+        clock: Callable[[], datetime],
+        not_configured: Callable[[str], bool] = lambda tool_name: False,
+        replay_eligible: Callable[[CallFilter], dict[str, int]] | None = None,
+    ) -> None:
         self.store = store
         self.clock = clock
+        # Per route, the calls replay can re-send (``WorkloadStore.replay_eligible_by_route``).
+        self.replay_eligible = replay_eligible
+        # Tools the deployment builds but this server is not set up for (replay without a provider).
+        self.not_configured = not_configured
 
     def context(self, principal: AgentPrincipal) -> dict[str, Any]:
         row = self.store.workspace(principal.workspace) or {}
@@ -78,10 +104,11 @@ class WorkspaceService:
 
     def capabilities(self, principal: AgentPrincipal) -> dict[str, Any]:
         agent: dict[str, Any] = {}
+        works = {t.name: t.available and not self.not_configured(t.name) for t in TOOL_CONTRACT}
         for tool in TOOL_CONTRACT:
             allowed = principal.has(tool.required_scope)
             entry: dict[str, Any] = {
-                "available": tool.available and allowed,
+                "available": works[tool.name] and allowed,
                 "content": tool.content,
                 "mutates": tool.mutates,
                 "privacy_class": tool.privacy_class,
@@ -92,6 +119,8 @@ class WorkspaceService:
             }
             if not tool.available:
                 entry["unavailable_reason"] = "not_supported_by_deployment"
+            elif not works[tool.name]:
+                entry["unavailable_reason"] = "not_configured"
             elif not allowed:
                 entry["unavailable_reason"] = "scope_missing"
             agent[tool.name] = entry
@@ -100,7 +129,7 @@ class WorkspaceService:
             self.clock(),
             content_included=False,
             deployment_profile=DEPLOYMENT_PROFILE,
-            deployment_capabilities=sorted({t.capability for t in TOOL_CONTRACT if t.available}),
+            deployment_capabilities=sorted({t.capability for t in TOOL_CONTRACT if works[t.name]}),
             agent=agent,
             privacy_classes={
                 name: {"description": PRIVACY_DESCRIPTIONS[name], "fields": PRIVACY_FIELDS[name]}
@@ -127,19 +156,23 @@ class WorkspaceService:
         now = self.clock()
         envs = environment_scope(principal, None)
         f = CallFilter(principal.workspace, 0, int(now.timestamp() * 1000) + 86_400_000, environments=envs)
+        configs = self.store.route_config(principal.workspace)
+        retained = bool((self.store.workspace(principal.workspace) or {}).get("retain_content"))
+        eligible = self.replay_eligible(f) if retained and self.replay_eligible is not None else {}
         routes = []
         for r in self.store.routes(f):
+            contract, version, digest = evaluation_contract(configs.get(r["route"]))
             routes.append(
                 {
                     "route": r["route"],
                     "description": r.get("description"),
                     "constraints": r.get("constraints") or {},
-                    "evaluation_contract": None,
-                    "evaluation_contract_version": None,
-                    "evaluation_contract_hash": None,
+                    "evaluation_contract": contract,
+                    "evaluation_contract_version": version,
+                    "evaluation_contract_hash": digest,
                     "updated_at": r.get("updated_at") or _iso_ms(r.get("last_ms")) or now.isoformat(),
                     "calls": int(r.get("calls") or 0),
-                    "replay_eligible_calls": 0,
+                    "replay_eligible_calls": eligible.get(r["route"], 0),
                 }
             )
         return envelope(principal.workspace, now, content_included=False, routes=routes)

@@ -16,6 +16,7 @@ from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.mcp import Tool, build_server
+from triptych.core.mcp_sources import sources_path
 from triptych.core.pg import PgDatabase, PortableDatabase
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
@@ -28,7 +29,6 @@ from triptych.metronix.memory_tools import memory_tools
 from triptych.metronix.openai_api import OPENAI_PATHS, answer_routes, openai_internal_error
 from triptych.metronix.pg_store import PgKnowledgeStore
 from triptych.metronix.rest import memory_routes
-from triptych.metronix.sources import sources_path
 from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, utcnow
 from triptych.metronix.sync import SyncService
 from triptych.metronix.tools import knowledge_tools, sync_tools

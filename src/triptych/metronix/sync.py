@@ -11,24 +11,21 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
-import httpx2
 import mcp_types as types
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
+from mcp import Client
 
 from triptych.core.auth import Principal
+from triptych.core.mcp_sources import Source, connect, load_sources
 from triptych.metronix.access import require_write
 from triptych.metronix.errors import InvalidParams
 from triptych.metronix.knowledge import KnowledgeService
-from triptych.metronix.sources import Source, load_sources
 from triptych.metronix.store import utcnow
 
 log = logging.getLogger(__name__)
@@ -51,21 +48,6 @@ class SourceReport:
 
 def label_for(source: str, uri: str) -> str:
     return f"mcp:{source}:{uri}"
-
-
-@asynccontextmanager
-async def connect(source: Source, timeout: float) -> AsyncIterator[Client]:
-    if source.command:
-        params = StdioServerParameters(command=source.command, args=source.args, env=source.env or None)
-        async with Client(params, read_timeout_seconds=timeout) as client:
-            yield client
-        return
-    assert source.url is not None
-    async with httpx2.AsyncClient(headers=source.headers, timeout=timeout) as http:
-        async with Client(
-            streamable_http_client(source.url, http_client=http), read_timeout_seconds=timeout
-        ) as client:
-            yield client
 
 
 def _text_of(result: types.ReadResourceResult, mime: str | None) -> str:

@@ -85,6 +85,10 @@ class NodeService:
         self.clock = clock
         # Embeds written nodes by their memory's policy (search, issue 6); None embeds nothing.
         self.embedder: NodeEmbedder | None = None
+        # Derived data kept after a committed write (abstracts, issue 18), and extra fields a node's full
+        # view carries (an action's runs): each a callable, so this service imports none of them.
+        self.derived: list[Callable[[Memory, Sequence[NodeRecord]], None]] = []
+        self.extras: list[Callable[[NodeRecord], dict[str, Any]]] = []
         # Refuses a generic write on a Channel's address ([loc_protected], issue 14): (memory, loc,
         # containing) where ``containing`` also refuses a subtree holding an address.
         self.guard: Callable[[Memory, str, bool], None] | None = None
@@ -100,6 +104,8 @@ class NodeService:
         """After a committed write: embed by the memory's policy (a failure is recorded, never raised)."""
         if self.embedder is not None:
             self.embedder.on_write(memory, nodes)
+        for keep in self.derived:
+            keep(memory, nodes)
 
     # ── resolution ─────────────────────────────────────────────────────────
 
@@ -189,7 +195,7 @@ class NodeService:
             ]
             if revisions
             else [],
-        }
+        } | {key: value for extra in self.extras for key, value in extra(node).items()}
 
     def edge_view(self, caller: HadronCaller, edge: EdgeRecord) -> dict[str, Any]:
         target: dict[str, Any] | None = None

@@ -1,8 +1,9 @@
 """hadron_validate: a read-only sweep of one memory for broken edges, missing content, embedding
-failures and schema violations (the backstop for records written before the schema existed)."""
+failures, stale abstracts and schema violations (the backstop for records written before the schema existed)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,15 +28,15 @@ class Report:
     missing_content: list[dict[str, Any]] = field(default_factory=list)
     embedding_failures: list[dict[str, Any]] = field(default_factory=list)
     schema_violations: list[dict[str, Any]] = field(default_factory=list)
+    stale_abstracts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def issues(self) -> int:
-        return sum(
-            map(
-                len,
-                (self.broken_edges, self.missing_content, self.embedding_failures, self.schema_violations),
-            )
-        )
+        found = (
+            self.broken_edges, self.missing_content, self.embedding_failures, self.schema_violations,
+            self.stale_abstracts,
+        )  # fmt: skip
+        return sum(map(len, found))
 
 
 class ValidateService:
@@ -43,6 +44,8 @@ class ValidateService:
         self.tenancy = tenancy
         self.graph = graph
         self.access = access
+        # Abstracts whose hash no longer matches their node's content (issue 18), at most n of them.
+        self.stale_abstracts: Callable[[Memory, int], list[dict[str, Any]]] | None = None
 
     def validate(self, caller: HadronCaller, memory_urn: str) -> Report:
         if not is_urn(memory_urn.strip()):
@@ -69,6 +72,8 @@ class ValidateService:
                 self._edges(caller, memory, batch, report)
                 batch = []
         self._edges(caller, memory, batch, report)
+        if self.stale_abstracts is not None:
+            report.stale_abstracts = self.stale_abstracts(memory, MAX_ISSUES)
         for _, loc, error in self.graph.failed_embeddings(memory.id):
             _add(report.embedding_failures, {"urn": node_urn(memory.root, memory.slug, loc), "error": error})
         return report

@@ -58,5 +58,7 @@ CHANNEL_TOOLS = (
     "hadron_register_remove",
 )
 ISSUE_14_TOOLS = SESSION_TOOLS + WORKER_TOOLS + CHAT_TOOLS + WORKLOG_TOOLS + CHANNEL_TOOLS
+# Executable action nodes (issue 18).
+ACTION_TOOLS = ("hadron_run_action",)
 # Everything this build registers.
-TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS + ISSUE_14_TOOLS
+TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS + ISSUE_14_TOOLS + ACTION_TOOLS

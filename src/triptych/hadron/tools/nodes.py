@@ -145,6 +145,13 @@ def render_node(view: dict[str, Any]) -> str:
         lines += ["", "## properties", json.dumps(view["properties"], ensure_ascii=False, sort_keys=True)]
     if view["data"] is not None:
         lines += ["", "## data", json.dumps(view["data"], ensure_ascii=False, sort_keys=True)]
+    abstract = view.get("abstract")
+    if abstract:
+        lines += [
+            "",
+            f"## abstract ({abstract['method']}{', stale' if abstract['stale'] else ''})",
+            abstract["text"],
+        ]
     if view["edges"]:
         lines += ["", "## edges"]
         for edge in view["edges"]:
@@ -155,6 +162,14 @@ def render_node(view: dict[str, Any]) -> str:
             note = " [dangling]" if edge["dangling"] and target is not None else ""
             label = f" ({edge['name']})" if edge["name"] else ""
             lines.append(f"- {edge['loc']} → {where}{label}{note}")
+    if view.get("runs"):
+        lines += ["", "## runs (newest first)"]
+        for run in view["runs"]:
+            args = json.dumps(run["args"], ensure_ascii=False, sort_keys=True)
+            lines.append(
+                f"- {run['at']} {run['actor']}: {run['outcome']} (revision {run['revision']}, "
+                f"{run['durationMs']} ms, args {args})"
+            )
     return "\n".join(lines)
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import Field
 
 from triptych.hadron.domain.loc import node_urn
+from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.services.search import ENTITY_TYPES, FindQuery, FindResult, Hit, SearchService
 from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
@@ -115,6 +117,9 @@ def _render(result: FindResult, rows: list[dict[str, Any]], query: str, brief: b
         lines.append(f"{i}. {row['name']} — {row['urn']}{score}{via}")
         if row["description"]:
             lines.append(f"   {row['description']}")
+        if row.get("abstract"):
+            stale = " [stale]" if row["abstract"]["stale"] else ""
+            lines.append(f"   abstract{stale}: {row['abstract']['text']}")
         if "passage" in row and row["passage"]:
             p = row["passage"]
             lines.append(
@@ -131,7 +136,9 @@ def _render(result: FindResult, rows: list[dict[str, Any]], query: str, brief: b
     return "\n".join(lines)
 
 
-def search_tools(service: SearchService) -> list[Tool[Ctx]]:
+def search_tools(
+    service: SearchService, abstracts: Callable[[Sequence[NodeRecord]], dict[str, Any]] | None = None
+) -> list[Tool[Ctx]]:
     def find_nodes(ctx: Ctx, args: FindNodesArgs) -> ToolOutput:
         q = FindQuery(
             query=args.query, mode=args.mode, scope=args.scope, parent_rel=args.parentRel, memory_urn=args.memoryUrn,
@@ -143,6 +150,10 @@ def search_tools(service: SearchService) -> list[Tool[Ctx]]:
         result = service.find_nodes(ctx.caller, ctx.session, q)
         edges = service.edge_summaries(ctx.caller, result.hits)
         rows = [_hit(h, edges, args.brief) for h in result.hits]
+        if result.survey and abstracts is not None:  # survey mode shows each node's abstract (issue 18)
+            found = abstracts([h.node for h in result.hits])
+            for hit, row in zip(result.hits, rows, strict=True):
+                row["abstract"] = found.get(hit.node.id)
         data = {
             "scope": result.view.data(),
             "mode": "survey" if result.survey else result.mode,

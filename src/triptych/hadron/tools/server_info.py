@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from triptych import __version__
 from triptych.hadron.services.selection import SelectionService
 from triptych.hadron.tools.base import Ctx, NoArgs, Tool, ToolOutput
@@ -30,11 +32,14 @@ CAPABILITIES = (
 )
 
 
-def server_info_tools(selections: SelectionService) -> list[Tool[Ctx]]:
+def server_info_tools(selections: SelectionService, extra: Sequence[str] = ()) -> list[Tool[Ctx]]:
+    """``extra``: tokens of features that depend on this deployment (a git binary, a server key)."""
+    capabilities = (*CAPABILITIES, *extra)
+
     def server_info(ctx: Ctx, args: NoArgs) -> ToolOutput:
         state = ctx.session
         lines = [f"server: {ctx.server_url or 'stdio'}", f"version: {__version__}"]
-        lines.append("capabilities: " + ", ".join(CAPABILITIES))
+        lines.append("capabilities: " + ", ".join(capabilities))
         org_data: dict[str, object] = {"urn": None, "rung": "unauthenticated"}
         if ctx.caller.kind == "anonymous":
             lines.append("organization: none (not authenticated)")
@@ -69,7 +74,7 @@ def server_info_tools(selections: SelectionService) -> list[Tool[Ctx]]:
             {
                 "server": ctx.server_url,
                 "version": __version__,
-                "capabilities": list(CAPABILITIES),
+                "capabilities": list(capabilities),
                 "organization": org_data,
                 "connection": {
                     "reestablished": state.replaced,

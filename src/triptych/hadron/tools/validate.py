@@ -24,6 +24,15 @@ def validate_tools(service: ValidateService) -> list[Tool[Ctx]]:
         lines += [f"- {i['urn']}: {i['error']}" for i in r.embedding_failures]
         lines.append(f"schema violations: {len(r.schema_violations)}")
         lines += [f"- {i['urn']}: {i['message']}" for i in r.schema_violations]
+        lines.append(f"stale abstracts: {len(r.stale_abstracts)}")
+        lines += [
+            f"- {i['urn']}: the content changed since its abstract was written" for i in r.stale_abstracts
+        ]
+        if r.stale_abstracts:
+            lines.append(
+                "  (the next content write refreshes one; `triptych hadron memory abstracts "
+                f"{r.memory.urn}` refreshes them all)"
+            )
         data = {
             "memoryUrn": r.memory.urn,
             "nodes": r.nodes,
@@ -32,14 +41,15 @@ def validate_tools(service: ValidateService) -> list[Tool[Ctx]]:
             "missingContent": r.missing_content,
             "embeddingFailures": r.embedding_failures,
             "schemaViolations": r.schema_violations,
+            "staleAbstracts": r.stale_abstracts,
         }
         return ToolOutput("\n".join(lines), data)
 
     return [
         Tool(
             "hadron_validate",
-            "Walk a memory and report broken edges, missing content, embedding failures and schema violations "
-            "(including records written before the schema existed). Read-only; safe any time.",
+            "Walk a memory and report broken edges, missing content, stale abstracts, embedding failures and schema "
+            "violations (including records written before the schema existed). Read-only; safe any time.",
             ValidateArgs,
             validate,
         )

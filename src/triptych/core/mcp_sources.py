@@ -1,4 +1,7 @@
-"""The registry of MCP sources that ``metronix_sync`` reads: ``.metronix/mcp_servers.json``.
+"""The registry of MCP sources (``triptych sources``): ``.metronix/mcp_servers.json``, and how to connect.
+
+``metronix_sync`` reads their resources; Hadron's MCP tool actions (``hadron_run_action``) call their
+tools. It lives in core because both surfaces use it and surfaces never import each other.
 
 The file has the shape MCP hosts already use::
 
@@ -12,11 +15,17 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triptych.metronix.errors import InvalidParams
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from triptych.core.errors import Invalid
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
@@ -48,26 +57,26 @@ def sources_path(data_dir: Path, override: str | None = None) -> Path:
 
 def parse_source(name: str, spec: Any) -> Source:
     if not _NAME.fullmatch(name):
-        raise InvalidParams(f"source name {name!r} must be 1-64 of A-Z a-z 0-9 . _ -")
+        raise Invalid(f"source name {name!r} must be 1-64 of A-Z a-z 0-9 . _ -")
     if not isinstance(spec, dict):
-        raise InvalidParams(f"source {name!r} must be an object with 'command' or 'url'")
+        raise Invalid(f"source {name!r} must be an object with 'command' or 'url'")
     if spec.get("command"):
         args = spec.get("args") or []
         env = spec.get("env") or {}
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise InvalidParams(f"source {name!r}: args must be a list of strings")
+            raise Invalid(f"source {name!r}: args must be a list of strings")
         if not isinstance(env, dict):
-            raise InvalidParams(f"source {name!r}: env must be an object")
+            raise Invalid(f"source {name!r}: env must be an object")
         return Source(name, command=str(spec["command"]), args=args, env={k: str(v) for k, v in env.items()})
     if spec.get("url"):
         url = str(spec["url"])
         if not url.startswith(("http://", "https://")):
-            raise InvalidParams(f"source {name!r}: url must start with http:// or https://")
+            raise Invalid(f"source {name!r}: url must start with http:// or https://")
         headers = spec.get("headers") or {}
         if not isinstance(headers, dict):
-            raise InvalidParams(f"source {name!r}: headers must be an object")
+            raise Invalid(f"source {name!r}: headers must be an object")
         return Source(name, url=url, headers={k: str(v) for k, v in headers.items()})
-    raise InvalidParams(f"source {name!r} needs 'command' (stdio) or 'url' (streamable HTTP)")
+    raise Invalid(f"source {name!r} needs 'command' (stdio) or 'url' (streamable HTTP)")
 
 
 def load_sources(path: Path) -> dict[str, Source]:
@@ -76,12 +85,12 @@ def load_sources(path: Path) -> dict[str, Source]:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise InvalidParams(
+        raise Invalid(
             f"{path} is not valid JSON: {exc}", hint="Fix or recreate it with `triptych sources`"
         ) from exc
     servers = data.get("mcpServers", {}) if isinstance(data, dict) else None
     if not isinstance(servers, dict):
-        raise InvalidParams(f"{path} must hold an object with an 'mcpServers' object")
+        raise Invalid(f"{path} must hold an object with an 'mcpServers' object")
     return {name: parse_source(name, spec) for name, spec in servers.items()}
 
 
@@ -93,3 +102,19 @@ def save_sources(path: Path, sources: dict[str, Source]) -> None:
     with os.fdopen(fd, "w") as handle:
         handle.write(payload + "\n")
     os.replace(tmp, path)
+
+
+@asynccontextmanager
+async def connect(source: Source, timeout: float) -> AsyncIterator[Client]:
+    """An MCP client session to ``source`` (stdio or streamable HTTP); ``timeout`` bounds each request."""
+    if source.command:
+        params = StdioServerParameters(command=source.command, args=source.args, env=source.env or None)
+        async with Client(params, read_timeout_seconds=timeout) as client:
+            yield client
+        return
+    assert source.url is not None
+    async with httpx2.AsyncClient(headers=source.headers, timeout=timeout) as http:
+        async with Client(
+            streamable_http_client(source.url, http_client=http), read_timeout_seconds=timeout
+        ) as client:
+            yield client

@@ -1,0 +1,87 @@
+"""Node abstracts: one row per node (summary, content hash, how it was made), in their own migration
+component of ``hadron.db`` (``hadron-abstracts``). ``AbstractStore`` is the engine-neutral interface."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from triptych.core.db import Database
+
+COMPONENT = "hadron-abstracts"
+MIGRATIONS = [
+    """
+    CREATE TABLE node_abstracts (
+        node_id TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+        abstract TEXT NOT NULL, content_hash TEXT NOT NULL, method TEXT NOT NULL, updated_at TEXT NOT NULL
+    );
+    """
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Abstract:
+    node_id: str
+    text: str
+    content_hash: str
+    method: str  # "extractive" or "llm:<model>"
+    updated_at: str
+
+
+class AbstractStore(Protocol):
+    def put(self, abstract: Abstract) -> None: ...
+    def delete(self, node_ids: Sequence[str]) -> None: ...
+    def get(self, node_ids: Sequence[str]) -> dict[str, Abstract]: ...
+    def live_nodes(self, memory_id: str) -> Iterator[tuple[str, str, str | None, Abstract]]: ...
+
+
+_COLUMNS = "node_id, abstract, content_hash, method, updated_at"
+
+
+class SqliteAbstractStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.migrate(COMPONENT, MIGRATIONS)
+
+    def put(self, abstract: Abstract) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(
+                f"INSERT INTO node_abstracts ({_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE "
+                "SET abstract = excluded.abstract, content_hash = excluded.content_hash, "
+                "method = excluded.method, updated_at = excluded.updated_at",
+                (
+                    abstract.node_id,
+                    abstract.text,
+                    abstract.content_hash,
+                    abstract.method,
+                    abstract.updated_at,
+                ),
+            )
+
+    def delete(self, node_ids: Sequence[str]) -> None:
+        with self.db.transaction() as tx:
+            tx.executemany("DELETE FROM node_abstracts WHERE node_id = ?", [(n,) for n in node_ids])
+
+    def get(self, node_ids: Sequence[str]) -> dict[str, Abstract]:
+        out: dict[str, Abstract] = {}
+        ids = list(node_ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows = self.db.conn.execute(
+                f"SELECT {_COLUMNS} FROM node_abstracts WHERE node_id IN ({', '.join('?' * len(chunk))})",
+                tuple(chunk),
+            ).fetchall()
+            out.update({r[0]: Abstract(*r) for r in rows})
+        return out
+
+    def live_nodes(self, memory_id: str) -> Iterator[tuple[str, str, str | None, Abstract]]:
+        """Every live node of the memory that has an abstract, as (id, loc, content, abstract), in loc order."""
+        cursor = self.db.conn.execute(
+            "SELECT n.id, n.loc, n.content, a.node_id, a.abstract, a.content_hash, a.method, a.updated_at "
+            "FROM nodes n JOIN node_abstracts a ON a.node_id = n.id "
+            "WHERE n.memory_id = ? AND n.deleted_at IS NULL ORDER BY n.loc",
+            (memory_id,),
+        )
+        for row in cursor:
+            yield row[0], row[1], row[2], Abstract(*row[3:])

@@ -1,0 +1,181 @@
+"""Persistence of workloads and classification runs, and the content-free call reads classification
+needs, over the telemetry store's SQLite file (its own migration component, ``workloads``).
+
+The calls are read through ``call_where`` with a ``CallFilter``, as every other read of them is; the
+grouping features come from ``workload_match`` so a saved workload matches the calls it was made of.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from triptych.core.db import Database
+from triptych.metergraph.store import CallFilter, call_where
+from triptych.metergraph.workload_match import SHAPE_SQL, tags_signature
+
+MIGRATIONS = [
+    """
+    CREATE TABLE workloads (
+        workspace TEXT NOT NULL,
+        workload_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        route TEXT,
+        tag_keys TEXT NOT NULL,          -- JSON list, sorted
+        shapes TEXT NOT NULL,            -- JSON list of shape codes (workload_match.SHAPE_SQL)
+        calls INTEGER NOT NULL,
+        replay_eligible_calls INTEGER NOT NULL,
+        cost_usd REAL,
+        stats TEXT NOT NULL,             -- JSON: models, token means, first/last seen
+        classified_at TEXT NOT NULL,
+        PRIMARY KEY (workspace, workload_id)
+    );
+    CREATE TABLE classification_runs (
+        run_id TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        status TEXT NOT NULL,            -- running | succeeded | failed
+        created_at TEXT NOT NULL,
+        started_at TEXT,
+        finished_at TEXT,
+        error_code TEXT,
+        days INTEGER NOT NULL,
+        calls INTEGER NOT NULL DEFAULT 0,
+        workloads INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX classification_runs_by_workspace ON classification_runs (workspace, created_at);
+    """
+]
+
+# One group per (route, metadata keys, token shape, provider, model) of the window's calls.
+_RETAINED = "id IN (SELECT call_id FROM call_content WHERE workspace = ? AND request_text IS NOT NULL)"
+
+
+class WorkloadStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.migrate("workloads", MIGRATIONS)
+
+    # -- calls (content-free reads) ---------------------------------------------------------
+
+    def feature_groups(self, f: CallFilter) -> list[dict[str, Any]]:
+        """Call counts and sums per (route, metadata keys, shape, provider, model); several rows may
+        share a key (one per distinct metadata object with those keys)."""
+        params: list[Any] = [f.workspace]
+        where = call_where(f, params)
+        # Grouping by the stored metadata text and reading its keys once per distinct text is about a
+        # third cheaper than parsing every call's metadata in SQL (bench/metergraph_classify.py).
+        sql = (
+            f"SELECT route, tags, {SHAPE_SQL} AS shape, provider, model, COUNT(*) AS calls,"
+            f" SUM(has_content AND {_RETAINED}) AS retained, SUM(cost_usd) AS cost_usd,"
+            " SUM(input_tokens) AS input_tokens, SUM(output_tokens) AS output_tokens,"
+            f" MIN(ts_ms) AS first_ms, MAX(ts_ms) AS last_ms FROM calls WHERE {where}"
+            " GROUP BY route, tags, shape, provider, model"
+        )
+        keys: dict[str | None, str] = {}
+        out = []
+        # The retained-content subquery's workspace comes first, then the filter's arguments.
+        for r in self.db.conn.execute(sql, params):
+            row = dict(r)
+            tags = row.pop("tags")
+            signature = keys.get(tags)
+            if signature is None:
+                signature = keys[tags] = tags_signature(tags)
+            row["keys"] = signature
+            out.append(row)
+        return out
+
+    def replay_eligible_by_route(self, f: CallFilter) -> dict[str, int]:
+        """Per route, the calls with retained request text (what replay can re-send)."""
+        params: list[Any] = []
+        where = call_where(f, params)
+        sql = (
+            f"SELECT route, COUNT(*) FROM calls WHERE {where} AND route IS NOT NULL AND has_content = 1"
+            f" AND {_RETAINED} GROUP BY route"
+        )
+        return {r[0]: int(r[1]) for r in self.db.conn.execute(sql, [*params, f.workspace])}
+
+    def retained_call_ids(self, f: CallFilter, limit: int) -> list[int]:
+        """Up to ``limit`` ids of matching calls with retained request text, spread evenly over the
+        matching calls in time order (deterministic: the same calls for the same data)."""
+        params: list[Any] = []
+        where = call_where(f, params)
+        rows = self.db.conn.execute(
+            f"SELECT id FROM calls WHERE {where} AND has_content = 1 AND {_RETAINED} ORDER BY ts_ms, id",
+            [*params, f.workspace],
+        ).fetchall()
+        ids = [int(r[0]) for r in rows]
+        if len(ids) <= limit:
+            return ids
+        step = len(ids) / limit
+        return [ids[int(i * step)] for i in range(limit)]
+
+    # -- workloads ---------------------------------------------------------------------------
+
+    def replace_workloads(
+        self, workspace: str, run_id: str, rows: Sequence[dict[str, Any]], run: dict[str, Any]
+    ) -> None:
+        """The workspace's workloads become ``rows`` and the run is recorded, in one transaction."""
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM workloads WHERE workspace = ?", (workspace,))
+            conn.executemany(
+                "INSERT INTO workloads (workspace, workload_id, run_id, name, route, tag_keys, shapes, calls,"
+                " replay_eligible_calls, cost_usd, stats, classified_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (workspace, r["workload_id"], run_id, r["name"], r["route"], json.dumps(r["tag_keys"]),
+                     json.dumps(r["shapes"]), r["calls"], r["replay_eligible_calls"], r["cost_usd"],
+                     json.dumps(r["stats"], sort_keys=True), r["classified_at"])
+                    for r in rows
+                ],
+            )  # fmt: skip
+            self._upsert_run(conn, run)
+
+    def insert_run(self, run: dict[str, Any]) -> None:
+        with self.db.transaction() as conn:
+            self._upsert_run(conn, run)
+
+    @staticmethod
+    def _upsert_run(conn: Any, run: dict[str, Any]) -> None:
+        conn.execute(
+            "INSERT INTO classification_runs (run_id, workspace, status, created_at, started_at, finished_at,"
+            " error_code, days, calls, workloads) VALUES (:run_id, :workspace, :status, :created_at, :started_at,"
+            " :finished_at, :error_code, :days, :calls, :workloads) ON CONFLICT (run_id) DO UPDATE SET"
+            " status = excluded.status, started_at = excluded.started_at, finished_at = excluded.finished_at,"
+            " error_code = excluded.error_code, calls = excluded.calls, workloads = excluded.workloads",
+            run,
+        )
+
+    def workloads(self, workspace: str) -> list[dict[str, Any]]:
+        rows = self.db.conn.execute(
+            "SELECT * FROM workloads WHERE workspace = ? ORDER BY calls DESC, workload_id", (workspace,)
+        )
+        return [_workload(r) for r in rows]
+
+    def workload(self, workspace: str, workload_id: str) -> dict[str, Any] | None:
+        row = self.db.conn.execute(
+            "SELECT * FROM workloads WHERE workspace = ? AND workload_id = ?", (workspace, workload_id)
+        ).fetchone()
+        return None if row is None else _workload(row)
+
+    def runs(self, workspace: str, limit: int) -> list[dict[str, Any]]:
+        """Classification runs, newest first."""
+        rows = self.db.conn.execute(
+            "SELECT * FROM classification_runs WHERE workspace = ? ORDER BY created_at DESC, run_id LIMIT ?",
+            (workspace, limit),
+        )
+        return [dict(r) for r in rows]
+
+    def run(self, workspace: str, run_id: str) -> dict[str, Any] | None:
+        row = self.db.conn.execute(
+            "SELECT * FROM classification_runs WHERE workspace = ? AND run_id = ?", (workspace, run_id)
+        ).fetchone()
+        return None if row is None else dict(row)
+
+
+def _workload(row: Any) -> dict[str, Any]:
+    out = dict(row)
+    out["tag_keys"] = json.loads(out["tag_keys"])
+    out["shapes"] = json.loads(out["shapes"])
+    out["stats"] = json.loads(out["stats"])
+    return out

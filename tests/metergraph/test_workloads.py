@@ -1,0 +1,168 @@
+"""Classification into workloads from content-free features, saved with stable ids and matched by
+``metergraph_query_traces``; routes' evaluation contract and replay-eligible counts."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from typing import Any
+
+import pytest
+from mg_support import NOW, agent, app, row
+
+from triptych.metergraph.errors import ForbiddenError
+from triptych.metergraph.service import Metergraph
+from triptych.metergraph.workload_match import KEYS_SQL, shape_label, tags_signature
+
+
+def calls(n: int, **fields: Any) -> list[dict[str, Any]]:
+    return [row(minutes_ago=10 + i, trace_id=uuid.uuid4().hex, **fields) for i in range(n)]
+
+
+def traffic(mg: Metergraph, workspace: str = "w1") -> None:
+    """Three kinds of work: short tagged support replies (plus two outliers of a longer shape), long
+    support answers with one tag, and summaries on two models."""
+    rows = (
+        calls(30, tags={"prompt_id": "reply-v3", "tenant": "a"}, input_tokens=300, output_tokens=50,
+              request_json={"messages": [{"role": "user", "content": "hi"}]})
+        + calls(2, tags={"tenant": "b", "prompt_id": "reply-v2"}, input_tokens=600, output_tokens=50)
+        + calls(25, tags={"prompt_id": "answer"}, input_tokens=5000, output_tokens=500)
+        + calls(20, route="summarize", input_tokens=8000, output_tokens=300)
+        + calls(20, route="summarize", model="gpt-4o-mini", input_tokens=9000, output_tokens=200)
+    )  # fmt: skip
+    mg.ingest.ingest_rows(app(workspace), rows, "sdk")
+
+
+def classify(mg: Metergraph, workspace: str = "w1", role: str = "debug") -> dict[str, Any]:
+    return mg.workloads.start_classification(agent(workspace, role), days=7)
+
+
+def test_calls_group_into_workloads_by_route_metadata_keys_and_token_shape(mg: Metergraph) -> None:
+    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    traffic(mg)
+    doc = classify(mg)
+    run, workloads = doc["run"], doc["workloads"]
+    assert run["status"] == "succeeded" and run["kind"] == "classification"
+    assert run["progress"] == {"calls": 97, "workloads": 3, "days": 7} and doc["content_included"] is False
+    by_calls = {w["calls"]: w for w in workloads}
+    assert sorted(by_calls) == [25, 32, 40]
+    tagged = by_calls[32]  # the two outliers of a longer input joined the family's main shape
+    assert tagged["route"] == "support" and tagged["metadata_keys"] == ["prompt_id", "tenant"]
+    assert tagged["token_shapes"] == [shape_label(9), shape_label(17)]
+    assert tagged["workload_name"] == "support [prompt_id, tenant] · in 0-512 / out 0-64"
+    assert tagged["replay_eligible_calls"] == 30
+    summaries = by_calls[40]
+    assert summaries["route"] == "summarize" and summaries["metadata_keys"] == []
+    assert [(m["model"], m["calls"]) for m in summaries["models"]] == [("gpt-4o", 20), ("gpt-4o-mini", 20)]
+    assert summaries["cost_usd"] == pytest.approx(
+        20 * (8000 * 2.5e-6 + 300 * 10e-6) + 20 * (9000 * 0.15e-6 + 200 * 0.6e-6)
+    )
+    assert by_calls[25]["metadata_keys"] == ["prompt_id"] and by_calls[25]["replay_eligible_calls"] == 0
+
+
+def test_workload_ids_are_stable_across_runs_and_new_calls(mg: Metergraph) -> None:
+    traffic(mg)
+    first = {w["workload_id"] for w in classify(mg)["workloads"]}
+    assert {w["workload_id"] for w in classify(mg)["workloads"]} == first
+    mg.ingest.ingest_rows(app("w1"), calls(5, route="summarize", input_tokens=7000, output_tokens=250), "sdk")
+    assert {w["workload_id"] for w in classify(mg)["workloads"]} == first
+    assert len(mg.workloads.store.runs("w1", 10)) == 3
+
+
+def test_query_traces_matches_a_saved_workload(mg: Metergraph) -> None:
+    traffic(mg)
+    workloads = {w["calls"]: w["workload_id"] for w in classify(mg)["workloads"]}
+    who = agent("w1", "metadata")
+    tagged = mg.traces.query(who, workload=workloads[32], limit=200)
+    assert len(tagged["traces"]) == 32 and {tuple(t["routes"]) for t in tagged["traces"]} == {("support",)}
+    assert tagged["attribution"]["cost_basis"] == "matching_calls"
+    assert len(mg.traces.query(who, workload=workloads[40], limit=200)["traces"]) == 40
+    # With a route too, both must hold.
+    assert mg.traces.query(who, workload=workloads[40], route="support")["traces"] == []
+    assert len(mg.traces.query(who, workload=workloads[40], route="summarize", limit=200)["traces"]) == 40
+    # A workload that is no saved workload's id is a route, as before.
+    assert len(mg.traces.query(who, workload="summarize", limit=200)["traces"]) == 40
+    # New calls of the same kind match the saved workload without a new classification.
+    mg.ingest.ingest_rows(app("w1"), calls(3, route="summarize", input_tokens=6000, output_tokens=100), "sdk")
+    assert len(mg.traces.query(who, workload=workloads[40], limit=200)["traces"]) == 43
+
+
+def test_workloads_are_isolated_by_workspace(mg: Metergraph) -> None:
+    traffic(mg, "w1")
+    traffic(mg, "w2")
+    w1 = {w["workload_id"] for w in classify(mg, "w1")["workloads"]}
+    w2 = {w["workload_id"] for w in classify(mg, "w2")["workloads"]}
+    assert w1.isdisjoint(w2) and len(w1) == len(w2) == 3
+    for workload in w1:
+        assert mg.traces.query(agent("w2", "metadata"), workload=workload)["traces"] == []
+        assert mg.workloads.match("w2", workload) is None
+    mg.ingest.ingest_rows(app("w2"), calls(1, route="other"), "sdk")
+    classify(mg, "w2")  # replacing w2's workloads leaves w1's alone
+    assert {w["workload_id"] for w in mg.workloads.store.workloads("w1")} == w1
+
+
+def test_classification_needs_the_debug_role_and_a_whole_workspace_key(mg: Metergraph) -> None:
+    with pytest.raises(ForbiddenError):
+        classify(mg, role="metadata")
+    with pytest.raises(ForbiddenError, match="environment allowlist"):
+        mg.workloads.start_classification(agent("w1", "debug", ("prod",)))
+
+
+def test_a_failed_save_leaves_the_previous_workloads(mg: Metergraph) -> None:
+    traffic(mg)
+    classify(mg)
+    saved = mg.workloads.store.workloads("w1")
+    row_ = {**saved[0], "stats": saved[0]["stats"]}
+    run = {"run_id": "r-dup", "workspace": "w1", "status": "succeeded", "created_at": NOW.isoformat(),
+           "started_at": None, "finished_at": None, "error_code": None, "days": 7, "calls": 0, "workloads": 2}  # fmt: skip
+    with pytest.raises(sqlite3.IntegrityError):  # a duplicate id: the insert fails
+        mg.workloads.store.replace_workloads("w1", "r-dup", [row_, row_], run)
+    assert mg.workloads.store.workloads("w1") == saved
+    assert mg.workloads.store.run("w1", "r-dup") is None
+
+
+def test_routes_report_their_evaluation_contract_and_replay_eligible_calls(mg: Metergraph) -> None:
+    contract = {"version": 2, "checks": [{"kind": "json_schema", "schema": {"type": "object"}}],
+                "candidates": ["gpt-4o-mini"]}  # fmt: skip
+    mg.store.set_route(
+        "w1", "support", "replies", {"model": "gpt-4o", "evaluation_contract": contract}, NOW.isoformat()
+    )
+    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    traffic(mg)
+    mg.ingest.ingest_rows(app("w1"), calls(4, environment="prod", response_text="only the answer"), "sdk")
+    mg.ingest.ingest_rows(app("w1"), calls(3, environment="prod", request_json="q?"), "sdk")
+    routes = {r["route"]: r for r in mg.workspace.routes(agent("w1", "metadata"))["routes"]}
+    support = routes["support"]
+    assert support["evaluation_contract"] == contract and support["evaluation_contract_version"] == 2
+    assert (
+        support["evaluation_contract_hash"].startswith("sha256:")
+        and len(support["evaluation_contract_hash"]) == 71
+    )
+    assert support["calls"] == 64 and support["replay_eligible_calls"] == 33  # response-only content is not
+    assert (
+        routes["summarize"]["evaluation_contract"] is None
+        and routes["summarize"]["replay_eligible_calls"] == 0
+    )
+    prod = {r["route"]: r for r in mg.workspace.routes(agent("w1", "metadata", ("prod",)))["routes"]}
+    assert prod["support"]["replay_eligible_calls"] == 3
+    mg.store.set_retain_content("w1", False, NOW.isoformat())
+    assert mg.workspace.routes(agent("w1"))["routes"][0]["replay_eligible_calls"] == 0
+
+
+def test_get_trace_says_which_spans_replay_can_resend(mg: Metergraph) -> None:
+    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.ingest.ingest_rows(app("w1"), [row(trace_id="t", request_json="q?"), row(trace_id="t")], "sdk")
+    trace = mg.traces.get_trace(agent("w1", "debug"), "t")
+    assert [s["replay_eligible"] for s in trace["spans"]] == [True, False]
+    assert trace["replay"]["eligible"] is True and "model" in trace["replay"]["allowlisted_overrides"]
+
+
+@pytest.mark.parametrize(
+    "tags", [None, "{}", '{"b": 1, "a": "x"}', '{"é": 1, "z": 2, "Z": 3, "a.b": 4, "中": 5}']
+)
+def test_the_python_key_signature_matches_the_sql_one(tags: str | None) -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE calls (tags TEXT)")
+    conn.execute("INSERT INTO calls VALUES (?)", (tags,))
+    in_sql = conn.execute(f"SELECT {KEYS_SQL} FROM calls").fetchone()[0]
+    assert tags_signature(tags) == in_sql

@@ -1,0 +1,165 @@
+"""A local LLM provider on 127.0.0.1 that answers like OpenAI (``POST /v1/chat/completions``) and
+Anthropic (``POST /v1/messages``), for replay tests that run the real client libraries over HTTP.
+
+The model name picks the behaviour, so a test chooses it through the stored call or a candidate model:
+
+    ...slow...       answers after ``slow_seconds`` (a timeout)
+    ...dribble...    sends the headers, then one body byte every half second (a stalled stream)
+    ...ratelimit...  HTTP 429 with ``retry-after``
+    ...broken...     HTTP 500
+    ...badauth...    HTTP 401
+    anything else    a completion: "replayed: " + the last user message, word counts as token usage
+
+Every request is recorded (path, headers, JSON body) in ``requests``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def _words(text: str) -> int:
+    return max(1, len(text.split()))
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+class ProviderServer:
+    def __init__(self, slow_seconds: float = 5.0) -> None:
+        self.slow_seconds = slow_seconds
+        self.requests: list[dict[str, Any]] = []
+        self.stopping = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep test output quiet
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - the http.server hook name
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                server.requests.append({"path": self.path, "headers": headers, "json": body})
+                server.answer(self, body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    @property
+    def openai_url(self) -> str:
+        return self.url + "/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        return self.url
+
+    def __enter__(self) -> ProviderServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def _sleep(self, seconds: float) -> None:
+        self.stopping.wait(seconds)
+
+    def answer(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        model = str(body.get("model", ""))
+        anthropic = handler.path.rstrip("/").endswith("/v1/messages")
+        if "slow" in model:
+            self._sleep(self.slow_seconds)
+        if "ratelimit" in model:
+            return self._error(handler, 429, "rate_limit_error", "slow down", anthropic, {"retry-after": "7"})
+        if "broken" in model:
+            return self._error(handler, 500, "api_error", "the model crashed", anthropic)
+        if "badauth" in model:
+            return self._error(handler, 401, "authentication_error", "invalid x-api-key", anthropic)
+        messages = body.get("messages") or []
+        last_user = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+        output = f"replayed: {last_user}"
+        prompt_words = sum(_words(_text(m.get("content"))) for m in messages)
+        if isinstance(body.get("system"), str):
+            prompt_words += _words(body["system"])
+        cap = body.get("max_tokens") or body.get("max_completion_tokens") or 1024
+        words = output.split()[: int(cap)]
+        output = " ".join(words)
+        if anthropic:
+            document: dict[str, Any] = {
+                "id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": model,
+                "content": [{"type": "text", "text": output}], "stop_reason": "end_turn", "stop_sequence": None,
+                "usage": {"input_tokens": prompt_words, "output_tokens": len(words)},
+            }  # fmt: skip
+        else:
+            document = {
+                "id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": output}}],
+                "usage": {"prompt_tokens": prompt_words, "completion_tokens": len(words),
+                          "total_tokens": prompt_words + len(words)},
+            }  # fmt: skip
+        raw = json.dumps(document).encode()
+        handler.send_response(200)
+        handler.send_header("content-type", "application/json")
+        handler.send_header("content-length", str(len(raw)))
+        handler.end_headers()
+        if "dribble" in model:
+            for byte in raw:
+                if self.stopping.is_set():
+                    return
+                try:
+                    handler.wfile.write(bytes([byte]))
+                    handler.wfile.flush()
+                except OSError:
+                    return  # the client gave up
+                self._sleep(0.5)
+            return
+        try:
+            handler.wfile.write(raw)
+        except OSError:
+            pass  # the client gave up waiting
+
+    @staticmethod
+    def _error(
+        handler: BaseHTTPRequestHandler,
+        status: int,
+        kind: str,
+        message: str,
+        anthropic: bool,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if anthropic:
+            document: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+        else:
+            document = {"error": {"message": message, "type": kind, "code": kind}}
+        raw = json.dumps(document).encode()
+        handler.send_response(status)
+        handler.send_header("content-type", "application/json")
+        handler.send_header("content-length", str(len(raw)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        try:
+            handler.wfile.write(raw)
+        except OSError:
+            pass  # the client gave up waiting
