@@ -140,6 +140,7 @@ def bench(args: list[str]) -> int:
         "hadron-abstracts": "bench/hadron_abstracts.py",
         "sync-answers": "bench/sync_answers.py",
         "robustness": "bench/robustness.py",
+        "engines": "bench/engines.py",
     }
     if not args or args[0] not in scripts:
         sys.exit(f"usage: python3 tasks.py bench {{{'|'.join(scripts)}}} [options]")
