@@ -27,6 +27,7 @@ VENV_MCP1 = ROOT / ".venv-mcp1"  # the 1.x MCP client, for the contract's own Py
 # all three endpoints with it (tests/contract/test_inspector.py).
 INSPECTOR = ROOT / ".inspector"
 INSPECTOR_PACKAGES = ["node@22", "@modelcontextprotocol/inspector@2.12.0"]
+CHROMIUM = "/usr/bin/chromium"  # Debian's package, for the app-page tests (tests/browser.py)
 
 
 def _bin(env: Path, name: str) -> Path:
@@ -72,6 +73,7 @@ def setup(dev: bool) -> None:
         mcp1 = ROOT / "tests" / "contract" / "mcp1-requirements.txt"
         _ensure(VENV_MCP1, [mcp1], ["-r", str(mcp1)])
         _ensure_inspector()
+        _ensure_chromium()
 
 
 def _ensure_inspector() -> None:
@@ -92,6 +94,23 @@ def _ensure_inspector() -> None:
         print("tasks.py: installing the MCP Inspector failed; its test will be skipped", file=sys.stderr)
         return
     stamp.write_text(wanted)
+
+
+def _ensure_chromium() -> None:
+    """Best effort: Debian's chromium for the app-page tests (tests/browser.py), which skip without it."""
+    if Path(CHROMIUM).exists():
+        return
+    apt = shutil.which("apt-get")
+    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        print(f"tasks.py: {CHROMIUM} missing and apt-get unusable here; the browser tests will be skipped",
+              file=sys.stderr)  # fmt: skip
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        _run(apt, "-qq", "update", env=env)
+        _run(apt, "install", "-y", "-qq", "chromium", env=env)
+    except subprocess.CalledProcessError:
+        print("tasks.py: installing chromium failed; the browser tests will be skipped", file=sys.stderr)
 
 
 def serve(args: list[str]) -> int:
@@ -135,12 +154,15 @@ def bench(args: list[str]) -> int:
         "contradictions": "bench/contradictions.py",
         "metergraph": "bench/metergraph_bench.py",
         "metergraph-ingest-phases": "bench/metergraph_ingest_phases.py",
+        "metergraph-engines": "bench/metergraph_engines.py",
+        "metergraph-classify": "bench/metergraph_classify.py",
         "hadron-graph": "bench/hadron_graph.py",
         "hadron-search": "bench/hadron_search.py",
         "hadron-abstracts": "bench/hadron_abstracts.py",
         "sync-answers": "bench/sync_answers.py",
         "robustness": "bench/robustness.py",
         "engines": "bench/engines.py",
+        "app-pages": "bench/app_pages.py",
     }
     if not args or args[0] not in scripts:
         sys.exit(f"usage: python3 tasks.py bench {{{'|'.join(scripts)}}} [options]")

@@ -106,7 +106,9 @@ def generate(count: int, seed: int = 7) -> Iterator[list[dict[str, Any]]]:
         yield batch
 
 
-def http_ingest(data_dir: Path, rows: int, clients: int, stream: int) -> dict[str, Any]:
+def http_ingest(
+    data_dir: Path, rows: int, clients: int, stream: int, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Rows/s through a real `triptych serve`: gzip JSON batches of 5,000, pre-encoded before timing.
 
     The rows are the first ``rows`` of a ``stream``-call stream over 90 days, so a batch spans the time
@@ -114,7 +116,7 @@ def http_ingest(data_dir: Path, rows: int, clients: int, stream: int) -> dict[st
     """
     port = free_port()
     env = {**os.environ, "TRIPTYCH_DATA_DIR": str(data_dir), "MG_TOKENS": "bench-app-token", "MG_MAX_ROWS": "5000",
-           "TRIPTYCH_LOG_LEVEL": "warning"}  # fmt: skip
+           "TRIPTYCH_LOG_LEVEL": "warning", **(extra_env or {})}  # fmt: skip
     log = open(data_dir.parent / "server.log", "wb")  # noqa: SIM115
     server = subprocess.Popen([str(Path(sys.executable).with_name("triptych")), "serve", "--port", str(port)],
                               env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
@@ -231,6 +233,28 @@ def columns_phase(mg: Metergraph, data_dir: Path) -> dict[str, Any]:
     return figures
 
 
+def detectors_compare(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Ingest rows/s with the incident detectors off and on, alternating rounds in the same run (the
+    machine is shared: the ratio of medians is the figure), the detectors sweeping every
+    ``--detectors-tick`` seconds (the server's default is 5)."""
+    stream = args.http_stream_calls or args.calls
+    runs: dict[str, list[float]] = {"off": [], "on": []}
+    for round_no in range(args.detectors_compare):
+        for mode in ("off", "on"):
+            data_dir = work / f"detectors-{mode}-{round_no}" / "data"
+            data_dir.mkdir(parents=True, exist_ok=True)
+            env = {
+                "MG_INCIDENTS_ENABLED": "true" if mode == "on" else "false",
+                "MG_INCIDENT_TICK_SECONDS": str(args.detectors_tick),
+            }
+            result = http_ingest(data_dir, args.http_rows, args.clients, stream, env)
+            runs[mode].append(result["rows_per_s"])
+            print(json.dumps({"mode": mode, **result}), file=sys.stderr, flush=True)
+    off, on = statistics.median(runs["off"]), statistics.median(runs["on"])
+    return {"tick_seconds": args.detectors_tick, "rows_per_s": runs, "median_off": off, "median_on": on,
+            "on_over_off": round(on / off, 3)}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1_000_000, help="calls loaded for the read benchmarks")
@@ -248,6 +272,16 @@ def main() -> None:
     )
     parser.add_argument("--ingest-only", action="store_true", help="only the /v1/ingest phase")
     parser.add_argument(
+        "--detectors-tick", type=float, default=5.0, help="sweep interval for --detectors-compare"
+    )
+    parser.add_argument(
+        "--detectors-compare",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="only /v1/ingest, ROUNDS times each with the incident detectors off and on (alternating)",
+    )
+    parser.add_argument(
         "--baseline-runs", type=int, default=3, help="runs of each raw SQL scan baseline (0: skip them)"
     )
     args = parser.parse_args()
@@ -261,6 +295,9 @@ def main() -> None:
         "load_average_at_start": os.getloadavg(),
     }
 
+    if args.detectors_compare:
+        print(json.dumps({**results, "detectors": detectors_compare(work, args)}, indent=2))
+        return
     if not args.reads_only:
         stream = args.http_stream_calls or args.calls
         results["ingest_http"] = http_ingest(data_dir, args.http_rows, args.clients, stream)

@@ -64,6 +64,9 @@ def main() -> None:
     args = parser.parse_args()
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="mg-classify-"))
     load_start = os.getloadavg()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     mg = Metergraph.open(data_dir, load_metergraph_settings(max_rows=5000))
     try:
         have = mg.store.count_calls(WORKSPACE)
@@ -96,6 +99,7 @@ def main() -> None:
         def classify() -> Any:
             return mg.workloads.start_classification(who, days=90)
 
+        scan_python()  # warm the page cache, so no phase pays for the first read of the file
         sql_t, scanned = timed(scan_sql, args.runs)
         py_t, _ = timed(scan_python, args.runs)
         cls_t, doc = timed(classify, args.runs)
@@ -125,7 +129,7 @@ def main() -> None:
                 "load_start": load_start,
                 "load_end": os.getloadavg(),
                 "python": platform.python_version(),
-                "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+                "commit": commit,
             },
         }  # fmt: skip
     finally:

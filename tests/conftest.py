@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import atexit
+import base64
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 
 import pytest
+from clickhouse_endpoint import ClickHouseEndpoint
 from harness import SECRET, ServerProcess
 from postgres import PostgresCluster
 
@@ -16,6 +18,9 @@ from postgres import PostgresCluster
 # writes into the real home, and every process the tests start inherits this.
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="triptych-test-xdg-")
 atexit.register(shutil.rmtree, os.environ["XDG_DATA_HOME"], True)
+# The test worlds hold an encrypted memory (acme.com:vault): every server the tests start gets the key
+# it is sealed with, unless a test passes its own (or "" for none).
+os.environ.setdefault("TRIPTYCH_HADRON_KEY", base64.urlsafe_b64encode(bytes(range(32))).decode())
 
 
 ENGINES = ("sqlite", "postgresql")
@@ -25,23 +30,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "engines(*names): run the test against each storage engine named (sqlite, postgresql) through the "
-        "`engine` fixture and the servers that depend on it; unmarked tests run on sqlite only",
+        "`storage_engine` fixture and the servers that depend on it; unmarked tests run on sqlite only",
     )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Session scope: each engine's servers start once, whichever tests share them.
-    if "engine" in metafunc.fixturenames:
+    # Its own name: tests/metergraph has an `engine` fixture of its own (sqlite, clickhouse).
+    if "storage_engine" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("engines")
         names = marker.args if marker else ("sqlite",)
         unknown = set(names) - set(ENGINES)
         if unknown:
             raise ValueError(f"unknown engines {sorted(unknown)}; known: {ENGINES}")
-        metafunc.parametrize("engine", names, indirect=True, scope="session")
+        metafunc.parametrize("storage_engine", names, indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")
-def engine(request: pytest.FixtureRequest) -> str:
+def storage_engine(request: pytest.FixtureRequest) -> str:
     """The storage engine the servers of this test use (``@pytest.mark.engines`` chooses)."""
     return str(getattr(request, "param", "sqlite"))
 
@@ -64,21 +70,40 @@ def engine_env(request: pytest.FixtureRequest, engine: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def open_server(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, engine: str
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, storage_engine: str
 ) -> Iterator[ServerProcess]:
     """Auth disabled: the local development configuration."""
-    env = {"TRIPTYCH_AUTH_ENABLED": "false", **engine_env(request, engine)}
-    server = ServerProcess(tmp_path_factory.mktemp(f"open-{engine}") / "data", env).start()
+    env = {"TRIPTYCH_AUTH_ENABLED": "false", **engine_env(request, storage_engine)}
+    server = ServerProcess(tmp_path_factory.mktemp(f"open-{storage_engine}") / "data", env).start()
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
 def auth_server(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, engine: str
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, storage_engine: str
 ) -> Iterator[ServerProcess]:
     """Auth enabled with the upstream product's variable names (AUTH_ENABLED, METRONIX_SECRET_KEY)."""
-    env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, **engine_env(request, engine)}
-    server = ServerProcess(tmp_path_factory.mktemp(f"auth-{engine}") / "data", env).start()
+    env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, **engine_env(request, storage_engine)}
+    server = ServerProcess(tmp_path_factory.mktemp(f"auth-{storage_engine}") / "data", env).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def clickhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseEndpoint]:
+    """ClickHouse's HTTP interface over chdb on 127.0.0.1 (tests/clickhouse_endpoint.py), one per session;
+    each test takes a database of its own (``database_url``)."""
+    endpoint = ClickHouseEndpoint(tmp_path_factory.mktemp("clickhouse"))
+    yield endpoint
+    endpoint.close()
+
+
+@pytest.fixture(scope="module", params=("sqlite", "clickhouse"))
+def metergraph_engine(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The server environment selecting each Metergraph engine in turn (a module's server per engine):
+    the Metergraph contract suite runs against both."""
+    if request.param == "sqlite":
+        return {}
+    endpoint: ClickHouseEndpoint = request.getfixturevalue("clickhouse")
+    return {"TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": endpoint.database_url()}

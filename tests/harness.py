@@ -113,6 +113,15 @@ class ServerProcess:
                 self.process.wait()
 
 
+def open_metergraph(server: ServerProcess) -> Any:
+    """The Metergraph services on a server's data directory and engine (its ClickHouse URL, if any)."""
+    from triptych.metergraph.service import Metergraph
+    from triptych.metergraph.settings import load_metergraph_settings
+
+    url = server.env.get("TRIPTYCH_METERGRAPH_CLICKHOUSE_URL")
+    return Metergraph.open(server.data_dir, load_metergraph_settings(clickhouse_url=url))
+
+
 def metergraph_key(data_dir: Path, workspace: str, role: str = "debug", app: bool = False) -> str:
     """A Metergraph agent key (or, with ``app``, an ingest token) minted in a server's data directory."""
     from triptych.metergraph.service import Metergraph

@@ -39,6 +39,7 @@ class ProviderServer:
     def __init__(self, slow_seconds: float = 5.0) -> None:
         self.slow_seconds = slow_seconds
         self.requests: list[dict[str, Any]] = []
+        self.aborted = 0  # trickled answers the client hung up on
         self.stopping = threading.Event()
         server = self
 
@@ -131,7 +132,8 @@ class ProviderServer:
                     handler.wfile.write(bytes([byte]))
                     handler.wfile.flush()
                 except OSError:
-                    return  # the client gave up
+                    self.aborted += 1  # the client gave up
+                    return
                 self._sleep(0.5)
             return
         try:

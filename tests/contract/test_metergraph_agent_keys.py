@@ -69,9 +69,11 @@ async def test_an_agent_key_reads_its_workspace_and_unpriced_groups_cost_null(
 
 
 @pytest.fixture(scope="module")
-def static_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def static_server(
+    tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]
+) -> Iterator[ServerProcess]:
     env = {"TRIPTYCH_AUTH_ENABLED": "false", "MG_TOKENS": STATIC_APP, "MG_AGENT_TOKENS": STATIC_AGENT,
-           "MG_WORKSPACE": "static-ws"}  # fmt: skip
+           "MG_WORKSPACE": "static-ws", **metergraph_engine}  # fmt: skip
     server = ServerProcess(tmp_path_factory.mktemp("mgstatic") / "data", env).start()
     yield server
     server.stop()

@@ -18,6 +18,7 @@ import pytest
 from harness import SECRET, McpSession, ServerProcess, mcp_session
 from mcp.shared.exceptions import MCPError
 
+from triptych.metergraph.contract import TOOLS_BY_NAME
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
 
@@ -95,8 +96,8 @@ async def test_a_run_started_through_the_client_writes_a_report_it_can_read(env:
         listed = await mcp.call("metergraph_list_analysis_runs", limit=5)
         report = await mcp.call("metergraph_get_report", analysis_id=run["report"]["analysis_id"])
     for name in ("metergraph_start_analysis", "metergraph_list_analysis_runs", "metergraph_get_analysis_run"):
-        assert caps["agent"][name]["available"] is True
-    assert caps["agent"]["metergraph_start_analysis"]["mutates"] is True
+        assert caps["agent"][TOOLS_BY_NAME[name].capability]["available"] is True
+    assert caps["agent"]["analysis_start"]["mutates"] is True
     assert not started.is_error and started.data["mutates"] is True
     assert started.data["run"]["app_url"].startswith(PUBLIC)
     assert run["status"] == "succeeded", run

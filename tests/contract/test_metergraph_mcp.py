@@ -14,12 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, mcp_session
+from harness import SECRET, ServerProcess, mcp_session, open_metergraph
 from mcp.shared.exceptions import MCPError
 
 from triptych.metergraph.contract import TOOL_CONTRACT
-from triptych.metergraph.service import Metergraph
-from triptych.metergraph.settings import load_metergraph_settings
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 STATIC_APP, STATIC_AGENT = "static-app-token-for-tests", "static-agent-token-for-tests"
@@ -31,21 +29,21 @@ class Env:
         self.url = server.url + "/v1/agent/mcp"
 
     def mint(self, workspace: str, role: str = "debug", environments: list[str] | None = None) -> str:
-        mg = Metergraph.open(self.server.data_dir, load_metergraph_settings())
+        mg = open_metergraph(self.server)
         try:
             return mg.keys.create_agent_key(workspace, role, environments)[1]
         finally:
             mg.close()
 
     def app_token(self, workspace: str) -> str:
-        mg = Metergraph.open(self.server.data_dir, load_metergraph_settings())
+        mg = open_metergraph(self.server)
         try:
             return mg.keys.create_app_token(workspace)[1]
         finally:
             mg.close()
 
     def retain(self, workspace: str) -> None:
-        mg = Metergraph.open(self.server.data_dir, load_metergraph_settings())
+        mg = open_metergraph(self.server)
         try:
             mg.store.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
         finally:
@@ -77,12 +75,13 @@ def row(**fields: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Env]:
     data = tmp_path_factory.mktemp("metergraph") / "data"
     server = ServerProcess(
         data,
         {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "MG_TOKENS": STATIC_APP,
-         "MG_AGENT_TOKENS": STATIC_AGENT, "MG_MAX_BODY_BYTES": str(9 * 1024 * 1024), "MG_AGENT_RATE_PER_MINUTE": "40"},
+         "MG_AGENT_TOKENS": STATIC_AGENT, "MG_MAX_BODY_BYTES": str(9 * 1024 * 1024), "MG_AGENT_RATE_PER_MINUTE": "40",
+         **metergraph_engine},
     ).start()  # fmt: skip
     yield Env(server)
     server.stop()
@@ -100,8 +99,8 @@ async def test_the_official_client_falls_back_to_initialize_and_sees_the_contrac
     assert not result.is_error
     caps = result.data
     assert caps["schema_version"] == "metergraph.agent-access/v1"
-    assert caps["agent"]["metergraph_list_incidents"]["available"] is False
-    assert caps["agent"]["metergraph_get_usage_aggregates"]["available"] is True
+    assert caps["agent"]["incidents"]["available"] is True
+    assert caps["agent"]["usage_aggregates"]["available"] is True
     assert caps["bounds"]["max_days"] == 90 and caps["bounds"]["max_rows"] == 200
 
 
@@ -116,8 +115,8 @@ async def test_metadata_keys_do_not_see_content_or_replay_tools(env: Env) -> Non
     )
     assert "metergraph_query_traces" in names
     assert refused.is_error and refused.error_code == "forbidden"
-    assert caps["agent"]["metergraph_get_trace"] == {
-        **caps["agent"]["metergraph_get_trace"],
+    assert caps["agent"]["trace_content"] == {
+        **caps["agent"]["trace_content"],
         "available": False,
     }
 
@@ -232,7 +231,6 @@ def test_every_contract_error_code_is_reachable(env: Env) -> None:
     assert code(debug, "metergraph_get_trace", trace_id="no-such-trace") == "not_found"
     assert code(prod_only, "metergraph_query_traces", environment=["dev"]) == "forbidden"
     assert code(env.mint(workspace, "metadata"), "metergraph_get_trace", trace_id="x") == "forbidden"
-    assert code(debug, "metergraph_list_incidents") == "unsupported_capability"
     assert code(debug, "metergraph_replay_trace", trace_id="x") == "forbidden"
     assert (
         code(env.mint(workspace, "replay"), "metergraph_replay_trace", trace_id="x")

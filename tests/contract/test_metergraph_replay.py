@@ -123,7 +123,7 @@ async def test_a_replay_key_replays_a_retained_trace_through_the_official_client
             "metergraph_replay_trace", trace_id=trace,
             overrides={"model": "claude-haiku-4-5", "max_output_tokens": 16, "temperature": 0},
         )  # fmt: skip
-    assert caps["agent"]["metergraph_replay_trace"]["available"] is True
+    assert caps["agent"]["trace_replay"]["available"] is True
     assert "trace_replay" in caps["deployment_capabilities"]
     assert not result.is_error
     jsonschema.validate(result.data, REPLAY)
@@ -225,3 +225,26 @@ async def test_replay_arguments_outside_the_contract_are_invalid_params(
         with pytest.raises(MCPError) as refused:
             await mcp.client.call_tool("metergraph_replay_trace", arguments)
     assert refused.value.error.code == -32602
+
+
+def test_the_rest_door_replays_as_the_upstream_bridge_calls_it(env: Env) -> None:
+    workspace = ws()
+    app, key = env.setup(workspace)
+    trace = env.ingest(app)
+    url = env.server.url + "/v1/agent/debug/replay"
+
+    def post(token: str, **kwargs: Any) -> httpx.Response:
+        return httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=60, **kwargs)
+
+    done = post(key, json={"trace_id": trace, "overrides": {"model": "gpt-4o-mini"}})
+    assert done.status_code == 200 and done.headers["cache-control"] == "no-store"
+    jsonschema.validate(done.json(), REPLAY)
+    assert done.json()["comparison"]["replay"]["model"] == "gpt-4o-mini"
+    missing = post(key, json={"trace_id": "no-such-trace"})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    for body in ({"content": b"[1, 2]"}, {"content": b"{oops"}, {"json": {"trace_id": trace, "extra": 1}}):
+        refused = post(key, **body)
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_argument"
+    forbidden = post(env.mint(workspace, "debug"), json={"trace_id": trace})
+    assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "forbidden"
+    assert post("not-a-key", json={"trace_id": trace}).status_code == 401

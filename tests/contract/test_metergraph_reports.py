@@ -18,6 +18,7 @@ import pytest
 from harness import SECRET, ServerProcess, mcp_session
 from mcp import Client, StdioServerParameters
 
+from triptych.metergraph.contract import TOOLS_BY_NAME
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
 
@@ -89,7 +90,7 @@ async def test_reports_read_through_the_official_client(env: Env, imported: tupl
         caps = (await mcp.call("metergraph_get_capabilities")).data
     assert "metergraph_get_report_evidence" not in names
     for name in ("metergraph_list_reports", "metergraph_get_report", "metergraph_get_suite_results"):
-        assert caps["agent"][name]["available"] is True
+        assert caps["agent"][TOOLS_BY_NAME[name].capability]["available"] is True
     [summary] = listed.data["reports"]
     assert summary["artifact"]["sha256"] == hashlib.sha256(data).hexdigest()
     assert summary["artifact"]["bytes"] == len(data)

@@ -4,6 +4,9 @@ replay-eligible counts, end to end through the official MCP client against a rea
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -12,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from harness import SECRET, ServerProcess, mcp_session
+from mcp import Client, StdioServerParameters
 
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -84,7 +88,7 @@ async def test_classification_saves_workloads_that_query_traces_matches(env: Env
         by_calls = {w["calls"]: w for w in started.data["workloads"]}
         page = await mcp.call("metergraph_query_traces", workload=by_calls[25]["workload_id"], limit=200)
         other = await mcp.call("metergraph_query_traces", workload=by_calls[21]["workload_id"], limit=200)
-    entry = caps["agent"]["metergraph_start_classification"]
+    entry = caps["agent"]["classification_start"]
     assert entry["available"] is True and entry["mutates"] is True
     assert "classification_start" in caps["deployment_capabilities"]
     assert not started.is_error and started.data["content_included"] is False
@@ -144,3 +148,22 @@ async def test_routes_report_the_evaluation_contract_and_replay_eligible_calls(e
     assert (
         routes["extract"]["evaluation_contract"] is None and routes["extract"]["replay_eligible_calls"] == 0
     )
+
+
+async def test_the_stdio_bridge_classifies_and_matches_a_workload(env: Env) -> None:
+    workspace = ws()
+    env.prepare(workspace)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "triptych.metergraph.bridge"],
+        env={**os.environ, "METERGRAPH_URL": env.server.url, "METERGRAPH_AGENT_TOKEN": env.key(workspace)},
+    )
+    async with Client(params) as client:
+        started = await client.call_tool("metergraph_start_classification", {"days": 1})
+        workloads = json.loads(started.content[0].text)["workloads"]  # type: ignore[union-attr]
+        biggest = max(workloads, key=lambda w: w["calls"])
+        page = await client.call_tool(
+            "metergraph_query_traces", {"workload": biggest["workload_id"], "limit": 200}
+        )
+    assert not started.is_error and len(workloads) == 3
+    assert len(json.loads(page.content[0].text)["traces"]) == biggest["calls"] == 25  # type: ignore[union-attr]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from hadron.llm_server import llm_server
-from hadron.world import build_world
+from hadron.world import HADRON_KEY, build_world
 from harness import TRIPTYCH
 
 from triptych.config import Settings
@@ -34,7 +34,7 @@ def world(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def hadron(world: Path) -> Iterator[Hadron]:
-    opened = Hadron.open(world / "hadron.db", settings=Settings(data_dir=world))
+    opened = Hadron.open(world / "hadron.db", settings=Settings(data_dir=world), key=HADRON_KEY)
     yield opened
     opened.close()
 

@@ -1,5 +1,5 @@
 """The tools this build registers (the graph, search and team issues) are exactly the contract's, read from the spec:
-no Hadron tool of these sections is deferred but hadron_sync_graph."""
+no Hadron tool of these sections is deferred."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 from harness import shared_file
 
 from triptych.hadron.surface import Hadron
-from triptych.hadron.tools import ACTION_TOOLS, ISSUE_5_TOOLS, ISSUE_6_TOOLS, ISSUE_14_TOOLS, TOOLS
+from triptych.hadron.tools import ACTION_TOOLS, GIT_TOOLS, ISSUE_5_TOOLS, ISSUE_6_TOOLS, ISSUE_14_TOOLS, TOOLS
 
 # Contract sections whose tools belong to this issue, and the tools of them that come later.
 SECTIONS = {
-    "Memory selection": {"hadron_sync_graph"},
+    "Memory selection": set(),
     "Browse nodes": set(),
     "Search scopes": set(),
     "Mutate nodes": set(),
@@ -59,7 +59,7 @@ def test_registered_tools_are_the_contracts_tools_of_these_issues(tmp_path: Path
     assert (
         set(registered)
         == set(TOOLS)
-        == set(ISSUE_5_TOOLS) | set(ISSUE_6_TOOLS) | set(ISSUE_14_TOOLS) | set(ACTION_TOOLS)
+        == set(ISSUE_5_TOOLS) | set(ISSUE_6_TOOLS) | set(ISSUE_14_TOOLS) | set(ACTION_TOOLS) | set(GIT_TOOLS)
         == contract_tools()
     )
 

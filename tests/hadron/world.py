@@ -15,7 +15,11 @@ from harness import SECRET, ServerProcess, token
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from triptych.hadron.sealing import ServerKey
 from triptych.hadron.surface import Hadron
+
+# The server key of test worlds: acme.com:vault is an encrypted memory, sealed under it.
+HADRON_KEY = ServerKey(bytes(range(32)))
 
 SCHEMA = {
     "collections": {
@@ -90,7 +94,11 @@ def start_world(tmp: Path) -> World:
     data_dir = tmp / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     key, other = build_world(data_dir)
-    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET}
+    env = {
+        "TRIPTYCH_AUTH_ENABLED": "true",
+        "TRIPTYCH_JWT_SECRET": SECRET,
+        "TRIPTYCH_HADRON_KEY": HADRON_KEY.encoded(),
+    }
     return World(ServerProcess(data_dir, env).start(), key, other)
 
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
+from triptych.metergraph.service import Metergraph
+from triptych.metergraph.settings import load_metergraph_settings
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -33,3 +38,10 @@ def agent(
     workspace: str = "w1", role: str = "debug", environments: tuple[str, ...] | None = None
 ) -> AgentPrincipal:
     return AgentPrincipal(workspace, role, "test-key", environments)
+
+
+def open_engine(request: pytest.FixtureRequest, engine: str, path: Path, **settings: Any) -> Metergraph:
+    """The Metergraph services on ``engine``: embedded SQLite, or ClickHouse (the chdb endpoint)."""
+    if engine == "clickhouse":
+        settings["clickhouse_url"] = request.getfixturevalue("clickhouse").database_url()
+    return Metergraph.open(path, load_metergraph_settings(**settings), clock=lambda: NOW)

@@ -229,12 +229,12 @@ def test_starting_needs_the_debug_role_a_provider_and_sane_arguments(
     bare = open_mg(tmp_path / "bare", None, embedder)
     try:
         caps = bare.workspace.capabilities(agent("w1"))
-        assert caps["agent"]["metergraph_start_analysis"]["available"] is False
+        assert caps["agent"]["analysis_start"]["available"] is False
         with pytest.raises(UnsupportedCapability):
             bare.analysis.start(agent("w1"), RunSettings())
     finally:
         bare.close()
-    assert mg.workspace.capabilities(agent("w1"))["agent"]["metergraph_start_analysis"]["available"] is True
+    assert mg.workspace.capabilities(agent("w1"))["agent"]["analysis_start"]["available"] is True
 
 
 def test_runs_of_one_workspace_are_invisible_to_another(mg: Metergraph) -> None:

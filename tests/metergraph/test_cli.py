@@ -126,3 +126,30 @@ def test_static_tokens_are_accepted_by_hash(tmp_path: Path) -> None:
 def test_an_unknown_role_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         run("metergraph", "key", "create", "--workspace", "w", "--role", "admin", "--data-dir", str(tmp_path))
+
+
+def test_classify_saves_the_workspaces_workloads_and_says_what_it_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import UTC, datetime
+
+    from mg_support import app, row
+
+    now = datetime.now(UTC).isoformat()  # the command classifies up to the real clock
+    mg = Metergraph.open(tmp_path, load_metergraph_settings())
+    try:
+        mg.ingest.ingest_rows(app("acme"), [row(ts=now), row(ts=now, route="other")], "sdk")
+    finally:
+        mg.close()
+    assert (
+        run("metergraph", "classify", "--workspace", "acme", "--days", "2", "--data-dir", str(tmp_path)) == 0
+    )
+    out = capsys.readouterr()
+    assert (
+        len(out.out.splitlines()) == 2 and "classified 2 calls" in out.err and "into 2 workloads" in out.err
+    )
+    mg = Metergraph.open(tmp_path, load_metergraph_settings())
+    try:
+        assert {w["route"] for w in mg.workloads.store.workloads("acme")} == {"support", "other"}
+    finally:
+        mg.close()

@@ -85,7 +85,8 @@ def test_capability_discovery_covers_every_tool_and_error_documents_use_contract
     mg: Metergraph,
 ) -> None:
     caps = mg.workspace.capabilities(agent())
-    assert set(caps["agent"]) == {t.name for t in TOOL_CONTRACT}
+    assert set(caps["agent"]) == {t.capability for t in TOOL_CONTRACT}
+    assert {entry["tool"] for entry in caps["agent"].values()} == {t.name for t in TOOL_CONTRACT}
     assert ERROR_CODES == {"invalid_argument", "not_found", "forbidden", "replay_not_eligible", "response_too_large",
                            "unsupported_capability", "rate_limited"}  # fmt: skip
     document = error_document(InvalidArgument("bad"))

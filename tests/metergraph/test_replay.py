@@ -5,6 +5,7 @@ refusals, workspace isolation, and nothing persisted."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from triptych.metergraph.errors import (
     ReplayNotEligible,
     UnsupportedCapability,
 )
-from triptych.metergraph.providers import load_provider_settings
+from triptych.metergraph.providers import Providers, load_provider_settings
 from triptych.metergraph.replay import parse_request
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -203,16 +204,16 @@ def test_replay_is_unavailable_until_a_provider_is_configured(tmp_path: Path) ->
             mg.replay.replay(agent("w1", "debug"), trace)
     finally:
         mg.close()
-    entry = caps["agent"]["metergraph_replay_trace"]
+    entry = caps["agent"]["trace_replay"]
     assert entry["available"] is False and entry["unavailable_reason"] == "not_configured"
     assert "trace_replay" not in caps["deployment_capabilities"]
 
 
 def test_capabilities_advertise_replay_once_configured(mgr: Metergraph) -> None:
     caps = mgr.workspace.capabilities(agent("w1", "replay"))
-    assert caps["agent"]["metergraph_replay_trace"]["available"] is True
+    assert caps["agent"]["trace_replay"]["available"] is True
     assert "trace_replay" in caps["deployment_capabilities"]
-    debug = mgr.workspace.capabilities(agent("w1", "debug"))["agent"]["metergraph_replay_trace"]
+    debug = mgr.workspace.capabilities(agent("w1", "debug"))["agent"]["trace_replay"]
     assert debug["available"] is False and debug["unavailable_reason"] == "scope_missing"
 
 
@@ -258,3 +259,79 @@ def test_retained_requests_of_every_shape_parse_to_messages(
     parsed = parse_request(text)
     assert parsed.system == system
     assert [(m.role, m.content) for m in parsed.messages] == messages
+
+
+def test_retries_stay_inside_the_callers_timeout(tmp_path: Path, provider: ProviderServer) -> None:
+    mg = open_mg(tmp_path, provider, max_retries=2)
+    try:
+        trace = retained(mg)
+        before = len(provider.requests)
+        # The provider asks for a retry after 7 s: past the 1 s budget, so the replay ends as a timeout.
+        doc = replay(mg, trace, overrides={"model": "m-ratelimit"}, timeout_seconds=1)
+    finally:
+        mg.close()
+    assert doc["status"] == "timeout" and doc["error"]["code"] == "timeout"
+    assert len(provider.requests) - before == 1
+
+
+@pytest.mark.parametrize(
+    ("setting", "sent"),
+    [
+        ("auto", "max_tokens"),
+        ("max_completion_tokens", "max_completion_tokens"),
+        ("max_tokens", "max_tokens"),
+    ],
+)
+def test_the_output_cap_is_named_as_the_endpoint_wants(
+    tmp_path: Path, provider: ProviderServer, setting: str, sent: str
+) -> None:
+    mg = open_mg(tmp_path, provider, openai_token_parameter=setting)
+    try:
+        doc = replay(mg, retained(mg), overrides={"max_output_tokens": 5})
+    finally:
+        mg.close()
+    assert doc["status"] == "succeeded" and provider.requests[-1]["json"][sent] == 5
+    assert mg.providers._token_parameter() == sent  # auto: a local server is not OpenAI itself
+    official = Providers(
+        load_provider_settings(openai_api_key="sk", openai_base_url="", anthropic_base_url="")
+    )
+    try:
+        assert official._token_parameter() == "max_completion_tokens"
+    finally:
+        official.close()
+
+
+def test_a_trickling_provider_is_hung_up_on_at_the_deadline(
+    mgr: Metergraph, provider: ProviderServer
+) -> None:
+    trace = retained(mgr)
+    aborted = provider.aborted
+    doc = replay(mgr, trace, overrides={"model": "m-dribble"}, timeout_seconds=1)
+    assert doc["status"] == "timeout"
+    # The connection is closed at the deadline (the answer would otherwise trickle for minutes), so the
+    # provider's next write fails and no replay thread stays behind.
+    for _ in range(100):
+        if provider.aborted > aborted:
+            break
+        time.sleep(0.1)
+    assert provider.aborted > aborted
+
+
+def test_a_candidate_the_catalogue_knows_goes_to_its_vendors_api(
+    mgr: Metergraph, provider: ProviderServer
+) -> None:
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    trace = retained(mgr, provider="anthropic", model="claude-haiku-4-5", request_json=body)
+    doc = replay(mgr, trace, overrides={"model": "gpt-4o-mini"})
+    assert doc["status"] == "succeeded" and provider.requests[-1]["path"] == "/v1/chat/completions"
+    assert doc["comparison"]["replay"]["provider"] == "openai"
+    doc = replay(mgr, trace, overrides={"model": "my-finetune"})  # unknown: the original's API
+    assert provider.requests[-1]["path"] == "/v1/messages"
+
+
+def test_replay_call_refuses_a_row_of_another_workspace(mgr: Metergraph) -> None:
+    trace = retained(mgr, "w1")
+    span = mgr.store.trace_spans("w1", trace, 1)[0]
+    with pytest.raises(NotFoundError):
+        mgr.replay.replay_call("w2", span)
+    assert mgr.replay.replay_call("w1", span).status == "succeeded"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,8 @@ from mg_support import NOW, agent, app, row
 
 from triptych.metergraph.errors import ForbiddenError
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.workload_match import KEYS_SQL, shape_label, tags_signature
+from triptych.metergraph.store import CallFilter
+from triptych.metergraph.workload_match import KEYS_SQL, SHAPE_SQL, shape_code, shape_label, tags_signature
 
 
 def calls(n: int, **fields: Any) -> list[dict[str, Any]]:
@@ -35,6 +37,13 @@ def traffic(mg: Metergraph, workspace: str = "w1") -> None:
 
 def classify(mg: Metergraph, workspace: str = "w1", role: str = "debug") -> dict[str, Any]:
     return mg.workloads.start_classification(agent(workspace, role), days=7)
+
+
+@pytest.fixture
+def engine() -> str:
+    """The embedded engine only: workload classification reads the calls with SQLite queries of its own,
+    which do not reach the ClickHouse engine yet (issue 17 follow-up: move them onto TelemetryStore)."""
+    return "sqlite"
 
 
 def test_calls_group_into_workloads_by_route_metadata_keys_and_token_shape(mg: Metergraph) -> None:
@@ -166,3 +175,70 @@ def test_the_python_key_signature_matches_the_sql_one(tags: str | None) -> None:
     conn.execute("INSERT INTO calls VALUES (?)", (tags,))
     in_sql = conn.execute(f"SELECT {KEYS_SQL} FROM calls").fetchone()[0]
     assert tags_signature(tags) == in_sql
+
+
+def test_the_python_shape_matches_the_sql_one() -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE calls (input_tokens INTEGER, output_tokens INTEGER)")
+    values = [None, 0, 63, 64, 511, 512, 1023, 1024, 4095, 4096, 32767, 32768, 10**9]
+    pairs = [(i, o) for i in values for o in values]
+    conn.executemany("INSERT INTO calls VALUES (?, ?)", pairs)
+    in_sql = [r[0] for r in conn.execute(f"SELECT {SHAPE_SQL} FROM calls ORDER BY rowid")]
+    assert [shape_code(i, o) for i, o in pairs] == in_sql
+    assert len(set(in_sql)) == 5 * 4
+
+
+def test_get_trace_names_the_workloads_its_calls_belong_to(mg: Metergraph) -> None:
+    traffic(mg)
+    mg.ingest.ingest_rows(app("w1"), [row(trace_id="mixed", route="summarize", input_tokens=8000,
+                                          output_tokens=300), row(trace_id="mixed", route="elsewhere")], "sdk")  # fmt: skip
+    doc = classify(mg)
+    by_route = {w["route"]: w["workload_id"] for w in doc["workloads"]}
+    found = mg.traces.get_trace(agent("w1", "debug"), "mixed")["root_cause"]["classifications"]
+    assert {c["classification"]["workload_id"] for c in found} == {
+        by_route["summarize"],
+        by_route["elsewhere"],
+    }
+    assert all(c["analysis_run_id"] == doc["run"]["run_id"] and len(c["span_ids"]) == 1 for c in found)
+    assert found[0]["analysis_run"]["status"] == "succeeded"
+    assert mg.traces.get_trace(agent("w1", "debug"), "mixed")["root_cause"] == {"classifications": found}
+
+
+def test_retained_calls_of_a_workload_are_sampled_evenly_and_deterministically(mg: Metergraph) -> None:
+    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    traffic(mg)
+    tagged = next(w for w in classify(mg)["workloads"] if w["calls"] == 32)
+    f = CallFilter("w1", 0, 2**62, workload=mg.workloads.match("w1", tagged["workload_id"]))
+    ids = mg.workloads.store.retained_call_ids(f, 10)
+    assert len(ids) == 10 and ids == mg.workloads.store.retained_call_ids(f, 10)
+    assert len(mg.workloads.store.retained_call_ids(f, 100)) == 30  # the 2 outliers kept no request text
+    spans = [mg.store.trace_spans("w1", f"call:{i}", 1)[0] for i in ids]
+    assert all(s["request_text"] is not None for s in spans)
+
+
+def test_an_empty_workspace_classifies_into_no_workloads(mg: Metergraph) -> None:
+    traffic(mg, "w1")
+    doc = classify(mg, "empty")
+    assert doc["workloads"] == [] and doc["run"]["status"] == "succeeded"
+    assert doc["run"]["progress"] == {"calls": 0, "workloads": 0, "days": 7}
+
+
+def test_a_spread_sample_of_a_workload_draws_only_its_calls(mg: Metergraph) -> None:
+    traffic(mg)
+    workloads = {w["calls"]: w["workload_id"] for w in classify(mg)["workloads"]}
+    sample = mg.traces.query(agent("w1", "metadata"), workload=workloads[25], sample="spread", limit=10)
+    assert sample["sample"]["slices_with_calls"] >= 1 and sample["traces"]
+    assert all(t["routes"] == ["support"] and t["input_tokens"] == 5000 for t in sample["traces"])
+
+
+def test_a_classification_run_links_to_the_analysis_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIPTYCH_PUBLIC_URL", "https://mg.example.com/")
+    linked = Metergraph.open(tmp_path, clock=lambda: NOW)
+    try:
+        run = classify(linked)["run"]
+    finally:
+        linked.close()
+    assert run["app_url"] == "https://mg.example.com/app/w/w1/analysis"
+    assert run["report"]["app_url"] is None  # a classification writes no report

@@ -83,12 +83,12 @@ OpenService = Callable[..., KnowledgeService]
 
 @pytest.fixture
 def open_service(
-    tmp_path: Path, embedder: LocalEmbedder, engine: str, request: pytest.FixtureRequest
+    tmp_path: Path, embedder: LocalEmbedder, storage_engine: str, request: pytest.FixtureRequest
 ) -> Iterator[OpenService]:
     """Opens a service over tmp_path/metronix.db or one fresh PostgreSQL database (each call is a new
     store, like another worker)."""
     stores: list[KnowledgeStore] = []
-    url = request.getfixturevalue("postgres").create_database() if engine == "postgresql" else None
+    url = request.getfixturevalue("postgres").create_database() if storage_engine == "postgresql" else None
 
     def open_(using: Embedder | None = None, **options: Any) -> KnowledgeService:
         chosen: Embedder = using if using is not None else embedder

@@ -53,9 +53,9 @@ def embedder() -> LocalEmbedder:
 
 
 @pytest.fixture
-def db(tmp_path: Path, engine: str, request: pytest.FixtureRequest) -> Iterator[Database]:
+def db(tmp_path: Path, storage_engine: str, request: pytest.FixtureRequest) -> Iterator[Database]:
     """The memory database: a SQLite file, or (server mode) a fresh PostgreSQL database."""
-    if engine == "postgresql":
+    if storage_engine == "postgresql":
         pg = PgDatabase(request.getfixturevalue("postgres").create_database(), max_size=4)
         yield PortableDatabase(pg, write_lock="metronix-memory")  # type: ignore[misc]
         pg.close()
@@ -971,10 +971,10 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
 
 
 def test_two_workers_recovering_the_same_queued_checks_file_each_review_once(
-    tmp_path: Path, embedder: LocalEmbedder, engine: str, request: pytest.FixtureRequest
+    tmp_path: Path, embedder: LocalEmbedder, storage_engine: str, request: pytest.FixtureRequest
 ) -> None:
     dbs: list[Any]
-    if engine == "postgresql":
+    if storage_engine == "postgresql":
         url = request.getfixturevalue("postgres").create_database()
         dbs = [PortableDatabase(PgDatabase(url, max_size=4), write_lock="metronix-memory") for _ in range(2)]
     else:

@@ -365,6 +365,10 @@ def register(subparsers: Any) -> None:
     source.add_argument("--file", help='a JSON file {"collections": {...}} ("-" for stdin)')
     source.add_argument("--clear", action="store_true", help="remove the schema")
 
+    from triptych.hadron import cli_storage  # Git sources and the key of encrypted memories (issue 18)
+
+    cli_storage.register(groups, data_dir)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="triptych")

@@ -22,6 +22,10 @@ reads as Hadron's code for that kind (``BY_KIND``).
     ├── SchemaViolation          SCHEMA_VIOLATION           invalid ("Schema violation: ...")
     ├── Conflict                 CONFLICT                   conflict (e.g. descendants without recursive)
     ├── LocProtected             [loc_protected]            conflict (a generic node write on a Channel's address)
+    ├── EncryptionKeyMissing     ENCRYPTION_KEY_MISSING     unavailable (an encrypted memory, no server key)
+    ├── EncryptionKeyMismatch    ENCRYPTION_KEY_MISMATCH    unavailable (sealed under another key; never garbage)
+    ├── NoGitSource              NO_GIT_SOURCE              invalid (hadron_sync_graph on a memory without one)
+    ├── GitSyncFailed            GIT_SYNC_FAILED            unavailable (clone/fetch/parse failed; nothing changed)
     └── TeamRefusal              WORKER_TAKEN, WORKER_HELD, conflict (the team tools' typed refusals)
                                  WORKER_NAME_REQUIRED, WORKER_NAME_TAKEN, WORKER_RETIRED, SESSION_NOT_FOUND,
                                  SESSION_ENDED, SESSION_NOT_IN_APP, SESSION_NOT_WORKER_BOUND,
@@ -162,6 +166,42 @@ class LocProtected(
     hint="A Channel's address is written through the channel tools (hadron_channel_post)",
 ):
     """A generic node write aimed at a Channel's protected subtree."""
+
+
+class EncryptionKeyMissing(
+    HadronError,
+    core.Unavailable,
+    code="ENCRYPTION_KEY_MISSING",
+    hint="The operator sets TRIPTYCH_HADRON_KEY_FILE (see docs/hadron.md, encryption at rest)",
+):
+    """A read or write of an encrypted memory on a server that holds no key."""
+
+
+class EncryptionKeyMismatch(
+    HadronError,
+    core.Unavailable,
+    code="ENCRYPTION_KEY_MISMATCH",
+    hint="The server's key is not the one this memory was sealed with; nothing was returned or changed",
+):
+    """A sealed value that does not open under the server's key (never returned as garbage)."""
+
+
+class NoGitSource(
+    HadronError,
+    core.Invalid,
+    code="NO_GIT_SOURCE",
+    hint="An operator attaches one with `triptych hadron source attach <memory> <url>`",
+):
+    """hadron_sync_graph on a memory that no Git repository backs."""
+
+
+class GitSyncFailed(
+    HadronError,
+    core.Unavailable,
+    code="GIT_SYNC_FAILED",
+    hint="Fix the repository or its URL and sync again; the memory was left as it was",
+):
+    """The repository could not be read, or a file in it could not be mapped; nothing was changed."""
 
 
 class TeamRefusal(HadronError, core.Conflict, status=409):

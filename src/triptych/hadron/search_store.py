@@ -25,7 +25,8 @@ from triptych.core.regex import LinearPattern
 from triptych.core.search import Vector, VectorIndex
 from triptych.hadron.domain.model import NodeRecord, Scope
 from triptych.hadron.domain.where import Predicate
-from triptych.hadron.store import _NODE_COLUMNS, _node
+from triptych.hadron.sealing import PREFIX as SEALED_PREFIX
+from triptych.hadron.store import _NODE_COLUMNS, NodeCodec, _node
 
 RUNNABLE_TYPES = ("action",)
 # BM25 column weights (name, description, content, tags), as the FTS5 index used them before issue 20.
@@ -149,6 +150,8 @@ class NodeKeywords:
 
 def _document(row: Sequence[Any]) -> Document:
     rowid, name, description, content, tags = row
+    if content and content.startswith(SEALED_PREFIX):
+        content = ""  # an encrypted memory's content is sealed (sealing.py): its ciphertext has no words
     texts = (name or "", description or "", content or "", tags or "")
     return int(rowid), list(zip(texts, COLUMN_WEIGHTS, strict=True))
 
@@ -160,6 +163,12 @@ class SqliteSearchStore:
         self.index = VectorIndex(dim, self._load_vectors) if dim else None
         self.keywords = NodeKeywords(db)
         self._gate = WriteGate()  # embedding writes and their hand-off to the index, in commit order
+        # Opens the sealed nodes of encrypted memories (sealing.py), as the graph store does.
+        self.codec: NodeCodec | None = None
+
+    def _read(self, row: Sequence[Any]) -> NodeRecord:
+        node = _node(row)
+        return self.codec.open(node) if self.codec is not None else node
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -181,7 +190,7 @@ class SqliteSearchStore:
             f"SELECT rowid, {_NODE_COLUMNS} FROM nodes WHERE rowid IN ({marks}) AND deleted_at IS NULL",
             tuple(rowids),
         ).fetchall()
-        return {int(r[0]): _node(tuple(r)[1:]) for r in rows}
+        return {int(r[0]): self._read(tuple(r)[1:]) for r in rows}
 
     def rowids_of(self, node_ids: Sequence[str]) -> dict[str, int]:
         if not node_ids:
@@ -416,7 +425,7 @@ class SqliteSearchStore:
             f"AND ({' OR '.join(tests)}) LIMIT ?",
             (*params, limit),
         ).fetchall()
-        return [_node(r) for r in rows]
+        return [self._read(r) for r in rows]
 
     def live_locs_in(self, memory_ids: Sequence[str], loc: str) -> set[str]:
         if not memory_ids:

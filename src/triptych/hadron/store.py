@@ -360,6 +360,13 @@ class GraphStore(Protocol):
     def failed_embeddings(self, memory_id: str) -> list[tuple[str, str, str | None]]: ...
 
 
+class NodeCodec(Protocol):
+    """What the store applies to a node on its way in (``seal``) and out (``open``)."""
+
+    def seal(self, node: NodeRecord) -> NodeRecord: ...
+    def open(self, node: NodeRecord) -> NodeRecord: ...
+
+
 # ─── SQLite ──────────────────────────────────────────────────────────────────
 
 
@@ -662,20 +669,31 @@ def _upper(loc: str) -> str:
 
 
 class SqliteGraphStore(_SqliteBase):
+    # Seals the nodes of encrypted memories on write and opens them on read (sealing.py); None: clear.
+    codec: NodeCodec | None = None
+
     def node_by_loc(self, memory_id: str, loc: str) -> NodeRecord | None:
         row = self.conn.execute(
             f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = ? AND loc = ? AND deleted_at IS NULL",
             (memory_id, loc),
         ).fetchone()
-        return _node(row) if row else None
+        return self._read(row) if row else None
 
     def node_by_id(self, node_id: str) -> NodeRecord | None:
         row = self.conn.execute(
             f"SELECT {_NODE_COLUMNS} FROM nodes WHERE id = ? AND deleted_at IS NULL", (node_id,)
         ).fetchone()
-        return _node(row) if row else None
+        return self._read(row) if row else None
+
+    def _read(self, row: Sequence[Any]) -> NodeRecord:
+        node = _node(row)
+        return self.codec.open(node) if self.codec is not None else node
+
+    def _seal(self, node: NodeRecord) -> NodeRecord:
+        return self.codec.seal(node) if self.codec is not None else node
 
     def insert_node(self, node: NodeRecord) -> None:
+        node = self._seal(node)
         with self.atomic() as tx:
             tx.execute(
                 f"INSERT INTO nodes ({_NODE_COLUMNS}, parent_loc) VALUES ({', '.join('?' * 21)})",
@@ -683,7 +701,7 @@ class SqliteGraphStore(_SqliteBase):
             )
 
     def update_node(self, node: NodeRecord) -> None:
-        values = _node_values(node)
+        values = _node_values(self._seal(node))
         columns = _NODE_COLUMNS.split(", ")[1:]
         assignments = ", ".join(f"{c} = ?" for c in columns)
         with self.atomic() as tx:
@@ -740,7 +758,7 @@ class SqliteGraphStore(_SqliteBase):
         rows = []
         for node, reason in items:
             if full:
-                snapshot = dict(zip(columns, _node_values(node), strict=True))
+                snapshot = dict(zip(columns, _node_values(self._seal(node)), strict=True))
             else:
                 snapshot = {"id": node.id, "memory_id": node.memory_id, "loc": node.loc, "name": node.name}
             rows.append((node.id, node.revision, operation, actor, node.updated_at, reason, _json(snapshot)))
@@ -765,7 +783,7 @@ class SqliteGraphStore(_SqliteBase):
             "AND deleted_at IS NULL ORDER BY seq IS NULL, seq, loc LIMIT ?",
             (memory_id, parent, limit),
         ).fetchall()
-        return [_node(r) for r in rows]
+        return [self._read(r) for r in rows]
 
     def subtree(self, memory_id: str, loc: str) -> list[NodeRecord]:
         """The node at ``loc`` (if live) and every live descendant, parents before children."""
@@ -776,7 +794,7 @@ class SqliteGraphStore(_SqliteBase):
             "AND loc > ? AND loc < ? ORDER BY length(loc), loc",
             (memory_id, loc + ":", _upper(loc)),
         ).fetchall()
-        return ([root] if root else []) + [_node(r) for r in rows]
+        return ([root] if root else []) + [self._read(r) for r in rows]
 
     def live_locs(self, memory_id: str, locs: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -861,7 +879,7 @@ class SqliteGraphStore(_SqliteBase):
             "AND deleted_at IS NULL ORDER BY created_at, id",
             (memory_id, object_type),
         ).fetchall()
-        return [_node(r) for r in rows]
+        return [self._read(r) for r in rows]
 
     def memory_nodes(self, memory_id: str) -> Iterator[NodeRecord]:
         cursor = self.conn.execute(
@@ -869,7 +887,7 @@ class SqliteGraphStore(_SqliteBase):
             (memory_id,),
         )
         for row in cursor:
-            yield _node(row)
+            yield self._read(row)
 
     def failed_embeddings(self, memory_id: str) -> list[tuple[str, str, str | None]]:
         rows = self.conn.execute(

@@ -15,13 +15,16 @@ from triptych.core.embed import Embedder
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.mcp_sources import sources_path
 from triptych.core.surface import Mounted, Shared
+from triptych.hadron import gitrepo
 from triptych.hadron.abstract_store import SqliteAbstractStore
 from triptych.hadron.access import AccessPolicy
 from triptych.hadron.action_store import SqliteActionRunStore
 from triptych.hadron.domain.action import ACTION_TYPE
 from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.errors import render_error
+from triptych.hadron.git_store import SqliteGitStore
 from triptych.hadron.identity import authenticator
+from triptych.hadron.sealing import KeyConfigError, NodeSealer, ServerKey, check_key, load_key
 from triptych.hadron.search_store import SqliteSearchStore
 from triptych.hadron.server import HadronEndpoint, build_server
 from triptych.hadron.services.abstracts import AbstractService, LlmSummarizer
@@ -29,6 +32,7 @@ from triptych.hadron.services.actions import ActionService
 from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.channels import ChannelService
 from triptych.hadron.services.embedding import NodeEmbedder
+from triptych.hadron.services.gitsync import GitSyncService
 from triptych.hadron.services.mcp_calls import McpToolCaller
 from triptych.hadron.services.nodes import NodeService
 from triptych.hadron.services.objects import ObjectService
@@ -48,6 +52,7 @@ from triptych.hadron.tools.apps import app_tools
 from triptych.hadron.tools.base import Ctx, Tool
 from triptych.hadron.tools.chat import chat_tools
 from triptych.hadron.tools.edges import edge_tools
+from triptych.hadron.tools.gitsync import gitsync_tools
 from triptych.hadron.tools.memories import memory_tools
 from triptych.hadron.tools.nodes import node_tools
 from triptych.hadron.tools.objects import object_tools
@@ -89,24 +94,47 @@ class Hadron:
     embedder: NodeEmbedder
     team: Team
     derived: Derived
+    gitsync: GitSyncService
+    key: ServerKey | None = None
 
     @classmethod
-    def open(cls, path: Path, embedder: Embedder | None = None, settings: Settings | None = None) -> Hadron:
+    def open(
+        cls,
+        path: Path,
+        embedder: Embedder | None = None,
+        settings: Settings | None = None,
+        key: ServerKey | None = None,
+    ) -> Hadron:
         """The surface over ``hadron.db``; without an embedder nodes are not embedded (admin, tests).
-        ``settings`` configures what reaches outside: MCP tool actions and LLM abstracts (off without)."""
+        ``settings`` configures what reaches outside: MCP tool actions and LLM abstracts (off without);
+        without ``key`` an encrypted memory's nodes are refused (``ENCRYPTION_KEY_MISSING``)."""
         db = open_database(path)
         tenancy = SqliteTenancyStore(db)
         access = AccessPolicy(tenancy)
         graph = SqliteGraphStore(db)
+        sealer = NodeSealer(key, lambda memory_id: bool((m := tenancy.memory(memory_id)) and m.encrypted))
+        graph.codec = sealer
         selections = SelectionService(tenancy, access)
         nodes = NodeService(tenancy, graph, access, selections)
         store = SqliteSearchStore(db, embedder.dim if embedder else None, embedder.name if embedder else None)
+        store.codec = graph.codec
         node_embedder = NodeEmbedder(store, embedder)
         nodes.embedder = node_embedder
         team = Team.build(db, tenancy, graph, access, selections, nodes)
+        team.store.codec = sealer  # Channel message bodies of encrypted memories
         scopes = ScopeService(tenancy, access, selections, store, team.agents)
         validator = ValidateService(tenancy, graph, access)
         derived = Derived.build(db, tenancy, graph, access, nodes, validator, settings)
+        gitsync = GitSyncService(
+            graph,
+            access,
+            selections,
+            SqliteGitStore(db),
+            path.parent / "hadron-git",
+            nodes.embedded,
+            nodes.guard,
+        )
+        nodes.moved = gitsync.mirror_move
         return cls(
             db,
             tenancy,
@@ -121,6 +149,8 @@ class Hadron:
             node_embedder,
             team,
             derived,
+            gitsync,
+            key,
         )
 
     def admin(self) -> TenancyAdmin:
@@ -130,7 +160,7 @@ class Hadron:
         return [
             *memory_tools(self.access, self.selections),
             *app_tools(self.access, self.selections),
-            *server_info_tools(self.selections, self.derived.capabilities()),
+            *server_info_tools(self.selections, [*self.derived.capabilities(), *self.capabilities()]),
             *node_tools(self.nodes),
             *edge_tools(self.nodes),
             *object_tools(self.objects),
@@ -143,7 +173,17 @@ class Hadron:
             *register_tools(self.team.registers),
             *worklog_tools(self.team.worklog),
             *action_tools(self.derived.actions),
+            *gitsync_tools(self.gitsync),
         ]
+
+    def capabilities(self) -> list[str]:
+        """The tokens of issue 18's features, each advertised only when it works on this deployment."""
+        tokens = []
+        if gitrepo.available():
+            tokens.append("git-sync")  # hadron_sync_graph and mirrored moves need the git binary
+        if self.key is not None:
+            tokens.append("encryption-at-rest")  # without a key an encrypted memory is refused
+        return tokens
 
     def mcp_server(self) -> Server[Any]:
         return build_server(self.tools(), self.selections, INSTRUCTIONS)
@@ -252,7 +292,13 @@ class Team:
 
 def mount(shared: Shared) -> Mounted:
     settings = shared.settings
-    hadron = Hadron.open(database_path(settings), shared.embedder, settings)
+    key = load_key()
+    hadron = Hadron.open(database_path(settings), shared.embedder, settings, key=key)
+    try:
+        check_key(hadron.db, key)  # a missing or wrong key stops the start, never serves garbage
+    except KeyConfigError:
+        hadron.close()
+        raise
     endpoint = HadronEndpoint(
         hadron.mcp_server(), settings, authenticator(settings, hadron.tenancy), hadron.selections
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from triptych.hadron.domain.loc import agent_urn, ai_config_urn, worker_urn
@@ -150,7 +151,23 @@ class TeamStore(Protocol):
     ) -> tuple[list[WorkItem], int]: ...
 
 
+class TextCodec(Protocol):
+    """Seals a Channel message body of an encrypted memory and opens it again (``sealing.NodeSealer``)."""
+
+    def seal_text(self, memory_id: str, owner: str, field: str, text: str) -> str: ...
+    def open_text(self, memory_id: str, owner: str, field: str, text: str) -> str: ...
+
+
 class SqliteTeamStore(_SqliteBase):
+    # Seals the message bodies of Channels hosted in encrypted memories (issue 18); None: clear.
+    codec: TextCodec | None = None
+
+    def _message(self, memory_id: str, r: Sequence[Any]) -> Message:
+        message = _message(r)
+        if self.codec is None:
+            return message
+        return replace(message, body=self.codec.open_text(memory_id, f"{r[0]}#{r[1]}", "body", r[2]))
+
     # ── agents and AI service configs ──────────────────────────────────────
 
     def add_agent(self, agent: Agent, at: str) -> None:
@@ -403,6 +420,11 @@ class SqliteTeamStore(_SqliteBase):
                     (channel_id,),
                 ).fetchone()[0]
             )
+            if self.codec is not None:
+                memory_id = tx.execute(
+                    "SELECT memory_id FROM channels WHERE id = ?", (channel_id,)
+                ).fetchone()[0]
+                body = self.codec.seal_text(memory_id, f"{channel_id}#{seq}", "body", body)
             tx.execute(
                 "INSERT INTO channel_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (channel_id, seq, body, _dumps(author), session_id, reply_to_seq, _dumps(mentions), at),
@@ -444,7 +466,7 @@ class SqliteTeamStore(_SqliteBase):
                     _MESSAGE + " WHERE channel_id = ? AND seq > ? AND seq < ? ORDER BY seq LIMIT ? OFFSET ?",
                     (channel.id, low, high, limit, offset),
                 ).fetchall()
-            return [_message(r) for r in rows], total
+            return [self._message(channel.memory_id, r) for r in rows], total
         total = self.conn.execute(
             "SELECT COUNT(*) FROM message_mentions WHERE channel_id = ? AND ref = ?",
             (channel.id, mention_ref),
@@ -462,7 +484,7 @@ class SqliteTeamStore(_SqliteBase):
             _MESSAGE + f" WHERE channel_id = ? AND seq IN ({', '.join('?' * len(wanted))}) ORDER BY seq",
             (channel.id, *wanted),
         ).fetchall()
-        return [_message(r) for r in rows], int(total)
+        return [self._message(channel.memory_id, r) for r in rows], int(total)
 
     # ── registers ───────────────────────────────────────────────────────────
 

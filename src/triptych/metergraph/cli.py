@@ -1,4 +1,4 @@
-"""``triptych metergraph ...`` (keys, app tokens, content retention, route config) and
+"""``triptych metergraph ...`` (keys, app tokens, content retention, route config, classification) and
 ``triptych metergraph-mcp`` (the stdio bridge). ``register(subparsers)`` adds both to the CLI.
 """
 
@@ -111,6 +111,28 @@ def cmd_route_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_classify(args: argparse.Namespace) -> int:
+    from triptych.metergraph.keys import AgentPrincipal
+
+    mg = _open(args)
+    try:
+        # The operator acts as a whole-workspace Debug key would through metergraph_start_classification.
+        doc = mg.workloads.start_classification(
+            AgentPrincipal(args.workspace, "debug", "cli", None), args.days
+        )
+    finally:
+        mg.close()
+    for w in doc["workloads"]:
+        print(json.dumps(w, sort_keys=True))
+    run = doc["run"]
+    print(
+        f"classified {run['progress']['calls']} calls of workspace {args.workspace!r} (last {args.days} days) "
+        f"into {run['progress']['workloads']} workloads; run {run['run_id']}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_bridge(args: argparse.Namespace) -> int:
     from triptych.metergraph.bridge import main
 
@@ -168,6 +190,14 @@ def register(subparsers: Any) -> None:
     route_set.add_argument("--data-dir", **data_dir)
     route_set.set_defaults(func=cmd_route_set)
 
+    classify = sub.add_parser(
+        "classify", help="group a workspace's calls into workloads and save them (prints one JSON line each)"
+    )
+    classify.add_argument("--workspace", required=True)
+    classify.add_argument("--days", type=int, choices=range(1, 91), default=30, metavar="1-90",
+                          help="the window classified: today and the previous days (default 30)")  # fmt: skip
+    classify.add_argument("--data-dir", **data_dir)
+    classify.set_defaults(func=cmd_classify)
     report_cli.register(sub, data_dir)
 
     bridge = subparsers.add_parser(

@@ -38,6 +38,9 @@ WARNING_CODES = frozenset(
         "unsupported_field",
         "coverage_incomplete",
         "metadata_key_mostly_missing",
+        # Upstream's report warnings (agent_contract.py); the three above are the seed contract's own.
+        "report_outcome_not_loaded",
+        "evidence_omitted",
     }
 )
 
@@ -99,7 +102,7 @@ TOOL_CONTRACT: tuple[ToolContract, ...] = (
         "agent-access/ingestion-health",
         True,
     ),
-    _t("metergraph_list_incidents", "incidents", "metadata", SCOPE_METADATA, "agent-access/incidents", False),
+    _t("metergraph_list_incidents", "incidents", "metadata", SCOPE_METADATA, "agent-access/incidents", True),
     _t(
         "metergraph_query_traces",
         "trace_metadata",
@@ -180,6 +183,8 @@ _METADATA_FIELDS = [
     "status",
     "stable error kinds",
     "route/provider/model names",
+    "route descriptions and constraints",
+    "incident titles and diagnoses",
     "metadata keys and values",
     "ingestion counts",
 ]

@@ -298,8 +298,11 @@ class IngestService:
         pricer: Pricer,
         max_rows: int,
         clock: Callable[[], float] = time.time,
+        on_batch: Callable[[str, int | None], None] | None = None,
     ) -> None:
         self.store = store
+        # Told (workspace, newest call time) after each stored batch: the incident detectors' cue.
+        self.on_batch = on_batch
         self.pricer = pricer
         self.max_rows = max_rows
         self.clock = clock
@@ -352,6 +355,8 @@ class IngestService:
                 batch,
                 datetime.now(UTC).isoformat(timespec="seconds"),
             )
+            if self.on_batch is not None and normalized.calls.size:
+                self.on_batch(app.workspace, max(normalized.calls.column("ts_ms")))
             return IngestResult(normalized.calls.size, normalized.ignored)
 
     def normalize(self, app: AppPrincipal, rows: Sequence[Any], source: str, retain: bool) -> Normalized:

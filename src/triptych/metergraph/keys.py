@@ -135,9 +135,15 @@ class KeyService:
     def agent(self, token: str | None) -> AgentPrincipal:
         if not token:
             raise Unauthenticated("missing bearer token: send 'Authorization: Bearer <agent key>'")
-        hashed = token_hash(token)
+        return self.agent_by_hash(token_hash(token))
+
+    def agent_by_hash(self, hashed: str) -> AgentPrincipal:
+        """The agent of a key's SHA-256 (the app's sign-in cookie carries the hash, never the key)."""
         if _static_match(hashed, self._static_agent):
             return AgentPrincipal(self.settings.static_workspace, self.settings.static_agent_role, "static")
+        if _static_match(hashed, self._static_app):
+            # As the upstream self-hosted server: an operator's static ingest token also reads, content-free.
+            return AgentPrincipal(self.settings.static_workspace, "metadata", "static-ingest")
         key = self.store.key_by_hash(hashed)
         if key is None:
             raise Unauthenticated("invalid agent key")

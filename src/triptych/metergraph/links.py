@@ -1,58 +1,100 @@
-"""Links into the Metergraph app pages, built from the deployment's public address.
+"""App links: the ``app_url`` / ``metergraph_links`` fields of analysis-run and report responses.
 
-The contract: a link is built from the configured public address (``TRIPTYCH_PUBLIC_URL``) and names its
-workspace; without a usable address every link is null. Tools return these as they are; nothing else
-builds a page URL from an id.
+Every link is built from the deployment's public address (``MG_PUBLIC_URL`` or ``TRIPTYCH_PUBLIC_URL``, else the server's own
+``http://host:port`` when it listens on a concrete address) and names its workspace, so a page opened
+while signed in to another workspace says so instead of showing that workspace's data. Without a usable
+public address every link is null, as the contract says. The pages these paths open are served by
+``pages/routes.py``; the paths are declared here once.
 """
 
 from __future__ import annotations
 
-import os
-from urllib.parse import quote, urlsplit
+from dataclasses import dataclass
+from urllib.parse import quote
 
-PUBLIC_URL_ENV = "TRIPTYCH_PUBLIC_URL"
-
-
-def _usable(base: str | None) -> str | None:
-    if not base:
-        return None
-    parts = urlsplit(base)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
-        return None
-    return base.rstrip("/")
+APP_PREFIX = "/app"
+_WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
 
 
+def _seg(value: str) -> str:
+    # Every identifier is one path segment: a slash or a dot-dot in an id cannot walk to another page.
+    return quote(value, safe="")
+
+
+def public_base(public_url: str | None, host: str, port: int) -> str | None:
+    """The public address links start with, or None when the deployment has no usable one."""
+    if public_url:
+        return public_url.rstrip("/")
+    if host in _WILDCARD_HOSTS:
+        return None  # listening everywhere: which of the machine's names a person can reach is unknown
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}"
+
+
+def workspace_path(workspace: str) -> str:
+    return f"{APP_PREFIX}/w/{_seg(workspace)}"
+
+
+def usage_path(workspace: str) -> str:
+    return workspace_path(workspace) + "/usage"
+
+
+def analysis_path(workspace: str) -> str:
+    return workspace_path(workspace) + "/analysis"
+
+
+def report_path(workspace: str, analysis_id: str) -> str:
+    return f"{workspace_path(workspace)}/reports/{_seg(analysis_id)}"
+
+
+def workload_path(workspace: str, analysis_id: str, workload_id: str) -> str:
+    return f"{report_path(workspace, analysis_id)}/workloads/{_seg(workload_id)}"
+
+
+def comparison_path(workspace: str, analysis_id: str, workload_id: str) -> str:
+    return workload_path(workspace, analysis_id, workload_id) + "/comparison"
+
+
+def suite_path(workspace: str, analysis_id: str, workload_id: str) -> str:
+    return workload_path(workspace, analysis_id, workload_id) + "/suite"
+
+
+def evidence_path(workspace: str, analysis_id: str, workload_id: str, opportunity_id: str) -> str:
+    return f"{workload_path(workspace, analysis_id, workload_id)}/opportunities/{_seg(opportunity_id)}"
+
+
+@dataclass(frozen=True, slots=True)
 class AppLinks:
-    def __init__(self, base_url: str | None) -> None:
-        self.base = _usable(base_url)
+    """Absolute app links for one deployment; every method answers None without a public address."""
 
-    @classmethod
-    def from_env(cls) -> AppLinks:
-        return cls(os.environ.get(PUBLIC_URL_ENV))
+    base: str | None
 
-    def _link(self, workspace: str, *parts: str, query: str = "") -> str | None:
-        if self.base is None:
-            return None
-        path = "/".join(quote(p, safe="") for p in ("app", "metergraph", workspace, *parts))
-        return f"{self.base}/{path}{query}"
+    def _url(self, path: str) -> str | None:
+        return None if self.base is None else self.base + path
+
+    def usage(self, workspace: str) -> str | None:
+        return self._url(usage_path(workspace))
 
     def analysis(self, workspace: str) -> str | None:
-        """The Analysis page: runs, their progress and the latest report."""
-        return self._link(workspace, "analysis")
+        """``run.app_url`` and the report list's / report's ``app_url``: the Analysis page."""
+        return self._url(analysis_path(workspace))
 
     def report(self, workspace: str, analysis_id: str) -> str | None:
-        return self._link(workspace, "reports", analysis_id)
+        """``run.report.app_url``: that run's report."""
+        return self._url(report_path(workspace, analysis_id))
 
     def workload(self, workspace: str, analysis_id: str, workload_id: str) -> str | None:
-        return self._link(workspace, "reports", analysis_id, "workloads", workload_id)
+        """``metergraph_links.workload``, and ``workloads[].app_url`` without a model comparison."""
+        return self._url(workload_path(workspace, analysis_id, workload_id))
 
     def comparison(self, workspace: str, analysis_id: str, workload_id: str) -> str | None:
-        return self._link(workspace, "reports", analysis_id, "workloads", workload_id, "comparison")
+        """``workloads[].app_url`` when the report holds a model comparison for the workload."""
+        return self._url(comparison_path(workspace, analysis_id, workload_id))
 
     def suite(self, workspace: str, analysis_id: str, workload_id: str) -> str | None:
-        return self._link(workspace, "reports", analysis_id, "workloads", workload_id, "suite")
+        """``metergraph_get_suite_results.app_url``, and a switch the acceptance policy withheld."""
+        return self._url(suite_path(workspace, analysis_id, workload_id))
 
     def evidence(self, workspace: str, analysis_id: str, workload_id: str, opportunity_id: str) -> str | None:
-        return self._link(
-            workspace, "reports", analysis_id, "workloads", workload_id, "opportunities", opportunity_id
-        )
+        """``workloads[].opportunities[].app_url``: the opportunity's evidence."""
+        return self._url(evidence_path(workspace, analysis_id, workload_id, opportunity_id))

@@ -22,7 +22,7 @@ from triptych import __version__
 from triptych.core import jsonbody
 from triptych.core.errors import TriptychError
 from triptych.core.mcp import ArgumentsInvalid, UnknownTool, definition_json, guard
-from triptych.metergraph.errors import MetergraphError, check_response_size, error_document
+from triptych.metergraph.errors import ForbiddenError, MetergraphError, check_response_size, error_document
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.tools import MetergraphTool, principal_bind, toolbox, visible_tools
 from triptych.metergraph.web import BodyTooLarge, json_response, read_body
@@ -137,7 +137,8 @@ class StatelessEndpoint:
         if refused == "host":
             return json_response(_error(None, -32600, "Invalid Host header"), 421)
         if refused == "origin":
-            return json_response(_error(None, -32600, "Forbidden origin"), 403)
+            # The contract's error document (not a JSON-RPC body): a browser page was refused, not a message.
+            return json_response(error_document(ForbiddenError("this Origin may not call the endpoint")), 403)
         if request.method != "POST":
             return Response(status_code=405, headers={"Allow": "POST"})
         try:

@@ -22,6 +22,8 @@ import numpy as np
 from genai_prices import data_snapshot, types
 
 LIBRARY = f"genai-prices {genai_prices.__version__}"
+# The price catalogue /healthz reports: the genai-prices release whose bundled snapshot prices calls.
+CATALOG_VERSION = f"genai-prices-{genai_prices.__version__}"
 
 # Common spellings of providers that genai-prices knows under another id.
 _PROVIDER_ALIASES = {

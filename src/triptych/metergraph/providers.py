@@ -14,15 +14,12 @@ a hang and never an exception from the client library.
 from __future__ import annotations
 
 import concurrent.futures
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-import anthropic
 import httpx
-import openai
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -71,6 +68,11 @@ class ProviderSettings(BaseSettings):
         ge=1,
         le=MAX_OUTPUT_TOKENS,
         validation_alias=_alias("MG_REPLAY_MAX_OUTPUT_TOKENS", "max_output_tokens"),
+    )
+    # How the output cap is named to the OpenAI-compatible endpoint: OpenAI itself wants
+    # max_completion_tokens (its reasoning models refuse max_tokens), most compatible servers max_tokens.
+    openai_token_parameter: Literal["auto", "max_tokens", "max_completion_tokens"] = Field(
+        "auto", validation_alias=_alias("MG_REPLAY_OPENAI_TOKEN_PARAMETER", "openai_token_parameter")
     )
     # Models a replay may run on (empty: any model the configured providers serve).
     models: Annotated[list[str], NoDecode] = Field(
@@ -143,7 +145,7 @@ class ProviderFailure(Exception):
         self.http_status = http_status
 
 
-Caller = Callable[[CompletionRequest, float], Completion]
+Caller = Callable[[Any, CompletionRequest], Completion]
 
 
 class Providers:
@@ -151,15 +153,11 @@ class Providers:
 
     def __init__(self, settings: ProviderSettings | None = None) -> None:
         self.settings = settings or load_provider_settings()
-        self._clients: dict[tuple[Kind, float], Any] = {}
-        self._lock = threading.Lock()
         # Calls run on these threads so a wall-clock deadline bounds them whatever the socket does.
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="mg-replay")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        for client in self._clients.values():
-            client.close()
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -190,9 +188,13 @@ class Providers:
         """One completion on ``kind``, bounded by ``timeout`` seconds (settings' default when None)."""
         limit = min(float(timeout or self.settings.timeout_seconds), MAX_TIMEOUT_SECONDS)
         call: Caller = self._openai if kind == "openai" else self._anthropic
-        future = self._pool.submit(call, request, limit)
-        # Each retry may take the whole client timeout; the deadline allows for them, then gives up.
-        deadline = limit * (self.settings.max_retries + 1) + _DEADLINE_GRACE
+        # One client per call: closing it at the deadline ends that call's connection and frees its
+        # thread, without touching other calls.
+        client = self._client(kind, limit)
+        future = self._pool.submit(call, client, request)
+        # The caller's timeout bounds the whole replay, retries included (so a bridge or proxy waiting
+        # on the tool call is never outlasted).
+        deadline = limit + _DEADLINE_GRACE
         try:
             return future.result(timeout=deadline)
         except concurrent.futures.TimeoutError:
@@ -200,32 +202,35 @@ class Providers:
             raise ProviderFailure(
                 "timeout", "timeout", f"the provider did not answer within {limit:g} s"
             ) from None
+        finally:
+            client.close()
+
+    def _token_parameter(self) -> str:
+        chosen = self.settings.openai_token_parameter
+        if chosen != "auto":
+            return chosen
+        host = httpx.URL(self.base_url("openai")).host
+        return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
     def _client(self, kind: Kind, timeout: float) -> Any:
-        key = (kind, timeout)
-        with self._lock:
-            client = self._clients.get(key)
-            if client is None:
-                s = self.settings
-                bounded = float(timeout)  # each library takes seconds (they build their own Timeout)
-                if kind == "openai":
-                    client = openai.OpenAI(
-                        api_key=s.openai_api_key or "not-needed",
-                        base_url=self.base_url("openai"),
-                        timeout=bounded,
-                        max_retries=s.max_retries,
-                    )
-                else:
-                    client = anthropic.Anthropic(
-                        api_key=s.anthropic_api_key or "not-needed",
-                        base_url=self.base_url("anthropic"),
-                        timeout=bounded,
-                        max_retries=s.max_retries,
-                    )
-                self._clients[key] = client
-            return client
+        s = self.settings
+        library = _library(kind)
+        # Each library takes the timeout in seconds and builds its own Timeout from it.
+        if kind == "openai":
+            return library.OpenAI(
+                api_key=s.openai_api_key or "not-needed",
+                base_url=self.base_url("openai"),
+                timeout=timeout,
+                max_retries=s.max_retries,
+            )
+        return library.Anthropic(
+            api_key=s.anthropic_api_key or "not-needed",
+            base_url=self.base_url("anthropic"),
+            timeout=timeout,
+            max_retries=s.max_retries,
+        )
 
-    def _openai(self, request: CompletionRequest, timeout: float) -> Completion:
+    def _openai(self, client: Any, request: CompletionRequest) -> Completion:
         messages: list[dict[str, Any]] = []
         if request.system is not None:
             messages.append({"role": "system", "content": request.system})
@@ -235,12 +240,11 @@ class Providers:
             extra["temperature"] = request.temperature
         if request.top_p is not None:
             extra["top_p"] = request.top_p
+        extra[self._token_parameter()] = request.max_output_tokens
         try:
-            response = self._client("openai", timeout).chat.completions.create(
-                model=request.model, messages=messages, max_tokens=request.max_output_tokens, **extra
-            )
+            response = client.chat.completions.create(model=request.model, messages=messages, **extra)
         except Exception as exc:  # noqa: BLE001 - every client failure becomes a ProviderFailure
-            raise _failure(exc, openai) from None
+            raise _failure(exc, _library("openai")) from None
         choice = response.choices[0] if response.choices else None
         message = choice.message if choice is not None else None
         tool_calls = [
@@ -257,7 +261,7 @@ class Providers:
             tool_calls=tool_calls,
         )
 
-    def _anthropic(self, request: CompletionRequest, timeout: float) -> Completion:
+    def _anthropic(self, client: Any, request: CompletionRequest) -> Completion:
         extra: dict[str, Any] = {}
         if request.system is not None:
             extra["system"] = request.system
@@ -268,14 +272,14 @@ class Providers:
         if sampling:
             extra["extra_body"] = sampling
         try:
-            response = self._client("anthropic", timeout).messages.create(
+            response = client.messages.create(
                 model=request.model,
                 max_tokens=request.max_output_tokens,
                 messages=[{"role": m.role, "content": m.content} for m in request.messages],
                 **extra,
             )
         except Exception as exc:  # noqa: BLE001 - every client failure becomes a ProviderFailure
-            raise _failure(exc, anthropic) from None
+            raise _failure(exc, _library("anthropic")) from None
         texts = [b.text for b in response.content if getattr(b, "type", None) == "text"]
         tool_calls = [
             {"name": b.name, "arguments": b.input}
@@ -289,6 +293,18 @@ class Providers:
             finish_reason=response.stop_reason,
             tool_calls=tool_calls,
         )
+
+
+def _library(kind: Kind) -> Any:
+    """The client library of ``kind``, imported on first use: the two take seconds to import, which
+    every CLI command and server start would otherwise pay whether or not replay is configured."""
+    if kind == "openai":
+        import openai
+
+        return openai
+    import anthropic
+
+    return anthropic
 
 
 def _failure(exc: Exception, library: Any) -> ProviderFailure:

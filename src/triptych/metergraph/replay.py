@@ -13,6 +13,7 @@ call, optionally on a candidate model, as a ``ReplayOutcome``.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,8 +31,11 @@ from triptych.metergraph.providers import (
     Message,
     ProviderFailure,
     Providers,
+    elapsed_ms,
 )
 from triptych.metergraph.store import TelemetryStore
+
+log = logging.getLogger(__name__)
 
 MAX_TEXT = 16 * 1024  # characters of one text field in a replay document
 MAX_MESSAGES = 50  # messages shown per input (the request sent holds them all)
@@ -242,6 +246,8 @@ class ReplayService:
         """Replay one stored call (a row of ``trace_spans``: call columns plus ``request_text``),
         optionally on ``model``. Refuses (``replay_not_eligible``) a call without retained request
         text, or one on a provider or model this server is not configured for."""
+        if call.get("workspace") not in (None, workspace):
+            raise NotFoundError("no such call in this workspace")  # a row read for another workspace
         if call.get("request_text") is None:
             raise ReplayNotEligible("the call has no retained request text")
         parsed = parse_request(call["request_text"])
@@ -273,12 +279,14 @@ class ReplayService:
         try:
             done = self.providers.complete(kind, request, timeout)
         except ProviderFailure as failure:
+            # Operators see failing providers in the log; no content is written there.
+            log.warning("replay on %s %s (%s): %s, %s", kind, target, provider, failure.code, failure.message)
             return ReplayOutcome(
                 failure.status, provider, target, request, None, None, None, None,
-                round((time.perf_counter() - start) * 1000, 3),
+                elapsed_ms(start),
                 error_code=failure.code, error_message=failure.message,
             )  # fmt: skip
-        latency = round((time.perf_counter() - start) * 1000, 3)
+        latency = elapsed_ms(start)
         price = self.pricer.price(provider, target, self.clock(), done.input_tokens, done.output_tokens)
         return ReplayOutcome(
             "succeeded", provider, target, request, done.text, done.input_tokens, done.output_tokens,
@@ -298,8 +306,10 @@ class ReplayService:
             if prefix is not None:
                 kind, target = _KIND_PREFIXES[prefix], model[len(prefix) :]
             else:
+                # A model the price catalogue knows goes to its vendor's API (Anthropic's, or the
+                # OpenAI-compatible one for every other vendor); an unknown one to the original's API.
                 found = self.pricer.resolve(None, model, self.clock()).provider_id
-                kind = "anthropic" if found == "anthropic" else original_kind
+                kind = original_kind if found is None else ("anthropic" if found == "anthropic" else "openai")
                 target = model
             # Priced as the original provider when the API is the same one, else as the API's vendor.
             same = kind == original_kind and original_provider is not None

@@ -25,12 +25,14 @@ from triptych.metergraph import otlp
 from triptych.metergraph.errors import (
     BadBatch,
     InvalidArgument,
+    NotFoundError,
     Unauthenticated,
     check_response_size,
     error_document,
 )
 from triptych.metergraph.ingest import IngestResult, gc_paused
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
+from triptych.metergraph.pricing import CATALOG_VERSION
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.tools import principal_bind, toolbox
 from triptych.metergraph.web import BadEncoding, BodyTooLarge, bearer, decode_body, json_response, read_body
@@ -88,6 +90,7 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
                 await anyio.to_thread.run_sync(
                     mg.store.record_failed_batch, app.workspace, source, int(time.time() * 1000), "permanent"
                 )
+                mg.incidents.note_failure(app.workspace)
                 raise
         except BodyTooLarge as exc:
             return json_response({"error": {"code": "payload_too_large", "message": exc.message}}, 413)
@@ -263,8 +266,20 @@ def agent_routes(mg: Metergraph) -> list[BaseRoute]:
     ]  # fmt: skip
 
 
+def unknown_agent_path() -> BaseRoute:
+    """Any other ``/v1/agent/...`` path (``/v1/agent/routes/`` included): the contract's ``not_found``
+    document. Mounted after every agent route, it also stops the router's trailing-slash 307."""
+
+    async def missing(request: Request) -> Response:
+        return _error_response(NotFoundError("no such Agent Access endpoint: see GET /v1/agent/capabilities"))
+
+    methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
+    return Route("/v1/agent/{path:path}", missing, methods=methods)
+
+
 def health_route() -> BaseRoute:
     async def healthz(request: Request) -> Response:
-        return json_response({"status": "ok"})
+        # As upstream: liveness plus the price catalogue costs are computed with.
+        return json_response({"ok": True, "catalog_version": CATALOG_VERSION})
 
     return Route("/healthz", healthz, methods=["GET"])

@@ -14,9 +14,12 @@ from triptych.metergraph.analysis_replay import ProviderReplayer
 from triptych.metergraph.analysis_runner import AnalysisRunner
 from triptych.metergraph.analysis_sources import Replayer, StoreWorkloads, WorkloadSource
 from triptych.metergraph.columns import ColumnProjection
+from triptych.metergraph.detectors import IncidentSettings, load_incident_settings
+from triptych.metergraph.incidents import DB_FILE as INCIDENTS_FILE
+from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
-from triptych.metergraph.links import AppLinks
+from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.providers import Providers, ProviderSettings
 from triptych.metergraph.ratelimit import RateLimiter
@@ -24,7 +27,7 @@ from triptych.metergraph.replay import ReplayService
 from triptych.metergraph.report_store import ReportStore
 from triptych.metergraph.reports import ReportService
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
-from triptych.metergraph.store import SqliteTelemetryStore
+from triptych.metergraph.store import SqliteTelemetryStore, TelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
@@ -58,14 +61,14 @@ class ClassificationRunDocuments:
 @dataclass
 class Metergraph:
     settings: MetergraphSettings
-    store: SqliteTelemetryStore
+    store: TelemetryStore
     keys: KeyService
     ingest: IngestService
     workspace: WorkspaceService
     usage: UsageService
     traces: TraceService
     tools: list[MetergraphTool]
-    columns: ColumnProjection
+    columns: ColumnProjection | None  # the embedded engine's metadata projection
     report_store: ReportStore
     reports: ReportService
     analysis: AnalysisService
@@ -73,6 +76,8 @@ class Metergraph:
     providers: Providers
     replay: ReplayService
     workloads: WorkloadService
+    incidents: IncidentService
+    links: AppLinks
 
     @classmethod
     def open(
@@ -84,20 +89,35 @@ class Metergraph:
         replayer: Replayer | None = None,
         embedder: Callable[[], Embedder | None] = lambda: None,
         workload_source: WorkloadSource | None = None,
+        incident_settings: IncidentSettings | None = None,
+        links: AppLinks | None = None,
     ) -> Metergraph:
         """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
         scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
         classification, else one workload per route."""
         settings = settings or load_metergraph_settings()
-        store = SqliteTelemetryStore(data_dir / DB_FILE)
-        # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
-        # process at a time maintains it (the others scan SQL).
-        columns = ColumnProjection(data_dir / COLUMNS_DIR, store)
-        store.columns = columns
+        # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
+        links = links or AppLinks(public_base(settings.public_url, "", 0))
+        sqlite = SqliteTelemetryStore(data_dir / DB_FILE)
+        store: TelemetryStore = sqlite
+        columns: ColumnProjection | None = None
+        if settings.clickhouse_url:
+            from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
+
+            # Calls and rollups in ClickHouse; keys, sessions, routes and batch records stay in SQLite.
+            store = ClickHouseTelemetryStore(
+                settings.clickhouse_url, sqlite, settings.clickhouse_retention_days
+            )
+        else:
+            # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
+            # process at a time maintains it (the others scan SQL).
+            columns = ColumnProjection(data_dir / COLUMNS_DIR, sqlite)
+            sqlite.columns = columns
         pricer = Pricer()
         providers = Providers(provider_settings)
         replay = ReplayService(store, pricer, providers, clock)
-        workloads = WorkloadService(WorkloadStore(store.db), clock)
+        # Workloads and their classification runs live in the SQLite metadata file on both engines.
+        workloads = WorkloadService(WorkloadStore(sqlite.db), clock, links.analysis)
         # Replay, and analysis runs (which replay), need a configured provider.
         workspace = WorkspaceService(
             store,
@@ -109,13 +129,17 @@ class Metergraph:
             workloads.store.replay_eligible_by_route,
         )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock, workloads.match)
+        traces = TraceService(store, clock, workloads.match, workloads.classifications)
+        incidents = IncidentService(
+            store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock
+        )
         limiter = RateLimiter(settings.agent_rate_per_minute)
-        links = AppLinks.from_env()
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(
-            workload_source or StoreWorkloads(store, workloads),
+            # Analysis sources read calls with SQLite queries of their own: on the ClickHouse engine they
+            # see no calls yet (issue 17 follow-up: move those reads onto TelemetryStore).
+            workload_source or StoreWorkloads(sqlite, workloads),
             replayer or ProviderReplayer(replay),
             pricer,
             embedder,
@@ -125,12 +149,18 @@ class Metergraph:
             available=lambda: replayer is not None or replay.available,
             classification_runs=ClassificationRunDocuments(workloads),
         )  # fmt: skip
-        tools = build_tools(workspace, usage, traces, replay, workloads, reports, analysis)
+        tools = build_tools(workspace, usage, traces, replay, workloads, reports, analysis, incidents)
         return cls(
             settings,
             store,
             KeyService(store, settings),
-            IngestService(store, pricer, settings.max_rows, clock=lambda: clock().timestamp()),
+            IngestService(
+                store,
+                pricer,
+                settings.max_rows,
+                clock=lambda: clock().timestamp(),
+                on_batch=incidents.note_batch,
+            ),
             workspace,
             usage,
             traces,
@@ -143,11 +173,15 @@ class Metergraph:
             providers,
             replay,
             workloads,
+            incidents,
+            links,
         )
 
     def close(self) -> None:
         self.analysis.close()  # first: a running analysis reads through both stores
         self.report_store.close()
-        self.columns.close()  # first: its catch-up thread reads through the store
+        if self.columns is not None:
+            self.columns.close()  # first: its catch-up thread reads through the store
+        self.incidents.close()  # so does the detectors' ticker
         self.providers.close()
         self.store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -37,6 +38,28 @@ class MetergraphSettings(BaseSettings):
     agent_rate_per_minute: int = Field(
         600, ge=0, validation_alias=AliasChoices("MG_AGENT_RATE_PER_MINUTE", "agent_rate_per_minute")
     )
+    # The ClickHouse engine for calls and rollups (issue 17): unset keeps the embedded SQLite engine.
+    clickhouse_url: str | None = Field(
+        None, validation_alias=AliasChoices("TRIPTYCH_METERGRAPH_CLICKHOUSE_URL", "clickhouse_url")
+    )
+    # How long ClickHouse keeps calls and rollups (the tables' TTL), in days; the embedded engine keeps
+    # everything, so the default is long enough not to differ from it in practice.
+    clickhouse_retention_days: int = Field(
+        3650,
+        ge=1,
+        validation_alias=AliasChoices(
+            "TRIPTYCH_METERGRAPH_CLICKHOUSE_RETENTION_DAYS", "clickhouse_retention_days"
+        ),
+    )
+    # The public address app links start with (``app_url``); unset: the server's own http://host:port.
+    public_url: str | None = Field(
+        None, validation_alias=AliasChoices("MG_PUBLIC_URL", "TRIPTYCH_PUBLIC_URL", "public_url")
+    )
+    # Signs the app's sign-in cookies; unset: a random secret kept in the data directory (0600).
+    web_secret: str | None = Field(None, validation_alias=AliasChoices("MG_WEB_SECRET", "web_secret"))
+    web_session_seconds: int = Field(
+        8 * 3600, ge=60, validation_alias=AliasChoices("MG_WEB_SESSION_SECONDS", "web_session_seconds")
+    )
     # Bodies of the stateless MCP endpoint (contract: 1 MiB).
     mcp_max_body_bytes: int = 1024 * 1024
 
@@ -46,6 +69,18 @@ class MetergraphSettings(BaseSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+            raise ValueError("MG_PUBLIC_URL must be an absolute http(s) URL without a query or fragment")
+        if parts.username or parts.password:
+            raise ValueError("MG_PUBLIC_URL must not carry credentials")
+        return value.strip().rstrip("/")
 
     @field_validator("static_agent_role")
     @classmethod

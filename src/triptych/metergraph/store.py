@@ -383,8 +383,9 @@ def call_where(f: CallFilter, params: list[Any]) -> str:
 
 
 class TelemetryStore(Protocol):
-    """What the services need from a telemetry engine. ``SqliteTelemetryStore`` is the embedded one; a
-    ClickHouse store (server mode, a later issue) implements the same methods."""
+    """What the services need from a telemetry engine: ``SqliteTelemetryStore`` (embedded default) and
+    ``clickhouse_store.ClickHouseTelemetryStore`` (server mode) implement it. Services read calls only
+    through these methods; a new read over calls is a new method here, implemented by both engines."""
 
     def close(self) -> None: ...
     def workspace(self, workspace: str) -> dict[str, Any] | None: ...
@@ -435,6 +436,10 @@ class TelemetryStore(Protocol):
         self, workspace: str, route: str, description: str | None, config: dict[str, Any], now_iso: str
     ) -> None: ...
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]: ...
+    def count_calls(self, workspace: str) -> int: ...
+    def raw_calls(self, workspace: str) -> list[dict[str, Any]]: ...
+    def raw_content(self, workspace: str) -> list[dict[str, Any]]: ...
+    def recent_batches(self, workspace: str, limit: int) -> list[tuple[str, int]]: ...
 
 
 class SqliteTelemetryStore:
@@ -592,14 +597,19 @@ class SqliteTelemetryStore:
                     _insert_many(conn, insert, rows[start:], width)
                 for table, params in deltas.items():
                     _merge_rollups(conn, table, params)
-                conn.execute(
-                    "INSERT INTO ingest_batches (workspace, source, received_ms, processed_ms, status, accepted,"
-                    " ignored, dropped, transport_errors, unknown_attributes, content_dropped)"
-                    " VALUES (?, ?, ?, ?, 'processed', ?, ?, ?, ?, ?, ?)",
-                    (workspace, source, batch["received_ms"], batch["processed_ms"], calls.size, batch["ignored"],
-                     batch["dropped"], batch["transport_errors"], batch["unknown_attributes"],
-                     batch["content_dropped"]),
-                )  # fmt: skip
+                self.record_batch(conn, workspace, source, calls.size, batch)
+
+    def record_batch(
+        self, conn: sqlite3.Connection, workspace: str, source: str, accepted: int, batch: dict[str, Any]
+    ) -> None:
+        """The record of a processed ingest batch (in the caller's transaction)."""
+        conn.execute(
+            "INSERT INTO ingest_batches (workspace, source, received_ms, processed_ms, status, accepted,"
+            " ignored, dropped, transport_errors, unknown_attributes, content_dropped)"
+            " VALUES (?, ?, ?, ?, 'processed', ?, ?, ?, ?, ?, ?)",
+            (workspace, source, batch["received_ms"], batch["processed_ms"], accepted, batch["ignored"],
+             batch["dropped"], batch["transport_errors"], batch["unknown_attributes"], batch["content_dropped"]),
+        )  # fmt: skip
 
     def record_failed_batch(self, workspace: str, source: str, received_ms: int, failure_class: str) -> None:
         with self.db.transaction() as conn:
@@ -843,7 +853,11 @@ class SqliteTelemetryStore:
             f" FROM calls WHERE {where} AND route IS NOT NULL GROUP BY route"
         )
         found = {r["route"]: dict(r) for r in self.db.conn.execute(sql, params)}
-        for r in self.db.conn.execute("SELECT * FROM routes WHERE workspace = ?", (f.workspace,)):
+        return self.merge_route_config(f.workspace, found)
+
+    def merge_route_config(self, workspace: str, found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """Per-route call counts (``found``) with every configured route's description and constraints."""
+        for r in self.db.conn.execute("SELECT * FROM routes WHERE workspace = ?", (workspace,)):
             entry = found.setdefault(
                 r["route"], {"route": r["route"], "calls": 0, "replay_eligible_calls": 0}
             )
@@ -879,6 +893,14 @@ class SqliteTelemetryStore:
             (workspace, since_ms),
         ).fetchone()
         return {k: row[k] for k in row.keys()}
+
+    def recent_batches(self, workspace: str, limit: int) -> list[tuple[str, int]]:
+        """The newest ``limit`` ingest batches of a workspace, newest first: (status, received_ms)."""
+        rows = self.db.conn.execute(
+            "SELECT status, received_ms FROM ingest_batches WHERE workspace = ? ORDER BY id DESC LIMIT ?",
+            (workspace, limit),
+        )
+        return [(str(r[0]), int(r[1])) for r in rows]
 
     # -- the source of the columnar projection ---------------------------------------------------
 

@@ -5,16 +5,24 @@ the Agent Access REST mirrors and ``/healthz``.
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.surface import Mounted, Shared
 from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
+from triptych.metergraph.pages.routes import page_routes
+from triptych.metergraph.replay_rest import replay_routes
 from triptych.metergraph.report_rest import report_routes
-from triptych.metergraph.rest import agent_principal, agent_routes, health_route, ingest_routes
+from triptych.metergraph.rest import (
+    agent_principal,
+    agent_routes,
+    health_route,
+    ingest_routes,
+    unknown_agent_path,
+)
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
 
@@ -22,17 +30,15 @@ from triptych.metergraph.settings import load_metergraph_settings
 MAX_BODY = 1024 * 1024
 
 
-async def not_found(request: Request) -> Response:
-    return Response(status_code=404)
-
-
 def open_metergraph(shared: Shared) -> Metergraph:
     # Ingest needs an app token and reads an agent key (or static MG_* tokens), whatever TRIPTYCH_AUTH_ENABLED.
+    mg_settings = load_metergraph_settings()
+    links = AppLinks(public_base(mg_settings.public_url, shared.settings.host, shared.settings.port))
     # Analysis runs score with the shared embedding model, loaded the first time a run needs it.
-    mg = Metergraph.open(
-        shared.settings.data_dir, load_metergraph_settings(), embedder=lambda: shared.embedder
-    )
-    mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    mg = Metergraph.open(shared.settings.data_dir, mg_settings, embedder=lambda: shared.embedder, links=links)
+    if mg.columns is not None:
+        mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    mg.incidents.start()  # and sweeps the incident detectors over the workspaces that received calls
     # Runs a stopped server left queued or running can never finish (their thread is gone).
     mg.analysis.fail_abandoned()
     return mg
@@ -51,12 +57,14 @@ def mount(shared: Shared) -> Mounted:
     routes = [
         # Route, not Mount: the exact path only; the trailing-slash path is a 404.
         Route("/v1/agent/mcp", endpoint.handle, methods=["GET", "POST", "DELETE"]),
-        # The app router would redirect the trailing-slash path (307); the contract wants a plain 404.
-        Route("/v1/agent/mcp/", not_found, methods=["GET", "POST", "DELETE"]),
         *ingest_routes(mg),
         *agent_routes(mg),
+        *replay_routes(mg),
         *report_routes(mg),
         health_route(),
+        *page_routes(mg, settings.data_dir),  # the app pages app links open (/app/...)
+        # Last: every other /v1/agent path (the trailing-slash forms too) is the contract's 404 document.
+        unknown_agent_path(),
     ]
     document = internal_error_document()
     shapes = {"/v1/agent/mcp": jsonrpc_internal_error(), "/v1": document, "/healthz": document}

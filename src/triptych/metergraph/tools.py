@@ -17,6 +17,7 @@ from triptych.core.mcp import Bind, Tool, Toolbox
 from triptych.metergraph.analysis import AnalysisService
 from triptych.metergraph.analysis_runner import RunSettings
 from triptych.metergraph.contract import TOOLS_BY_NAME
+from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.replay import ReplayService
 from triptych.metergraph.reports import ReportService
@@ -186,6 +187,7 @@ def build_tools(
     workloads: WorkloadService | None = None,
     reports: ReportService | None = None,
     analysis: AnalysisService | None = None,
+    incidents: IncidentService | None = None,
 ) -> list[MetergraphTool]:
     def aggregates(p: AgentPrincipal, a: AggregatesArgs) -> dict[str, Any]:
         return usage.aggregates(
@@ -244,8 +246,10 @@ def build_tools(
          "Ingestion batch counts, failures and the latest receive/process timestamps for the window.",
          HealthArgs, lambda p, a: workspace.ingestion_health(p, a.days)),
         ("metergraph_list_incidents", "List Metergraph incidents",
-         "Detector incidents (not available in this deployment).", LimitArgs,
-         _unsupported("metergraph_list_incidents")),
+         "Detector incidents of the workspace (cost spike, error-rate spike, p95 latency regression, model "
+         "without a price, failed ingestion), open first: kind, severity, window, the numbers that triggered "
+         "it next to the baseline, and tool calls that reproduce it. Content-free.", LimitArgs,
+         reading("metergraph_list_incidents", lambda p, a: incidents.list(p, a.limit), incidents)),  # type: ignore[union-attr]
         ("metergraph_query_traces", "Query Metergraph trace metadata",
          "Content-free trace metadata, newest first with an opaque cursor, or a spread sample across the "
          "window: tokens, cost, latency, status, routes, providers, models and environment.", TracesArgs,

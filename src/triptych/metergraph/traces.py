@@ -59,11 +59,14 @@ class TraceService:
         store: TelemetryStore,
         clock: Callable[[], datetime],
         workload_match: Callable[[str, str], WorkloadMatch | None] = lambda workspace, workload: None,
+        classifications: Callable[[str, list[dict[str, Any]]], list[dict[str, Any]]] = lambda ws, spans: [],
     ) -> None:
         self.store = store
         self.clock = clock
         # A saved analysis workload of a workspace by id (``WorkloadService.match``).
         self.workload_match = workload_match
+        # The saved workloads a trace's calls belong to (``WorkloadService.classifications``).
+        self.classifications = classifications
 
     def query(
         self,
@@ -248,7 +251,7 @@ class TraceService:
             "span_count": len(spans),
             "status": "error" if any(s["error"] for s in spans) else "success",
             "error_context": {"kinds": errors},
-            "root_cause": {"classifications": []},
+            "root_cause": {"classifications": self.classifications(principal.workspace, spans)},
             "replay": {
                 "eligible": eligible,
                 "allowlisted_overrides": list(REPLAY_OVERRIDES) if eligible else [],

@@ -35,6 +35,26 @@ SHAPE_SQL = (
 )
 
 
+def _class(value: int | None, bounds: Sequence[int]) -> int:
+    if value is None:
+        return -1
+    return next((i for i, b in enumerate(bounds) if value < b), len(bounds))
+
+
+def shape_code(input_tokens: int | None, output_tokens: int | None) -> int:
+    """``SHAPE_SQL`` of one call, computed in Python."""
+    return (_class(input_tokens, INPUT_BOUNDS) + 1) * 8 + (_class(output_tokens, OUTPUT_BOUNDS) + 1)
+
+
+def matches(match: WorkloadMatch, call: dict[str, Any]) -> bool:
+    """``workload_sql`` of one call row (route, tags, input_tokens, output_tokens), in Python."""
+    return (
+        call.get("route") == match.route
+        and tags_signature(call.get("tags")) == key_signature(match.tag_keys)
+        and shape_code(call.get("input_tokens"), call.get("output_tokens")) in match.shapes
+    )
+
+
 def _range(cls: int, bounds: Sequence[int]) -> str:
     if cls < 0:
         return "unknown"

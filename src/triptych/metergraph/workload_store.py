@@ -146,10 +146,17 @@ class WorkloadStore:
             run,
         )
 
-    def workloads(self, workspace: str) -> list[dict[str, Any]]:
-        rows = self.db.conn.execute(
-            "SELECT * FROM workloads WHERE workspace = ? ORDER BY calls DESC, workload_id", (workspace,)
-        )
+    def workloads(self, workspace: str, routes: Sequence[str | None] | None = None) -> list[dict[str, Any]]:
+        """The saved workloads, largest first (of these routes only, None standing for unrouted)."""
+        sql, params = "SELECT * FROM workloads WHERE workspace = ?", [workspace]
+        if routes is not None:
+            named = [r for r in routes if r is not None]
+            clauses = [f"route IN ({', '.join('?' * len(named))})"] if named else []
+            if None in routes:
+                clauses.append("route IS NULL")
+            sql += f" AND ({' OR '.join(clauses) or '0'})"
+            params.extend(named)
+        rows = self.db.conn.execute(sql + " ORDER BY calls DESC, workload_id", params)
         return [_workload(r) for r in rows]
 
     def workload(self, workspace: str, workload_id: str) -> dict[str, Any] | None:

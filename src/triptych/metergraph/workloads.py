@@ -26,7 +26,7 @@ from triptych.metergraph.errors import ForbiddenError
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.scope import resolve_window
 from triptych.metergraph.store import CallFilter
-from triptych.metergraph.workload_match import WorkloadMatch, shape_label, signature_keys
+from triptych.metergraph.workload_match import WorkloadMatch, matches, shape_label, signature_keys
 from triptych.metergraph.workload_store import WorkloadStore
 
 MIN_CALLS = 20
@@ -193,6 +193,32 @@ class WorkloadService:
         if w is None:
             return None
         return WorkloadMatch(w["route"], tuple(w["tag_keys"]), tuple(w["shapes"]))
+
+    def classifications(self, workspace: str, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """For ``metergraph_get_trace``'s ``root_cause.classifications``: the saved workloads these call
+        rows belong to, each with the run that saved it and the spans it covers."""
+        saved = self.store.workloads(
+            workspace, sorted({s["route"] for s in spans}, key=lambda r: (r is None, r))
+        )
+        out = []
+        for w in saved:
+            match = WorkloadMatch(w["route"], tuple(w["tag_keys"]), tuple(w["shapes"]))
+            covered = [s["span_id"] or f"call:{s['id']}" for s in spans if matches(match, s)]
+            if not covered:
+                continue
+            run = self.store.run(workspace, w["run_id"]) or {}
+            out.append({
+                "analysis_run_id": w["run_id"],
+                "classification": {"status": "classified", "workload_id": w["workload_id"], "confidence": 1.0,
+                                   "method": "content_free_features"},
+                "analysis_run": {"status": run.get("status"), "analysis_id": w["run_id"], "report_id": None,
+                                 "error_code": run.get("error_code"),
+                                 "progress": {"calls": run.get("calls"), "workloads": run.get("workloads")},
+                                 "created_at": run.get("created_at"), "finished_at": run.get("finished_at")},
+                "workload_name": w["name"],
+                "span_ids": covered,
+            })  # fmt: skip
+        return out
 
     def start_classification(self, principal: AgentPrincipal, days: int = 30) -> dict[str, Any]:
         if not principal.has(SCOPE_READ):

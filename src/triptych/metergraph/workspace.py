@@ -123,7 +123,7 @@ class WorkspaceService:
                 entry["unavailable_reason"] = "not_configured"
             elif not allowed:
                 entry["unavailable_reason"] = "scope_missing"
-            agent[tool.name] = entry
+            agent[tool.capability] = {**entry, "tool": tool.name}
         return envelope(
             principal.workspace,
             self.clock(),

@@ -410,13 +410,14 @@ class SqliteKnowledgeStore:
         if not hashes:
             return {}
         marks = ",".join("?" * len(hashes))
+        # Sorted here, not by ORDER BY: with it, SQLite walked the (workspace, label) index over the whole
+        # workspace to skip a sort (754 ms p50 at 54,000 documents) instead of probing documents_by_body.
         rows = self.db.conn.execute(
-            f"SELECT body_hash, doc_label FROM documents WHERE workspace_id = ? AND body_hash IN ({marks})"
-            " ORDER BY doc_label",
+            f"SELECT body_hash, doc_label FROM documents WHERE workspace_id = ? AND body_hash IN ({marks})",
             (workspace_id, *hashes),
         ).fetchall()
         found: dict[str, list[str]] = {}
-        for digest, label in rows:
+        for digest, label in sorted(rows, key=lambda r: r[1]):
             found.setdefault(digest, []).append(label)
         return found
 

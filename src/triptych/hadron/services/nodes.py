@@ -95,6 +95,8 @@ class NodeService:
         # Attributes a node created inside a worker session to that session (issue 14).
         self.attribute: Callable[[SessionState, NodeRecord], None] | None = None
         self.session_of: Callable[[str], str | None] | None = None
+        # Mirrors a committed move into Git-backed memories (issue 18): (src, dst, [(id, old, new)], actor).
+        self.moved: Callable[[Memory, Memory, list[tuple[str, str, str]], str], None] | None = None
 
     def _guard(self, memory: Memory, loc: str, containing: bool = False) -> None:
         if self.guard is not None:
@@ -548,6 +550,8 @@ class NodeService:
         if src.id != dst.id:  # re-indexed under the destination memory's policy
             moved = self.graph.subtree(dst.id, new)
             self.embedded(dst, moved)
+        if self.moved is not None:
+            self.moved(src, dst, [(node.id, node.loc, loc) for node, loc in relocated], caller.actor)
         return src, dst, new, len(subtree)
 
     def _check_cross_memory_move(self, src: Memory, dst: Memory, subtree: list[NodeRecord]) -> None:

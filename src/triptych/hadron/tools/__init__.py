@@ -60,5 +60,7 @@ CHANNEL_TOOLS = (
 ISSUE_14_TOOLS = SESSION_TOOLS + WORKER_TOOLS + CHAT_TOOLS + WORKLOG_TOOLS + CHANNEL_TOOLS
 # Executable action nodes (issue 18).
 ACTION_TOOLS = ("hadron_run_action",)
+# Git-backed memories (issue 18).
+GIT_TOOLS = ("hadron_sync_graph",)
 # Everything this build registers.
-TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS + ISSUE_14_TOOLS + ACTION_TOOLS
+TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS + ISSUE_14_TOOLS + ACTION_TOOLS + GIT_TOOLS

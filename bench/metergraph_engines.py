@@ -1,0 +1,278 @@
+"""Metergraph on both engines, same data, same run: the embedded SQLite engine and ClickHouse.
+
+    .venv/bin/python bench/metergraph_engines.py --calls 1000000 --http-rows 100000 --workers 1,2,4
+
+For each engine: ingest rows/s end to end through ``/v1/ingest`` (gzip JSON batches of 5,000 posted to
+1, 2 and 4 ``triptych serve`` worker processes sharing one data directory, two clients per worker), then
+``--calls`` calls loaded in-process (``IngestService.ingest_rows``, the code the handler runs) and the
+p50 of a 90-day provider/model aggregate, a 90-day ``metadata.prompt_id`` group-by and a 7-day trace page.
+The embedded engine's ingest is also given as a fraction of SQLite's own raw bulk-insert rate for the
+same rows (the normalized call rows inserted into a bare ``calls`` table, one transaction per batch,
+same durability), measured in the same run.
+
+ClickHouse here is the test tree's endpoint (``tests/clickhouse_endpoint.py``: ClickHouse's HTTP
+interface over chdb, in its own process, one query at a time): a real server would run inserts and reads
+in parallel. The rows are the same generator as ``metergraph_bench.py``. Results print as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import os
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from common import free_port
+from metergraph_bench import generate
+
+from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
+from triptych.metergraph.service import Metergraph
+from triptych.metergraph.settings import load_metergraph_settings
+from triptych.metergraph.store import CALL_COLUMNS, MIGRATIONS
+
+ROOT = Path(__file__).resolve().parent.parent
+TRIPTYCH = Path(sys.executable).with_name("triptych")
+
+
+def wait_healthy(url: str, path: str = "/healthz") -> None:
+    for _ in range(900):
+        try:
+            if httpx.get(url + path, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not become healthy")
+
+
+def start_clickhouse(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    log = open(work / "clickhouse.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "clickhouse_endpoint.py"), "--port", str(port),
+         "--path", str(work / "chdb")],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, "/ping")
+    return process, url
+
+
+def bodies(rows: int, stream: int) -> list[bytes]:
+    """Gzip JSON batches of 5,000 rows, encoded before timing: the first ``rows`` of a ``stream``-call
+    stream over 90 days, so a batch spans the time it would at that volume (one UTC day's partition)."""
+    return [
+        gzip.compress(json.dumps({"schema_version": 1, "rows": b}).encode(), 1)
+        for b in itertools.islice(generate(max(rows, stream), seed=99), -(-rows // 5000))
+    ]
+
+
+def http_ingest(
+    data_dir: Path, env_extra: dict[str, str], payloads: list[bytes], rows: int, workers: int
+) -> dict[str, Any]:
+    """Rows/s through ``workers`` real ``triptych serve`` processes on one data directory."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TRIPTYCH_DATA_DIR": str(data_dir), "MG_TOKENS": "bench-app-token",
+           "MG_MAX_ROWS": "5000", "TRIPTYCH_LOG_LEVEL": "warning", **env_extra}  # fmt: skip
+    servers: list[subprocess.Popen[bytes]] = []
+    urls: list[str] = []
+    log = open(data_dir.parent / f"server-{data_dir.name}.log", "wb")  # noqa: SIM115
+    try:
+        for _ in range(workers):
+            port = free_port()
+            servers.append(subprocess.Popen([str(TRIPTYCH), "serve", "--port", str(port)], env=env, stdout=log,
+                                            stderr=subprocess.STDOUT))  # fmt: skip
+            urls.append(f"http://127.0.0.1:{port}")
+            wait_healthy(urls[-1])  # one at a time: the first creates the schema
+        headers = {"Authorization": "Bearer bench-app-token", "Content-Type": "application/json",
+                   "Content-Encoding": "gzip"}  # fmt: skip
+        queue = list(payloads)
+        lock = threading.Lock()
+
+        def client(url: str) -> None:
+            with httpx.Client(timeout=300) as http:
+                while True:
+                    with lock:
+                        if not queue:
+                            return
+                        body = queue.pop()
+                    response = http.post(url + "/v1/ingest", content=body, headers=headers)
+                    assert response.status_code == 202, response.text
+
+        threads = [threading.Thread(target=client, args=(url,)) for url in urls for _ in range(2)]
+        cpu_before = sum(process_cpu_seconds(s.pid) for s in servers)
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
+        server_cpu = sum(process_cpu_seconds(s.pid) for s in servers) - cpu_before
+    finally:
+        for server in servers:
+            server.send_signal(signal.SIGINT)
+        for server in servers:
+            server.wait(timeout=60)
+        log.close()
+    return {
+        "workers": workers,
+        "rows": rows,
+        "seconds": round(elapsed, 2),
+        "rows_per_s": round(rows / elapsed),
+        # The workers' own CPU time: the Python work per row, whatever else the shared machine runs.
+        "server_cpu_s": round(server_cpu, 2),
+        "server_cpu_us_per_row": round(server_cpu / rows * 1e6, 1),
+        "load_average": os.getloadavg(),
+    }
+
+
+def process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sqlite_raw_insert(work: Path, rows: int, stream: int) -> dict[str, Any]:
+    """SQLite's own bulk-insert rate for the same rows: normalized call tuples into a bare ``calls``
+    table (its indexes, no rollups), one transaction per 5,000-row batch, WAL with synchronous=FULL."""
+    from triptych.metergraph.ingest import IngestService
+    from triptych.metergraph.pricing import Pricer
+
+    captured: list[list[tuple[Any, ...]]] = []
+
+    class Capture:  # the normalized rows exactly as ingest hands them to a store
+        def insert_batch(self, workspace: str, source: str, calls: Any, *rest: Any) -> None:
+            columns = [calls.column(name) for name in CALL_COLUMNS]
+            captured.append(list(zip(*columns, strict=True)))
+
+        def workspace(self, workspace: str) -> None:
+            return None
+
+    ingest = IngestService(Capture(), Pricer(), 5000)  # type: ignore[arg-type]
+    app = AppPrincipal("default", "bench")
+    for batch in itertools.islice(generate(max(rows, stream), seed=99), -(-rows // 5000)):
+        ingest.ingest_rows(app, batch, "sdk")
+    path = work / "raw.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    ddl = MIGRATIONS[0]
+    conn.executescript(ddl[ddl.index("CREATE TABLE calls") : ddl.index("-- Retained prompt")])
+    sql = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
+    started = time.perf_counter()
+    for batch_rows in captured:
+        conn.execute("BEGIN")
+        conn.executemany(sql, batch_rows)
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return {"rows": rows, "seconds": round(elapsed, 2), "rows_per_s": round(rows / elapsed)}
+
+
+def timed(fn: Callable[[], Any], runs: int) -> dict[str, Any]:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) * 1000)
+    return {"p50_ms": round(statistics.median(samples), 1), "min_ms": round(min(samples), 1), "runs": runs}
+
+
+def reads(data_dir: Path, settings: dict[str, Any], calls: int, runs: int) -> dict[str, Any]:
+    """Load ``calls`` calls in-process, then time the three reads."""
+    mg = Metergraph.open(data_dir, load_metergraph_settings(tokens=[], agent_rate_per_minute=0, **settings))
+    try:
+        app = AppPrincipal("default", "bench")
+        started = time.perf_counter()
+        loaded = 0
+        for batch in generate(calls):
+            mg.ingest.ingest_rows(app, batch, "sdk")
+            loaded += len(batch)
+            if loaded % 250_000 < 5000:
+                print(f"loaded {loaded}", file=sys.stderr, flush=True)
+        load_s = time.perf_counter() - started
+        who = AgentPrincipal("default", "debug", "bench")
+
+        def agg(group_by: list[str]) -> Callable[[], Any]:
+            return lambda: mg.usage.aggregates(who, group_by=group_by, days=90, limit=100)
+
+        agg(["metadata.prompt_id"])()  # the embedded engine builds its projection on the first read
+        out = {
+            "calls": mg.store.count_calls("default"),
+            "load_in_process_rows_per_s": round(loaded / load_s),
+            "aggregate_provider_model_90d": timed(agg(["provider", "model"]), runs),
+            "aggregate_metadata_prompt_id_90d": timed(agg(["metadata.prompt_id"]), runs),
+            "trace_page_7d_limit50": timed(lambda: mg.traces.query(who, days=7, limit=50), runs),
+        }
+        first = agg(["provider", "model"])()
+        out["check_totals"] = {"calls": first["totals"]["calls"], "cost_usd": first["totals"]["cost_usd"]}
+        return out
+    finally:
+        mg.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=1_000_000, help="calls loaded for the reads")
+    parser.add_argument("--http-rows", type=int, default=100_000, help="rows posted per ingest run")
+    parser.add_argument("--workers", default="1,2,4", help='ingest worker counts ("": skip the ingest runs)')
+    parser.add_argument("--engines", default="sqlite,clickhouse")
+    parser.add_argument("--runs", type=int, default=9, help="runs of each read")
+    parser.add_argument("--out", type=Path, default=None, help="work directory (default: a temp dir)")
+    args = parser.parse_args()
+    work = args.out or Path(tempfile.mkdtemp(prefix="mg-engines-"))
+    work.mkdir(parents=True, exist_ok=True)
+    engines = args.engines.split(",")
+    workers = [int(w) for w in args.workers.split(",") if w]  # --workers "": reads only
+    results: dict[str, Any] = {"calls": args.calls, "http_rows": args.http_rows, "machine": f"{os.cpu_count()} cores",
+                               "load_average_at_start": os.getloadavg()}  # fmt: skip
+    clickhouse = None
+    try:
+        if "clickhouse" in engines:
+            clickhouse, ch_url = start_clickhouse(work)
+        payloads = bodies(args.http_rows, args.calls) if workers else []
+        if "sqlite" in engines and workers:
+            results["sqlite_raw_bulk_insert"] = sqlite_raw_insert(work, args.http_rows, args.calls)
+            print(json.dumps(results["sqlite_raw_bulk_insert"]), file=sys.stderr, flush=True)
+        for engine in engines:
+            figures: dict[str, Any] = {"ingest_http": []}
+            for n in workers:
+                extra = (
+                    {"TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": f"{ch_url}/ingest_{n}"}
+                    if engine == "clickhouse"
+                    else {}
+                )
+                run = http_ingest(work / f"{engine}-ingest-{n}", extra, payloads, args.http_rows, n)
+                figures["ingest_http"].append(run)
+                print(json.dumps({engine: run}), file=sys.stderr, flush=True)
+            if engine == "sqlite" and workers:
+                raw = results["sqlite_raw_bulk_insert"]["rows_per_s"]
+                figures["ingest_1_worker_fraction_of_raw_sqlite"] = round(
+                    figures["ingest_http"][0]["rows_per_s"] / raw, 3
+                )
+            settings = {"clickhouse_url": f"{ch_url}/reads"} if engine == "clickhouse" else {}
+            figures["reads"] = reads(work / f"{engine}-reads", settings, args.calls, args.runs)
+            print(json.dumps({engine: figures["reads"]}), file=sys.stderr, flush=True)
+            results[engine] = figures
+    finally:
+        if clickhouse is not None:
+            clickhouse.send_signal(signal.SIGINT)
+            clickhouse.wait(timeout=60)
+    results["load_average_at_end"] = os.getloadavg()
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

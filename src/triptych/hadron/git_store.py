@@ -1,0 +1,142 @@
+"""Where Git-backed memories keep their bookkeeping: the source of a memory (URL, branch, the commit
+last synced) and, per synced file, the node it became, its blob SHA and the node revision the sync
+left (a later revision means the node was edited in Hadron since: a conflict the next sync reports).
+
+Same database as the graph (its own migration component, ``hadron-git``), so a sync writes nodes
+and bookkeeping in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from triptych.core.db import Database
+from triptych.hadron.store import _SqliteBase, utcnow
+
+MIGRATIONS = [
+    """
+    CREATE TABLE git_sources (
+        memory_id TEXT PRIMARY KEY REFERENCES memories(id), url TEXT NOT NULL, branch TEXT,
+        commit_sha TEXT, synced_at TEXT, attached_at TEXT NOT NULL, last_error TEXT
+    );
+    CREATE TABLE git_files (
+        memory_id TEXT NOT NULL, path TEXT NOT NULL, node_id TEXT NOT NULL, blob TEXT NOT NULL,
+        revision INTEGER NOT NULL, PRIMARY KEY (memory_id, path)
+    );
+    CREATE INDEX git_files_by_node ON git_files (node_id);
+    """
+]
+
+
+@dataclass(frozen=True, slots=True)
+class GitSource:
+    memory_id: str
+    url: str
+    branch: str | None
+    commit: str | None
+    synced_at: str | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TrackedFile:
+    path: str
+    node_id: str
+    blob: str
+    revision: int
+
+
+class GitStore(Protocol):
+    def atomic(self) -> object: ...
+    def source(self, memory_id: str) -> GitSource | None: ...
+    def sources(self) -> list[GitSource]: ...
+    def attach(self, memory_id: str, url: str, branch: str | None) -> None: ...
+    def detach(self, memory_id: str) -> bool: ...
+    def files(self, memory_id: str) -> dict[str, TrackedFile]: ...
+    def put_files(self, memory_id: str, files: Sequence[TrackedFile]) -> None: ...
+    def drop_files(self, memory_id: str, paths: Sequence[str]) -> None: ...
+    def files_of_nodes(self, node_ids: Sequence[str]) -> dict[str, tuple[str, TrackedFile]]: ...
+    def drop_nodes(self, node_ids: Sequence[str]) -> None: ...
+    def synced(self, memory_id: str, commit: str | None, error: str | None) -> None: ...
+
+
+class SqliteGitStore(_SqliteBase):
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        db.migrate("hadron-git", MIGRATIONS)
+
+    def source(self, memory_id: str) -> GitSource | None:
+        row = self.conn.execute(
+            "SELECT memory_id, url, branch, commit_sha, synced_at, last_error FROM git_sources WHERE memory_id = ?",
+            (memory_id,),
+        ).fetchone()
+        return GitSource(*row) if row else None
+
+    def sources(self) -> list[GitSource]:
+        rows = self.conn.execute(
+            "SELECT memory_id, url, branch, commit_sha, synced_at, last_error FROM git_sources ORDER BY attached_at"
+        ).fetchall()
+        return [GitSource(*r) for r in rows]
+
+    def attach(self, memory_id: str, url: str, branch: str | None) -> None:
+        with self.atomic() as tx:
+            tx.execute(
+                "INSERT INTO git_sources (memory_id, url, branch, attached_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (memory_id) DO UPDATE SET url = excluded.url, branch = excluded.branch, "
+                "last_error = NULL",
+                (memory_id, url, branch, utcnow()),
+            )
+
+    def detach(self, memory_id: str) -> bool:
+        with self.atomic() as tx:
+            tx.execute("DELETE FROM git_files WHERE memory_id = ?", (memory_id,))
+            return tx.execute("DELETE FROM git_sources WHERE memory_id = ?", (memory_id,)).rowcount > 0
+
+    def files(self, memory_id: str) -> dict[str, TrackedFile]:
+        rows = self.conn.execute(
+            "SELECT path, node_id, blob, revision FROM git_files WHERE memory_id = ?", (memory_id,)
+        ).fetchall()
+        return {r[0]: TrackedFile(r[0], r[1], r[2], r[3]) for r in rows}
+
+    def put_files(self, memory_id: str, files: Sequence[TrackedFile]) -> None:
+        with self.atomic() as tx:
+            tx.executemany(
+                "INSERT INTO git_files VALUES (?, ?, ?, ?, ?) ON CONFLICT (memory_id, path) DO UPDATE SET "
+                "node_id = excluded.node_id, blob = excluded.blob, revision = excluded.revision",
+                [(memory_id, f.path, f.node_id, f.blob, f.revision) for f in files],
+            )
+
+    def drop_files(self, memory_id: str, paths: Sequence[str]) -> None:
+        with self.atomic() as tx:
+            tx.executemany(
+                "DELETE FROM git_files WHERE memory_id = ? AND path = ?", [(memory_id, p) for p in paths]
+            )
+
+    def files_of_nodes(self, node_ids: Sequence[str]) -> dict[str, tuple[str, TrackedFile]]:
+        """node id -> (memory id, tracked file) for the nodes that came from a file."""
+        out: dict[str, tuple[str, TrackedFile]] = {}
+        for start in range(0, len(node_ids), 500):
+            chunk = node_ids[start : start + 500]
+            rows = self.conn.execute(
+                "SELECT memory_id, path, node_id, blob, revision FROM git_files "
+                f"WHERE node_id IN ({', '.join('?' * len(chunk))})",
+                tuple(chunk),
+            ).fetchall()
+            out.update({r[2]: (r[0], TrackedFile(r[1], r[2], r[3], r[4])) for r in rows})
+        return out
+
+    def drop_nodes(self, node_ids: Sequence[str]) -> None:
+        with self.atomic() as tx:
+            tx.executemany("DELETE FROM git_files WHERE node_id = ?", [(n,) for n in node_ids])
+
+    def synced(self, memory_id: str, commit: str | None, error: str | None) -> None:
+        with self.atomic() as tx:
+            if commit is not None:
+                tx.execute(
+                    "UPDATE git_sources SET commit_sha = ?, synced_at = ?, last_error = NULL WHERE memory_id = ?",
+                    (commit, utcnow(), memory_id),
+                )
+            else:
+                tx.execute("UPDATE git_sources SET last_error = ? WHERE memory_id = ?", (error, memory_id))

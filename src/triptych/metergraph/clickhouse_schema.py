@@ -1,0 +1,159 @@
+"""Metergraph's ClickHouse schema: calls, retained content, and rollups the database maintains itself.
+
+``calls`` is a MergeTree partitioned by UTC day and ordered by (workspace, ts_ms, id), so a workspace's
+window is one range of the primary key; low-cardinality dimensions are ``LowCardinality``. Metadata
+(``tags``, a JSON object) is kept as sent for the Debug view and split by the server at insert time into
+``metadata`` (its string values, a ``Map(LowCardinality(String), String)``: a group-by on one key reads
+one column) and ``metadata_other`` (keys whose value is not a string). The retention window is the table
+``TTL``.
+
+Rollups are ``AggregatingMergeTree`` tables, each fed by a materialized view: the same four as the
+embedded engine (``store.ROLLUPS``: daily by route; daily, hourly and weekly without the route; the
+route-keyed daily and the hourly ones read the inserted calls, the coarser ones cascade from them),
+with the sums as ``SimpleAggregateFunction(sum, ...)`` and the latency histogram (``histogram.py``'s 96
+buckets) as a mergeable ``sumMap`` of bucket -> count, so aggregates never scan raw calls and percentiles
+come out of the same buckets as on the embedded engine. Empty strings stand for a missing route,
+provider, model or environment in rollup keys, as there.
+"""
+
+from __future__ import annotations
+
+from triptych.metergraph.store import ROLLUPS, SUMS
+
+SCHEMA_VERSION = 1
+
+_STR = "Nullable(String)"
+_DIM = "LowCardinality(Nullable(String))"
+_INT = "Nullable(Int64)"
+_FLOAT = "Nullable(Float64)"
+_FLAG = "Nullable(UInt8)"
+
+# Every ``store.CALL_COLUMNS`` name with its ClickHouse type (workspace, app, source and id first).
+CALL_TYPES: dict[str, str] = {
+    "workspace": "LowCardinality(String)", "app": _DIM, "source": "LowCardinality(String)", "ts_ms": "Int64",
+    "route": _DIM, "provider": _DIM, "model": _DIM, "environment": _DIM, "operation": _DIM,
+    "latency_ms": _FLOAT, "ttft_ms": _FLOAT, "lat_bucket": "Nullable(UInt8)", "input_tokens": _INT,
+    "output_tokens": _INT, "cache_read_tokens": _INT, "cache_write_tokens": _INT, "reasoning_tokens": _INT,
+    "status": _DIM, "status_code": _DIM, "finish_reason": _DIM, "error": "UInt8", "error_type": _DIM,
+    "endpoint": _DIM, "request_id": _STR, "session_id": _STR, "conversation_id": _STR, "trace_id": _STR,
+    "span_id": _STR, "parent_span_id": _STR, "trace_name": _DIM, "template_hash": _STR, "unit_name": _DIM,
+    "unit_count": _FLOAT, "tool_names": _STR, "tool_call_count": _INT, "stream": _FLAG, "batch": _FLAG,
+    "func": _DIM, "module": _DIM, "tags": _STR, "sdk": _DIM, "sdk_version": _DIM, "runtime": _DIM,
+    "cost_usd": _FLOAT, "computed_cost_usd": _FLOAT, "reported_cost_usd": _FLOAT,
+    "cost_status": "LowCardinality(String)", "cost_unknown": "UInt8", "missing_rates": _DIM,
+    "price_source": _STR, "has_content": "UInt8",
+}  # fmt: skip
+
+# The tags object's (key, raw JSON value) pairs: string values go to the map, the other keys to a list.
+_PAIRS = "JSONExtractKeysAndValuesRaw(ifNull(tags, '{}'))"
+_STRINGS = f"arrayFilter(kv -> startsWith(kv.2, '\"'), {_PAIRS})"
+
+
+def calls_ddl(retention_days: int) -> str:
+    columns = ",\n  ".join(f"{name} {kind}" for name, kind in {"id": "UInt64", **CALL_TYPES}.items())
+    return f"""CREATE TABLE IF NOT EXISTS calls (
+  {columns},
+  metadata Map(LowCardinality(String), String) MATERIALIZED
+    mapFromArrays(arrayMap(kv -> kv.1, {_STRINGS}), arrayMap(kv -> JSONExtractString(kv.2), {_STRINGS})),
+  metadata_other Array(LowCardinality(String)) MATERIALIZED
+    arrayMap(kv -> kv.1, arrayFilter(kv -> NOT startsWith(kv.2, '"'), {_PAIRS})),
+  INDEX by_trace trace_id TYPE bloom_filter GRANULARITY 4,
+  INDEX by_request request_id TYPE bloom_filter GRANULARITY 4
+) ENGINE = MergeTree
+PARTITION BY toDate(intDiv(ts_ms, 1000))
+ORDER BY (workspace, ts_ms, id)
+TTL toDateTime(intDiv(ts_ms, 1000)) + INTERVAL {int(retention_days)} DAY"""
+
+
+CONTENT_DDL = """CREATE TABLE IF NOT EXISTS call_content (
+  workspace LowCardinality(String), call_id UInt64, ts_ms Int64,
+  request_text Nullable(String), response_text Nullable(String), tool_calls Nullable(String)
+) ENGINE = MergeTree ORDER BY (workspace, call_id)"""
+
+_INT_SUM = "SimpleAggregateFunction(sum, Int64)"
+_FLOAT_SUM = "SimpleAggregateFunction(sum, Float64)"
+# What each ``store.SUMS`` measure adds per call (a rollup row and a raw aggregate compute the same).
+MEASURES: dict[str, str] = {
+    "calls": "toInt64(count())",
+    "errors": "toInt64(sum(error))",
+    "cost_usd": "sum(ifNull(cost_usd, 0))",
+    "input_tokens": "toInt64(sum(ifNull(input_tokens, 0)))",
+    "output_tokens": "toInt64(sum(ifNull(output_tokens, 0)))",
+    "cache_read_tokens": "toInt64(sum(ifNull(cache_read_tokens, 0)))",
+    "cache_write_tokens": "toInt64(sum(ifNull(cache_write_tokens, 0)))",
+    "reasoning_tokens": "toInt64(sum(ifNull(reasoning_tokens, 0)))",
+    "latency_sum": "sum(ifNull(latency_ms, 0))",
+    "latency_count": "toInt64(count(latency_ms))",
+    "priced": "toInt64(countIf(cost_status = 'priced'))",
+    "partial": "toInt64(countIf(cost_status = 'partial'))",
+    "zero": "toInt64(countIf(cost_status = 'zero'))",
+    "unpriced": "toInt64(countIf(cost_status = 'unpriced' AND cost_unknown = 0))",
+    "unknown": "toInt64(sum(cost_unknown))",
+}
+assert tuple(MEASURES) == SUMS
+# The latency histogram of a group: bucket -> calls, for calls with a latency.
+HIST = (
+    "sumMap(if(lat_bucket IS NULL, [], [assumeNotNull(lat_bucket)]),"
+    " if(lat_bucket IS NULL, [], [toUInt64(1)]))"
+)
+_HIST_TYPE = "SimpleAggregateFunction(sumMap, Tuple(Array(UInt8), Array(UInt64)))"
+_KEY = ("route", "provider", "model", "environment")
+
+
+def rollup_ddl(table: str, retention_days: int) -> list[str]:
+    """The rollup table and the materialized view that feeds it from every insert into ``calls``."""
+    width, keep_route = ROLLUPS[table]
+    sums = ",\n  ".join(
+        f"{name} {_FLOAT_SUM if name in ('cost_usd', 'latency_sum') else _INT_SUM}" for name in SUMS
+    )
+    keys = ", ".join(f"{k} LowCardinality(String)" for k in _KEY)
+    starts = f"toDateTime(bucket * {width // 1000})"
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {table} (
+  workspace LowCardinality(String), bucket Int64, {keys},
+  {sums},
+  hist {_HIST_TYPE}
+) ENGINE = AggregatingMergeTree
+ORDER BY (workspace, bucket, {", ".join(_KEY)})
+TTL {starts} + INTERVAL {int(retention_days) + width // 86_400_000 + 1} DAY""",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {table}_mv TO {table} AS {rollup_select(table)}",
+    ]
+
+
+# Rollups fed from a finer-grained rollup instead of the calls: (source table, source buckets per bucket).
+# Each call then passes through two views (the route-keyed daily one and the hourly coarse one), and the
+# daily and weekly coarse rollups add up hourly and daily rows (cascading views).
+CASCADE: dict[str, tuple[str, int]] = {
+    "rollup_daily_coarse": ("rollup_hourly_coarse", 24),
+    "rollup_weekly_coarse": ("rollup_daily_coarse", 7),
+}
+
+
+def rollup_select(table: str) -> str:
+    """The rows ``table`` gets from its source (its view's query, and a rebuild's)."""
+    if table in CASCADE:
+        source, per = CASCADE[table]
+        sums = ", ".join(f"sum({name}) AS {name}" for name in SUMS)
+        return f"""SELECT workspace, coarse AS bucket, {", ".join(_KEY)}, {sums}, sumMap(hist) AS hist
+FROM (SELECT *, intDiv(bucket, {per}) AS coarse FROM {source})
+GROUP BY workspace, coarse, {", ".join(_KEY)}"""
+    width, keep_route = ROLLUPS[table]
+    # The key columns are computed in a subquery under other names: an alias equal to a column's name
+    # would shadow the column inside the measures.
+    key_values = ", ".join(
+        f"ifNull({k}, '') AS key_{k}" if (k != "route" or keep_route) else "'' AS key_route" for k in _KEY
+    )
+    measured = ", ".join(f"{expr} AS {name}" for name, expr in MEASURES.items())
+    key_out = ", ".join(f"key_{k} AS {k}" for k in _KEY)
+    return f"""SELECT workspace, bucket, {key_out}, {measured}, {HIST} AS hist
+FROM (SELECT *, intDiv(ts_ms, {width}) AS bucket, {key_values} FROM calls)
+GROUP BY workspace, bucket, {", ".join(f"key_{k}" for k in _KEY)}"""
+
+
+def statements(retention_days: int) -> list[str]:
+    """Every statement that creates the schema, in order (each is idempotent)."""
+    out = [calls_ddl(retention_days), CONTENT_DDL]
+    ddl = {table: rollup_ddl(table, retention_days) for table in ROLLUPS}
+    out.extend(table_ddl for table_ddl, _ in ddl.values())
+    out.extend(view for _, view in ddl.values())
+    return out

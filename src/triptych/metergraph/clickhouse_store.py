@@ -1,0 +1,562 @@
+"""Metergraph's ClickHouse engine (server mode): calls, content and rollups in ClickHouse.
+
+Chosen by ``TRIPTYCH_METERGRAPH_CLICKHOUSE_URL`` (``service.py``). It implements ``store.TelemetryStore``
+with the same answers as the embedded engine: calls, retained content and rollups live in ClickHouse
+(``clickhouse_schema.py``); keys, sessions, workspaces, route configuration and the ingest batch records
+stay in the SQLite metadata store it wraps (``meta``). Call ids come from a sequence in that SQLite file,
+so several workers ingest at once and a call without a trace id gets the same ``call:<id>`` trace key as
+on the embedded engine.
+
+Every value reaches ClickHouse as a server-side query parameter (``{name:Type}``) or in the Native
+insert body, never inside the SQL text. An ingest batch is one ``INSERT`` (the rollup views run inside
+it), sent before the 202.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import numpy as np
+
+from triptych.core.errors import StorageUnavailable
+from triptych.metergraph import histogram
+from triptych.metergraph.clickhouse_schema import (
+    CALL_TYPES,
+    CASCADE,
+    MEASURES,
+    rollup_select,
+    statements,
+)
+from triptych.metergraph.store import (
+    CALL_COLUMNS,
+    ELIGIBLE_CHARS,
+    ROLLUPS,
+    SUMS,
+    AggRow,
+    CallBatch,
+    CallFilter,
+    Content,
+    SqliteTelemetryStore,
+)
+
+DEFAULT_DATABASE = "metergraph"
+_SEQUENCE_DDL = "CREATE TABLE IF NOT EXISTS clickhouse_call_ids (next_id INTEGER NOT NULL)"
+_INSERT_COLUMNS = ("id", *CALL_COLUMNS)
+_MEASURES_SQL = ", ".join(MEASURES.values())
+# The class of one metadata key on a call (``mv`` is ``metadata[key]``, '' when the key is missing): 'v' an
+# eligible string, 'i' present but not eligible, 'm' missing. Most calls carry a non-empty value, so the
+# map is searched once for them.
+_META_CLASS = (
+    f"multiIf(mv != '', if(lengthUTF8(mv) <= {ELIGIBLE_CHARS}, 'v', 'i'),"
+    " mapContains(metadata, {mk:String}), 'v', has(metadata_other, {mk:String}), 'i', 'm')"
+)
+# A group's latency histogram straight from the calls: the count of each of the 96 buckets (a call
+# without a latency falls outside the range). About half the cost of a per-call sumMap.
+_HIST_COUNTS = f"countResample(0, {histogram.BUCKETS}, 1)(ifNull(lat_bucket, 255))"
+_TRACE_KEY = "ifNull(trace_id, concat('call:', toString(id)))"
+
+
+class Where:
+    """A WHERE clause whose values are all server-side parameters (named p0, p1, ...)."""
+
+    def __init__(self) -> None:
+        self.clauses: list[str] = []
+        self.params: dict[str, Any] = {}
+
+    def param(self, value: Any, kind: str) -> str:
+        name = f"p{len(self.params)}"
+        self.params[name] = value
+        return f"{{{name}:{kind}}}"
+
+    def add(self, clause: str) -> None:
+        self.clauses.append(clause)
+
+    def sql(self) -> str:
+        return " AND ".join(self.clauses) if self.clauses else "1"
+
+
+def _keys(f: CallFilter, w: Where, rollup: bool) -> None:
+    """The route/provider/model/environment filters (a rollup's keys hold '' where a call has NULL)."""
+    for column, values in (("route", f.routes), ("provider", f.providers), ("model", f.models),
+                           ("environment", f.environments)):  # fmt: skip
+        if values is None:
+            continue
+        if not values:
+            w.add("0")  # an empty list selects nothing
+        else:
+            w.add(f"{column} IN {w.param(list(values), 'Array(String)')}")
+    del rollup
+
+
+def call_where(f: CallFilter, w: Where | None = None) -> Where:
+    w = w or Where()
+    w.add(f"workspace = {w.param(f.workspace, 'String')}")
+    w.add(f"ts_ms >= {w.param(f.since_ms, 'Int64')}")
+    w.add(f"ts_ms < {w.param(f.until_ms, 'Int64')}")
+    _keys(f, w, rollup=False)
+    if f.status is not None:
+        w.add(f"status = {w.param(f.status, 'String')}")
+    if f.request_id is not None:
+        w.add(f"request_id = {w.param(f.request_id, 'String')}")
+    for key, value in f.metadata:
+        k = w.param(key, "String")
+        w.add(f"mapContains(metadata, {k}) AND metadata[{k}] = {w.param(value, 'String')}")
+    return w
+
+
+def _hist(pairs: tuple[list[int], list[int]]) -> histogram.Hist:
+    out = histogram.empty()
+    buckets, counts = pairs
+    if buckets:
+        out[np.array(buckets, dtype=np.int64)] += np.array(counts, dtype=histogram.DTYPE)
+    return out
+
+
+def parse_url(url: str) -> dict[str, Any]:
+    """``http[s]://[user[:password]@]host[:port][/database][?compress=lz4]`` as client arguments."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            "TRIPTYCH_METERGRAPH_CLICKHOUSE_URL must look like http://user:password@host:8123/database"
+        )
+    options = dict(parse_qsl(parts.query))
+    return {
+        "host": parts.hostname,
+        "port": parts.port or (8443 if parts.scheme == "https" else 8123),
+        "secure": parts.scheme == "https",
+        "username": unquote(parts.username or "default"),
+        "password": unquote(parts.password or ""),
+        "database": parts.path.strip("/") or DEFAULT_DATABASE,
+        "compress": options.get("compress", "") or False,
+    }
+
+
+class ClickHouseTelemetryStore:
+    """``TelemetryStore`` on ClickHouse; metadata (keys, sessions, routes, batches) in ``meta``."""
+
+    def __init__(self, url: str, meta: SqliteTelemetryStore, retention_days: int = 3650) -> None:
+        try:
+            import clickhouse_connect
+            import clickhouse_connect.driver.exceptions
+        except ImportError:  # pragma: no cover - the extra is installed wherever tests run
+            raise StorageUnavailable(
+                "the ClickHouse engine needs clickhouse-connect: pip install 'triptych[clickhouse]'",
+                details={"reason": "clickhouse_client_missing"},
+            ) from None
+        self.meta = meta
+        self._data_error: type[Exception] = clickhouse_connect.driver.exceptions.DataError
+        self._unreachable: type[Exception] = clickhouse_connect.driver.exceptions.OperationalError
+        self.columns = None  # no projection: ClickHouse reads one metadata column itself
+        options = parse_url(url)
+        database = options.pop("database")
+        try:
+            admin = clickhouse_connect.get_client(**options, autogenerate_session_id=False)
+            admin.command(f"CREATE DATABASE IF NOT EXISTS `{database.replace('`', '')}`")
+            admin.close()
+            # No session: a client without one may run queries from several threads at once.
+            self.client = clickhouse_connect.get_client(
+                **options, database=database, autogenerate_session_id=False
+            )
+            for statement in statements(retention_days):
+                self.client.command(statement)
+        except Exception as exc:
+            raise StorageUnavailable(
+                f"ClickHouse at {options['host']}:{options['port']} is not reachable or refused the schema: {exc}",
+                hint="check TRIPTYCH_METERGRAPH_CLICKHOUSE_URL and that the server is up",
+                details={"reason": "clickhouse_unavailable"},
+            ) from exc
+        with meta.db.transaction() as conn:
+            conn.execute(_SEQUENCE_DDL)
+        self._ids = threading.Lock()
+
+    # -- the client, with connection failures as StorageUnavailable (ingest answers 503 + Retry-After) ----
+
+    def _unavailable(self, exc: Exception) -> StorageUnavailable:
+        return StorageUnavailable(
+            f"ClickHouse did not answer: {exc}",
+            hint="check that the ClickHouse server is up; ingest clients retry the batch later",
+            details={"reason": "clickhouse_unavailable"},
+        )
+
+    def _query(self, sql: str, parameters: dict[str, Any] | None = None) -> Any:
+        try:
+            return self.client.query(sql, parameters=parameters)
+        except self._unreachable as exc:
+            raise self._unavailable(exc) from exc
+
+    def _insert(self, table: str, data: Any, **options: Any) -> None:
+        try:
+            self.client.insert(table, data, **options)
+        except self._unreachable as exc:
+            raise self._unavailable(exc) from exc
+
+    def _command(self, sql: str) -> None:
+        try:
+            self.client.command(sql)
+        except self._unreachable as exc:
+            raise self._unavailable(exc) from exc
+
+    def rebuild_rollups(self) -> None:
+        """Recompute every rollup from the raw calls (operators; the views keep them current)."""
+        for table in ROLLUPS:
+            self._command(f"TRUNCATE TABLE {table}")
+        for table in ROLLUPS:
+            if table not in CASCADE:  # the cascading views fill the others
+                self._command(f"INSERT INTO {table} {rollup_select(table)}")
+
+    def close(self) -> None:
+        self.client.close()
+        self.meta.close()
+
+    # -- metadata: the SQLite store answers (keys, sessions, workspaces, routes, batches) -------
+
+    def workspace(self, workspace: str) -> dict[str, Any] | None:
+        return self.meta.workspace(workspace)
+
+    def set_retain_content(self, workspace: str, retain: bool, now_iso: str) -> None:
+        self.meta.set_retain_content(workspace, retain, now_iso)
+
+    def insert_key(
+        self, key_id: str, workspace: str, kind: str, role: str | None, environments: Sequence[str] | None,
+        token_hash: str, now_iso: str,
+    ) -> None:  # fmt: skip
+        self.meta.insert_key(key_id, workspace, kind, role, environments, token_hash, now_iso)
+
+    def key_by_hash(self, token_hash: str) -> dict[str, Any] | None:
+        return self.meta.key_by_hash(token_hash)
+
+    def list_keys(self, workspace: str | None = None) -> list[dict[str, Any]]:
+        return self.meta.list_keys(workspace)
+
+    def revoke_key(self, key_id: str, now_iso: str) -> bool:
+        return self.meta.revoke_key(key_id, now_iso)
+
+    def insert_session(
+        self, token_hash: str, workspace: str, app: str, repository: str, sdk_version: str, expires_at: int
+    ) -> None:
+        self.meta.insert_session(token_hash, workspace, app, repository, sdk_version, expires_at)
+
+    def session_by_hash(self, token_hash: str) -> dict[str, Any] | None:
+        return self.meta.session_by_hash(token_hash)
+
+    def record_failed_batch(self, workspace: str, source: str, received_ms: int, failure_class: str) -> None:
+        self.meta.record_failed_batch(workspace, source, received_ms, failure_class)
+
+    def route_config(self, workspace: str) -> dict[str, Any]:
+        return self.meta.route_config(workspace)
+
+    def set_route(
+        self, workspace: str, route: str, description: str | None, config: dict[str, Any], now_iso: str
+    ) -> None:
+        self.meta.set_route(workspace, route, description, config, now_iso)
+
+    def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]:
+        return self.meta.batch_health(workspace, since_ms)
+
+    def recent_batches(self, workspace: str, limit: int) -> list[tuple[str, int]]:
+        return self.meta.recent_batches(workspace, limit)
+
+    # -- ingest ---------------------------------------------------------------------------------
+
+    def reserve_ids(self, n: int) -> int:
+        """The first of ``n`` consecutive new call ids (the same numbering as SQLite's rowids)."""
+        with self._ids, self.meta.db.transaction() as conn:
+            row = conn.execute("SELECT next_id FROM clickhouse_call_ids").fetchone()
+            first = int(row[0]) if row is not None else 1
+            if row is None:
+                conn.execute("INSERT INTO clickhouse_call_ids VALUES (?)", (first + n,))
+            else:
+                conn.execute("UPDATE clickhouse_call_ids SET next_id = ?", (first + n,))
+        return first
+
+    def insert_batch(
+        self,
+        workspace: str,
+        source: str,
+        calls: CallBatch,
+        contents: Sequence[Content | None],
+        batch: dict[str, Any],
+        now_iso: str,
+    ) -> None:
+        """The batch's calls in one INSERT (content first, so no call points at missing content), then
+        its batch record in SQLite."""
+        if calls.size:
+            first = self.reserve_ids(calls.size)
+            ids = list(range(first, first + calls.size))
+            retained = [(i, c) for i, c in enumerate(contents) if c is not None]
+            if retained:
+                ts = calls.column("ts_ms")
+                self._insert(
+                    "call_content",
+                    [[workspace, ids[i], ts[i], c.request_text, c.response_text, c.tool_calls]
+                     for i, c in retained],
+                    column_names=["workspace", "call_id", "ts_ms", "request_text", "response_text", "tool_calls"],
+                )  # fmt: skip
+            data = [ids, *(calls.column(name) for name in CALL_COLUMNS)]
+            try:
+                self._insert(
+                    "calls",
+                    data,
+                    column_names=list(_INSERT_COLUMNS),
+                    column_type_names=_INSERT_TYPES,
+                    column_oriented=True,
+                )
+            except self._data_error as exc:
+                # A value beyond its column's range fails the batch whole, as SQLite's OverflowError does.
+                raise OverflowError(str(exc)) from exc
+        with self.meta.db.transaction() as conn:
+            self.meta.ensure_workspace(conn, workspace, now_iso)
+            self.meta.record_batch(conn, workspace, source, calls.size, batch)
+
+    # -- aggregates -----------------------------------------------------------------------------
+
+    def aggregate_rollups(
+        self,
+        table: str,
+        f: CallFilter,
+        bucket_from: int,
+        bucket_to: int,
+        dims: Sequence[str],
+        bucket_per_day: int,
+    ) -> dict[tuple[Any, ...], AggRow]:
+        assert table in ROLLUPS
+        w = Where()
+        w.add(f"workspace = {w.param(f.workspace, 'String')}")
+        w.add(f"bucket >= {w.param(bucket_from, 'Int64')}")
+        w.add(f"bucket < {w.param(bucket_to, 'Int64')}")
+        _keys(f, w, rollup=True)
+        exprs = [f"intDiv(bucket, {int(bucket_per_day)})" if d == "day" else d for d in dims]
+        group = f" GROUP BY {', '.join(exprs)}" if exprs else ""
+        sums = ", ".join(f"sum({name})" for name in SUMS)
+        sql = f"SELECT {', '.join([*exprs, sums])}, sumMap(hist) FROM {table} WHERE {w.sql()}{group}"
+        result: dict[tuple[Any, ...], AggRow] = {}
+        n = len(exprs)
+        for row in self._query(sql, parameters=w.params).result_rows:
+            if not row[n]:
+                continue  # nothing matched (an aggregate without GROUP BY still returns one row)
+            key = tuple(None if v == "" and d != "day" else v for v, d in zip(row[:n], dims, strict=True))
+            result[key] = AggRow(key, np.array(row[n : n + len(SUMS)], dtype=np.float64), _hist(row[-1]))
+        return result
+
+    def aggregate_raw(
+        self, f: CallFilter, dims: Sequence[str], meta_key: str | None
+    ) -> dict[tuple[Any, ...], AggRow]:
+        """Raw calls grouped by ``dims`` and, when given, one metadata key's (class, value)."""
+        w = call_where(f)
+        exprs = ["intDiv(ts_ms, 86400000)" if d == "day" else d for d in dims]
+        source = "calls"
+        if meta_key is not None:
+            # The key's value and class are computed once per call in a subquery, then grouped.
+            w.params["mk"] = meta_key
+            columns = (
+                "ts_ms, route, provider, model, error, cost_usd, input_tokens, output_tokens, cache_read_tokens,"
+                " cache_write_tokens, reasoning_tokens, latency_ms, lat_bucket, cost_status, cost_unknown"
+            )
+            source = (
+                f"(SELECT *, {_META_CLASS} AS mc FROM (SELECT {columns}, metadata[{{mk:String}}] AS mv, metadata,"
+                f" metadata_other FROM calls WHERE {w.sql()}))"
+            )
+            exprs += ["mc", "if(mc = 'v', mv, NULL)"]
+        group = f" GROUP BY {', '.join(exprs)}" if exprs else ""
+        where = "" if meta_key is not None else f" WHERE {w.sql()}"
+        sql = f"SELECT {', '.join([*exprs, _MEASURES_SQL])}, {_HIST_COUNTS} FROM {source}{where}{group}"
+        result: dict[tuple[Any, ...], AggRow] = {}
+        n = len(exprs)
+        for row in self._query(sql, parameters=w.params).result_rows:
+            if not row[n]:
+                continue
+            key = tuple(row[:n])
+            hist = np.array(row[-1], dtype=histogram.DTYPE)
+            result[key] = AggRow(key, np.array(row[n : n + len(SUMS)], dtype=np.float64), hist)
+        return result
+
+    # -- traces ---------------------------------------------------------------------------------
+
+    def trace_page(
+        self,
+        f: CallFilter,
+        trace_filter_envs: Sequence[str] | None,
+        cursor: tuple[int, int] | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        """Traces newest first by their newest matching call (ts_ms, id), after ``cursor``.
+
+        The same page as the embedded engine's walk: a trace's position is its newest matching call,
+        a cursor lists the traces positioned before it, and a trace with a span outside
+        ``trace_filter_envs`` is left out."""
+        keys: list[str] = []
+        positions: dict[str, tuple[int, int]] = {}
+        offset, want = 0, limit
+        while len(keys) < limit:
+            w = call_where(f)
+            having = ""
+            if cursor is not None:
+                having = f" HAVING pos < ({w.param(cursor[0], 'Int64')}, {w.param(cursor[1], 'UInt64')})"
+            sql = (
+                f"SELECT {_TRACE_KEY} AS k, trace_id IS NULL AS single, max((ts_ms, id)) AS pos"
+                f" FROM calls WHERE {w.sql()} GROUP BY k, single{having}"
+                f" ORDER BY pos DESC LIMIT {int(want)} OFFSET {int(offset)}"
+            )
+            rows = self._query(sql, parameters=w.params).result_rows
+            candidates = [(str(k), bool(single), (int(pos[0]), int(pos[1]))) for k, single, pos in rows]
+            if trace_filter_envs is not None:
+                outside = self._traces_outside(
+                    f.workspace, [k for k, single, _ in candidates if not single], trace_filter_envs
+                )
+                candidates = [c for c in candidates if c[0] not in outside]
+            for key, _, position in candidates:
+                if len(keys) < limit:
+                    keys.append(key)
+                    positions[key] = position
+            if len(rows) < want:
+                break
+            offset += want
+            want *= 2
+        summaries = self.trace_summaries(f, keys)
+        for summary in summaries:
+            summary["position"] = positions[summary["trace_key"]]
+        return summaries
+
+    def _traces_outside(self, workspace: str, trace_ids: Sequence[str], envs: Sequence[str]) -> set[str]:
+        if not trace_ids:
+            return set()
+        w = Where()
+        w.add(f"workspace = {w.param(workspace, 'String')}")
+        w.add(f"trace_id IN {w.param(list(trace_ids), 'Array(String)')}")
+        w.add(f"(environment IS NULL OR environment NOT IN {w.param(list(envs) or [''], 'Array(String)')})")
+        if not envs:
+            w.clauses[-1] = "1"
+        sql = f"SELECT DISTINCT trace_id FROM calls WHERE {w.sql()}"
+        return {str(r[0]) for r in self._query(sql, parameters=w.params).result_rows}
+
+    def trace_summaries(self, f: CallFilter, keys: Sequence[str]) -> list[dict[str, Any]]:
+        if not keys:
+            return []
+        trace_ids = [k for k in keys if not k.startswith("call:")]
+        call_ids = [int(k[5:]) for k in keys if k.startswith("call:") and k[5:].isdigit()]
+        w = call_where(f)
+        w.add(
+            f"(trace_id IN {w.param(trace_ids, 'Array(String)')}"
+            f" OR (trace_id IS NULL AND id IN {w.param(call_ids, 'Array(UInt64)')}))"
+        )
+        sql = (
+            f"SELECT {_TRACE_KEY} AS trace_key, max(trace_name), min(ts_ms), max(ts_ms), count(),"
+            " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0)), sum(ifNull(cache_read_tokens, 0)),"
+            " sum(ifNull(cache_write_tokens, 0)), sum(ifNull(reasoning_tokens, 0)), sum(cost_usd),"
+            " countIf(cost_status IN ('unpriced', 'partial')), max(error), groupUniqArray(route),"
+            " groupUniqArray(provider), groupUniqArray(model), groupUniqArray(environment), sum(latency_ms),"
+            " countIf(environment IS NULL)"
+            f" FROM calls WHERE {w.sql()} GROUP BY trace_key"
+        )
+        found: dict[str, dict[str, Any]] = {}
+        for row in self._query(sql, parameters=w.params).result_rows:
+            (key, name, first, last, count, it, ot, crt, cwt, rt, cost, unpriced, error, routes, providers,
+             models, envs, latency, untagged) = row  # fmt: skip
+            found[key] = {
+                "trace_key": key, "trace_name": name, "first_ms": first, "last_ms": last, "span_count": count,
+                "input_tokens": it, "output_tokens": ot, "cache_read_tokens": crt, "cache_write_tokens": cwt,
+                "reasoning_tokens": rt, "cost_usd": cost, "unpriced_calls": unpriced, "error": error,
+                "routes": _json_list(routes), "providers": _json_list(providers),
+                "models": _json_list(models), "envs": _json_list(envs, with_null=bool(untagged)),
+                "latency_ms": latency,
+            }  # fmt: skip
+        return [found[k] for k in keys if k in found]
+
+    def sample_calls(self, f: CallFilter, slices: Sequence[tuple[int, int]]) -> list[str]:
+        """For each [start, end) slice, the trace key of the matching call nearest the slice's middle
+        (the earlier id on a tie)."""
+        found: list[str] = []
+        for start, end in slices:
+            lo, hi = max(f.since_ms, start), min(f.until_ms, end)
+            if lo >= hi:
+                continue
+            w = call_where(CallFilter(**{**f.__dict__, "since_ms": lo, "until_ms": hi}))
+            middle = w.param((start + end) // 2, "Int64")
+            sql = f"SELECT {_TRACE_KEY} FROM calls WHERE {w.sql()} ORDER BY abs(ts_ms - {middle}), id LIMIT 1"
+            rows = self._query(sql, parameters=w.params).result_rows
+            if rows:
+                found.append(str(rows[0][0]))
+        return found
+
+    def trace_spans(self, workspace: str, trace_key: str, limit: int) -> list[dict[str, Any]]:
+        w = Where()
+        w.add(f"workspace = {w.param(workspace, 'String')}")
+        if trace_key.startswith("call:") and trace_key[5:].isdigit():
+            w.add(f"id = {w.param(int(trace_key[5:]), 'UInt64')}")
+        else:
+            w.add(f"trace_id = {w.param(trace_key, 'String')}")
+        spans = self._rows(f"SELECT id, {', '.join(CALL_COLUMNS)} FROM calls WHERE {w.sql()}"
+                           f" ORDER BY ts_ms, id LIMIT {int(limit)}", w.params)  # fmt: skip
+        content = self._content(workspace, [s["id"] for s in spans if s["has_content"]])
+        for span in spans:
+            text = content.get(span["id"])
+            span["request_text"] = text[0] if text else None
+            span["response_text"] = text[1] if text else None
+            span["content_tool_calls"] = text[2] if text else None
+        return spans
+
+    def _content(self, workspace: str, ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        if not ids:
+            return {}
+        w = Where()
+        w.add(f"workspace = {w.param(workspace, 'String')}")
+        w.add(f"call_id IN {w.param(list(ids), 'Array(UInt64)')}")
+        sql = f"SELECT call_id, request_text, response_text, tool_calls FROM call_content WHERE {w.sql()}"
+        return {int(r[0]): tuple(r[1:]) for r in self._query(sql, parameters=w.params).result_rows}
+
+    def _rows(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        result = self._query(sql, parameters=params)
+        names = result.column_names
+        return [dict(zip(names, row, strict=True)) for row in result.result_rows]
+
+    # -- routes ---------------------------------------------------------------------------------
+
+    def routes(self, f: CallFilter) -> list[dict[str, Any]]:
+        w = call_where(f)
+        sql = (
+            "SELECT route, count() AS calls, toInt64(sum(has_content)) AS replay_eligible_calls,"
+            f" max(ts_ms) AS last_ms FROM calls WHERE {w.sql()} AND route IS NOT NULL GROUP BY route"
+        )
+        found = {r["route"]: r for r in self._rows(sql, w.params)}
+        return self.meta.merge_route_config(f.workspace, found)
+
+    # -- operators and tests --------------------------------------------------------------------
+
+    def count_calls(self, workspace: str) -> int:
+        w = Where()
+        w.add(f"workspace = {w.param(workspace, 'String')}")
+        return int(
+            self._query(f"SELECT count() FROM calls WHERE {w.sql()}", parameters=w.params).result_rows[0][0]
+        )
+
+    def raw_calls(self, workspace: str) -> list[dict[str, Any]]:
+        w = Where()
+        w.add(f"workspace = {w.param(workspace, 'String')}")
+        return self._rows(
+            f"SELECT id, {', '.join(CALL_COLUMNS)} FROM calls WHERE {w.sql()} ORDER BY id", w.params
+        )
+
+    def raw_content(self, workspace: str) -> list[dict[str, Any]]:
+        w = Where()
+        w.add(f"workspace = {w.param(workspace, 'String')}")
+        sql = (
+            "SELECT call_id, workspace, request_text, response_text, tool_calls FROM call_content"
+            f" WHERE {w.sql()} ORDER BY call_id"
+        )
+        return self._rows(sql, w.params)
+
+
+def _json_list(values: list[Any], with_null: bool = False) -> str:
+    """A ``groupUniqArray`` as the JSON list the embedded engine's ``json_group_array(DISTINCT ...)`` gives
+    (the readers sort it and drop nulls; a NULL environment marks an untagged span)."""
+    out: list[Any] = sorted(v for v in values if v is not None)
+    if with_null:
+        out.append(None)
+    return json.dumps(out)
+
+
+_INSERT_TYPES = ["UInt64", *(CALL_TYPES[name] for name in CALL_COLUMNS)]

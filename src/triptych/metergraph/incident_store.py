@@ -1,0 +1,184 @@
+"""Incident persistence: one SQLite file (``metergraph-incidents.db``) apart from the telemetry store, so
+detector writes never queue behind ingest transactions and a telemetry engine swap leaves them alone.
+
+At most one incident per (workspace, kind, grain, series) is open at a time (a partial unique index), so
+two workers sweeping the same workspace cannot open the same episode twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from triptych.core.db import Database
+
+MIGRATIONS = [
+    """
+    CREATE TABLE incidents (
+        id TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        grain TEXT NOT NULL,
+        series TEXT NOT NULL,              -- JSON list of the series' dimension values
+        route TEXT, provider TEXT, model TEXT, environment TEXT,
+        status TEXT NOT NULL,              -- open | resolved
+        severity TEXT NOT NULL,
+        title TEXT NOT NULL,
+        window_start_ms INTEGER NOT NULL,
+        window_end_ms INTEGER NOT NULL,
+        first_seen_ms INTEGER NOT NULL,
+        last_seen_ms INTEGER NOT NULL,
+        resolved_ms INTEGER,
+        occurrences INTEGER NOT NULL,
+        generation INTEGER NOT NULL,
+        clear_windows INTEGER NOT NULL DEFAULT 0,
+        last_trigger_bucket INTEGER,
+        diagnosis TEXT NOT NULL
+    );
+    CREATE UNIQUE INDEX incidents_one_open ON incidents (workspace, kind, grain, series) WHERE status = 'open';
+    CREATE INDEX incidents_by_workspace ON incidents (workspace, status, last_seen_ms);
+    CREATE TABLE incident_cursors (
+        workspace TEXT NOT NULL,
+        grain TEXT NOT NULL,
+        anchor_bucket INTEGER NOT NULL,     -- the newest window seen (event time, never moves back)
+        evaluated_through INTEGER NOT NULL, -- the newest complete window judged
+        PRIMARY KEY (workspace, grain)
+    );
+    """,
+]
+
+
+@dataclass
+class Incident:
+    id: str
+    workspace: str
+    kind: str
+    grain: str
+    series: str
+    route: str | None
+    provider: str | None
+    model: str | None
+    environment: str | None
+    status: str
+    severity: str
+    title: str
+    window_start_ms: int
+    window_end_ms: int
+    first_seen_ms: int
+    last_seen_ms: int
+    resolved_ms: int | None
+    occurrences: int
+    generation: int
+    clear_windows: int
+    last_trigger_bucket: int | None
+    diagnosis: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Incident:
+        values = dict(row)
+        values["diagnosis"] = json.loads(values["diagnosis"])
+        return cls(**values)
+
+    def params(self) -> dict[str, Any]:
+        values = {name: getattr(self, name) for name in _COLUMNS}  # asdict would deep-copy the diagnosis
+        values["diagnosis"] = json.dumps(self.diagnosis, sort_keys=True, separators=(",", ":"))
+        return values
+
+
+_COLUMNS = tuple(Incident.__dataclass_fields__)
+_UPSERT = (
+    f"INSERT INTO incidents ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})"
+    " ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("id", "workspace", "first_seen_ms"))
+)
+
+
+_INSERT_NEW = (
+    f"INSERT OR IGNORE INTO incidents ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})"
+)
+
+
+class IncidentStore:
+    def __init__(self, path: Path) -> None:
+        self.db = Database(path, MIGRATIONS, component="incidents")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def cursor(self, workspace: str, grain: str) -> tuple[int, int] | None:
+        row = self.db.conn.execute(
+            "SELECT anchor_bucket, evaluated_through FROM incident_cursors WHERE workspace = ? AND grain = ?",
+            (workspace, grain),
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def open_incidents(self, workspace: str, grain: str) -> list[Incident]:
+        rows = self.db.conn.execute(
+            "SELECT * FROM incidents WHERE workspace = ? AND grain = ? AND status = 'open'",
+            (workspace, grain),
+        )
+        return [Incident.from_row(r) for r in rows]
+
+    def save(
+        self,
+        workspace: str,
+        grain: str,
+        cursor: tuple[int, int] | None,
+        incidents: Sequence[Incident],
+        created: set[str],
+    ) -> None:
+        """The sweep's changed incidents and its new cursor, together or not at all. An incident in
+        ``created`` is new: if another worker opened the same episode a moment ago, its row stays."""
+        with self.db.transaction() as conn:
+            for incident in incidents:
+                sql = _INSERT_NEW if incident.id in created else _UPSERT
+                conn.execute(sql, incident.params())
+            if cursor is not None:
+                conn.execute(
+                    "INSERT INTO incident_cursors VALUES (?, ?, ?, ?) ON CONFLICT (workspace, grain) DO UPDATE"
+                    " SET anchor_bucket = excluded.anchor_bucket, evaluated_through = excluded.evaluated_through",
+                    (workspace, grain, *cursor),
+                )
+
+    def for_workspace(
+        self, workspace: str, environments: Sequence[str] | None = None, limit: int = -1
+    ) -> list[Incident]:
+        """The workspace's incidents, open ones first, then the most recently seen; with ``environments``,
+        only those environments' and the workspace-wide (no series) ones."""
+        where, params = self._visible(workspace, environments)
+        rows = self.db.conn.execute(
+            f"SELECT * FROM incidents WHERE {where} ORDER BY status = 'open' DESC, last_seen_ms DESC, id LIMIT ?",
+            [*params, limit],
+        )
+        return [Incident.from_row(r) for r in rows]
+
+    def counts(self, workspace: str, environments: Sequence[str] | None) -> tuple[int, int, int]:
+        """(all, open, open and critical) incidents ``for_workspace`` would list."""
+        where, params = self._visible(workspace, environments)
+        row = self.db.conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(status = 'open'), 0),"
+            f" COALESCE(SUM(status = 'open' AND severity = 'critical'), 0) FROM incidents WHERE {where}",
+            params,
+        ).fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
+
+    @staticmethod
+    def _visible(workspace: str, environments: Sequence[str] | None) -> tuple[str, list[Any]]:
+        if environments is None:
+            return "workspace = ?", [workspace]
+        marks = ", ".join("?" * len(environments))
+        where = (
+            f"workspace = ? AND (series = '[]' OR environment IN ({marks}))"
+            if environments
+            else ("workspace = ? AND series = '[]'")
+        )
+        return where, [workspace, *environments]
+
+    def prune(self, before_ms: int) -> None:
+        """Forget incidents resolved before ``before_ms`` (older than any window a read may ask for)."""
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM incidents WHERE status = 'resolved' AND resolved_ms < ?", (before_ms,))

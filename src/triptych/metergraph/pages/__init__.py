@@ -1,0 +1,1 @@
+"""The Metergraph app: server-rendered pages that app links open."""

@@ -1,0 +1,290 @@
+"""A ClickHouse HTTP endpoint over chdb, for tests and benchmarks (never part of the product).
+
+No current ClickHouse server installs from the package registries reachable here, but PyPI's ``chdb`` is
+the ClickHouse engine itself (26.x) running in-process. This module serves, on 127.0.0.1, the subset of
+ClickHouse's HTTP interface that ``clickhouse-connect`` uses, so the product's real client talks real HTTP
+to a real ClickHouse engine:
+
+- ``GET /ping`` and ``GET /`` answer ``Ok.``;
+- a query from the ``query`` URL parameter, the request body, or both (the body follows the query, as on a
+  real server, which is how an ``INSERT ... FORMAT Native`` carries its data);
+- the ``database`` URL parameter (or ``X-ClickHouse-Database`` header) for unqualified names;
+- server-side query parameters (``param_<name>=<value>``, bound by the engine for ``{name:Type}``);
+- ``FORMAT`` negotiation: a trailing ``FORMAT x`` clause, else ``default_format``, else TabSeparated; the
+  answer names it in ``X-ClickHouse-Format``;
+- inserts in any input format the engine reads (the data is handed to ``INSERT ... FROM INFILE``);
+- errors as ClickHouse sends them: the engine's ``Code: N. DB::Exception: ...`` text, the
+  ``X-ClickHouse-Exception-Code`` header and an HTTP status by code (400 syntax, 404 unknown table, 500).
+
+It does not cover a real server's authentication (credentials are accepted and ignored), HTTP compression
+(clients must send and accept plain bodies), async inserts, sessions with temporary tables, settings sent
+as URL parameters (ignored), replication, clusters or concurrency: queries run one at a time on one chdb
+connection.
+
+Run it by hand: ``python tests/clickhouse_endpoint.py --port 8123 --path /tmp/ch-data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+# Parameters the HTTP interface takes that are not settings of a query.
+_TRANSPORT = {"query", "database", "default_format", "query_id", "session_id", "session_timeout", "user",
+              "password", "compress", "decompress", "session_check", "quota_key"}  # fmt: skip
+_TRAILING_FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
+# ``INSERT INTO t [(cols)] [SETTINGS ...] FORMAT x`` followed by the data, on the first line break.
+_INSERT_HEAD = re.compile(
+    rb"^\s*INSERT\s+INTO\s[^\n]*?\bFORMAT\s+(\w+)[ \t]*\r?\n?", re.IGNORECASE | re.DOTALL
+)
+_CODE = re.compile(r"Code:\s*(\d+)")
+_STATUS_BY_CODE = {62: 400, 27: 400, 36: 400, 43: 400, 47: 400, 53: 400, 60: 404, 81: 404, 516: 401}
+
+
+class Engine:
+    """One chdb connection on a data directory; one query at a time."""
+
+    def __init__(self, path: Path) -> None:
+        import chdb  # the test extra; imported here so collecting tests never needs it
+
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.conn = chdb.connect(str(path))
+        self.lock = threading.Lock()
+        self.database = "default"
+        self.version = self.run("SELECT version()", "TabSeparated", {}).decode().strip()
+
+    def run(self, sql: str, fmt: str, params: dict[str, str], database: str = "default") -> bytes:
+        with self.lock:
+            if database != self.database:
+                self.conn.query(f"USE `{database.replace('`', '')}`", "TabSeparated")
+                self.database = database
+            result = self.conn.query(sql, fmt, params=params or None)
+        return bytes(result.bytes()) if result is not None else b""
+
+    def close(self) -> None:
+        with self.lock:
+            self.conn.close()
+
+
+def _error(exc: Exception) -> tuple[int, int, str]:
+    text = str(exc).strip() or type(exc).__name__
+    match = _CODE.search(text)
+    code = int(match.group(1)) if match else 1001  # STD_EXCEPTION
+    if not text.startswith("Code:"):
+        text = f"Code: {code}. DB::Exception: {text}"
+    return _STATUS_BY_CODE.get(code, 500), code, text
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: EndpointServer
+    protocol_version = "HTTP/1.1"
+    # Headers and body leave in two writes: without this, Nagle's algorithm and the client's delayed ACK
+    # add about 40 ms to every answer.
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the stdlib's name)
+        if os.environ.get("CLICKHOUSE_ENDPOINT_LOG"):
+            super().log_message(format, *args)
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        url = urlsplit(self.path)
+        if url.path in ("/ping", "/") and "query" not in dict(parse_qsl(url.query)):
+            self._send(200, b"Ok.\n", {"Content-Type": "text/plain; charset=UTF-8"})
+            return
+        self._query(b"")
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = self._read_chunked()
+        self._query(body)
+
+    def _read_chunked(self) -> bytes:
+        parts = []
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                self.rfile.readline()
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()
+
+    def _query(self, body: bytes) -> None:
+        query_id = str(uuid.uuid4())
+        headers = {"X-ClickHouse-Query-Id": query_id, "X-ClickHouse-Timezone": "UTC",
+                   "X-ClickHouse-Server-Display-Name": "chdb-endpoint"}  # fmt: skip
+        encoding = (self.headers.get("Content-Encoding") or "").lower()
+        if encoding and encoding != "identity":
+            text = f"Code: 1. DB::Exception: this test endpoint takes no compressed bodies ({encoding}). (UNSUPPORTED_METHOD)"
+            self._send(400, text.encode(), {**headers, "X-ClickHouse-Exception-Code": "1"})
+            return
+        args = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+        params = {k[len("param_") :]: v for k, v in args.items() if k.startswith("param_")}
+        query = args.get("query", "").encode()
+        raw = query + (b"\n" if query and body else b"") + body
+        try:
+            database = args.get("database") or self.headers.get("X-ClickHouse-Database") or "default"
+            result, fmt = self._execute(raw, params, args.get("default_format") or "TabSeparated", database)
+        except Exception as exc:  # every engine error goes back as ClickHouse sends it
+            status, code, text = _error(exc)
+            self._send(status, (text + "\n").encode(), {**headers, "X-ClickHouse-Exception-Code": str(code),
+                       "Content-Type": "text/plain; charset=UTF-8"})  # fmt: skip
+            return
+        summary = {"read_rows": "0", "read_bytes": "0", "written_rows": "0", "written_bytes": "0",
+                   "total_rows_to_read": "0", "result_rows": "0", "result_bytes": str(len(result))}  # fmt: skip
+        headers["X-ClickHouse-Summary"] = json.dumps(summary)
+        if fmt is not None:
+            headers["X-ClickHouse-Format"] = fmt
+        headers["Content-Type"] = "application/octet-stream"
+        self._send(200, result, headers)
+
+    def _execute(
+        self, raw: bytes, params: dict[str, str], default_format: str, database: str
+    ) -> tuple[bytes, str | None]:
+        engine = self.server.engine
+        insert = _INSERT_HEAD.match(raw)
+        if insert is not None:
+            head = raw[: insert.end()].decode()
+            data = raw[insert.end() :]
+            fmt = insert.group(1).decode()
+            statement = head[: head.upper().rindex("FORMAT")].rstrip()
+            if not data.strip():
+                engine.run(f"{statement} FORMAT {fmt}", "TabSeparated", params, database)
+                return b"", None
+            with tempfile.NamedTemporaryFile(dir=engine.path, suffix=".insert") as tmp:
+                tmp.write(data)
+                tmp.flush()
+                name = tmp.name.replace("\\", "\\\\").replace("'", "\\'")
+                engine.run(f"{statement} FROM INFILE '{name}' FORMAT {fmt}", "TabSeparated", params, database)
+            return b"", None
+        sql = raw.decode()
+        match = _TRAILING_FORMAT.search(sql)
+        fmt = default_format
+        if match is not None:
+            fmt = match.group(1)
+            sql = sql[: match.start()]
+        return engine.run(sql, fmt, params, database), fmt
+
+
+class EndpointServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, engine: Engine, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), Handler)
+        self.engine = engine
+        self.connections: set[socket.socket] = set()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def drop_connections(self) -> None:
+        """Close the kept-alive connections too, as a stopped server's would be."""
+        for connection in list(self.connections):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class ClickHouseEndpoint:
+    """The endpoint serving in a background thread: ``with ClickHouseEndpoint(path) as ch: ch.url``."""
+
+    def __init__(self, path: Path, port: int = 0) -> None:
+        self.engine = Engine(path)
+        self.server = EndpointServer(self.engine, port)
+        self._serve()
+
+    def _serve(self) -> None:
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, name="clickhouse-endpoint", daemon=True
+        )
+        self.thread.start()
+
+    @contextlib.contextmanager
+    def down(self) -> Iterator[None]:
+        """The server stops listening (connections are refused), then comes back on the same port."""
+        port = self.server.server_address[1]
+        self.server.shutdown()
+        self.server.server_close()
+        self.server.drop_connections()
+        try:
+            yield
+        finally:
+            self.server = EndpointServer(self.engine, port)
+            self._serve()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def database_url(self) -> str:
+        """A ``TRIPTYCH_METERGRAPH_CLICKHOUSE_URL`` naming a new, empty database (created on first use)."""
+        return f"{self.url}/t_{uuid.uuid4().hex[:12]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.engine.close()
+
+    def __enter__(self) -> ClickHouseEndpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Serve ClickHouse's HTTP interface over chdb on 127.0.0.1.")
+    parser.add_argument("--port", type=int, default=8123)
+    parser.add_argument("--path", type=Path, default=Path(tempfile.mkdtemp(prefix="chdb-endpoint-")))
+    args = parser.parse_args()
+    engine = Engine(args.path)
+    server = EndpointServer(engine, args.port)
+
+    def stop(signum: int, frame: object) -> None:
+        # The engine installs its own handlers when it starts: take SIGINT and SIGTERM back, and stop
+        # serving from another thread (shutdown() waits for serve_forever to return).
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    print(f"ClickHouse {engine.version} (chdb) at {server.url}, data in {args.path}", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        engine.close()
+
+
+if __name__ == "__main__":
+    main()

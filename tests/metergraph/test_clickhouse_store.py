@@ -1,0 +1,117 @@
+"""Rules of the ClickHouse engine itself: retention as a TTL, several writers at once, its URL, and a
+server that cannot be reached."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from clickhouse_endpoint import ClickHouseEndpoint
+from mg_support import NOW, agent, app, row
+
+from triptych.core.errors import StorageUnavailable
+from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore, parse_url
+from triptych.metergraph.service import Metergraph
+from triptych.metergraph.settings import load_metergraph_settings
+
+
+def open_ch(path: Path, url: str, **settings: object) -> Metergraph:
+    return Metergraph.open(path, load_metergraph_settings(clickhouse_url=url, **settings), clock=lambda: NOW)
+
+
+def test_calls_and_rollups_older_than_the_retention_window_expire(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path
+) -> None:
+    rows = [row(minutes_ago=40 * 24 * 60), row(minutes_ago=60)]
+    kept = open_ch(tmp_path / "kept", clickhouse.database_url())  # the default window: ten years
+    short = open_ch(tmp_path / "short", clickhouse.database_url(), clickhouse_retention_days=30)
+    try:
+        for mg in (kept, short):
+            mg.ingest.ingest_document(app(), {"rows": rows})
+            store = mg.store
+            assert isinstance(store, ClickHouseTelemetryStore)
+            for table in ("calls", "rollup_daily", "rollup_daily_coarse", "rollup_hourly_coarse",
+                          "rollup_weekly_coarse"):  # fmt: skip
+                store.client.command(f"OPTIMIZE TABLE {table} FINAL")  # merges apply the TTL now
+        assert kept.store.count_calls("w1") == 2
+        assert kept.usage.aggregates(agent(), days=90)["totals"]["calls"] == 2
+        assert short.store.count_calls("w1") == 1
+        assert short.usage.aggregates(agent(), days=90)["totals"]["calls"] == 1
+        assert short.usage.aggregates(agent(), days=90, group_by=["route"])["totals"]["calls"] == 1
+    finally:
+        kept.close()
+        short.close()
+
+
+def test_several_workers_ingest_at_once_with_distinct_call_ids(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path
+) -> None:
+    url = clickhouse.database_url()
+    workers = [open_ch(tmp_path, url) for _ in range(3)]  # one data directory, one database
+    try:
+
+        def ingest(mg: Metergraph, n: int) -> None:
+            for i in range(4):
+                mg.ingest.ingest_document(
+                    app(), {"rows": [row(request_id=f"w{n}-{i}-{j}") for j in range(25)]}
+                )
+
+        threads = [threading.Thread(target=ingest, args=(mg, n)) for n, mg in enumerate(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        calls = workers[0].store.raw_calls("w1")
+        assert len(calls) == 300
+        assert len({c["id"] for c in calls}) == 300
+        assert {c["id"] for c in calls} == set(range(1, 301))
+        assert workers[1].usage.aggregates(agent(), days=1)["totals"]["calls"] == 300
+        assert workers[2].store.batch_health("w1", 0)["processed"] == 12
+    finally:
+        for mg in workers:
+            mg.close()
+
+
+def test_the_url_names_credentials_database_and_compression() -> None:
+    options = parse_url("https://reader:p%40ss@ch.example:9440/telemetry?compress=lz4")
+    assert options == {"host": "ch.example", "port": 9440, "secure": True, "username": "reader",
+                       "password": "p@ss", "database": "telemetry", "compress": "lz4"}  # fmt: skip
+    plain = parse_url("http://127.0.0.1")
+    assert (plain["port"], plain["database"], plain["username"], plain["compress"]) == (
+        8123,
+        "metergraph",
+        "default",
+        False,
+    )
+    with pytest.raises(ValueError, match="TRIPTYCH_METERGRAPH_CLICKHOUSE_URL"):
+        parse_url("clickhouse://host")
+
+
+def test_an_unreachable_server_is_refused_at_start_with_what_to_check(tmp_path: Path) -> None:
+    from harness import free_port
+
+    with pytest.raises(StorageUnavailable, match="not reachable") as refused:
+        open_ch(tmp_path, f"http://127.0.0.1:{free_port()}/nothing")
+    assert refused.value.hint is not None and "TRIPTYCH_METERGRAPH_CLICKHOUSE_URL" in refused.value.hint
+
+
+def test_a_server_gone_mid_run_answers_storage_unavailable_and_no_half_batch(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path
+) -> None:
+    mg = open_ch(tmp_path, clickhouse.database_url())
+    try:
+        mg.ingest.ingest_document(app(), {"rows": [row()]})
+        with clickhouse.down():
+            with pytest.raises(StorageUnavailable, match="ClickHouse did not answer") as refused:
+                mg.ingest.ingest_document(app(), {"rows": [row(), row()]})
+            assert refused.value.details["reason"] == "clickhouse_unavailable"
+            with pytest.raises(StorageUnavailable):
+                mg.usage.aggregates(agent(), days=1)
+        # Back up: the refused batch left nothing behind, and the SDK's retry lands whole.
+        assert mg.store.count_calls("w1") == 1
+        assert mg.store.batch_health("w1", 0)["processed"] == 1
+        mg.ingest.ingest_document(app(), {"rows": [row(), row()]})
+        assert mg.usage.aggregates(agent(), days=1)["totals"]["calls"] == 3
+    finally:
+        mg.close()
