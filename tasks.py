@@ -119,8 +119,21 @@ def serve(args: list[str]) -> int:
     return 0  # not reached
 
 
+def _ensure_postgres_user() -> None:
+    """PostgreSQL refuses to run as root: the server-mode tests run it as a ``postgres`` system user."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return
+    import pwd
+
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        _run("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "postgres")
+
+
 def test(args: list[str]) -> int:
     setup(dev=True)
+    _ensure_postgres_user()
     python = _bin(VENV, "python")
     _run(python, "-m", "ruff", "check", "src", "tests", "bench", "tasks.py")
     _run(python, "-m", "ruff", "format", "--check", "src", "tests", "bench", "tasks.py")
@@ -148,6 +161,7 @@ def bench(args: list[str]) -> int:
         "hadron-abstracts": "bench/hadron_abstracts.py",
         "sync-answers": "bench/sync_answers.py",
         "robustness": "bench/robustness.py",
+        "engines": "bench/engines.py",
         "app-pages": "bench/app_pages.py",
     }
     if not args or args[0] not in scripts:

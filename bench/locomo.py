@@ -754,7 +754,9 @@ def experiments_phase(
         # Loading skips the freshness checks (they only set statuses, which status=all ignores, and are
         # timed in the scale phase); the checks are marked done so nothing stays queued.
         check = service._check
-        service._check = lambda record, vector=None, found=None, svc=service: svc.store.check_done(record.id)  # type: ignore[method-assign]
+        service._check = lambda record, vector=None, found=None, svc=service: svc.store.reviews.check_done(
+            record.id
+        )  # type: ignore[method-assign]
         seq_ids = load_turns(service, data, FORMATS[fmt], ws, f"load {fmt} (in-process)")
         service._check = check  # type: ignore[method-assign]
         cached.cache.save()
@@ -1182,7 +1184,7 @@ def build_scale(
     metronix = Metronix.open(load_settings(data_dir=data_dir), embedder=cached)
     # The bulk build skips the freshness checks (marked done): they are what the timed stores measure.
     memory = metronix.memory
-    memory._check = lambda record, vector=None, found=None: memory.store.check_done(record.id)  # type: ignore[method-assign]
+    memory._check = lambda record, vector=None, found=None: memory.store.reviews.check_done(record.id)  # type: ignore[method-assign]
     t0 = time.perf_counter()
     checks = []
     with progress(total=len(texts), desc=f"build {n} records (batch_store, freshness on)", unit="rec") as bar:

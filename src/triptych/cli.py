@@ -60,7 +60,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from triptych.core.db import check_writable
     from triptych.core.errors import StorageUnavailable
 
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except ValueError as exc:  # a setting out of range or malformed (pydantic's message names it)
+        print(f"triptych: invalid setting: {exc}", file=sys.stderr)
+        return 2
     _log_to_stderr(settings.log_level)
     fresh = is_fresh(settings.data_dir)  # before create_app makes the databases
     try:
@@ -156,6 +160,39 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     print(
         f"re-embedded {done} chunks and {records} memory records with {metronix.embedder.name}"
         f" ({metronix.embedder.dim} dimensions)"
+    )
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from triptych.core.errors import TriptychError
+    from triptych.core.pg import redacted
+    from triptych.metronix.migrate import migrate_to_postgres
+
+    settings = _settings(args)
+    bars: list[Any] = []
+
+    def progress(table: str, total: int) -> Any:
+        bar = tqdm(total=total, unit="row", desc=f"copying {table}", file=sys.stderr)
+        bars.append(bar)
+        return bar.update
+
+    try:
+        # The dimension comes from the stored data; 384 (the bundled model) only for an empty source.
+        copied = migrate_to_postgres(settings.data_dir, args.to, progress, default_dim=384)
+    except TriptychError as exc:
+        print(f"triptych: {exc.message}. {exc.hint or ''}".rstrip(), file=sys.stderr)
+        return 1
+    finally:
+        for bar in bars:
+            bar.close()
+    print(copied.report())
+    print(
+        f"next: start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory's"
+        " metronix.db was only read; Hadron and Metergraph stay in the data directory)",
+        file=sys.stderr,
     )
     return 0
 
@@ -291,6 +328,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reindex.add_argument("--data-dir", **data_dir)
     reindex.set_defaults(func=cmd_reindex)
+
+    migrate = sub.add_parser(
+        "migrate",
+        help="copy Metronix's embedded data (knowledge base, memory, reviews) into a PostgreSQL database",
+    )
+    migrate.add_argument("--to", required=True, help="the target: postgresql://user:password@host:5432/db")
+    migrate.add_argument("--data-dir", **data_dir)
+    migrate.set_defaults(func=cmd_migrate)
 
     sources = sub.add_parser(
         "sources", help="the MCP sources metronix_sync reads (.metronix/mcp_servers.json)"

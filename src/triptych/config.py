@@ -52,6 +52,10 @@ class Settings(BaseSettings):
         validation_alias=_alias("TRIPTYCH_ALLOWED_ORIGINS", "allowed_origins"),
     )
 
+    # Server mode: Metronix's knowledge base in this PostgreSQL database (with pgvector), shared by every
+    # worker; unset, everything stays in the data directory's SQLite files.
+    database_url: str | None = Field(None, validation_alias=_alias("TRIPTYCH_DATABASE_URL", "database_url"))
+
     default_workspace: str = Field(
         "default", validation_alias=_alias("TRIPTYCH_DEFAULT_WORKSPACE", "default_workspace")
     )
@@ -108,6 +112,17 @@ class Settings(BaseSettings):
         # A comma-separated environment value is friendlier than JSON for a list of hosts.
         if isinstance(value, str) and not value.lstrip().startswith("["):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _postgres_only(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError(
+                "TRIPTYCH_DATABASE_URL must be a postgresql:// URL (unset it to use the embedded SQLite files)"
+            )
         return value
 
     @field_validator("data_dir", mode="after")

@@ -65,6 +65,7 @@ def test_a_valid_token_opens_the_endpoint(auth_server: ServerProcess) -> None:
     assert response.status_code == 200
 
 
+@pytest.mark.engines("sqlite", "postgresql")  # tenancy holds inside every query of both
 async def test_an_ungranted_workspace_is_refused_without_revealing_whether_it_exists(
     auth_server: ServerProcess,
 ) -> None:
@@ -85,6 +86,7 @@ async def test_an_ungranted_workspace_is_refused_without_revealing_whether_it_ex
     ].replace(missing, "W")
 
 
+@pytest.mark.engines("sqlite", "postgresql")  # tenancy holds inside every query of both
 async def test_nothing_stored_in_workspace_a_reaches_a_caller_of_workspace_b(
     auth_server: ServerProcess,
 ) -> None:
@@ -124,6 +126,7 @@ async def test_an_omitted_workspace_selects_the_first_granted_one(auth_server: S
     assert in_second.error_code == "DOCUMENT_NOT_FOUND"
 
 
+@pytest.mark.engines("sqlite", "postgresql")  # tenancy holds inside every query of both
 async def test_a_viewer_may_read_but_not_write(auth_server: ServerProcess) -> None:
     workspace = "view-" + uuid.uuid4().hex[:6]
     async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[workspace]))) as editor:
@@ -142,6 +145,7 @@ async def test_a_viewer_may_read_but_not_write(auth_server: ServerProcess) -> No
     assert again.data["content"] == "Readable by viewers."
 
 
+@pytest.mark.engines("sqlite", "postgresql")  # tenancy holds inside every query of both
 async def test_an_admin_token_without_workspaces_reaches_every_workspace(auth_server: ServerProcess) -> None:
     workspace = "adm-" + uuid.uuid4().hex[:6]
     async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[workspace]))) as editor:

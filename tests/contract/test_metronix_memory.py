@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 from harness import ServerProcess, ToolResult, bearer, mcp_session, token
 
+# The same answers on both storage engines (server mode, issue 16).
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
 MEMORY_TOOLS = (
     "memory_store",
     "memory_search",

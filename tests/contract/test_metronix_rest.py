@@ -11,6 +11,9 @@ import pytest
 import requests
 from harness import ServerProcess, bearer, mcp_session, token
 
+# The same answers on both storage engines (server mode, issue 16).
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
 
 def _hermes_client_class() -> type:
     """The plugin's REST client, loaded from the installed package by file: its package __init__ imports

@@ -1,7 +1,7 @@
 """The freshness pipeline and the memory review queue through the official MCP client on a real server.
 
 Resolution side effects the tools do not return (verification_state, the machine_events audit row)
-are read straight from the server's ``metronix.db``.
+are read straight from the server's database (``metronix.db``, or its PostgreSQL database).
 """
 
 from __future__ import annotations
@@ -12,8 +12,13 @@ import uuid
 from contextlib import closing
 from typing import Any
 
+import psycopg
 import pytest
 from harness import McpSession, ServerProcess, ToolResult, mcp_session
+from psycopg.rows import dict_row
+
+# The same answers on both storage engines (server mode, issue 16).
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 DARK, LIGHT = "User prefers dark mode", "User prefers light mode"
 NIGHTLY = "The deploy pipeline runs on GitHub Actions every night at 2am"
@@ -35,6 +40,10 @@ def ok(result: ToolResult) -> dict[str, Any]:
 
 
 def rows(server: ServerProcess, sql: str, *params: Any) -> list[dict[str, Any]]:
+    url = server.env.get("TRIPTYCH_DATABASE_URL")
+    if url:
+        with psycopg.connect(url, row_factory=dict_row) as pg:
+            return pg.execute(sql.replace("?", "%s").encode(), params).fetchall()
     with closing(sqlite3.connect(server.data_dir / "metronix.db")) as conn:
         conn.row_factory = sqlite3.Row
         return [dict(r) for r in conn.execute(sql, params)]

@@ -1,4 +1,5 @@
-"""KnowledgeService over a real SQLite store in tmp_path, embedding with the real local model."""
+"""KnowledgeService over a real store (SQLite in tmp_path, or a fresh PostgreSQL database), embedding with
+the real local model."""
 
 from __future__ import annotations
 
@@ -16,11 +17,15 @@ from harness import count_loads, run_threads
 from triptych.core.auth import Principal, local_principal
 from triptych.core.embed import Embedder, LocalEmbedder, Matrix
 from triptych.core.errors import EmbeddingMismatch, Forbidden, IngestionFailed, NotFound
+from triptych.core.pg import PgDatabase
 from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
 from triptych.metronix.knowledge import KnowledgeService
-from triptych.metronix.store import SqliteKnowledgeStore
+from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore
 
 LOCAL = local_principal()
+# The service's rules hold on both engines; tests of one engine's internals say so.
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 ZEBRA = "Zebras graze on the savanna grass. Their stripes confuse biting flies."
 QUBIT = "Quantum computers store information in qubits. Superposition makes them powerful."
@@ -77,13 +82,21 @@ OpenService = Callable[..., KnowledgeService]
 
 
 @pytest.fixture
-def open_service(tmp_path: Path, embedder: LocalEmbedder) -> Iterator[OpenService]:
-    """Opens a service over tmp_path/metronix.db (each call is a new store, like another worker)."""
-    stores: list[SqliteKnowledgeStore] = []
+def open_service(
+    tmp_path: Path, embedder: LocalEmbedder, storage_engine: str, request: pytest.FixtureRequest
+) -> Iterator[OpenService]:
+    """Opens a service over tmp_path/metronix.db or one fresh PostgreSQL database (each call is a new
+    store, like another worker)."""
+    stores: list[KnowledgeStore] = []
+    url = request.getfixturevalue("postgres").create_database() if storage_engine == "postgresql" else None
 
     def open_(using: Embedder | None = None, **options: Any) -> KnowledgeService:
         chosen: Embedder = using if using is not None else embedder
-        store = SqliteKnowledgeStore(tmp_path / "metronix.db", chosen.dim)
+        store: KnowledgeStore
+        if url is not None:
+            store = PgKnowledgeStore(PgDatabase(url, max_size=4), chosen.dim)
+        else:
+            store = SqliteKnowledgeStore(tmp_path / "metronix.db", chosen.dim)
         stores.append(store)
         return KnowledgeService(store, chosen, **options)
 
@@ -103,6 +116,14 @@ def _labels(result: dict[str, Any]) -> list[str]:
 
 def _chunk_ids(service: KnowledgeService, workspace: str, label: str) -> set[int]:
     store = service.store
+    if isinstance(store, PgKnowledgeStore):
+        with store.db.connection() as conn:
+            found = conn.execute(
+                "SELECT c.id FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+                " WHERE d.workspace_id = %s AND d.doc_label = %s",
+                (workspace, label),
+            ).fetchall()
+        return {int(r[0]) for r in found}
     assert isinstance(store, SqliteKnowledgeStore)
     rows = store.db.conn.execute(
         "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
@@ -549,6 +570,7 @@ def test_empty_index_adopts_the_configured_model(open_service: OpenService) -> N
     assert _labels(switched.search(LOCAL, None, "zebra")) == ["zebra"]
 
 
+@pytest.mark.engines("sqlite")
 def test_concurrent_stores_and_searches_never_reload_the_vector_or_keyword_index(
     service: KnowledgeService,
 ) -> None:
@@ -575,6 +597,7 @@ def test_concurrent_stores_and_searches_never_reload_the_vector_or_keyword_index
     assert service.search(LOCAL, None, "qubits superposition lab", top_k=50)["count"] >= 24
 
 
+@pytest.mark.engines("sqlite")
 def test_a_database_of_the_previous_version_migrates_and_its_documents_stay_searchable(
     tmp_path: Path, embedder: LocalEmbedder, open_service: OpenService
 ) -> None:

@@ -20,7 +20,8 @@ from triptych.core.auth import Principal, local_principal
 from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
 from triptych.core.errors import EmbeddingMismatch, Forbidden, NotFound
-from triptych.metronix import memory_store
+from triptych.core.pg import PgDatabase, PortableDatabase
+from triptych.metronix import memory_model, memory_store
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
@@ -33,11 +34,14 @@ from triptych.metronix.freshness import (
     restatement,
 )
 from triptych.metronix.memory import REST_DEFAULTS, MemoryService, MemorySettings, content_hash
-from triptych.metronix.memory_store import MemoryRecord, SqliteMemoryStore
+from triptych.metronix.memory_model import MemoryRecord
+from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.store import utcnow
 
 LOCAL = local_principal()
 WS = "svc"
+# The service's rules hold on both engines (tests of one engine's files or internals say so).
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +53,13 @@ def embedder() -> LocalEmbedder:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
+def db(tmp_path: Path, storage_engine: str, request: pytest.FixtureRequest) -> Iterator[Database]:
+    """The memory database: a SQLite file, or (server mode) a fresh PostgreSQL database."""
+    if storage_engine == "postgresql":
+        pg = PgDatabase(request.getfixturevalue("postgres").create_database(), max_size=4)
+        yield PortableDatabase(pg, write_lock="metronix-memory")  # type: ignore[misc]
+        pg.close()
+        return
     database = Database(tmp_path / "metronix.db", [])
     yield database
     database.close()
@@ -310,7 +320,7 @@ def test_a_check_queued_before_a_crash_is_run_by_the_next_service_and_files_the_
     record = raw_record("User prefers light mode")
     # The write commits with its queued check, then the process "dies" before running the check.
     first.store.insert(record, embedder.embed([record.content])[0], extract_entities(record.content), True)
-    assert first.store.pending_checks() == [(WS, record.id)]
+    assert first.store.reviews.pending_checks() == [(WS, record.id)]
     assert first.review_list(LOCAL, WS)["total"] == 0
     first_db.close()
 
@@ -323,7 +333,7 @@ def test_a_check_queued_before_a_crash_is_run_by_the_next_service_and_files_the_
             (record.id, old["id"], "possible_contradiction")
         ]
         assert second.get_record(LOCAL, WS, record.id)["status"] == "conflicted"
-        assert second.store.pending_checks() == []
+        assert second.store.reviews.pending_checks() == []
         assert second.run_pending_checks() == 0
     finally:
         second_db.close()
@@ -332,16 +342,16 @@ def test_a_check_queued_before_a_crash_is_run_by_the_next_service_and_files_the_
 def test_deleting_a_record_drops_its_queued_check(service: MemoryService, embedder: LocalEmbedder) -> None:
     record = raw_record("Ephemeral thought about the roadmap.")
     service.store.insert(record, embedder.embed([record.content])[0], set(), True)
-    assert service.store.pending_checks() == [(WS, record.id)]
+    assert service.store.reviews.pending_checks() == [(WS, record.id)]
     service.store.delete(WS, record.id)
     assert service.run_pending_checks() == 0
-    assert service.store.pending_checks() == []
+    assert service.store.reviews.pending_checks() == []
 
 
 def test_a_completed_write_leaves_nothing_queued(service: MemoryService) -> None:
     store(service, "User prefers dark mode")
     store(service, "User prefers light mode")
-    assert service.store.pending_checks() == []
+    assert service.store.reviews.pending_checks() == []
 
 
 def test_filing_the_same_review_twice_keeps_one_entry(service: MemoryService) -> None:
@@ -349,7 +359,10 @@ def test_filing_the_same_review_twice_keeps_one_entry(service: MemoryService) ->
     new = store(service, "User prefers light mode")
     record = service.store.get(WS, new["id"])
     assert record is not None
-    assert service.store.file_review(record, "possible_contradiction", old["id"], 0.7, "conflicted") is False
+    assert (
+        service.store.reviews.file_review(record, "possible_contradiction", old["id"], 0.7, "conflicted")
+        is False
+    )
     # Re-running the whole check (as a restart would) files nothing new either.
     service.store.update(record, {}, None, None, enqueue=True)
     assert service.run_pending_checks() == 1
@@ -378,7 +391,7 @@ def test_review_resolution_writes_an_audit_event_with_capped_notes(service: Memo
     new = store(service, "User prefers light mode")
     review = service.review_list(LOCAL, WS)["entries"][0]
     resolved = service.review_resolve(LOCAL, WS, review["id"], "discard", notes="n" * 5000)
-    events = service.store.events(WS, new["id"])
+    events = service.store.reviews.events(WS, new["id"])
     assert [(e["id"], e["event_type"], e["actor"]) for e in events] == [
         (resolved["machine_event_id"], "freshness_review_resolved", "mcp_caller")
     ]
@@ -715,6 +728,7 @@ def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
     assert {r["record"]["id"] for r in found["results"]} == {"r1", "r2", third["id"]}
 
 
+@pytest.mark.engines("sqlite")  # a second SQLite connection, or SQLite's query plan
 def test_purging_expired_session_records_reads_the_expiry_index_not_the_table(
     db: Database, embedder: LocalEmbedder
 ) -> None:
@@ -728,6 +742,7 @@ def test_purging_expired_session_records_reads_the_expiry_index_not_the_table(
     assert st.purge_expired(utcnow()) == 0
 
 
+@pytest.mark.engines("sqlite")  # a second SQLite connection, or SQLite's query plan
 def test_keyword_search_follows_updates_deletes_and_another_process_s_writes(
     db: Database, embedder: LocalEmbedder
 ) -> None:
@@ -790,11 +805,11 @@ def _mixed_store(db: Database, dim: int) -> tuple[SqliteMemoryStore, list[int]]:
             raw_record(
                 f"note {i}",
                 agent=("hermes", "athena")[i % 2],
-                status=memory_store.STATUSES[i % len(memory_store.STATUSES)],
+                status=memory_model.STATUSES[i % len(memory_model.STATUSES)],
                 scope=scope,
                 tags=[["red"], ["red", "blue"], []][i % 4 % 3],
             ),
-            kind=memory_store.KINDS[i % 5 % 3],
+            kind=memory_model.KINDS[i % 5 % 3],
             session_id=f"s{i % 2}" if scope == "session" else None,
             ttl_expires_at=future if scope == "session" else None,
         )
@@ -829,6 +844,7 @@ def test_the_cached_visibility_rule_equals_the_sql_one_for_every_filter(
         assert st.visible_subset(view, seqs) == set(st.visible_seqs(view)), view
 
 
+@pytest.mark.engines("sqlite")  # a second SQLite connection, or SQLite's query plan
 def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_process_s_writes(
     db: Database, embedder: LocalEmbedder
 ) -> None:
@@ -840,7 +856,7 @@ def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_proc
     )
     plain = next(r for r in records.values() if not r.tags and r.id not in (active.id, expired.id))
     gone = next(r for r in records.values() if r.id not in (active.id, expired.id, plain.id))
-    review = first.file_review(plain, "possible_duplicate", None, 0.9, None)
+    review = first.reviews.file_review(plain, "possible_duplicate", None, 0.9, None)
     later = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
 
     def coherent() -> None:
@@ -851,13 +867,13 @@ def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_proc
     other = Database(db.path, [])
     try:
         second = SqliteMemoryStore(other, embedder.dim)
-        entry = second.list_reviews(WS, None, plain.id, 1, 0)[0][0]
+        entry = second.reviews.list_reviews(WS, None, plain.id, 1, 0)[0][0]
         # Each write of another process, one at a time, reaches this process's cache.
         writes = [
-            lambda: second.file_review(active, "possible_contradiction", None, 0.9, "conflicted"),
+            lambda: second.reviews.file_review(active, "possible_contradiction", None, 0.9, "conflicted"),
             lambda: second.touch(WS, [expired.seq], later),
             lambda: second.update(plain, {"tags": ["red", "blue"], "kind": "pinned"}, None, None, False),
-            lambda: second.resolve_review(entry, plain, "archived", "rejected", None, "test", {}),
+            lambda: second.reviews.resolve_review(entry, plain, "archived", "rejected", None, "test", {}),
             lambda: second.delete(WS, gone.id),
         ]
         assert review
@@ -949,3 +965,40 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
     twice = store(service, "The ferry leaves at noon", scope="session", session_id="s")
     assert twice["deduped"] and twice["id"] == twin["id"]
     assert finished == [True, True]
+
+
+# -- several workers on one data directory (server mode keeps memory there for now, issue 16) ---------
+
+
+def test_two_workers_recovering_the_same_queued_checks_file_each_review_once(
+    tmp_path: Path, embedder: LocalEmbedder, storage_engine: str, request: pytest.FixtureRequest
+) -> None:
+    dbs: list[Any]
+    if storage_engine == "postgresql":
+        url = request.getfixturevalue("postgres").create_database()
+        dbs = [PortableDatabase(PgDatabase(url, max_size=4), write_lock="metronix-memory") for _ in range(2)]
+    else:
+        dbs = [Database(tmp_path / "metronix.db", []) for _ in range(2)]
+    try:
+        workers = [MemoryService(SqliteMemoryStore(db, embedder.dim), embedder) for db in dbs]
+        old = store(workers[0], "User prefers dark mode")
+        queued = [raw_record("User prefers light mode"), raw_record("User prefers dark mode at night")]
+        for record in queued:  # committed with their checks, then the writing worker "died"
+            vector = embedder.embed([record.content])[0]
+            workers[0].store.insert(record, vector, extract_entities(record.content), True)
+        assert len(workers[0].store.reviews.pending_checks()) == 2
+
+        # Both workers start at once and both find the queued checks.
+        errors = run_threads(lambda i: workers[i].run_pending_checks(), 2)
+
+        assert errors == []
+        assert workers[0].store.reviews.pending_checks() == workers[1].store.reviews.pending_checks() == []
+        for worker in workers:
+            entries = worker.review_list(LOCAL, WS)["entries"]
+            keys = [(e["target_id"], e["related_record_id"], e["reason"]) for e in entries]
+            assert len(keys) == len(set(keys)) >= 1  # each finding filed once, seen by both
+            assert {key[0] for key in keys} <= {r.id for r in queued}
+            assert all(key[1] in {old["id"], *(r.id for r in queued)} for key in keys)
+    finally:
+        for db in dbs:
+            (db.pg if isinstance(db, PortableDatabase) else db).close()

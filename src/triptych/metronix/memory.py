@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -28,15 +27,16 @@ from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.errors import DocumentNotFound, InvalidParams
 from triptych.metronix.freshness import detect_contradiction, judge_repeat
-from triptych.metronix.memory_store import (
+from triptych.metronix.memory_model import (
     KINDS,
     SCOPES,
     STATUSES,
+    DuplicateContent,
     Filing,
     MemoryRecord,
     RankingRow,
-    SqliteMemoryStore,
 )
+from triptych.metronix.memory_store import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class MemoryService:
 
     def __init__(
         self,
-        store: SqliteMemoryStore,
+        store: MemoryStore,
         embedder: Embedder,
         settings: MemorySettings | None = None,
         default_workspace: str = "default",
@@ -514,7 +514,7 @@ class MemoryService:
             return {"id": record.id, "content_hash": record.content_hash, "updated_fields": []}
         try:
             updated = self.store.update(record, changes, vector, entities, enqueue=vector is not None)
-        except sqlite3.IntegrityError as exc:
+        except DuplicateContent as exc:
             raise InvalidParams(
                 "another record of this agent and scope already has this content",
                 hint="Delete one of the two records, or change the content",
@@ -644,7 +644,8 @@ class MemoryService:
             now=_iso(self.clock()),
         )
         self._model_guard.check()
-        results = self._rank(view, query, session_id, top_k)
+        with self.store.snapshot():
+            results = self._rank(view, query, session_id, top_k)
         self._touch([r for r, _ in results])
         return {
             "results": [{"record": record.contract(), **scores} for record, scores in results],
@@ -769,7 +770,7 @@ class MemoryService:
             # The check stays queued and is retried at the next start.
             log.exception("freshness check of %s failed", record.id)
             return
-        self.store.finish_check(record, filing)
+        self.store.reviews.finish_check(record, filing)
 
     def _neighbours(self, record: MemoryRecord, vector: Any) -> list[tuple[int, float]]:
         """The active records nearest ``vector`` that the record's agent sees (6: the record itself is
@@ -827,10 +828,10 @@ class MemoryService:
     def run_pending_checks(self) -> int:
         """Checks a crash interrupted (queued with their write, never completed); run at start."""
         done = 0
-        for workspace, record_id in self.store.pending_checks(limit=10_000):
+        for workspace, record_id in self.store.reviews.pending_checks(limit=10_000):
             record = self.store.get(workspace, record_id)
             if record is None:
-                self.store.check_done(record_id)
+                self.store.reviews.check_done(record_id)
                 continue
             self._check(record)
             done += 1
@@ -857,7 +858,7 @@ class MemoryService:
             raise InvalidParams(f"limit must be between 1 and 100, got {limit}", details={"field": "limit"})
         if not 0 <= offset <= MAX_OFFSET:
             raise InvalidParams(f"offset must be 0 to {MAX_OFFSET:,}", details={"field": "offset"})
-        entries, total = self.store.list_reviews(workspace, reason, record_id, limit, offset)
+        entries, total = self.store.reviews.list_reviews(workspace, reason, record_id, limit, offset)
         return {
             "entries": [e.contract() for e in entries],
             "count": len(entries),
@@ -896,7 +897,7 @@ class MemoryService:
                 f"unknown action {action!r}: use keep, archive, discard or merge_into:<record_id>",
                 details={"field": "action"},
             )
-        review = self.store.get_review(workspace, review_id)
+        review = self.store.reviews.get_review(workspace, review_id)
         if review is None:
             raise DocumentNotFound(
                 f"Review entry not found: {review_id}", hint=REVIEW_HINT, details={"review_id": review_id}
@@ -924,7 +925,9 @@ class MemoryService:
             "notes": capped,
             "related_record_id": review.related_record_id,
         }
-        event_id = self.store.resolve_review(review, record, status, state, superseded_by, actor, payload)
+        event_id = self.store.reviews.resolve_review(
+            review, record, status, state, superseded_by, actor, payload
+        )
         if event_id is None:
             raise DocumentNotFound(
                 f"Review entry not found: {review_id}", hint=REVIEW_HINT, details={"review_id": review_id}

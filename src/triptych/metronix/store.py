@@ -259,7 +259,7 @@ class SqliteKnowledgeStore:
                 ).lastrowid
                 assert chunk_id is not None
                 added.append((chunk_id, vec))
-                texts.append((chunk_id, _keyword_columns(doc.title, text)))
+                texts.append((chunk_id, keyword_columns(doc.title, text)))
             conn.execute(
                 "UPDATE workspaces SET generation = generation + 1 WHERE id = ?", (doc.workspace_id,)
             )
@@ -355,7 +355,7 @@ class SqliteKnowledgeStore:
             " WHERE c.workspace_id = ? ORDER BY c.id",
             (workspace_id,),
         ).fetchall()
-        return [(int(r[0]), _keyword_columns(r[1], r[2])) for r in rows]
+        return [(int(r[0]), keyword_columns(r[1], r[2])) for r in rows]
 
     def warm(self) -> None:
         """Load every workspace's keyword and vector indexes (best effort: a search loads what is missing)."""
@@ -449,5 +449,5 @@ class SqliteKnowledgeStore:
         self.db.close()
 
 
-def _keyword_columns(title: str | None, text: str) -> list[tuple[str, float]]:
+def keyword_columns(title: str | None, text: str) -> list[tuple[str, float]]:
     return [(title or "", TITLE_WEIGHT), (text, BODY_WEIGHT)]

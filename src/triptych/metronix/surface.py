@@ -11,11 +11,13 @@ from mcp.server import Server
 from starlette.routing import Route
 
 from triptych.config import Settings
+from triptych.core.db import Database
 from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.mcp import Tool, build_server
 from triptych.core.mcp_sources import sources_path
+from triptych.core.pg import PgDatabase, PortableDatabase
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
 from triptych.metronix.answer import AnswerService, LlmClient
@@ -25,8 +27,9 @@ from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.memory_tools import memory_tools
 from triptych.metronix.openai_api import OPENAI_PATHS, answer_routes, openai_internal_error
+from triptych.metronix.pg_store import PgKnowledgeStore
 from triptych.metronix.rest import memory_routes
-from triptych.metronix.store import SqliteKnowledgeStore, utcnow
+from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, utcnow
 from triptych.metronix.sync import SyncService
 from triptych.metronix.tools import knowledge_tools, sync_tools
 
@@ -56,7 +59,16 @@ class Metronix:
             settings.embed_threads,
             settings.embed_bulk_threads,
         )
-        store = SqliteKnowledgeStore(settings.metronix_db, embedder.dim)
+        store: KnowledgeStore
+        memory_db: Database | PortableDatabase
+        if settings.database_url:
+            # Server mode: the knowledge base and agent memory in PostgreSQL, shared by every worker.
+            pg = PgDatabase(settings.database_url)
+            store = PgKnowledgeStore(pg, embedder.dim)
+            memory_db = PortableDatabase(pg, write_lock="metronix-memory")
+        else:
+            sqlite_store = SqliteKnowledgeStore(settings.metronix_db, embedder.dim)
+            store, memory_db = sqlite_store, sqlite_store.db
         knowledge = KnowledgeService(
             store, embedder, default_workspace=settings.default_workspace, chunk_tokens=settings.chunk_tokens
         )
@@ -69,7 +81,7 @@ class Metronix:
             decision_threshold=settings.decision_threshold,
         )
         memory = MemoryService(
-            SqliteMemoryStore(store.db, embedder.dim), embedder, memory_settings, settings.default_workspace
+            SqliteMemoryStore(memory_db, embedder.dim), embedder, memory_settings, settings.default_workspace
         )
         sources = sources_path(settings.data_dir, settings.mcp_sources)
         sync = SyncService(knowledge, sources, settings.sync_timeout)

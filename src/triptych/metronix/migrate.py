@@ -1,0 +1,217 @@
+"""``triptych migrate --to postgresql://...``: copy Metronix's embedded data into a PostgreSQL database.
+
+Everything Metronix keeps in ``metronix.db`` (knowledge base: workspaces, documents, chunks and their
+vectors; agent memory: records, tags, entities, links, conversation adjacency, the review queue, audit
+events and queued freshness checks) is copied row for row, ids and sequence numbers included, in one
+PostgreSQL transaction: the target holds all of it or none. The source file is only read. A target
+that already holds Metronix data is refused, so a second run cannot mix two copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from psycopg import Connection, sql
+
+from triptych.core.db import Database
+from triptych.core.errors import Invalid
+from triptych.core.pg import PgDatabase, PortableDatabase, redacted
+from triptych.metronix import memory_store, store
+from triptych.metronix.pg_store import PgKnowledgeStore
+
+# Rows read and written per batch: bounded memory whatever the size of the data directory.
+BATCH = 1_000
+# Each copied table: (SQLite table, PostgreSQL table, columns, identity column or None). Columns
+# are listed, not ``*``: the embedded tables keep a few unused ones of their history.
+TABLES: list[tuple[str, str, tuple[str, ...], str | None]] = [
+    ("meta", "kb_meta", ("key", "value"), None),
+    ("workspaces", "kb_workspaces", ("id", "created_at", "generation", "last_sync"), None),
+    (
+        "documents",
+        "kb_documents",
+        (
+            "id",
+            "workspace_id",
+            "doc_label",
+            "title",
+            "content",
+            "source_type",
+            "url",
+            "date",
+            "metadata",
+            "content_hash",
+            "body_hash",
+            "created_at",
+            "updated_at",
+        ),
+        "id",
+    ),  # fmt: skip
+    ("chunks", "kb_chunks", ("id", "document_id", "workspace_id", "ordinal", "text", "embedding"), "id"),
+    (
+        "memory_records",
+        "memory_records",
+        (
+            "seq",
+            "id",
+            "workspace_id",
+            "agent_id",
+            "scope",
+            "session_id",
+            "kind",
+            "content",
+            "content_hash",
+            "tags",
+            "importance_score",
+            "source_type",
+            "metadata",
+            "status",
+            "verification_state",
+            "superseded_by",
+            "ttl_expires_at",
+            "created_at",
+            "updated_at",
+            "embedding",
+            "dedup_key",
+        ),
+        "seq",
+    ),  # fmt: skip
+    ("memory_tags", "memory_tags", ("seq", "tag"), None),
+    ("memory_entities", "memory_entities", ("seq", "entity"), None),
+    ("memory_links", "memory_links", ("seq", "related_id", "kind"), None),
+    ("memory_follows", "memory_follows", ("seq", "follows"), None),
+    ("memory_generations", "memory_generations", ("workspace_id", "generation", "attributes"), None),
+    ("memory_meta", "memory_meta", ("key", "value"), None),
+    (
+        "review_entries",
+        "review_entries",
+        (
+            "id",
+            "workspace_id",
+            "target_id",
+            "target_kind",
+            "reason",
+            "related_record_id",
+            "content",
+            "confidence",
+            "created_at",
+        ),
+        None,
+    ),  # fmt: skip
+    (
+        "machine_events",
+        "machine_events",
+        ("id", "workspace_id", "event_type", "actor", "target_id", "payload", "created_at"),
+        None,
+    ),
+    ("freshness_queue", "freshness_queue", ("record_id", "workspace_id", "enqueued_at"), None),
+]
+
+Progress = Callable[[str, int], Callable[[int], None]]  # (table, rows) -> advance(n)
+
+
+@dataclass
+class Copied:
+    target: str
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def report(self) -> str:
+        kb = f"{self.rows.get('documents', 0)} documents ({self.rows.get('chunks', 0)} chunks)"
+        memory = f"{self.rows.get('memory_records', 0)} memory records"
+        reviews = f"{self.rows.get('review_entries', 0)} review entries"
+        return f"copied {kb}, {memory} and {reviews} to {self.target}"
+
+
+def _source(data_dir: Path) -> Database:
+    path = data_dir / "metronix.db"
+    if not path.is_file():
+        raise Invalid(
+            f"There is no Metronix database at {path}: nothing to migrate",
+            hint="Pass the data directory the embedded server used (--data-dir or TRIPTYCH_DATA_DIR)",
+        )
+    db = Database(path, store.MIGRATIONS)  # brings an older file to the current schema first
+    db.migrate("memory", memory_store.MIGRATIONS)
+    return db
+
+
+def _dimension(db: Database) -> int | None:
+    for table in ("meta", "memory_meta"):
+        row = db.conn.execute(f"SELECT value FROM {table} WHERE key = 'embedding_dim'").fetchone()
+        if row is not None and int(row[0]) > 0:
+            return int(row[0])
+    return None
+
+
+def _rows(db: Database, table: str, columns: Sequence[str]) -> Iterator[list[tuple[Any, ...]]]:
+    cursor = db.conn.execute(f"SELECT {', '.join(columns)} FROM {table}")
+    while batch := cursor.fetchmany(BATCH):
+        yield [tuple(row) for row in batch]
+
+
+def _converted(table: str, columns: Sequence[str], row: tuple[Any, ...]) -> tuple[Any, ...]:
+    if table == "chunks":  # float32 bytes -> a pgvector value
+        position = columns.index("embedding")
+        vector = np.frombuffer(row[position], dtype=np.float32)
+        return (*row[:position], vector, *row[position + 1 :])
+    if table == "documents" and row[columns.index("body_hash")] is None:
+        position = columns.index("body_hash")
+        return (*row[:position], store.body_hash(row[columns.index("content")]), *row[position + 1 :])
+    return row
+
+
+def _ensure_empty(conn: Connection[Any], url: str) -> None:
+    for table in ("kb_documents", "memory_records"):
+        statement = sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(sql.Identifier(table))
+        if conn.execute(statement).fetchone() != (False,):
+            raise Invalid(
+                f"The PostgreSQL database {redacted(url)} already holds Metronix data: nothing was copied",
+                hint="Migrate into an empty database (createdb a new one), or drop its Metronix tables first",
+            )
+
+
+def migrate_to_postgres(data_dir: Path, url: str, progress: Progress, default_dim: int) -> Copied:
+    """Copy ``data_dir``'s Metronix data into ``url``; all or nothing."""
+    source = _source(data_dir)
+    try:
+        pg = PgDatabase(url)
+        try:
+            dim = _dimension(source) or default_dim
+            PgKnowledgeStore(pg, dim)  # creates (or checks) the schema and its vector index
+            memory_store.SqliteMemoryStore(PortableDatabase(pg), dim)
+            copied = Copied(redacted(url))
+            with pg.transaction() as conn:
+                _ensure_empty(conn, url)
+                for table, target, columns, identity in TABLES:
+                    total = int(source.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+                    advance = progress(table, total)
+                    insert = sql.SQL("INSERT INTO {} ({}) {} VALUES ({})").format(
+                        sql.Identifier(target),
+                        sql.SQL(", ").join(map(sql.Identifier, columns)),
+                        sql.SQL("OVERRIDING SYSTEM VALUE" if identity else ""),
+                        sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+                    )
+                    with conn.cursor() as cursor:
+                        for batch in _rows(source, table, columns):
+                            cursor.executemany(insert, [_converted(table, columns, row) for row in batch])
+                            advance(len(batch))
+                    if identity is not None:  # the next id after the copied ones
+                        conn.execute(
+                            sql.SQL(
+                                "SELECT setval(pg_get_serial_sequence({t}, {c}), coalesce(max({i}), 0) + 1, false)"
+                                " FROM {table}"
+                            ).format(
+                                t=sql.Literal(target),
+                                c=sql.Literal(identity),
+                                i=sql.Identifier(identity),
+                                table=sql.Identifier(target),
+                            )
+                        )
+                    copied.rows[table] = total
+        finally:
+            pg.close()
+    finally:
+        source.close()
+    return copied

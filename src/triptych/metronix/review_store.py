@@ -1,0 +1,215 @@
+"""Agent memory's review queue, audit events and freshness queue (the embedded engine).
+
+Split from ``memory_store.py`` (issue 16): the job of filing what freshness checks find, resolving it,
+recording machine events and tracking queued checks. Its tables live in the memory component's
+migrations (``memory_store.MIGRATIONS``), in the same database as the records, because a filing changes
+a record's status in the same transaction; the record store hands this one its database, write gate
+and attribute cache so those changes reach the caches exactly as a record write does.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from triptych.core.db import Database
+from triptych.core.partitions import WriteGate, gated
+from triptych.core.pg import PortableDatabase
+from triptych.metronix.attributes import AttributeIndex
+from triptych.metronix.memory_model import Filing, MemoryRecord, ReviewEntry, review_from_row
+from triptych.metronix.store import utcnow
+
+# Inside a write transaction: the attribute generation before it and after bumping it.
+AttributeWrite = Callable[[Any, str], tuple[int, int]]
+
+
+class ReviewStore(Protocol):
+    """The review queue, audit events and freshness queue, as the memory service uses them (each engine
+    implements it; the embedded one is ``SqliteReviewStore``)."""
+
+    def file_review(
+        self,
+        record: MemoryRecord,
+        reason: str,
+        related_id: str | None,
+        confidence: float,
+        new_status: str | None,
+    ) -> bool: ...
+    def finish_check(self, record: MemoryRecord, filing: Filing | None) -> bool: ...
+    def list_reviews(
+        self, workspace_id: str, reason: str | None, record_id: str | None, limit: int, offset: int
+    ) -> tuple[list[ReviewEntry], int]: ...
+    def get_review(self, workspace_id: str, review_id: str) -> ReviewEntry | None: ...
+    def resolve_review(
+        self,
+        review: ReviewEntry,
+        record: MemoryRecord,
+        status: str,
+        verification_state: str,
+        superseded_by: str | None,
+        actor: str,
+        payload: dict[str, Any],
+    ) -> str | None: ...
+    def events(self, workspace_id: str, target_id: str) -> list[dict[str, Any]]: ...
+    def pending_checks(self, limit: int = 100) -> list[tuple[str, str]]: ...
+    def check_done(self, record_id: str) -> None: ...
+
+
+class SqliteReviewStore:
+    def __init__(
+        self,
+        db: Database | PortableDatabase,
+        gate: WriteGate,
+        attributes: AttributeIndex,
+        attribute_write: AttributeWrite,
+    ) -> None:
+        self.db = db
+        self._gate = gate
+        self.attributes = attributes
+        self._attribute_write = attribute_write
+
+    # -- review queue and audit -----------------------------------------------------------
+
+    def file_review(
+        self,
+        record: MemoryRecord,
+        reason: str,
+        related_id: str | None,
+        confidence: float,
+        new_status: str | None,
+    ) -> bool:
+        """File a review entry (idempotent per target, related record and reason); True if it is new."""
+        return self._file(record, Filing(reason, related_id, confidence, new_status), done=False)
+
+    def finish_check(self, record: MemoryRecord, filing: Filing | None) -> bool:
+        """A freshness check's outcome: its filing, if any, and the check dequeued, in one transaction.
+        True if a new review entry was filed."""
+        return self._file(record, filing, done=True)
+
+    @gated
+    def _file(self, record: MemoryRecord, filing: Filing | None, done: bool) -> bool:
+        created, attrs = False, None
+        with self.db.transaction() as conn:
+            if filing is not None:
+                cursor = conn.execute(
+                    "INSERT INTO review_entries (id, workspace_id, target_id, target_kind, reason,"
+                    " related_record_id, content, confidence, created_at) VALUES (?,?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT DO NOTHING",
+                    (
+                        "review_" + uuid.uuid4().hex,
+                        record.workspace_id,
+                        record.id,
+                        "memory_record",
+                        filing.reason,
+                        filing.related_id or "",
+                        record.content,
+                        round(filing.confidence, 4),
+                        utcnow(),
+                    ),
+                )
+                created = cursor.rowcount > 0
+                if created and filing.status is not None:
+                    conn.execute(
+                        "UPDATE memory_records SET status = ? WHERE seq = ?", (filing.status, record.seq)
+                    )
+                    attrs = self._attribute_write(conn, record.workspace_id)
+                if filing.link is not None and filing.related_id:
+                    conn.execute(
+                        "INSERT INTO memory_links VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                        (record.seq, filing.related_id, filing.link),
+                    )
+            if done:
+                conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
+        if attrs is not None and filing is not None:
+            self.attributes.apply(
+                record.workspace_id, *attrs, changes={record.seq: {"status": filing.status}}
+            )
+        return created
+
+    def list_reviews(
+        self, workspace_id: str, reason: str | None, record_id: str | None, limit: int, offset: int
+    ) -> tuple[list[ReviewEntry], int]:
+        clauses, params = ["workspace_id = ?"], [workspace_id]
+        if reason is not None:
+            clauses.append("reason = ?")
+            params.append(reason)
+        if record_id is not None:
+            clauses.append("(target_id = ? OR related_record_id = ?)")
+            params.extend([record_id, record_id])
+        where = " AND ".join(clauses)
+        total = int(
+            self.db.conn.execute(f"SELECT count(*) FROM review_entries WHERE {where}", params).fetchone()[0]
+        )
+        rows = self.db.conn.execute(
+            f"SELECT * FROM review_entries WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        ).fetchall()
+        return [review_from_row(r) for r in rows], total
+
+    def get_review(self, workspace_id: str, review_id: str) -> ReviewEntry | None:
+        row = self.db.conn.execute(
+            "SELECT * FROM review_entries WHERE workspace_id = ? AND id = ?", (workspace_id, review_id)
+        ).fetchone()
+        return None if row is None else review_from_row(row)
+
+    @gated
+    def resolve_review(
+        self,
+        review: ReviewEntry,
+        record: MemoryRecord,
+        status: str,
+        verification_state: str,
+        superseded_by: str | None,
+        actor: str,
+        payload: dict[str, Any],
+    ) -> str | None:
+        """Apply a resolution in one transaction; the machine event id, or None if already resolved."""
+        event_id = "evt_" + secrets.token_hex(12)
+        now = utcnow()
+        with self.db.transaction() as conn:
+            gone = conn.execute("DELETE FROM review_entries WHERE id = ?", (review.id,)).rowcount == 0
+            if gone:  # a concurrent caller resolved it first
+                return None
+            conn.execute(
+                "UPDATE memory_records SET status = ?, verification_state = ?, superseded_by = ?,"
+                " updated_at = ?"
+                " WHERE seq = ?",
+                (status, verification_state, superseded_by, now, record.seq),
+            )
+            attrs = self._attribute_write(conn, record.workspace_id)
+            if superseded_by is not None:
+                conn.execute(
+                    "INSERT INTO memory_links VALUES (?, ?, 'superseded_by') ON CONFLICT DO NOTHING",
+                    (record.seq, superseded_by),
+                )
+            conn.execute(
+                "INSERT INTO machine_events VALUES (?, ?, 'freshness_review_resolved', ?, ?, ?, ?)",
+                (event_id, review.workspace_id, actor, record.id, json.dumps(payload), utcnow()),
+            )
+        self.attributes.apply(
+            record.workspace_id, *attrs, changes={record.seq: {"status": status, "updated_at": now}}
+        )
+        return event_id
+
+    def events(self, workspace_id: str, target_id: str) -> list[dict[str, Any]]:
+        rows = self.db.conn.execute(
+            "SELECT * FROM machine_events WHERE workspace_id = ? AND target_id = ? ORDER BY created_at, id",
+            (workspace_id, target_id),
+        ).fetchall()
+        return [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]
+
+    # -- freshness queue -----------------------------------------------------------------
+
+    def pending_checks(self, limit: int = 100) -> list[tuple[str, str]]:
+        rows = self.db.conn.execute(
+            "SELECT workspace_id, record_id FROM freshness_queue ORDER BY enqueued_at LIMIT ?", (limit,)
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    @gated
+    def check_done(self, record_id: str) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
