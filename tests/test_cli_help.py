@@ -77,3 +77,30 @@ def test_docs_quote_no_machine_local_paths(doc: Path) -> None:
     text = re.sub(r"/tmp/triptych-bench[\w/<>.-]*", "", doc.read_text())
     found = re.findall(r"(?<![\w.])/(?:tmp|work|home|root|Users)/[\w./<>-]*", text)
     assert found == [], f"{doc.name} quotes machine-local paths: {found[:5]}"
+
+
+@pytest.mark.parametrize(
+    ("env", "name", "given"),
+    [
+        ({"TRIPTYCH_PORT": "abc"}, "TRIPTYCH_PORT", "'abc'"),
+        ({"MG_MAX_ROWS": "-5"}, "MG_MAX_ROWS", "'-5'"),
+        ({"MG_REPLAY_TIMEOUT_SECONDS": "soon"}, "MG_REPLAY_TIMEOUT_SECONDS", "'soon'"),
+    ],
+    ids=["core", "metergraph", "replay"],
+)
+def test_serve_names_a_bad_setting_in_one_line_without_a_traceback(
+    tmp_path: Path, env: dict[str, str], name: str, given: str
+) -> None:
+    import os
+
+    run = subprocess.run(
+        [TRIPTYCH, "serve", "--data-dir", str(tmp_path)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    lines = [line for line in run.stderr.splitlines() if line.startswith("triptych:")]
+    assert len(lines) == 1 and f"invalid setting {name}:" in lines[0] and given in lines[0], run.stderr
+    assert "Traceback" not in run.stderr and "errors.pydantic.dev" not in run.stderr

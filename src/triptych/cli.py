@@ -53,6 +53,20 @@ def _log_to_stderr(level: str) -> None:
     )
 
 
+def _problem(exc: ValueError) -> str:
+    """A configuration error as the operator needs it: each bad setting by its variable name, what is
+    wrong and what was given, instead of pydantic's multi-line report with a documentation link."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    lines = [
+        f"invalid setting {'.'.join(str(part) for part in e['loc']) or exc.title}: {e['msg']} (got {e['input']!r})"
+        for e in exc.errors(include_url=False)
+    ]
+    return "; ".join(lines) + " (the settings are listed under Configuration in README.md)"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -62,8 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         settings = _settings(args)
-    except ValueError as exc:  # a setting out of range or malformed (pydantic's message names it)
-        print(f"triptych: invalid setting: {exc}", file=sys.stderr)
+    except ValueError as exc:  # a setting out of range or malformed
+        print(f"triptych: {_problem(exc)}", file=sys.stderr)
         return 2
     _log_to_stderr(settings.log_level)
     fresh = is_fresh(settings.data_dir)  # before create_app makes the databases
@@ -71,7 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_writable(settings.data_dir)
         app = create_app(settings)
     except ValueError as exc:  # a configuration problem, said plainly
-        print(f"triptych: {exc}", file=sys.stderr)
+        print(f"triptych: {_problem(exc)}", file=sys.stderr)
         return 2
     except StorageUnavailable as exc:  # one line naming the folder, the cause and the remedy
         hint = (exc.hint or "").replace("then retry; reads keep working", "then start triptych again")
