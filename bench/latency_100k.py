@@ -67,6 +67,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep-data", action="store_true", help="keep the generated data dir")
     p.add_argument("--port", type=int, help="server port (default: a free one)")
     p.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        help="seconds to wait after the first MCP search, so the server's HNSW graph is built (default 0)",
+    )
+    p.add_argument(
         "--skip-mcp",
         action="store_true",
         help="in-process figures only (a fresh server serves exact search until its HNSW graph is built)",
@@ -188,7 +194,7 @@ def noise_cosine(noise: float, dim: int, seed: int) -> float:
 # -- measuring ------------------------------------------------------------------------------------------
 
 
-async def mcp_queries(url: str, queries: Sequence[str]) -> dict[str, Any]:
+async def mcp_queries(url: str, queries: Sequence[str], settle: float = 0.0) -> dict[str, Any]:
     from mcp import Client
 
     server_ms: list[float] = []
@@ -201,6 +207,9 @@ async def mcp_queries(url: str, queries: Sequence[str]) -> dict[str, Any]:
             "metronix_search_fast",
             {"workspace_id": WORKSPACE, "query": "cold start probe", "top_k": TOP_K},
         )
+        if settle > 0:  # the server builds its HNSW graph in the background after the first search
+            log(f"waiting {settle:.0f} s for the server's HNSW graph ...")
+            await asyncio.sleep(settle)
         for q in progress(queries, desc="MCP search", unit="q"):
             payload, rtt = await common.call_json(
                 client, "metronix_search_fast", {"workspace_id": WORKSPACE, "query": q, "top_k": TOP_K}
@@ -351,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 server.start()
                 log(f"server healthy after {server.startup_s:.1f} s at {server.url}")
-                result["mcp"] = asyncio.run(mcp_queries(server.url, queries))
+                result["mcp"] = asyncio.run(mcp_queries(server.url, queries, args.settle))
             finally:
                 server.stop()
             result["server_startup_s"] = round(server.startup_s, 1)
