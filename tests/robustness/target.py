@@ -80,8 +80,15 @@ class ClientThread:
         self._task: asyncio.Task[None] | None = None
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
-        if not self._ready.wait(60):
-            raise RuntimeError(f"no MCP session with {url}")
+        if not self._ready.wait(120):
+            # Stop the half-open session and close its loop: a loop left for the garbage collector
+            # raises ResourceWarnings inside whichever test runs next (seen in CI), hiding this failure.
+            if self._task is not None:
+                self._loop.call_soon_threadsafe(self._task.cancel)
+            self._thread.join(30)
+            if not self._thread.is_alive():
+                self._loop.close()
+            raise RuntimeError(f"no MCP session with {url} within 120 s")
 
     def _serve(self) -> None:
         try:
