@@ -18,9 +18,9 @@ provider, model or environment in rollup keys, as there.
 
 from __future__ import annotations
 
-from triptych.metergraph.store import ROLLUPS, SUMS
+from triptych.metergraph.store import ELIGIBLE_CHARS, ROLLUPS, SUMS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _STR = "Nullable(String)"
 _DIM = "LowCardinality(Nullable(String))"
@@ -150,10 +150,56 @@ FROM (SELECT *, intDiv(ts_ms, {width}) AS bucket, {key_values} FROM calls)
 GROUP BY workspace, bucket, {", ".join(f"key_{k}" for k in _KEY)}"""
 
 
+# The metadata rollup: per UTC day, route, provider, model and environment, one row per (key, class,
+# value) with the calls carrying that key. The class is the one ``clickhouse_store`` gives a raw call:
+# 'v' an eligible string (its value kept), 'i' a longer string or a non-string value (value ''). Calls
+# without the key are not in it: a read takes them as the route rollup's calls minus the key's rows.
+# Keyed by key before day, so a group-by on one key reads one range; the row count grows with the
+# distinct values per day, not with the calls.
+META_ROLLUP = "rollup_meta_daily"
+_META_KEY = (*_KEY, "key", "cls", "value")
+_META_PAIRS = (
+    f"arrayConcat(arrayMap((k, v) -> (k, if(lengthUTF8(v) <= {ELIGIBLE_CHARS}, 'v', 'i'),"
+    f" if(lengthUTF8(v) <= {ELIGIBLE_CHARS}, v, '')), mapKeys(metadata), mapValues(metadata)),"
+    " arrayMap(k -> (toString(k), 'i', ''), metadata_other))"
+)
+
+
+def meta_rollup_ddl(retention_days: int) -> list[str]:
+    sums = ",\n  ".join(
+        f"{name} {_FLOAT_SUM if name in ('cost_usd', 'latency_sum') else _INT_SUM}" for name in SUMS
+    )
+    keys = ", ".join(f"{k} LowCardinality(String)" for k in _KEY)
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {META_ROLLUP} (
+  workspace LowCardinality(String), key LowCardinality(String), bucket Int64, {keys},
+  cls LowCardinality(String), value String,
+  {sums},
+  hist {_HIST_TYPE}
+) ENGINE = AggregatingMergeTree
+ORDER BY (workspace, key, bucket, {", ".join(_META_KEY[:-3])}, cls, value)
+TTL toDateTime(bucket * 86400) + INTERVAL {int(retention_days) + 2} DAY""",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {META_ROLLUP}_mv TO {META_ROLLUP} AS {meta_rollup_select()}",
+    ]
+
+
+def meta_rollup_select(where: str = "") -> str:
+    """The rows the metadata rollup gets from the calls ``where`` selects (its view's query, a rebuild's)."""
+    key_values = ", ".join(f"ifNull({k}, '') AS key_{k}" for k in _KEY)
+    measured = ", ".join(f"{expr} AS {name}" for name, expr in MEASURES.items())
+    key_out = ", ".join(f"key_{k} AS {k}" for k in _KEY)
+    return f"""SELECT workspace, kv.1 AS key, bucket, {key_out}, kv.2 AS cls, kv.3 AS value, {measured},
+  {HIST} AS hist
+FROM (SELECT *, intDiv(ts_ms, 86400000) AS bucket, {key_values}, {_META_PAIRS} AS kvs FROM calls{where})
+ARRAY JOIN kvs AS kv
+GROUP BY workspace, kv.1, bucket, {", ".join(f"key_{k}" for k in _KEY)}, kv.2, kv.3"""
+
+
 def statements(retention_days: int) -> list[str]:
     """Every statement that creates the schema, in order (each is idempotent)."""
     out = [calls_ddl(retention_days), CONTENT_DDL]
     ddl = {table: rollup_ddl(table, retention_days) for table in ROLLUPS}
+    ddl[META_ROLLUP] = meta_rollup_ddl(retention_days)
     out.extend(table_ddl for table_ddl, _ in ddl.values())
     out.extend(view for _, view in ddl.values())
     return out
