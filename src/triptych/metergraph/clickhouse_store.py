@@ -25,11 +25,12 @@ import numpy as np
 from triptych.core.errors import StorageUnavailable
 from triptych.metergraph import histogram
 from triptych.metergraph.clickhouse_schema import (
+    BACKFILLED,
     CALL_TYPES,
     CASCADE,
     MEASURES,
     META_ROLLUP,
-    meta_rollup_select,
+    TRACE_BOUNDS,
     rollup_select,
     statements,
 )
@@ -64,6 +65,15 @@ _HIST_COUNTS = f"countResample(0, {histogram.BUCKETS}, 1)(ifNull(lat_bucket, 255
 # builds a map per group where this adds into 96 fixed slots.
 _HIST_SUM = f"sumResampleArray(0, {histogram.BUCKETS}, 1)(hist.2, hist.1)"
 _TRACE_KEY = "ifNull(trace_id, concat('call:', toString(id)))"
+# One trace's summary over its matching calls (``trace_summaries``).
+_SUMMARY = (
+    f"{_TRACE_KEY} AS trace_key, max(trace_name), min(ts_ms), max(ts_ms), count(),"
+    " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0)), sum(ifNull(cache_read_tokens, 0)),"
+    " sum(ifNull(cache_write_tokens, 0)), sum(ifNull(reasoning_tokens, 0)), sum(cost_usd),"
+    " countIf(cost_status IN ('unpriced', 'partial')), max(error), groupUniqArray(route),"
+    " groupUniqArray(provider), groupUniqArray(model), groupUniqArray(environment), sum(latency_ms),"
+    " countIf(environment IS NULL)"
+)
 
 
 class Where:
@@ -163,13 +173,13 @@ class ClickHouseTelemetryStore:
             self.client = clickhouse_connect.get_client(
                 **options, database=database, autogenerate_session_id=False
             )
-            had_meta = self._exists(META_ROLLUP)
+            missing = [table for table in BACKFILLED if not self._exists(table)]
             for statement in statements(retention_days):
                 self.client.command(statement)
-            if not had_meta:
-                # A database from before the metadata rollup: its view feeds it from now on, the calls
-                # already stored go in once (upgrade with ingest paused: a batch in flight may count twice).
-                self.client.command(f"INSERT INTO {META_ROLLUP} {meta_rollup_select()}")
+            for table in missing:
+                # A database from before this table: its view feeds it from now on, the calls already
+                # stored go in once (upgrade with ingest paused: a batch in flight may count twice).
+                self.client.command(f"INSERT INTO {table} {BACKFILLED[table]()}")
         except Exception as exc:
             raise StorageUnavailable(
                 f"ClickHouse at {options['host']}:{options['port']} is not reachable or refused the schema: {exc}",
@@ -214,11 +224,13 @@ class ClickHouseTelemetryStore:
         """Recompute every rollup from the raw calls (operators; the views keep them current)."""
         for table in ROLLUPS:
             self._command(f"TRUNCATE TABLE {table}")
-        self._command(f"TRUNCATE TABLE {META_ROLLUP}")
+        for table in BACKFILLED:
+            self._command(f"TRUNCATE TABLE {table}")
         for table in ROLLUPS:
             if table not in CASCADE:  # the cascading views fill the others
                 self._command(f"INSERT INTO {table} {rollup_select(table)}")
-        self._command(f"INSERT INTO {META_ROLLUP} {meta_rollup_select()}")
+        for table, select in BACKFILLED.items():
+            self._command(f"INSERT INTO {table} {select()}")
 
     def close(self) -> None:
         self.client.close()
@@ -464,72 +476,113 @@ class ClickHouseTelemetryStore:
     ) -> list[dict[str, Any]]:
         """Traces newest first by their newest matching call (ts_ms, id), after ``cursor``.
 
-        The same page as the embedded engine's walk: a trace's position is its newest matching call,
-        a cursor lists the traces positioned before it, and a trace with a span outside
-        ``trace_filter_envs`` is left out."""
+        The embedded engine's walk, in chunks: matching calls newest first along the primary key
+        (workspace, ts_ms, id), so ClickHouse reads the newest granules only and stops at the chunk's
+        LIMIT; a trace's first call in the walk is its position (after a cursor, its newest matching
+        call overall, which may lie after the cursor: such a trace was on an earlier page). A trace with
+        a span outside ``trace_filter_envs`` is left out."""
         keys: list[str] = []
         positions: dict[str, tuple[int, int]] = {}
-        offset, want = 0, limit
+        seen: set[str] = set()
+        after: tuple[int, int] | None = None  # the walk's last call so far
+        top = min(f.until_ms, cursor[0] + 1) if cursor is not None else f.until_ms
+        # Each chunk also reads only the last ``span`` ms (a day, then 8 times more) above the walk's
+        # position, so ClickHouse opens the newest day's parts rather than the head of every part in the
+        # window; a chunk that comes back short widens it.
+        span, want = DAY_MS, max(4 * limit, 64)
         while len(keys) < limit:
             w = call_where(f)
-            having = ""
             if cursor is not None:
-                having = f" HAVING pos < ({w.param(cursor[0], 'Int64')}, {w.param(cursor[1], 'UInt64')})"
+                w.add(f"ts_ms <= {w.param(cursor[0], 'Int64')}")
+            if after is not None:
+                w.add(f"(ts_ms, id) < ({w.param(after[0], 'Int64')}, {w.param(after[1], 'UInt64')})")
+            floor = max(f.since_ms, (after[0] + 1 if after is not None else top) - span)
+            w.add(f"ts_ms >= {w.param(floor, 'Int64')}")
             sql = (
-                f"SELECT {_TRACE_KEY} AS k, trace_id IS NULL AS single, max((ts_ms, id)) AS pos"
-                f" FROM calls WHERE {w.sql()} GROUP BY k, single{having}"
-                f" ORDER BY pos DESC LIMIT {int(want)} OFFSET {int(offset)}"
+                f"SELECT {_TRACE_KEY} AS k, trace_id IS NULL AS single, ts_ms, id FROM calls"
+                f" WHERE {w.sql()} ORDER BY ts_ms DESC, id DESC LIMIT {int(want)}"
             )
             rows = self._query(sql, parameters=w.params).result_rows
-            candidates = [(str(k), bool(single), (int(pos[0]), int(pos[1]))) for k, single, pos in rows]
+            found: list[tuple[str, bool, tuple[int, int]]] = []
+            for key, single, ts_ms, call_id in rows:
+                if key not in seen:
+                    seen.add(key)
+                    found.append((str(key), bool(single), (int(ts_ms), int(call_id))))
+            if rows:
+                after = (int(rows[-1][2]), int(rows[-1][3]))
+            traces = [key for key, single, _ in found if not single]
+            if cursor is not None and traces:
+                newest = self._newest_matching(f, traces)
+                found = [(k, single, newest.get(k, p)) for k, single, p in found]
+                found = [c for c in found if c[2] < cursor]
             if trace_filter_envs is not None:
-                outside = self._traces_outside(
-                    f.workspace, [k for k, single, _ in candidates if not single], trace_filter_envs
-                )
-                candidates = [c for c in candidates if c[0] not in outside]
-            for key, _, position in candidates:
+                outside = self._traces_outside(f.workspace, traces, trace_filter_envs)
+                found = [c for c in found if c[0] not in outside]
+            for key, _, position in found:
                 if len(keys) < limit:
                     keys.append(key)
                     positions[key] = position
             if len(rows) < want:
-                break
-            offset += want
-            want *= 2
+                if floor <= f.since_ms:
+                    break  # the window is walked to its start
+                if after is None:
+                    after = (floor, 0)  # nothing matched above the floor: continue below it (ids start at 1)
+                span *= 8
+            else:
+                want *= 2
         summaries = self.trace_summaries(f, keys)
         for summary in summaries:
             summary["position"] = positions[summary["trace_key"]]
         return summaries
+
+    def _span_bounds(self, workspace: str, trace_ids: Sequence[str], w: Where) -> str:
+        """A clause selecting these traces' calls within their first and last call times (a range of
+        the primary key), from ``trace_bounds``; its values go into ``w``."""
+        b = Where()
+        b.add(f"workspace = {b.param(workspace, 'String')}")
+        b.add(f"trace_id IN {b.param(list(trace_ids), 'Array(String)')}")
+        sql = f"SELECT min(first_ms), max(last_ms), count() FROM {TRACE_BOUNDS} WHERE {b.sql()}"
+        first, last, found = self._query(sql, parameters=b.params).result_rows[0]
+        ids = f"trace_id IN {w.param(list(trace_ids), 'Array(String)')}"
+        if not found:
+            return "0"
+        return f"{ids} AND ts_ms >= {w.param(int(first), 'Int64')} AND ts_ms <= {w.param(int(last), 'Int64')}"
+
+    def _newest_matching(self, f: CallFilter, trace_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        w = call_where(f)
+        w.add(self._span_bounds(f.workspace, trace_ids, w))
+        sql = f"SELECT trace_id, max((ts_ms, id)) FROM calls WHERE {w.sql()} GROUP BY trace_id"
+        return {
+            str(k): (int(pos[0]), int(pos[1])) for k, pos in self._query(sql, parameters=w.params).result_rows
+        }
 
     def _traces_outside(self, workspace: str, trace_ids: Sequence[str], envs: Sequence[str]) -> set[str]:
         if not trace_ids:
             return set()
         w = Where()
         w.add(f"workspace = {w.param(workspace, 'String')}")
-        w.add(f"trace_id IN {w.param(list(trace_ids), 'Array(String)')}")
-        w.add(f"(environment IS NULL OR environment NOT IN {w.param(list(envs) or [''], 'Array(String)')})")
-        if not envs:
-            w.clauses[-1] = "1"
+        w.add(self._span_bounds(workspace, trace_ids, w))
+        if envs:
+            w.add(f"(environment IS NULL OR environment NOT IN {w.param(list(envs), 'Array(String)')})")
         sql = f"SELECT DISTINCT trace_id FROM calls WHERE {w.sql()}"
         return {str(r[0]) for r in self._query(sql, parameters=w.params).result_rows}
 
     def trace_summaries(self, f: CallFilter, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The summaries of these traces' matching calls: the traces' calls read within their bounds,
+        the single calls (``call:<id>``) by id, in one query."""
         if not keys:
             return []
         trace_ids = [k for k in keys if not k.startswith("call:")]
         call_ids = [int(k[5:]) for k in keys if k.startswith("call:") and k[5:].isdigit()]
         w = call_where(f)
-        w.add(
-            f"(trace_id IN {w.param(trace_ids, 'Array(String)')}"
-            f" OR (trace_id IS NULL AND id IN {w.param(call_ids, 'Array(UInt64)')}))"
-        )
-        sql = (
-            f"SELECT {_TRACE_KEY} AS trace_key, max(trace_name), min(ts_ms), max(ts_ms), count(),"
-            " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0)), sum(ifNull(cache_read_tokens, 0)),"
-            " sum(ifNull(cache_write_tokens, 0)), sum(ifNull(reasoning_tokens, 0)), sum(cost_usd),"
-            " countIf(cost_status IN ('unpriced', 'partial')), max(error), groupUniqArray(route),"
-            " groupUniqArray(provider), groupUniqArray(model), groupUniqArray(environment), sum(latency_ms),"
-            " countIf(environment IS NULL)"
-            f" FROM calls WHERE {w.sql()} GROUP BY trace_key"
+        base = w.sql()
+        parts = []
+        if trace_ids:
+            parts.append(f"{base} AND {self._span_bounds(f.workspace, trace_ids, w)}")
+        if call_ids:
+            parts.append(f"{base} AND trace_id IS NULL AND id IN {w.param(call_ids, 'Array(UInt64)')}")
+        sql = " UNION ALL ".join(
+            f"SELECT {_SUMMARY} FROM calls WHERE {part} GROUP BY trace_key" for part in parts
         )
         found: dict[str, dict[str, Any]] = {}
         for row in self._query(sql, parameters=w.params).result_rows:
