@@ -24,6 +24,7 @@ import numpy as np
 
 from triptych.core.errors import StorageUnavailable
 from triptych.metergraph import histogram
+from triptych.metergraph.clickhouse_inserts import GroupInserter
 from triptych.metergraph.clickhouse_schema import (
     BACKFILLED,
     CALL_TYPES,
@@ -189,6 +190,13 @@ class ClickHouseTelemetryStore:
         with meta.db.transaction() as conn:
             conn.execute(_SEQUENCE_DDL)
         self._ids = threading.Lock()
+        self._calls = GroupInserter(self._insert_calls, lambda exc: not isinstance(exc, StorageUnavailable))
+
+    def _insert_calls(self, columns: list[list[Any]]) -> None:
+        self._insert(
+            "calls", columns, column_names=list(_INSERT_COLUMNS), column_type_names=_INSERT_TYPES,
+            column_oriented=True,
+        )  # fmt: skip
 
     def _exists(self, table: str) -> bool:
         return bool(self.client.command("EXISTS TABLE {t:Identifier}", parameters={"t": table}))
@@ -306,8 +314,9 @@ class ClickHouseTelemetryStore:
         batch: dict[str, Any],
         now_iso: str,
     ) -> None:
-        """The batch's calls in one INSERT (content first, so no call points at missing content), then
-        its batch record in SQLite."""
+        """The batch's calls in one INSERT, shared with the batches waiting at the same time
+        (``clickhouse_inserts``; content first, so no call points at missing content), then its batch
+        record in SQLite."""
         if calls.size:
             first = self.reserve_ids(calls.size)
             ids = list(range(first, first + calls.size))
@@ -320,15 +329,8 @@ class ClickHouseTelemetryStore:
                      for i, c in retained],
                     column_names=["workspace", "call_id", "ts_ms", "request_text", "response_text", "tool_calls"],
                 )  # fmt: skip
-            data = [ids, *(calls.column(name) for name in CALL_COLUMNS)]
             try:
-                self._insert(
-                    "calls",
-                    data,
-                    column_names=list(_INSERT_COLUMNS),
-                    column_type_names=_INSERT_TYPES,
-                    column_oriented=True,
-                )
+                self._calls.submit([ids, *(calls.column(name) for name in CALL_COLUMNS)])
             except self._data_error as exc:
                 # A value beyond its column's range fails the batch whole, as SQLite's OverflowError does.
                 raise OverflowError(str(exc)) from exc
