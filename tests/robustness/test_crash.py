@@ -24,7 +24,11 @@ from triptych.metergraph.settings import load_metergraph_settings
 
 SECONDS = float(os.environ.get("TRIPTYCH_CRASH_SECONDS", "3"))
 WRITERS = 3
-ALICE = {"Authorization": f"Bearer {token(user='alice', workspaces=['crash'])}"}
+
+
+def alice() -> dict[str, str]:
+    """Alice's headers, minted when used (a token minted at import may expire before a long suite gets here)."""
+    return {"Authorization": f"Bearer {token(user='alice', workspaces=['crash'])}"}
 
 
 @pytest.fixture
@@ -52,7 +56,7 @@ Writer = Callable[[ServerProcess, int, list[Any], threading.Event], None]
 
 
 def metronix_writer(server: ServerProcess, i: int, acked: list[Any], stop: threading.Event) -> None:
-    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as http:
+    with httpx.Client(base_url=server.url, headers=alice(), timeout=30) as http:
         n = 0
         while not stop.is_set():
             n += 1
@@ -70,7 +74,7 @@ def metronix_writer(server: ServerProcess, i: int, acked: list[Any], stop: threa
 
 
 def hadron_writer(server: ServerProcess, i: int, acked: list[Any], stop: threading.Event) -> None:
-    client = ClientThread(server.url + "/hadron/mcp", ALICE)
+    client = ClientThread(server.url + "/hadron/mcp", alice())
     try:
         n = 0
         while not stop.is_set():
@@ -104,7 +108,7 @@ def metergraph_writer(server: ServerProcess, i: int, acked: list[Any], stop: thr
 
 
 def metronix_missing(server: ServerProcess, acked: list[Any]) -> list[Any]:
-    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as http:
+    with httpx.Client(base_url=server.url, headers=alice(), timeout=30) as http:
         return [
             i
             for i in acked
@@ -113,7 +117,7 @@ def metronix_missing(server: ServerProcess, acked: list[Any]) -> list[Any]:
 
 
 def hadron_missing(server: ServerProcess, acked: list[Any]) -> list[Any]:
-    client = ClientThread(server.url + "/hadron/mcp", ALICE)
+    client = ClientThread(server.url + "/hadron/mcp", alice())
     try:
         return [loc for loc in acked if error_code(client.call("hadron_get_node", {"loc": loc})) is not None]
     finally:
@@ -136,17 +140,7 @@ SURFACES: dict[str, tuple[Writer, Callable[[ServerProcess, list[Any]], list[Any]
 }
 
 
-@pytest.mark.parametrize(
-    "surface",
-    [
-        # Known issue (2026-12-01): see test_disk.py's INTERMITTENT (no Hadron write acknowledged within
-        # 120 s of a start in 2 of 3 full CI dry runs; alone it passes in seconds).
-        pytest.param(s, marks=pytest.mark.xfail(reason="intermittent, under investigation", strict=False))
-        if s == "hadron"
-        else s
-        for s in SURFACES
-    ],
-)
+@pytest.mark.parametrize("surface", list(SURFACES))
 def test_every_acknowledged_write_survives_kill_9(crash_server: ServerProcess, surface: str) -> None:
     writer, missing = SURFACES[surface]
     crash_server.env["APP_TOKEN"] = _app_token(crash_server.data_dir)
