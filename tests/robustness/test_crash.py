@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +52,11 @@ def _app_token(data_dir: Path) -> str:
         mg.close()
 
 
+# What the server answered instead of an acknowledgement, by status or error code: a test that sees no
+# write says why (an expired token once looked like a hung server).
+REFUSALS: Counter[str] = Counter()
+
+
 # Each writer writes until the server dies, appending what the server acknowledged.
 Writer = Callable[[ServerProcess, int, list[Any], threading.Event], None]
 
@@ -71,6 +77,8 @@ def metronix_writer(server: ServerProcess, i: int, acked: list[Any], stop: threa
                 return
             if response.status_code == 201:
                 acked.append(response.json()["id"])
+            else:
+                REFUSALS[str(response.status_code)] += 1
 
 
 def hadron_writer(server: ServerProcess, i: int, acked: list[Any], stop: threading.Event) -> None:
@@ -86,8 +94,11 @@ def hadron_writer(server: ServerProcess, i: int, acked: list[Any], stop: threadi
                 )
             except BaseException:  # the server died mid-call (the client's task is cancelled): stop
                 return
-            if error_code(result) is None:
+            code = error_code(result)
+            if code is None:
                 acked.append(loc)
+            else:
+                REFUSALS[code] += 1
     finally:
         client.close()
 
@@ -105,6 +116,8 @@ def metergraph_writer(server: ServerProcess, i: int, acked: list[Any], stop: thr
                 return
             if response.status_code == 202:
                 acked.extend(ids)
+            else:
+                REFUSALS[str(response.status_code)] += 1
 
 
 def metronix_missing(server: ServerProcess, acked: list[Any]) -> list[Any]:
@@ -143,6 +156,7 @@ SURFACES: dict[str, tuple[Writer, Callable[[ServerProcess, list[Any]], list[Any]
 @pytest.mark.parametrize("surface", list(SURFACES))
 def test_every_acknowledged_write_survives_kill_9(crash_server: ServerProcess, surface: str) -> None:
     writer, missing = SURFACES[surface]
+    REFUSALS.clear()
     crash_server.env["APP_TOKEN"] = _app_token(crash_server.data_dir)
     acked: list[list[Any]] = [[] for _ in range(WRITERS)]
     stop = threading.Event()
@@ -163,7 +177,7 @@ def test_every_acknowledged_write_survives_kill_9(crash_server: ServerProcess, s
     for thread in threads:
         thread.join(60)
     written = [item for part in acked for item in part]
-    assert written, f"no {surface} write was acknowledged in {SECONDS} s"
+    assert written, f"no {surface} write was acknowledged in {SECONDS} s; refusals: {dict(REFUSALS)}"
     crash_server.start()  # the same data directory, after the crash
     lost = missing(crash_server, written)
     record(f"kill-9-{surface}", acknowledged=len(written), lost=len(lost), seconds=SECONDS)
