@@ -33,7 +33,7 @@ def test_calls_and_rollups_older_than_the_retention_window_expire(
             store = mg.store
             assert isinstance(store, ClickHouseTelemetryStore)
             for table in ("calls", "rollup_daily", "rollup_daily_coarse", "rollup_hourly_coarse",
-                          "rollup_weekly_coarse", "rollup_meta_daily", "trace_bounds"):  # fmt: skip
+                          "rollup_weekly_coarse", "rollup_meta_daily", "rollup_meta_weekly", "trace_bounds"):  # fmt: skip
                 store.client.command(f"OPTIMIZE TABLE {table} FINAL")  # merges apply the TTL now
         assert kept.store.count_calls("w1") == 2
         assert kept.usage.aggregates(agent(), days=90)["totals"]["calls"] == 2
@@ -58,13 +58,14 @@ def test_a_database_from_before_the_metadata_rollup_and_trace_bounds_gets_them_f
     mg.ingest.ingest_document(app(), {"rows": rows})
     reads = {
         "by_prompt": lambda m: m.usage.aggregates(agent(), days=7, group_by=["metadata.prompt_id", "day"]),
+        "by_prompt_weeks": lambda m: m.usage.aggregates(agent(), days=30, group_by=["metadata.prompt_id"]),
         "traces": lambda m: m.traces.query(agent(), days=7, limit=5),
     }
     before = {name: read(mg) for name, read in reads.items()}
     assert before["by_prompt"]["metadata_groups"]["unlisted"]["missing_key"]["calls"] == 10
     store = mg.store
     assert isinstance(store, ClickHouseTelemetryStore)
-    for table in ("rollup_meta_daily", "trace_bounds"):
+    for table in ("rollup_meta_daily", "rollup_meta_weekly", "trace_bounds"):
         store.client.command(f"DROP TABLE {table}_mv")
         store.client.command(f"DROP TABLE {table}")
     mg.close()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from triptych.metergraph.store import ELIGIBLE_CHARS, ROLLUPS, SUMS
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _STR = "Nullable(String)"
 _DIM = "LowCardinality(Nullable(String))"
@@ -165,22 +165,39 @@ _META_PAIRS = (
 )
 
 
-def meta_rollup_ddl(retention_days: int) -> list[str]:
+# Its weekly sum (epoch weeks, as ``rollup_weekly_coarse``), cascading from the daily one: a 90-day read
+# takes 12 whole weeks from here and the few other days from the daily rows.
+META_WEEKLY = "rollup_meta_weekly"
+
+
+def meta_rollup_ddl(retention_days: int, table: str = META_ROLLUP) -> list[str]:
     sums = ",\n  ".join(
         f"{name} {_FLOAT_SUM if name in ('cost_usd', 'latency_sum') else _INT_SUM}" for name in SUMS
     )
     keys = ", ".join(f"{k} LowCardinality(String)" for k in _KEY)
+    days = 7 if table == META_WEEKLY else 1
+    select = meta_weekly_select() if table == META_WEEKLY else meta_rollup_select()
     return [
-        f"""CREATE TABLE IF NOT EXISTS {META_ROLLUP} (
+        f"""CREATE TABLE IF NOT EXISTS {table} (
   workspace LowCardinality(String), key LowCardinality(String), bucket Int64, {keys},
   cls LowCardinality(String), value String,
   {sums},
   hist {_HIST_TYPE}
 ) ENGINE = AggregatingMergeTree
 ORDER BY (workspace, key, bucket, {", ".join(_META_KEY[:-3])}, cls, value)
-TTL toDateTime(bucket * 86400) + INTERVAL {int(retention_days) + 2} DAY""",
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {META_ROLLUP}_mv TO {META_ROLLUP} AS {meta_rollup_select()}",
+TTL toDateTime(bucket * {86400 * days}) + INTERVAL {int(retention_days) + days + 1} DAY""",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {table}_mv TO {table} AS {select}",
     ]
+
+
+def meta_weekly_select() -> str:
+    """The weekly metadata rollup's rows from the daily one (the week computed under another name: an
+    alias equal to a column's name would shadow it inside the sums)."""
+    keys = ", ".join(_META_KEY)
+    sums = ", ".join(f"sum({name}) AS {name}" for name in SUMS)
+    return f"""SELECT workspace, key, week AS bucket, {", ".join(_KEY)}, cls, value, {sums}, sumMap(hist) AS hist
+FROM (SELECT *, intDiv(bucket, 7) AS week FROM {META_ROLLUP})
+GROUP BY workspace, week, {keys}"""
 
 
 def meta_rollup_select(where: str = "") -> str:
@@ -219,7 +236,13 @@ FROM calls WHERE trace_id IS NOT NULL GROUP BY workspace, trace_id"""
 
 
 # Tables fed by views that a database created before them fills once from the stored calls.
-BACKFILLED = {META_ROLLUP: meta_rollup_select, TRACE_BOUNDS: trace_bounds_select}
+# In this order: the weekly rollup from the daily one (empty if it is new too), then the daily one from
+# the calls (its cascade then fills the weekly one).
+BACKFILLED = {
+    META_WEEKLY: meta_weekly_select,
+    META_ROLLUP: meta_rollup_select,
+    TRACE_BOUNDS: trace_bounds_select,
+}
 
 
 def statements(retention_days: int) -> list[str]:
@@ -227,6 +250,7 @@ def statements(retention_days: int) -> list[str]:
     out = [calls_ddl(retention_days), CONTENT_DDL]
     ddl = {table: rollup_ddl(table, retention_days) for table in ROLLUPS}
     ddl[META_ROLLUP] = meta_rollup_ddl(retention_days)
+    ddl[META_WEEKLY] = meta_rollup_ddl(retention_days, META_WEEKLY)
     ddl[TRACE_BOUNDS] = trace_bounds_ddl(retention_days)
     out.extend(table_ddl for table_ddl, _ in ddl.values())
     out.extend(view for _, view in ddl.values())

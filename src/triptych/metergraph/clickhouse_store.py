@@ -31,6 +31,7 @@ from triptych.metergraph.clickhouse_schema import (
     CASCADE,
     MEASURES,
     META_ROLLUP,
+    META_WEEKLY,
     TRACE_BOUNDS,
     rollup_select,
     statements,
@@ -41,6 +42,7 @@ from triptych.metergraph.store import (
     ELIGIBLE_CHARS,
     ROLLUPS,
     SUMS,
+    WEEK_DAYS,
     AggRow,
     CallBatch,
     CallFilter,
@@ -406,29 +408,47 @@ class ClickHouseTelemetryStore:
         totals = self.aggregate_rollups(
             "rollup_daily_coarse" if coarse else "rollup_daily", f, first, last, dims, 1
         )
-        w = Where()
-        w.add(f"workspace = {w.param(f.workspace, 'String')}")
-        w.add(f"key = {w.param(meta_key, 'String')}")
-        w.add(f"bucket >= {w.param(first, 'Int64')}")
-        w.add(f"bucket < {w.param(last, 'Int64')}")
-        _keys(f, w, rollup=True)
+        # Whole weeks from the weekly metadata rollup unless grouped by day, the other days from the daily.
+        spans = [(META_ROLLUP, first, last)]
+        w_lo, w_hi = -(-first // WEEK_DAYS), last // WEEK_DAYS
+        if "day" not in dims and w_lo < w_hi:
+            spans = [
+                (META_WEEKLY, w_lo, w_hi),
+                (META_ROLLUP, first, w_lo * WEEK_DAYS),
+                (META_ROLLUP, w_hi * WEEK_DAYS, last),
+            ]
         exprs = ["bucket" if d == "day" else d for d in dims]
         sums = ", ".join(f"sum({name})" for name in SUMS)
-        sql = (
-            f"SELECT {', '.join([*exprs, 'cls', 'value'])}, {sums}, {_HIST_SUM} FROM {META_ROLLUP}"
-            f" WHERE {w.sql()} GROUP BY {', '.join([*exprs, 'cls', 'value'])}"
-        )
         out: dict[tuple[Any, ...], AggRow] = {}
         n = len(exprs)
-        for row in self._query(sql, parameters=w.params).result_rows:
-            group = tuple(None if v == "" and d != "day" else v for v, d in zip(row[:n], dims, strict=True))
-            cls, value = row[n], row[n + 1]
-            agg = AggRow((*group, cls, value if cls == "v" else None),
-                         np.array(row[n + 2 : n + 2 + len(SUMS)], dtype=np.float64), _hist(row[-1]))  # fmt: skip
-            out[agg.key] = agg
-            total = totals.get(group)
-            if total is not None:
-                total.sums, total.hist = total.sums - agg.sums, total.hist - agg.hist
+        for table, lo, hi in spans:
+            if lo >= hi:
+                continue
+            w = Where()
+            w.add(f"workspace = {w.param(f.workspace, 'String')}")
+            w.add(f"key = {w.param(meta_key, 'String')}")
+            w.add(f"bucket >= {w.param(lo, 'Int64')}")
+            w.add(f"bucket < {w.param(hi, 'Int64')}")
+            _keys(f, w, rollup=True)
+            sql = (
+                f"SELECT {', '.join([*exprs, 'cls', 'value'])}, {sums}, {_HIST_SUM} FROM {table}"
+                f" WHERE {w.sql()} GROUP BY {', '.join([*exprs, 'cls', 'value'])}"
+            )
+            for row in self._query(sql, parameters=w.params).result_rows:
+                group = tuple(
+                    None if v == "" and d != "day" else v for v, d in zip(row[:n], dims, strict=True)
+                )
+                cls, value = row[n], row[n + 1]
+                agg = AggRow((*group, cls, value if cls == "v" else None),
+                             np.array(row[n + 2 : n + 2 + len(SUMS)], dtype=np.float64), _hist(row[-1]))  # fmt: skip
+                mine = out.get(agg.key)
+                if mine is None:
+                    out[agg.key] = AggRow(agg.key, agg.sums.copy(), agg.hist.copy())
+                else:
+                    mine.sums, mine.hist = mine.sums + agg.sums, mine.hist + agg.hist
+                total = totals.get(group)
+                if total is not None:
+                    total.sums, total.hist = total.sums - agg.sums, total.hist - agg.hist
         calls = SUMS.index("calls")
         for group, rest in totals.items():
             if rest.sums[calls] > 0:
