@@ -44,7 +44,6 @@ class GroupInserter:
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._flushing = False
-        self.inserts = 0  # INSERT statements sent (for tests and benchmarks)
 
     def submit(self, columns: Columns) -> None:
         item = _Pending(columns)
@@ -58,6 +57,9 @@ class GroupInserter:
         if not item.done:
             try:
                 self._flush(group)
+            except Exception as exc:  # before anything was sent (building the combined columns)
+                for pending in group:
+                    pending.error = pending.error or exc
             finally:
                 with self._cond:
                     for pending in group:
@@ -76,7 +78,6 @@ class GroupInserter:
             for i in range(len(group[0].columns))
         ]
         try:
-            self.inserts += 1
             self._insert(combined)
         except Exception as exc:  # handed to each waiting caller
             if not self._retry_alone(exc):
@@ -88,7 +89,6 @@ class GroupInserter:
 
     def _send(self, pending: _Pending) -> None:
         try:
-            self.inserts += 1
             self._insert(pending.columns)
         except Exception as exc:
             pending.error = exc
