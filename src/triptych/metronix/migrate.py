@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pgvector import Vector
 from psycopg import Connection, sql
 
 from triptych.core.db import Database
@@ -225,8 +226,10 @@ def migrate_to_postgres(data_dir: Path, url: str, progress: Progress, default_di
 def _to_embedded(table: str, columns: Sequence[str], row: tuple[Any, ...]) -> tuple[Any, ...]:
     if table != "chunks":
         return tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
-    position = columns.index("embedding")  # a pgvector value (a numpy array here) -> float32 bytes
-    vector = np.asarray(row[position], dtype=np.float32)
+    position = columns.index("embedding")  # a pgvector value -> float32 bytes
+    value = row[position]
+    vector = value.to_numpy() if isinstance(value, Vector) else np.asarray(value)
+    vector = vector.astype(np.float32, copy=False)
     return (*row[:position], vector.tobytes(), *row[position + 1 :])
 
 
@@ -235,7 +238,7 @@ def _target(data_dir: Path, url: str) -> Database:
     db = Database(path, store.MIGRATIONS)
     db.migrate("memory", memory_store.MIGRATIONS)
     for table in ("documents", "memory_records"):
-        if db.conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone() != (0,):
+        if db.conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]:
             db.close()
             raise Invalid(
                 f"The data directory {data_dir} already holds Metronix data: nothing was copied from {redacted(url)}",
