@@ -127,7 +127,39 @@ def run_clients(url: str, clients: list[int], start: float, warmup: float, secon
     return out
 
 
-def load(url: str, clients: int, processes: int, warmup: float, seconds: float) -> dict[str, Any]:
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU seconds the processes have used so far (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used += (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+def children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def load(
+    url: str,
+    clients: int,
+    processes: int,
+    warmup: float,
+    seconds: float,
+    cpu_of: dict[str, int],
+) -> dict[str, Any]:
     start = time.time() + 3.0  # every client process has started its sessions by then
     shares = [list(range(i, clients, processes)) for i in range(processes)]
     calls: Counter[str] = Counter()
@@ -135,6 +167,10 @@ def load(url: str, clients: int, processes: int, warmup: float, seconds: float) 
     latency: list[float] = []
     with ProcessPoolExecutor(max_workers=processes) as pool:
         futures = [pool.submit(run_clients, url, share, start, warmup, seconds) for share in shares]
+        time.sleep(max(0.0, start + warmup - time.time()))
+        before = {name: cpu_seconds([root, *children(root)]) for name, root in cpu_of.items()}
+        time.sleep(max(0.0, start + warmup + seconds - time.time()))
+        cpu = {name: cpu_seconds([root, *children(root)]) - before[name] for name, root in cpu_of.items()}
         for future in futures:
             out = future.result()
             calls.update(out["calls"])
@@ -143,6 +179,7 @@ def load(url: str, clients: int, processes: int, warmup: float, seconds: float) 
     total = sum(calls.values())
     return {
         "calls_per_s": total / seconds,
+        "cpu_ms_per_call": {name: 1000 * used / max(total, 1) for name, used in cpu.items()},
         "calls": dict(calls),
         "by_worker": dict(sorted(workers.items())),
         "p50_ms": statistics.median(latency) if latency else None,
@@ -225,7 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             server = start(workers, url, root)
             try:
                 before = os.getloadavg()[0]
-                measured = load(server.url, args.clients, args.client_processes, args.warmup, args.seconds)
+                supervisor = server.process.pid if server.process else 0
+                postmaster = int((cluster.root / "data" / "postmaster.pid").read_text().split()[0])
+                cpu_of = {"server": supervisor, "postgresql": postmaster}
+                measured = load(
+                    server.url, args.clients, args.client_processes, args.warmup, args.seconds, cpu_of
+                )
                 measured.update(workers=workers, load_before=before, load_after=os.getloadavg()[0])
             finally:
                 server.stop()
@@ -233,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"round {n}/{len(order)}: {workers} worker(s) {measured['calls_per_s']:.1f} calls/s,"
                 f" p50 {measured['p50_ms']:.0f} ms, by worker {measured['by_worker']},"
+                f" CPU ms per call {json.dumps({k: round(v, 1) for k, v in measured['cpu_ms_per_call'].items()})},"
                 f" load {measured['load_before']:.1f} -> {measured['load_after']:.1f}",
                 file=sys.stderr,
                 flush=True,

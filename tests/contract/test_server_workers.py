@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+from hadron.world import HADRON_KEY, Session, build_world, user_headers
 from harness import SECRET, TRIPTYCH, McpSession, ServerProcess, bearer, free_port, token
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -80,12 +81,16 @@ def stop_all(server: ServerProcess) -> None:
 
 @pytest.fixture(scope="module")
 def workers(postgres: PostgresCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    data_dir = tmp_path_factory.mktemp("workers") / "data"
+    data_dir.mkdir()
+    build_world(data_dir)  # Hadron's organizations, users, apps and memories (tests/hadron/world.py)
     env = {
         "TRIPTYCH_DATABASE_URL": postgres.create_database("workers2"),
-        "AUTH_ENABLED": "true",
-        "METRONIX_SECRET_KEY": SECRET,
+        "TRIPTYCH_AUTH_ENABLED": "true",
+        "TRIPTYCH_JWT_SECRET": SECRET,
+        "TRIPTYCH_HADRON_KEY": HADRON_KEY.encoded(),
     }
-    server = ServerProcess(tmp_path_factory.mktemp("workers") / "data", env)
+    server = ServerProcess(data_dir, env)
     start_workers(server)
     try:
         yield server
@@ -94,8 +99,10 @@ def workers(postgres: PostgresCluster, tmp_path_factory: pytest.TempPathFactory)
 
 
 @asynccontextmanager
-async def on_worker(server: ServerProcess, worker: int, tok: str = ADMIN) -> AsyncIterator[McpSession]:
-    """An MCP session whose every request is answered by ``worker``: the connection is kept open, and
+async def pinned(
+    server: ServerProcess, worker: int, headers: dict[str, str], path: str = "/mcp"
+) -> AsyncIterator[Client]:
+    """An MCP client whose every request is answered by ``worker``: the connection is kept open, and
     new connections are tried until the kernel hands one to that worker."""
     for _ in range(60):
         seen: list[str | None] = []
@@ -104,16 +111,30 @@ async def on_worker(server: ServerProcess, worker: int, tok: str = ADMIN) -> Asy
             seen.append(response.headers.get(WORKER))
 
         async with httpx2.AsyncClient(
-            headers=bearer(tok), timeout=60.0, event_hooks={"response": [note]}
+            headers=headers, timeout=60.0, event_hooks={"response": [note]}
         ) as http:
             await http.get(server.url + "/health")
             if seen != [str(worker)]:
                 continue
-            async with Client(streamable_http_client(server.url + "/mcp", http_client=http)) as client:
-                yield McpSession(client)
+            async with Client(streamable_http_client(server.url + path, http_client=http)) as client:
+                yield client
             assert set(seen) == {str(worker)}, f"a request left worker {worker}: {seen}"
             return
     raise AssertionError(f"no connection reached worker {worker} in 60 tries")
+
+
+@asynccontextmanager
+async def on_worker(server: ServerProcess, worker: int, tok: str = ADMIN) -> AsyncIterator[McpSession]:
+    async with pinned(server, worker, bearer(tok)) as client:
+        yield McpSession(client)
+
+
+@asynccontextmanager
+async def hadron_on_worker(
+    server: ServerProcess, worker: int, headers: dict[str, str]
+) -> AsyncIterator[Session]:
+    async with pinned(server, worker, headers, "/hadron/mcp") as client:
+        yield Session(client)
 
 
 async def ok(session: McpSession, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -222,6 +243,23 @@ async def test_a_tenant_never_reaches_another_tenant_s_data_through_either_worke
         assert search["results"] == [] and memories["results"] == []
         assert into_a.error_code == "WORKSPACE_NOT_FOUND"
         assert memory_a.is_error
+
+
+async def test_hadron_selections_come_back_by_client_id_on_whichever_worker_takes_the_reconnect(
+    workers: ServerProcess,
+) -> None:
+    client_id = "laptop-" + uuid.uuid4().hex[:8]
+    async with hadron_on_worker(workers, 1, user_headers("carol", client_id)) as first:
+        await first.ok("hadron_set_active_memory", memoryUrn="hrn:mem:acme.com:team")
+        await first.ok("hadron_set_active_app", app="hrn:app:acme.com:bot")
+    async with hadron_on_worker(workers, 2, user_headers("carol", client_id)) as second:
+        listed = await second.ok("hadron_list_memories")
+        apps = await second.ok("hadron_list_apps")
+    assert [m["urn"] for m in listed.data["memories"] if m["active"]] == ["hrn:mem:acme.com:team"]
+    assert [a["urn"] for a in apps.data["apps"] if a["active"]] == ["hrn:app:acme.com:bot"]
+    async with hadron_on_worker(workers, 2, user_headers("dave", client_id)) as other_user:
+        listed = await other_user.ok("hadron_list_memories")  # same client id, another user: nothing
+    assert not [m for m in listed.data["memories"] if m["active"]]
 
 
 def test_a_session_opened_on_one_worker_is_served_by_the_other(workers: ServerProcess) -> None:
