@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -124,6 +125,7 @@ def _app(settings: Settings, worker: bool) -> Any:
 def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
     import uvicorn
 
+    from triptych.peers import forget_socket, relayed
     from triptych.supervisor import named_worker, report_ready
 
     class Worker(uvicorn.Server):
@@ -132,8 +134,18 @@ def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
             if not self.should_exit:
                 report_ready()
 
-    config = uvicorn.Config(named_worker(app), log_level=settings.log_level, access_log=False)
-    Worker(config).run(sockets=[sock])
+    # Outermost, the relay: a relayed answer keeps the X-Triptych-Worker of the worker that gave it.
+    app, own = relayed(named_worker(app))
+    config = uvicorn.Config(app, log_level=settings.log_level, access_log=False)
+    own_path = None if own is None else Path(own.getsockname())  # uvicorn closes the socket itself
+    # uvicorn re-raises the stop signal after its graceful shutdown; with the default handler the
+    # process would die there, before the clean-up below.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    try:
+        Worker(config).run(sockets=[sock] if own is None else [sock, own])
+    finally:
+        if own_path is not None:
+            forget_socket(own_path)
     return 0
 
 

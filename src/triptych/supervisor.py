@@ -25,16 +25,20 @@ import contextlib
 import ctypes
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from triptych.peers import RUN_DIR
 
 WORKER_FD = "TRIPTYCH_WORKER_FD"
 READY_FD = "TRIPTYCH_WORKER_READY_FD"
@@ -151,6 +155,8 @@ class Supervisor:
         self.crashes: list[float] = []
         self.stopping: signal.Signals | None = None
         self.all_ready = False
+        # Each worker's own socket for requests of MCP sessions it holds (peers.py); removed at the end.
+        self.run_dir = tempfile.mkdtemp(prefix="triptych-workers-")
         self._ready_read, self._ready_write = os.pipe()
         os.set_blocking(self._ready_read, False)
 
@@ -162,6 +168,7 @@ class Supervisor:
             READY_FD: str(self._ready_write),
             WORKER_INDEX: str(index),
             SUPERVISOR_PID: str(os.getpid()),
+            RUN_DIR: self.run_dir,
         }
         process = subprocess.Popen(
             self.command,
@@ -190,6 +197,7 @@ class Supervisor:
                 signal.signal(sig, handler)
             os.close(self._ready_read)
             os.close(self._ready_write)
+            shutil.rmtree(self.run_dir, ignore_errors=True)
         return code
 
     def _read_ready(self) -> None:

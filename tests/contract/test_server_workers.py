@@ -31,6 +31,21 @@ from mcp.client.streamable_http import streamable_http_client
 from postgres import PostgresCluster
 
 WORKER = "x-triptych-worker"
+MCP_HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "Content-Type": "application/json",
+    "MCP-Protocol-Version": "2025-06-18",
+}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 ADMIN = token("root", "admin")
 
 
@@ -262,18 +277,43 @@ async def test_hadron_selections_come_back_by_client_id_on_whichever_worker_take
     assert not [m for m in listed.data["memories"] if m["active"]]
 
 
+def test_a_hadron_session_is_served_whichever_worker_a_connection_reaches_until_it_is_deleted(
+    workers: ServerProcess,
+) -> None:
+    """Hadron keeps MCP sessions (by contract): a request of a session held by the other worker is
+    relayed to it, GET stream included, and a DELETE through any connection ends it for all."""
+    headers = {**MCP_HEADERS, **user_headers("carol")}
+    for _ in range(60):  # open the session on worker 1
+        opened = httpx.post(workers.url + "/hadron/mcp", json=INITIALIZE, headers=headers)
+        if opened.headers[WORKER] == "1":
+            break
+    session = {**headers, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+    for n in range(12):  # new connections: about half reach worker 2, which relays them
+        listed = httpx.post(
+            workers.url + "/hadron/mcp",
+            json={"jsonrpc": "2.0", "id": 2 + n, "method": "tools/list"},
+            headers=session,
+        )
+        assert listed.status_code == 200, listed.text
+        assert listed.headers[WORKER] == "1"
+    with httpx.stream("GET", workers.url + "/hadron/mcp", headers=session, timeout=30) as stream:
+        assert stream.status_code == 200 and stream.headers[WORKER] == "1"
+    ended = httpx.delete(workers.url + "/hadron/mcp", headers=session)
+    assert ended.status_code == 200
+    for n in range(6):
+        gone = httpx.post(
+            workers.url + "/hadron/mcp",
+            json={"jsonrpc": "2.0", "id": 50 + n, "method": "tools/list"},
+            headers=session,
+        )
+        assert gone.status_code == 404  # the client opens a new session, as with one process
+
+
 def test_a_session_opened_on_one_worker_is_served_by_the_other(workers: ServerProcess) -> None:
     """A 2025-06-18 client (sessions in the protocol) whose next request arrives on a new connection:
     no Mcp-Session-Id is issued in server mode, so whichever worker takes it answers."""
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-        "MCP-Protocol-Version": "2025-06-18",
-        **bearer(ADMIN),
-    }
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
-    opened = httpx.post(workers.url + "/mcp", json=init, headers=headers)
+    headers = {**MCP_HEADERS, **bearer(ADMIN)}
+    opened = httpx.post(workers.url + "/mcp", json=INITIALIZE, headers=headers)
     assert opened.status_code == 200 and "mcp-session-id" not in opened.headers
     answered: dict[str, int] = {}
     for n in range(30):
@@ -332,11 +372,17 @@ def test_a_killed_worker_is_reported_and_replaced_and_sigterm_stops_every_worker
     assert [pid for pid in worker_pids(own_workers) if _alive(pid)] == []
 
 
-def test_a_kill_9_of_the_supervisor_leaves_no_worker_behind(own_workers: ServerProcess) -> None:
+def test_a_kill_9_of_the_supervisor_leaves_no_worker_and_no_socket_behind(own_workers: ServerProcess) -> None:
     assert own_workers.process is not None
+    environ = Path(f"/proc/{min(worker_pids(own_workers))}/environ").read_bytes().split(b"\0")
+    run_dir = Path(
+        next(v for v in environ if v.startswith(b"TRIPTYCH_WORKER_RUN_DIR=")).split(b"=", 1)[1].decode()
+    )
+    assert sorted(p.name for p in run_dir.iterdir()) == ["worker-1.sock", "worker-2.sock"]
     own_workers.process.kill()
     own_workers.process.wait()
     assert _wait(lambda: not any(_alive(pid) for pid in worker_pids(own_workers)), 30)
+    assert _wait(lambda: not run_dir.exists(), 10)
 
 
 def _serve(args: list[str], env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
