@@ -14,6 +14,8 @@ What keeps it robust:
   stops each worker once with SIGTERM (a graceful uvicorn shutdown) and kills what is left after
   ``GRACE`` seconds. Each worker also asks the kernel for SIGTERM when the supervisor dies
   (``PR_SET_PDEATHSIG``), so even a ``kill -9`` of the supervisor leaves no orphan serving the port.
+- The first worker starts alone and the others once it serves, so one process creates or migrates the
+  stores.
 - A worker that exits while serving is reported (pid, exit code or signal) and replaced. A worker that
   exits before it is ready means the configuration or the database is wrong: every worker is stopped and
   the supervisor exits with that worker's code, after its one-line reason on stderr.
@@ -188,8 +190,10 @@ class Supervisor:
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         code = 0
         try:
-            for index in range(1, self.count + 1):
-                self._spawn(index)
+            # The first worker alone, the others once it serves: it creates or migrates the data
+            # directory's SQLite files (two processes creating one file at once can fail) and the
+            # database, and the others then find them current.
+            self._spawn(1)
             code = self._watch()
         finally:
             self._stop_all()
@@ -207,7 +211,14 @@ class Supervisor:
                 worker = self.workers.get(int(line))
                 if worker is not None:
                     worker.ready = True
-        if not self.all_ready and self.workers and all(w.ready for w in self.workers.values()):
+        if len(self.workers) < self.count and self.workers[1].ready:
+            for index in range(len(self.workers) + 1, self.count + 1):
+                self._spawn(index)
+        if (
+            not self.all_ready
+            and len(self.workers) == self.count
+            and all(w.ready for w in self.workers.values())
+        ):
             self.all_ready = True
             self.on_ready([w.process.pid for w in self.workers.values()])
 
