@@ -168,9 +168,16 @@ def load(
     with ProcessPoolExecutor(max_workers=processes) as pool:
         futures = [pool.submit(run_clients, url, share, start, warmup, seconds) for share in shares]
         time.sleep(max(0.0, start + warmup - time.time()))
-        before = {name: cpu_seconds([root, *children(root)]) for name, root in cpu_of.items()}
+        server = cpu_of["server"]
+        client_pids = [pid for pid in children(os.getpid()) if pid != server]  # the client processes
+        cpu_of = {**cpu_of, "clients": -1}
+
+        def pids(root: int) -> list[int]:
+            return client_pids if root == -1 else [root, *children(root)]
+
+        before = {name: cpu_seconds(pids(root)) for name, root in cpu_of.items()}
         time.sleep(max(0.0, start + warmup + seconds - time.time()))
-        cpu = {name: cpu_seconds([root, *children(root)]) - before[name] for name, root in cpu_of.items()}
+        cpu = {name: cpu_seconds(pids(root)) - before[name] for name, root in cpu_of.items()}
         for future in futures:
             out = future.result()
             calls.update(out["calls"])
