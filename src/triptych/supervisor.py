@@ -46,7 +46,7 @@ WORKER_FD = "TRIPTYCH_WORKER_FD"
 READY_FD = "TRIPTYCH_WORKER_READY_FD"
 WORKER_INDEX = "TRIPTYCH_WORKER_INDEX"
 SUPERVISOR_PID = "TRIPTYCH_SUPERVISOR_PID"
-GRACE = 20.0  # seconds a worker has to finish its requests and close its stores after SIGTERM
+GRACE = 10.0  # seconds a worker has to finish its requests and close its stores after SIGTERM
 # A worker crashing this many times within RESTART_WINDOW seconds is not restarted again: something is
 # wrong that a restart does not cure, and a tight restart loop would hide it.
 MAX_RESTARTS = 5
