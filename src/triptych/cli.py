@@ -126,7 +126,7 @@ def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
     import uvicorn
 
     from triptych.peers import forget_socket, relayed
-    from triptych.supervisor import named_worker, report_ready
+    from triptych.supervisor import GRACE, named_worker, report_ready
 
     class Worker(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
@@ -136,7 +136,10 @@ def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
 
     # Outermost, the relay: a relayed answer keeps the X-Triptych-Worker of the worker that gave it.
     app, own = relayed(named_worker(app))
-    config = uvicorn.Config(app, log_level=settings.log_level, access_log=False)
+    # Open streams (a Hadron GET stream) are cut before the supervisor's grace runs out and it kills.
+    config = uvicorn.Config(
+        app, log_level=settings.log_level, access_log=False, timeout_graceful_shutdown=int(GRACE) - 2
+    )
     own_path = None if own is None else Path(own.getsockname())  # uvicorn closes the socket itself
     # uvicorn re-raises the stop signal after its graceful shutdown; with the default handler the
     # process would die there, before the clean-up below.
