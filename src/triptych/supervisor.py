@@ -16,9 +16,10 @@ What keeps it robust:
   (``PR_SET_PDEATHSIG``), so even a ``kill -9`` of the supervisor leaves no orphan serving the port.
 - The first worker starts alone and the others once it serves, so one process creates or migrates the
   stores.
-- A worker that exits while serving is reported (pid, exit code or signal) and replaced. A worker that
-  exits before it is ready means the configuration or the database is wrong: every worker is stopped and
-  the supervisor exits with that worker's code, after its one-line reason on stderr.
+- A worker that exits while serving is reported (pid, exit code or signal) and replaced, a replacement
+  that fails to start too, up to ``MAX_RESTARTS`` in ``RESTART_WINDOW``. A worker that exits before the
+  first start is complete means the configuration or the database is wrong: every worker is stopped
+  and the supervisor exits with that worker's code, after its one-line reason on stderr.
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ class Supervisor:
                 if code is None or self.stopping is not None:
                     continue
                 pid = worker.process.pid
-                if not worker.ready:
+                if not worker.ready and not self.all_ready:  # at start: the setup is wrong
                     self.say(
                         f"worker {worker.index} (pid {pid}) {how_it_ended(code)} before it was ready:"
                         " stopping the others"
@@ -246,6 +247,8 @@ class Supervisor:
                         f" ended within {RESTART_WINDOW:.0f} s: stopping"
                     )
                     return 1
+                if not worker.ready:  # a replacement that did not start (the database away?): retried
+                    time.sleep(1.0)
                 replacement = self._spawn(worker.index)
                 self.say(
                     f"worker {worker.index} (pid {pid}) {how_it_ended(code)}; started worker {worker.index}"

@@ -372,6 +372,24 @@ def test_a_killed_worker_is_reported_and_replaced_and_sigterm_stops_every_worker
     assert [pid for pid in worker_pids(own_workers) if _alive(pid)] == []
 
 
+def test_a_worker_that_keeps_dying_stops_the_supervisor_after_five_restarts(
+    own_workers: ServerProcess,
+) -> None:
+    assert own_workers.process is not None
+    killed: set[int] = set()
+    for _ in range(6):  # each replacement is killed as soon as it appears, before it is ready
+        victim = max(worker_pids(own_workers) - killed, default=None)
+        assert victim is not None, own_workers.log()
+        os.kill(victim, signal.SIGKILL)
+        killed.add(victim)
+        assert _wait(
+            lambda: len(worker_pids(own_workers) - killed) == 2 or own_workers.process.poll() is not None
+        )
+    assert own_workers.process.wait(timeout=60) == 1
+    assert "6 workers ended within 60 s: stopping" in own_workers.log()
+    assert _wait(lambda: not any(_alive(pid) for pid in worker_pids(own_workers)), 30)
+
+
 def test_a_kill_9_of_the_supervisor_leaves_no_worker_and_no_socket_behind(own_workers: ServerProcess) -> None:
     assert own_workers.process is not None
     environ = Path(f"/proc/{min(worker_pids(own_workers))}/environ").read_bytes().split(b"\0")
