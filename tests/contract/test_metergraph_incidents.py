@@ -17,21 +17,20 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, bearer, mcp_session
+from harness import SECRET, ServerProcess, bearer, mcp_session, open_metergraph
 from mcp import Client, MCPError, StdioServerParameters
-
-from triptych.metergraph.service import Metergraph
-from triptych.metergraph.settings import load_metergraph_settings
 
 HOUR = timedelta(hours=1)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]
+) -> Iterator[ServerProcess]:
     data = tmp_path_factory.mktemp("mgincidents") / "data"
     # Sweeps happen when incidents are read (a long tick keeps the background sweep out of the way).
     env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "MG_INCIDENT_TICK_SECONDS": "3600",
-           "MG_INCIDENT_COST_MIN_USD": "0.5", "MG_AGENT_RATE_PER_MINUTE": "0"}  # fmt: skip
+           "MG_INCIDENT_COST_MIN_USD": "0.5", "MG_AGENT_RATE_PER_MINUTE": "0", **metergraph_engine}  # fmt: skip
     started = ServerProcess(data, env).start()
     yield started
     started.stop()
@@ -43,7 +42,7 @@ class World:
     def __init__(self, server: ServerProcess, environments: list[str] | None = None) -> None:
         self.server = server
         self.workspace = "inc-" + uuid.uuid4().hex[:8]
-        mg = Metergraph.open(server.data_dir, load_metergraph_settings())
+        mg = open_metergraph(server)
         try:
             self.app = mg.keys.create_app_token(self.workspace)[1]
             self.key = mg.keys.create_agent_key(self.workspace, "metadata", None)[1]
