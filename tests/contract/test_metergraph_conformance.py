@@ -51,7 +51,10 @@ def ingest_episode(server: ServerProcess, app: str) -> None:
                  "latency_ms": 400, "environment": "production", "trace_id": uuid.uuid4().hex,
                  "tags": {"prompt_id": "p-1"}} for i in range(25)]  # fmt: skip
         assert (
-            httpx.post(server.url + "/v1/ingest", json={"rows": rows}, headers=bearer(app)).status_code == 202
+            httpx.post(
+                server.url + "/v1/ingest", json={"rows": rows}, headers=bearer(app), timeout=60
+            ).status_code
+            == 202
         )
 
 

@@ -64,7 +64,9 @@ class World:
             error = fields.get("errors", 0) > i
             rows.append({**base, **{k: v for k, v in fields.items() if k != "errors"},
                          **({"status": "error", "error_type": "rate_limit"} if error else {})})  # fmt: skip
-        response = httpx.post(self.server.url + "/v1/ingest", json={"rows": rows}, headers=bearer(self.app))
+        response = httpx.post(
+            self.server.url + "/v1/ingest", json={"rows": rows}, headers=bearer(self.app), timeout=60
+        )
         assert response.status_code == 202, response.text
 
     def baseline(self, hours: range, **fields: Any) -> None:
@@ -186,12 +188,12 @@ async def test_failed_ingestion_opens_once_and_resolves_after_good_batches(serve
     w = World(server)
     w.hour(0, n=3)
     for _ in range(4):
-        refused = httpx.post(server.url + "/v1/ingest", json={"rows": []}, headers=bearer(w.app))
+        refused = httpx.post(server.url + "/v1/ingest", json={"rows": []}, headers=bearer(w.app), timeout=60)
         assert refused.status_code == 400
     [opened] = await w.of_kind("ingestion_failure", grain="ingest")
     assert opened["diagnosis"]["numbers"]["failed_batches"] == 4
     assert opened["diagnosis"]["evidence"]["ingestion_health"]["tool"] == "metergraph_get_ingestion_health"
-    httpx.post(server.url + "/v1/ingest", json={"rows": []}, headers=bearer(w.app))
+    httpx.post(server.url + "/v1/ingest", json={"rows": []}, headers=bearer(w.app), timeout=60)
     [updated] = await w.of_kind("ingestion_failure", grain="ingest")
     assert (updated["id"], updated["occurrences"]) == (opened["id"], 2)
     for h in (1, 2, 3):
