@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from pathlib import Path
@@ -244,3 +245,20 @@ def test_a_classification_run_links_to_the_analysis_page(
         linked.close()
     assert run["app_url"] == "https://mg.example.com/app/w/w1/analysis"
     assert run["report"]["app_url"] is None  # a classification writes no report
+
+
+def test_each_engine_computes_the_key_signature_and_shape_as_python_does(mg: Metergraph) -> None:
+    tag_sets = [None, {}, {"b": 1, "a": "x"}, {"é": 1, "z": 2, "Z": 3, "a.b": 4, "中": 5}]
+    values = [None, 0, 63, 64, 511, 512, 4096, 32768]
+    rows = [row(tags=tags, input_tokens=i, output_tokens=o)
+            for tags in tag_sets for i in values for o in values[::3]]  # fmt: skip
+    mg.ingest.ingest_rows(app("w1"), rows, "sdk")
+    found = {
+        (g["keys"], g["shape"]): g["calls"] for g in mg.store.workload_features(CallFilter("w1", 0, 2**62))
+    }
+    expected: dict[tuple[str, int], int] = {}
+    for r in rows:
+        signature = tags_signature(None if r["tags"] is None else json.dumps(r["tags"]))
+        key = (signature, shape_code(r["input_tokens"], r["output_tokens"]))
+        expected[key] = expected.get(key, 0) + 1
+    assert found == expected and len({k for k, _ in found}) == 3  # None and {} have no keys alike
