@@ -587,9 +587,8 @@ class ClickHouseTelemetryStore:
         w = call_where(f)
         w.add("has_content = 1 AND error = 0")
         w.add(self._retained_ids(w, f, response=True))
-        fields = RETAINED_FIELDS[:9]
         sql = (
-            f"SELECT {', '.join(fields)} FROM calls WHERE {w.sql()}"
+            f"SELECT {', '.join(RETAINED_FIELDS)} FROM calls WHERE {w.sql()}"
             f" ORDER BY ts_ms DESC, id DESC LIMIT {w.param(limit, 'UInt64')}"
         )
         calls = self._rows(sql, w.params)

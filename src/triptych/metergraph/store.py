@@ -384,10 +384,9 @@ def call_where(f: CallFilter, params: list[Any]) -> str:
 
 # Calls with retained request text, for the workload reads (its argument is the workspace).
 _RETAINED = "id IN (SELECT call_id FROM call_content WHERE workspace = ? AND request_text IS NOT NULL)"
-# What ``retained_calls`` gives of each call.
+# What ``retained_calls`` gives of each call, besides its request_text and response_text.
 RETAINED_FIELDS = (
     "id", "trace_id", "ts_ms", "route", "provider", "model", "input_tokens", "output_tokens", "cost_usd",
-    "request_text", "response_text",
 )  # fmt: skip
 
 
@@ -915,7 +914,7 @@ class SqliteTelemetryStore:
         params: list[Any] = []
         where = call_where(f, params)
         rows = self.db.conn.execute(
-            f"SELECT c.{', c.'.join(RETAINED_FIELDS[:9])}, cc.request_text, cc.response_text"
+            f"SELECT c.{', c.'.join(RETAINED_FIELDS)}, cc.request_text, cc.response_text"
             f" FROM (SELECT * FROM calls WHERE {where}) c"
             " JOIN call_content cc ON cc.call_id = c.id AND cc.workspace = c.workspace"
             " WHERE c.has_content = 1 AND c.error = 0"
