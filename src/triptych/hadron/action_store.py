@@ -1,6 +1,7 @@
 """The record of every hadron_run_action run: who, when, which node revision, the arguments, the outcome
-and the duration. Its own migration component in ``hadron.db`` (``hadron-actions``); ``ActionRunStore``
-is the engine-neutral interface, ``SqliteActionRunStore`` the embedded default."""
+and the duration. Its own migration component (``hadron-actions``); ``ActionRunStore`` is the
+engine-neutral interface, ``SqlActionRunStore`` its SQL for both engines, ``SqliteActionRunStore`` the
+embedded default in ``hadron.db`` and ``pg_action_store.PgActionRunStore`` its PostgreSQL twin."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from triptych.core.db import Database
+from triptych.hadron.sql_base import SqlStore
 
 COMPONENT = "hadron-actions"
 MIGRATIONS = [
@@ -71,10 +73,9 @@ _COLUMNS = (
 )
 
 
-class SqliteActionRunStore:
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        db.migrate(COMPONENT, MIGRATIONS)
+class SqlActionRunStore(SqlStore):
+    # What breaks a tie of ``started_at``: the order rows were inserted in (SQLite's rowid).
+    insertion_order = "rowid"
 
     def add_run(self, run: ActionRun) -> None:
         values = (
@@ -82,15 +83,22 @@ class SqliteActionRunStore:
             run.parent_run_id, run.started_at, run.duration_ms, json.dumps(run.args, ensure_ascii=False),
             run.outcome, run.error, run.output_chars, run.output_sha256,
         )  # fmt: skip
-        with self.db.transaction() as tx:
+        with self.atomic() as tx:
             tx.execute(f"INSERT INTO action_runs ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", values)
 
     def runs(self, node_id: str, limit: int = 10) -> list[ActionRun]:
-        rows = self.db.conn.execute(
-            f"SELECT {_COLUMNS} FROM action_runs WHERE node_id = ? ORDER BY started_at DESC, rowid DESC LIMIT ?",
+        rows = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM action_runs WHERE node_id = ? "
+            f"ORDER BY started_at DESC, {self.insertion_order} DESC LIMIT ?",
             (node_id, limit),
         ).fetchall()
         return [_run(r) for r in rows]
+
+
+class SqliteActionRunStore(SqlActionRunStore):
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        db.migrate(COMPONENT, MIGRATIONS)
 
 
 def _run(row: Any) -> ActionRun:

@@ -3,7 +3,8 @@ last synced) and, per synced file, the node it became, its blob SHA and the node
 left (a later revision means the node was edited in Hadron since: a conflict the next sync reports).
 
 Same database as the graph (its own migration component, ``hadron-git``), so a sync writes nodes
-and bookkeeping in one transaction.
+and bookkeeping in one transaction. ``SqlGitStore`` is the SQL for both engines: ``SqliteGitStore`` in
+``hadron.db``, ``pg_git_store.PgGitStore`` on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from triptych.core.db import Database
-from triptych.hadron.store import _SqliteBase, utcnow
+from triptych.hadron.sql_base import SqlStore
+from triptych.hadron.store import utcnow
 
+COMPONENT = "hadron-git"
 MIGRATIONS = [
     """
     CREATE TABLE git_sources (
@@ -62,11 +65,7 @@ class GitStore(Protocol):
     def synced(self, memory_id: str, commit: str | None, error: str | None) -> None: ...
 
 
-class SqliteGitStore(_SqliteBase):
-    def __init__(self, db: Database) -> None:
-        super().__init__(db)
-        db.migrate("hadron-git", MIGRATIONS)
-
+class SqlGitStore(SqlStore):
     def source(self, memory_id: str) -> GitSource | None:
         row = self.conn.execute(
             "SELECT memory_id, url, branch, commit_sha, synced_at, last_error FROM git_sources WHERE memory_id = ?",
@@ -140,3 +139,9 @@ class SqliteGitStore(_SqliteBase):
                 )
             else:
                 tx.execute("UPDATE git_sources SET last_error = ? WHERE memory_id = ?", (error, memory_id))
+
+
+class SqliteGitStore(SqlGitStore):
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        db.migrate(COMPONENT, MIGRATIONS)

@@ -1,0 +1,25 @@
+"""Node abstracts on PostgreSQL (server mode): ``SqlAbstractStore``'s SQL over a table of its own migration
+component (``hadron-abstracts``), created after the graph's (an abstract goes with its node)."""
+
+from __future__ import annotations
+
+from triptych.core.pg import PortableDatabase
+from triptych.hadron.abstract_store import COMPONENT, SqlAbstractStore
+from triptych.hadron.sql_base import binary_text
+
+MIGRATIONS = [
+    binary_text(
+        """
+    CREATE TABLE node_abstracts (
+        node_id TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+        abstract TEXT NOT NULL, content_hash TEXT NOT NULL, method TEXT NOT NULL, updated_at TEXT NOT NULL
+    );
+    """
+    ),
+]
+
+
+class PgAbstractStore(SqlAbstractStore):
+    def __init__(self, db: PortableDatabase) -> None:
+        super().__init__(db)
+        db.migrate(COMPONENT, MIGRATIONS)
