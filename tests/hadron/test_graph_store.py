@@ -1,24 +1,32 @@
-"""The graph store's invariants on SQLite: live locs are unique, subtrees are exact, edges follow ids."""
+"""The graph store's invariants on both engines: live locs are unique, subtrees are exact, edges follow ids."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from triptych.hadron.domain.model import EdgeRecord, Memory, NodeRecord
-from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, new_id, open_database
+from triptych.hadron.engines import open_stores
+from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, new_id
+
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 
 @pytest.fixture
-def stores(tmp_path: Path) -> tuple[SqliteTenancyStore, SqliteGraphStore, Memory]:
-    db = open_database(tmp_path / "hadron.db")
-    tenancy = SqliteTenancyStore(db)
+def stores(
+    tmp_path: Path, database_url: str | None
+) -> Iterator[tuple[SqliteTenancyStore, SqliteGraphStore, Memory]]:
+    opened = open_stores(tmp_path / "hadron.db", database_url, None, None)
+    tenancy = opened.tenancy
+    assert isinstance(tenancy, SqliteTenancyStore)
     org = tenancy.add_org("acme.com", "Acme")
     memory = tenancy.add_memory(
         Memory(new_id(), "acme.com", "specs", "Specs", "", "knowledge", org.id, None, None)
     )
-    return tenancy, SqliteGraphStore(db), memory
+    yield tenancy, opened.graph, memory
+    opened.close()
 
 
 def make(memory: Memory, loc: str) -> NodeRecord:

@@ -1,6 +1,6 @@
-"""The search store on a real SQLite file: the keyword index and vector generations follow every write
-path (this process's and another's), filters run inside the query, and embedding on write follows the
-memory's policy."""
+"""The search store on a real SQLite file or a fresh PostgreSQL database: the keyword index and vector
+generations follow every write path (this process's and another's), filters run inside the query, and
+embedding on write follows the memory's policy."""
 
 from __future__ import annotations
 
@@ -40,10 +40,20 @@ class LetterEmbedder:
         return out
 
 
+# The store's rules hold on both engines.
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
+def reopen(hadron: Hadron, path: Path, embedder: LetterEmbedder) -> Hadron:
+    """Another process's view of the same stores (the same file, or the same PostgreSQL database)."""
+    url = hadron.stores.pg.url if hadron.stores.pg is not None else None
+    return Hadron.open(path, embedder, database_url=url)  # type: ignore[arg-type]
+
+
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Hadron, HadronCaller, LetterEmbedder]]:
+def world(tmp_path: Path, database_url: str | None) -> Iterator[tuple[Hadron, HadronCaller, LetterEmbedder]]:
     embedder = LetterEmbedder()
-    hadron = Hadron.open(tmp_path / "hadron.db", embedder)  # type: ignore[arg-type]
+    hadron = Hadron.open(tmp_path / "hadron.db", embedder, database_url=database_url)  # type: ignore[arg-type]
     admin = hadron.admin()
     admin.create_org("acme.com")
     admin.create_user("alice")
@@ -252,7 +262,7 @@ def test_another_process_s_writes_reach_the_keyword_index_without_a_reload(
     specs = "hrn:mem:acme.com:specs"
     assert [loc for loc, _ in _ranking(hadron, specs, "rollback")] == ["rollback"]
     loads = count_loads(hadron.search.store.keywords.index)
-    other = Hadron.open(tmp_path / "hadron.db", embedder)  # type: ignore[arg-type]
+    other = reopen(hadron, tmp_path / "hadron.db", embedder)
     try:
         state = other.selections.session(caller, "s2", None)
         write(
@@ -280,7 +290,7 @@ def test_another_process_s_writes_reach_the_keyword_index_without_a_reload(
     # Every change arrived through the log: the specs index was never loaded again (team's first load only).
     assert hadron.admin().memory(specs).id not in loads
     # And the incrementally maintained index ranks exactly as a fresh load does.
-    fresh = Hadron.open(tmp_path / "hadron.db", embedder)  # type: ignore[arg-type]
+    fresh = reopen(hadron, tmp_path / "hadron.db", embedder)
     try:
         for query in ("deploy", "rollback revert", "review"):
             assert _ranking(hadron, specs, query) == _ranking(fresh, specs, query)

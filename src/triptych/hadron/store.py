@@ -1,16 +1,17 @@
 """Hadron persistence: tenancy (orgs, users, apps, keys, memories, grants), client selections, and
-the graph (nodes, edges, revisions) in one SQLite file, ``hadron.db``.
+the graph (nodes, edges, revisions) in one SQLite file, ``hadron.db``, or in PostgreSQL (server mode).
 
 ``TenancyStore`` and ``GraphStore`` are the engine-neutral interfaces the services use (protocols
-below); ``SqliteTenancyStore`` and ``SqliteGraphStore`` are the embedded default. Every multi-row
-write runs inside one ``Database.transaction()``; the services open it through ``atomic()``.
+below). ``SqliteTenancyStore`` and ``SqliteGraphStore`` are written in the SQL SQLite 3.35+ and
+PostgreSQL share: on the embedded default they run on a ``core.db.Database``, in server mode on a
+``core.pg.PortableDatabase`` over the schema of ``pg_store.PG_MIGRATIONS`` (``pg_store.py``). Every
+multi-row write runs inside one transaction; the services open it through ``atomic()``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableDatabase
 from triptych.hadron.domain.model import App, EdgeRecord, Memory, NodeRecord, Org, Revision, User
 
 MIGRATIONS = [
@@ -371,15 +373,16 @@ class NodeCodec(Protocol):
 
 
 class _SqliteBase:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database | PortableDatabase) -> None:
         self.db = db
 
     @property
-    def conn(self) -> sqlite3.Connection:
+    def conn(self) -> Any:
+        """A ``sqlite3.Connection``, or on PostgreSQL its stand-in (``core.pg.PortableConnection``)."""
         return self.db.conn
 
     @contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection]:
+    def atomic(self) -> Iterator[Any]:
         """One transaction; nested calls join the outer one."""
         conn = self.conn
         if conn.in_transaction:
@@ -394,7 +397,7 @@ def open_database(path: Path) -> Database:
 
 
 class SqliteTenancyStore(_SqliteBase):
-    def __init__(self, db: Database, clock: Callable[[], str] = utcnow) -> None:
+    def __init__(self, db: Database | PortableDatabase, clock: Callable[[], str] = utcnow) -> None:
         super().__init__(db)
         self.clock = clock
 
@@ -523,7 +526,7 @@ class SqliteTenancyStore(_SqliteBase):
     )
 
     @staticmethod
-    def _memory(row: sqlite3.Row) -> Memory:
+    def _memory(row: Sequence[Any]) -> Memory:
         schema = json.loads(row[10]) if row[10] else None
         return Memory(
             id=row[0], root=row[1], slug=row[2], name=row[3], description=row[4], memory_class=row[5],
@@ -589,7 +592,9 @@ class SqliteTenancyStore(_SqliteBase):
             position = tx.execute(
                 "SELECT COALESCE(MAX(position), -1) + 1 FROM app_memories WHERE app_id = ?", (app_id,)
             ).fetchone()[0]
-            tx.execute("INSERT OR IGNORE INTO app_memories VALUES (?, ?, ?)", (app_id, memory_id, position))
+            tx.execute(
+                "INSERT INTO app_memories VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (app_id, memory_id, position)
+            )
 
     def attached_memories(self, app_id: str) -> list[str]:
         rows = self.conn.execute(

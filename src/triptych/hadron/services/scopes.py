@@ -24,7 +24,7 @@ from triptych.hadron.domain.model import App, Memory, Org, Scope, role_at_least
 from triptych.hadron.domain.team import Agent
 from triptych.hadron.errors import BadInput, Forbidden, NoActiveApp, NotFound, ScopeAmbiguous
 from triptych.hadron.identity import HadronCaller
-from triptych.hadron.search_store import SqliteSearchStore
+from triptych.hadron.search_store import SearchStore
 from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.store import TenancyStore, new_id, utcnow
@@ -78,7 +78,7 @@ class ScopeService:
         tenancy: TenancyStore,
         access: AccessPolicy,
         selections: SelectionService,
-        store: SqliteSearchStore,
+        store: SearchStore,
         agents: AgentService,
         clock: Callable[[], str] = utcnow,
     ) -> None:
