@@ -1,7 +1,7 @@
 """Node abstracts: one row per node (summary, content hash, how it was made), in their own migration
-component (``hadron-abstracts``). ``AbstractStore`` is the engine-neutral interface, ``SqlAbstractStore`` its
-SQL for both engines: ``SqliteAbstractStore`` in ``hadron.db``, ``pg_abstract_store.PgAbstractStore`` on
-PostgreSQL."""
+component (``hadron-abstracts``). ``AbstractStore`` is the engine-neutral interface; ``SqliteAbstractStore``
+holds the SQL for both engines, in ``hadron.db`` or, with its own schema, as
+``pg_abstract_store.PgAbstractStore`` on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from triptych.core.db import Database
-from triptych.hadron.sql_base import SqlStore
+from triptych.core.pg import Migration, PortableDatabase
+from triptych.hadron.store import _SqliteBase
 
 COMPONENT = "hadron-abstracts"
 MIGRATIONS = [
@@ -42,7 +43,13 @@ class AbstractStore(Protocol):
 _COLUMNS = "node_id, abstract, content_hash, method, updated_at"
 
 
-class SqlAbstractStore(SqlStore):
+class SqliteAbstractStore(_SqliteBase):
+    migrations: list[Migration] = MIGRATIONS
+
+    def __init__(self, db: Database | PortableDatabase) -> None:
+        super().__init__(db)
+        db.migrate(COMPONENT, self.migrations)
+
     def put(self, abstract: Abstract) -> None:
         with self.atomic() as tx:
             tx.execute(
@@ -84,9 +91,3 @@ class SqlAbstractStore(SqlStore):
         )
         for row in cursor:
             yield row[0], row[1], row[2], Abstract(*row[3:])
-
-
-class SqliteAbstractStore(SqlAbstractStore):
-    def __init__(self, db: Database) -> None:
-        super().__init__(db)
-        db.migrate(COMPONENT, MIGRATIONS)

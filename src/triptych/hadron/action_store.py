@@ -1,7 +1,7 @@
 """The record of every hadron_run_action run: who, when, which node revision, the arguments, the outcome
 and the duration. Its own migration component (``hadron-actions``); ``ActionRunStore`` is the
-engine-neutral interface, ``SqlActionRunStore`` its SQL for both engines, ``SqliteActionRunStore`` the
-embedded default in ``hadron.db`` and ``pg_action_store.PgActionRunStore`` its PostgreSQL twin."""
+engine-neutral interface; ``SqliteActionRunStore`` holds the SQL for both engines, the embedded default in
+``hadron.db`` and, with its own schema, ``pg_action_store.PgActionRunStore`` on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from triptych.core.db import Database
-from triptych.hadron.sql_base import SqlStore
+from triptych.core.pg import Migration, PortableDatabase
+from triptych.hadron.store import _SqliteBase
 
 COMPONENT = "hadron-actions"
 MIGRATIONS = [
@@ -73,9 +74,14 @@ _COLUMNS = (
 )
 
 
-class SqlActionRunStore(SqlStore):
+class SqliteActionRunStore(_SqliteBase):
+    migrations: list[Migration] = MIGRATIONS
     # What breaks a tie of ``started_at``: the order rows were inserted in (SQLite's rowid).
     insertion_order = "rowid"
+
+    def __init__(self, db: Database | PortableDatabase) -> None:
+        super().__init__(db)
+        db.migrate(COMPONENT, self.migrations)
 
     def add_run(self, run: ActionRun) -> None:
         values = (
@@ -93,12 +99,6 @@ class SqlActionRunStore(SqlStore):
             (node_id, limit),
         ).fetchall()
         return [_run(r) for r in rows]
-
-
-class SqliteActionRunStore(SqlActionRunStore):
-    def __init__(self, db: Database) -> None:
-        super().__init__(db)
-        db.migrate(COMPONENT, MIGRATIONS)
 
 
 def _run(row: Any) -> ActionRun:

@@ -3,8 +3,8 @@ last synced) and, per synced file, the node it became, its blob SHA and the node
 left (a later revision means the node was edited in Hadron since: a conflict the next sync reports).
 
 Same database as the graph (its own migration component, ``hadron-git``), so a sync writes nodes
-and bookkeeping in one transaction. ``SqlGitStore`` is the SQL for both engines: ``SqliteGitStore`` in
-``hadron.db``, ``pg_git_store.PgGitStore`` on PostgreSQL.
+and bookkeeping in one transaction. ``SqliteGitStore`` holds the SQL for both engines, in ``hadron.db`` or,
+with its own schema, as ``pg_git_store.PgGitStore`` on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from triptych.core.db import Database
-from triptych.hadron.sql_base import SqlStore
-from triptych.hadron.store import utcnow
+from triptych.core.pg import Migration, PortableDatabase
+from triptych.hadron.store import _SqliteBase, utcnow
 
 COMPONENT = "hadron-git"
 MIGRATIONS = [
@@ -65,7 +65,13 @@ class GitStore(Protocol):
     def synced(self, memory_id: str, commit: str | None, error: str | None) -> None: ...
 
 
-class SqlGitStore(SqlStore):
+class SqliteGitStore(_SqliteBase):
+    migrations: list[Migration] = MIGRATIONS
+
+    def __init__(self, db: Database | PortableDatabase) -> None:
+        super().__init__(db)
+        db.migrate(COMPONENT, self.migrations)
+
     def source(self, memory_id: str) -> GitSource | None:
         row = self.conn.execute(
             "SELECT memory_id, url, branch, commit_sha, synced_at, last_error FROM git_sources WHERE memory_id = ?",
@@ -91,7 +97,7 @@ class SqlGitStore(SqlStore):
     def detach(self, memory_id: str) -> bool:
         with self.atomic() as tx:
             tx.execute("DELETE FROM git_files WHERE memory_id = ?", (memory_id,))
-            return tx.execute("DELETE FROM git_sources WHERE memory_id = ?", (memory_id,)).rowcount > 0
+            return bool(tx.execute("DELETE FROM git_sources WHERE memory_id = ?", (memory_id,)).rowcount > 0)
 
     def files(self, memory_id: str) -> dict[str, TrackedFile]:
         rows = self.conn.execute(
@@ -139,9 +145,3 @@ class SqlGitStore(SqlStore):
                 )
             else:
                 tx.execute("UPDATE git_sources SET last_error = ? WHERE memory_id = ?", (error, memory_id))
-
-
-class SqliteGitStore(SqlGitStore):
-    def __init__(self, db: Database) -> None:
-        super().__init__(db)
-        db.migrate(COMPONENT, MIGRATIONS)

@@ -1,11 +1,10 @@
-"""Node abstracts on PostgreSQL (server mode): ``SqlAbstractStore``'s SQL over a table of its own migration
+"""Node abstracts on PostgreSQL (server mode): ``SqliteAbstractStore``'s SQL over a table of its own migration
 component (``hadron-abstracts``), created after the graph's (an abstract goes with its node)."""
 
 from __future__ import annotations
 
-from triptych.core.pg import PortableDatabase
-from triptych.hadron.abstract_store import COMPONENT, SqlAbstractStore
-from triptych.hadron.sql_base import binary_text
+from triptych.hadron.abstract_store import SqliteAbstractStore
+from triptych.hadron.pg_schema import binary_text
 
 MIGRATIONS = [
     binary_text(
@@ -19,7 +18,5 @@ MIGRATIONS = [
 ]
 
 
-class PgAbstractStore(SqlAbstractStore):
-    def __init__(self, db: PortableDatabase) -> None:
-        super().__init__(db)
-        db.migrate(COMPONENT, MIGRATIONS)
+class PgAbstractStore(SqliteAbstractStore):
+    migrations = MIGRATIONS

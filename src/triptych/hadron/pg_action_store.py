@@ -1,12 +1,11 @@
-"""Action runs on PostgreSQL (server mode): ``SqlActionRunStore``'s SQL over a table of its own migration
+"""Action runs on PostgreSQL (server mode): ``SqliteActionRunStore``'s SQL over a table of its own migration
 component (``hadron-actions``). SQLite breaks a tie of ``started_at`` by rowid; here an identity column
 ``n`` does, handed out in commit order under the Hadron write lock."""
 
 from __future__ import annotations
 
-from triptych.core.pg import PortableDatabase
-from triptych.hadron.action_store import COMPONENT, SqlActionRunStore
-from triptych.hadron.sql_base import binary_text
+from triptych.hadron.action_store import SqliteActionRunStore
+from triptych.hadron.pg_schema import binary_text
 
 MIGRATIONS = [
     binary_text(
@@ -24,9 +23,6 @@ MIGRATIONS = [
 ]
 
 
-class PgActionRunStore(SqlActionRunStore):
+class PgActionRunStore(SqliteActionRunStore):
+    migrations = MIGRATIONS
     insertion_order = "n"
-
-    def __init__(self, db: PortableDatabase) -> None:
-        super().__init__(db)
-        db.migrate(COMPONENT, MIGRATIONS)

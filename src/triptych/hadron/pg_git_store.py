@@ -1,12 +1,11 @@
-"""Git-backed memories' bookkeeping on PostgreSQL (server mode): ``SqlGitStore``'s SQL over tables of its
+"""Git-backed memories' bookkeeping on PostgreSQL (server mode): ``SqliteGitStore``'s SQL over tables of its
 own migration component (``hadron-git``), on the database the graph is in, so a sync still writes nodes
 and bookkeeping in one transaction."""
 
 from __future__ import annotations
 
-from triptych.core.pg import PortableDatabase
-from triptych.hadron.git_store import COMPONENT, SqlGitStore
-from triptych.hadron.sql_base import binary_text
+from triptych.hadron.git_store import SqliteGitStore
+from triptych.hadron.pg_schema import binary_text
 
 MIGRATIONS = [
     binary_text(
@@ -25,7 +24,5 @@ MIGRATIONS = [
 ]
 
 
-class PgGitStore(SqlGitStore):
-    def __init__(self, db: PortableDatabase) -> None:
-        super().__init__(db)
-        db.migrate(COMPONENT, MIGRATIONS)
+class PgGitStore(SqliteGitStore):
+    migrations = MIGRATIONS

@@ -1,4 +1,4 @@
-"""Team persistence on PostgreSQL (server mode): ``PgTeamStore`` runs ``SqlTeamStore``'s SQL on the
+"""Team persistence on PostgreSQL (server mode): ``PgTeamStore`` runs ``SqliteTeamStore``'s SQL on the
 ``PortableDatabase`` every Hadron store of the process shares, over tables of its own migration
 component (``hadron-team``), created after the graph's (they reference apps, users and memories).
 
@@ -12,8 +12,8 @@ stored documents come back byte for byte."""
 from __future__ import annotations
 
 from triptych.core.pg import PortableDatabase
-from triptych.hadron.sql_base import binary_text
-from triptych.hadron.team_store import SqlTeamStore
+from triptych.hadron.pg_schema import binary_text
+from triptych.hadron.team_store import SqliteTeamStore
 
 COMPONENT = "hadron-team"
 
@@ -88,7 +88,7 @@ MIGRATIONS = [
 ]
 
 
-class PgTeamStore(SqlTeamStore):
+class PgTeamStore(SqliteTeamStore):
     def __init__(self, db: PortableDatabase) -> None:
         super().__init__(db)
         db.migrate(COMPONENT, MIGRATIONS)

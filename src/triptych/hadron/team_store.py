@@ -1,7 +1,7 @@
 """Team persistence: agents, AI service configs, workers, worker sessions and their events, channels and
-messages, registers and the worklog. ``TeamStore`` is the engine-neutral interface; ``SqlTeamStore`` holds
-the SQL, written once for both engines (``sql_base``): ``SqliteTeamStore`` over ``hadron.db`` (tables from
-the third migration in ``store.py``) and ``pg_team_store.PgTeamStore`` on PostgreSQL. A channel's ``seq``
+messages, registers and the worklog. ``TeamStore`` is the engine-neutral interface; ``SqliteTeamStore``
+holds the SQL, written once for both engines like ``store.py``'s: over ``hadron.db`` (tables from the
+third migration in ``store.py``), or as ``pg_team_store.PgTeamStore`` on PostgreSQL. A channel's ``seq``
 is taken inside the posting transaction (``UPDATE ... RETURNING`` holds the channel's row, under
 ``BEGIN IMMEDIATE`` on SQLite and the Hadron write lock on PostgreSQL), so it is gap-free and strictly
 increasing under concurrent posters, in one process or several."""
@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from triptych.core.db import Database
-
+from triptych.core.pg import PortableDatabase
 from triptych.hadron.domain.loc import agent_urn, ai_config_urn, worker_urn
 from triptych.hadron.domain.team import (
     Agent,
@@ -26,7 +25,7 @@ from triptych.hadron.domain.team import (
     WorkItem,
     WorkSession,
 )
-from triptych.hadron.sql_base import SqlStore
+from triptych.hadron.store import _SqliteBase
 
 
 def _dumps(value: Any) -> str:
@@ -162,9 +161,7 @@ class TextCodec(Protocol):
     def open_text(self, memory_id: str, owner: str, field: str, text: str) -> str: ...
 
 
-class SqlTeamStore(SqlStore):
-    """The team store in the SQL both engines run; each engine's class says where its tables come from."""
-
+class SqliteTeamStore(_SqliteBase):
     # Seals the message bodies of Channels hosted in encrypted memories (issue 18); None: clear.
     codec: TextCodec | None = None
 
@@ -316,7 +313,7 @@ class SqlTeamStore(SqlStore):
                 "WHERE ended_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?",
                 (at, at, at),
             )
-            return cursor.rowcount
+            return int(cursor.rowcount)
 
     def set_pr_number(self, session_id: str, number: int) -> None:
         with self.atomic() as tx:
@@ -366,7 +363,9 @@ class SqlTeamStore(SqlStore):
 
     def attribute_node(self, node_id: str, session_id: str, at: str) -> None:
         with self.atomic() as tx:
-            tx.execute("INSERT INTO session_nodes VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (node_id, session_id, at))
+            tx.execute(
+                "INSERT INTO session_nodes VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (node_id, session_id, at)
+            )
             tx.execute("INSERT INTO session_events VALUES (?, ?, 'node', ?)", (session_id, at, node_id))
 
     def node_session(self, node_id: str) -> str | None:
@@ -573,7 +572,7 @@ class SqlTeamStore(SqlStore):
             if session_id
             else "work_items_by_app"
         )
-        table = "work_items" if self.postgres else f"work_items INDEXED BY {index}"
+        table = "work_items" if isinstance(self.db, PortableDatabase) else f"work_items INDEXED BY {index}"
         total = self.conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", tuple(args)).fetchone()[0]
         rows = self.conn.execute(
             _ITEM.replace("FROM work_items", f"FROM {table}")
@@ -581,10 +580,3 @@ class SqlTeamStore(SqlStore):
             (*args, limit, offset),
         ).fetchall()
         return [_item(r) for r in rows], int(total)
-
-
-class SqliteTeamStore(SqlTeamStore):
-    """The embedded default: its tables are part of ``hadron.db``'s own migrations (``store.py``)."""
-
-    def __init__(self, db: Database) -> None:
-        super().__init__(db)
