@@ -13,6 +13,7 @@ import pytest
 
 from triptych.hadron.access import AccessPolicy
 from triptych.hadron.domain.team import IDLE_WINDOW
+from triptych.hadron.engines import open_stores
 from triptych.hadron.errors import TeamRefusal
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.services.agents import AgentService
@@ -20,7 +21,6 @@ from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.services.sessions import SessionEnd, SessionService, SessionStart
 from triptych.hadron.services.tenancy import TenancyAdmin
 from triptych.hadron.services.workers import WorkerService
-from triptych.hadron.store import SqliteTenancyStore, open_database
 from triptych.hadron.team_store import SqliteTeamStore
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -50,10 +50,13 @@ class Team:
         return SessionState("mcp", "x")
 
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    db = open_database(tmp_path / "hadron.db")
-    tenancy = SqliteTenancyStore(db)
+def team(tmp_path: Path, database_url: str | None) -> Iterator[Team]:
+    stores = open_stores(tmp_path / "hadron.db", database_url, None, None)
+    tenancy = stores.tenancy
     admin = TenancyAdmin(tenancy)
     admin.create_org("acme.com")
     for handle in ("alice", "bob"):
@@ -61,7 +64,7 @@ def team(tmp_path: Path) -> Iterator[Team]:
         admin.add_org_member("acme.com", handle, "CONTRIBUTOR")
     admin.create_app("crew", "Crew", "acme.com", None)
     clock = Clock()
-    store = SqliteTeamStore(db)
+    store = stores.team
     agents = AgentService(tenancy, store, clock)
     agents.install("hrn:app:acme.com:crew", "team", team=True)
     agents.install("hrn:app:acme.com:crew", "dev", persona_role="developer")
@@ -74,7 +77,7 @@ def team(tmp_path: Path) -> Iterator[Team]:
         return HadronCaller("user", handle, user=tenancy.user_by_handle(handle))
 
     yield Team(clock, store, sessions, workers, user("alice"), user("bob"))
-    db.close()
+    stores.close()
 
 
 def _bind(team: Team, caller: HadronCaller, worker: str, force: bool = False, **extra: str) -> str:

@@ -1,8 +1,10 @@
-"""Team persistence in ``hadron.db`` (tables from the third migration in ``store.py``): agents, AI
-service configs, workers, worker sessions and their events, channels and messages, registers and the
-worklog. A channel's ``seq`` is taken inside the posting transaction (``UPDATE ... RETURNING`` under
-``BEGIN IMMEDIATE``), so it is gap-free and strictly increasing under concurrent posters, in one
-process or several."""
+"""Team persistence: agents, AI service configs, workers, worker sessions and their events, channels and
+messages, registers and the worklog. ``TeamStore`` is the engine-neutral interface; ``SqliteTeamStore``
+holds the SQL, written once for both engines like ``store.py``'s: over ``hadron.db`` (tables from the
+third migration in ``store.py``), or as ``pg_team_store.PgTeamStore`` on PostgreSQL. A channel's ``seq``
+is taken inside the posting transaction (``UPDATE ... RETURNING`` holds the channel's row, under
+``BEGIN IMMEDIATE`` on SQLite and the Hadron write lock on PostgreSQL), so it is gap-free and strictly
+increasing under concurrent posters, in one process or several."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
+from triptych.core.pg import PortableDatabase
 from triptych.hadron.domain.loc import agent_urn, ai_config_urn, worker_urn
 from triptych.hadron.domain.team import (
     Agent,
@@ -187,6 +190,8 @@ class SqliteTeamStore(_SqliteBase):
         return _agent(row) if row else None
 
     def agents(self, app_ids: Sequence[str] | None = None) -> list[Agent]:
+        if app_ids is not None and not app_ids:
+            return []  # PostgreSQL refuses an empty IN ()
         if app_ids is None:
             rows = self.conn.execute(_AGENT + " ORDER BY a.root, a.slug, g.slug").fetchall()
         else:
@@ -294,9 +299,10 @@ class SqliteTeamStore(_SqliteBase):
         with self.atomic() as tx:
             tx.execute(
                 # Ending is the driver's last act: it is also the last heartbeat.
-                f"UPDATE work_sessions SET ended_at = ?, end_reason = ?, last_active_at = max(last_active_at, ?)"
+                "UPDATE work_sessions SET ended_at = ?, end_reason = ?, "
+                "last_active_at = CASE WHEN last_active_at > ? THEN last_active_at ELSE ? END"
                 f"{', ' if sets else ''}{sets} WHERE id = ? AND ended_at IS NULL",
-                (at, reason, at, *fields.values(), session_id),
+                (at, reason, at, at, *fields.values(), session_id),
             )
 
     def expire_sessions(self, at: str) -> int:
@@ -307,7 +313,7 @@ class SqliteTeamStore(_SqliteBase):
                 "WHERE ended_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?",
                 (at, at, at),
             )
-            return cursor.rowcount
+            return int(cursor.rowcount)
 
     def set_pr_number(self, session_id: str, number: int) -> None:
         with self.atomic() as tx:
@@ -357,7 +363,9 @@ class SqliteTeamStore(_SqliteBase):
 
     def attribute_node(self, node_id: str, session_id: str, at: str) -> None:
         with self.atomic() as tx:
-            tx.execute("INSERT OR IGNORE INTO session_nodes VALUES (?, ?, ?)", (node_id, session_id, at))
+            tx.execute(
+                "INSERT INTO session_nodes VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (node_id, session_id, at)
+            )
             tx.execute("INSERT INTO session_events VALUES (?, ?, 'node', ?)", (session_id, at, node_id))
 
     def node_session(self, node_id: str) -> str | None:
@@ -430,7 +438,7 @@ class SqliteTeamStore(_SqliteBase):
                 (channel_id, seq, body, _dumps(author), session_id, reply_to_seq, _dumps(mentions), at),
             )
             tx.executemany(
-                "INSERT OR IGNORE INTO message_mentions VALUES (?, ?, ?)",
+                "INSERT INTO message_mentions VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 [(channel_id, r, seq) for r in mention_refs],
             )
         return seq
@@ -554,8 +562,9 @@ class SqliteTeamStore(_SqliteBase):
             if value is not None:
                 where += f" AND {column} = ?"
                 args.append(value)
-        # The planner, seeing ORDER BY n, would walk the whole App newest first and filter; the ref (or
-        # session) index finds the few matches directly, and sorting them is cheap.
+        # SQLite's planner, seeing ORDER BY n, would walk the whole App newest first and filter; the ref
+        # (or session) index finds the few matches directly, and sorting them is cheap. PostgreSQL's
+        # indexes end in n (pg_team_store), so its planner walks the matches already in order.
         index = (
             "work_items_by_ref"
             if refs is not None
@@ -563,7 +572,7 @@ class SqliteTeamStore(_SqliteBase):
             if session_id
             else "work_items_by_app"
         )
-        table = f"work_items INDEXED BY {index}"
+        table = "work_items" if isinstance(self.db, PortableDatabase) else f"work_items INDEXED BY {index}"
         total = self.conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", tuple(args)).fetchone()[0]
         rows = self.conn.execute(
             _ITEM.replace("FROM work_items", f"FROM {table}")
