@@ -14,7 +14,6 @@ from harness import token
 
 from triptych.hadron.tools import TOOLS
 
-
 # The contract holds on both storage engines: each runs this module against its own server.
 pytestmark = pytest.mark.engines("sqlite", "postgresql")
 

@@ -11,7 +11,6 @@ from triptych.hadron.errors import Forbidden, NoActiveApp, NotFound, OrgRequired
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.surface import Hadron
 
-
 pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 

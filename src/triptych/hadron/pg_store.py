@@ -231,7 +231,12 @@ class PgSearchStore(SqliteSearchStore):
         return self.conn
 
     def _select(
-        self, f: NodeFilter, columns: str, tail: str = "", tail_params: Sequence[Any] = (), limit: int | None = None
+        self,
+        f: NodeFilter,
+        columns: str,
+        tail: str = "",
+        tail_params: Sequence[Any] = (),
+        limit: int | None = None,
     ) -> list[Sequence[Any]]:
         if f.where is None:
             return super()._select(f, columns, tail, tail_params, limit)
@@ -259,4 +264,3 @@ class PgSearchStore(SqliteSearchStore):
         scored = [(int(r[0]), r[1], s) for r in rows if (s := score(r)) > 0]
         scored.sort(key=lambda x: (-x[2], x[1]))
         return [(rowid, round(s / 3, 2)) for rowid, _, s in scored[:limit]]
-

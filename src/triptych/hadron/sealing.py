@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import secrets
-import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path

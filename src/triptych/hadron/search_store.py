@@ -18,9 +18,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
 from triptych.core.keyword_index import Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
+from triptych.core.pg import PortableDatabase
 from triptych.core.regex import LinearPattern
 from triptych.core.search import Vector, VectorIndex
 from triptych.hadron.domain.model import NodeRecord, Scope
@@ -189,7 +189,9 @@ class SearchStore(Protocol):
 
 
 class SqliteSearchStore:
-    def __init__(self, db: Database | PortableDatabase, dim: int | None = None, model: str | None = None) -> None:
+    def __init__(
+        self, db: Database | PortableDatabase, dim: int | None = None, model: str | None = None
+    ) -> None:
         self.db = db
         self.model = model
         self.index = VectorIndex(dim, self._load_vectors) if dim else None
@@ -214,7 +216,12 @@ class SqliteSearchStore:
         return conn
 
     def _select(
-        self, f: NodeFilter, columns: str, tail: str = "", tail_params: Sequence[Any] = (), limit: int | None = None
+        self,
+        f: NodeFilter,
+        columns: str,
+        tail: str = "",
+        tail_params: Sequence[Any] = (),
+        limit: int | None = None,
     ) -> list[Sequence[Any]]:
         """``columns`` of the live nodes ``n`` passing ``f`` (its ``where`` included), then ``tail``
         (more conditions, an order), at most ``limit`` rows: the filter applies before the limit."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
+from triptych.core.pg import PortableConnection, PortableDatabase
 from triptych.hadron.domain.model import App, EdgeRecord, Memory, NodeRecord, Org, Revision, User
 
 MIGRATIONS = [
@@ -377,12 +378,12 @@ class _SqliteBase:
         self.db = db
 
     @property
-    def conn(self) -> Any:
+    def conn(self) -> sqlite3.Connection | PortableConnection:
         """A ``sqlite3.Connection``, or on PostgreSQL its stand-in (``core.pg.PortableConnection``)."""
         return self.db.conn
 
     @contextmanager
-    def atomic(self) -> Iterator[Any]:
+    def atomic(self) -> Iterator[sqlite3.Connection | PortableConnection]:
         """One transaction; nested calls join the outer one."""
         conn = self.conn
         if conn.in_transaction:
@@ -593,7 +594,8 @@ class SqliteTenancyStore(_SqliteBase):
                 "SELECT COALESCE(MAX(position), -1) + 1 FROM app_memories WHERE app_id = ?", (app_id,)
             ).fetchone()[0]
             tx.execute(
-                "INSERT INTO app_memories VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (app_id, memory_id, position)
+                "INSERT INTO app_memories VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                (app_id, memory_id, position),
             )
 
     def attached_memories(self, app_id: str) -> list[str]:

@@ -11,10 +11,10 @@ from starlette.routing import Route
 
 from triptych.config import Settings
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
 from triptych.core.embed import Embedder
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.mcp_sources import sources_path
+from triptych.core.pg import PortableDatabase
 from triptych.core.surface import Mounted, Shared
 from triptych.hadron import gitrepo
 from triptych.hadron.access import AccessPolicy
@@ -109,7 +109,9 @@ class Hadron:
         ``settings`` configures what reaches outside: MCP tool actions and LLM abstracts (off without);
         without ``key`` an encrypted memory's nodes are refused (``ENCRYPTION_KEY_MISSING``)."""
         url = database_url or (settings.database_url if settings is not None else None)
-        stores = open_stores(path, url, embedder.dim if embedder else None, embedder.name if embedder else None)
+        stores = open_stores(
+            path, url, embedder.dim if embedder else None, embedder.name if embedder else None
+        )
         tenancy = stores.tenancy
         access = AccessPolicy(tenancy)
         graph = stores.graph
