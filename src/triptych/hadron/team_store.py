@@ -333,7 +333,8 @@ class SqliteTeamStore(_SqliteBase):
     def last_handoff(self, worker_id: str) -> WorkSession | None:
         row = self.conn.execute(
             f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? AND handoff IS NOT NULL "
-            f"ORDER BY ended_at DESC, {self.insertion_order} DESC LIMIT 1",
+            # NULLS LAST: SQLite's order for a NULL, which PostgreSQL sorts first when descending.
+            f"ORDER BY ended_at DESC NULLS LAST, {self.insertion_order} DESC LIMIT 1",
             (worker_id,),
         ).fetchone()
         return _session(row) if row else None
