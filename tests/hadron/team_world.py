@@ -11,6 +11,7 @@ acme.com:bot (from world.py) has no agents at all; acme.com:twins has two Team A
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -24,10 +25,14 @@ CREW = "hrn:app:acme.com:crew"
 OPS = "hrn:app:acme.com:ops"
 
 
-def cli(data_dir: Path, *args: str) -> str:
-    """Run ``triptych hadron ...`` against the data directory; its stdout."""
+def cli(data_dir: Path, *args: str, database_url: str | None = None) -> str:
+    """Run ``triptych hadron ...`` against the data directory (or ``database_url``); its stdout."""
     done = subprocess.run(
-        [TRIPTYCH, "hadron", *args, "--data-dir", str(data_dir)], capture_output=True, text=True, check=False
+        [TRIPTYCH, "hadron", *args, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **engine(database_url)},
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -67,4 +72,5 @@ def start_team_world(tmp: Path, database_url: str | None = None) -> tuple[World,
     data_dir.mkdir(parents=True, exist_ok=True)
     key, other, crew_key = build_team(data_dir, database_url)
     env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET, **engine(database_url)}
-    return World(ServerProcess(data_dir, env).start(), key, other), crew_key
+    server = ServerProcess(data_dir, env).start()
+    return World(server, key, other, database_url=database_url), crew_key

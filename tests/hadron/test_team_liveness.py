@@ -161,3 +161,16 @@ def test_a_casting_nobody_picked_up_reads_never_driven(team: Team) -> None:
     wren = team.workers.resolve(team.bob, team.state(), "Wren", "hrn:app:acme.com:crew", None)
     line = team.workers.line(team.bob, wren)
     assert line.last_driven_at is None and line.held_by is None and line.live_session_id is None
+
+
+def test_sessions_started_in_one_instant_list_newest_first_and_in_start_order(team: Team) -> None:
+    # The clock stands still: every session starts at one instant, and only insertion order tells them apart.
+    for name in ("Ada", "Bo", "Cy"):
+        _cast(team, name)
+    started = [_bind(team, team.alice, name) for name in ("Ada", "Bo", "Cy")]
+    assert [s.id for s in team.sessions.whoami(team.alice, 10, False)] == started[::-1]
+    assert [s.id for s in team.sessions.whoami(team.alice, 2, False)] == started[:0:-1]
+    ada = team.workers.resolve(team.alice, team.state(), "Ada", "hrn:app:acme.com:crew", None)
+    again = _bind(team, team.alice, "Ada", force=True)  # same instant: takes over the first session
+    assert [s.id for s in team.store.worker_sessions(ada.id)] == [started[0], again]
+    assert team.workers.line(team.alice, ada).live_session_id == again

@@ -81,7 +81,7 @@ class SqliteGitStore(_SqliteBase):
 
     def sources(self) -> list[GitSource]:
         rows = self.conn.execute(
-            "SELECT memory_id, url, branch, commit_sha, synced_at, last_error FROM git_sources ORDER BY attached_at"
+            "SELECT memory_id, url, branch, commit_sha, synced_at, last_error FROM git_sources ORDER BY attached_at, memory_id"
         ).fetchall()
         return [GitSource(*r) for r in rows]
 

@@ -162,6 +162,9 @@ class TextCodec(Protocol):
 
 
 class SqliteTeamStore(_SqliteBase):
+    # What breaks a tie of timestamps between sessions: the order they were inserted in (SQLite's rowid).
+    # Explicit, so both engines list ties alike (a fixed clock or one millisecond makes ties).
+    insertion_order = "rowid"
     # Seals the message bodies of Channels hosted in encrypted memories (issue 18); None: clear.
     codec: TextCodec | None = None
 
@@ -215,7 +218,7 @@ class SqliteTeamStore(_SqliteBase):
         rows = self.conn.execute(
             "SELECT c.id, c.app_id, c.name, c.provider, c.model, "
             "a.root, a.slug FROM ai_service_configs c "
-            f"JOIN apps a ON a.id = c.app_id WHERE c.app_id IN ({marks}) ORDER BY c.name",
+            f"JOIN apps a ON a.id = c.app_id WHERE c.app_id IN ({marks}) ORDER BY c.name, c.id",
             tuple(app_ids),
         ).fetchall()
         return [AiServiceConfig(r[0], r[1], r[2], r[3], r[4], ai_config_urn(r[5], r[6], r[2])) for r in rows]
@@ -321,7 +324,8 @@ class SqliteTeamStore(_SqliteBase):
 
     def worker_sessions(self, worker_id: str) -> list[WorkSession]:
         rows = self.conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? ORDER BY started_at",
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? "
+            f"ORDER BY started_at, {self.insertion_order}",
             (worker_id,),
         ).fetchall()
         return [_session(r) for r in rows]
@@ -329,7 +333,8 @@ class SqliteTeamStore(_SqliteBase):
     def last_handoff(self, worker_id: str) -> WorkSession | None:
         row = self.conn.execute(
             f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? AND handoff IS NOT NULL "
-            "ORDER BY ended_at DESC LIMIT 1",
+            # NULLS LAST: SQLite's order for a NULL, which PostgreSQL sorts first when descending.
+            f"ORDER BY ended_at DESC NULLS LAST, {self.insertion_order} DESC LIMIT 1",
             (worker_id,),
         ).fetchone()
         return _session(row) if row else None
@@ -346,7 +351,8 @@ class SqliteTeamStore(_SqliteBase):
         if not include_ended:
             where += " AND ended_at IS NULL"
         rows = self.conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE {where} ORDER BY started_at DESC LIMIT ?",
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE {where} "
+            f"ORDER BY started_at DESC, {self.insertion_order} DESC LIMIT ?",
             (*args, limit),
         ).fetchall()
         return [_session(r) for r in rows]
@@ -357,7 +363,7 @@ class SqliteTeamStore(_SqliteBase):
 
     def events(self, session_id: str) -> list[str]:
         rows = self.conn.execute(
-            "SELECT at FROM session_events WHERE session_id = ?", (session_id,)
+            "SELECT at FROM session_events WHERE session_id = ? ORDER BY at", (session_id,)
         ).fetchall()
         return [r[0] for r in rows]
 
@@ -396,7 +402,8 @@ class SqliteTeamStore(_SqliteBase):
         if memory_id is not None:
             rows = self.conn.execute(_CHANNEL + " WHERE memory_id = ? ORDER BY loc", (memory_id,)).fetchall()
         else:
-            rows = self.conn.execute(_CHANNEL + " WHERE app_id = ? ORDER BY loc", (app_id,)).fetchall()
+            query = _CHANNEL + " WHERE app_id = ? ORDER BY loc, memory_id"  # an App may host several memories
+            rows = self.conn.execute(query, (app_id,)).fetchall()
         return [_channel(r) for r in rows]
 
     def channel_overlapping(self, memory_id: str, loc: str, *, containing: bool) -> Channel | None:
