@@ -1,15 +1,18 @@
 """Holds versus liveness on the service layer, with a clock the test moves: idle is not ended, an
 idle session no longer refuses WORKER_TAKEN but the hold stands, an ended stint's last-driven instant
-is capped at its end, and an auto-expired session falls back to its start and usage events."""
+is capped at its end, and an auto-expired session falls back to its start and usage events; and the
+conflict rules under concurrent callers (one name, one worker)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from harness import run_threads
 
 from triptych.hadron.access import AccessPolicy
 from triptych.hadron.domain.team import IDLE_WINDOW
@@ -174,3 +177,23 @@ def test_sessions_started_in_one_instant_list_newest_first_and_in_start_order(te
     again = _bind(team, team.alice, "Ada", force=True)  # same instant: takes over the first session
     assert [s.id for s in team.store.worker_sessions(ada.id)] == [started[0], again]
     assert team.workers.line(team.alice, ada).live_session_id == again
+
+
+def test_casting_one_name_from_several_threads_at_once_makes_one_worker_and_refuses_the_rest(
+    team: Team,
+) -> None:
+    for round_ in range(5):
+        name = f"Twin{round_}"
+        start = threading.Barrier(4)
+
+        def cast(i: int, name: str = name, start: threading.Barrier = start) -> None:
+            start.wait()
+            team.workers.cast(team.alice, team.state(), name.upper() if i % 2 else name, "developer", None,
+                              "hrn:app:acme.com:crew", None)  # fmt: skip
+
+        errors = run_threads(cast, 4)
+        assert len(errors) == 3 and all(isinstance(e, TeamRefusal) for e in errors), errors
+        assert {e.code for e in errors if isinstance(e, TeamRefusal)} == {"WORKER_NAME_TAKEN"}
+    names = [w.name.lower() for w in team.store.all_workers(team.workers.resolve(
+        team.alice, team.state(), "Twin0", "hrn:app:acme.com:crew", None).app_id)]  # fmt: skip
+    assert sorted(n for n in names if n.startswith("twin")) == [f"twin{i}" for i in range(5)]

@@ -93,5 +93,6 @@ def test_each_listing_returns_only_the_rows_of_the_app_or_memory_asked_about(
         items, total = team.items(mine.app.id, ["acme/api#1"], None, None, None, 10, 0)
         assert total == 1 and items[0].detail == {"org": mine.app.root}
         assert team.items(mine.app.id, None, other.session.id, None, None, 10, 0) == ([], 0)
+        assert team.items(mine.app.id, None, None, None, None, 10, 5) == ([], 1)  # a page past the end
         assert [s.id for s in team.sessions_of(None, mine.app.id, True, 10)] == [mine.session.id]
         assert [s.id for s in team.worker_sessions(mine.worker.id)] == [mine.session.id]

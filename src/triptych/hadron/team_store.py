@@ -25,6 +25,7 @@ from triptych.hadron.domain.team import (
     WorkItem,
     WorkSession,
 )
+from triptych.hadron.sealing import PREFIX as SEALED_PREFIX
 from triptych.hadron.store import _SqliteBase
 
 
@@ -170,8 +171,8 @@ class SqliteTeamStore(_SqliteBase):
 
     def _message(self, memory_id: str, r: Sequence[Any]) -> Message:
         message = _message(r)
-        if self.codec is None:
-            return message
+        if self.codec is None or not r[2].startswith(SEALED_PREFIX):
+            return message  # clear text opens to itself: no need to ask whether the memory is encrypted
         return replace(message, body=self.codec.open_text(memory_id, f"{r[0]}#{r[1]}", "body", r[2]))
 
     # ── agents and AI service configs ──────────────────────────────────────
@@ -429,17 +430,13 @@ class SqliteTeamStore(_SqliteBase):
     ) -> int:
         """Append a message; its ``seq`` is the channel's next, taken under the write lock."""
         with self.atomic() as tx:
-            seq = int(
-                tx.execute(
-                    "UPDATE channels SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq",
-                    (channel_id,),
-                ).fetchone()[0]
-            )
+            taken = tx.execute(
+                "UPDATE channels SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq, memory_id",
+                (channel_id,),
+            ).fetchone()
+            seq = int(taken[0])
             if self.codec is not None:
-                memory_id = tx.execute(
-                    "SELECT memory_id FROM channels WHERE id = ?", (channel_id,)
-                ).fetchone()[0]
-                body = self.codec.seal_text(memory_id, f"{channel_id}#{seq}", "body", body)
+                body = self.codec.seal_text(taken[1], f"{channel_id}#{seq}", "body", body)
             tx.execute(
                 "INSERT INTO channel_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (channel_id, seq, body, _dumps(author), session_id, reply_to_seq, _dumps(mentions), at),
@@ -580,10 +577,15 @@ class SqliteTeamStore(_SqliteBase):
             else "work_items_by_app"
         )
         table = "work_items" if isinstance(self.db, PortableDatabase) else f"work_items INDEXED BY {index}"
-        total = self.conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", tuple(args)).fetchone()[0]
+        # The total rides along as an uncorrelated scalar subquery (evaluated once): one round trip, not two,
+        # on PostgreSQL; a page past the end has no row to carry it, so it is counted on its own.
+        count = f"SELECT COUNT(*) FROM {table} WHERE {where}"
         rows = self.conn.execute(
-            _ITEM.replace("FROM work_items", f"FROM {table}")
+            _ITEM.replace("FROM work_items", f", ({count}) FROM {table}")
             + f" WHERE {where} ORDER BY n DESC LIMIT ? OFFSET ?",
-            (*args, limit, offset),
+            (*args, *args, limit, offset),
         ).fetchall()
-        return [_item(r) for r in rows], int(total)
+        if rows:
+            return [_item(r) for r in rows], int(rows[0][11])
+        total = self.conn.execute(count, tuple(args)).fetchone()[0] if offset else 0
+        return [], int(total)
