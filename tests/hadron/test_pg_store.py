@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import numpy as np
 import psycopg
 import pytest
+from hadron.letters import LetterEmbedder
 
 from triptych.core.regex import LinearPattern
 from triptych.hadron.domain.where import compile_where
@@ -21,22 +21,6 @@ from triptych.hadron.services.nodes import NodeFields
 from triptych.hadron.surface import Hadron
 
 pytestmark = pytest.mark.engines("postgresql")
-
-
-class LetterEmbedder:
-    """Letter frequencies of a-h, L2-normalised: deterministic vectors without a model."""
-
-    name = "letters"
-    dim = 8
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for ch in text.lower():
-                if "a" <= ch <= "h":
-                    out[i, ord(ch) - ord("a")] += 1
-            out[i] /= max(float(np.linalg.norm(out[i])), 1e-9)
-        return out
 
 
 def test_migrations_run_from_an_empty_database_once(tmp_path: Path, database_url: str | None) -> None:

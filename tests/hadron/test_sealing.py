@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from hadron.world import HADRON_KEY
+from harness import run_threads
 
 from triptych.hadron.errors import BadInput, EncryptionKeyMismatch, EncryptionKeyMissing
 from triptych.hadron.identity import HadronCaller
@@ -147,6 +148,26 @@ def test_rows_written_in_clear_before_this_build_are_sealed_at_start(
         check_key(h.db, KEY)  # once per memory
     finally:
         h.close()
+
+
+def test_two_servers_starting_at_once_seal_the_clear_rows_once(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    path = tmp_path / "hadron.db"
+    old = world(path, KEY, database_url)
+    old.graph.codec = None
+    write_secrets(old, "vault")
+    starting = [reopen(old, path, KEY) for _ in range(2)]
+    old.close()
+    try:
+        assert run_threads(lambda i: check_key(starting[i].db, KEY), 2) == []
+        assert SECRET.encode() not in on_disk(starting[0], path)
+        caller, state = alice(starting[1])
+        _, node = starting[1].nodes.find(caller, state, "hrn:node:acme.com:vault:plans")
+        assert node.content == f"second {SECRET} draft"  # sealed once: a second sealing would not open
+    finally:
+        for h in starting:
+            h.close()
 
 
 def test_without_encrypted_memories_any_key_or_none_starts(tmp_path: Path, database_url: str | None) -> None:

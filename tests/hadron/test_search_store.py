@@ -5,11 +5,11 @@ embedding on write follows the memory's policy."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
+from hadron.letters import LetterEmbedder
 from harness import count_loads, run_threads
 
 from triptych.hadron.domain.where import compile_where
@@ -18,27 +18,6 @@ from triptych.hadron.search_store import NodeFilter
 from triptych.hadron.services.nodes import NodeFields
 from triptych.hadron.services.search import FindQuery
 from triptych.hadron.surface import Hadron
-
-
-class LetterEmbedder:
-    """A tiny deterministic embedder: letter frequencies of a-h, L2-normalised."""
-
-    name = "letters"
-    dim = 8
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
-        self.calls += 1
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for ch in text.lower():
-                if "a" <= ch <= "h":
-                    out[i, ord(ch) - ord("a")] += 1
-            out[i] /= max(float(np.linalg.norm(out[i])), 1e-9)
-        return out
-
 
 # The store's rules hold on both engines.
 pytestmark = pytest.mark.engines("sqlite", "postgresql")

@@ -367,6 +367,45 @@ def register(subparsers: Any) -> None:
 
     cli_storage.register(groups, data_dir)
 
+    p = groups.add_parser(
+        "migrate", help="copy the data directory's Hadron data (hadron.db) into a PostgreSQL database"
+    )
+    p.add_argument("--to", required=True, help="the target: postgresql://user:password@host:5432/db")
+    p.add_argument("--data-dir", **data_dir)
+    p.set_defaults(func=_migrate)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """``triptych hadron migrate --to URL``: one transaction, a progress bar per table."""
+    from tqdm import tqdm
+
+    from triptych.core.pg import redacted
+    from triptych.hadron.migrate import migrate_to_postgres
+
+    settings = load_settings(data_dir=args.data_dir)
+    bars: list[Any] = []
+
+    def progress(table: str, total: int) -> Any:
+        bar = tqdm(total=total, unit="row", desc=f"copying {table}", file=sys.stderr)
+        bars.append(bar)
+        return bar.update
+
+    try:
+        copied = migrate_to_postgres(settings.data_dir, args.to, progress)
+    except TriptychError as exc:
+        print(f"triptych hadron: {exc.message}. {exc.hint or ''}".rstrip(), file=sys.stderr)
+        return 1
+    finally:
+        for bar in bars:
+            bar.close()
+    print(copied.report())
+    print(
+        f"next: start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} and the same Hadron key "
+        "(the data directory's hadron.db was only read)",
+        file=sys.stderr,
+    )
+    return 0
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="triptych")

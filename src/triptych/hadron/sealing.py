@@ -268,12 +268,8 @@ def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
     """Seal what an encrypted memory still holds in clear (rows written before this build sealed them),
     once per memory; with ``secure_delete``, then a VACUUM, so no clear byte is left in a free page."""
     conn = db.conn
-    todo = [
-        r[0]
-        for r in conn.execute(
-            "SELECT id FROM memories WHERE encrypted = 1 AND id NOT IN (SELECT memory_id FROM hadron_sealed_memories)"
-        ).fetchall()
-    ]
+    unsealed = "SELECT id FROM memories WHERE encrypted = 1 AND id NOT IN (SELECT memory_id FROM hadron_sealed_memories)"
+    todo = [r[0] for r in conn.execute(unsealed).fetchall()]
     if not todo:
         return 0
     cipher = MemoryCipher(key)
@@ -290,6 +286,8 @@ def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
         conn.execute("PRAGMA secure_delete = ON")
     try:
         with db.transaction() as tx:
+            # Read again under the write lock: a worker starting at the same time may have sealed them.
+            todo = [r[0] for r in tx.execute(unsealed).fetchall()]
             for memory_id in todo:
                 rows = tx.execute(
                     "SELECT id, content, data FROM nodes WHERE memory_id = ?", (memory_id,)
@@ -314,9 +312,11 @@ def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
                             )
                 sealed += _each_message_body(tx, memory_id, seal_body)
                 tx.execute("INSERT INTO hadron_sealed_memories VALUES (?, ?)", (memory_id, utcnow()))
-        if sealed and postgres:
+        if postgres:
             # An UPDATE leaves the clear row version in the table until a vacuum: FULL rewrites the
-            # tables once, with no copy of a dead version (the WAL's segments recycle on their own).
+            # tables, with no copy of a dead version (the WAL's segments recycle on their own). Also
+            # when a worker starting at the same time sealed them: its vacuum kept the versions this
+            # worker's open transaction could still see.
             conn.execute("VACUUM FULL nodes, node_revisions, channel_messages")
         elif sealed:
             # Pages freed before this (an old full-text index, rows moved by an update) may still hold

@@ -105,15 +105,20 @@ class NodeKeywords:
         ).fetchall()
         return [_document(r) for r in rows]
 
-    def current(self, memory_id: str) -> int:
-        """The memory's index brought up to the log's head; returns the generation to search at (the
-        log's global head: a memory nobody wrote to keeps up with it at no cost)."""
-        conn = self.db.conn
+    def log(self) -> tuple[int, int | None]:
+        """The log's head and its oldest entry: where every memory's index can be brought up to."""
         # Two subqueries: each is one b-tree probe, where max() and min() in one SELECT scan the log.
-        head, oldest = conn.execute(
+        head, oldest = self.db.conn.execute(
             "SELECT (SELECT max(seq) FROM node_text_changes), (SELECT min(seq) FROM node_text_changes)"
         ).fetchone()
-        head = int(head or 0)
+        return int(head or 0), oldest
+
+    def current(self, memory_id: str, log: tuple[int, int | None] | None = None) -> int:
+        """The memory's index brought up to the log's head (``log``: read once for the memories of one
+        search; else now); returns the generation to search at (the log's global head: a memory nobody
+        wrote to keeps up with it at no cost)."""
+        conn = self.db.conn
+        head, oldest = log if log is not None else self.log()
         seen = self.index.generation(memory_id)
         if seen >= head:
             return head  # current, or not loaded (the load reads the rows after this head)
@@ -144,8 +149,10 @@ class NodeKeywords:
         self.index.apply(memory_id, seen, head, added=live, removed=changed)
         return head
 
-    def search(self, memory_id: str, text: str, k: int | None) -> list[tuple[int, float]]:
-        return self.index.search(memory_id, self.current(memory_id), text, k)
+    def search(
+        self, memory_id: str, text: str, k: int | None, log: tuple[int, int | None] | None = None
+    ) -> list[tuple[int, float]]:
+        return self.index.search(memory_id, self.current(memory_id, log), text, k)
 
 
 def _document(row: Sequence[Any]) -> Document:
@@ -277,19 +284,20 @@ class SqliteSearchStore:
         filtered and ranked. Memories are merged by score.
         """
         hits: list[tuple[int, float]] = []
+        log = self.keywords.log()  # one read for every memory searched (a round trip on a server engine)
         for memory_id in f.memory_ids:
             if f.subtree is not None and f.subtree[0] != memory_id:
                 continue
             if not f.structural:
-                hits += self.keywords.search(memory_id, query, limit)
+                hits += self.keywords.search(memory_id, query, limit, log)
                 continue
             one = NodeFilter((memory_id,), f.object_type, f.runnable, f.subtree, f.where)
             width = max(limit * 10, FILTER_WIDTH)
-            candidates = self.keywords.search(memory_id, query, width)
+            candidates = self.keywords.search(memory_id, query, width, log)
             keep = self.filter_rowids(one, [r for r, _ in candidates])
             found = [(r, s) for r, s in candidates if r in keep][:limit]
             if len(found) < limit and len(candidates) >= width:
-                every = self.keywords.search(memory_id, query, None)
+                every = self.keywords.search(memory_id, query, None, log)
                 keep = set()
                 for i in range(0, len(every), 5000):
                     keep |= self.filter_rowids(one, [r for r, _ in every[i : i + 5000]])

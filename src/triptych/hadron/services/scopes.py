@@ -207,17 +207,16 @@ class ScopeService:
     ) -> tuple[list[Memory], int]:
         """The memories ``caller`` may read, in order, and how many others there were. ``known``: the
         memories already loaded by id, so that none is read twice."""
-        out, dropped, seen = [], 0, set()
-        for memory_id in memory_ids:
-            if memory_id in seen:
-                continue
-            seen.add(memory_id)
+        found, dropped = [], 0
+        for memory_id in dict.fromkeys(memory_ids):
             memory = known[memory_id] if known and memory_id in known else self.tenancy.memory(memory_id)
-            if memory is not None and self.access.memory_level(caller, memory) is not None:
-                out.append(memory)
-            else:
+            if memory is None:
                 dropped += 1
-        return out, dropped
+            else:
+                found.append(memory)
+        levels = self.access.levels(caller, found)
+        out = [memory for memory, level in zip(found, levels, strict=True) if level is not None]
+        return out, dropped + len(found) - len(out)
 
     def app_view(self, caller: HadronCaller, app: App) -> tuple[list[Memory], int]:
         attached = self.tenancy.attached_memories(app.id)
