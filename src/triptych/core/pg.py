@@ -211,6 +211,11 @@ class PortableConnection:
     def cursor(self) -> PortableConnection:
         return self
 
+    @property
+    def in_transaction(self) -> bool:
+        """Inside ``PortableDatabase.transaction()`` on this thread (``sqlite3.Connection``'s name for it)."""
+        return getattr(self._db._local, "conn", None) is not None
+
     @staticmethod
     def _sql(query: str) -> bytes:
         return query.replace("%", "%%").replace("?", "%s").encode()
