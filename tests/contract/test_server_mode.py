@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -283,6 +284,14 @@ async def test_migrate_moves_the_embedded_data_and_the_tools_answer_the_same(
     assert (
         f"data directory {tmp_path / 'back'} already holds Metronix data: nothing was copied" in twice.stderr
     )
+
+    # A data directory without Metronix data but with Hadron's: Metronix comes back, Hadron is refused.
+    (tmp_path / "third").mkdir()
+    shutil.copy(tmp_path / "back" / "hadron.db", tmp_path / "third" / "hadron.db")
+    partly = _migrate_back(url, tmp_path / "third")
+    assert partly.returncode == 1 and "Traceback" not in partly.stderr
+    assert "Metronix's data was copied, Hadron's was not" in partly.stderr
+    assert "already holds Hadron data" in partly.stderr and "triptych hadron migrate --from" in partly.stderr
 
 
 def _hadron(data_dir: Path, url: str | None) -> dict[str, object]:
