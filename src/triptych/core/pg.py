@@ -261,6 +261,22 @@ class PortableDatabase:
             finally:
                 self._local.conn = None
 
+    def batched(self, statement: bytes, params: dict[str, Any]) -> list[Any]:
+        """``statement`` as its own write transaction, with this store's write lock taken first, in one
+        round trip: both go as one simple-protocol message (parameters bound client-side), which
+        PostgreSQL runs as one implicit transaction (all or nothing); the statement's snapshot is taken
+        after the lock is held. Returns the statement's rows. For a write folded into one statement,
+        where BEGIN, lock, statement and COMMIT would be four round trips."""
+        if getattr(self._local, "conn", None) is not None:
+            raise RuntimeError("transactions do not nest")
+        lock = b"SELECT pg_advisory_xact_lock(hashtext(%(write_lock)s)); " if self._write_lock else b""
+        with self.pg.connection() as conn:
+            cursor = psycopg.ClientCursor(conn)
+            cursor.execute(lock + statement, {**params, "write_lock": self._write_lock})
+            if lock:
+                cursor.nextset()
+            return cursor.fetchall()
+
     def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
         return self.pg.migrate(component, migrations)
 

@@ -674,7 +674,7 @@ class MemoryService:
         candidates = self._visible_head(view, ranked, first, max(top_k * 4, 20))
         # Ranking reads a few columns of each candidate; only the records returned are read whole.
         rows = self.store.ranking_rows(view.workspace_id, candidates)
-        graph = self._graph_scores(query, candidates, rows)
+        graph = self._graph_scores(query, candidates, rows, view.workspace_id)
         now = self.clock()
         s = self.settings
         scored = []
@@ -691,7 +691,7 @@ class MemoryService:
             scored.append((total, row, boost))
         scored.sort(key=lambda item: (-item[0], -item[1].importance_score, item[1].created_at))
         top = scored[:top_k]
-        records = self.store.by_seqs([row.seq for _, row, _ in top])
+        records = self.store.by_seqs([row.seq for _, row, _ in top], view.workspace_id)
         keyword_scores = dict(keyword)
         top_bm25 = max(keyword_scores.values(), default=0.0) or 1.0
         cosine = dict(dense)
@@ -729,12 +729,12 @@ class MemoryService:
         return head[:need]
 
     def _graph_scores(
-        self, query: str, candidates: list[int], rows: dict[int, RankingRow]
+        self, query: str, candidates: list[int], rows: dict[int, RankingRow], workspace_id: str
     ) -> dict[int, float]:
         """Entity overlap with the query, plus one hop from the three strongest first-stage hits."""
         entities = {seq: row.entities for seq, row in rows.items()}
         ids = {seq: row.id for seq, row in rows.items()}
-        links = self.store.links(candidates)
+        links = self.store.links(candidates, workspace_id)
         wanted = extract_entities(query)
         seeds = candidates[:3]
         seed_ids = {ids[s] for s in seeds if s in ids}

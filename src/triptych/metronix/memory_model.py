@@ -149,12 +149,59 @@ def record_attributes(record: MemoryRecord, seq: int, entities: set[str]) -> Att
         status=record.status,
         kind=record.kind,
         ttl_expires_at=record.ttl_expires_at,
-        importance_score=record.importance_score,
+        importance_score=float(record.importance_score),
         created_at=record.created_at,
         updated_at=record.updated_at,
         tags=frozenset(record.tags),
         entities=frozenset(entities),
         source_type=record.source_type,
+        content=record.content,
+        content_hash=record.content_hash,
+        metadata=json.dumps(record.metadata),
+        verification_state=record.verification_state,
+        superseded_by=record.superseded_by,
+        tag_list=tuple(record.tags),
+    )
+
+
+def stored_fields(record: MemoryRecord) -> dict[str, Any]:
+    """The ``Attributes`` fields of what ``update`` writes of ``record`` (the columns its UPDATE sets)."""
+    return {
+        "content": record.content,
+        "content_hash": record.content_hash,
+        "tags": frozenset(record.tags),
+        "tag_list": tuple(record.tags),
+        "importance_score": float(record.importance_score),
+        "kind": record.kind,
+        "status": record.status,
+        "verification_state": record.verification_state,
+        "superseded_by": record.superseded_by,
+        "updated_at": record.updated_at,
+    }
+
+
+def record_from_attributes(workspace_id: str, a: Attributes) -> MemoryRecord:
+    """The record as ``record_from_row`` reads it from the database."""
+    return MemoryRecord(
+        id=a.id,
+        workspace_id=workspace_id,
+        agent_id=a.agent_id,
+        scope=a.scope,
+        session_id=a.session_id,
+        kind=a.kind,
+        content=a.content,
+        content_hash=a.content_hash,
+        tags=list(a.tag_list),
+        importance_score=a.importance_score,
+        source_type=a.source_type,
+        metadata=json.loads(a.metadata),
+        status=a.status,
+        created_at=a.created_at,
+        updated_at=a.updated_at,
+        ttl_expires_at=a.ttl_expires_at,
+        verification_state=a.verification_state,
+        superseded_by=a.superseded_by,
+        seq=a.seq,
     )
 
 

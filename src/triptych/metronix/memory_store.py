@@ -39,8 +39,11 @@ from triptych.metronix.memory_model import (
     dedup_key,
     keyword_document,
     record_attributes,
+    record_from_attributes,
     record_from_row,
+    stored_fields,
 )
+from triptych.metronix.memory_pg import insert_record
 from triptych.metronix.review_store import ReviewStore, SqliteReviewStore
 from triptych.metronix.store import utcnow
 
@@ -307,7 +310,7 @@ class MemoryStore(Protocol):
         self, workspace_id: str, agent_id: str, scope: str, session_id: str | None, content_hash: str
     ) -> MemoryRecord | None: ...
     def get(self, workspace_id: str, record_id: str) -> MemoryRecord | None: ...
-    def by_seqs(self, seqs: Sequence[int]) -> dict[int, MemoryRecord]: ...
+    def by_seqs(self, seqs: Sequence[int], workspace_id: str | None = None) -> dict[int, MemoryRecord]: ...
     def ranking_rows(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, RankingRow]: ...
     def list_records(self, view: Visibility, limit: int, offset: int) -> tuple[list[MemoryRecord], int]: ...
     def facets(self, workspace_id: str, now: str) -> tuple[list[str], list[str]]: ...
@@ -318,7 +321,7 @@ class MemoryStore(Protocol):
     def keyword_search(self, view: Visibility, query: str, limit: int) -> list[tuple[int, float]]: ...
     def vectors(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, Vector]: ...
     def context(self, workspace_id: str, scores: dict[int, float], hops: int) -> dict[int, float]: ...
-    def links(self, seqs: Sequence[int]) -> dict[int, set[str]]: ...
+    def links(self, seqs: Sequence[int], workspace_id: str | None = None) -> dict[int, set[str]]: ...
 
 
 class SqliteMemoryStore:
@@ -393,37 +396,59 @@ class SqliteMemoryStore:
         )
 
     def _load_attributes(self, workspace_id: str) -> list[Attributes]:
-        entities: dict[int, set[str]] = {}
-        for seq, entity in self._plain().execute(
+        entities = self._workspace_pairs(
             "SELECT e.seq, e.entity FROM memory_records r JOIN memory_entities e ON e.seq = r.seq"
             " WHERE r.workspace_id = ?",
-            (workspace_id,),
-        ):
-            entities.setdefault(int(seq), set()).add(entity)
+            workspace_id,
+        )
+        links = self._workspace_pairs(
+            "SELECT l.seq, l.related_id FROM memory_records r JOIN memory_links l ON l.seq = r.seq"
+            " WHERE r.workspace_id = ?",
+            workspace_id,
+        )
         rows = self._plain().execute(
             "SELECT seq, id, agent_id, scope, session_id, status, kind, ttl_expires_at, importance_score,"
-            " created_at, updated_at, tags, source_type FROM memory_records WHERE workspace_id = ?",
+            " created_at, updated_at, tags, source_type, content, content_hash, metadata, verification_state,"
+            " superseded_by FROM memory_records WHERE workspace_id = ?",
             (workspace_id,),
         )
-        return [
-            Attributes(
-                seq=int(seq),
-                id=id_,
-                agent_id=agent,
-                scope=scope,
-                session_id=session,
-                status=status,
-                kind=kind,
-                ttl_expires_at=ttl,
-                importance_score=importance,
-                created_at=created,
-                updated_at=updated,
-                tags=frozenset(json.loads(tags)),
-                entities=frozenset(entities.get(int(seq), ())),
-                source_type=source,
+        found = []
+        for row in rows:
+            seq, id_, agent, scope, session, status, kind, ttl, importance, created, updated = row[:11]
+            tags = json.loads(row[11])
+            source, content, digest, metadata, verification, superseded = row[12:]
+            found.append(
+                Attributes(
+                    seq=int(seq),
+                    id=id_,
+                    agent_id=agent,
+                    scope=scope,
+                    session_id=session,
+                    status=status,
+                    kind=kind,
+                    ttl_expires_at=ttl,
+                    importance_score=importance,
+                    created_at=created,
+                    updated_at=updated,
+                    tags=frozenset(tags),
+                    entities=frozenset(entities.get(int(seq), ())),
+                    source_type=source,
+                    content=content,
+                    content_hash=digest,
+                    metadata=metadata,
+                    verification_state=verification,
+                    superseded_by=superseded,
+                    tag_list=tuple(tags),
+                    links=frozenset(links.get(int(seq), ())),
+                )  # fmt: skip
             )
-            for seq, id_, agent, scope, session, status, kind, ttl, importance, created, updated, tags, source in rows
-        ]
+        return found
+
+    def _workspace_pairs(self, query: str, workspace_id: str) -> dict[int, set[str]]:
+        pairs: dict[int, set[str]] = {}
+        for seq, value in self._plain().execute(query, (workspace_id,)):
+            pairs.setdefault(int(seq), set()).add(value)
+        return pairs
 
     def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
         rows = self.db.conn.execute(
@@ -533,6 +558,14 @@ class SqliteMemoryStore:
             raise ValueError(f"embedding has shape {vec.shape}, expected ({self.index.dim},)")
         if record.scope == "session":
             self.purge_expired(utcnow())  # an expired twin must not come back under its old id
+        if isinstance(self.db, PortableDatabase):
+            # PostgreSQL: the same writes in one round trip; a twin (nothing written) goes the neutral way.
+            done = insert_record(self.db, record, vec, key, entities, enqueue, FOLLOW_WINDOW_SECONDS)
+            if done is not None:
+                self._inserted(
+                    record, vec, entities, done.seq, done.follows, done.generation, done.attributes
+                )
+                return replace(record, seq=done.seq), False
         with self.db.transaction() as conn:
             found = self.find_duplicate(
                 record.workspace_id, record.agent_id, record.scope, record.session_id, record.content_hash
@@ -558,18 +591,36 @@ class SqliteMemoryStore:
                     record.workspace_id, *slide, changes={found.seq: {"ttl_expires_at": found.ttl_expires_at}}
                 )
             return found, True
+        self._inserted(record, vec, entities, seq, previous, after, attrs_after, before, attrs_before)
+        return replace(record, seq=seq), False
+
+    def _inserted(
+        self,
+        record: MemoryRecord,
+        vec: Vector,
+        entities: set[str],
+        seq: int,
+        previous: int | None,
+        after: int,
+        attrs_after: int,
+        before: int | None = None,
+        attrs_before: int | None = None,
+    ) -> None:
+        """Hand a committed insert to the caches (counters before it: one less than after, by default)."""
         self._apply(
             record.workspace_id,
-            before,
+            after - 1 if before is None else before,
             after,
             vectors=[(seq, vec)],
             documents=[(seq, keyword_document(record.content, record.tags))],
             links=[(seq, previous)] if previous is not None else [],
         )
         self.attributes.apply(
-            record.workspace_id, attrs_before, attrs_after, put=[record_attributes(record, seq, entities)]
+            record.workspace_id,
+            attrs_after - 1 if attrs_before is None else attrs_before,
+            attrs_after,
+            put=[record_attributes(record, seq, entities)],
         )
-        return replace(record, seq=seq), False
 
     def _attribute_write(self, conn: Any, workspace_id: str) -> tuple[int, int]:
         """Inside a write transaction: the attribute generation before it and after bumping it."""
@@ -733,13 +784,7 @@ class SqliteMemoryStore:
             # attribute cache.
             reindex = embedding is not None or "tags" in changes
             after = self._bump(conn, record.workspace_id) if reindex else before
-        fields: dict[str, Any] = {
-            "status": updated.status,
-            "kind": updated.kind,
-            "importance_score": updated.importance_score,
-            "updated_at": updated.updated_at,
-            "tags": frozenset(updated.tags),
-        }
+        fields = stored_fields(updated)
         if ents is not None:
             fields["entities"] = frozenset(ents)
         self.attributes.apply(record.workspace_id, attrs_before, attrs_after, changes={record.seq: fields})
@@ -838,7 +883,12 @@ class SqliteMemoryStore:
         ).fetchone()
         return None if row is None else record_from_row(row)
 
-    def by_seqs(self, seqs: Sequence[int]) -> dict[int, MemoryRecord]:
+    def by_seqs(self, seqs: Sequence[int], workspace_id: str | None = None) -> dict[int, MemoryRecord]:
+        """The records of ``seqs``; with ``workspace_id``, those of that workspace, from the attribute
+        cache (no query: inside ``snapshot()`` a search asks the database only for its counters)."""
+        if workspace_id is not None:
+            cached = self.attributes.rows(workspace_id, self._read_counters(workspace_id)[1], seqs)
+            return {seq: record_from_attributes(workspace_id, a) for seq, a in cached.items()}
         if not seqs:
             return {}
         marks = ",".join("?" * len(seqs))
@@ -1015,7 +1065,11 @@ class SqliteMemoryStore:
     def entities(self, seqs: Sequence[int]) -> dict[int, set[str]]:
         return self._grouped("SELECT seq, entity FROM memory_entities WHERE seq IN ({})", seqs)
 
-    def links(self, seqs: Sequence[int]) -> dict[int, set[str]]:
+    def links(self, seqs: Sequence[int], workspace_id: str | None = None) -> dict[int, set[str]]:
+        """Each seq's explicitly related record ids; with ``workspace_id``, from the attribute cache."""
+        if workspace_id is not None:
+            rows = self.attributes.rows(workspace_id, self._read_counters(workspace_id)[1], seqs)
+            return {seq: set(a.links) for seq, a in rows.items() if a.links}
         return self._grouped("SELECT seq, related_id FROM memory_links WHERE seq IN ({})", seqs)
 
     def _grouped(self, query: str, seqs: Sequence[int]) -> dict[int, set[str]]:

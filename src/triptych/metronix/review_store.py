@@ -91,7 +91,11 @@ class SqliteReviewStore:
 
     @gated
     def _file(self, record: MemoryRecord, filing: Filing | None, done: bool) -> bool:
-        created, attrs = False, None
+        if filing is None:  # the usual outcome: one statement, no transaction (one round trip, not four)
+            if done:
+                self.db.conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
+            return False
+        created, attrs, changes, linked = False, None, {}, []
         with self.db.transaction() as conn:
             if filing is not None:
                 cursor = conn.execute(
@@ -116,17 +120,19 @@ class SqliteReviewStore:
                         "UPDATE memory_records SET status = ? WHERE seq = ?", (filing.status, record.seq)
                     )
                     attrs = self._attribute_write(conn, record.workspace_id)
+                    changes = {record.seq: {"status": filing.status}}
                 if filing.link is not None and filing.related_id:
-                    conn.execute(
+                    added = conn.execute(
                         "INSERT INTO memory_links VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                         (record.seq, filing.related_id, filing.link),
-                    )
+                    ).rowcount
+                    if added > 0:  # the attribute cache holds links too
+                        linked = [(record.seq, filing.related_id)]
+                        attrs = attrs or self._attribute_write(conn, record.workspace_id)
             if done:
                 conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
-        if attrs is not None and filing is not None:
-            self.attributes.apply(
-                record.workspace_id, *attrs, changes={record.seq: {"status": filing.status}}
-            )
+        if attrs is not None:
+            self.attributes.apply(record.workspace_id, *attrs, changes=changes, links=linked)
         return created
 
     def list_reviews(
@@ -180,18 +186,24 @@ class SqliteReviewStore:
                 (status, verification_state, superseded_by, now, record.seq),
             )
             attrs = self._attribute_write(conn, record.workspace_id)
+            linked = []
             if superseded_by is not None:
-                conn.execute(
+                added = conn.execute(
                     "INSERT INTO memory_links VALUES (?, ?, 'superseded_by') ON CONFLICT DO NOTHING",
                     (record.seq, superseded_by),
-                )
+                ).rowcount
+                linked = [(record.seq, superseded_by)] if added > 0 else []
             conn.execute(
                 "INSERT INTO machine_events VALUES (?, ?, 'freshness_review_resolved', ?, ?, ?, ?)",
                 (event_id, review.workspace_id, actor, record.id, json.dumps(payload), utcnow()),
             )
-        self.attributes.apply(
-            record.workspace_id, *attrs, changes={record.seq: {"status": status, "updated_at": now}}
-        )
+        fields = {
+            "status": status,
+            "verification_state": verification_state,
+            "superseded_by": superseded_by,
+            "updated_at": now,
+        }
+        self.attributes.apply(record.workspace_id, *attrs, changes={record.seq: fields}, links=linked)
         return event_id
 
     def events(self, workspace_id: str, target_id: str) -> list[dict[str, Any]]:
