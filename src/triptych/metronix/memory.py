@@ -11,11 +11,11 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from triptych.core.auth import Principal
 from triptych.core.db import MAX_OFFSET
@@ -86,6 +86,9 @@ class MemorySettings:
     reconciler_threshold: float = 0.85
     decision_threshold: float = 0.7
     contradiction_floor: float = 0.5  # neighbours less similar than this are not compared at all
+
+
+_T = TypeVar("_T")
 
 
 def content_hash(content: str) -> str:
@@ -282,18 +285,20 @@ class MemoryService:
                 "importance_score must be between 0.0 and 1.0", details={"field": "importance_score"}
             )
         kind_name = self._kind(kind) or "fact"
-        if scope_name != "session":  # a session duplicate still slides its TTL, in ``insert``
-            # Agents store the same fact again and again; the answer needs no embedding then.
-            twin = self.store.find_duplicate(workspace, agent, scope_name, None, content_hash(text))
-            if twin is not None:
-                return {"id": twin.id, "content_hash": twin.content_hash, "deduped": True}
-        self._model_guard.check()
-        vector = self.embedder.embed([text])[0]
-        return self._insert(
-            workspace, text, vector, agent=agent, scope=scope_name, tags=clean_tags,
-            importance=importance_score, source_type=source_type, session_id=session_id, kind=kind_name,
-            metadata=metadata or {},
-        )  # fmt: skip
+        # One reading of the workspace's counters serves the whole call (with the twin lookup).
+        with self.store.snapshot():
+            if scope_name != "session":  # a session duplicate still slides its TTL, in ``insert``
+                # Agents store the same fact again and again; the answer needs no embedding then.
+                twin = self.store.find_duplicate(workspace, agent, scope_name, None, content_hash(text))
+                if twin is not None:
+                    return {"id": twin.id, "content_hash": twin.content_hash, "deduped": True}
+            self._model_guard.check()
+            vector = self.embedder.embed([text])[0]
+            return self._insert(
+                workspace, text, vector, agent=agent, scope=scope_name, tags=clean_tags,
+                importance=importance_score, source_type=source_type, session_id=session_id,
+                kind=kind_name, metadata=metadata or {},
+            )  # fmt: skip
 
     def _insert(
         self,
@@ -331,7 +336,7 @@ class MemoryService:
         )
         # The freshness check's neighbour search needs only the vector: it runs while the row is
         # inserted (the new record cannot be among its hits, which the check excludes anyway).
-        found = self._embedding.submit(self._neighbours, record, vector)
+        found = self._embedding.submit(self._pinned, self.store.pinned(), self._neighbours, record, vector)
         try:
             stored, deduped = self.store.insert(record, vector, extract_entities(text, tags))
         finally:
@@ -772,6 +777,11 @@ class MemoryService:
             return
         self.store.reviews.finish_check(record, filing)
 
+    def _pinned(self, pinned: Mapping[str, tuple[int, int]], work: Callable[..., _T], *args: Any) -> _T:
+        """``work(*args)`` in a helper thread, reading the counters its caller's snapshot read."""
+        with self.store.snapshot(pinned):
+            return work(*args)
+
     def _neighbours(self, record: MemoryRecord, vector: Any) -> list[tuple[int, float]]:
         """The active records nearest ``vector`` that the record's agent sees (6: the record itself is
         usually among them once stored)."""
@@ -797,7 +807,7 @@ class MemoryService:
         neighbours = [(s, sim) for s, sim in neighbours if sim >= self.settings.contradiction_floor]
         if not neighbours:
             return None
-        others = self.store.by_seqs([s for s, _ in neighbours])
+        others = self.store.by_seqs([s for s, _ in neighbours], record.workspace_id)
         s = self.settings
         for seq, similarity in neighbours:
             other = others.get(seq)
