@@ -34,7 +34,7 @@ from triptych.metronix.freshness import (
     restatement,
 )
 from triptych.metronix.memory import REST_DEFAULTS, MemoryService, MemorySettings, content_hash
-from triptych.metronix.memory_model import MemoryRecord
+from triptych.metronix.memory_model import Filing, MemoryRecord, Resolution
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.store import utcnow
 
@@ -360,7 +360,9 @@ def test_filing_the_same_review_twice_keeps_one_entry(service: MemoryService) ->
     record = service.store.get(WS, new["id"])
     assert record is not None
     assert (
-        service.store.reviews.file_review(record, "possible_contradiction", old["id"], 0.7, "conflicted")
+        service.store.reviews.file_review(
+            record, Filing("possible_contradiction", old["id"], 0.7, "conflicted")
+        )
         is False
     )
     # Re-running the whole check (as a restart would) files nothing new either.
@@ -856,7 +858,7 @@ def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_proc
     )
     plain = next(r for r in records.values() if not r.tags and r.id not in (active.id, expired.id))
     gone = next(r for r in records.values() if r.id not in (active.id, expired.id, plain.id))
-    review = first.reviews.file_review(plain, "possible_duplicate", None, 0.9, None)
+    review = first.reviews.file_review(plain, Filing("possible_duplicate", None, 0.9, None))
     later = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
 
     def coherent() -> None:
@@ -870,10 +872,14 @@ def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_proc
         entry = second.reviews.list_reviews(WS, None, plain.id, 1, 0)[0][0]
         # Each write of another process, one at a time, reaches this process's cache.
         writes = [
-            lambda: second.reviews.file_review(active, "possible_contradiction", None, 0.9, "conflicted"),
+            lambda: second.reviews.file_review(
+                active, Filing("possible_contradiction", None, 0.9, "conflicted")
+            ),
             lambda: second.touch(WS, [expired.seq], later),
             lambda: second.update(plain, {"tags": ["red", "blue"], "kind": "pinned"}, None, None, False),
-            lambda: second.reviews.resolve_review(entry, plain, "archived", "rejected", None, "test", {}),
+            lambda: second.reviews.resolve_review(
+                entry, plain, Resolution("archived", "rejected", None, "test", {})
+            ),
             lambda: second.delete(WS, gone.id),
         ]
         assert review

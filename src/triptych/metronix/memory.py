@@ -35,6 +35,7 @@ from triptych.metronix.memory_model import (
     Filing,
     MemoryRecord,
     RankingRow,
+    Resolution,
 )
 from triptych.metronix.memory_store import MemoryStore
 
@@ -936,7 +937,7 @@ class MemoryService:
             "related_record_id": review.related_record_id,
         }
         event_id = self.store.reviews.resolve_review(
-            review, record, status, state, superseded_by, actor, payload
+            review, record, Resolution(status, state, superseded_by, actor, payload)
         )
         if event_id is None:
             raise DocumentNotFound(

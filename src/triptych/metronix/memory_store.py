@@ -33,6 +33,7 @@ from triptych.metronix.adjacency import AdjacencyIndex
 from triptych.metronix.attributes import AttributeIndex, Attributes, Visibility
 from triptych.metronix.memory_counters import SqliteCounters
 from triptych.metronix.memory_model import (
+    PLAIN_FIELDS,
     DuplicateContent,
     MemoryRecord,
     RankingRow,
@@ -415,40 +416,22 @@ class SqliteMemoryStore:
             workspace_id,
         )
         rows = self._plain().execute(
-            "SELECT seq, id, agent_id, scope, session_id, status, kind, ttl_expires_at, importance_score,"
-            " created_at, updated_at, tags, source_type, content, content_hash, metadata, verification_state,"
-            " superseded_by FROM memory_records WHERE workspace_id = ?",
+            f"SELECT seq, tags, metadata, {', '.join(PLAIN_FIELDS)} FROM memory_records WHERE workspace_id = ?",
             (workspace_id,),
         )
         found = []
-        for row in rows:
-            seq, id_, agent, scope, session, status, kind, ttl, importance, created, updated = row[:11]
-            tags = json.loads(row[11])
-            source, content, digest, metadata, verification, superseded = row[12:]
+        for seq, tags_json, metadata, *plain in rows:
+            tags = json.loads(tags_json)
             found.append(
                 Attributes(
+                    **dict(zip(PLAIN_FIELDS, plain, strict=True)),
                     seq=int(seq),
-                    id=id_,
-                    agent_id=agent,
-                    scope=scope,
-                    session_id=session,
-                    status=status,
-                    kind=kind,
-                    ttl_expires_at=ttl,
-                    importance_score=importance,
-                    created_at=created,
-                    updated_at=updated,
                     tags=frozenset(tags),
                     entities=frozenset(entities.get(int(seq), ())),
-                    source_type=source,
-                    content=content,
-                    content_hash=digest,
                     metadata=metadata,
-                    verification_state=verification,
-                    superseded_by=superseded,
                     tag_list=tuple(tags),
                     links=frozenset(links.get(int(seq), ())),
-                )  # fmt: skip
+                )
             )
         return found
 
