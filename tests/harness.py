@@ -137,8 +137,11 @@ def metergraph_key(data_dir: Path, workspace: str, role: str = "debug", app: boo
 
 
 def token(
-    user: str = "alice", role: str = "editor", workspaces: list[str] | None = None, ttl: int = 600
+    user: str = "alice", role: str = "editor", workspaces: list[str] | None = None, ttl: int = 6 * 3600
 ) -> str:
+    # Six hours: a token minted at import (module constants) must outlive the whole suite. With ten
+    # minutes, the robustness files' module tokens had expired by the time a slow CI run reached them,
+    # and every write was refused (the "intermittent" kill -9 and full-disk failures of 2026-12-01).
     return mint_token(SECRET, user, role, workspaces or [], ttl)  # type: ignore[arg-type]
 
 

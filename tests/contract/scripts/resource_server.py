@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import mcp_types as types
 from mcp.server import Server
+from mcp_runner import run
 
 
 def build(path: Path) -> Server[Any]:
@@ -44,23 +44,13 @@ def build(path: Path) -> Server[Any]:
 def main() -> None:
     path = Path(sys.argv[1])
     if "--garbage" in sys.argv:
+        # Until the client hangs up: a loop that ignored EOF would spin on after the test.
         while True:
             print("this is not JSON-RPC", flush=True)
-            sys.stdin.readline()
+            if not sys.stdin.readline():
+                return
     server = build(path)
-    if "--http" in sys.argv:
-        import uvicorn
-
-        port = int(sys.argv[sys.argv.index("--http") + 1])
-        uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
-        return
-    from mcp.server.stdio import stdio_server
-
-    async def run() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
-
-    anyio.run(run)
+    run(server)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.server import Server
+from mcp_runner import run
 
 TOOLS = [
     types.Tool(
@@ -56,19 +57,7 @@ def build(log: Path) -> Server[Any]:
 
 def main() -> None:
     server = build(Path(sys.argv[1]))
-    if "--http" in sys.argv:
-        import uvicorn
-
-        port = int(sys.argv[sys.argv.index("--http") + 1])
-        uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
-        return
-    from mcp.server.stdio import stdio_server
-
-    async def run() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
-
-    anyio.run(run)
+    run(server)
 
 
 if __name__ == "__main__":
