@@ -11,11 +11,11 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from triptych.core.auth import Principal
 from triptych.core.db import MAX_OFFSET
@@ -87,9 +87,6 @@ class MemorySettings:
     reconciler_threshold: float = 0.85
     decision_threshold: float = 0.7
     contradiction_floor: float = 0.5  # neighbours less similar than this are not compared at all
-
-
-_T = TypeVar("_T")
 
 
 def content_hash(content: str) -> str:
@@ -335,17 +332,23 @@ class MemoryService:
             updated_at=now,
             ttl_expires_at=self._ttl(scope),
         )
-        # The freshness check's neighbour search needs only the vector: it runs while the row is
-        # inserted (the new record cannot be among its hits, which the check excludes anyway).
-        found = self._embedding.submit(self._pinned, self.store.pinned(), self._neighbours, record, vector)
+        # The freshness check runs before the write: it needs only the vector and the text (the new
+        # record cannot be among its neighbours). A check that files nothing then leaves nothing to
+        # queue and dequeue (two statements fewer, each a round trip on a server engine); one that
+        # files, or fails, is queued with the write, so a crash before its filing commits re-runs it.
+        entities = extract_entities(text, tags)
+        filing: Filing | None = None
+        checked = False
         try:
-            stored, deduped = self.store.insert(record, vector, extract_entities(text, tags))
-        finally:
-            # Never leave the search running past this call (a deduped or failed write does not use
-            # it): it reads the database, which the caller may close as soon as the call returns.
-            wait([found])
-        if not deduped:
-            self._check(stored, vector, found)
+            filing = self._freshness(record, vector, self._neighbours(record, vector))
+            checked = True
+        except Exception:
+            log.exception("freshness check of %s failed; it stays queued", record.id)
+        stored, deduped = self.store.insert(
+            record, vector, entities, enqueue=not checked or filing is not None
+        )
+        if not deduped and filing is not None:
+            self.store.reviews.finish_check(stored, filing)
         return {"id": stored.id, "content_hash": stored.content_hash, "deduped": deduped}
 
     def batch_store(
@@ -765,23 +768,16 @@ class MemoryService:
 
     # -- freshness -------------------------------------------------------------------------
 
-    def _check(
-        self, record: MemoryRecord, vector: Any = None, found: Future[list[tuple[int, float]]] | None = None
-    ) -> None:
+    def _check(self, record: MemoryRecord, vector: Any = None) -> None:
         """Run the freshness checks for a record whose check is queued: file what they find and dequeue
-        the check in one transaction. ``found``: its neighbour search, already started."""
+        the check in one transaction."""
         try:
-            filing = self._freshness(record, vector, None if found is None else found.result())
+            filing = self._freshness(record, vector)
         except Exception:
             # The check stays queued and is retried at the next start.
             log.exception("freshness check of %s failed", record.id)
             return
         self.store.reviews.finish_check(record, filing)
-
-    def _pinned(self, pinned: Mapping[str, tuple[int, int]], work: Callable[..., _T], *args: Any) -> _T:
-        """``work(*args)`` in a helper thread, reading the counters its caller's snapshot read."""
-        with self.store.snapshot(pinned):
-            return work(*args)
 
     def _neighbours(self, record: MemoryRecord, vector: Any) -> list[tuple[int, float]]:
         """The active records nearest ``vector`` that the record's agent sees (6: the record itself is
