@@ -168,25 +168,18 @@ CORPUS_NOTES = {
 
 
 def build_database(
-    db_path: Path,
-    docs: Sequence[dict[str, str]],
-    target: int,
-    chunk_tokens: int,
-    noise: float,
-    seed: int,
-    embedder: Any,
-    cache: common.EmbeddingCache,
+    db_path: Path, args: argparse.Namespace, docs: Any, target: int, embedder: Any, cache: Any
 ) -> dict[str, Any]:
     from triptych.metronix.store import SqliteKnowledgeStore
 
+    chunk_tokens, noise = args.chunk_tokens, args.noise
     store = SqliteKnowledgeStore(db_path, embedder.dim)
     store.set_embedding_model(embedder.name, embedder.dim)
     documents = replicas = 0
     started = time.perf_counter()
+    corpus = replica_documents(docs, target, chunk_tokens, noise, args.seed, embedder, cache)
     with progress(total=target, desc="building database", unit="chunk") as bar:
-        for document, count, replica in replica_documents(
-            docs, target, chunk_tokens, noise, seed, embedder, cache
-        ):
+        for document, count, replica in corpus:
             replicas = replica
             if document is None:
                 break
@@ -377,9 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             if db_path.exists():
                 raise SystemExit(f"{db_path} exists: pass --reuse, or a fresh --data-dir")
-            result["database"] = build_database(
-                db_path, data.docs, target, args.chunk_tokens, args.noise, args.seed, embedder, cache
-            )
+            result["database"] = build_database(db_path, args, data.docs, target, embedder, cache)
         log(f"database: {result['database']}")
 
         if not args.skip_mcp:
