@@ -1008,3 +1008,40 @@ def test_two_workers_recovering_the_same_queued_checks_file_each_review_once(
     finally:
         for db in dbs:
             (db.pg if isinstance(db, PortableDatabase) else db).close()
+
+
+def test_a_search_through_another_worker_returns_the_record_as_another_worker_last_wrote_it(
+    tmp_path: Path, embedder: LocalEmbedder, storage_engine: str, request: pytest.FixtureRequest
+) -> None:
+    # Search hydrates its results from the attribute cache: a worker whose cache predates another
+    # worker's update must reload it, never answer the old content, tags or score.
+    dbs: list[Any]
+    if storage_engine == "postgresql":
+        url = request.getfixturevalue("postgres").create_database()
+        dbs = [PortableDatabase(PgDatabase(url, max_size=4), write_lock="metronix-memory") for _ in range(2)]
+    else:
+        dbs = [Database(tmp_path / "metronix.db", []) for _ in range(2)]
+    try:
+        writer, reader = (MemoryService(SqliteMemoryStore(db, embedder.dim), embedder) for db in dbs)
+        first = store(writer, "The deploy window is Friday at noon", tags=["ops"])
+
+        def found() -> dict[str, Any]:
+            hits = reader.search(LOCAL, workspace_id=WS, query="deploy window", agent_id="hermes")["results"]
+            return next(hit["record"] for hit in hits if hit["record"]["id"] == first["id"])
+
+        assert found()["content"] == "The deploy window is Friday at noon"  # the reader's caches load
+        writer.update(
+            LOCAL, workspace_id=WS, record_id=first["id"], content="The deploy window is Monday at nine",
+            tags=["ops", "release"], importance_score=0.9, caller_agent="hermes",
+        )  # fmt: skip
+        record = found()
+        assert (record["content"], record["tags"], record["importance_score"]) == (
+            "The deploy window is Monday at nine",
+            ["ops", "release"],
+            0.9,
+        )
+        stored = writer.get_record(LOCAL, WS, first["id"])  # read from the database
+        assert record == {key: stored[key] for key in record}
+    finally:
+        for db in dbs:
+            (db.pg if isinstance(db, PortableDatabase) else db).close()
