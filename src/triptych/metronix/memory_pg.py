@@ -110,3 +110,29 @@ def insert_record(
         return None
     seq, follows, generation, attributes = rows[0]
     return Inserted(int(seq), None if follows is None else int(follows), int(generation), int(attributes))
+
+
+# ``touch`` in one statement: the TTL slide and the attribute counter's bump (``touch`` bumps it even
+# when no row matched, as the neutral path does).
+TOUCH = b"""
+WITH touched AS (
+    UPDATE memory_records SET ttl_expires_at = %(ttl)s
+    WHERE workspace_id = %(workspace)s AND scope = 'session' AND seq = ANY(%(seqs)s)
+    RETURNING seq
+), counters AS (
+    INSERT INTO memory_generations (workspace_id, generation, attributes) VALUES (%(workspace)s, 0, 1)
+    ON CONFLICT (workspace_id) DO UPDATE SET attributes = memory_generations.attributes + 1
+    RETURNING attributes
+)
+SELECT (SELECT coalesce(array_agg(seq), '{}') FROM touched), counters.attributes FROM counters
+"""
+
+
+def touch(
+    db: PortableDatabase, workspace_id: str, seqs: list[int], ttl_expires_at: str
+) -> tuple[list[int], int]:
+    """Slide the TTL of the workspace's session records among ``seqs`` as ``SqliteMemoryStore.touch``
+    does, in one round trip: (the seqs touched, the attribute counter after the write)."""
+    rows = db.batched(TOUCH, {"ttl": ttl_expires_at, "workspace": workspace_id, "seqs": seqs})
+    touched, attributes = rows[0]
+    return [int(seq) for seq in touched], int(attributes)

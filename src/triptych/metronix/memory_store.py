@@ -45,6 +45,7 @@ from triptych.metronix.memory_model import (
     stored_fields,
 )
 from triptych.metronix.memory_pg import insert_record
+from triptych.metronix.memory_pg import touch as touch_records
 from triptych.metronix.review_store import ReviewStore, SqliteReviewStore
 from triptych.metronix.store import utcnow
 
@@ -833,6 +834,11 @@ class SqliteMemoryStore:
     def touch(self, workspace_id: str, seqs: Sequence[int], ttl_expires_at: str) -> None:
         """Slide the TTL of ``seqs`` (session records of ``workspace_id``; others are left alone)."""
         if not seqs:
+            return
+        if isinstance(self.db, PortableDatabase):  # PostgreSQL: one round trip (memory_pg.touch)
+            touched, after = touch_records(self.db, workspace_id, list(seqs), ttl_expires_at)
+            changes = {seq: {"ttl_expires_at": ttl_expires_at} for seq in touched}
+            self.attributes.apply(workspace_id, after - 1, after, changes=changes)
             return
         marks = ",".join("?" * len(seqs))
         with self.db.transaction() as conn:
