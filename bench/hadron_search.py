@@ -3,6 +3,11 @@ in one memory, with and without a ``where`` filter, in-process (the service laye
 `triptych serve` and the official MCP client), with hadron_get_node as a same-run baseline.
 
     .venv/bin/python bench/hadron_search.py [--nodes 100000] [--calls 100] [--skip-mcp]
+        [--engines sqlite,postgresql]
+
+``--engines`` runs the same seed and the same queries on each storage engine in turn, in one run: the
+embedded SQLite file, and a throwaway PostgreSQL 18 with pgvector on 127.0.0.1 (tests/postgres.py,
+the cluster the tests start) selected by ``TRIPTYCH_DATABASE_URL`` as in server mode.
 
 Seeding: node text is drawn from a 2,000-word vocabulary (31 words a node: a query word matches ~1.5% of the nodes);
 ``properties.tier`` is one of a/b/c/d (the ``where`` filter keeps a quarter). Embedding 100,000 nodes
@@ -58,10 +63,10 @@ def sentence(rng: random.Random, words: list[str], n: int) -> str:
     return " ".join(rng.choice(words) for _ in range(n))
 
 
-def seed(data_dir: Path, nodes: int, embedder: LocalEmbedder) -> list[str]:
+def seed(data_dir: Path, nodes: int, embedder: LocalEmbedder, url: str | None = None) -> list[str]:
     rng = random.Random(11)
     words = vocabulary(rng)
-    hadron = Hadron.open(data_dir / "hadron.db")
+    hadron = Hadron.open(data_dir / "hadron.db", database_url=url)
     admin = hadron.admin()
     admin.create_org("bench.example")
     admin.create_user("bench")
@@ -121,11 +126,13 @@ CASES = [
 ]
 
 
-def in_process(data_dir: Path, words: list[str], calls: int, embedder: LocalEmbedder) -> list[str]:
+def in_process(
+    data_dir: Path, words: list[str], calls: int, embedder: LocalEmbedder, url: str | None = None
+) -> list[str]:
     from triptych.hadron.identity import HadronCaller
     from triptych.hadron.services.search import FindQuery
 
-    hadron = Hadron.open(data_dir / "hadron.db", embedder)
+    hadron = Hadron.open(data_dir / "hadron.db", embedder, database_url=url)
     caller = HadronCaller("user", "bench", user=hadron.tenancy.user_by_handle("bench"))
     state = hadron.selections.session(caller, "bench", None)
     rows = []
@@ -206,6 +213,25 @@ async def over_mcp(url: str, words: list[str], calls: int) -> list[str]:
     return rows
 
 
+def run_engine(args: argparse.Namespace, embedder: LocalEmbedder, url: str | None) -> list[str]:
+    """Seed, then time in process and (unless skipped) over MCP, on the engine ``url`` selects."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp) / "data"
+        data_dir.mkdir()
+        words = seed(data_dir, args.nodes, embedder, url)
+        rows = in_process(data_dir, words, args.calls, embedder, url)
+        if not args.skip_mcp:
+            env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET}
+            if url:
+                env["TRIPTYCH_DATABASE_URL"] = url
+            server = ServerProcess(data_dir, env).start(timeout=120)
+            try:
+                rows += asyncio.run(over_mcp(server.url, words, args.calls))
+            finally:
+                server.stop()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -213,21 +239,28 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--skip-mcp", action="store_true")
+    parser.add_argument("--engines", default="sqlite", help="comma-separated: sqlite, postgresql")
     args = parser.parse_args()
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     embedder = LocalEmbedder()
     SECTIONS[0] = max(1, args.nodes // 1000)
-    with tempfile.TemporaryDirectory() as tmp:
-        data_dir = Path(tmp) / "data"
-        data_dir.mkdir()
-        words = seed(data_dir, args.nodes, embedder)
-        rows = in_process(data_dir, words, args.calls, embedder)
-        if not args.skip_mcp:
-            env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET}
-            server = ServerProcess(data_dir, env).start(timeout=120)
-            try:
-                rows += asyncio.run(over_mcp(server.url, words, args.calls))
-            finally:
-                server.stop()
+    rows: list[str] = []
+    cluster = None
+    try:
+        for engine in engines:
+            url = None
+            if engine == "postgresql":
+                from postgres import PostgresCluster
+
+                cluster = cluster or PostgresCluster().start()
+                url = cluster.create_database("bench")
+            elif engine != "sqlite":
+                raise SystemExit(f"unknown engine {engine!r}: sqlite or postgresql")
+            rows += [f"| **{engine}** | | | |"]
+            rows += run_engine(args, embedder, url)
+    finally:
+        if cluster is not None:
+            cluster.stop()
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     print(f"\n{args.nodes} nodes, {args.calls} calls per row, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, load average {load[0]:.1f}\n")  # fmt: skip

@@ -3,11 +3,15 @@
 by ref with N items in the worklog, each next to hadron_get_node measured in the same run.
 
     .venv/bin/python bench/hadron_team.py [--messages 100000] [--items 100000] [--calls 200]
+        [--engines sqlite,postgresql]
 
-The messages and work items are seeded straight into hadron.db through the team store (one
+The messages and work items are seeded straight into the store through the team store (one
 transaction each; a message takes its seq exactly as a post does). Then every timed call goes
 through the official MCP client over streamable HTTP against a real `triptych serve`, and the four
-calls are interleaved, so each ratio to hadron_get_node is taken under the same load.
+calls are interleaved, so each ratio to hadron_get_node is taken under the same load. ``--engines``
+seeds each engine alike (PostgreSQL: a throwaway PostgreSQL 18 on 127.0.0.1, tests/postgres.py), serves
+each from its own server and times the engines in turn, call by call, so both run under the same load;
+each row then also gives its ratio to the first engine's.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -38,9 +43,9 @@ APP = "hrn:app:bench.example:crew"
 REFS = 5_000  # distinct PRs in the worklog: a ref matches ~N/5,000 items
 
 
-def seed(data_dir: Path, messages: int, items: int) -> str:
+def seed(data_dir: Path, messages: int, items: int, database_url: str | None = None) -> str:
     """A team App with its Team Agent, N chat messages and N work items; returns a node loc to read."""
-    hadron = Hadron.open(data_dir / "hadron.db")
+    hadron = Hadron.open(data_dir / "hadron.db", database_url=database_url)
     admin, team = hadron.admin(), hadron.team
     admin.create_org("bench.example")
     admin.create_user("bench")
@@ -56,11 +61,22 @@ def seed(data_dir: Path, messages: int, items: int) -> str:
     now = utcnow()
     started = time.perf_counter()
     author = {"kind": "user", "handle": "bench", "userId": user.id}
+    # Posts in batches: PostgreSQL walks the versions one transaction made of a row each time it updates it
+    # again, so 100,000 posts (each bumps the channel's last_seq) in one transaction take quadratic time.
+    for start in range(0, messages, 200):
+        with team.store.atomic():
+            for i in range(start, min(start + 200, messages)):
+                team.store.post(
+                    channel.id,
+                    f"message {i}: status update on task {i % 977}",
+                    author,
+                    None,
+                    None,
+                    [],
+                    [],
+                    now,
+                )
     with team.store.atomic():
-        for i in range(messages):
-            team.store.post(
-                channel.id, f"message {i}: status update on task {i % 977}", author, None, None, [], [], now
-            )
         session = WorkSession(
             id=new_id(), app_id=app.id, user_id=user.id, worker_id=None, description="seed", type="DEVELOPER",
             repo=None, branch=None, pr_number=None, language=None, llm_model=None, parent_session_id=None,
@@ -96,32 +112,47 @@ def seed(data_dir: Path, messages: int, items: int) -> str:
     return f"{memory.urn.replace('hrn:mem:', 'hrn:node:')}:notes:bench"
 
 
-async def run(url: str, node: str, messages: int, items: int, calls: int) -> list[str]:
-    world = World(ServerProcess(Path("."), {}), "", "")
-    world.server.port = int(url.rsplit(":", 1)[1])
+Samples = dict[str, list[float]]
+
+
+async def run(urls: list[str], nodes: list[str], messages: int, calls: int) -> list[Samples]:
+    """Each server's samples; every round times the four calls on each server in turn."""
     rng = random.Random(7)
-    samples: dict[str, list[float]] = {"get": [], "post": [], "read": [], "items": []}
-    async with connect(world, {"Authorization": f"Bearer {token(user='bench', ttl=3600)}"}) as session:
-        await session.ok("hadron_set_active_app", app=APP)
+    samples: list[Samples] = [{"get": [], "post": [], "read": [], "items": []} for _ in urls]
+    async with AsyncExitStack() as stack:
+        sessions = []
+        for url in urls:
+            world = World(ServerProcess(Path("."), {}), "", "")
+            world.server.port = int(url.rsplit(":", 1)[1])
+            headers = {"Authorization": f"Bearer {token(user='bench', ttl=3600)}"}
+            session = await stack.enter_async_context(connect(world, headers))
+            await session.ok("hadron_set_active_app", app=APP)
+            sessions.append(session)
         last = messages
         for i in range(calls + 20):
-            get = await timed(session, "hadron_get_node", loc=node)
-            post = await timed(session, "hadron_team_chat_post", body=f"bench post {i} @bench")
             last += 1
-            read = await timed(session, "hadron_team_chat_read", sinceSeq=last - 50, limit=50)
-            work = await timed(session, "hadron_team_work_items", ref=f"https://github.com/bench/api/pull/"
-                                f"{rng.randrange(1, REFS + 1)}")  # fmt: skip
-            if i >= 20:  # the first 20 rounds warm up
-                for key, value in (("get", get), ("post", post), ("read", read), ("items", work)):
-                    samples[key].append(value)
+            ref = f"https://github.com/bench/api/pull/{rng.randrange(1, REFS + 1)}"
+            for session, node, into in zip(sessions, nodes, samples, strict=True):
+                get = await timed(session, "hadron_get_node", loc=node)
+                post = await timed(session, "hadron_team_chat_post", body=f"bench post {i} @bench")
+                read = await timed(session, "hadron_team_chat_read", sinceSeq=last - 50, limit=50)
+                work = await timed(session, "hadron_team_work_items", ref=ref)
+                if i >= 20:  # the first 20 rounds warm up
+                    for key, value in (("get", get), ("post", post), ("read", read), ("items", work)):
+                        into[key].append(value)
+    return samples
+
+
+def rows(samples: Samples, first: Samples, messages: int, items: int) -> list[str]:
     base = statistics.median(samples["get"])
 
     def row(name: str, key: str) -> str:
         ratio = statistics.median(samples[key]) / base
-        return summary(name, samples[key]) + f" {ratio:.2f}x |"
+        engines = statistics.median(samples[key]) / statistics.median(first[key])
+        return summary(name, samples[key]) + f" {ratio:.2f}x | {engines:.2f}x |"
 
     return [
-        summary("hadron_get_node (baseline)", samples["get"]) + " 1.00x |",
+        row("hadron_get_node (baseline)", "get"),
         row(f"hadron_team_chat_post ({messages:,} messages in the chat)", "post"),
         row("hadron_team_chat_read, the last 50 (sinceSeq)", "read"),
         row(
@@ -136,30 +167,48 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--engines", default="sqlite", help="comma-separated: sqlite, postgresql")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="hadron-team-bench-") as tmp:
-        data_dir = Path(tmp) / "data"
-        data_dir.mkdir()
-        node = seed(data_dir, args.messages, args.items)
-        env = {
-            "TRIPTYCH_AUTH_ENABLED": "true",
-            "TRIPTYCH_JWT_SECRET": SECRET,
-            "TRIPTYCH_LOG_LEVEL": "warning",
-        }
-        server = ServerProcess(data_dir, env).start()
-        try:
-            rows = asyncio.run(run(server.url, node, args.messages, args.items, args.calls))
-        finally:
-            server.stop()
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if unknown := set(engines) - {"sqlite", "postgresql"}:
+        raise SystemExit(f"unknown engine(s) {sorted(unknown)}: sqlite or postgresql")
+    with tempfile.TemporaryDirectory(prefix="hadron-team-bench-") as tmp, ExitStack() as stack:
+        urls: list[str] = []
+        nodes: list[str] = []
+        for engine in engines:
+            data_dir = Path(tmp) / engine / "data"
+            data_dir.mkdir(parents=True)
+            env = {
+                "TRIPTYCH_AUTH_ENABLED": "true",
+                "TRIPTYCH_JWT_SECRET": SECRET,
+                "TRIPTYCH_LOG_LEVEL": "warning",
+            }
+            database_url = None
+            if engine == "postgresql":
+                from postgres import PostgresCluster
+
+                cluster = PostgresCluster().start()
+                stack.callback(cluster.stop)
+                database_url = cluster.create_database("bench")
+                env["TRIPTYCH_DATABASE_URL"] = database_url
+            print(f"{engine}: seeding", file=sys.stderr)
+            nodes.append(seed(data_dir, args.messages, args.items, database_url))
+            server = ServerProcess(data_dir, env).start()
+            stack.callback(server.stop)
+            urls.append(server.url)
+        samples = asyncio.run(run(urls, nodes, args.messages, args.calls))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"Hadron team latency over MCP (streamable HTTP, official client 2.x); {args.messages:,} messages, "
           f"{args.items:,} work items; {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, load average {load:.1f}")  # fmt: skip
     print()
-    print("| call | n | p50 ms | p95 ms | p50 / get_node |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print(row)
+    print(f"| call | n | p50 ms | p95 ms | p50 / get_node | p50 / {engines[0]}'s |")
+    print("|---|---|---|---|---|---|")
+    for engine, measured in zip(engines, samples, strict=True):
+        if len(engines) > 1:
+            print(f"| **{engine}** | | | | | |")
+        for row in rows(measured, samples[0], args.messages, args.items):
+            print(row)
 
 
 if __name__ == "__main__":

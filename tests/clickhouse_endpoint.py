@@ -9,7 +9,9 @@ to a real ClickHouse engine:
 - a query from the ``query`` URL parameter, the request body, or both (the body follows the query, as on a
   real server, which is how an ``INSERT ... FORMAT Native`` carries its data);
 - the ``database`` URL parameter (or ``X-ClickHouse-Database`` header) for unqualified names;
-- server-side query parameters (``param_<name>=<value>``, bound by the engine for ``{name:Type}``);
+- server-side query parameters (``param_<name>=<value>``, bound by the engine for ``{name:Type}``), in
+  the URL or, with the query, as the fields of a ``multipart/form-data`` body (what the client sends
+  when they are too long for a URL);
 - ``FORMAT`` negotiation: a trailing ``FORMAT x`` clause, else ``default_format``, else TabSeparated; the
   answer names it in ``X-ClickHouse-Format``;
 - inserts in any input format the engine reads (the data is handed to ``INSERT ... FROM INFILE``);
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import email.parser
+import email.policy
 import json
 import os
 import re
@@ -89,6 +93,21 @@ def _error(exc: Exception) -> tuple[int, int, str]:
     return _STATUS_BY_CODE.get(code, 500), code, text
 
 
+def _form_fields(content_type: str, body: bytes) -> dict[str, str]:
+    """The fields of a multipart/form-data body: clickhouse-connect sends a query's parameters so (and the
+    query with them) once they are too long for the URL."""
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body
+    )
+    fields = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if isinstance(name, str) and isinstance(payload, bytes):
+            fields[name] = payload.decode()
+    return fields
+
+
 class Handler(BaseHTTPRequestHandler):
     server: EndpointServer
     protocol_version = "HTTP/1.1"
@@ -142,6 +161,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, text.encode(), {**headers, "X-ClickHouse-Exception-Code": "1"})
             return
         args = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+        content_type = self.headers.get("Content-Type") or ""
+        if content_type.lower().startswith("multipart/form-data"):
+            args.update(_form_fields(content_type, body))  # the query and its parameters, as fields
+            body = b""
         params = {k[len("param_") :]: v for k, v in args.items() if k.startswith("param_")}
         query = args.get("query", "").encode()
         raw = query + (b"\n" if query and body else b"") + body

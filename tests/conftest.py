@@ -107,3 +107,16 @@ def metergraph_engine(request: pytest.FixtureRequest) -> dict[str, str]:
         return {}
     endpoint: ClickHouseEndpoint = request.getfixturevalue("clickhouse")
     return {"TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": endpoint.database_url()}
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, storage_engine: str) -> str | None:
+    """None on sqlite; on postgresql a fresh empty database of the session's cluster, one per test (for
+    stores and services a test opens in process, e.g. ``Hadron.open(path, database_url=...)``)."""
+    return engine_env(request, storage_engine).get("TRIPTYCH_DATABASE_URL")
+
+
+@pytest.fixture(scope="module")
+def module_database_url(request: pytest.FixtureRequest, storage_engine: str) -> str | None:
+    """``database_url`` shared by a module (a contract module's world and the server over it)."""
+    return engine_env(request, storage_engine).get("TRIPTYCH_DATABASE_URL")

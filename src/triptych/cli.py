@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,11 +69,9 @@ def _problem(exc: ValueError) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from triptych.app import create_app
     from triptych.core.db import check_writable
     from triptych.core.errors import StorageUnavailable
+    from triptych.supervisor import worker_socket
 
     try:
         settings = _settings(args)
@@ -80,10 +79,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"triptych: {_problem(exc)}", file=sys.stderr)
         return 2
     _log_to_stderr(settings.log_level)
+    sock = worker_socket()
+    if sock is None and args.workers > 1:
+        return _serve_workers(args, settings)
     fresh = is_fresh(settings.data_dir)  # before create_app makes the databases
     try:
         check_writable(settings.data_dir)
-        app = create_app(settings)
+        app = _app(settings, worker=sock is not None)
     except ValueError as exc:  # a configuration problem, said plainly
         print(f"triptych: {_problem(exc)}", file=sys.stderr)
         return 2
@@ -94,6 +96,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if sock is not None:  # a worker of `serve --workers N`: the supervisor speaks for all of them
+        return _run_worker(app, settings, sock)
+    import uvicorn
+
     print(
         f"triptych {__version__}: serving on http://{settings.host}:{settings.port} "
         "(Metronix /mcp, Hadron /hadron/mcp, Metergraph /v1/agent/mcp; "
@@ -104,6 +110,104 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
     return 0
+
+
+def _app(settings: Settings, worker: bool) -> Any:
+    from triptych.app import create_app
+
+    if worker:
+        from triptych.supervisor import die_with_supervisor
+
+        die_with_supervisor()  # before the slow start: no orphan if the supervisor is gone meanwhile
+    return create_app(settings)
+
+
+def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
+    import uvicorn
+
+    from triptych.peers import forget_socket, relayed
+    from triptych.supervisor import GRACE, named_worker, report_ready
+
+    class Worker(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if not self.should_exit:
+                report_ready()
+
+    # Outermost, the relay: a relayed answer keeps the X-Triptych-Worker of the worker that gave it.
+    app, own = relayed(named_worker(app))
+    # Open streams (a Hadron GET stream) are cut before the supervisor's grace runs out and it kills.
+    config = uvicorn.Config(
+        app, log_level=settings.log_level, access_log=False, timeout_graceful_shutdown=int(GRACE) - 2
+    )
+    own_path = None if own is None else Path(own.getsockname())  # uvicorn closes the socket itself
+    # uvicorn re-raises the stop signal after its graceful shutdown; with the default handler the
+    # process would die there, before the clean-up below.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    try:
+        Worker(config).run(sockets=[sock] if own is None else [sock, own])
+    finally:
+        if own_path is not None:
+            forget_socket(own_path)
+    return 0
+
+
+def _serve_workers(args: argparse.Namespace, settings: Settings) -> int:
+    from triptych.core.db import check_writable
+    from triptych.core.errors import StorageUnavailable
+    from triptych.supervisor import Supervisor, listen
+
+    if not settings.database_url:
+        print(
+            f"triptych: --workers {args.workers} needs the PostgreSQL engine: set TRIPTYCH_DATABASE_URL="
+            "postgresql://... (the embedded SQLite engine serves one worker; docs/decisions.md says why)",
+            file=sys.stderr,
+        )
+        return 2
+    fresh = is_fresh(settings.data_dir)
+    try:
+        check_writable(settings.data_dir)
+        sockets = listen(settings.host, settings.port, args.workers)
+    except StorageUnavailable as exc:
+        print(f"triptych: cannot start: {exc.message.replace(': nothing was written', '')}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(
+            f"triptych: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}"
+            " (is another server on that port? choose one with --port)",
+            file=sys.stderr,
+        )
+        return 1
+
+    def say(line: str) -> None:
+        print(f"triptych: {line}", file=sys.stderr, flush=True)
+
+    def ready(pids: list[int]) -> None:
+        from triptych.core.pg import redacted
+
+        say(
+            f"{__version__} serving on http://{settings.host}:{settings.port} with {len(pids)} workers"
+            f" (pids {', '.join(map(str, pids))}; Metronix /mcp, Hadron /hadron/mcp, Metergraph"
+            f" /v1/agent/mcp; database {redacted(settings.database_url or '')};"
+            f" {describe(settings.data_dir, fresh)}; auth {'on' if settings.auth_enabled else 'off'})"
+        )
+
+    command = [
+        sys.executable,
+        "-m",
+        "triptych",
+        "serve",
+        "--host",
+        settings.host,
+        "--port",
+        str(settings.port),
+    ]
+    command += ["--data-dir", str(settings.data_dir)]
+    try:
+        return Supervisor(args.workers, sockets, command, say, ready).run()
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -183,7 +287,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     from triptych.core.errors import TriptychError
     from triptych.core.pg import redacted
-    from triptych.metronix.migrate import migrate_to_postgres
+    from triptych.metronix.migrate import migrate_to_embedded, migrate_to_postgres
 
     settings = _settings(args)
     bars: list[Any] = []
@@ -194,8 +298,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         return bar.update
 
     try:
-        # The dimension comes from the stored data; 384 (the bundled model) only for an empty source.
-        copied = migrate_to_postgres(settings.data_dir, args.to, progress, default_dim=384)
+        if args.to:
+            # The dimension comes from the stored data; 384 (the bundled model) only for an empty source.
+            copied = migrate_to_postgres(settings.data_dir, args.to, progress, default_dim=384)
+        else:
+            copied = migrate_to_embedded(args.source, settings.data_dir, progress)
     except TriptychError as exc:
         print(f"triptych: {exc.message}. {exc.hint or ''}".rstrip(), file=sys.stderr)
         return 1
@@ -203,11 +310,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
     print(copied.report())
-    print(
-        f"next: start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory's"
-        " metronix.db was only read; Hadron and Metergraph stay in the data directory)",
-        file=sys.stderr,
-    )
+    if args.to:
+        following = (
+            f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory's"
+            " metronix.db was only read; Hadron and Metergraph stay in the data directory)"
+        )
+    else:
+        following = (
+            f"start the server with --data-dir {settings.data_dir} and TRIPTYCH_DATABASE_URL unset"
+            f" ({redacted(args.source)} was only read)"
+        )
+    print(f"next: {following}", file=sys.stderr)
     return 0
 
 
@@ -303,6 +416,16 @@ workspace's total. Exit status: 0, or 1 if a file failed or nothing was importab
 """
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"the number of workers must be a whole number >= 1 (got {text!r})")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triptych", description="Triptych: a context server for AI agents.")
     parser.add_argument("--version", action="version", version=f"triptych {__version__}")
@@ -317,6 +440,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--data-dir", **data_dir)
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=os.environ.get("TRIPTYCH_WORKERS", "1"),  # argparse applies the type to it
+        help="worker processes sharing the port (default 1, or TRIPTYCH_WORKERS); more than one needs"
+        " TRIPTYCH_DATABASE_URL",
+    )
     serve.set_defaults(func=cmd_serve)
 
     mcp = sub.add_parser(
@@ -345,9 +475,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = sub.add_parser(
         "migrate",
-        help="copy Metronix's embedded data (knowledge base, memory, reviews) into a PostgreSQL database",
+        help="move Metronix's data (knowledge base, memory, reviews) between a data directory and PostgreSQL",
     )
-    migrate.add_argument("--to", required=True, help="the target: postgresql://user:password@host:5432/db")
+    way = migrate.add_mutually_exclusive_group(required=True)
+    way.add_argument(
+        "--to", help="into PostgreSQL: postgresql://user:password@host:5432/db (from --data-dir)"
+    )
+    way.add_argument(
+        "--from",
+        dest="source",
+        help="back from PostgreSQL (postgresql://...) into --data-dir, which must hold no Metronix data",
+    )
     migrate.add_argument("--data-dir", **data_dir)
     migrate.set_defaults(func=cmd_migrate)
 

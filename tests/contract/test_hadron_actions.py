@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from contract.test_hadron_clients import MCP1_PYTHON, run_1x
 from hadron.llm_server import LlmServer, llm_server
-from hadron.world import World, as_app, as_user, build_world, user_headers
+from hadron.world import World, as_app, as_user, build_world, engine, user_headers
 from harness import SECRET, TRIPTYCH, ServerProcess, free_port
 
 from triptych.core.mcp_sources import Source, load_sources, save_sources, sources_path
@@ -27,6 +28,8 @@ SPECS = "hrn:mem:acme.com:specs"
 PLANS = "hrn:mem:globex.com:plans"
 JOURNAL = "hrn:mem:alice:journal"
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
 
 def node(memory: str, loc: str) -> str:
     return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
@@ -34,6 +37,16 @@ def node(memory: str, loc: str) -> str:
 
 def fresh() -> str:
     return "a" + uuid.uuid4().hex[:8]
+
+
+def write_behind_the_service(world: World, sql: str, *params: object) -> None:
+    """Another writer changes the world's database straight in SQL (``?`` placeholders), on either engine."""
+    if world.database_url:
+        with psycopg.connect(world.database_url, autocommit=True) as conn:
+            conn.execute(sql.replace("?", "%s").encode(), params)
+    else:
+        with sqlite3.connect(world.server.data_dir / "hadron.db") as db:
+            db.execute(sql, params)
 
 
 def register(data_dir: Path, *args: str) -> None:
@@ -72,11 +85,11 @@ def llm() -> Iterator[LlmServer]:
 
 @pytest.fixture(scope="module")
 def data_dir(
-    tmp_path_factory: pytest.TempPathFactory, http_tools: str, tool_log: Path
+    tmp_path_factory: pytest.TempPathFactory, http_tools: str, tool_log: Path, module_database_url: str | None
 ) -> tuple[Path, str, str]:
     data = tmp_path_factory.mktemp("hadron-actions") / "data"
     data.mkdir(parents=True)
-    key, other = build_world(data)
+    key, other = build_world(data, module_database_url)
     register(data, "tools", "--url", http_tools)  # as an operator does; the others straight into the registry
     path = sources_path(data)
     sources = load_sources(path)
@@ -88,7 +101,9 @@ def data_dir(
 
 
 @pytest.fixture(scope="module")
-def world(data_dir: tuple[Path, str, str], llm: LlmServer) -> Iterator[World]:
+def world(
+    data_dir: tuple[Path, str, str], llm: LlmServer, module_database_url: str | None
+) -> Iterator[World]:
     data, key, other = data_dir
     env = {
         "TRIPTYCH_AUTH_ENABLED": "true",
@@ -97,18 +112,24 @@ def world(data_dir: tuple[Path, str, str], llm: LlmServer) -> Iterator[World]:
         "TRIPTYCH_SYNC_TIMEOUT": "8",  # a stdio source starts a Python process: room for a loaded machine
         "TRIPTYCH_LLM_URL": llm.url,
         "TRIPTYCH_LLM_MODEL": "tiny",
+        **engine(module_database_url),
     }
-    w = World(ServerProcess(data, env).start(), key, other)
+    w = World(ServerProcess(data, env).start(), key, other, database_url=module_database_url)
     yield w
     w.server.stop()
 
 
 @pytest.fixture(scope="module")
-def plain_world(data_dir: tuple[Path, str, str]) -> Iterator[World]:
+def plain_world(data_dir: tuple[Path, str, str], module_database_url: str | None) -> Iterator[World]:
     """The same data with nothing enabled: the defaults an operator gets."""
     data, key, other = data_dir
-    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET, "TRIPTYCH_LLM_URL": ""}
-    w = World(ServerProcess(data, env).start(), key, other)
+    env = {
+        "TRIPTYCH_AUTH_ENABLED": "true",
+        "TRIPTYCH_JWT_SECRET": SECRET,
+        "TRIPTYCH_LLM_URL": "",
+        **engine(module_database_url),
+    }
+    w = World(ServerProcess(data, env).start(), key, other, database_url=module_database_url)
     yield w
     w.server.stop()
 
@@ -320,8 +341,9 @@ async def test_abstracts_are_written_shown_in_survey_and_reported_stale(world: W
     assert "## abstract (llm:tiny)\nSummary: Invoices are approved by finance." in shown.text
     assert llm.requests and llm.requests[-1]["model"] == "tiny"
     # Another writer changes the content without going through the node service.
-    with sqlite3.connect(world.server.data_dir / "hadron.db") as db:
-        db.execute("UPDATE nodes SET content = 'Changed elsewhere.' WHERE loc = ?", (f"{loc}:doc",))
+    write_behind_the_service(
+        world, "UPDATE nodes SET content = 'Changed elsewhere.' WHERE loc = ?", f"{loc}:doc"
+    )
     async with as_user(world, "bob") as bob:  # a READER may validate and survey
         report = await bob.ok("hadron_validate", memoryUrn=SPECS)
         survey = await bob.ok(

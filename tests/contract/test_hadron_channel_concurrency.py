@@ -14,9 +14,12 @@ CLIENTS = 8
 POSTS = 200
 
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w, _ = start_team_world(tmp_path_factory.mktemp("hadron-concurrency"))
+def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[World]:
+    w, _ = start_team_world(tmp_path_factory.mktemp("hadron-concurrency"), module_database_url)
     yield w
     w.server.stop()
 

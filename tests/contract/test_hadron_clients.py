@@ -32,9 +32,13 @@ asyncio.run(main(sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])))
 """
 
 
+# The contract holds on both storage engines: each runs this module against its own server.
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = start_world(tmp_path_factory.mktemp("hadron-clients"))
+def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[World]:
+    w = start_world(tmp_path_factory.mktemp("hadron-clients"), module_database_url)
     yield w
     w.server.stop()
 

@@ -4,8 +4,10 @@ from disk while the server runs."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,9 +35,28 @@ def node(memory: str, loc: str) -> str:
     return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
 
 
+# The git-sync tests run on both engines; the encryption ones read the SQLite file from disk.
+both_engines = pytest.mark.engines("sqlite", "postgresql")
+
+
+@contextmanager
+def database(url: str | None) -> Iterator[None]:
+    """The in-process CLI (``hadron_cli``) reads its engine from the environment, as `triptych hadron` does."""
+    before = os.environ.pop("TRIPTYCH_DATABASE_URL", None)
+    if url:
+        os.environ["TRIPTYCH_DATABASE_URL"] = url
+    try:
+        yield
+    finally:
+        os.environ.pop("TRIPTYCH_DATABASE_URL", None)
+        if before is not None:
+            os.environ["TRIPTYCH_DATABASE_URL"] = before
+
+
 @pytest.fixture(scope="module")
-def repos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Repo]:
-    root = tmp_path_factory.mktemp("repos")
+def repos(tmp_path_factory: pytest.TempPathFactory, storage_engine: str) -> dict[str, Repo]:
+    """Fresh repositories per engine: the tests push to them."""
+    root = tmp_path_factory.mktemp(f"repos-{storage_engine}")
     specs, plans, broken = Repo(root / "specs"), Repo(root / "plans"), Repo(root / "broken")
     specs.write("api/index.md", "---\ntitle: API\n---\nThe API.\n")
     specs.write("api/auth.md", "---\ntitle: Auth\nowner: security\n---\nTokens expire after an hour.\n")
@@ -49,11 +70,14 @@ def repos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Repo]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, repos: dict[str, Repo]) -> Iterator[World]:
-    w = start_world(tmp_path_factory.mktemp("hadron-git"))
+def world(
+    tmp_path_factory: pytest.TempPathFactory, repos: dict[str, Repo], module_database_url: str | None
+) -> Iterator[World]:
+    w = start_world(tmp_path_factory.mktemp("hadron-git"), module_database_url)
     data = w.server.data_dir
     for memory, repo in ((SPECS, "specs"), (PLANS, "plans"), (CATALOG, "broken")):
-        attached = hadron_cli(data, "source", "attach", memory, repos[repo].url, "--branch", "main")
+        with database(module_database_url):
+            attached = hadron_cli(data, "source", "attach", memory, repos[repo].url, "--branch", "main")
         assert attached.returncode == 0, attached.stderr
     for obj in (repos["broken"].origin / "objects").rglob("*"):
         if obj.is_file() and obj.parent.name != "info":
@@ -62,6 +86,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, repos: dict[str, Repo]) -> I
     w.server.stop()
 
 
+@both_engines
 async def test_server_info_advertises_git_sync_and_encryption(world: World) -> None:
     async with as_user(world, "bob") as bob:
         info = await bob.ok("hadron_server_info")
@@ -69,6 +94,7 @@ async def test_server_info_advertises_git_sync_and_encryption(world: World) -> N
         assert "hadron_sync_graph" in await bob.tool_names()
 
 
+@both_engines
 async def test_sync_graph_maps_files_to_nodes_and_the_repo_wins(world: World, repos: dict[str, Repo]) -> None:
     repo = repos["specs"]
     async with as_user(world, "alice") as alice:
@@ -100,6 +126,7 @@ async def test_sync_graph_maps_files_to_nodes_and_the_repo_wins(world: World, re
         assert third.data["counts"]["unchanged"] == 3 and third.data["created"] == []
 
 
+@both_engines
 async def test_a_move_in_a_git_backed_memory_is_mirrored_to_its_repository(
     world: World, repos: dict[str, Repo]
 ) -> None:
@@ -116,6 +143,7 @@ async def test_a_move_in_a_git_backed_memory_is_mirrored_to_its_repository(
         assert (again.data["created"], again.data["deleted"]) == ([], [])
 
 
+@both_engines
 async def test_sync_graph_refusals(world: World) -> None:
     async with as_user(world, "bob") as bob:  # READER of acme.com: reads specs, may not sync it
         await bob.refused("hadron_sync_graph", "FORBIDDEN", memoryUrn=SPECS)
@@ -134,6 +162,7 @@ async def test_sync_graph_refusals(world: World) -> None:
         await alice.refused("hadron_sync_graph", "no_active_memory")
 
 
+@both_engines
 async def test_each_organization_syncs_its_own_repository(world: World) -> None:
     async with as_user(world, "dave") as dave:
         synced = await dave.ok("hadron_sync_graph", memoryUrn=PLANS)

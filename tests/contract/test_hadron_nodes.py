@@ -15,9 +15,13 @@ BOTMEM = "hrn:mem:acme.com:botmem"
 PLANS = "hrn:mem:globex.com:plans"
 
 
+# The contract holds on both storage engines: each runs this module against its own server.
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = start_world(tmp_path_factory.mktemp("hadron-nodes"))
+def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[World]:
+    w = start_world(tmp_path_factory.mktemp("hadron-nodes"), module_database_url)
     yield w
     w.server.stop()
 

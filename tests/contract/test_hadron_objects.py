@@ -16,9 +16,13 @@ SPECS = "hrn:mem:acme.com:specs"
 TEAM = "hrn:mem:acme.com:team"
 
 
+# The contract holds on both storage engines: each runs this module against its own server.
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = start_world(tmp_path_factory.mktemp("hadron-objects"))
+def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[World]:
+    w = start_world(tmp_path_factory.mktemp("hadron-objects"), module_database_url)
     yield w
     w.server.stop()
 
@@ -222,7 +226,7 @@ async def test_node_writes_honour_the_schema_and_validate_reports_old_records(wo
         )
         before = await alice.ok("hadron_validate", memoryUrn=TEAM)
         assert before.data["schemaViolations"] == []
-    hadron = Hadron.open(world.server.data_dir / "hadron.db")
+    hadron = Hadron.open(world.server.data_dir / "hadron.db", database_url=world.database_url)
     try:  # the team memory gains a schema after the fact
         hadron.admin().set_schema(
             TEAM, json.dumps({"collections": {"competitor": {"type": "object", "required": ["name"]}}})

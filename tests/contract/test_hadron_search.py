@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hadron.world import Result, World, as_app, as_user, build_world
+from hadron.world import Result, World, as_app, as_user, build_world, engine
 from harness import SECRET, ServerProcess
 
 from triptych.hadron.surface import Hadron
@@ -25,23 +25,27 @@ NOTES = "hrn:mem:erin:notes"
 BOT = "hrn:app:acme.com:bot"
 
 
+# The contract holds on both storage engines: each runs this module against its own server.
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[World]:
     """The graph world plus acme.com:board (a group memory only acme's OWNER/ADMIN read) and a vector
     index on acme.com:team."""
     tmp: Path = tmp_path_factory.mktemp("hadron-search")
     data_dir = tmp / "data"
     data_dir.mkdir()
-    key, other = build_world(data_dir)
-    hadron = Hadron.open(data_dir / "hadron.db")
+    key, other = build_world(data_dir, module_database_url)
+    hadron = Hadron.open(data_dir / "hadron.db", database_url=module_database_url)
     try:
         admin = hadron.admin()
         admin.create_memory("board", "group", org="acme.com", name="Board")
         admin.set_embedding(TEAM, "content")
     finally:
         hadron.close()
-    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET}
-    w = World(ServerProcess(data_dir, env).start(), key, other)
+    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET, **engine(module_database_url)}
+    w = World(ServerProcess(data_dir, env).start(), key, other, database_url=module_database_url)
     yield w
     w.server.stop()
 

@@ -14,10 +14,13 @@ from harness import token
 
 from triptych.hadron.tools import TOOLS
 
+# The contract holds on both storage engines: each runs this module against its own server.
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = start_world(tmp_path_factory.mktemp("hadron-selection"))
+def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[World]:
+    w = start_world(tmp_path_factory.mktemp("hadron-selection"), module_database_url)
     yield w
     w.server.stop()
 
@@ -183,7 +186,7 @@ async def test_a_restored_selection_is_reauthorized(world: World, tmp_path: Path
     client_id = "desk-" + uuid.uuid4().hex[:8]
     async with as_user(world, "bob", client_id) as first:
         await first.ok("hadron_set_active_memory", memoryUrn="hrn:mem:acme.com:team")
-    hadron = Hadron.open(world.server.data_dir / "hadron.db")
+    hadron = Hadron.open(world.server.data_dir / "hadron.db", database_url=world.database_url)
     try:  # bob loses his grant on the team memory
         memory = hadron.tenancy.memory_by_key("acme.com", "team")
         bob = hadron.tenancy.user_by_handle("bob")

@@ -16,9 +16,14 @@ CREW = "hrn:app:acme.com:crew"
 OPS = "hrn:app:acme.com:ops"
 
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture(scope="module")
-def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[World, str]]:
-    world, crew_key = start_team_world(tmp_path_factory.mktemp("hadron-team"))
+def team(
+    tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None
+) -> Iterator[tuple[World, str]]:
+    world, crew_key = start_team_world(tmp_path_factory.mktemp("hadron-team"), module_database_url)
     yield world, crew_key
     world.server.stop()
 
@@ -106,7 +111,7 @@ async def test_update_worker_replaces_or_clears_the_override_and_refuses_a_retir
         cleared = await bob.ok("hadron_update_worker", workerRef="Quill", promptOverride="")
         assert cleared.data["worker"]["promptOverride"] is None
         await bob.refused("hadron_update_worker", "BAD_USER_INPUT", workerRef="Quill", name="Other")
-        cli(world.server.data_dir, "worker", "retire", CREW, "Quill")
+        cli(world.server.data_dir, "worker", "retire", CREW, "Quill", database_url=world.database_url)
         await bob.refused("hadron_update_worker", "WORKER_RETIRED", workerRef="Quill", promptOverride="x")
         await bob.refused("hadron_cast_worker", "WORKER_NAME_TAKEN", name="QUILL", role="backend-engineer")
         roster = await bob.ok("hadron_list_workers")
@@ -160,7 +165,7 @@ async def test_bind_hold_takeover_handoff_and_the_next_bind_inheriting_it(team: 
         assert "Migrations half done" in got.data["worker"]["bootBriefing"]  # a pure read re-renders it
         await alice.ok("hadron_end_session", id=nxt.data["sessionId"])
         # Only a release frees it; then bob's bind holds it.
-        cli(world.server.data_dir, "worker", "release", CREW, "Iris")
+        cli(world.server.data_dir, "worker", "release", CREW, "Iris", database_url=world.database_url)
         bobs = await bob.ok("hadron_start_session", description="bob now", workerRef="Iris")
         assert bobs.data["worker"]["heldBy"] == "bob"
         await bob.ok("hadron_end_session", id=bobs.data["sessionId"])

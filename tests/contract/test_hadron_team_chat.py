@@ -14,9 +14,14 @@ from hadron.world import Session, World, as_app, as_user
 CREW_TEAM = "hrn:mem:acme.com:crew-team"
 
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture(scope="module")
-def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[World, str]]:
-    world, crew_key = start_team_world(tmp_path_factory.mktemp("hadron-team-chat"))
+def team(
+    tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None
+) -> Iterator[tuple[World, str]]:
+    world, crew_key = start_team_world(tmp_path_factory.mktemp("hadron-team-chat"), module_database_url)
     yield world, crew_key
     world.server.stop()
 
@@ -91,7 +96,7 @@ async def test_team_chat_authorship_refusals(team: tuple[World, str]) -> None:
         await bob.ok("hadron_end_session", id=unbound)
         await bob.refused("hadron_team_chat_post", "SESSION_ENDED", body="hi", session=unbound)
         sid = await _worker_session(bob, CREW, "Rook", "android-engineer")
-        cli(world.server.data_dir, "worker", "retire", CREW, "Rook")
+        cli(world.server.data_dir, "worker", "retire", CREW, "Rook", database_url=world.database_url)
         await bob.refused("hadron_team_chat_post", "WORKER_RETIRED", body="hi", session=sid)
         denied = await key.refused("hadron_team_chat_post", "FORBIDDEN", body="from the key")
         assert "App-key" in denied.text
@@ -335,7 +340,7 @@ async def test_recording_passes_the_team_gate_and_the_attribution_gate(team: tup
         )
         ok = await alice.ok("hadron_record_work", session=alice_sid, **args)
         assert ok.data["item"]["userHandle"] == "alice"
-        cli(world.server.data_dir, "worker", "retire", CREW, "Tern")
+        cli(world.server.data_dir, "worker", "retire", CREW, "Tern", database_url=world.database_url)
         await alice.refused("hadron_record_work", "WORKER_RETIRED", session=alice_sid, **args)
         # The first-write bootstrap needs exactly one Team Agent.
         await alice.ok("hadron_set_active_app", app="hrn:app:acme.com:bot")

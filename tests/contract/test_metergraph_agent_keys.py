@@ -44,30 +44,6 @@ def test_reads_without_a_key_are_401_even_with_auth_off(open_server: ServerProce
     assert "agent key" in rest.json()["error"]["message"]
 
 
-async def test_an_agent_key_reads_its_workspace_and_unpriced_groups_cost_null(
-    open_server: ServerProcess,
-) -> None:
-    mine, theirs = "mg-" + uuid.uuid4().hex[:6], "mg-" + uuid.uuid4().hex[:6]
-    ingest(open_server, metergraph_key(open_server.data_dir, mine, app=True), rows(mine))
-    ingest(open_server, metergraph_key(open_server.data_dir, theirs, app=True), rows(theirs))
-    key = metergraph_key(open_server.data_dir, mine, "metadata")
-
-    async with mcp_session(open_server.url + "/v1/agent/mcp", bearer(key)) as mcp:
-        result = await mcp.call("metergraph_get_usage_aggregates", group_by=["route", "model"])
-    assert not result.is_error, result.data
-    by_model = {item["model"]: item for item in result.data["items"]}
-    assert {item["route"] for item in result.data["items"]} == {mine}  # never the other workspace
-    assert by_model["in-house-model-7"]["cost_usd"] is None
-    assert by_model["in-house-model-7"]["pricing"]["cost"] == "lower_bound"
-    assert by_model["gpt-4o"]["cost_usd"] == pytest.approx(1000 * 2.5e-6 + 100 * 10e-6)
-
-    rest = httpx.get(
-        open_server.url + "/v1/agent/usage/aggregates", params={"group_by": "model"}, headers=bearer(key)
-    )
-    assert rest.status_code == 200
-    assert {i["model"]: i["cost_usd"] for i in rest.json()["items"]}["in-house-model-7"] is None
-
-
 @pytest.fixture(scope="module")
 def static_server(
     tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]
@@ -88,3 +64,27 @@ async def test_a_configured_static_token_reads_with_auth_off(static_server: Serv
     assert not result.is_error, result.data
     assert [(i["route"], i["calls"]) for i in result.data["items"]] == [("static-route", 2)]
     assert result.data["provenance"]["workspace_id"] == "static-ws"
+
+
+async def test_an_agent_key_reads_its_workspace_and_unpriced_groups_cost_null(
+    static_server: ServerProcess,
+) -> None:
+    mine, theirs = "mg-" + uuid.uuid4().hex[:6], "mg-" + uuid.uuid4().hex[:6]
+    ingest(static_server, metergraph_key(static_server.data_dir, mine, app=True), rows(mine))
+    ingest(static_server, metergraph_key(static_server.data_dir, theirs, app=True), rows(theirs))
+    key = metergraph_key(static_server.data_dir, mine, "metadata")
+
+    async with mcp_session(static_server.url + "/v1/agent/mcp", bearer(key)) as mcp:
+        result = await mcp.call("metergraph_get_usage_aggregates", group_by=["route", "model"])
+    assert not result.is_error, result.data
+    by_model = {item["model"]: item for item in result.data["items"]}
+    assert {item["route"] for item in result.data["items"]} == {mine}  # never the other workspace
+    assert by_model["in-house-model-7"]["cost_usd"] is None
+    assert by_model["in-house-model-7"]["pricing"]["cost"] == "lower_bound"
+    assert by_model["gpt-4o"]["cost_usd"] == pytest.approx(1000 * 2.5e-6 + 100 * 10e-6)
+
+    rest = httpx.get(
+        static_server.url + "/v1/agent/usage/aggregates", params={"group_by": "model"}, headers=bearer(key)
+    )
+    assert rest.status_code == 200
+    assert {i["model"]: i["cost_usd"] for i in rest.json()["items"]}["in-house-model-7"] is None

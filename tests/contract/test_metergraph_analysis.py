@@ -15,12 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, McpSession, ServerProcess, mcp_session
+from harness import SECRET, McpSession, ServerProcess, mcp_session, open_metergraph
 from mcp.shared.exceptions import MCPError
 
 from triptych.metergraph.contract import TOOLS_BY_NAME
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.settings import load_metergraph_settings
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from provider_server import ProviderServer  # noqa: E402
@@ -35,7 +34,7 @@ class Env:
         self.url = server.url + "/v1/agent/mcp"
 
     def _mg(self) -> Metergraph:
-        return Metergraph.open(self.server.data_dir, load_metergraph_settings())
+        return open_metergraph(self.server)
 
     def mint(self, workspace: str, role: str = "debug") -> str:
         mg = self._mg()
@@ -64,13 +63,14 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Env]:
     with ProviderServer() as provider:
         data = tmp_path_factory.mktemp("mg-analysis") / "data"
         server = ServerProcess(
             data,
             {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "TRIPTYCH_PUBLIC_URL": PUBLIC,
-             "MG_REPLAY_OPENAI_BASE_URL": provider.openai_url, "MG_REPLAY_OPENAI_API_KEY": "sk-test"},
+             "MG_REPLAY_OPENAI_BASE_URL": provider.openai_url, "MG_REPLAY_OPENAI_API_KEY": "sk-test",
+             **metergraph_engine},
         ).start()  # fmt: skip
         yield Env(server, provider)
         server.stop()

@@ -12,28 +12,29 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, bearer, mcp_session
+from harness import SECRET, ServerProcess, bearer, mcp_session, open_metergraph
 
 from triptych.metergraph.contract import TOOL_CONTRACT, WARNING_CODES
 from triptych.metergraph.schemas import validate
-from triptych.metergraph.service import Metergraph
-from triptych.metergraph.settings import load_metergraph_settings
 
 STATIC_INGEST = "static-ingest-token-for-conformance"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]
+) -> Iterator[ServerProcess]:
     data = tmp_path_factory.mktemp("mgconformance") / "data"
     env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "MG_TOKENS": STATIC_INGEST,
-           "MG_WORKSPACE": "static-ws", "MG_INCIDENT_COST_MIN_USD": "0.5", "MG_AGENT_RATE_PER_MINUTE": "0"}  # fmt: skip
+           "MG_WORKSPACE": "static-ws", "MG_INCIDENT_COST_MIN_USD": "0.5", "MG_AGENT_RATE_PER_MINUTE": "0",
+           **metergraph_engine}  # fmt: skip
     started = ServerProcess(data, env).start()
     yield started
     started.stop()
 
 
 def keys(server: ServerProcess, workspace: str) -> tuple[str, str]:
-    mg = Metergraph.open(server.data_dir, load_metergraph_settings())
+    mg = open_metergraph(server)
     try:
         return mg.keys.create_app_token(workspace)[1], mg.keys.create_agent_key(workspace, "replay")[1]
     finally:
@@ -50,7 +51,10 @@ def ingest_episode(server: ServerProcess, app: str) -> None:
                  "latency_ms": 400, "environment": "production", "trace_id": uuid.uuid4().hex,
                  "tags": {"prompt_id": "p-1"}} for i in range(25)]  # fmt: skip
         assert (
-            httpx.post(server.url + "/v1/ingest", json={"rows": rows}, headers=bearer(app)).status_code == 202
+            httpx.post(
+                server.url + "/v1/ingest", json={"rows": rows}, headers=bearer(app), timeout=60
+            ).status_code
+            == 202
         )
 
 

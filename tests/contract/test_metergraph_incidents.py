@@ -17,21 +17,20 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, bearer, mcp_session
+from harness import SECRET, ServerProcess, bearer, mcp_session, open_metergraph
 from mcp import Client, MCPError, StdioServerParameters
-
-from triptych.metergraph.service import Metergraph
-from triptych.metergraph.settings import load_metergraph_settings
 
 HOUR = timedelta(hours=1)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]
+) -> Iterator[ServerProcess]:
     data = tmp_path_factory.mktemp("mgincidents") / "data"
     # Sweeps happen when incidents are read (a long tick keeps the background sweep out of the way).
     env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "MG_INCIDENT_TICK_SECONDS": "3600",
-           "MG_INCIDENT_COST_MIN_USD": "0.5", "MG_AGENT_RATE_PER_MINUTE": "0"}  # fmt: skip
+           "MG_INCIDENT_COST_MIN_USD": "0.5", "MG_AGENT_RATE_PER_MINUTE": "0", **metergraph_engine}  # fmt: skip
     started = ServerProcess(data, env).start()
     yield started
     started.stop()
@@ -43,7 +42,7 @@ class World:
     def __init__(self, server: ServerProcess, environments: list[str] | None = None) -> None:
         self.server = server
         self.workspace = "inc-" + uuid.uuid4().hex[:8]
-        mg = Metergraph.open(server.data_dir, load_metergraph_settings())
+        mg = open_metergraph(server)
         try:
             self.app = mg.keys.create_app_token(self.workspace)[1]
             self.key = mg.keys.create_agent_key(self.workspace, "metadata", None)[1]
@@ -65,7 +64,9 @@ class World:
             error = fields.get("errors", 0) > i
             rows.append({**base, **{k: v for k, v in fields.items() if k != "errors"},
                          **({"status": "error", "error_type": "rate_limit"} if error else {})})  # fmt: skip
-        response = httpx.post(self.server.url + "/v1/ingest", json={"rows": rows}, headers=bearer(self.app))
+        response = httpx.post(
+            self.server.url + "/v1/ingest", json={"rows": rows}, headers=bearer(self.app), timeout=60
+        )
         assert response.status_code == 202, response.text
 
     def baseline(self, hours: range, **fields: Any) -> None:
@@ -187,12 +188,12 @@ async def test_failed_ingestion_opens_once_and_resolves_after_good_batches(serve
     w = World(server)
     w.hour(0, n=3)
     for _ in range(4):
-        refused = httpx.post(server.url + "/v1/ingest", json={"rows": []}, headers=bearer(w.app))
+        refused = httpx.post(server.url + "/v1/ingest", json={"rows": []}, headers=bearer(w.app), timeout=60)
         assert refused.status_code == 400
     [opened] = await w.of_kind("ingestion_failure", grain="ingest")
     assert opened["diagnosis"]["numbers"]["failed_batches"] == 4
     assert opened["diagnosis"]["evidence"]["ingestion_health"]["tool"] == "metergraph_get_ingestion_health"
-    httpx.post(server.url + "/v1/ingest", json={"rows": []}, headers=bearer(w.app))
+    httpx.post(server.url + "/v1/ingest", json={"rows": []}, headers=bearer(w.app), timeout=60)
     [updated] = await w.of_kind("ingestion_failure", grain="ingest")
     assert (updated["id"], updated["occurrences"]) == (opened["id"], 2)
     for h in (1, 2, 3):

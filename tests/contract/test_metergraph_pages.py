@@ -18,12 +18,10 @@ from typing import Any
 import httpx
 import pytest
 from browser import chromium
-from harness import TRIPTYCH, ServerProcess, mcp_session
+from harness import TRIPTYCH, ServerProcess, mcp_session, open_metergraph
 
 from triptych.metergraph.pages.render import count, millis, money, percent
 from triptych.metergraph.report_store import ReportStore
-from triptych.metergraph.service import Metergraph
-from triptych.metergraph.settings import load_metergraph_settings
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "metergraph"))
 sys.path.insert(0, str(Path(__file__).parent.parent))
@@ -42,7 +40,7 @@ class Site:
         self.url = server.url
 
     def mint(self, workspace: str, role: str = "metadata", environments: list[str] | None = None) -> str:
-        mg = Metergraph.open(self.server.data_dir, load_metergraph_settings())
+        mg = open_metergraph(self.server)
         try:
             if role == "app":
                 return mg.keys.create_app_token(workspace)[1]
@@ -80,10 +78,10 @@ def call(day: int, **fields: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def site(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Site]:
     with ProviderServer() as provider:  # analysis runs replay on it through the real OpenAI client
         env = {"MG_AGENT_RATE_PER_MINUTE": "0", "MG_REPLAY_OPENAI_BASE_URL": provider.openai_url,
-               "MG_REPLAY_OPENAI_API_KEY": "sk-test"}  # fmt: skip
+               "MG_REPLAY_OPENAI_API_KEY": "sk-test", **metergraph_engine}  # fmt: skip
         server = ServerProcess(tmp_path_factory.mktemp("pages") / "data", env).start()
         yield Site(server)
         server.stop()
@@ -252,7 +250,7 @@ def test_sign_in_from_another_origin_and_forged_cookies_are_refused(site: Site) 
 
 def test_revoking_the_key_signs_its_browsers_out(site: Site) -> None:
     workspace = "revoke-" + uuid.uuid4().hex[:6]
-    mg = Metergraph.open(site.server.data_dir, load_metergraph_settings())
+    mg = open_metergraph(site.server)
     try:
         key_id, key = mg.keys.create_agent_key(workspace, "metadata", None)
     finally:
@@ -481,7 +479,7 @@ def test_a_real_analysis_run_opens_from_its_links_with_its_progress_report_and_e
     site: Site, tab: Any
 ) -> None:
     workspace = "run-" + uuid.uuid4().hex[:6]
-    mg = Metergraph.open(site.server.data_dir, load_metergraph_settings())
+    mg = open_metergraph(site.server)
     try:
         mg.store.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
     finally:

@@ -15,13 +15,12 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
-from harness import SECRET, ServerProcess, mcp_session
+from harness import SECRET, ServerProcess, mcp_session, open_metergraph
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from provider_server import ProviderServer
 
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.settings import load_metergraph_settings
 
 
 def obj(required: list[str], **properties: Any) -> dict[str, Any]:
@@ -63,7 +62,7 @@ class Env:
         self.url = server.url + "/v1/agent/mcp"
 
     def open(self) -> Metergraph:
-        return Metergraph.open(self.server.data_dir, load_metergraph_settings())
+        return open_metergraph(self.server)
 
     def setup(self, workspace: str, retain: bool = True) -> tuple[str, str]:
         """An app token and a Replay key for a new workspace (content retention on by default)."""
@@ -95,14 +94,15 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Env]:
     with ProviderServer(slow_seconds=5) as provider:
         data = tmp_path_factory.mktemp("replay") / "data"
         server = ServerProcess(
             data,
             {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET,
              "MG_REPLAY_OPENAI_BASE_URL": provider.openai_url, "MG_REPLAY_OPENAI_API_KEY": "sk-local",
-             "MG_REPLAY_ANTHROPIC_BASE_URL": provider.anthropic_url, "MG_REPLAY_ANTHROPIC_API_KEY": "sk-ant-local"},
+             "MG_REPLAY_ANTHROPIC_BASE_URL": provider.anthropic_url, "MG_REPLAY_ANTHROPIC_API_KEY": "sk-ant-local",
+             **metergraph_engine},
         ).start()  # fmt: skip
         yield Env(server, provider)
         server.stop()

@@ -15,12 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, mcp_session
+from harness import SECRET, ServerProcess, mcp_session, open_metergraph
 from mcp import Client, StdioServerParameters
 
 from triptych.metergraph.contract import TOOLS_BY_NAME
-from triptych.metergraph.service import Metergraph
-from triptych.metergraph.settings import load_metergraph_settings
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "metergraph"))
 from report_support import NARRATIVE, artifact, raw  # noqa: E402
@@ -34,7 +32,7 @@ class Env:
         self.url = server.url + "/v1/agent/mcp"
 
     def mint(self, workspace: str, role: str = "debug", environments: list[str] | None = None) -> str:
-        mg = Metergraph.open(self.server.data_dir, load_metergraph_settings())
+        mg = open_metergraph(self.server)
         try:
             return mg.keys.create_agent_key(workspace, role, environments)[1]
         finally:
@@ -49,10 +47,16 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Env]:
     data = tmp_path_factory.mktemp("mg-reports") / "data"
     server = ServerProcess(
-        data, {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "TRIPTYCH_PUBLIC_URL": PUBLIC}
+        data,
+        {
+            "AUTH_ENABLED": "true",
+            "METRONIX_SECRET_KEY": SECRET,
+            "TRIPTYCH_PUBLIC_URL": PUBLIC,
+            **metergraph_engine,
+        },
     ).start()
     yield Env(server)
     server.stop()

@@ -14,11 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, mcp_session
+from harness import SECRET, ServerProcess, mcp_session, open_metergraph
 from mcp import Client, StdioServerParameters
-
-from triptych.metergraph.service import Metergraph
-from triptych.metergraph.settings import load_metergraph_settings
 
 RUN_FIELDS = {"run_id", "analysis_id", "status", "kind", "created_at", "started_at", "finished_at", "error_code",
               "report", "app_url"}  # fmt: skip
@@ -31,7 +28,7 @@ class Env:
 
     def prepare(self, workspace: str, contract: dict[str, Any] | None = None) -> str:
         """Retention on, a route config, and a mixed day of traffic; returns an app token."""
-        mg = Metergraph.open(self.server.data_dir, load_metergraph_settings())
+        mg = open_metergraph(self.server)
         now = datetime.now(UTC).isoformat()
         try:
             mg.store.set_retain_content(workspace, True, now)
@@ -57,7 +54,7 @@ class Env:
         return token
 
     def key(self, workspace: str, role: str = "debug", environments: list[str] | None = None) -> str:
-        mg = Metergraph.open(self.server.data_dir, load_metergraph_settings())
+        mg = open_metergraph(self.server)
         try:
             return mg.keys.create_agent_key(workspace, role, environments)[1]
         finally:
@@ -65,9 +62,10 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Env]:
     server = ServerProcess(
-        tmp_path_factory.mktemp("workloads") / "data", {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET}
+        tmp_path_factory.mktemp("workloads") / "data",
+        {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, **metergraph_engine},
     ).start()
     yield Env(server)
     server.stop()

@@ -243,6 +243,8 @@ async def test_migrate_moves_the_embedded_data_and_the_tools_answer_the_same(
         # New writes on PostgreSQL continue the copied ids and sequences.
         await _store(server, workspace, "okapi", "Okapis live in the rainforest of the Congo.")
         assert await _search(server, workspace, "okapis rainforest") == ["okapi"]
+        await _memory(server, "memory_store", content="User works from Lisbon", **mine)
+        on_postgres = await _answers(server, workspace)
     finally:
         server.stop()
 
@@ -250,6 +252,40 @@ async def test_migrate_moves_the_embedded_data_and_the_tools_answer_the_same(
     assert again.returncode == 1
     assert "already holds Metronix data: nothing was copied" in again.stderr
     assert "Traceback" not in again.stderr
+
+    # And back: PostgreSQL into a new data directory answers as PostgreSQL did, writes included.
+    back = _migrate_back(url, tmp_path / "back")
+    assert back.returncode == 0, back.stderr
+    assert "copied 3 documents (3 chunks), 3 memory records and 1 review entries" in back.stdout
+    assert "copying memory_records" in back.stderr  # the progress bars
+    assert f"--data-dir {tmp_path / 'back'}" in back.stderr
+    returned = ServerProcess(tmp_path / "back", {"TRIPTYCH_AUTH_ENABLED": "false"}).start()
+    try:
+        assert await _answers(returned, workspace) == on_postgres
+        await _store(returned, workspace, "lynx", "Lynxes hunt hares in the boreal forest.")
+        assert await _search(returned, workspace, "lynxes hares") == ["lynx"]
+    finally:
+        returned.stop()
+
+    twice = _migrate_back(url, tmp_path / "back")
+    assert twice.returncode == 1
+    assert (
+        f"data directory {tmp_path / 'back'} already holds Metronix data: nothing was copied" in twice.stderr
+    )
+
+
+def _migrate_back(url: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    command = [TRIPTYCH, "migrate", "--from", url, "--data-dir", str(data_dir)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def test_migrate_back_from_a_database_without_metronix_leaves_no_data_directory_behind(
+    postgres: PostgresCluster, tmp_path: Path
+) -> None:
+    done = _migrate_back(postgres.create_database("bare"), tmp_path / "new")
+    assert done.returncode == 1
+    assert "holds no Metronix data" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "new" / "metronix.db").exists()
 
 
 def test_migrate_without_embedded_data_says_where_it_looked(

@@ -11,34 +11,39 @@ acme.com:bot (from world.py) has no agents at all; acme.com:twins has two Team A
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
-from hadron.world import World, build_world
+from hadron.world import World, build_world, engine
 from harness import SECRET, TRIPTYCH, ServerProcess
 
 from triptych.hadron.cli import TeamAdmin
-from triptych.hadron.store import open_database
+from triptych.hadron.engines import open_stores
 
 CREW = "hrn:app:acme.com:crew"
 OPS = "hrn:app:acme.com:ops"
 
 
-def cli(data_dir: Path, *args: str) -> str:
-    """Run ``triptych hadron ...`` against the data directory; its stdout."""
+def cli(data_dir: Path, *args: str, database_url: str | None = None) -> str:
+    """Run ``triptych hadron ...`` against the data directory (or ``database_url``); its stdout."""
     done = subprocess.run(
-        [TRIPTYCH, "hadron", *args, "--data-dir", str(data_dir)], capture_output=True, text=True, check=False
+        [TRIPTYCH, "hadron", *args, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **engine(database_url)},
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
-def build_team(data_dir: Path) -> tuple[str, str, str]:
+def build_team(data_dir: Path, database_url: str | None = None) -> tuple[str, str, str]:
     """In process, through the admin services the CLI runs (tests/hadron/test_team_cli.py runs the CLI)."""
-    key, other = build_world(data_dir)
-    db = open_database(data_dir / "hadron.db")
+    key, other = build_world(data_dir, database_url)
+    stores = open_stores(data_dir / "hadron.db", database_url, None, None)
     try:
-        admin = TeamAdmin(db)
+        admin = TeamAdmin(stores)
         tenancy, agents = admin.tenancy, admin.agents
         for slug, name in (("crew", "Crew"), ("ops", "Ops"), ("twins", "Twins")):
             tenancy.create_app(slug, name, "acme.com", None)
@@ -58,13 +63,14 @@ def build_team(data_dir: Path) -> tuple[str, str, str]:
         agents.add_ai_config(CREW, "claude-main", "anthropic", "claude-sonnet")
         _, crew_key = tenancy.create_app_key(CREW, "tests")
     finally:
-        db.close()
+        stores.close()
     return key, other, crew_key
 
 
-def start_team_world(tmp: Path) -> tuple[World, str]:
+def start_team_world(tmp: Path, database_url: str | None = None) -> tuple[World, str]:
     data_dir = tmp / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    key, other, crew_key = build_team(data_dir)
-    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET}
-    return World(ServerProcess(data_dir, env).start(), key, other), crew_key
+    key, other, crew_key = build_team(data_dir, database_url)
+    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET, **engine(database_url)}
+    server = ServerProcess(data_dir, env).start()
+    return World(server, key, other, database_url=database_url), crew_key

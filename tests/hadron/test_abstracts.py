@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from hadron.llm_server import llm_server
-from hadron.world import HADRON_KEY, build_world
+from hadron.world import HADRON_KEY, build_world, engine
 from harness import TRIPTYCH
 
 from triptych.config import Settings
@@ -26,15 +26,19 @@ VAULT = "hrn:mem:acme.com:vault"
 BODY = "# Deployments\n\nWe deploy on **Tuesdays**. Rollbacks need [two](http://x) approvals! Nobody deploys on Friday. Ever."
 
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture
-def world(tmp_path: Path) -> Path:
-    build_world(tmp_path)
+def world(tmp_path: Path, database_url: str | None) -> Path:
+    build_world(tmp_path, database_url)
     return tmp_path
 
 
 @pytest.fixture
-def hadron(world: Path) -> Iterator[Hadron]:
-    opened = Hadron.open(world / "hadron.db", settings=Settings(data_dir=world), key=HADRON_KEY)
+def hadron(world: Path, database_url: str | None) -> Iterator[Hadron]:
+    settings = Settings(data_dir=world)
+    opened = Hadron.open(world / "hadron.db", settings=settings, key=HADRON_KEY, database_url=database_url)
     yield opened
     opened.close()
 
@@ -108,10 +112,12 @@ def test_validate_reports_abstracts_whose_content_changed_behind_their_back(hadr
     assert hadron.validator.validate(caller, SPECS).stale_abstracts == []
 
 
-def test_with_an_llm_configured_abstracts_come_from_it_and_fall_back_when_it_fails(world: Path) -> None:
+def test_with_an_llm_configured_abstracts_come_from_it_and_fall_back_when_it_fails(
+    world: Path, database_url: str | None
+) -> None:
     with llm_server() as llm:
         settings = Settings(data_dir=world, llm_url=llm.url, llm_model="tiny")
-        hadron = Hadron.open(world / "hadron.db", settings=settings)
+        hadron = Hadron.open(world / "hadron.db", settings=settings, database_url=database_url)
         try:
             assert "llm-abstracts" in hadron.derived.capabilities()
             made = write(hadron, SPECS.replace("mem", "node") + ":llm", content=BODY)
@@ -129,8 +135,10 @@ def test_with_an_llm_configured_abstracts_come_from_it_and_fall_back_when_it_fai
             hadron.close()
 
 
-def test_the_cli_writes_missing_and_stale_abstracts_of_a_memory(world: Path) -> None:
-    hadron = Hadron.open(world / "hadron.db", settings=Settings(data_dir=world))
+def test_the_cli_writes_missing_and_stale_abstracts_of_a_memory(
+    world: Path, database_url: str | None
+) -> None:
+    hadron = Hadron.open(world / "hadron.db", settings=Settings(data_dir=world), database_url=database_url)
     try:
         write(hadron, SPECS.replace("mem", "node") + ":old", content="Written before abstracts existed.")
         write(hadron, SPECS.replace("mem", "node") + ":fresh", content="Already fine.")
@@ -143,11 +151,11 @@ def test_the_cli_writes_missing_and_stale_abstracts_of_a_memory(world: Path) -> 
         hadron.close()
     done = subprocess.run(
         [TRIPTYCH, "hadron", "memory", "abstracts", SPECS, "--data-dir", str(world)],
-        capture_output=True, text=True, check=True, env={**os.environ, "TRIPTYCH_LLM_URL": ""},
+        capture_output=True, text=True, check=True, env={**os.environ, "TRIPTYCH_LLM_URL": "", **engine(database_url)},
     )  # fmt: skip
     assert done.stdout.strip() == f"{SPECS}: 2 abstract(s) written (extractive) over 2 node(s)"
     assert "2 node(s) read, 2 abstract(s) written" in done.stderr
-    hadron = Hadron.open(world / "hadron.db", settings=Settings(data_dir=world))
+    hadron = Hadron.open(world / "hadron.db", settings=Settings(data_dir=world), database_url=database_url)
     try:
         caller, state = alice(hadron)
         assert hadron.validator.validate(caller, SPECS).stale_abstracts == []
@@ -161,5 +169,6 @@ def test_the_cli_writes_missing_and_stale_abstracts_of_a_memory(world: Path) -> 
         [TRIPTYCH, "hadron", "memory", "abstracts", VAULT, "--data-dir", str(world)],
         capture_output=True,
         text=True,
+        env={**os.environ, **engine(database_url)},
     )
     assert vault.returncode == 0 and "encrypted" in vault.stdout

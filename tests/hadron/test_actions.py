@@ -26,10 +26,15 @@ SPECS = "hrn:mem:acme.com:specs"
 JOURNAL = "hrn:mem:alice:journal"
 
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture
-def hadron(tmp_path: Path) -> Iterator[Hadron]:
-    build_world(tmp_path)
-    opened = Hadron.open(tmp_path / "hadron.db", settings=Settings(data_dir=tmp_path))
+def hadron(tmp_path: Path, database_url: str | None) -> Iterator[Hadron]:
+    build_world(tmp_path, database_url)
+    opened = Hadron.open(
+        tmp_path / "hadron.db", settings=Settings(data_dir=tmp_path), database_url=database_url
+    )
     yield opened
     opened.close()
 
@@ -220,7 +225,9 @@ def test_what_is_not_a_runnable_action_is_refused_with_its_reason(hadron: Hadron
     assert refused.code == "ACTION_TEMPLATE_INVALID" and refused.details["placeholder"] == "args.missing"
 
 
-def test_an_mcp_tool_action_is_off_by_default_and_needs_write_access(hadron: Hadron, tmp_path: Path) -> None:
+def test_an_mcp_tool_action_is_off_by_default_and_needs_write_access(
+    hadron: Hadron, tmp_path: Path, database_url: str | None
+) -> None:
     tool = put(hadron, "alice", node(SPECS, "tool"), node_type="action",
                action={"kind": "mcp-tool", "source": "docs", "tool": "lookup", "arguments": {"term": "x"}})  # fmt: skip
     disabled = refusal(hadron, "alice", tool)
@@ -230,7 +237,9 @@ def test_an_mcp_tool_action_is_off_by_default_and_needs_write_access(hadron: Had
         run(hadron, "bob", tool)
     assert "action-mcp-tools" not in hadron.derived.capabilities()
     enabled = Hadron.open(
-        tmp_path / "hadron.db", settings=Settings(data_dir=tmp_path, hadron_action_sources=["*"])
+        tmp_path / "hadron.db",
+        settings=Settings(data_dir=tmp_path, hadron_action_sources=["*"]),
+        database_url=database_url,
     )
     try:
         assert "action-mcp-tools" in enabled.derived.capabilities()

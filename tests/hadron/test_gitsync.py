@@ -18,12 +18,15 @@ from triptych.hadron.identity import HadronCaller
 from triptych.hadron.services.nodes import EdgeInput, NodeFields
 from triptych.hadron.surface import Hadron
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary"),
+    pytest.mark.engines("sqlite", "postgresql"),
+]
 
 
 @pytest.fixture
-def hadron(tmp_path: Path) -> Iterator[Hadron]:
-    h = Hadron.open(tmp_path / "data" / "hadron.db")
+def hadron(tmp_path: Path, database_url: str | None) -> Iterator[Hadron]:
+    h = Hadron.open(tmp_path / "data" / "hadron.db", database_url=database_url)
     admin = h.admin()
     admin.create_org("acme.com", "Acme")
     admin.create_user("alice")

@@ -1,24 +1,32 @@
-"""The graph store's invariants on SQLite: live locs are unique, subtrees are exact, edges follow ids."""
+"""The graph store's invariants on both engines: live locs are unique, subtrees are exact, edges follow ids."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from triptych.hadron.domain.model import EdgeRecord, Memory, NodeRecord
-from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, new_id, open_database
+from triptych.hadron.engines import open_stores
+from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, new_id
+
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 
 @pytest.fixture
-def stores(tmp_path: Path) -> tuple[SqliteTenancyStore, SqliteGraphStore, Memory]:
-    db = open_database(tmp_path / "hadron.db")
-    tenancy = SqliteTenancyStore(db)
+def stores(
+    tmp_path: Path, database_url: str | None
+) -> Iterator[tuple[SqliteTenancyStore, SqliteGraphStore, Memory]]:
+    opened = open_stores(tmp_path / "hadron.db", database_url, None, None)
+    tenancy = opened.tenancy
+    assert isinstance(tenancy, SqliteTenancyStore)
     org = tenancy.add_org("acme.com", "Acme")
     memory = tenancy.add_memory(
         Memory(new_id(), "acme.com", "specs", "Specs", "", "knowledge", org.id, None, None)
     )
-    return tenancy, SqliteGraphStore(db), memory
+    yield tenancy, opened.graph, memory
+    opened.close()
 
 
 def make(memory: Memory, loc: str) -> NodeRecord:
@@ -46,10 +54,12 @@ def test_live_locs_are_unique_and_a_soft_delete_frees_the_loc(
 ) -> None:
     import sqlite3
 
+    import psycopg
+
     _, graph, memory = stores
     first = make(memory, "x")
     graph.insert_node(first)
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):  # the engine's own
         graph.insert_node(make(memory, "x"))
     graph.soft_delete([first.id], "t2")
     assert graph.node_by_loc(memory.id, "x") is None
@@ -84,8 +94,8 @@ def test_relocate_points_edges_at_the_new_address_and_carries_embeddings(
     with graph.atomic() as tx:
         tx.execute(
             "INSERT INTO node_embeddings (node_id, model, dim, vector, status, error, updated_at) "
-            "VALUES (?, 'm', 3, x'00', 'ok', NULL, 't')",
-            (target.id,),
+            "VALUES (?, 'm', 3, ?, 'ok', NULL, 't')",
+            (target.id, b"\x00"),
         )
     graph.relocate([(target.id, other.id, "moved:t", "t")], "a", "t2")
     stored = graph.edges_from([source.id])[source.id][0]

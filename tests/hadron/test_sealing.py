@@ -1,14 +1,15 @@
-"""Encryption at rest on the service layer: what lands on disk, the key checks, rotation, and what an
-encrypted memory refuses."""
+"""Encryption at rest on the service layer, on both engines: what lands on disk (the SQLite file and its
+WAL, or the PostgreSQL database's own files), the key checks, rotation, and what an encrypted memory
+refuses."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hadron.world import HADRON_KEY
+from harness import run_threads
 
 from triptych.hadron.errors import BadInput, EncryptionKeyMismatch, EncryptionKeyMissing
 from triptych.hadron.identity import HadronCaller
@@ -22,8 +23,11 @@ SECRET = "ZEBRA-QUASAR-7731"  # a word no sealed byte string will contain by cha
 DATA_SECRET = "MANGO-VORTEX-4410"
 
 
-def world(path: Path, key: ServerKey | None) -> Hadron:
-    h = Hadron.open(path, key=key)
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
+def world(path: Path, key: ServerKey | None, url: str | None) -> Hadron:
+    h = Hadron.open(path, key=key, database_url=url)
     admin = h.admin()
     admin.create_org("acme.com", "Acme")
     admin.create_user("alice")
@@ -34,8 +38,8 @@ def world(path: Path, key: ServerKey | None) -> Hadron:
 
 
 @pytest.fixture
-def sealed(tmp_path: Path) -> Iterator[Hadron]:
-    h = world(tmp_path / "hadron.db", KEY)
+def sealed(tmp_path: Path, database_url: str | None) -> Iterator[Hadron]:
+    h = world(tmp_path / "hadron.db", KEY, database_url)
     check_key(h.db, KEY)
     yield h
     h.close()
@@ -60,8 +64,26 @@ def write_secrets(h: Hadron, memory: str) -> None:
     h.nodes.merge_data(caller, state, loc, {"more": f"{DATA_SECRET} again"})
 
 
-def on_disk(path: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+def reopen(h: Hadron, path: Path, key: ServerKey | None) -> Hadron:
+    """Another start over the same stores (the same file, or the same PostgreSQL database)."""
+    return Hadron.open(path, key=key, database_url=h.stores.pg.url if h.stores.pg is not None else None)
+
+
+def flush(h: Hadron) -> None:
+    """Everything committed onto the engine's files: the WAL into the SQLite file, or the PostgreSQL
+    buffers into the database's files."""
+    h.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)" if h.stores.pg is None else "CHECKPOINT")
+
+
+def on_disk(h: Hadron, path: Path) -> bytes:
+    """Every byte the engine holds for these stores: the SQLite file and its WAL, or every file of the
+    PostgreSQL database (its tables, TOAST tables and indexes) after a checkpoint."""
+    if h.stores.pg is None:
+        return b"".join(p.read_bytes() for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+    flush(h)
+    oid = h.db.conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0]
+    data = Path(h.db.conn.execute("SHOW data_directory").fetchone()[0])
+    return b"".join(f.read_bytes() for f in (data / "base" / str(oid)).iterdir() if f.is_file())
 
 
 def test_an_encrypted_memory_leaves_no_plaintext_in_the_file_its_wal_or_its_fts(
@@ -69,14 +91,13 @@ def test_an_encrypted_memory_leaves_no_plaintext_in_the_file_its_wal_or_its_fts(
 ) -> None:
     write_secrets(sealed, "vault")
     path = tmp_path / "hadron.db"
-    raw = on_disk(path)
+    raw = on_disk(sealed, path)
     assert SECRET.encode() not in raw and DATA_SECRET.encode() not in raw
-    sealed.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    raw = on_disk(path)
+    flush(sealed)
+    raw = on_disk(sealed, path)
     assert SECRET.encode() not in raw and DATA_SECRET.encode() not in raw
     assert b"quasar" not in raw and b"mango" not in raw  # nor lower-cased, as a keyword index would keep it
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT count(*) FROM node_embeddings").fetchone()[0] == 0
+    assert sealed.db.conn.execute("SELECT count(*) FROM node_embeddings").fetchone()[0] == 0
     caller, state = alice(sealed)
     _, node = sealed.nodes.find(caller, state, "hrn:node:acme.com:vault:plans")
     assert node.content == f"second {SECRET} draft"
@@ -86,11 +107,11 @@ def test_an_encrypted_memory_leaves_no_plaintext_in_the_file_its_wal_or_its_fts(
 def test_the_same_writes_to_an_open_memory_are_visible_on_disk(sealed: Hadron, tmp_path: Path) -> None:
     """The control: the scan above would find plaintext if there were any."""
     write_secrets(sealed, "open")
-    assert SECRET.encode() in on_disk(tmp_path / "hadron.db")
+    assert SECRET.encode() in on_disk(sealed, tmp_path / "hadron.db")
 
 
-def test_a_missing_or_wrong_key_stops_the_start(tmp_path: Path) -> None:
-    h = world(tmp_path / "hadron.db", KEY)
+def test_a_missing_or_wrong_key_stops_the_start(tmp_path: Path, database_url: str | None) -> None:
+    h = world(tmp_path / "hadron.db", KEY, database_url)
     try:
         with pytest.raises(KeyConfigError, match="1 encrypted memory needs the server key"):
             check_key(h.db, None)
@@ -102,18 +123,20 @@ def test_a_missing_or_wrong_key_stops_the_start(tmp_path: Path) -> None:
         h.close()
 
 
-def test_rows_written_in_clear_before_this_build_are_sealed_at_start(tmp_path: Path) -> None:
+def test_rows_written_in_clear_before_this_build_are_sealed_at_start(
+    tmp_path: Path, database_url: str | None
+) -> None:
     path = tmp_path / "hadron.db"
-    old = world(path, KEY)
+    old = world(path, KEY, database_url)
     old.graph.codec = None  # what a build without encryption at rest wrote into an encrypted memory
     write_secrets(old, "vault")
-    old.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    assert SECRET.encode() in on_disk(path)
+    flush(old)
+    assert SECRET.encode() in on_disk(old, path)
+    h = reopen(old, path, KEY)
     old.close()
-    h = Hadron.open(path, key=KEY)
     try:
         check_key(h.db, KEY)
-        raw = on_disk(path)
+        raw = on_disk(h, path)
         assert SECRET.encode() not in raw and DATA_SECRET.encode() not in raw
         assert b"quasar" not in raw.lower()  # nor the full-text index's lower-cased tokens
         caller, state = alice(h)
@@ -127,8 +150,28 @@ def test_rows_written_in_clear_before_this_build_are_sealed_at_start(tmp_path: P
         h.close()
 
 
-def test_without_encrypted_memories_any_key_or_none_starts(tmp_path: Path) -> None:
-    h = Hadron.open(tmp_path / "hadron.db", key=None)
+def test_two_servers_starting_at_once_seal_the_clear_rows_once(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    path = tmp_path / "hadron.db"
+    old = world(path, KEY, database_url)
+    old.graph.codec = None
+    write_secrets(old, "vault")
+    starting = [reopen(old, path, KEY) for _ in range(2)]
+    old.close()
+    try:
+        assert run_threads(lambda i: check_key(starting[i].db, KEY), 2) == []
+        assert SECRET.encode() not in on_disk(starting[0], path)
+        caller, state = alice(starting[1])
+        _, node = starting[1].nodes.find(caller, state, "hrn:node:acme.com:vault:plans")
+        assert node.content == f"second {SECRET} draft"  # sealed once: a second sealing would not open
+    finally:
+        for h in starting:
+            h.close()
+
+
+def test_without_encrypted_memories_any_key_or_none_starts(tmp_path: Path, database_url: str | None) -> None:
+    h = Hadron.open(tmp_path / "hadron.db", key=None, database_url=database_url)
     try:
         check_key(h.db, None)
         check_key(h.db, KEY)
@@ -146,8 +189,8 @@ def test_without_encrypted_memories_any_key_or_none_starts(tmp_path: Path) -> No
 def test_a_wrong_key_reads_as_a_refusal_never_as_garbage(sealed: Hadron, tmp_path: Path) -> None:
     write_secrets(sealed, "vault")
     memory = sealed.admin().memory("hrn:mem:acme.com:vault")
-    other = Hadron.open(tmp_path / "hadron.db", key=ServerKey(b"w" * 32))
-    keyless = Hadron.open(tmp_path / "hadron.db", key=None)
+    other = reopen(sealed, tmp_path / "hadron.db", ServerKey(b"w" * 32))
+    keyless = reopen(sealed, tmp_path / "hadron.db", None)
     try:
         with pytest.raises(EncryptionKeyMismatch):
             other.graph.node_by_loc(memory.id, "plans")
@@ -169,15 +212,16 @@ def test_rotation_reseals_nodes_and_revisions_under_the_new_key(sealed: Hadron, 
     done = rotate(sealed.db, KEY, new)
     assert (done.memories, done.nodes, done.old, done.new) == (1, 1, KEY.id, new.id)
     assert done.revisions >= 3
-    with sqlite3.connect(tmp_path / "hadron.db") as conn:
-        stored = " ".join(
-            str(r[0])
-            for r in conn.execute("SELECT content FROM nodes UNION ALL SELECT snapshot FROM node_revisions")
-        )
+    stored = " ".join(
+        str(r[0])
+        for r in sealed.db.conn.execute(
+            "SELECT content FROM nodes UNION ALL SELECT snapshot FROM node_revisions"
+        ).fetchall()
+    )
     assert KEY.id not in stored and new.id in stored
     with pytest.raises(KeyConfigError, match="retired by a key rotation"):
         check_key(sealed.db, KEY)
-    rotated = Hadron.open(tmp_path / "hadron.db", key=new)
+    rotated = reopen(sealed, tmp_path / "hadron.db", new)
     try:
         check_key(rotated.db, new)
         memory = rotated.admin().memory("hrn:mem:acme.com:vault")
@@ -220,9 +264,11 @@ def test_keys_load_from_the_environment_or_a_key_file(tmp_path: Path) -> None:
         load_key({"TRIPTYCH_HADRON_KEY_FILE": str(tmp_path / "missing")})
 
 
-def test_channel_messages_of_an_encrypted_memory_are_sealed_too(tmp_path: Path) -> None:
+def test_channel_messages_of_an_encrypted_memory_are_sealed_too(
+    tmp_path: Path, database_url: str | None
+) -> None:
     path = tmp_path / "hadron.db"
-    h = world(path, KEY)
+    h = world(path, KEY, database_url)
     try:
         admin = h.admin()
         admin.create_app("bot", "Bot", "acme.com", None)
@@ -231,17 +277,17 @@ def test_channel_messages_of_an_encrypted_memory_are_sealed_too(tmp_path: Path) 
         caller, _ = alice(h)
         memory, channel = h.team.channels.create_channel(caller, "hrn:mem:acme.com:botsafe", "ops", "Ops")
         h.team.channels.post(caller, channel, memory, f"deploy key is {SECRET}", None, None)
-        h.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        assert SECRET.encode() not in on_disk(path)
+        flush(h)
+        assert SECRET.encode() not in on_disk(h, path)
         fresh = h.team.store.channel(channel.id)  # with its last seq
         assert fresh is not None
         page = h.team.channels.read(caller, fresh, memory, None, None, None, 10, 0)
         assert [m.body for m in page.messages] == [f"deploy key is {SECRET}"]
         new = ServerKey(b"c" * 32)
         assert rotate(h.db, KEY, new).messages == 1
+        rotated = reopen(h, path, new)
     finally:
         h.close()
-    rotated = Hadron.open(path, key=new)
     try:
         caller, _ = alice(rotated)
         memory = rotated.admin().memory("hrn:mem:acme.com:botsafe")

@@ -1,15 +1,15 @@
-"""The search store on a real SQLite file: the keyword index and vector generations follow every write
-path (this process's and another's), filters run inside the query, and embedding on write follows the
-memory's policy."""
+"""The search store on a real SQLite file or a fresh PostgreSQL database: the keyword index and vector
+generations follow every write path (this process's and another's), filters run inside the query, and
+embedding on write follows the memory's policy."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
+from hadron.letters import LetterEmbedder
 from harness import count_loads, run_threads
 
 from triptych.hadron.domain.where import compile_where
@@ -19,31 +19,20 @@ from triptych.hadron.services.nodes import NodeFields
 from triptych.hadron.services.search import FindQuery
 from triptych.hadron.surface import Hadron
 
+# The store's rules hold on both engines.
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
-class LetterEmbedder:
-    """A tiny deterministic embedder: letter frequencies of a-h, L2-normalised."""
 
-    name = "letters"
-    dim = 8
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
-        self.calls += 1
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for ch in text.lower():
-                if "a" <= ch <= "h":
-                    out[i, ord(ch) - ord("a")] += 1
-            out[i] /= max(float(np.linalg.norm(out[i])), 1e-9)
-        return out
+def reopen(hadron: Hadron, path: Path, embedder: LetterEmbedder) -> Hadron:
+    """Another process's view of the same stores (the same file, or the same PostgreSQL database)."""
+    url = hadron.stores.pg.url if hadron.stores.pg is not None else None
+    return Hadron.open(path, embedder, database_url=url)  # type: ignore[arg-type]
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Hadron, HadronCaller, LetterEmbedder]]:
+def world(tmp_path: Path, database_url: str | None) -> Iterator[tuple[Hadron, HadronCaller, LetterEmbedder]]:
     embedder = LetterEmbedder()
-    hadron = Hadron.open(tmp_path / "hadron.db", embedder)  # type: ignore[arg-type]
+    hadron = Hadron.open(tmp_path / "hadron.db", embedder, database_url=database_url)  # type: ignore[arg-type]
     admin = hadron.admin()
     admin.create_org("acme.com")
     admin.create_user("alice")
@@ -252,7 +241,7 @@ def test_another_process_s_writes_reach_the_keyword_index_without_a_reload(
     specs = "hrn:mem:acme.com:specs"
     assert [loc for loc, _ in _ranking(hadron, specs, "rollback")] == ["rollback"]
     loads = count_loads(hadron.search.store.keywords.index)
-    other = Hadron.open(tmp_path / "hadron.db", embedder)  # type: ignore[arg-type]
+    other = reopen(hadron, tmp_path / "hadron.db", embedder)
     try:
         state = other.selections.session(caller, "s2", None)
         write(
@@ -280,7 +269,7 @@ def test_another_process_s_writes_reach_the_keyword_index_without_a_reload(
     # Every change arrived through the log: the specs index was never loaded again (team's first load only).
     assert hadron.admin().memory(specs).id not in loads
     # And the incrementally maintained index ranks exactly as a fresh load does.
-    fresh = Hadron.open(tmp_path / "hadron.db", embedder)  # type: ignore[arg-type]
+    fresh = reopen(hadron, tmp_path / "hadron.db", embedder)
     try:
         for query in ("deploy", "rollback revert", "review"):
             assert _ranking(hadron, specs, query) == _ranking(fresh, specs, query)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hadron.world import build_world
 
@@ -9,12 +11,16 @@ from triptych.hadron.errors import Forbidden, NoActiveApp, NotFound, OrgRequired
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.surface import Hadron
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
 
 @pytest.fixture(scope="module")
-def hadron(tmp_path_factory: pytest.TempPathFactory) -> Hadron:
+def hadron(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[Hadron]:
     data = tmp_path_factory.mktemp("selection")
-    build_world(data)
-    return Hadron.open(data / "hadron.db")
+    build_world(data, module_database_url)
+    opened = Hadron.open(data / "hadron.db", database_url=module_database_url)
+    yield opened
+    opened.close()
 
 
 def user(hadron: Hadron, handle: str) -> HadronCaller:

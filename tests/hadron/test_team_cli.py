@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hadron.test_cli import hadron, hadron_process
 
 from triptych.hadron.identity import HadronCaller
@@ -13,9 +14,15 @@ from triptych.hadron.surface import Hadron
 
 APP = "hrn:app:acme.com:crew"
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
-def test_a_team_is_set_up_from_nothing_with_the_admin_cli(tmp_path: Path) -> None:
+
+def test_a_team_is_set_up_from_nothing_with_the_admin_cli(
+    tmp_path: Path, database_url: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "data"
+    if database_url:  # the CLI, in this process or another, reads its engine as `triptych hadron` does
+        monkeypatch.setenv("TRIPTYCH_DATABASE_URL", database_url)
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("You are {{name}} ({{role}}).")
     for args in (
@@ -52,7 +59,7 @@ def test_a_team_is_set_up_from_nothing_with_the_admin_cli(tmp_path: Path) -> Non
     assert "created AI service config hrn:aiconfig:acme.com:crew:main (anthropic claude)" in config.stdout
     assert hadron(data, "worker", "release", APP, "Nobody").returncode == 2
 
-    hadron_ = Hadron.open(data / "hadron.db")
+    hadron_ = Hadron.open(data / "hadron.db", database_url=database_url)
     try:
         alice = hadron_.tenancy.user_by_handle("alice")
         assert alice is not None

@@ -1,18 +1,22 @@
 """Holds versus liveness on the service layer, with a clock the test moves: idle is not ended, an
 idle session no longer refuses WORKER_TAKEN but the hold stands, an ended stint's last-driven instant
-is capped at its end, and an auto-expired session falls back to its start and usage events."""
+is capped at its end, and an auto-expired session falls back to its start and usage events; and the
+conflict rules under concurrent callers (one name, one worker)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from harness import run_threads
 
 from triptych.hadron.access import AccessPolicy
 from triptych.hadron.domain.team import IDLE_WINDOW
+from triptych.hadron.engines import open_stores
 from triptych.hadron.errors import TeamRefusal
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.services.agents import AgentService
@@ -20,7 +24,6 @@ from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.services.sessions import SessionEnd, SessionService, SessionStart
 from triptych.hadron.services.tenancy import TenancyAdmin
 from triptych.hadron.services.workers import WorkerService
-from triptych.hadron.store import SqliteTenancyStore, open_database
 from triptych.hadron.team_store import SqliteTeamStore
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -50,10 +53,13 @@ class Team:
         return SessionState("mcp", "x")
 
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
 @pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    db = open_database(tmp_path / "hadron.db")
-    tenancy = SqliteTenancyStore(db)
+def team(tmp_path: Path, database_url: str | None) -> Iterator[Team]:
+    stores = open_stores(tmp_path / "hadron.db", database_url, None, None)
+    tenancy = stores.tenancy
     admin = TenancyAdmin(tenancy)
     admin.create_org("acme.com")
     for handle in ("alice", "bob"):
@@ -61,7 +67,7 @@ def team(tmp_path: Path) -> Iterator[Team]:
         admin.add_org_member("acme.com", handle, "CONTRIBUTOR")
     admin.create_app("crew", "Crew", "acme.com", None)
     clock = Clock()
-    store = SqliteTeamStore(db)
+    store = stores.team
     agents = AgentService(tenancy, store, clock)
     agents.install("hrn:app:acme.com:crew", "team", team=True)
     agents.install("hrn:app:acme.com:crew", "dev", persona_role="developer")
@@ -74,7 +80,7 @@ def team(tmp_path: Path) -> Iterator[Team]:
         return HadronCaller("user", handle, user=tenancy.user_by_handle(handle))
 
     yield Team(clock, store, sessions, workers, user("alice"), user("bob"))
-    db.close()
+    stores.close()
 
 
 def _bind(team: Team, caller: HadronCaller, worker: str, force: bool = False, **extra: str) -> str:
@@ -158,3 +164,36 @@ def test_a_casting_nobody_picked_up_reads_never_driven(team: Team) -> None:
     wren = team.workers.resolve(team.bob, team.state(), "Wren", "hrn:app:acme.com:crew", None)
     line = team.workers.line(team.bob, wren)
     assert line.last_driven_at is None and line.held_by is None and line.live_session_id is None
+
+
+def test_sessions_started_in_one_instant_list_newest_first_and_in_start_order(team: Team) -> None:
+    # The clock stands still: every session starts at one instant, and only insertion order tells them apart.
+    for name in ("Ada", "Bo", "Cy"):
+        _cast(team, name)
+    started = [_bind(team, team.alice, name) for name in ("Ada", "Bo", "Cy")]
+    assert [s.id for s in team.sessions.whoami(team.alice, 10, False)] == started[::-1]
+    assert [s.id for s in team.sessions.whoami(team.alice, 2, False)] == started[:0:-1]
+    ada = team.workers.resolve(team.alice, team.state(), "Ada", "hrn:app:acme.com:crew", None)
+    again = _bind(team, team.alice, "Ada", force=True)  # same instant: takes over the first session
+    assert [s.id for s in team.store.worker_sessions(ada.id)] == [started[0], again]
+    assert team.workers.line(team.alice, ada).live_session_id == again
+
+
+def test_casting_one_name_from_several_threads_at_once_makes_one_worker_and_refuses_the_rest(
+    team: Team,
+) -> None:
+    for round_ in range(5):
+        name = f"Twin{round_}"
+        start = threading.Barrier(4)
+
+        def cast(i: int, name: str = name, start: threading.Barrier = start) -> None:
+            start.wait()
+            team.workers.cast(team.alice, team.state(), name.upper() if i % 2 else name, "developer", None,
+                              "hrn:app:acme.com:crew", None)  # fmt: skip
+
+        errors = run_threads(cast, 4)
+        assert len(errors) == 3 and all(isinstance(e, TeamRefusal) for e in errors), errors
+        assert {e.code for e in errors if isinstance(e, TeamRefusal)} == {"WORKER_NAME_TAKEN"}
+    names = [w.name.lower() for w in team.store.all_workers(team.workers.resolve(
+        team.alice, team.state(), "Twin0", "hrn:app:acme.com:crew", None).app_id)]  # fmt: skip
+    assert sorted(n for n in names if n.startswith("twin")) == [f"twin{i}" for i in range(5)]

@@ -42,19 +42,21 @@ class World:
     app_key: str
     other_app_key: str
     ids: dict[str, str] = field(default_factory=dict)
+    database_url: str | None = None  # server mode: the PostgreSQL database the server stores Hadron in
 
     @property
     def url(self) -> str:
         return self.server.url + "/hadron/mcp"
 
 
-def build_world(data_dir: Path) -> tuple[str, str]:
+def build_world(data_dir: Path, database_url: str | None = None) -> tuple[str, str]:
     """acme.com: alice OWNER, bob READER, carol CONTRIBUTOR; globex.com: dave ADMIN, carol CONTRIBUTOR;
     erin belongs nowhere. Memories: acme.com:specs (knowledge), acme.com:team (group: carol rw, bob ro),
     acme.com:botmem (app-owned by acme.com:bot), acme.com:catalog (knowledge, schema'd),
     acme.com:vault (knowledge, encrypted), globex.com:plans (knowledge), erin:notes (private),
-    alice:journal (personal, shared read-only with bob)."""
-    hadron = Hadron.open(data_dir / "hadron.db")
+    alice:journal (personal, shared read-only with bob). With ``database_url``, in that PostgreSQL
+    database (server mode) instead of the data directory."""
+    hadron = Hadron.open(data_dir / "hadron.db", database_url=database_url)
     admin = hadron.admin()
     try:
         admin.create_org("acme.com", "Acme")
@@ -90,16 +92,22 @@ def build_world(data_dir: Path) -> tuple[str, str]:
     return key, other
 
 
-def start_world(tmp: Path) -> World:
+def engine(database_url: str | None) -> dict[str, str]:
+    """The server environment for the engine ``database_url`` selects (none: the embedded SQLite)."""
+    return {"TRIPTYCH_DATABASE_URL": database_url} if database_url else {}
+
+
+def start_world(tmp: Path, database_url: str | None = None) -> World:
     data_dir = tmp / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    key, other = build_world(data_dir)
+    key, other = build_world(data_dir, database_url)
     env = {
         "TRIPTYCH_AUTH_ENABLED": "true",
         "TRIPTYCH_JWT_SECRET": SECRET,
         "TRIPTYCH_HADRON_KEY": HADRON_KEY.encoded(),
+        **engine(database_url),
     }
-    return World(ServerProcess(data_dir, env).start(), key, other)
+    return World(ServerProcess(data_dir, env).start(), key, other, database_url=database_url)
 
 
 class Session:

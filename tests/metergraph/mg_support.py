@@ -40,8 +40,14 @@ def agent(
     return AgentPrincipal(workspace, role, "test-key", environments)
 
 
+def engine_settings(request: pytest.FixtureRequest, engine: str) -> dict[str, Any]:
+    """The Metergraph settings selecting ``engine`` (ClickHouse: a fresh database on the chdb endpoint)."""
+    if engine == "clickhouse":
+        return {"clickhouse_url": request.getfixturevalue("clickhouse").database_url()}
+    return {}
+
+
 def open_engine(request: pytest.FixtureRequest, engine: str, path: Path, **settings: Any) -> Metergraph:
     """The Metergraph services on ``engine``: embedded SQLite, or ClickHouse (the chdb endpoint)."""
-    if engine == "clickhouse":
-        settings["clickhouse_url"] = request.getfixturevalue("clickhouse").database_url()
+    settings.update(engine_settings(request, engine))
     return Metergraph.open(path, load_metergraph_settings(**settings), clock=lambda: NOW)

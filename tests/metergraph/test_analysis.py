@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from mg_support import NOW, agent, app, row
+from mg_support import NOW, agent, app, engine_settings, row
 from provider_server import ProviderServer
 
 from triptych.core.embed import LocalEmbedder
@@ -39,21 +39,27 @@ def embedder() -> LocalEmbedder:
     return LocalEmbedder()
 
 
-def open_mg(path: Path, provider: ProviderServer | None, embedder: Any) -> Metergraph:
+def open_mg(path: Path, provider: ProviderServer | None, embedder: Any, **engine: Any) -> Metergraph:
     providers = (
         load_provider_settings(openai_base_url=provider.openai_url, openai_api_key="sk-test")
         if provider is not None
         else load_provider_settings(openai_base_url="", anthropic_base_url="")
     )
     return Metergraph.open(
-        path, load_metergraph_settings(max_rows=500), clock=lambda: NOW, provider_settings=providers,
+        path, load_metergraph_settings(max_rows=500, **engine), clock=lambda: NOW, provider_settings=providers,
         embedder=lambda: embedder,
     )  # fmt: skip
 
 
 @pytest.fixture
-def mg(tmp_path: Path, provider: ProviderServer, embedder: LocalEmbedder) -> Iterator[Metergraph]:
-    service = open_mg(tmp_path, provider, embedder)
+def mg(
+    request: pytest.FixtureRequest,
+    engine: str,
+    tmp_path: Path,
+    provider: ProviderServer,
+    embedder: LocalEmbedder,
+) -> Iterator[Metergraph]:
+    service = open_mg(tmp_path, provider, embedder, **engine_settings(request, engine))
     yield service
     service.close()
 

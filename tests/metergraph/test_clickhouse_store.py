@@ -14,6 +14,7 @@ from triptych.core.errors import StorageUnavailable
 from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore, parse_url
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
+from triptych.metergraph.store import CallFilter
 
 
 def open_ch(path: Path, url: str, **settings: object) -> Metergraph:
@@ -113,5 +114,19 @@ def test_a_server_gone_mid_run_answers_storage_unavailable_and_no_half_batch(
         assert mg.store.batch_health("w1", 0)["processed"] == 1
         mg.ingest.ingest_document(app(), {"rows": [row(), row()]})
         assert mg.usage.aggregates(agent(), days=1)["totals"]["calls"] == 3
+    finally:
+        mg.close()
+
+
+def test_a_read_with_parameters_too_long_for_a_url_still_answers(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path
+) -> None:
+    # A page of 600 trace ids is a parameter of several kB: the client sends it as a form field.
+    mg = open_ch(tmp_path, clickhouse.database_url())
+    try:
+        mg.ingest.ingest_rows(app(), [row(trace_id="trace-599"), row(trace_id="other")], "sdk")
+        keys = [f"trace-{i}" for i in range(600)]
+        [summary] = mg.store.trace_summaries(CallFilter("w1", 0, 2**62), keys)
+        assert summary["trace_key"] == "trace-599" and summary["span_count"] == 1
     finally:
         mg.close()

@@ -1,5 +1,6 @@
 """The ClickHouse engine answers every read exactly as the embedded engine does, on randomized traffic:
-costs, cost_status counts, percentiles, warnings, coverage, cursors, over every filter and grouping path."""
+costs, cost_status counts, percentiles, warnings, coverage, cursors, over every filter and grouping path;
+workload classification, a workload's calls and what an analysis run samples of them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import itertools
 import json
 import random
 from collections.abc import Iterator
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 from mg_support import NOW, agent, app, open_engine
 
+from triptych.metergraph.analysis_sources import StoreWorkloads
 from triptych.metergraph.service import Metergraph
 
 ROUTES = ["support", "search", "summarize", None]
@@ -151,3 +154,38 @@ def test_the_engines_agree_on_every_read_of_randomized_traffic(
         agree(engines, "traces.get_trace", agent(), trace["trace_id"])
     agree(engines, "workspace.routes", agent())
     assert json.dumps(page)  # the answers are plain JSON on both engines
+
+
+def test_the_engines_agree_on_workloads_their_calls_and_their_replayable_samples(
+    engines: tuple[Metergraph, Metergraph],
+) -> None:
+    rows = traffic(3, 400)
+    rnd = random.Random(3)
+    for row in rows:
+        if rnd.random() < 0.4:  # retained content: a request, and mostly a response
+            row["request_json"] = {"messages": [{"role": "user", "content": f"q{rnd.randrange(10**6)}"}]}
+            if rnd.random() < 0.8:
+                row["response_text"] = f"a{rnd.randrange(10**6)}"
+    for mg in engines:
+        mg.store.set_retain_content("w1", True, NOW.isoformat())
+        mg.ingest.ingest_document(app(), {"rows": rows})
+    classified = [mg.workloads.start_classification(agent(), days=30) for mg in engines]
+    for doc in classified:
+        del doc["run"]  # its id and times are the run's own
+    same(*classified)
+    workloads = classified[0]["workloads"]
+    assert len(workloads) >= 3
+    agree(engines, "workspace.routes", agent())
+    for w in workloads[:4]:
+        page = agree(engines, "traces.query", agent(), workload=w["workload_id"], days=30, limit=50)
+        assert page["traces"]
+        agree(engines, "traces.query", agent(), workload=w["workload_id"], sample="spread", days=30, limit=5)
+    # What an analysis run reads: each workload's usage and reference model, and its newest samples.
+    since, until = int((NOW - timedelta(days=30)).timestamp() * 1000), int(NOW.timestamp() * 1000)
+    sources = [StoreWorkloads(mg.store, mg.workloads) for mg in engines]
+    specs = [source.workloads("w1", since, until) for source in sources]
+    same(*([asdict(s) for s in found] for found in specs))
+    samples = [[asdict(c) for spec in found for c in source.sample("w1", spec, since, until, 5)]
+               for source, found in zip(sources, specs, strict=True)]  # fmt: skip
+    same(*samples)
+    assert samples[0] and all(c["request_text"] and c["response_text"] for c in samples[0])

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from mg_support import NOW, agent, app
+from mg_support import NOW, agent, app, engine_settings
 
 from triptych.metergraph import histogram
 from triptych.metergraph.detectors import (
@@ -80,10 +80,10 @@ def test_thresholds_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
 
 
 class Clocked:
-    def __init__(self, tmp_path: Path, **settings: Any) -> None:
+    def __init__(self, tmp_path: Path, engine: dict[str, Any] | None = None, **settings: Any) -> None:
         self.now = ZERO
         self.mg = Metergraph.open(
-            tmp_path, load_metergraph_settings(), clock=lambda: self.now,
+            tmp_path, load_metergraph_settings(**(engine or {})), clock=lambda: self.now,
             incident_settings=load_incident_settings(cost_min_usd=0.5, **settings),
         )  # fmt: skip
 
@@ -101,8 +101,8 @@ class Clocked:
 
 
 @pytest.fixture
-def clocked(tmp_path: Path) -> Iterator[Clocked]:
-    world = Clocked(tmp_path)
+def clocked(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> Iterator[Clocked]:
+    world = Clocked(tmp_path, engine_settings(request, engine))
     yield world
     world.mg.close()
 

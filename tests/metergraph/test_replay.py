@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mg_support import NOW, agent, app, row
+from mg_support import NOW, agent, app, engine_settings, row
 from provider_server import ProviderServer
 
 from triptych.metergraph.errors import (
@@ -41,7 +41,9 @@ def provider() -> Iterator[ProviderServer]:
         yield server
 
 
-def open_mg(path: Path, provider: ProviderServer | None, **settings: Any) -> Metergraph:
+def open_mg(
+    path: Path, provider: ProviderServer | None, engine: dict[str, Any] | None = None, **settings: Any
+) -> Metergraph:
     providers = (
         load_provider_settings(
             openai_base_url=provider.openai_url,
@@ -54,13 +56,16 @@ def open_mg(path: Path, provider: ProviderServer | None, **settings: Any) -> Met
         else load_provider_settings(openai_base_url="", anthropic_base_url="")
     )
     return Metergraph.open(
-        path, load_metergraph_settings(max_rows=50), clock=lambda: NOW, provider_settings=providers
-    )
+        path, load_metergraph_settings(max_rows=50, **(engine or {})), clock=lambda: NOW,
+        provider_settings=providers,
+    )  # fmt: skip
 
 
 @pytest.fixture
-def mgr(tmp_path: Path, provider: ProviderServer) -> Iterator[Metergraph]:
-    service = open_mg(tmp_path, provider)
+def mgr(
+    request: pytest.FixtureRequest, engine: str, tmp_path: Path, provider: ProviderServer
+) -> Iterator[Metergraph]:
+    service = open_mg(tmp_path, provider, engine_settings(request, engine))
     yield service
     service.close()
 

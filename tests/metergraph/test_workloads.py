@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from pathlib import Path
@@ -37,13 +38,6 @@ def traffic(mg: Metergraph, workspace: str = "w1") -> None:
 
 def classify(mg: Metergraph, workspace: str = "w1", role: str = "debug") -> dict[str, Any]:
     return mg.workloads.start_classification(agent(workspace, role), days=7)
-
-
-@pytest.fixture
-def engine() -> str:
-    """The embedded engine only: workload classification reads the calls with SQLite queries of its own,
-    which do not reach the ClickHouse engine yet (issue 17 follow-up: move them onto TelemetryStore)."""
-    return "sqlite"
 
 
 def test_calls_group_into_workloads_by_route_metadata_keys_and_token_shape(mg: Metergraph) -> None:
@@ -204,16 +198,25 @@ def test_get_trace_names_the_workloads_its_calls_belong_to(mg: Metergraph) -> No
     assert mg.traces.get_trace(agent("w1", "debug"), "mixed")["root_cause"] == {"classifications": found}
 
 
-def test_retained_calls_of_a_workload_are_sampled_evenly_and_deterministically(mg: Metergraph) -> None:
+def test_the_retained_calls_of_a_workload_are_its_newest_with_request_and_response(mg: Metergraph) -> None:
     mg.store.set_retain_content("w1", True, NOW.isoformat())
     traffic(mg)
-    tagged = next(w for w in classify(mg)["workloads"] if w["calls"] == 32)
+    mg.ingest.ingest_rows(app("w1"), [row(minutes_ago=1, tags={"prompt_id": "x", "tenant": "c"},
+                                          input_tokens=300, output_tokens=50, request_json="q", response_text="a",
+                                          status="error")], "sdk")  # fmt: skip
+    tagged = next(w for w in classify(mg)["workloads"] if w["calls"] == 33)
     f = CallFilter("w1", 0, 2**62, workload=mg.workloads.match("w1", tagged["workload_id"]))
-    ids = mg.workloads.store.retained_call_ids(f, 10)
-    assert len(ids) == 10 and ids == mg.workloads.store.retained_call_ids(f, 10)
-    assert len(mg.workloads.store.retained_call_ids(f, 100)) == 30  # the 2 outliers kept no request text
-    spans = [mg.store.trace_spans("w1", f"call:{i}", 1)[0] for i in ids]
-    assert all(s["request_text"] is not None for s in spans)
+    assert mg.store.replay_eligible_by_route(f) == {"support": 31}
+    assert mg.store.retained_calls(f, 10) == []  # the 30 calls kept their request but no response
+    replies = [row(minutes_ago=2 + i / 10, trace_id=f"r{i}", tags={"prompt_id": "y", "tenant": "d"},
+                   input_tokens=300, output_tokens=50, request_json="q", response_text=f"a{i}") for i in range(3)]  # fmt: skip
+    mg.ingest.ingest_rows(app("w1"), replies, "sdk")
+    newest = mg.store.retained_calls(f, 2)
+    assert [c["trace_id"] for c in newest] == ["r0", "r1"]  # the failed call is not replayable
+    assert all(c["request_text"] and c["response_text"] for c in newest)
+    assert [c["trace_id"] for c in mg.store.retained_calls(f, 10)] == ["r0", "r1", "r2"]
+    other = CallFilter("w1", 0, 2**62, routes=["summarize"])
+    assert mg.store.retained_calls(other, 10) == [] and mg.store.replay_eligible_by_route(other) == {}
 
 
 def test_an_empty_workspace_classifies_into_no_workloads(mg: Metergraph) -> None:
@@ -242,3 +245,20 @@ def test_a_classification_run_links_to_the_analysis_page(
         linked.close()
     assert run["app_url"] == "https://mg.example.com/app/w/w1/analysis"
     assert run["report"]["app_url"] is None  # a classification writes no report
+
+
+def test_each_engine_computes_the_key_signature_and_shape_as_python_does(mg: Metergraph) -> None:
+    tag_sets = [None, {}, {"b": 1, "a": "x"}, {"é": 1, "z": 2, "Z": 3, "a.b": 4, "中": 5}]
+    values = [None, 0, 63, 64, 511, 512, 4096, 32768]
+    rows = [row(tags=tags, input_tokens=i, output_tokens=o)
+            for tags in tag_sets for i in values for o in values[::3]]  # fmt: skip
+    mg.ingest.ingest_rows(app("w1"), rows, "sdk")
+    found = {
+        (g["keys"], g["shape"]): g["calls"] for g in mg.store.workload_features(CallFilter("w1", 0, 2**62))
+    }
+    expected: dict[tuple[str, int], int] = {}
+    for r in rows:
+        signature = tags_signature(None if r["tags"] is None else json.dumps(r["tags"]))
+        key = (signature, shape_code(r["input_tokens"], r["output_tokens"]))
+        expected[key] = expected.get(key, 0) + 1
+    assert found == expected and len({k for k, _ in found}) == 3  # None and {} have no keys alike

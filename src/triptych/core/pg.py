@@ -132,6 +132,19 @@ class PgDatabase:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
         return applied
 
+    @contextmanager
+    def lease(self, name: str) -> Iterator[bool]:
+        """Whether this process holds the named lease for the block: True in at most one process (of any
+        worker on the database) at a time, False at once elsewhere. A session advisory lock, so a worker
+        that dies mid-job releases it with its connection."""
+        with self.connection() as conn:
+            held = bool(one(conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (name,)).fetchone())[0])
+            try:
+                yield held
+            finally:
+                if held:
+                    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
+
     def close(self) -> None:
         self.pool.close()
 
@@ -197,6 +210,11 @@ class PortableConnection:
 
     def cursor(self) -> PortableConnection:
         return self
+
+    @property
+    def in_transaction(self) -> bool:
+        """Inside ``PortableDatabase.transaction()`` on this thread (``sqlite3.Connection``'s name for it)."""
+        return getattr(self._db._local, "conn", None) is not None
 
     @staticmethod
     def _sql(query: str) -> bytes:

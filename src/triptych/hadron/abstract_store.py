@@ -1,5 +1,7 @@
 """Node abstracts: one row per node (summary, content hash, how it was made), in their own migration
-component of ``hadron.db`` (``hadron-abstracts``). ``AbstractStore`` is the engine-neutral interface."""
+component (``hadron-abstracts``). ``AbstractStore`` is the engine-neutral interface; ``SqliteAbstractStore``
+holds the SQL for both engines, in ``hadron.db`` or, with its own schema, as
+``pg_abstract_store.PgAbstractStore`` on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from triptych.core.db import Database
+from triptych.core.pg import Migration, PortableDatabase
+from triptych.hadron.store import _SqliteBase
 
 COMPONENT = "hadron-abstracts"
 MIGRATIONS = [
@@ -39,13 +43,15 @@ class AbstractStore(Protocol):
 _COLUMNS = "node_id, abstract, content_hash, method, updated_at"
 
 
-class SqliteAbstractStore:
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        db.migrate(COMPONENT, MIGRATIONS)
+class SqliteAbstractStore(_SqliteBase):
+    migrations: list[Migration] = MIGRATIONS
+
+    def __init__(self, db: Database | PortableDatabase) -> None:
+        super().__init__(db)
+        db.migrate(COMPONENT, self.migrations)
 
     def put(self, abstract: Abstract) -> None:
-        with self.db.transaction() as tx:
+        with self.atomic() as tx:
             tx.execute(
                 f"INSERT INTO node_abstracts ({_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE "
                 "SET abstract = excluded.abstract, content_hash = excluded.content_hash, "
@@ -60,7 +66,7 @@ class SqliteAbstractStore:
             )
 
     def delete(self, node_ids: Sequence[str]) -> None:
-        with self.db.transaction() as tx:
+        with self.atomic() as tx:
             tx.executemany("DELETE FROM node_abstracts WHERE node_id = ?", [(n,) for n in node_ids])
 
     def get(self, node_ids: Sequence[str]) -> dict[str, Abstract]:
@@ -68,7 +74,7 @@ class SqliteAbstractStore:
         ids = list(node_ids)
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
-            rows = self.db.conn.execute(
+            rows = self.conn.execute(
                 f"SELECT {_COLUMNS} FROM node_abstracts WHERE node_id IN ({', '.join('?' * len(chunk))})",
                 tuple(chunk),
             ).fetchall()
@@ -77,7 +83,7 @@ class SqliteAbstractStore:
 
     def live_nodes(self, memory_id: str) -> Iterator[tuple[str, str, str | None, Abstract]]:
         """Every live node of the memory that has an abstract, as (id, loc, content, abstract), in loc order."""
-        cursor = self.db.conn.execute(
+        cursor = self.conn.execute(
             "SELECT n.id, n.loc, n.content, a.node_id, a.abstract, a.content_hash, a.method, a.updated_at "
             "FROM nodes n JOIN node_abstracts a ON a.node_id = n.id "
             "WHERE n.memory_id = ? AND n.deleted_at IS NULL ORDER BY n.loc",

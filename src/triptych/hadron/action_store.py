@@ -1,6 +1,7 @@
 """The record of every hadron_run_action run: who, when, which node revision, the arguments, the outcome
-and the duration. Its own migration component in ``hadron.db`` (``hadron-actions``); ``ActionRunStore``
-is the engine-neutral interface, ``SqliteActionRunStore`` the embedded default."""
+and the duration. Its own migration component (``hadron-actions``); ``ActionRunStore`` is the
+engine-neutral interface; ``SqliteActionRunStore`` holds the SQL for both engines, the embedded default in
+``hadron.db`` and, with its own schema, ``pg_action_store.PgActionRunStore`` on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from triptych.core.db import Database
+from triptych.core.pg import Migration, PortableDatabase
+from triptych.hadron.store import _SqliteBase
 
 COMPONENT = "hadron-actions"
 MIGRATIONS = [
@@ -71,10 +74,14 @@ _COLUMNS = (
 )
 
 
-class SqliteActionRunStore:
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        db.migrate(COMPONENT, MIGRATIONS)
+class SqliteActionRunStore(_SqliteBase):
+    migrations: list[Migration] = MIGRATIONS
+    # What breaks a tie of ``started_at``: the order rows were inserted in (SQLite's rowid).
+    insertion_order = "rowid"
+
+    def __init__(self, db: Database | PortableDatabase) -> None:
+        super().__init__(db)
+        db.migrate(COMPONENT, self.migrations)
 
     def add_run(self, run: ActionRun) -> None:
         values = (
@@ -82,12 +89,13 @@ class SqliteActionRunStore:
             run.parent_run_id, run.started_at, run.duration_ms, json.dumps(run.args, ensure_ascii=False),
             run.outcome, run.error, run.output_chars, run.output_sha256,
         )  # fmt: skip
-        with self.db.transaction() as tx:
+        with self.atomic() as tx:
             tx.execute(f"INSERT INTO action_runs ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", values)
 
     def runs(self, node_id: str, limit: int = 10) -> list[ActionRun]:
-        rows = self.db.conn.execute(
-            f"SELECT {_COLUMNS} FROM action_runs WHERE node_id = ? ORDER BY started_at DESC, rowid DESC LIMIT ?",
+        rows = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM action_runs WHERE node_id = ? "
+            f"ORDER BY started_at DESC, {self.insertion_order} DESC LIMIT ?",
             (node_id, limit),
         ).fetchall()
         return [_run(r) for r in rows]

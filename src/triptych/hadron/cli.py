@@ -27,17 +27,14 @@ class TeamAdmin:
     """The operator's side of the team (issue 14): install agents, add AI service configs, release and
     retire workers. Built over the store alone, like ``TenancyAdmin``."""
 
-    def __init__(self, db: Any) -> None:
+    def __init__(self, stores: Any) -> None:
         from triptych.hadron.access import AccessPolicy
         from triptych.hadron.services.agents import AgentService
         from triptych.hadron.services.selection import SelectionService
         from triptych.hadron.services.sessions import SessionService
         from triptych.hadron.services.workers import WorkerService
-        from triptych.hadron.store import SqliteTenancyStore
-        from triptych.hadron.team_store import SqliteTeamStore
 
-        tenancy = SqliteTenancyStore(db)
-        team = SqliteTeamStore(db)
+        tenancy, team = stores.tenancy, stores.team
         access = AccessPolicy(tenancy)
         selections = SelectionService(tenancy, access)
         self.tenancy = TenancyAdmin(tenancy)
@@ -50,18 +47,16 @@ class AbstractsAdmin:
     """Writes missing or stale node abstracts of a memory (issue 18), with the server's settings: an
     LLM when ``TRIPTYCH_LLM_URL`` is set, else extractive."""
 
-    def __init__(self, db: Any) -> None:
-        from triptych.hadron.abstract_store import SqliteAbstractStore
+    def __init__(self, stores: Any) -> None:
         from triptych.hadron.services.abstracts import AbstractService, LlmSummarizer
-        from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore
 
         settings = load_settings()
         llm = None
         if settings.llm_url:
             llm = LlmSummarizer(settings.llm_url, settings.llm_model or "default", settings.llm_api_key, 20.0)
-        self.tenancy = TenancyAdmin(SqliteTenancyStore(db))
-        self.graph = SqliteGraphStore(db)
-        self.abstracts = AbstractService(SqliteAbstractStore(db), llm)
+        self.tenancy = TenancyAdmin(stores.tenancy)
+        self.graph = stores.graph
+        self.abstracts = AbstractService(stores.abstracts, llm)
 
 
 def _memory_abstracts(admin: AbstractsAdmin, a: argparse.Namespace) -> str:
@@ -88,28 +83,31 @@ def _memory_abstracts(admin: AbstractsAdmin, a: argparse.Namespace) -> str:
     return f"{memory.urn}: {written} abstract(s) written ({how}) over {seen} node(s)"
 
 
-def _tenancy_admin(db: Any) -> TenancyAdmin:
-    from triptych.hadron.store import SqliteTenancyStore
-
-    return TenancyAdmin(SqliteTenancyStore(db))
+def _tenancy_admin(stores: Any) -> TenancyAdmin:
+    return TenancyAdmin(stores.tenancy)
 
 
 def _run(
     action: Callable[[Any, argparse.Namespace], str], build: Callable[[Any], Any] = _tenancy_admin
 ) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        # Only the store and the admin service: no server, no embedding model to import.
-        from triptych.hadron.store import open_database
+        # Only the stores and the admin service: no server, no embedding model to import. In server
+        # mode (TRIPTYCH_DATABASE_URL) the stores are the server's, in PostgreSQL.
+        from triptych.hadron.engines import open_stores
 
         settings = load_settings(data_dir=getattr(args, "data_dir", None))
-        db = open_database(settings.data_dir / "hadron.db")
         try:
-            print(action(build(db), args))
+            stores = open_stores(settings.data_dir / "hadron.db", settings.database_url, None, None)
+        except TriptychError as exc:
+            print(f"triptych hadron: {exc.code}: {exc.message}", file=sys.stderr)
+            return 2
+        try:
+            print(action(build(stores), args))
         except TriptychError as exc:
             print(f"triptych hadron: {exc.code}: {exc.message}", file=sys.stderr)
             return 2
         finally:
-            db.close()
+            stores.close()
         return 0
 
     return run
@@ -368,6 +366,45 @@ def register(subparsers: Any) -> None:
     from triptych.hadron import cli_storage  # Git sources and the key of encrypted memories (issue 18)
 
     cli_storage.register(groups, data_dir)
+
+    p = groups.add_parser(
+        "migrate", help="copy the data directory's Hadron data (hadron.db) into a PostgreSQL database"
+    )
+    p.add_argument("--to", required=True, help="the target: postgresql://user:password@host:5432/db")
+    p.add_argument("--data-dir", **data_dir)
+    p.set_defaults(func=_migrate)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """``triptych hadron migrate --to URL``: one transaction, a progress bar per table."""
+    from tqdm import tqdm
+
+    from triptych.core.pg import redacted
+    from triptych.hadron.migrate import migrate_to_postgres
+
+    settings = load_settings(data_dir=args.data_dir)
+    bars: list[Any] = []
+
+    def progress(table: str, total: int) -> Any:
+        bar = tqdm(total=total, unit="row", desc=f"copying {table}", file=sys.stderr)
+        bars.append(bar)
+        return bar.update
+
+    try:
+        copied = migrate_to_postgres(settings.data_dir, args.to, progress)
+    except TriptychError as exc:
+        print(f"triptych hadron: {exc.message}. {exc.hint or ''}".rstrip(), file=sys.stderr)
+        return 1
+    finally:
+        for bar in bars:
+            bar.close()
+    print(copied.report())
+    print(
+        f"next: start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} and the same Hadron key "
+        "(the data directory's hadron.db was only read)",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,7 +36,8 @@ def _run(action: Action) -> Callable[[argparse.Namespace], int]:
 def _open(path: Path) -> Any:
     from triptych.hadron.surface import Hadron
 
-    return Hadron.open(path, key=load_key())
+    # Server mode: the stores are in TRIPTYCH_DATABASE_URL's PostgreSQL database, not in ``path``.
+    return Hadron.open(path, key=load_key(), database_url=load_settings().database_url)
 
 
 def _source_attach(path: Path, a: argparse.Namespace) -> str:
@@ -102,17 +103,17 @@ def _key_new(path: Path, a: argparse.Namespace) -> str:
 
 
 def _key_rotate(path: Path, a: argparse.Namespace) -> str:
-    from triptych.hadron.store import open_database
+    from triptych.hadron.engines import open_stores
 
     old = load_key()
     if old is None:
         raise KeyConfigError(f"the key in use is not configured: set {ENV_KEY_FILE} to it for the rotation")
     new = ServerKey.parse(Path(a.new_key_file).read_text(), f"the key file {a.new_key_file}")
-    db = open_database(path)
+    stores = open_stores(path, load_settings().database_url, None, None)
     try:
-        done = rotate(db, old, new)
+        done = rotate(stores.db, old, new)
     finally:
-        db.close()
+        stores.close()
     return (
         f"re-encrypted {done.nodes} node(s), {done.revisions} revision(s) and {done.messages} Channel message(s) "
         f"of {done.memories} encrypted "

@@ -3,7 +3,8 @@ last synced) and, per synced file, the node it became, its blob SHA and the node
 left (a later revision means the node was edited in Hadron since: a conflict the next sync reports).
 
 Same database as the graph (its own migration component, ``hadron-git``), so a sync writes nodes
-and bookkeeping in one transaction.
+and bookkeeping in one transaction. ``SqliteGitStore`` holds the SQL for both engines, in ``hadron.db`` or,
+with its own schema, as ``pg_git_store.PgGitStore`` on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from triptych.core.db import Database
+from triptych.core.pg import Migration, PortableDatabase
 from triptych.hadron.store import _SqliteBase, utcnow
 
+COMPONENT = "hadron-git"
 MIGRATIONS = [
     """
     CREATE TABLE git_sources (
@@ -63,9 +66,11 @@ class GitStore(Protocol):
 
 
 class SqliteGitStore(_SqliteBase):
-    def __init__(self, db: Database) -> None:
+    migrations: list[Migration] = MIGRATIONS
+
+    def __init__(self, db: Database | PortableDatabase) -> None:
         super().__init__(db)
-        db.migrate("hadron-git", MIGRATIONS)
+        db.migrate(COMPONENT, self.migrations)
 
     def source(self, memory_id: str) -> GitSource | None:
         row = self.conn.execute(
@@ -76,7 +81,7 @@ class SqliteGitStore(_SqliteBase):
 
     def sources(self) -> list[GitSource]:
         rows = self.conn.execute(
-            "SELECT memory_id, url, branch, commit_sha, synced_at, last_error FROM git_sources ORDER BY attached_at"
+            "SELECT memory_id, url, branch, commit_sha, synced_at, last_error FROM git_sources ORDER BY attached_at, memory_id"
         ).fetchall()
         return [GitSource(*r) for r in rows]
 
@@ -92,7 +97,7 @@ class SqliteGitStore(_SqliteBase):
     def detach(self, memory_id: str) -> bool:
         with self.atomic() as tx:
             tx.execute("DELETE FROM git_files WHERE memory_id = ?", (memory_id,))
-            return tx.execute("DELETE FROM git_sources WHERE memory_id = ?", (memory_id,)).rowcount > 0
+            return bool(tx.execute("DELETE FROM git_sources WHERE memory_id = ?", (memory_id,)).rowcount > 0)
 
     def files(self, memory_id: str) -> dict[str, TrackedFile]:
         rows = self.conn.execute(

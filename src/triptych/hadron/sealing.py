@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import secrets
-import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,6 +35,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableDatabase
 from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.errors import EncryptionKeyMismatch, EncryptionKeyMissing
 from triptych.hadron.store import utcnow
@@ -222,16 +222,16 @@ class NodeSealer:
 # ─── the key in use, checked at startup, and rotation ───────────────────────
 
 
-def attach(db: Database) -> None:
+def attach(db: Database | PortableDatabase) -> None:
     db.migrate("hadron-keys", MIGRATIONS)
 
 
-def active_key_id(conn: sqlite3.Connection) -> str | None:
+def active_key_id(conn: Any) -> str | None:
     row = conn.execute("SELECT key_id FROM hadron_keys WHERE retired_at IS NULL").fetchone()
     return str(row[0]) if row else None
 
 
-def check_key(db: Database, key: ServerKey | None) -> None:
+def check_key(db: Database | PortableDatabase, key: ServerKey | None) -> None:
     """Startup: refuse a missing or wrong key while encrypted memories exist, and record the key in use."""
     attach(db)
     conn = db.conn
@@ -264,16 +264,12 @@ def check_key(db: Database, key: ServerKey | None) -> None:
     seal_clear_rows(db, key)
 
 
-def seal_clear_rows(db: Database, key: ServerKey) -> int:
+def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
     """Seal what an encrypted memory still holds in clear (rows written before this build sealed them),
     once per memory; with ``secure_delete``, then a VACUUM, so no clear byte is left in a free page."""
     conn = db.conn
-    todo = [
-        r[0]
-        for r in conn.execute(
-            "SELECT id FROM memories WHERE encrypted = 1 AND id NOT IN (SELECT memory_id FROM hadron_sealed_memories)"
-        ).fetchall()
-    ]
+    unsealed = "SELECT id FROM memories WHERE encrypted = 1 AND id NOT IN (SELECT memory_id FROM hadron_sealed_memories)"
+    todo = [r[0] for r in conn.execute(unsealed).fetchall()]
     if not todo:
         return 0
     cipher = MemoryCipher(key)
@@ -285,9 +281,13 @@ def seal_clear_rows(db: Database, key: ServerKey) -> int:
         return body if body.startswith(PREFIX) else seal(memory_id, owner, "body", body)
 
     sealed = 0
-    conn.execute("PRAGMA secure_delete = ON")
+    postgres = isinstance(db, PortableDatabase)
+    if not postgres:
+        conn.execute("PRAGMA secure_delete = ON")
     try:
         with db.transaction() as tx:
+            # Read again under the write lock: a worker starting at the same time may have sealed them.
+            todo = [r[0] for r in tx.execute(unsealed).fetchall()]
             for memory_id in todo:
                 rows = tx.execute(
                     "SELECT id, content, data FROM nodes WHERE memory_id = ?", (memory_id,)
@@ -312,17 +312,24 @@ def seal_clear_rows(db: Database, key: ServerKey) -> int:
                             )
                 sealed += _each_message_body(tx, memory_id, seal_body)
                 tx.execute("INSERT INTO hadron_sealed_memories VALUES (?, ?)", (memory_id, utcnow()))
-        if sealed:
+        if postgres:
+            # An UPDATE leaves the clear row version in the table until a vacuum: FULL rewrites the
+            # tables, with no copy of a dead version (the WAL's segments recycle on their own). Also
+            # when a worker starting at the same time sealed them: its vacuum kept the versions this
+            # worker's open transaction could still see.
+            conn.execute("VACUUM FULL nodes, node_revisions, channel_messages")
+        elif sealed:
             # Pages freed before this (an old full-text index, rows moved by an update) may still hold
             # clear bytes: rewrite the file once, then empty the WAL.
             conn.execute("VACUUM")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
-        conn.execute("PRAGMA secure_delete = OFF")
+        if not postgres:
+            conn.execute("PRAGMA secure_delete = OFF")
     return sealed
 
 
-def _each_message_body(tx: sqlite3.Connection, memory_id: str, change: Callable[[str, str, str], str]) -> int:
+def _each_message_body(tx: Any, memory_id: str, change: Callable[[str, str, str], str]) -> int:
     """Rewrite the body of every message of the memory's Channels through ``change(memory, owner, body)``."""
     rows = tx.execute(
         "SELECT m.channel_id, m.seq, m.body FROM channel_messages m JOIN channels c ON c.id = m.channel_id "
@@ -363,7 +370,7 @@ class Rotation:
     messages: int
 
 
-def rotate(db: Database, old: ServerKey, new: ServerKey) -> Rotation:
+def rotate(db: Database | PortableDatabase, old: ServerKey, new: ServerKey) -> Rotation:
     """Re-seal every node and revision of every encrypted memory under ``new``, in one transaction."""
     check_key(db, old)
     if old.id == new.id:

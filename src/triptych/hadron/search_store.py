@@ -11,16 +11,16 @@ tools agree on every operator and cast).
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from triptych.core.db import Database
 from triptych.core.keyword_index import Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
+from triptych.core.pg import PortableDatabase
 from triptych.core.regex import LinearPattern
 from triptych.core.search import Vector, VectorIndex
 from triptych.hadron.domain.model import NodeRecord, Scope
@@ -61,7 +61,7 @@ def _conditions(f: NodeFilter, alias: str = "n") -> tuple[str, list[Any]]:
     if f.runnable is not None:
         types = ", ".join("?" * len(RUNNABLE_TYPES))
         sql.append(f"({alias}.node_type IN ({types})) = ?")
-        params += [*RUNNABLE_TYPES, int(f.runnable)]
+        params += [*RUNNABLE_TYPES, bool(f.runnable)]
     if f.subtree is not None:
         memory_id, loc = f.subtree
         sql.append(f"{alias}.memory_id = ? AND {alias}.loc > ? AND {alias}.loc < ?")
@@ -93,7 +93,7 @@ class NodeKeywords:
     than missed. An index older than the log's horizon (it keeps 50,000 entries) reloads.
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database | PortableDatabase) -> None:
         self.db = db
         self.index = KeywordIndex(self._documents, idf="fts5")
 
@@ -105,15 +105,20 @@ class NodeKeywords:
         ).fetchall()
         return [_document(r) for r in rows]
 
-    def current(self, memory_id: str) -> int:
-        """The memory's index brought up to the log's head; returns the generation to search at (the
-        log's global head: a memory nobody wrote to keeps up with it at no cost)."""
-        conn = self.db.conn
+    def log(self) -> tuple[int, int | None]:
+        """The log's head and its oldest entry: where every memory's index can be brought up to."""
         # Two subqueries: each is one b-tree probe, where max() and min() in one SELECT scan the log.
-        head, oldest = conn.execute(
+        head, oldest = self.db.conn.execute(
             "SELECT (SELECT max(seq) FROM node_text_changes), (SELECT min(seq) FROM node_text_changes)"
         ).fetchone()
-        head = int(head or 0)
+        return int(head or 0), oldest
+
+    def current(self, memory_id: str, log: tuple[int, int | None] | None = None) -> int:
+        """The memory's index brought up to the log's head (``log``: read once for the memories of one
+        search; else now); returns the generation to search at (the log's global head: a memory nobody
+        wrote to keeps up with it at no cost)."""
+        conn = self.db.conn
+        head, oldest = log if log is not None else self.log()
         seen = self.index.generation(memory_id)
         if seen >= head:
             return head  # current, or not loaded (the load reads the rows after this head)
@@ -144,8 +149,10 @@ class NodeKeywords:
         self.index.apply(memory_id, seen, head, added=live, removed=changed)
         return head
 
-    def search(self, memory_id: str, text: str, k: int | None) -> list[tuple[int, float]]:
-        return self.index.search(memory_id, self.current(memory_id), text, k)
+    def search(
+        self, memory_id: str, text: str, k: int | None, log: tuple[int, int | None] | None = None
+    ) -> list[tuple[int, float]]:
+        return self.index.search(memory_id, self.current(memory_id, log), text, k)
 
 
 def _document(row: Sequence[Any]) -> Document:
@@ -156,8 +163,42 @@ def _document(row: Sequence[Any]) -> Document:
     return int(rowid), list(zip(texts, COLUMN_WEIGHTS, strict=True))
 
 
+class SearchStore(Protocol):
+    """What the search, scope and embedding services need; ``SqliteSearchStore`` (embedded) and
+    ``pg_store.PgSearchStore`` (server mode) implement it."""
+
+    index: VectorIndex | None
+
+    def nodes_by_rowid(self, rowids: Sequence[int]) -> dict[int, NodeRecord]: ...
+    def survey(self, f: NodeFilter, limit: int) -> list[int]: ...
+    def keyword(self, f: NodeFilter, query: str, limit: int) -> list[tuple[int, float]]: ...
+    def regex(self, f: NodeFilter, pattern: LinearPattern, limit: int) -> list[tuple[int, float]]: ...
+    def filter_rowids(self, f: NodeFilter, rowids: Sequence[int]) -> set[int]: ...
+    def all_rowids(self, f: NodeFilter, memory_id: str) -> list[int]: ...
+    def vector_count(self, memory_id: str) -> int: ...
+    def vector(self, memory_id: str, query: Vector, k: int) -> list[tuple[int, float]]: ...
+    def vector_subset(
+        self, memory_id: str, query: Vector, rowids: Sequence[int], k: int
+    ) -> list[tuple[int, float]]: ...
+    def embedding_hashes(self, node_ids: Sequence[str]) -> dict[str, str | None]: ...
+    def put_embeddings(self, rows: Sequence[tuple[str, Vector | None, str | None, str, str]]) -> None: ...
+    def delete_embeddings(self, node_ids: Sequence[str]) -> None: ...
+    def nodes_matching(
+        self, memory_ids: Sequence[str], columns: Sequence[str], needle: str, exact_id: bool, limit: int
+    ) -> list[NodeRecord]: ...
+    def live_locs_in(self, memory_ids: Sequence[str], loc: str) -> set[str]: ...
+    def add_scope(self, scope: Scope) -> None: ...
+    def update_scope(self, scope: Scope) -> None: ...
+    def delete_scope(self, scope_id: str, at: str) -> None: ...
+    def scope(self, scope_id: str) -> Scope | None: ...
+    def scope_named(self, owner_type: str, owner_id: str, name: str) -> Scope | None: ...
+    def scopes_of(self, owner_type: str, owner_id: str) -> list[Scope]: ...
+
+
 class SqliteSearchStore:
-    def __init__(self, db: Database, dim: int | None = None, model: str | None = None) -> None:
+    def __init__(
+        self, db: Database | PortableDatabase, dim: int | None = None, model: str | None = None
+    ) -> None:
         self.db = db
         self.model = model
         self.index = VectorIndex(dim, self._load_vectors) if dim else None
@@ -171,14 +212,35 @@ class SqliteSearchStore:
         return self.codec.open(node) if self.codec is not None else node
 
     @property
-    def conn(self) -> sqlite3.Connection:
+    def conn(self) -> Any:
+        """A ``sqlite3.Connection``, or on PostgreSQL its stand-in (``core.pg.PortableConnection``)."""
         return self.db.conn
 
-    def _prepare(self, f: NodeFilter) -> sqlite3.Connection:
+    def _prepare(self, f: NodeFilter) -> Any:
         conn = self.conn
         if f.where is not None:
             conn.create_function("hadron_where", 2, _where_function(f.where), deterministic=True)
         return conn
+
+    def _select(
+        self,
+        f: NodeFilter,
+        columns: str,
+        tail: str = "",
+        tail_params: Sequence[Any] = (),
+        limit: int | None = None,
+    ) -> list[Sequence[Any]]:
+        """``columns`` of the live nodes ``n`` passing ``f`` (its ``where`` included), then ``tail``
+        (more conditions, an order), at most ``limit`` rows: the filter applies before the limit."""
+        conn = self._prepare(f)
+        cond, params = _conditions(f)
+        bound = " LIMIT ?" if limit is not None else ""
+        return list(
+            conn.execute(
+                f"SELECT {columns} FROM nodes n WHERE {cond}{tail}{bound}",
+                (*params, *tail_params, *([limit] if limit is not None else [])),
+            ).fetchall()
+        )
 
     # ── node reads ──────────────────────────────────────────────────────
 
@@ -203,7 +265,6 @@ class SqliteSearchStore:
 
     def survey(self, f: NodeFilter, limit: int) -> list[int]:
         """Nodes in memory order, then loc order: one indexed range per memory until ``limit``."""
-        conn = self._prepare(f)
         out: list[int] = []
         for memory_id in f.memory_ids:
             if len(out) >= limit:
@@ -211,11 +272,7 @@ class SqliteSearchStore:
             one = NodeFilter((memory_id,), f.object_type, f.runnable, f.subtree, f.where)
             if f.subtree is not None and f.subtree[0] != memory_id:
                 continue
-            cond, params = _conditions(one)
-            rows = conn.execute(
-                f"SELECT n.rowid FROM nodes n WHERE {cond} ORDER BY n.loc LIMIT ?",
-                (*params, limit - len(out)),
-            ).fetchall()
+            rows = self._select(one, "n.rowid", " ORDER BY n.loc", limit=limit - len(out))
             out.extend(int(r[0]) for r in rows)
         return out
 
@@ -227,19 +284,20 @@ class SqliteSearchStore:
         filtered and ranked. Memories are merged by score.
         """
         hits: list[tuple[int, float]] = []
+        log = self.keywords.log()  # one read for every memory searched (a round trip on a server engine)
         for memory_id in f.memory_ids:
             if f.subtree is not None and f.subtree[0] != memory_id:
                 continue
             if not f.structural:
-                hits += self.keywords.search(memory_id, query, limit)
+                hits += self.keywords.search(memory_id, query, limit, log)
                 continue
             one = NodeFilter((memory_id,), f.object_type, f.runnable, f.subtree, f.where)
             width = max(limit * 10, FILTER_WIDTH)
-            candidates = self.keywords.search(memory_id, query, width)
+            candidates = self.keywords.search(memory_id, query, width, log)
             keep = self.filter_rowids(one, [r for r, _ in candidates])
             found = [(r, s) for r, s in candidates if r in keep][:limit]
             if len(found) < limit and len(candidates) >= width:
-                every = self.keywords.search(memory_id, query, None)
+                every = self.keywords.search(memory_id, query, None, log)
                 keep = set()
                 for i in range(0, len(every), 5000):
                     keep |= self.filter_rowids(one, [r for r, _ in every[i : i + 5000]])
@@ -266,18 +324,12 @@ class SqliteSearchStore:
         """Which of ``rowids`` pass the filter."""
         if not rowids:
             return set()
-        conn = self._prepare(f)
-        cond, params = _conditions(f)
         marks = ", ".join("?" * len(rowids))
-        rows = conn.execute(
-            f"SELECT n.rowid FROM nodes n WHERE {cond} AND n.rowid IN ({marks})", (*params, *rowids)
-        ).fetchall()
-        return {int(r[0]) for r in rows}
+        return {int(r[0]) for r in self._select(f, "n.rowid", f" AND n.rowid IN ({marks})", rowids)}
 
     def all_rowids(self, f: NodeFilter, memory_id: str) -> list[int]:
-        conn = self._prepare(f)
-        cond, params = _conditions(NodeFilter((memory_id,), f.object_type, f.runnable, f.subtree, f.where))
-        return [int(r[0]) for r in conn.execute(f"SELECT n.rowid FROM nodes n WHERE {cond}", params)]
+        one = NodeFilter((memory_id,), f.object_type, f.runnable, f.subtree, f.where)
+        return [int(r[0]) for r in self._select(one, "n.rowid")]
 
     # ── vectors ────────────────────────────────────────────────────────
 
@@ -371,13 +423,15 @@ class SqliteSearchStore:
             }
             memories = sorted({m for m, _ in where.values()})
             before = {m: self.generation(m) for m in memories}
+            # Only rows of nodes that exist (read above, in this transaction: a node deleted since the
+            # embedding was computed gets none).
             tx.executemany(
                 "INSERT INTO node_embeddings (node_id, model, dim, vector, status, error, updated_at, text_hash) "
-                "SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM nodes WHERE id = ?1) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (node_id) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
                 "vector = excluded.vector, status = excluded.status, error = excluded.error, "
                 "updated_at = excluded.updated_at, text_hash = excluded.text_hash",
-                values,
+                [v for v in values if v[0] in where],
             )
             after = {m: self.generation(m) for m in memories}
         if self.index is None:

@@ -1,9 +1,11 @@
 """Hadron persistence: tenancy (orgs, users, apps, keys, memories, grants), client selections, and
-the graph (nodes, edges, revisions) in one SQLite file, ``hadron.db``.
+the graph (nodes, edges, revisions) in one SQLite file, ``hadron.db``, or in PostgreSQL (server mode).
 
 ``TenancyStore`` and ``GraphStore`` are the engine-neutral interfaces the services use (protocols
-below); ``SqliteTenancyStore`` and ``SqliteGraphStore`` are the embedded default. Every multi-row
-write runs inside one ``Database.transaction()``; the services open it through ``atomic()``.
+below). ``SqliteTenancyStore`` and ``SqliteGraphStore`` are written in the SQL SQLite 3.35+ and
+PostgreSQL share: on the embedded default they run on a ``core.db.Database``, in server mode on a
+``core.pg.PortableDatabase`` over the schema of ``pg_store.PG_MIGRATIONS`` (``pg_store.py``). Every
+multi-row write runs inside one transaction; the services open it through ``atomic()``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableConnection, PortableDatabase
 from triptych.hadron.domain.model import App, EdgeRecord, Memory, NodeRecord, Org, Revision, User
 
 MIGRATIONS = [
@@ -325,6 +328,7 @@ class TenancyStore(Protocol):
     def set_embedding_policy(self, memory_id: str, policy: str) -> None: ...
     def grant(self, memory_id: str, principal_type: str, principal_id: str, access: str) -> None: ...
     def grants(self, memory_id: str) -> dict[tuple[str, str], str]: ...
+    def grants_of(self, memory_ids: Sequence[str]) -> dict[str, dict[tuple[str, str], str]]: ...
     def attach_memory(self, app_id: str, memory_id: str) -> None: ...
     def attached_memories(self, app_id: str) -> list[str]: ...
     def load_selection(self, user_id: str, client_id: str) -> dict[str, Any] | None: ...
@@ -371,15 +375,16 @@ class NodeCodec(Protocol):
 
 
 class _SqliteBase:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database | PortableDatabase) -> None:
         self.db = db
 
     @property
-    def conn(self) -> sqlite3.Connection:
+    def conn(self) -> sqlite3.Connection | PortableConnection:
+        """A ``sqlite3.Connection``, or on PostgreSQL its stand-in (``core.pg.PortableConnection``)."""
         return self.db.conn
 
     @contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection]:
+    def atomic(self) -> Iterator[sqlite3.Connection | PortableConnection]:
         """One transaction; nested calls join the outer one."""
         conn = self.conn
         if conn.in_transaction:
@@ -394,7 +399,7 @@ def open_database(path: Path) -> Database:
 
 
 class SqliteTenancyStore(_SqliteBase):
-    def __init__(self, db: Database, clock: Callable[[], str] = utcnow) -> None:
+    def __init__(self, db: Database | PortableDatabase, clock: Callable[[], str] = utcnow) -> None:
         super().__init__(db)
         self.clock = clock
 
@@ -523,7 +528,7 @@ class SqliteTenancyStore(_SqliteBase):
     )
 
     @staticmethod
-    def _memory(row: sqlite3.Row) -> Memory:
+    def _memory(row: Sequence[Any]) -> Memory:
         schema = json.loads(row[10]) if row[10] else None
         return Memory(
             id=row[0], root=row[1], slug=row[2], name=row[3], description=row[4], memory_class=row[5],
@@ -584,12 +589,28 @@ class SqliteTenancyStore(_SqliteBase):
         ).fetchall()
         return {(r[0], r[1]): r[2] for r in rows}
 
+    def grants_of(self, memory_ids: Sequence[str]) -> dict[str, dict[tuple[str, str], str]]:
+        """``grants`` of several memories in one read per 500."""
+        out: dict[str, dict[tuple[str, str], str]] = {}
+        for chunk in _chunks(list(memory_ids)):
+            rows = self.conn.execute(
+                "SELECT memory_id, principal_type, principal_id, access FROM memory_access "
+                f"WHERE memory_id IN ({', '.join('?' * len(chunk))})",
+                tuple(chunk),
+            ).fetchall()
+            for r in rows:
+                out.setdefault(r[0], {})[(r[1], r[2])] = r[3]
+        return out
+
     def attach_memory(self, app_id: str, memory_id: str) -> None:
         with self.atomic() as tx:
             position = tx.execute(
                 "SELECT COALESCE(MAX(position), -1) + 1 FROM app_memories WHERE app_id = ?", (app_id,)
             ).fetchone()[0]
-            tx.execute("INSERT OR IGNORE INTO app_memories VALUES (?, ?, ?)", (app_id, memory_id, position))
+            tx.execute(
+                "INSERT INTO app_memories VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                (app_id, memory_id, position),
+            )
 
     def attached_memories(self, app_id: str) -> list[str]:
         rows = self.conn.execute(

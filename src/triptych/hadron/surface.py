@@ -14,18 +14,16 @@ from triptych.core.db import Database
 from triptych.core.embed import Embedder
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.mcp_sources import sources_path
+from triptych.core.pg import PortableDatabase
 from triptych.core.surface import Mounted, Shared
 from triptych.hadron import gitrepo
-from triptych.hadron.abstract_store import SqliteAbstractStore
 from triptych.hadron.access import AccessPolicy
-from triptych.hadron.action_store import SqliteActionRunStore
 from triptych.hadron.domain.action import ACTION_TYPE
 from triptych.hadron.domain.model import NodeRecord
+from triptych.hadron.engines import Stores, open_stores
 from triptych.hadron.errors import render_error
-from triptych.hadron.git_store import SqliteGitStore
 from triptych.hadron.identity import authenticator
 from triptych.hadron.sealing import KeyConfigError, NodeSealer, ServerKey, check_key, load_key
-from triptych.hadron.search_store import SqliteSearchStore
 from triptych.hadron.server import HadronEndpoint, build_server
 from triptych.hadron.services.abstracts import AbstractService, LlmSummarizer
 from triptych.hadron.services.actions import ActionService
@@ -45,7 +43,7 @@ from triptych.hadron.services.tenancy import TenancyAdmin
 from triptych.hadron.services.validate import ValidateService
 from triptych.hadron.services.workers import WorkerService
 from triptych.hadron.services.worklog import WorklogService
-from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, open_database
+from triptych.hadron.store import GraphStore, TenancyStore
 from triptych.hadron.team_store import SqliteTeamStore
 from triptych.hadron.tools.actions import action_tools
 from triptych.hadron.tools.apps import app_tools
@@ -81,9 +79,9 @@ def database_path(settings: Settings) -> Path:
 
 @dataclass
 class Hadron:
-    db: Database
-    tenancy: SqliteTenancyStore
-    graph: SqliteGraphStore
+    stores: Stores
+    tenancy: TenancyStore
+    graph: GraphStore
     access: AccessPolicy
     selections: SelectionService
     nodes: NodeService
@@ -104,39 +102,44 @@ class Hadron:
         embedder: Embedder | None = None,
         settings: Settings | None = None,
         key: ServerKey | None = None,
+        database_url: str | None = None,
     ) -> Hadron:
-        """The surface over ``hadron.db``; without an embedder nodes are not embedded (admin, tests).
+        """The surface over ``hadron.db``, or over the PostgreSQL database ``database_url`` (default:
+        ``settings.database_url``); without an embedder nodes are not embedded (admin, tests).
         ``settings`` configures what reaches outside: MCP tool actions and LLM abstracts (off without);
         without ``key`` an encrypted memory's nodes are refused (``ENCRYPTION_KEY_MISSING``)."""
-        db = open_database(path)
-        tenancy = SqliteTenancyStore(db)
+        url = database_url or (settings.database_url if settings is not None else None)
+        stores = open_stores(
+            path, url, embedder.dim if embedder else None, embedder.name if embedder else None
+        )
+        tenancy = stores.tenancy
         access = AccessPolicy(tenancy)
-        graph = SqliteGraphStore(db)
+        graph = stores.graph
         sealer = NodeSealer(key, lambda memory_id: bool((m := tenancy.memory(memory_id)) and m.encrypted))
         graph.codec = sealer
         selections = SelectionService(tenancy, access)
         nodes = NodeService(tenancy, graph, access, selections)
-        store = SqliteSearchStore(db, embedder.dim if embedder else None, embedder.name if embedder else None)
+        store = stores.search
         store.codec = graph.codec
         node_embedder = NodeEmbedder(store, embedder)
         nodes.embedder = node_embedder
-        team = Team.build(db, tenancy, graph, access, selections, nodes)
+        team = Team.build(stores.team, tenancy, graph, access, selections, nodes)
         team.store.codec = sealer  # Channel message bodies of encrypted memories
         scopes = ScopeService(tenancy, access, selections, store, team.agents)
         validator = ValidateService(tenancy, graph, access)
-        derived = Derived.build(db, tenancy, graph, access, nodes, validator, settings)
+        derived = Derived.build(stores, tenancy, graph, access, nodes, validator, settings)
         gitsync = GitSyncService(
             graph,
             access,
             selections,
-            SqliteGitStore(db),
+            stores.git,
             path.parent / "hadron-git",
             nodes.embedded,
             nodes.guard,
         )
         nodes.moved = gitsync.mirror_move
         return cls(
-            db,
+            stores,
             tenancy,
             graph,
             access,
@@ -191,7 +194,12 @@ class Hadron:
     def close(self) -> None:
         if self.derived.abstracts.llm is not None:
             self.derived.abstracts.llm.close()
-        self.db.close()
+        self.stores.close()
+
+    @property
+    def db(self) -> Database | PortableDatabase:
+        """The database every store of this surface writes through (``hadron.db`` or PostgreSQL)."""
+        return self.stores.db
 
 
 @dataclass
@@ -204,9 +212,9 @@ class Derived:
     @classmethod
     def build(
         cls,
-        db: Database,
-        tenancy: SqliteTenancyStore,
-        graph: SqliteGraphStore,
+        stores: Stores,
+        tenancy: TenancyStore,
+        graph: GraphStore,
         access: AccessPolicy,
         nodes: NodeService,
         validator: ValidateService,
@@ -223,8 +231,8 @@ class Derived:
                 llm = LlmSummarizer(
                     settings.llm_url, settings.llm_model or "default", settings.llm_api_key, timeout
                 )
-        abstracts = AbstractService(SqliteAbstractStore(db), llm)
-        actions = ActionService(tenancy, graph, access, nodes, SqliteActionRunStore(db), calls)
+        abstracts = AbstractService(stores.abstracts, llm)
+        actions = ActionService(tenancy, graph, access, nodes, stores.actions, calls)
         nodes.derived.append(abstracts.on_write)
         nodes.extras.append(lambda node: {"abstract": abstracts.views([node]).get(node.id)})
         nodes.extras.append(
@@ -258,14 +266,13 @@ class Team:
     @classmethod
     def build(
         cls,
-        db: Database,
-        tenancy: SqliteTenancyStore,
-        graph: SqliteGraphStore,
+        store: SqliteTeamStore,
+        tenancy: TenancyStore,
+        graph: GraphStore,
         access: AccessPolicy,
         selections: SelectionService,
         nodes: NodeService,
     ) -> Team:
-        store = SqliteTeamStore(db)
         agents = AgentService(tenancy, store)
         sessions = SessionService(tenancy, store, access, selections)
         workers = WorkerService(tenancy, store, access, selections, agents, sessions)

@@ -1,8 +1,10 @@
-"""Team persistence in ``hadron.db`` (tables from the third migration in ``store.py``): agents, AI
-service configs, workers, worker sessions and their events, channels and messages, registers and the
-worklog. A channel's ``seq`` is taken inside the posting transaction (``UPDATE ... RETURNING`` under
-``BEGIN IMMEDIATE``), so it is gap-free and strictly increasing under concurrent posters, in one
-process or several."""
+"""Team persistence: agents, AI service configs, workers, worker sessions and their events, channels and
+messages, registers and the worklog. ``TeamStore`` is the engine-neutral interface; ``SqliteTeamStore``
+holds the SQL, written once for both engines like ``store.py``'s: over ``hadron.db`` (tables from the
+third migration in ``store.py``), or as ``pg_team_store.PgTeamStore`` on PostgreSQL. A channel's ``seq``
+is taken inside the posting transaction (``UPDATE ... RETURNING`` holds the channel's row, under
+``BEGIN IMMEDIATE`` on SQLite and the Hadron write lock on PostgreSQL), so it is gap-free and strictly
+increasing under concurrent posters, in one process or several."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
+from triptych.core.pg import PortableDatabase
 from triptych.hadron.domain.loc import agent_urn, ai_config_urn, worker_urn
 from triptych.hadron.domain.team import (
     Agent,
@@ -22,6 +25,7 @@ from triptych.hadron.domain.team import (
     WorkItem,
     WorkSession,
 )
+from triptych.hadron.sealing import PREFIX as SEALED_PREFIX
 from triptych.hadron.store import _SqliteBase
 
 
@@ -159,13 +163,16 @@ class TextCodec(Protocol):
 
 
 class SqliteTeamStore(_SqliteBase):
+    # What breaks a tie of timestamps between sessions: the order they were inserted in (SQLite's rowid).
+    # Explicit, so both engines list ties alike (a fixed clock or one millisecond makes ties).
+    insertion_order = "rowid"
     # Seals the message bodies of Channels hosted in encrypted memories (issue 18); None: clear.
     codec: TextCodec | None = None
 
     def _message(self, memory_id: str, r: Sequence[Any]) -> Message:
         message = _message(r)
-        if self.codec is None:
-            return message
+        if self.codec is None or not r[2].startswith(SEALED_PREFIX):
+            return message  # clear text opens to itself: no need to ask whether the memory is encrypted
         return replace(message, body=self.codec.open_text(memory_id, f"{r[0]}#{r[1]}", "body", r[2]))
 
     # ── agents and AI service configs ──────────────────────────────────────
@@ -187,6 +194,8 @@ class SqliteTeamStore(_SqliteBase):
         return _agent(row) if row else None
 
     def agents(self, app_ids: Sequence[str] | None = None) -> list[Agent]:
+        if app_ids is not None and not app_ids:
+            return []  # PostgreSQL refuses an empty IN ()
         if app_ids is None:
             rows = self.conn.execute(_AGENT + " ORDER BY a.root, a.slug, g.slug").fetchall()
         else:
@@ -210,7 +219,7 @@ class SqliteTeamStore(_SqliteBase):
         rows = self.conn.execute(
             "SELECT c.id, c.app_id, c.name, c.provider, c.model, "
             "a.root, a.slug FROM ai_service_configs c "
-            f"JOIN apps a ON a.id = c.app_id WHERE c.app_id IN ({marks}) ORDER BY c.name",
+            f"JOIN apps a ON a.id = c.app_id WHERE c.app_id IN ({marks}) ORDER BY c.name, c.id",
             tuple(app_ids),
         ).fetchall()
         return [AiServiceConfig(r[0], r[1], r[2], r[3], r[4], ai_config_urn(r[5], r[6], r[2])) for r in rows]
@@ -294,9 +303,10 @@ class SqliteTeamStore(_SqliteBase):
         with self.atomic() as tx:
             tx.execute(
                 # Ending is the driver's last act: it is also the last heartbeat.
-                f"UPDATE work_sessions SET ended_at = ?, end_reason = ?, last_active_at = max(last_active_at, ?)"
+                "UPDATE work_sessions SET ended_at = ?, end_reason = ?, "
+                "last_active_at = CASE WHEN last_active_at > ? THEN last_active_at ELSE ? END"
                 f"{', ' if sets else ''}{sets} WHERE id = ? AND ended_at IS NULL",
-                (at, reason, at, *fields.values(), session_id),
+                (at, reason, at, at, *fields.values(), session_id),
             )
 
     def expire_sessions(self, at: str) -> int:
@@ -307,7 +317,7 @@ class SqliteTeamStore(_SqliteBase):
                 "WHERE ended_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?",
                 (at, at, at),
             )
-            return cursor.rowcount
+            return int(cursor.rowcount)
 
     def set_pr_number(self, session_id: str, number: int) -> None:
         with self.atomic() as tx:
@@ -315,7 +325,8 @@ class SqliteTeamStore(_SqliteBase):
 
     def worker_sessions(self, worker_id: str) -> list[WorkSession]:
         rows = self.conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? ORDER BY started_at",
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? "
+            f"ORDER BY started_at, {self.insertion_order}",
             (worker_id,),
         ).fetchall()
         return [_session(r) for r in rows]
@@ -323,7 +334,8 @@ class SqliteTeamStore(_SqliteBase):
     def last_handoff(self, worker_id: str) -> WorkSession | None:
         row = self.conn.execute(
             f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? AND handoff IS NOT NULL "
-            "ORDER BY ended_at DESC LIMIT 1",
+            # NULLS LAST: SQLite's order for a NULL, which PostgreSQL sorts first when descending.
+            f"ORDER BY ended_at DESC NULLS LAST, {self.insertion_order} DESC LIMIT 1",
             (worker_id,),
         ).fetchone()
         return _session(row) if row else None
@@ -340,7 +352,8 @@ class SqliteTeamStore(_SqliteBase):
         if not include_ended:
             where += " AND ended_at IS NULL"
         rows = self.conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE {where} ORDER BY started_at DESC LIMIT ?",
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE {where} "
+            f"ORDER BY started_at DESC, {self.insertion_order} DESC LIMIT ?",
             (*args, limit),
         ).fetchall()
         return [_session(r) for r in rows]
@@ -351,13 +364,15 @@ class SqliteTeamStore(_SqliteBase):
 
     def events(self, session_id: str) -> list[str]:
         rows = self.conn.execute(
-            "SELECT at FROM session_events WHERE session_id = ?", (session_id,)
+            "SELECT at FROM session_events WHERE session_id = ? ORDER BY at", (session_id,)
         ).fetchall()
         return [r[0] for r in rows]
 
     def attribute_node(self, node_id: str, session_id: str, at: str) -> None:
         with self.atomic() as tx:
-            tx.execute("INSERT OR IGNORE INTO session_nodes VALUES (?, ?, ?)", (node_id, session_id, at))
+            tx.execute(
+                "INSERT INTO session_nodes VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (node_id, session_id, at)
+            )
             tx.execute("INSERT INTO session_events VALUES (?, ?, 'node', ?)", (session_id, at, node_id))
 
     def node_session(self, node_id: str) -> str | None:
@@ -388,7 +403,8 @@ class SqliteTeamStore(_SqliteBase):
         if memory_id is not None:
             rows = self.conn.execute(_CHANNEL + " WHERE memory_id = ? ORDER BY loc", (memory_id,)).fetchall()
         else:
-            rows = self.conn.execute(_CHANNEL + " WHERE app_id = ? ORDER BY loc", (app_id,)).fetchall()
+            query = _CHANNEL + " WHERE app_id = ? ORDER BY loc, memory_id"  # an App may host several memories
+            rows = self.conn.execute(query, (app_id,)).fetchall()
         return [_channel(r) for r in rows]
 
     def channel_overlapping(self, memory_id: str, loc: str, *, containing: bool) -> Channel | None:
@@ -414,23 +430,19 @@ class SqliteTeamStore(_SqliteBase):
     ) -> int:
         """Append a message; its ``seq`` is the channel's next, taken under the write lock."""
         with self.atomic() as tx:
-            seq = int(
-                tx.execute(
-                    "UPDATE channels SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq",
-                    (channel_id,),
-                ).fetchone()[0]
-            )
+            taken = tx.execute(
+                "UPDATE channels SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq, memory_id",
+                (channel_id,),
+            ).fetchone()
+            seq = int(taken[0])
             if self.codec is not None:
-                memory_id = tx.execute(
-                    "SELECT memory_id FROM channels WHERE id = ?", (channel_id,)
-                ).fetchone()[0]
-                body = self.codec.seal_text(memory_id, f"{channel_id}#{seq}", "body", body)
+                body = self.codec.seal_text(taken[1], f"{channel_id}#{seq}", "body", body)
             tx.execute(
                 "INSERT INTO channel_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (channel_id, seq, body, _dumps(author), session_id, reply_to_seq, _dumps(mentions), at),
             )
             tx.executemany(
-                "INSERT OR IGNORE INTO message_mentions VALUES (?, ?, ?)",
+                "INSERT INTO message_mentions VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 [(channel_id, r, seq) for r in mention_refs],
             )
         return seq
@@ -554,8 +566,9 @@ class SqliteTeamStore(_SqliteBase):
             if value is not None:
                 where += f" AND {column} = ?"
                 args.append(value)
-        # The planner, seeing ORDER BY n, would walk the whole App newest first and filter; the ref (or
-        # session) index finds the few matches directly, and sorting them is cheap.
+        # SQLite's planner, seeing ORDER BY n, would walk the whole App newest first and filter; the ref
+        # (or session) index finds the few matches directly, and sorting them is cheap. PostgreSQL's
+        # indexes end in n (pg_team_store), so its planner walks the matches already in order.
         index = (
             "work_items_by_ref"
             if refs is not None
@@ -563,11 +576,16 @@ class SqliteTeamStore(_SqliteBase):
             if session_id
             else "work_items_by_app"
         )
-        table = f"work_items INDEXED BY {index}"
-        total = self.conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", tuple(args)).fetchone()[0]
+        table = "work_items" if isinstance(self.db, PortableDatabase) else f"work_items INDEXED BY {index}"
+        # The total rides along as an uncorrelated scalar subquery (evaluated once): one round trip, not two,
+        # on PostgreSQL; a page past the end has no row to carry it, so it is counted on its own.
+        count = f"SELECT COUNT(*) FROM {table} WHERE {where}"
         rows = self.conn.execute(
-            _ITEM.replace("FROM work_items", f"FROM {table}")
+            _ITEM.replace("FROM work_items", f", ({count}) FROM {table}")
             + f" WHERE {where} ORDER BY n DESC LIMIT ? OFFSET ?",
-            (*args, limit, offset),
+            (*args, *args, limit, offset),
         ).fetchall()
-        return [_item(r) for r in rows], int(total)
+        if rows:
+            return [_item(r) for r in rows], int(rows[0][11])
+        total = self.conn.execute(count, tuple(args)).fetchone()[0] if offset else 0
+        return [], int(total)

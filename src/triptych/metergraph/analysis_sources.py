@@ -2,7 +2,8 @@
 real usage, a sample of each one's retained calls, and a replayer that re-sends one call to a model.
 
 ``StoreWorkloads`` is the default source (the saved classification, else one workload per route, read
-from the SQLite telemetry file); another store or replayer plugs in through the same protocols.
+through the ``TelemetryStore`` of either engine); another source or replayer plugs in through the same
+protocols.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from triptych.metergraph.store import CallFilter, SqliteTelemetryStore, call_where
+from triptych.metergraph.store import CallFilter, TelemetryStore
 from triptych.metergraph.workload_match import WorkloadMatch
 from triptych.metergraph.workloads import WorkloadService
 
@@ -102,10 +103,10 @@ def _route_declarations(
 
 class StoreWorkloads:
     """The workspace's saved classification (``metergraph_start_classification``) when it has one, else
-    one workload per route; usage and samples are read from the telemetry store through ``call_where``,
-    so a workload selects exactly the calls ``metergraph_query_traces`` shows for it."""
+    one workload per route; usage and samples are read from the telemetry store with a ``CallFilter``, so
+    a workload selects exactly the calls ``metergraph_query_traces`` shows for it."""
 
-    def __init__(self, store: SqliteTelemetryStore, classified: WorkloadService | None = None) -> None:
+    def __init__(self, store: TelemetryStore, classified: WorkloadService | None = None) -> None:
         self.store = store
         self.classified = classified
 
@@ -132,31 +133,26 @@ class StoreWorkloads:
         config = self.store.route_config(workspace)
         specs = []
         for shell in shells:
-            params: list[Any] = []
-            where = call_where(self._filter(workspace, shell, since_ms, until_ms), params)
-            conn = self.store.db.conn
-            usage = conn.execute(
-                "SELECT COUNT(*) AS calls, COALESCE(SUM(cost_usd), 0) AS cost, COALESCE(SUM(input_tokens), 0)"
-                f" AS input_tokens, COALESCE(SUM(output_tokens), 0) AS output_tokens FROM calls WHERE {where}",
-                params,
-            ).fetchone()
-            if not usage["calls"]:
+            by_model = self.store.aggregate_raw(
+                self._filter(workspace, shell, since_ms, until_ms), ("provider", "model"), None
+            )
+            calls = sum(int(g.get("calls")) for g in by_model.values())
+            if not calls:
                 continue
-            top = conn.execute(
-                f"SELECT provider, model FROM calls WHERE {where} AND model IS NOT NULL"
-                " GROUP BY provider, model ORDER BY COUNT(*) DESC, provider, model LIMIT 1",
-                params,
-            ).fetchone()
+            # The reference: the most used model (ties: provider, then model, a missing provider first).
+            models = [g for g in by_model.values() if g.key[1] is not None]
+            top = min(models, key=lambda g: (-g.get("calls"), g.key[0] is not None, g.key[0] or "", g.key[1]),
+                      default=None)  # fmt: skip
             candidates, schema, exact = _route_declarations(config.get(shell.route or "", {}))
             specs.append(
                 replace(
                     shell,
-                    calls=int(usage["calls"]),
-                    cost_usd=float(usage["cost"]),
-                    input_tokens=int(usage["input_tokens"]),
-                    output_tokens=int(usage["output_tokens"]),
-                    provider=top["provider"] if top else None,
-                    model=top["model"] if top else None,
+                    calls=calls,
+                    cost_usd=sum(g.get("cost_usd") for g in by_model.values()),
+                    input_tokens=sum(int(g.get("input_tokens")) for g in by_model.values()),
+                    output_tokens=sum(int(g.get("output_tokens")) for g in by_model.values()),
+                    provider=top.key[0] if top else None,
+                    model=top.key[1] if top else None,
                     candidates=candidates,
                     json_schema=schema,
                     exact_match=exact,
@@ -174,17 +170,7 @@ class StoreWorkloads:
             providers=[workload.provider] if workload.provider else None,
             models=[workload.model] if workload.model else None,
         )
-        params: list[Any] = []
-        where = call_where(f, params)
-        rows = self.store.db.conn.execute(
-            "SELECT c.id, c.trace_id, c.ts_ms, c.route, c.provider, c.model, c.input_tokens, c.output_tokens,"
-            f" c.cost_usd, cc.request_text, cc.response_text FROM (SELECT * FROM calls WHERE {where}) c"
-            " JOIN call_content cc ON cc.call_id = c.id AND cc.workspace = c.workspace"
-            " WHERE c.has_content = 1 AND c.error = 0"
-            " AND cc.request_text IS NOT NULL AND cc.response_text IS NOT NULL"
-            " ORDER BY c.ts_ms DESC, c.id DESC LIMIT ?",
-            (*params, n),
-        ).fetchall()
+        rows = self.store.retained_calls(f, n)
         return [_retained(r) for r in rows]
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from triptych.core.errors import StorageUnavailable
 from triptych.metergraph import histogram
+from triptych.metergraph.call_filters import filter_clauses, key_clauses
 from triptych.metergraph.clickhouse_schema import (
     CALL_TYPES,
     CASCADE,
@@ -34,6 +35,7 @@ from triptych.metergraph.clickhouse_schema import (
 from triptych.metergraph.store import (
     CALL_COLUMNS,
     ELIGIBLE_CHARS,
+    RETAINED_FIELDS,
     ROLLUPS,
     SUMS,
     AggRow,
@@ -42,6 +44,7 @@ from triptych.metergraph.store import (
     Content,
     SqliteTelemetryStore,
 )
+from triptych.metergraph.workload_match import SHAPE_SQL
 
 DEFAULT_DATABASE = "metergraph"
 _SEQUENCE_DDL = "CREATE TABLE IF NOT EXISTS clickhouse_call_ids (next_id INTEGER NOT NULL)"
@@ -61,7 +64,11 @@ _TRACE_KEY = "ifNull(trace_id, concat('call:', toString(id)))"
 
 
 class Where:
-    """A WHERE clause whose values are all server-side parameters (named p0, p1, ...)."""
+    """A WHERE clause whose values are all server-side parameters (named p0, p1, ...); the
+    ``call_filters.Dialect`` of ClickHouse."""
+
+    # A call's sorted metadata keys joined by U+001F, as ``workload_match.tags_signature`` (byte order).
+    keys_sql = "arrayStringConcat(arraySort(JSONExtractKeys(ifNull(tags, '{}'))), char(31))"
 
     def __init__(self) -> None:
         self.clauses: list[str] = []
@@ -72,6 +79,13 @@ class Where:
         self.params[name] = value
         return f"{{{name}:{kind}}}"
 
+    def one_of(self, column: str, values: Sequence[Any], kind: str) -> str:
+        return f"{column} IN {self.param(list(values), f'Array({kind})')}"
+
+    def metadata_equals(self, key: str, value: str) -> str:
+        k = self.param(key, "String")
+        return f"mapContains(metadata, {k}) AND metadata[{k}] = {self.param(value, 'String')}"
+
     def add(self, clause: str) -> None:
         self.clauses.append(clause)
 
@@ -81,30 +95,13 @@ class Where:
 
 def _keys(f: CallFilter, w: Where, rollup: bool) -> None:
     """The route/provider/model/environment filters (a rollup's keys hold '' where a call has NULL)."""
-    for column, values in (("route", f.routes), ("provider", f.providers), ("model", f.models),
-                           ("environment", f.environments)):  # fmt: skip
-        if values is None:
-            continue
-        if not values:
-            w.add("0")  # an empty list selects nothing
-        else:
-            w.add(f"{column} IN {w.param(list(values), 'Array(String)')}")
+    w.clauses.extend(key_clauses(f, w))
     del rollup
 
 
 def call_where(f: CallFilter, w: Where | None = None) -> Where:
     w = w or Where()
-    w.add(f"workspace = {w.param(f.workspace, 'String')}")
-    w.add(f"ts_ms >= {w.param(f.since_ms, 'Int64')}")
-    w.add(f"ts_ms < {w.param(f.until_ms, 'Int64')}")
-    _keys(f, w, rollup=False)
-    if f.status is not None:
-        w.add(f"status = {w.param(f.status, 'String')}")
-    if f.request_id is not None:
-        w.add(f"request_id = {w.param(f.request_id, 'String')}")
-    for key, value in f.metadata:
-        k = w.param(key, "String")
-        w.add(f"mapContains(metadata, {k}) AND metadata[{k}] = {w.param(value, 'String')}")
+    w.clauses.extend(filter_clauses(f, w))
     return w
 
 
@@ -548,6 +545,57 @@ class ClickHouseTelemetryStore:
             f" WHERE {w.sql()} ORDER BY call_id"
         )
         return self._rows(sql, w.params)
+
+    # -- workload classification and analysis (``TelemetryStore``'s workload reads) ---------------
+
+    def _retained_ids(self, w: Where, f: CallFilter, response: bool = False) -> str:
+        """``id IN`` the window's calls with retained request text (and response text)."""
+        both = " AND response_text IS NOT NULL" if response else ""
+        return (
+            f"id IN (SELECT call_id FROM call_content WHERE workspace = {w.param(f.workspace, 'String')}"
+            f" AND ts_ms >= {w.param(f.since_ms, 'Int64')} AND ts_ms < {w.param(f.until_ms, 'Int64')}"
+            f" AND request_text IS NOT NULL{both})"
+        )
+
+    def workload_features(self, f: CallFilter) -> list[dict[str, Any]]:
+        """Call counts and sums per (route, metadata keys, token shape, provider, model), as the embedded
+        engine's (which may split a key over several rows; the sums are the same)."""
+        w = call_where(f)
+        retained = self._retained_ids(w, f)
+        # No alias repeats a column's name: it would replace the column inside the shape expression.
+        sql = (
+            f"SELECT route, {w.keys_sql} AS signature, toInt64({SHAPE_SQL}) AS shape_code, provider, model,"
+            f" count(), countIf(has_content = 1 AND {retained}), sum(cost_usd), sum(input_tokens),"
+            f" sum(output_tokens), min(ts_ms), max(ts_ms) FROM calls WHERE {w.sql()}"
+            " GROUP BY route, signature, shape_code, provider, model"
+        )
+        names = ("route", "keys", "shape", "provider", "model", "calls", "retained", "cost_usd", "input_tokens",
+                 "output_tokens", "first_ms", "last_ms")  # fmt: skip
+        rows = self._query(sql, parameters=w.params).result_rows
+        return [dict(zip(names, r, strict=True)) for r in rows]
+
+    def replay_eligible_by_route(self, f: CallFilter) -> dict[str, int]:
+        """Per route, the calls with retained request text (what replay can re-send)."""
+        w = call_where(f)
+        w.add("route IS NOT NULL AND has_content = 1")
+        w.add(self._retained_ids(w, f))
+        sql = f"SELECT route, count() FROM calls WHERE {w.sql()} GROUP BY route"
+        return {str(r[0]): int(r[1]) for r in self._query(sql, parameters=w.params).result_rows}
+
+    def retained_calls(self, f: CallFilter, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` successful matching calls with retained request and response text."""
+        w = call_where(f)
+        w.add("has_content = 1 AND error = 0")
+        w.add(self._retained_ids(w, f, response=True))
+        sql = (
+            f"SELECT {', '.join(RETAINED_FIELDS)} FROM calls WHERE {w.sql()}"
+            f" ORDER BY ts_ms DESC, id DESC LIMIT {w.param(limit, 'UInt64')}"
+        )
+        calls = self._rows(sql, w.params)
+        content = self._content(f.workspace, [c["id"] for c in calls])
+        for call in calls:
+            call["request_text"], call["response_text"] = content[call["id"]][:2]
+        return calls
 
 
 def _json_list(values: list[Any], with_null: bool = False) -> str:

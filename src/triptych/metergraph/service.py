@@ -116,8 +116,9 @@ class Metergraph:
         pricer = Pricer()
         providers = Providers(provider_settings)
         replay = ReplayService(store, pricer, providers, clock)
-        # Workloads and their classification runs live in the SQLite metadata file on both engines.
-        workloads = WorkloadService(WorkloadStore(sqlite.db), clock, links.analysis)
+        # Workloads and their classification runs live in the SQLite metadata file on both engines; the
+        # calls they are classified from are read through the engine's store.
+        workloads = WorkloadService(WorkloadStore(sqlite.db), store, clock, links.analysis)
         # Replay, and analysis runs (which replay), need a configured provider.
         workspace = WorkspaceService(
             store,
@@ -126,7 +127,6 @@ class Metergraph:
                 (name == "metergraph_replay_trace" and not replay.available)
                 or (name == "metergraph_start_analysis" and not analysis.available())
             ),
-            workloads.store.replay_eligible_by_route,
         )
         usage = UsageService(store, clock)
         traces = TraceService(store, clock, workloads.match, workloads.classifications)
@@ -137,9 +137,7 @@ class Metergraph:
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(
-            # Analysis sources read calls with SQLite queries of their own: on the ClickHouse engine they
-            # see no calls yet (issue 17 follow-up: move those reads onto TelemetryStore).
-            workload_source or StoreWorkloads(sqlite, workloads),
+            workload_source or StoreWorkloads(store, workloads),
             replayer or ProviderReplayer(replay),
             pricer,
             embedder,

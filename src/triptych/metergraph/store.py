@@ -26,7 +26,8 @@ import numpy as np
 
 from triptych.core.db import Database
 from triptych.metergraph import histogram
-from triptych.metergraph.workload_match import WorkloadMatch, workload_sql
+from triptych.metergraph.call_filters import filter_clauses, key_clauses
+from triptych.metergraph.workload_match import KEYS_SQL, SHAPE_SQL, WorkloadMatch, tags_signature
 
 log = logging.getLogger(__name__)
 
@@ -350,36 +351,43 @@ def _meta_exprs(key: str) -> tuple[str, str, str]:
     )
 
 
+class _SqliteParams:
+    """``call_filters.Dialect`` for SQLite: ``?`` placeholders, their arguments appended to ``params``."""
+
+    keys_sql = KEYS_SQL
+
+    def __init__(self, params: list[Any]) -> None:
+        self.params = params
+
+    def param(self, value: Any, kind: str) -> str:
+        self.params.append(value)
+        return "?"
+
+    def one_of(self, column: str, values: Sequence[Any], kind: str) -> str:
+        self.params.extend(values)
+        return f"{column} IN ({_placeholders(values)})"
+
+    def metadata_equals(self, key: str, value: str) -> str:
+        type_sql, value_sql, arg = _meta_exprs(key)
+        self.params.extend([arg, arg, value])
+        return f"{type_sql} = 'text' AND {value_sql} = ?"
+
+
 def _key_clauses(f: CallFilter, clauses: list[str], params: list[Any]) -> None:
     """The route, provider, model and environment filters, shared by raw calls and rollups."""
-    for column, values in (
-        ("route", f.routes),
-        ("provider", f.providers),
-        ("model", f.models),
-        ("environment", f.environments),
-    ):
-        if values is not None:  # an empty list selects nothing
-            clauses.append(f"{column} IN ({_placeholders(values)})" if values else "0")
-            params.extend(values)
+    clauses.extend(key_clauses(f, _SqliteParams(params)))
 
 
 def call_where(f: CallFilter, params: list[Any]) -> str:
-    clauses = ["workspace = ?", "ts_ms >= ?", "ts_ms < ?"]
-    params.extend([f.workspace, f.since_ms, f.until_ms])
-    _key_clauses(f, clauses, params)
-    if f.status is not None:
-        clauses.append("status = ?")
-        params.append(f.status)
-    if f.request_id is not None:
-        clauses.append("request_id = ?")
-        params.append(f.request_id)
-    if f.workload is not None:
-        clauses.append(workload_sql(f.workload, params))
-    for key, value in f.metadata:
-        type_sql, value_sql, arg = _meta_exprs(key)
-        clauses.append(f"{type_sql} = 'text' AND {value_sql} = ?")
-        params.extend([arg, arg, value])
-    return " AND ".join(clauses)
+    return " AND ".join(filter_clauses(f, _SqliteParams(params)))
+
+
+# Calls with retained request text, for the workload reads (its argument is the workspace).
+_RETAINED = "id IN (SELECT call_id FROM call_content WHERE workspace = ? AND request_text IS NOT NULL)"
+# What ``retained_calls`` gives of each call, besides its request_text and response_text.
+RETAINED_FIELDS = (
+    "id", "trace_id", "ts_ms", "route", "provider", "model", "input_tokens", "output_tokens", "cost_usd",
+)  # fmt: skip
 
 
 class TelemetryStore(Protocol):
@@ -440,6 +448,10 @@ class TelemetryStore(Protocol):
     def raw_calls(self, workspace: str) -> list[dict[str, Any]]: ...
     def raw_content(self, workspace: str) -> list[dict[str, Any]]: ...
     def recent_batches(self, workspace: str, limit: int) -> list[tuple[str, int]]: ...
+    # Workload classification and analysis (content-free but for ``retained_calls``).
+    def workload_features(self, f: CallFilter) -> list[dict[str, Any]]: ...
+    def replay_eligible_by_route(self, f: CallFilter) -> dict[str, int]: ...
+    def retained_calls(self, f: CallFilter, limit: int) -> list[dict[str, Any]]: ...
 
 
 class SqliteTelemetryStore:
@@ -658,7 +670,8 @@ class SqliteTelemetryStore:
         (present but not an eligible string); the value is NULL unless the class is 'v'. Metadata reads
         scan the columnar projection when this process maintains one (``columns.py``), else the table.
         """
-        if self.columns is not None and (meta_key is not None or f.metadata):
+        # The projection keeps no token shapes nor key sets: a workload's calls are read by SQL.
+        if self.columns is not None and (meta_key is not None or f.metadata) and f.workload is None:
             found = self.columns.aggregate(f, dims, meta_key)
             if found is not None:
                 return found
@@ -854,6 +867,62 @@ class SqliteTelemetryStore:
         )
         found = {r["route"]: dict(r) for r in self.db.conn.execute(sql, params)}
         return self.merge_route_config(f.workspace, found)
+
+    # -- workload classification and analysis -----------------------------------------------------
+
+    def workload_features(self, f: CallFilter) -> list[dict[str, Any]]:
+        """Call counts and sums per (route, metadata keys, token shape, provider, model): ``keys`` is the
+        sorted metadata keys' signature (``workload_match.tags_signature``), ``retained`` the calls with
+        retained request text; several rows may share a key (one per distinct metadata object)."""
+        params: list[Any] = [f.workspace]
+        where = call_where(f, params)
+        # Grouping by the stored metadata text and reading its keys once per distinct text is about a
+        # third cheaper than parsing every call's metadata in SQL (bench/metergraph_classify.py).
+        sql = (
+            f"SELECT route, tags, {SHAPE_SQL} AS shape, provider, model, COUNT(*) AS calls,"
+            f" SUM(has_content AND {_RETAINED}) AS retained, SUM(cost_usd) AS cost_usd,"
+            " SUM(input_tokens) AS input_tokens, SUM(output_tokens) AS output_tokens,"
+            f" MIN(ts_ms) AS first_ms, MAX(ts_ms) AS last_ms FROM calls WHERE {where}"
+            " GROUP BY route, tags, shape, provider, model"
+        )
+        keys: dict[str | None, str] = {}
+        out = []
+        # The retained-content subquery's workspace comes first, then the filter's arguments.
+        for r in self.db.conn.execute(sql, params):
+            row = dict(r)
+            tags = row.pop("tags")
+            signature = keys.get(tags)
+            if signature is None:
+                signature = keys[tags] = tags_signature(tags)
+            row["keys"] = signature
+            out.append(row)
+        return out
+
+    def replay_eligible_by_route(self, f: CallFilter) -> dict[str, int]:
+        """Per route, the calls with retained request text (what replay can re-send)."""
+        params: list[Any] = []
+        where = call_where(f, params)
+        sql = (
+            f"SELECT route, COUNT(*) FROM calls WHERE {where} AND route IS NOT NULL AND has_content = 1"
+            f" AND {_RETAINED} GROUP BY route"
+        )
+        return {r[0]: int(r[1]) for r in self.db.conn.execute(sql, [*params, f.workspace])}
+
+    def retained_calls(self, f: CallFilter, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` successful matching calls with retained request and response text: id,
+        trace_id, ts_ms, route, provider, model, tokens, cost_usd, request_text and response_text."""
+        params: list[Any] = []
+        where = call_where(f, params)
+        rows = self.db.conn.execute(
+            f"SELECT c.{', c.'.join(RETAINED_FIELDS)}, cc.request_text, cc.response_text"
+            f" FROM (SELECT * FROM calls WHERE {where}) c"
+            " JOIN call_content cc ON cc.call_id = c.id AND cc.workspace = c.workspace"
+            " WHERE c.has_content = 1 AND c.error = 0"
+            " AND cc.request_text IS NOT NULL AND cc.response_text IS NOT NULL"
+            " ORDER BY c.ts_ms DESC, c.id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [dict(r) for r in rows]
 
     def merge_route_config(self, workspace: str, found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         """Per-route call counts (``found``) with every configured route's description and constraints."""

@@ -226,8 +226,11 @@ class UsageService:
         totals = AggRow(())
         for agg in groups.values():
             _merge({(): totals}, {(): AggRow((), agg.sums.copy(), agg.hist.copy())})
+        # Ranked by the cost as shown (rounded): a group's cost adds rollup rows in the order the engine
+        # returned them, and ClickHouse's order varies, so equal costs may differ in their last bit.
         ordered = sorted(
-            groups.items(), key=lambda kv: (-kv[1].get("cost_usd"), -kv[1].get("calls"), repr(kv[0]))
+            groups.items(),
+            key=lambda kv: (-round(kv[1].get("cost_usd"), 10), -kv[1].get("calls"), repr(kv[0])),
         )
         listed, rest = ordered[:limit], ordered[limit:]
         truncated = bool(rest)

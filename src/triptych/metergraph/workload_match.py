@@ -47,7 +47,7 @@ def shape_code(input_tokens: int | None, output_tokens: int | None) -> int:
 
 
 def matches(match: WorkloadMatch, call: dict[str, Any]) -> bool:
-    """``workload_sql`` of one call row (route, tags, input_tokens, output_tokens), in Python."""
+    """``call_filters.workload_clause`` of one call row (route, tags, input_tokens, output_tokens), in Python."""
     return (
         call.get("route") == match.route
         and tags_signature(call.get("tags")) == key_signature(match.tag_keys)
@@ -98,18 +98,3 @@ class WorkloadMatch:
     route: str | None
     tag_keys: tuple[str, ...]
     shapes: tuple[int, ...]
-
-
-def workload_sql(match: WorkloadMatch, params: list[Any]) -> str:
-    """A WHERE clause over ``calls`` for ``match`` (its arguments appended to ``params``)."""
-    clauses = []
-    if match.route is None:
-        clauses.append("route IS NULL")
-    else:
-        clauses.append("route = ?")
-        params.append(match.route)
-    clauses.append(f"{KEYS_SQL} = ?")
-    params.append(key_signature(match.tag_keys))
-    clauses.append(f"({SHAPE_SQL}) IN ({', '.join('?' * len(match.shapes))})" if match.shapes else "0")
-    params.extend(match.shapes)
-    return "(" + " AND ".join(clauses) + ")"

@@ -1,8 +1,6 @@
-"""Persistence of workloads and classification runs, and the content-free call reads classification
-needs, over the telemetry store's SQLite file (its own migration component, ``workloads``).
-
-The calls are read through ``call_where`` with a ``CallFilter``, as every other read of them is; the
-grouping features come from ``workload_match`` so a saved workload matches the calls it was made of.
+"""Persistence of workloads and classification runs in the telemetry store's SQLite metadata file (its
+own migration component, ``workloads``), on both engines. The calls classification reads come from the
+``TelemetryStore`` (``workload_features``), so they are read wherever the engine keeps them.
 """
 
 from __future__ import annotations
@@ -12,8 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from triptych.core.db import Database
-from triptych.metergraph.store import CallFilter, call_where
-from triptych.metergraph.workload_match import SHAPE_SQL, tags_signature
 
 MIGRATIONS = [
     """
@@ -24,7 +20,7 @@ MIGRATIONS = [
         name TEXT NOT NULL,
         route TEXT,
         tag_keys TEXT NOT NULL,          -- JSON list, sorted
-        shapes TEXT NOT NULL,            -- JSON list of shape codes (workload_match.SHAPE_SQL)
+        shapes TEXT NOT NULL,            -- JSON list of shape codes (workload_match.shape_code)
         calls INTEGER NOT NULL,
         replay_eligible_calls INTEGER NOT NULL,
         cost_usd REAL,
@@ -48,68 +44,11 @@ MIGRATIONS = [
     """
 ]
 
-# One group per (route, metadata keys, token shape, provider, model) of the window's calls.
-_RETAINED = "id IN (SELECT call_id FROM call_content WHERE workspace = ? AND request_text IS NOT NULL)"
-
 
 class WorkloadStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         db.migrate("workloads", MIGRATIONS)
-
-    # -- calls (content-free reads) ---------------------------------------------------------
-
-    def feature_groups(self, f: CallFilter) -> list[dict[str, Any]]:
-        """Call counts and sums per (route, metadata keys, shape, provider, model); several rows may
-        share a key (one per distinct metadata object with those keys)."""
-        params: list[Any] = [f.workspace]
-        where = call_where(f, params)
-        # Grouping by the stored metadata text and reading its keys once per distinct text is about a
-        # third cheaper than parsing every call's metadata in SQL (bench/metergraph_classify.py).
-        sql = (
-            f"SELECT route, tags, {SHAPE_SQL} AS shape, provider, model, COUNT(*) AS calls,"
-            f" SUM(has_content AND {_RETAINED}) AS retained, SUM(cost_usd) AS cost_usd,"
-            " SUM(input_tokens) AS input_tokens, SUM(output_tokens) AS output_tokens,"
-            f" MIN(ts_ms) AS first_ms, MAX(ts_ms) AS last_ms FROM calls WHERE {where}"
-            " GROUP BY route, tags, shape, provider, model"
-        )
-        keys: dict[str | None, str] = {}
-        out = []
-        # The retained-content subquery's workspace comes first, then the filter's arguments.
-        for r in self.db.conn.execute(sql, params):
-            row = dict(r)
-            tags = row.pop("tags")
-            signature = keys.get(tags)
-            if signature is None:
-                signature = keys[tags] = tags_signature(tags)
-            row["keys"] = signature
-            out.append(row)
-        return out
-
-    def replay_eligible_by_route(self, f: CallFilter) -> dict[str, int]:
-        """Per route, the calls with retained request text (what replay can re-send)."""
-        params: list[Any] = []
-        where = call_where(f, params)
-        sql = (
-            f"SELECT route, COUNT(*) FROM calls WHERE {where} AND route IS NOT NULL AND has_content = 1"
-            f" AND {_RETAINED} GROUP BY route"
-        )
-        return {r[0]: int(r[1]) for r in self.db.conn.execute(sql, [*params, f.workspace])}
-
-    def retained_call_ids(self, f: CallFilter, limit: int) -> list[int]:
-        """Up to ``limit`` ids of matching calls with retained request text, spread evenly over the
-        matching calls in time order (deterministic: the same calls for the same data)."""
-        params: list[Any] = []
-        where = call_where(f, params)
-        rows = self.db.conn.execute(
-            f"SELECT id FROM calls WHERE {where} AND has_content = 1 AND {_RETAINED} ORDER BY ts_ms, id",
-            [*params, f.workspace],
-        ).fetchall()
-        ids = [int(r[0]) for r in rows]
-        if len(ids) <= limit:
-            return ids
-        step = len(ids) / limit
-        return [ids[int(i * step)] for i in range(limit)]
 
     # -- workloads ---------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from triptych.metergraph.contract import SCOPE_READ, envelope, warning
 from triptych.metergraph.errors import ForbiddenError
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.scope import resolve_window
-from triptych.metergraph.store import CallFilter
+from triptych.metergraph.store import CallFilter, TelemetryStore
 from triptych.metergraph.workload_match import WorkloadMatch, matches, shape_label, signature_keys
 from triptych.metergraph.workload_store import WorkloadStore
 
@@ -89,7 +89,7 @@ def workload_id(workspace: str, route: str | None, keys: str, primary_shape: int
 
 
 def group_workloads(workspace: str, groups: list[dict[str, Any]], now_iso: str) -> list[dict[str, Any]]:
-    """The workloads of ``feature_groups`` rows (pure: the same rows give the same workloads)."""
+    """The workloads of ``TelemetryStore.workload_features`` rows (pure: the same rows give the same workloads)."""
     families: dict[tuple[str | None, str], dict[int, _Shape]] = {}
     for g in groups:
         shapes = families.setdefault((g["route"], g["keys"]), {})
@@ -179,10 +179,12 @@ class WorkloadService:
     def __init__(
         self,
         store: WorkloadStore,
+        telemetry: TelemetryStore,
         clock: Callable[[], datetime],
         app_url: Callable[[str], str | None] = lambda workspace: None,
     ) -> None:
         self.store = store
+        self.telemetry = telemetry
         self.clock = clock
         # The Analysis page's address for a workspace (None without a public address).
         self.app_url = app_url
@@ -235,7 +237,7 @@ class WorkloadService:
             "error_code": None, "days": days, "calls": 0, "workloads": 0,
         }  # fmt: skip
         try:
-            groups = self.store.feature_groups(
+            groups = self.telemetry.workload_features(
                 CallFilter(principal.workspace, window.since_ms, window.until_ms)
             )
             workloads = group_workloads(principal.workspace, groups, now.isoformat())

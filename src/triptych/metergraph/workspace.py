@@ -72,12 +72,9 @@ class WorkspaceService:
         store: TelemetryStore,
         clock: Callable[[], datetime],
         not_configured: Callable[[str], bool] = lambda tool_name: False,
-        replay_eligible: Callable[[CallFilter], dict[str, int]] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
-        # Per route, the calls replay can re-send (``WorkloadStore.replay_eligible_by_route``).
-        self.replay_eligible = replay_eligible
         # Tools the deployment builds but this server is not set up for (replay without a provider).
         self.not_configured = not_configured
 
@@ -158,7 +155,8 @@ class WorkspaceService:
         f = CallFilter(principal.workspace, 0, int(now.timestamp() * 1000) + 86_400_000, environments=envs)
         configs = self.store.route_config(principal.workspace)
         retained = bool((self.store.workspace(principal.workspace) or {}).get("retain_content"))
-        eligible = self.replay_eligible(f) if retained and self.replay_eligible is not None else {}
+        # Per route, the calls replay can re-send (their request text is retained).
+        eligible = self.store.replay_eligible_by_route(f) if retained else {}
         routes = []
         for r in self.store.routes(f):
             contract, version, digest = evaluation_contract(configs.get(r["route"]))

@@ -1,10 +1,12 @@
-"""``triptych migrate --to postgresql://...``: copy Metronix's embedded data into a PostgreSQL database.
+"""``triptych migrate``: move Metronix's data between the embedded engine and PostgreSQL, both ways.
 
-Everything Metronix keeps in ``metronix.db`` (knowledge base: workspaces, documents, chunks and their
+``--to postgresql://...`` copies a data directory's ``metronix.db`` into a PostgreSQL database;
+``--from postgresql://...`` copies a PostgreSQL database back into a new data directory. Everything Metronix keeps in ``metronix.db`` (knowledge base: workspaces, documents, chunks and their
 vectors; agent memory: records, tags, entities, links, conversation adjacency, the review queue, audit
 events and queued freshness checks) is copied row for row, ids and sequence numbers included, in one
-PostgreSQL transaction: the target holds all of it or none. The source file is only read. A target
-that already holds Metronix data is refused, so a second run cannot mix two copies.
+transaction of the target: it holds all of it or none. The source is only read (the way back reads one
+consistent snapshot). A target that already holds Metronix data is refused, so a second run cannot mix
+two copies.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pgvector import Vector
 from psycopg import Connection, sql
 
 from triptych.core.db import Database
 from triptych.core.errors import Invalid
-from triptych.core.pg import PgDatabase, PortableDatabase, redacted
+from triptych.core.pg import PgDatabase, PortableDatabase, one, redacted
 from triptych.metronix import memory_store, store
 from triptych.metronix.pg_store import PgKnowledgeStore
 
@@ -214,4 +217,90 @@ def migrate_to_postgres(data_dir: Path, url: str, progress: Progress, default_di
             pg.close()
     finally:
         source.close()
+    return copied
+
+
+# -- the way back: PostgreSQL -> a new data directory ---------------------------------------------------
+
+
+def _to_embedded(table: str, columns: Sequence[str], row: tuple[Any, ...]) -> tuple[Any, ...]:
+    if table != "chunks":
+        return tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+    position = columns.index("embedding")  # a pgvector value -> float32 bytes
+    value = row[position]
+    vector = value.to_numpy() if isinstance(value, Vector) else np.asarray(value)
+    vector = vector.astype(np.float32, copy=False)
+    return (*row[:position], vector.tobytes(), *row[position + 1 :])
+
+
+def _target(data_dir: Path, url: str) -> Database:
+    path = data_dir / "metronix.db"
+    db = Database(path, store.MIGRATIONS)
+    db.migrate("memory", memory_store.MIGRATIONS)
+    for table in ("documents", "memory_records"):
+        if db.conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]:
+            db.close()
+            raise Invalid(
+                f"The data directory {data_dir} already holds Metronix data: nothing was copied from {redacted(url)}",
+                hint="Pass a new, empty data directory with --data-dir",
+            )
+    return db
+
+
+def _remove(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
+    """Copy the PostgreSQL database's Metronix data into ``data_dir`` (which must hold none); all or nothing."""
+    path = data_dir / "metronix.db"
+    created = not path.exists()
+    pg = PgDatabase(url, max_size=1)
+    try:
+        with pg.transaction() as conn:
+            # One snapshot for every table: rows written meanwhile by a running server are all in or all out.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            present = {
+                str(r[0])
+                for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+            }
+            missing = [target for _, target, _, _ in TABLES if target not in present]
+            if missing:
+                raise Invalid(
+                    f"The PostgreSQL database {redacted(url)} holds no Metronix data"
+                    f" (no table {missing[0]}): nothing was copied",
+                    hint="Check TRIPTYCH_DATABASE_URL: it should name the database a server-mode triptych used",
+                )
+            target = _target(data_dir, url)
+            copied = Copied(str(data_dir))
+            try:
+                with target.transaction() as out:
+                    for table, source, columns, _ in TABLES:
+                        count = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(source))
+                        total = int(one(conn.execute(count).fetchone())[0])
+                        advance = progress(table, total)
+                        statement = sql.SQL("SELECT {} FROM {}").format(
+                            sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(source)
+                        )
+                        insert = (
+                            f"INSERT OR REPLACE INTO {table} ({', '.join(columns)})"
+                            f" VALUES ({', '.join('?' * len(columns))})"
+                        )
+                        with conn.cursor(name=f"migrate_{source}") as cursor:
+                            cursor.execute(statement)
+                            while batch := cursor.fetchmany(BATCH):
+                                out.executemany(
+                                    insert, [_to_embedded(table, columns, tuple(r)) for r in batch]
+                                )
+                                advance(len(batch))
+                        copied.rows[table] = total
+            except BaseException:
+                target.close()
+                if created:
+                    _remove(path)
+                raise
+            target.close()
+    finally:
+        pg.close()
     return copied

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server import Server
+from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from triptych.config import Settings
 from triptych.core.db import Database
@@ -33,6 +36,8 @@ from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, utcnow
 from triptych.metronix.sync import SyncService
 from triptych.metronix.tools import knowledge_tools, sync_tools
 
+log = logging.getLogger(__name__)
+
 INSTRUCTIONS = (
     "Metronix: a knowledge base and agent memory. Use metronix_search_fast for passages, metronix_get for a "
     "whole document, metronix_store to index one. Always pass workspace_id explicitly."
@@ -49,6 +54,8 @@ class Metronix:
     answers: AnswerService
     # The background warm-up reads the database; ``close`` waits for it before closing the connections.
     warming: threading.Thread | None = field(default=None, repr=False)
+    # Server mode's database: its lease makes the start-up jobs run in one worker at a time.
+    pg: PgDatabase | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> Metronix:
@@ -61,6 +68,7 @@ class Metronix:
         )
         store: KnowledgeStore
         memory_db: Database | PortableDatabase
+        pg: PgDatabase | None = None
         if settings.database_url:
             # Server mode: the knowledge base and agent memory in PostgreSQL, shared by every worker.
             pg = PgDatabase(settings.database_url)
@@ -92,7 +100,7 @@ class Metronix:
             if settings.llm_url
             else None
         )
-        return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm))
+        return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm), pg=pg)
 
     def tools(self) -> list[Tool[Caller]]:
         return knowledge_tools(self.knowledge) + sync_tools(self.sync) + memory_tools(self.memory)
@@ -102,12 +110,25 @@ class Metronix:
         warm = getattr(self.embedder, "warm_up", None)
         if warm is not None:
             warm()
-        self.memory.run_pending_checks()
-        self.memory.store.purge_expired(utcnow())
+        if self.pg is None:
+            self._recover()
+        else:
+            # Workers starting together: one recovers, the others find the lease taken and go on (the
+            # lease holder files every queued check; a filing is unique, so a check a live worker has
+            # in flight and the holder runs again is still filed once).
+            with self.pg.lease("metronix-start-jobs") as mine:
+                if mine:
+                    self._recover()
+                else:
+                    log.info("another worker runs the start-up jobs (freshness checks, expiry)")
         # Load every workspace's memory and knowledge-base indexes off the request path: at 100,000
         # records the first search would otherwise wait seconds for them.
         self.warming = threading.Thread(target=self._warm, name="memory-index-warm", daemon=True)
         self.warming.start()
+
+    def _recover(self) -> None:
+        self.memory.run_pending_checks()
+        self.memory.store.purge_expired(utcnow())
 
     def _warm(self) -> None:
         self.memory.store.warm()
@@ -133,13 +154,28 @@ class Metronix:
         self.knowledge.store.close()
 
 
+class StatelessEndpoint(McpEndpoint):
+    """Server mode's ``/mcp``: no MCP sessions, so any worker answers any request of a client (a
+    session lives in one process: a request that reached another worker got 404). Metronix's tools keep
+    nothing per session. POST only: a GET would hold an idle stream open, and 405 tells clients there is
+    none."""
+
+    async def refuse(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> bool:
+        if scope.get("method") == "POST":
+            return False
+        await Response("Method Not Allowed", status_code=405, headers={"Allow": "POST"})(scope, receive, send)
+        return True
+
+
 def mount(shared: Shared) -> tuple[Metronix, Mounted]:
     metronix = Metronix.open(shared.settings, shared.embedder)
     authenticate = jwt_authenticator(shared.settings)
-    endpoint = McpEndpoint(
+    server_mode = shared.settings.database_url is not None
+    endpoint = (StatelessEndpoint if server_mode else McpEndpoint)(
         metronix.mcp_server(),
         shared.settings,
         authenticate,
+        stateless=server_mode,
         max_body=MAX_REQUEST_BYTES,
         render=lambda exc: {"error": error_body(exc)},
     )

@@ -330,9 +330,10 @@ class ChannelService:
             )
         found, refs = self._mentions(host_app, body)
         now = self.clock()
-        seq = self.team.post(channel.id, body, author, sid, reply_to, found, refs, now)
-        if sid is not None:
-            self.team.add_event(sid, now, "post", f"{channel.id}#{seq}")
+        with self.team.atomic():  # the message and its session's usage event commit together
+            seq = self.team.post(channel.id, body, author, sid, reply_to, found, refs, now)
+            if sid is not None:
+                self.team.add_event(sid, now, "post", f"{channel.id}#{seq}")
         return seq, author, found, now
 
     def read(

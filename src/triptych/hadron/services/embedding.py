@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from triptych.core.embed import Embedder
 from triptych.core.search import Vector
 from triptych.hadron.domain.model import Memory, NodeRecord
-from triptych.hadron.search_store import SqliteSearchStore
+from triptych.hadron.search_store import SearchStore
 from triptych.hadron.store import utcnow
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def embeds(memory: Memory) -> bool:
 
 class NodeEmbedder:
     def __init__(
-        self, store: SqliteSearchStore, embedder: Embedder | None, clock: Callable[[], str] = utcnow
+        self, store: SearchStore, embedder: Embedder | None, clock: Callable[[], str] = utcnow
     ) -> None:
         self.store = store
         self.embedder = embedder

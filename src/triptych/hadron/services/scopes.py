@@ -24,7 +24,7 @@ from triptych.hadron.domain.model import App, Memory, Org, Scope, role_at_least
 from triptych.hadron.domain.team import Agent
 from triptych.hadron.errors import BadInput, Forbidden, NoActiveApp, NotFound, ScopeAmbiguous
 from triptych.hadron.identity import HadronCaller
-from triptych.hadron.search_store import SqliteSearchStore
+from triptych.hadron.search_store import SearchStore
 from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.store import TenancyStore, new_id, utcnow
@@ -78,7 +78,7 @@ class ScopeService:
         tenancy: TenancyStore,
         access: AccessPolicy,
         selections: SelectionService,
-        store: SqliteSearchStore,
+        store: SearchStore,
         agents: AgentService,
         clock: Callable[[], str] = utcnow,
     ) -> None:
@@ -207,17 +207,16 @@ class ScopeService:
     ) -> tuple[list[Memory], int]:
         """The memories ``caller`` may read, in order, and how many others there were. ``known``: the
         memories already loaded by id, so that none is read twice."""
-        out, dropped, seen = [], 0, set()
-        for memory_id in memory_ids:
-            if memory_id in seen:
-                continue
-            seen.add(memory_id)
+        found, dropped = [], 0
+        for memory_id in dict.fromkeys(memory_ids):
             memory = known[memory_id] if known and memory_id in known else self.tenancy.memory(memory_id)
-            if memory is not None and self.access.memory_level(caller, memory) is not None:
-                out.append(memory)
-            else:
+            if memory is None:
                 dropped += 1
-        return out, dropped
+            else:
+                found.append(memory)
+        levels = self.access.levels(caller, found)
+        out = [memory for memory, level in zip(found, levels, strict=True) if level is not None]
+        return out, dropped + len(found) - len(out)
 
     def app_view(self, caller: HadronCaller, app: App) -> tuple[list[Memory], int]:
         attached = self.tenancy.attached_memories(app.id)

@@ -22,7 +22,7 @@ from triptych.hadron.domain.urn import has_scheme_prefix
 from triptych.hadron.domain.where import compile_where
 from triptych.hadron.errors import BadInput
 from triptych.hadron.identity import HadronCaller
-from triptych.hadron.search_store import NodeFilter, SqliteSearchStore
+from triptych.hadron.search_store import NodeFilter, SearchStore
 from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.embedding import NodeEmbedder
 from triptych.hadron.services.nodes import NodeService
@@ -84,7 +84,7 @@ class SearchService:
         access: AccessPolicy,
         nodes: NodeService,
         scopes: ScopeService,
-        store: SqliteSearchStore,
+        store: SearchStore,
         embedder: NodeEmbedder,
         agents: AgentService,
     ) -> None:

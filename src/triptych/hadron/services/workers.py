@@ -137,20 +137,24 @@ class WorkerService:
                 f"a worker name has 1-{MAX_NAME} characters with a letter or digit", details={"field": "name"}
             )
         agent = self._agent_for(app, role, agent_ref)
-        taken = self.team.worker_named(app.id, name) or self.team.worker_named(app.id, slug)
-        if taken is not None:
-            raise TeamRefusal(
-                "WORKER_NAME_TAKEN",
-                f"the name {name!r} is taken in {app.urn} (by {taken.name}{', retired' if taken.retired else ''}); "
-                "names are unique per App, case-insensitively and forever",
-                details={"name": name, "workerId": taken.id},
-            )
-        worker = Worker(
-            id=new_id(), app_id=app.id, agent_id=agent.id, name=name, slug=slug,
-            role=(role or agent.persona_role or agent.slug).strip(), prompt_override=prompt_override or None,
-            held_by=None, retired_at=None, created_at=self.clock(), urn=worker_urn(app.root, app.slug, slug),
-        )  # fmt: skip
-        self.team.add_worker(worker, caller.actor)
+        # Checked and inserted under the write lock: of two casts of one name at once (on one server or two
+        # sharing a database), the second sees the first and is refused, never a constraint error.
+        with self.team.atomic():
+            taken = self.team.worker_named(app.id, name) or self.team.worker_named(app.id, slug)
+            if taken is not None:
+                raise TeamRefusal(
+                    "WORKER_NAME_TAKEN",
+                    f"the name {name!r} is taken in {app.urn} (by {taken.name}"
+                    f"{', retired' if taken.retired else ''}); names are unique per App, case-insensitively and "
+                    "forever",
+                    details={"name": name, "workerId": taken.id},
+                )
+            worker = Worker(
+                id=new_id(), app_id=app.id, agent_id=agent.id, name=name, slug=slug,
+                role=(role or agent.persona_role or agent.slug).strip(), prompt_override=prompt_override or None,
+                held_by=None, retired_at=None, created_at=self.clock(), urn=worker_urn(app.root, app.slug, slug),
+            )  # fmt: skip
+            self.team.add_worker(worker, caller.actor)
         return worker
 
     def _agent_for(self, app: App, role: str | None, agent_ref: str | None) -> Agent:

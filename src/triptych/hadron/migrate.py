@@ -1,0 +1,144 @@
+"""``triptych hadron migrate --to postgresql://...``: copy Hadron's embedded data (``hadron.db``) into a
+PostgreSQL database for server mode.
+
+Every table the two engines share (tenancy, graph, revisions, vectors, scopes, selections, keys, and the
+team, action-run, abstract and Git tables) is copied row for row, ids and node rowids included, in one
+PostgreSQL transaction: the target holds all of it or none. Sealed rows stay sealed (their ciphertext is
+copied as it is; serve with the same key). The two logs the in-process indexes follow
+(``node_text_changes``, ``vector_generations``) are not copied: the target's triggers write them as the
+rows arrive. The source file is only read; a target that already holds Hadron data is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psycopg import Connection, sql
+
+from triptych.core.errors import Invalid
+from triptych.core.pg import redacted
+from triptych.hadron.engines import open_stores
+from triptych.hadron.sealing import attach
+
+BATCH = 1_000
+# Written by the target's triggers as the copied rows arrive.
+DERIVED = {"node_text_changes", "vector_generations", "schema_version"}
+
+Progress = Callable[[str, int], Callable[[int], None]]  # (table, rows) -> advance(n)
+
+
+@dataclass
+class Copied:
+    target: str
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def report(self) -> str:
+        counts = ", ".join(f"{self.rows.get(t, 0)} {t}" for t in ("orgs", "memories", "nodes", "edges"))
+        return f"copied {counts} (and {len(self.rows)} tables in all) to {self.target}"
+
+
+def _order(conn: Connection[Any], tables: set[str]) -> list[str]:
+    """``tables`` with every table after those its foreign keys point at."""
+    edges = conn.execute(
+        "SELECT conrelid::regclass::text, confrelid::regclass::text FROM pg_constraint WHERE contype = 'f'"
+    ).fetchall()
+    needs = {
+        t: {parent for child, parent in edges if child == t and parent != t and parent in tables}
+        for t in tables
+    }
+    ordered: list[str] = []
+    while needs:
+        ready = sorted(t for t, parents in needs.items() if parents <= set(ordered))
+        if not ready:
+            raise RuntimeError(f"foreign keys form a cycle among {sorted(needs)}")
+        ordered += ready
+        for t in ready:
+            del needs[t]
+    return ordered
+
+
+def _columns(conn: Connection[Any], table: str) -> dict[str, tuple[str, bool]]:
+    """The target table's columns: (data type, is an identity column)."""
+    rows = conn.execute(
+        "SELECT column_name, data_type, is_identity = 'YES' FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND table_name = %s ORDER BY ordinal_position",
+        (table,),
+    ).fetchall()
+    return {r[0]: (r[1], bool(r[2])) for r in rows}
+
+
+def migrate_to_postgres(data_dir: Path, url: str, progress: Progress) -> Copied:
+    """Copy ``data_dir``'s ``hadron.db`` into ``url``; all or nothing."""
+    path = data_dir / "hadron.db"
+    if not path.is_file():
+        raise Invalid(
+            f"There is no Hadron database at {path}: nothing to migrate",
+            hint="Pass the data directory the embedded server used (--data-dir or TRIPTYCH_DATA_DIR)",
+        )
+    source = open_stores(path, None, None, None)  # brings an older file to the current schema first
+    try:
+        attach(source.db)
+        target = open_stores(path, url, None, None)  # creates (or checks) every component's schema
+        try:
+            assert target.pg is not None
+            attach(target.db)
+            copied = Copied(redacted(url))
+            conn_src = source.db.conn
+            names = {r[0] for r in conn_src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            with target.pg.transaction() as conn:
+                if conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM orgs) OR EXISTS (SELECT 1 FROM nodes)"
+                ).fetchone() != (False,):
+                    raise Invalid(
+                        f"The PostgreSQL database {redacted(url)} already holds Hadron data: nothing was copied",
+                        hint="Migrate into an empty database (createdb a new one)",
+                    )
+                present = {
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                    ).fetchall()
+                }
+                for table in _order(conn, (names & present) - DERIVED):
+                    _copy(conn_src, conn, table, progress, copied)
+        finally:
+            target.close()
+    finally:
+        source.close()
+    return copied
+
+
+def _copy(source: Any, conn: Connection[Any], table: str, progress: Progress, copied: Copied) -> None:
+    target = _columns(conn, table)
+    have = [r[1] for r in source.execute(f'PRAGMA table_info("{table}")').fetchall()]
+    # ``rowid`` is a column on PostgreSQL and SQLite's implicit key: the in-process indexes key nodes by it.
+    columns = [c for c in target if c in have or c == "rowid"]
+    booleans = {i for i, c in enumerate(columns) if target[c][0] == "boolean"}
+    identities = [c for c in columns if target[c][1]]
+    total = int(source.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+    advance = progress(table, total)
+    insert = sql.SQL("INSERT INTO {} ({}) {} VALUES ({})").format(
+        sql.Identifier(table),
+        sql.SQL(", ").join(map(sql.Identifier, columns)),
+        sql.SQL("OVERRIDING SYSTEM VALUE" if identities else ""),
+        sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+    )
+    cursor = source.execute(f'SELECT {", ".join(columns)} FROM "{table}"')
+    with conn.cursor() as out:
+        while batch := cursor.fetchmany(BATCH):
+            rows = [
+                tuple(bool(v) if i in booleans and v is not None else v for i, v in enumerate(row))
+                for row in batch
+            ]
+            out.executemany(insert, rows)
+            advance(len(rows))
+    for column in identities:  # the next id after the copied ones
+        conn.execute(
+            sql.SQL(
+                "SELECT setval(pg_get_serial_sequence({}, {}), coalesce(max({}), 0) + 1, false) FROM {}"
+            ).format(sql.Literal(table), sql.Literal(column), sql.Identifier(column), sql.Identifier(table))
+        )
+    copied.rows[table] = total
