@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -310,18 +311,53 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
     print(copied.report())
-    if args.to:
-        following = (
-            f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory's"
-            " metronix.db was only read; Hadron and Metergraph stay in the data directory)"
-        )
-    else:
+    if not args.to:
         following = (
             f"start the server with --data-dir {settings.data_dir} and TRIPTYCH_DATABASE_URL unset"
-            f" ({redacted(args.source)} was only read)"
+            f" ({redacted(args.source)} was only read; Hadron's data, if any, has no way back yet and"
+            " stays in PostgreSQL)"
         )
+        print(f"next: {following}", file=sys.stderr)
+        return 0
+    # In server mode Hadron lives in the database too: a server started on it would otherwise show
+    # an empty Hadron beside the copied Metronix data.
+    if _holds_hadron_data(settings.data_dir / "hadron.db"):
+        from triptych.hadron.migrate import migrate_to_postgres as hadron_to_postgres
+
+        try:
+            print(hadron_to_postgres(settings.data_dir, args.to, progress).report())
+        except TriptychError as exc:
+            print(
+                f"triptych: Metronix's data was copied, Hadron's was not: {exc.message}."
+                f" {exc.hint or ''} Then copy Hadron alone: triptych hadron migrate --to URL".rstrip(),
+                file=sys.stderr,
+            )
+            return 1
+        finally:
+            for bar in bars:
+                bar.close()
+    following = (
+        f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory was only"
+        " read; Metergraph stays in it)"
+    )
     print(f"next: {following}", file=sys.stderr)
     return 0
+
+
+def _holds_hadron_data(path: Path) -> bool:
+    """Whether an embedded ``hadron.db`` holds anything to copy (every server start creates an empty one)."""
+    if not path.is_file():
+        return False
+    import sqlite3
+
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM orgs) OR EXISTS (SELECT 1 FROM nodes)"
+            ).fetchone()
+    except sqlite3.Error:
+        return True  # an older or odd file: the copy itself says what is wrong with it
+    return bool(row[0])
 
 
 def cmd_kb_import(args: argparse.Namespace) -> int:

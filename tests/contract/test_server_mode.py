@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from hadron.world import build_world
 from harness import TRIPTYCH, ServerProcess, free_port, mcp_session, run_threads
 from postgres import PostgresCluster
 
@@ -215,6 +217,8 @@ async def test_migrate_moves_the_embedded_data_and_the_tools_answer_the_same(
     postgres: PostgresCluster, tmp_path: Path
 ) -> None:
     workspace = ws()
+    (tmp_path / "data").mkdir()
+    build_world(tmp_path / "data")  # Hadron data too: server mode keeps Hadron in the database as well
     embedded = ServerProcess(tmp_path / "data", {"TRIPTYCH_AUTH_ENABLED": "false"}).start()
     try:
         await _store(
@@ -232,6 +236,9 @@ async def test_migrate_moves_the_embedded_data_and_the_tools_answer_the_same(
     done = _migrate(embedded.data_dir, url)
     assert done.returncode == 0, done.stderr
     assert "copied 2 documents (2 chunks), 2 memory records and 1 review entries" in done.stdout
+    assert "copied 2 orgs, 8 memories" in done.stdout  # Hadron's world, by the same command
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone() == (8,)
     assert "TRIPTYCH_DATABASE_URL" in done.stderr
 
     server = ServerProcess(
