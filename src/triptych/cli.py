@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -310,18 +311,68 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
     print(copied.report())
-    if args.to:
+    if not args.to:
+        from triptych.hadron.migrate import holds_data
+        from triptych.hadron.migrate import migrate_to_embedded as hadron_to_embedded
+
+        if holds_data(args.source):  # Hadron's server-mode data comes back beside Metronix's
+            try:
+                print(hadron_to_embedded(args.source, settings.data_dir, progress).report())
+            except TriptychError as exc:
+                print(
+                    f"triptych: Metronix's data was copied, Hadron's was not: {exc.message}."
+                    f" {exc.hint or ''} Then copy Hadron alone: triptych hadron migrate --from URL".rstrip(),
+                    file=sys.stderr,
+                )
+                return 1
+            finally:
+                for bar in bars:
+                    bar.close()
         following = (
-            f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory's"
-            " metronix.db was only read; Hadron and Metergraph stay in the data directory)"
+            f"start the server with --data-dir {settings.data_dir}, TRIPTYCH_DATABASE_URL unset and the same"
+            f" Hadron key, if any ({redacted(args.source)} was only read)"
         )
-    else:
-        following = (
-            f"start the server with --data-dir {settings.data_dir} and TRIPTYCH_DATABASE_URL unset"
-            f" ({redacted(args.source)} was only read)"
-        )
+        print(f"next: {following}", file=sys.stderr)
+        return 0
+    # In server mode Hadron lives in the database too: a server started on it would otherwise show
+    # an empty Hadron beside the copied Metronix data.
+    if _holds_hadron_data(settings.data_dir / "hadron.db"):
+        from triptych.hadron.migrate import migrate_to_postgres as hadron_to_postgres
+
+        try:
+            print(hadron_to_postgres(settings.data_dir, args.to, progress).report())
+        except TriptychError as exc:
+            print(
+                f"triptych: Metronix's data was copied, Hadron's was not: {exc.message}."
+                f" {exc.hint or ''} Then copy Hadron alone: triptych hadron migrate --to URL".rstrip(),
+                file=sys.stderr,
+            )
+            return 1
+        finally:
+            for bar in bars:
+                bar.close()
+    following = (
+        f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory was only"
+        " read; Metergraph stays in it)"
+    )
     print(f"next: {following}", file=sys.stderr)
     return 0
+
+
+def _holds_hadron_data(path: Path) -> bool:
+    """Whether an embedded ``hadron.db`` holds anything to copy (every server start creates an empty one)."""
+    if not path.is_file():
+        return False
+    import sqlite3
+
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM orgs) OR EXISTS (SELECT 1 FROM nodes)"
+            ).fetchone()
+    except sqlite3.Error:
+        return True  # an older or odd file: the copy itself says what is wrong with it
+    return bool(row[0])
 
 
 def cmd_kb_import(args: argparse.Namespace) -> int:
@@ -475,7 +526,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = sub.add_parser(
         "migrate",
-        help="move Metronix's data (knowledge base, memory, reviews) between a data directory and PostgreSQL",
+        help="move Metronix's data (knowledge base, memory, reviews) and Hadron's between a data directory"
+        " and PostgreSQL",
     )
     way = migrate.add_mutually_exclusive_group(required=True)
     way.add_argument(
@@ -484,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     way.add_argument(
         "--from",
         dest="source",
-        help="back from PostgreSQL (postgresql://...) into --data-dir, which must hold no Metronix data",
+        help="back from PostgreSQL (postgresql://...) into --data-dir, which must hold no Metronix or Hadron data",
     )
     migrate.add_argument("--data-dir", **data_dir)
     migrate.set_defaults(func=cmd_migrate)

@@ -98,9 +98,12 @@ def stop_all(server: ServerProcess) -> None:
 def workers(postgres: PostgresCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     data_dir = tmp_path_factory.mktemp("workers") / "data"
     data_dir.mkdir()
-    build_world(data_dir)  # Hadron's organizations, users, apps and memories (tests/hadron/world.py)
+    url = postgres.create_database("workers2")
+    # Hadron's organizations, users, apps and memories (tests/hadron/world.py), in the database the
+    # workers share: in server mode Hadron lives there too.
+    build_world(data_dir, url)
     env = {
-        "TRIPTYCH_DATABASE_URL": postgres.create_database("workers2"),
+        "TRIPTYCH_DATABASE_URL": url,
         "TRIPTYCH_AUTH_ENABLED": "true",
         "TRIPTYCH_JWT_SECRET": SECRET,
         "TRIPTYCH_HADRON_KEY": HADRON_KEY.encoded(),
