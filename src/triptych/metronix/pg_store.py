@@ -288,10 +288,18 @@ class PgKnowledgeStore:
             " AND vector_dims(embedding) = {dim} ORDER BY {v} <#> %(q)s, id LIMIT %(k)s"
         ).format(v=vector, dim=sql.Literal(self.dim))
         params = {"q": np.asarray(query, dtype=np.float32), "ws": workspace_id, "k": limit}
-        with self.db.transaction() as conn:
-            conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(40, min(limit, 1000))),))
-            rows = conn.execute(search, params).fetchall()
+        # One round trip, not five (BEGIN, two settings, query, COMMIT): settings and query go in one
+        # pipeline closed by a single Sync, which PostgreSQL runs as one implicit transaction, so the
+        # transaction-local settings hold for the query and end with it.
+        with self.db.connection() as conn:
+            with conn.pipeline():
+                conn.execute(
+                    "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
+                    " set_config('hnsw.ef_search', %s, true)",
+                    (str(max(40, min(limit, 1000))),),
+                )
+                cursor = conn.execute(search, params)
+            rows = cursor.fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]:
