@@ -11,6 +11,12 @@ not the model's: each query's vector is embedded (cached) before the timed searc
 Memory: the first ``--memories`` SciFact chunks (cached vectors) are stored one ``store_record`` at a time
 through ``MemoryService``; the last ``--timed`` stores and ``--timed`` searches (SciFact queries) are timed.
 
+Scale (``--kb-chunks N``): instead of SciFact through the service, both engines get the same N-chunk
+corpus of ``bench/latency_100k.py`` (SciFact, then replicas: sentences reshuffled, one swapped, real chunk
+vectors plus small noise) through ``put_document``; then the SciFact queries run on both in turn. Memory
+beyond the corpus's 9,265 chunks cycles the chunks again: each repeat goes to another agent (record ``i``
+is agent ``i % 4``), so no repeat dedups.
+
 Run from the repository root:  .venv/bin/python bench/engines.py [--docs N] [--queries N] [--memories N]
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -26,8 +33,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import common
-import numpy as np
+# As `triptych serve` does (cli.py): OpenBLAS's default threads spin against each other on these shared
+# cores, and a 384 x 2,400 GEMV then takes 13-60 ms instead of 0.5.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import common  # noqa: E402
+import numpy as np  # noqa: E402
+from psycopg import sql
 
 from triptych.core.auth import local_principal
 from triptych.core.db import Database
@@ -37,7 +49,7 @@ from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.memory import MemoryService
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.pg_store import PgKnowledgeStore
-from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore
+from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, body_hash
 
 sys.path.insert(0, str(common.REPO / "tests"))
 from postgres import PostgresCluster  # noqa: E402  (the tests' throwaway PostgreSQL)
@@ -66,6 +78,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--memories", type=int, default=0, help="memory records for the memory phase (0: skip it)")
     p.add_argument("--timed", type=int, default=200, help="memory stores and searches timed (default 200)")
     p.add_argument("--skip-kb", action="store_true", help="only the memory phase")
+    p.add_argument(
+        "--kb-chunks",
+        type=int,
+        default=0,
+        help="time search over this many chunks (bench/latency_100k.py's corpus) instead of SciFact's nDCG",
+    )
     p.add_argument(
         "--cached-only",
         action="store_true",
@@ -121,6 +139,85 @@ def run_kb(
                         "recall@10": quality["recall@10"], "search_ms": common.summary(latencies[i]),
                         "run": runs[i]})  # fmt: skip
     return results
+
+
+def bulk_load(store: PgKnowledgeStore, corpus: Any, bar: Any) -> None:
+    """The rows ``put_document`` writes, loaded in bulk (COPY, then one HNSW build): a chunk at a time
+    with its HNSW insert would take most of an hour at 100,000 chunks on these cores. The store's caches
+    load from these rows on the first search, as after any other worker's write."""
+    now = "2026-12-01T00:00:00+00:00"
+    with store.db.transaction() as conn:
+        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(f"kb_chunks_hnsw_{store.dim}")))
+        workspace = None
+        for document, count, _ in corpus:
+            if document is None:
+                break
+            if workspace is None:
+                workspace = document.workspace_id
+                conn.execute(
+                    "INSERT INTO kb_workspaces (id, created_at, generation) VALUES (%s, %s, 1)",
+                    (workspace, now),
+                )
+            row = conn.execute(
+                "INSERT INTO kb_documents (workspace_id, doc_label, title, content, source_type, url, date,"
+                " metadata, content_hash, body_hash, created_at, updated_at)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,'{}',%s,%s,%s,%s) RETURNING id",
+                (workspace, document.doc_label, document.title, document.content, document.source_type,
+                 None, None, document.content_hash, body_hash(document.content), now, now),
+            ).fetchone()  # fmt: skip
+            assert row is not None
+            copy_sql = "COPY kb_chunks (document_id, workspace_id, ordinal, text, embedding) FROM STDIN (FORMAT BINARY)"
+            with conn.cursor().copy(copy_sql) as copy:
+                copy.set_types(["int8", "text", "int4", "text", "vector"])
+                for ordinal, (text, vector) in enumerate(
+                    zip(document.chunks, document.embeddings, strict=True)
+                ):
+                    copy.write_row((row[0], workspace, ordinal, text, np.asarray(vector, dtype=np.float32)))
+            bar.update(count)
+    common.log("building the PostgreSQL HNSW index ...")
+    with store.db.connection() as conn:  # the graph in memory while it is built (this cluster only)
+        conn.execute("ALTER SYSTEM SET maintenance_work_mem = '512MB'")
+        conn.execute("SELECT pg_reload_conf()")
+    store._ensure_vector_index()
+
+
+def run_kb_scale(
+    stores: Sequence[Any], embedder: CachedEmbedder, data: common.SciFact, chunks: int, repeat: int
+) -> list[dict[str, Any]]:
+    """Both engines get the same ``chunks``-chunk corpus; the queries then run on both in turn."""
+    from latency_100k import WORKSPACE, replica_documents
+
+    for store in stores:
+        store.set_embedding_model(embedder.name, embedder.dim)
+    builds = []
+    for name, store in zip(ENGINES, stores, strict=True):
+        started = time.perf_counter()
+        corpus = replica_documents(data.docs, chunks, 200, 0.02, 42, embedder.inner, embedder.cache)
+        with common.progress(total=chunks, desc=f"{name}: load", unit="chunk") as bar:
+            if isinstance(store, PgKnowledgeStore):
+                bulk_load(store, corpus, bar)
+            else:
+                for document, count, _ in corpus:
+                    if document is not None:
+                        store.put_document(document)
+                        bar.update(count)
+        builds.append(time.perf_counter() - started)
+    services = [KnowledgeService(store, embedder) for store in stores]
+    for service in services:  # the first search loads the caches (and starts the embedded HNSW build)
+        service.search(LOCAL, WORKSPACE, "cold start probe", top_k=10)
+    wait_ready = getattr(stores[0].index, "wait_ready", None)
+    if wait_ready is not None:
+        common.log("waiting for the embedded HNSW graph ...")
+        wait_ready(WORKSPACE)
+    latencies: list[list[float]] = [[], []]
+    counts = [stores[0].count_chunks(), stores[1].count_chunks()]
+    for _ in range(repeat):
+        for text in data.queries.values():
+            for i, service in enumerate(services):
+                search = partial(service.search, LOCAL, WORKSPACE, text, top_k=10)
+                latencies[i].append(timed_ms(search)[0])
+    return [{"engine": name, "chunks": counts[i], "build_s": round(builds[i], 1),
+             "search_ms": common.summary(latencies[i])} for i, name in enumerate(ENGINES)]  # fmt: skip
 
 
 def run_memory(
@@ -180,20 +277,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     common.log(f"{len(data.docs)} documents, {len(data.queries)} queries; warming the embedding cache")
     # Exactly what the service embeds: chunk texts with the title prefix, and the queries.
-    service_texts = [] if args.skip_kb else [row.embed_text for row in common.chunk_corpus(data.docs, 200)]
+    service_texts = (
+        []
+        if args.skip_kb or args.kb_chunks
+        else [row.embed_text for row in common.chunk_corpus(data.docs, 200)]
+    )
     embedder.embed(service_texts + list(data.queries.values()))
     results: list[dict[str, Any]] = []
+    scale: list[dict[str, Any]] = []
     memory: list[dict[str, Any]] = []
     memory_texts = [
         row.embed_text for row in common.chunk_corpus(common.load_scifact(args.scifact_dir).docs, 200)
     ]
+    while memory_texts and len(memory_texts) < args.memories:  # cycled: record i goes to agent i % 4
+        memory_texts = memory_texts + memory_texts
     memory_texts = memory_texts[: args.memories]
     if memory_texts:
         embedder.embed(memory_texts)
     cluster = PostgresCluster().start()
     with tempfile.TemporaryDirectory(prefix="triptych-engines-") as tmp:
         try:
-            if not args.skip_kb:
+            if args.kb_chunks:
+                scale_stores: list[Any] = [
+                    SqliteKnowledgeStore(Path(tmp) / "metronix.db", local.dim),
+                    PgKnowledgeStore(PgDatabase(cluster.create_database("bench")), local.dim),
+                ]
+                scale = run_kb_scale(scale_stores, embedder, data, args.kb_chunks, args.repeat)
+                for kb_store in scale_stores:
+                    kb_store.close()
+            elif not args.skip_kb:
                 kb: list[KnowledgeStore] = [
                     SqliteKnowledgeStore(Path(tmp) / "metronix.db", local.dim),
                     PgKnowledgeStore(PgDatabase(cluster.create_database("bench")), local.dim),
@@ -224,6 +336,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["ndcg_delta"] = round(results[1]["ndcg@10"] - results[0]["ndcg@10"], 4)
         report["search_p50_ratio_pg_over_sqlite"] = round(
             results[1]["search_ms"]["p50"] / max(results[0]["search_ms"]["p50"], 1e-9), 2
+        )
+    if scale:
+        report["kb_scale"] = scale
+        report["kb_scale_search_p50_ratio_pg_over_sqlite"] = round(
+            scale[1]["search_ms"]["p50"] / max(scale[0]["search_ms"]["p50"], 1e-9), 2
         )
     if memory:
         report["memory"] = memory

@@ -89,8 +89,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 # -- building the database ------------------------------------------------------------------------------
 
 
-def build_database(
-    db_path: Path,
+def replica_documents(
     docs: Sequence[dict[str, str]],
     target: int,
     chunk_tokens: int,
@@ -98,10 +97,14 @@ def build_database(
     seed: int,
     embedder: Any,
     cache: common.EmbeddingCache,
-) -> dict[str, Any]:
+    workspace: str = WORKSPACE,
+) -> Any:
+    """``NewDocument``s totalling ``target`` chunks: SciFact as the service chunks it, then replicas (the
+    module docstring says how they are made). Yields (document, chunk count); the last item's count is 0
+    and its document None, with the replica count as third element."""
     from triptych.metronix.chunking import split_sentences
     from triptych.metronix.knowledge import content_hash
-    from triptych.metronix.store import NewDocument, SqliteKnowledgeStore
+    from triptych.metronix.store import NewDocument
 
     rows = common.chunk_corpus(docs, chunk_tokens)
     base = cache.get(
@@ -114,71 +117,88 @@ def build_database(
     pool = [s for d in docs for s in split_sentences(d["text"])]
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
+    total = replica = 0
+    while total < target:
+        for d in docs:
+            if total >= target:
+                break
+            idx = by_doc.get(d["_id"], [])[: target - total]
+            if not idx:
+                continue
+            if replica == 0:
+                texts = [rows[i].text for i in idx]
+                vecs = base[idx]
+                label = d["_id"]
+            else:
+                texts = []
+                for i in idx:
+                    sentences = split_sentences(rows[i].text) or [rows[i].text]
+                    rng.shuffle(sentences)
+                    sentences[rng.randrange(len(sentences))] = rng.choice(pool)
+                    texts.append(" ".join(sentences))
+                vecs = base[idx] + nrng.normal(0.0, noise, size=(len(idx), base.shape[1])).astype(np.float32)
+                vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+                label = f"{d['_id']}~r{replica}"
+            content = " ".join(texts)
+            document = NewDocument(
+                workspace_id=workspace,
+                doc_label=label,
+                title=d["title"] or None,
+                content=content,
+                source_type="scifact",
+                url=None,
+                date=None,
+                metadata={},
+                content_hash=content_hash(d["title"] or None, content, {}),
+                chunks=texts,
+                embeddings=vecs.astype(np.float32),
+            )
+            total += len(idx)
+            yield document, len(idx), replica
+        replica += 1
+    yield None, 0, replica
 
+
+CORPUS_NOTES = {
+    "vectors": "real SciFact chunk embeddings (source chunks) + N(0, sigma^2) per dimension, "
+    "re-normalised (replicas); NOT real embeddings of the replica text",
+    "text": "replica 0 = SciFact chunks as the service makes them; replicas = the same sentences "
+    "shuffled with one sentence replaced by a random corpus sentence",
+}
+
+
+def build_database(
+    db_path: Path, args: argparse.Namespace, docs: Any, target: int, embedder: Any, cache: Any
+) -> dict[str, Any]:
+    from triptych.metronix.store import SqliteKnowledgeStore
+
+    chunk_tokens, noise = args.chunk_tokens, args.noise
     store = SqliteKnowledgeStore(db_path, embedder.dim)
     store.set_embedding_model(embedder.name, embedder.dim)
-    total = documents = 0
+    documents = replicas = 0
     started = time.perf_counter()
+    corpus = replica_documents(docs, target, chunk_tokens, noise, args.seed, embedder, cache)
     with progress(total=target, desc="building database", unit="chunk") as bar:
-        replica = 0
-        while total < target:
-            for d in docs:
-                if total >= target:
-                    break
-                idx = by_doc.get(d["_id"], [])[: target - total]
-                if not idx:
-                    continue
-                if replica == 0:
-                    texts = [rows[i].text for i in idx]
-                    vecs = base[idx]
-                    label = d["_id"]
-                else:
-                    texts = []
-                    for i in idx:
-                        sentences = split_sentences(rows[i].text) or [rows[i].text]
-                        rng.shuffle(sentences)
-                        sentences[rng.randrange(len(sentences))] = rng.choice(pool)
-                        texts.append(" ".join(sentences))
-                    vecs = base[idx] + nrng.normal(0.0, noise, size=(len(idx), base.shape[1])).astype(
-                        np.float32
-                    )
-                    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-                    label = f"{d['_id']}~r{replica}"
-                content = " ".join(texts)
-                store.put_document(
-                    NewDocument(
-                        workspace_id=WORKSPACE,
-                        doc_label=label,
-                        title=d["title"] or None,
-                        content=content,
-                        source_type="scifact",
-                        url=None,
-                        date=None,
-                        metadata={},
-                        content_hash=content_hash(d["title"] or None, content, {}),
-                        chunks=texts,
-                        embeddings=vecs.astype(np.float32),
-                    )
-                )
-                total += len(idx)
-                documents += 1
-                bar.update(len(idx))
-            replica += 1
+        for document, count, replica in corpus:
+            replicas = replica
+            if document is None:
+                break
+            store.put_document(document)
+            documents += 1
+            bar.update(count)
     seconds = time.perf_counter() - started
     chunks = store.count_chunks()
     store.close()
     return {
         "chunks": chunks,
         "documents": documents,
-        "replicas_of_corpus": replica,
-        "source_chunks": len(rows),
+        "replicas_of_corpus": replicas,
+        "source_chunks": len(common.chunk_corpus(docs, chunk_tokens)),
         "build_seconds": round(seconds, 1),
         "db_bytes": db_path.stat().st_size
         + sum(p.stat().st_size for p in db_path.parent.glob(db_path.name + "-*") if p.exists()),
-        "vectors": f"real SciFact chunk embeddings (source chunks) + N(0, {noise}^2) per dimension, "
-        "re-normalised (replicas); NOT real embeddings of the replica text",
-        "text": "replica 0 = SciFact chunks as the service makes them; replicas = the same sentences "
-        "shuffled with one sentence replaced by a random corpus sentence",
+        "vectors": CORPUS_NOTES["vectors"].replace("sigma", str(noise)),
+        "text": CORPUS_NOTES["text"],
     }
 
 
@@ -350,9 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             if db_path.exists():
                 raise SystemExit(f"{db_path} exists: pass --reuse, or a fresh --data-dir")
-            result["database"] = build_database(
-                db_path, data.docs, target, args.chunk_tokens, args.noise, args.seed, embedder, cache
-            )
+            result["database"] = build_database(db_path, args, data.docs, target, embedder, cache)
         log(f"database: {result['database']}")
 
         if not args.skip_mcp:

@@ -312,10 +312,25 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             bar.close()
     print(copied.report())
     if not args.to:
+        from triptych.hadron.migrate import holds_data
+        from triptych.hadron.migrate import migrate_to_embedded as hadron_to_embedded
+
+        if holds_data(args.source):  # Hadron's server-mode data comes back beside Metronix's
+            try:
+                print(hadron_to_embedded(args.source, settings.data_dir, progress).report())
+            except TriptychError as exc:
+                print(
+                    f"triptych: Metronix's data was copied, Hadron's was not: {exc.message}."
+                    f" {exc.hint or ''} Then copy Hadron alone: triptych hadron migrate --from URL".rstrip(),
+                    file=sys.stderr,
+                )
+                return 1
+            finally:
+                for bar in bars:
+                    bar.close()
         following = (
-            f"start the server with --data-dir {settings.data_dir} and TRIPTYCH_DATABASE_URL unset"
-            f" ({redacted(args.source)} was only read; Hadron's data, if any, has no way back yet and"
-            " stays in PostgreSQL)"
+            f"start the server with --data-dir {settings.data_dir}, TRIPTYCH_DATABASE_URL unset and the same"
+            f" Hadron key, if any ({redacted(args.source)} was only read)"
         )
         print(f"next: {following}", file=sys.stderr)
         return 0
@@ -511,7 +526,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = sub.add_parser(
         "migrate",
-        help="move Metronix's data (knowledge base, memory, reviews) between a data directory and PostgreSQL",
+        help="move Metronix's data (knowledge base, memory, reviews) and Hadron's between a data directory"
+        " and PostgreSQL",
     )
     way = migrate.add_mutually_exclusive_group(required=True)
     way.add_argument(
@@ -520,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     way.add_argument(
         "--from",
         dest="source",
-        help="back from PostgreSQL (postgresql://...) into --data-dir, which must hold no Metronix data",
+        help="back from PostgreSQL (postgresql://...) into --data-dir, which must hold no Metronix or Hadron data",
     )
     migrate.add_argument("--data-dir", **data_dir)
     migrate.set_defaults(func=cmd_migrate)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -17,7 +18,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from hadron.world import build_world
+from hadron.test_migrate_to_postgres import answers as hadron_answers
+from hadron.world import HADRON_KEY, build_world
 from harness import TRIPTYCH, ServerProcess, free_port, mcp_session, run_threads
 from postgres import PostgresCluster
 
@@ -266,6 +268,9 @@ async def test_migrate_moves_the_embedded_data_and_the_tools_answer_the_same(
     assert "copied 3 documents (3 chunks), 3 memory records and 1 review entries" in back.stdout
     assert "copying memory_records" in back.stderr  # the progress bars
     assert f"--data-dir {tmp_path / 'back'}" in back.stderr
+    assert "copied 2 orgs, 8 memories" in back.stdout and "copying nodes" in back.stderr  # Hadron came back
+    hadron = _hadron(tmp_path / "back", None)
+    assert hadron["memories"] and hadron == _hadron(tmp_path / "data", url)
     returned = ServerProcess(tmp_path / "back", {"TRIPTYCH_AUTH_ENABLED": "false"}).start()
     try:
         assert await _answers(returned, workspace) == on_postgres
@@ -279,6 +284,25 @@ async def test_migrate_moves_the_embedded_data_and_the_tools_answer_the_same(
     assert (
         f"data directory {tmp_path / 'back'} already holds Metronix data: nothing was copied" in twice.stderr
     )
+
+    # A data directory without Metronix data but with Hadron's: Metronix comes back, Hadron is refused.
+    (tmp_path / "third").mkdir()
+    shutil.copy(tmp_path / "back" / "hadron.db", tmp_path / "third" / "hadron.db")
+    partly = _migrate_back(url, tmp_path / "third")
+    assert partly.returncode == 1 and "Traceback" not in partly.stderr
+    assert "Metronix's data was copied, Hadron's was not" in partly.stderr
+    assert "already holds Hadron data" in partly.stderr and "triptych hadron migrate --from" in partly.stderr
+
+
+def _hadron(data_dir: Path, url: str | None) -> dict[str, object]:
+    """What Hadron's services answer over a data directory (or the database ``url``)."""
+    from triptych.hadron.surface import Hadron
+
+    hadron = Hadron.open(data_dir / "hadron.db", key=HADRON_KEY, database_url=url)
+    try:
+        return hadron_answers(hadron)
+    finally:
+        hadron.close()
 
 
 def _migrate_back(url: str, data_dir: Path) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from hadron.team_world import CREW, build_team
-from hadron.test_migrate_to_postgres import migrate
+from hadron.test_migrate_to_postgres import migrate, migrate_back
 
 from triptych.hadron.action_store import ActionRun
 from triptych.hadron.identity import HadronCaller
@@ -92,5 +92,20 @@ def test_a_working_team_moves_into_postgresql_and_carries_on(
         item = team.worklog.record(alice, state, session, "github", "pr", "acme/api#9", "merged", None, CREW)
         _, items, total = team.worklog.items(alice, state, "acme/api#9", None, None, None, 50, 0, CREW)
         assert total == 3 and items[0].id == item.id
+        on_postgres = answers(moved)
     finally:
         moved.close()
+
+    # And back into a new data directory: the team answers as it did on PostgreSQL, and carries on.
+    back = tmp_path / "back"
+    returned = migrate_back(database_url, back)
+    assert returned.returncode == 0, returned.stderr
+    embedded = Hadron.open(back / "hadron.db")
+    try:
+        assert answers(embedded) == on_postgres
+        assert "after the move" in str(on_postgres["chat"])
+        alice, state = who(embedded, "alice")
+        _, seq, *_ = embedded.team.channels.post_team(alice, state, CREW, None, "home again", None)
+        assert seq == 7
+    finally:
+        embedded.close()

@@ -34,7 +34,7 @@ from triptych.metronix.freshness import (
     restatement,
 )
 from triptych.metronix.memory import REST_DEFAULTS, MemoryService, MemorySettings, content_hash
-from triptych.metronix.memory_model import MemoryRecord
+from triptych.metronix.memory_model import Filing, MemoryRecord, Resolution
 from triptych.metronix.memory_store import SqliteMemoryStore
 from triptych.metronix.store import utcnow
 
@@ -360,7 +360,9 @@ def test_filing_the_same_review_twice_keeps_one_entry(service: MemoryService) ->
     record = service.store.get(WS, new["id"])
     assert record is not None
     assert (
-        service.store.reviews.file_review(record, "possible_contradiction", old["id"], 0.7, "conflicted")
+        service.store.reviews.file_review(
+            record, Filing("possible_contradiction", old["id"], 0.7, "conflicted")
+        )
         is False
     )
     # Re-running the whole check (as a restart would) files nothing new either.
@@ -856,7 +858,7 @@ def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_proc
     )
     plain = next(r for r in records.values() if not r.tags and r.id not in (active.id, expired.id))
     gone = next(r for r in records.values() if r.id not in (active.id, expired.id, plain.id))
-    review = first.reviews.file_review(plain, "possible_duplicate", None, 0.9, None)
+    review = first.reviews.file_review(plain, Filing("possible_duplicate", None, 0.9, None))
     later = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
 
     def coherent() -> None:
@@ -870,10 +872,14 @@ def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_proc
         entry = second.reviews.list_reviews(WS, None, plain.id, 1, 0)[0][0]
         # Each write of another process, one at a time, reaches this process's cache.
         writes = [
-            lambda: second.reviews.file_review(active, "possible_contradiction", None, 0.9, "conflicted"),
+            lambda: second.reviews.file_review(
+                active, Filing("possible_contradiction", None, 0.9, "conflicted")
+            ),
             lambda: second.touch(WS, [expired.seq], later),
             lambda: second.update(plain, {"tags": ["red", "blue"], "kind": "pinned"}, None, None, False),
-            lambda: second.reviews.resolve_review(entry, plain, "archived", "rejected", None, "test", {}),
+            lambda: second.reviews.resolve_review(
+                entry, plain, Resolution("archived", "rejected", None, "test", {})
+            ),
             lambda: second.delete(WS, gone.id),
         ]
         assert review
@@ -970,9 +976,11 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
 # -- several workers on one data directory (server mode keeps memory there for now, issue 16) ---------
 
 
-def test_two_workers_recovering_the_same_queued_checks_file_each_review_once(
+@pytest.fixture
+def workers(
     tmp_path: Path, embedder: LocalEmbedder, storage_engine: str, request: pytest.FixtureRequest
-) -> None:
+) -> Iterator[list[MemoryService]]:
+    """Two memory services over one database, each with its own connections and caches (two workers)."""
     dbs: list[Any]
     if storage_engine == "postgresql":
         url = request.getfixturevalue("postgres").create_database()
@@ -980,25 +988,57 @@ def test_two_workers_recovering_the_same_queued_checks_file_each_review_once(
     else:
         dbs = [Database(tmp_path / "metronix.db", []) for _ in range(2)]
     try:
-        workers = [MemoryService(SqliteMemoryStore(db, embedder.dim), embedder) for db in dbs]
-        old = store(workers[0], "User prefers dark mode")
-        queued = [raw_record("User prefers light mode"), raw_record("User prefers dark mode at night")]
-        for record in queued:  # committed with their checks, then the writing worker "died"
-            vector = embedder.embed([record.content])[0]
-            workers[0].store.insert(record, vector, extract_entities(record.content), True)
-        assert len(workers[0].store.reviews.pending_checks()) == 2
-
-        # Both workers start at once and both find the queued checks.
-        errors = run_threads(lambda i: workers[i].run_pending_checks(), 2)
-
-        assert errors == []
-        assert workers[0].store.reviews.pending_checks() == workers[1].store.reviews.pending_checks() == []
-        for worker in workers:
-            entries = worker.review_list(LOCAL, WS)["entries"]
-            keys = [(e["target_id"], e["related_record_id"], e["reason"]) for e in entries]
-            assert len(keys) == len(set(keys)) >= 1  # each finding filed once, seen by both
-            assert {key[0] for key in keys} <= {r.id for r in queued}
-            assert all(key[1] in {old["id"], *(r.id for r in queued)} for key in keys)
+        yield [MemoryService(SqliteMemoryStore(db, embedder.dim), embedder) for db in dbs]
     finally:
         for db in dbs:
             (db.pg if isinstance(db, PortableDatabase) else db).close()
+
+
+def test_two_workers_recovering_the_same_queued_checks_file_each_review_once(
+    workers: list[MemoryService], embedder: LocalEmbedder
+) -> None:
+    old = store(workers[0], "User prefers dark mode")
+    queued = [raw_record("User prefers light mode"), raw_record("User prefers dark mode at night")]
+    for record in queued:  # committed with their checks, then the writing worker "died"
+        vector = embedder.embed([record.content])[0]
+        workers[0].store.insert(record, vector, extract_entities(record.content), True)
+    assert len(workers[0].store.reviews.pending_checks()) == 2
+
+    # Both workers start at once and both find the queued checks.
+    errors = run_threads(lambda i: workers[i].run_pending_checks(), 2)
+
+    assert errors == []
+    assert workers[0].store.reviews.pending_checks() == workers[1].store.reviews.pending_checks() == []
+    for worker in workers:
+        entries = worker.review_list(LOCAL, WS)["entries"]
+        keys = [(e["target_id"], e["related_record_id"], e["reason"]) for e in entries]
+        assert len(keys) == len(set(keys)) >= 1  # each finding filed once, seen by both
+        assert {key[0] for key in keys} <= {r.id for r in queued}
+        assert all(key[1] in {old["id"], *(r.id for r in queued)} for key in keys)
+
+
+def test_a_search_through_another_worker_returns_the_record_as_another_worker_last_wrote_it(
+    workers: list[MemoryService],
+) -> None:
+    # Search hydrates its results from the attribute cache: a worker whose cache predates another
+    # worker's update must reload it, never answer the old content, tags or score.
+    writer, reader = workers
+    first = store(writer, "The deploy window is Friday at noon", tags=["ops"])
+
+    def found() -> dict[str, Any]:
+        hits = reader.search(LOCAL, workspace_id=WS, query="deploy window", agent_id="hermes")["results"]
+        return next(hit["record"] for hit in hits if hit["record"]["id"] == first["id"])
+
+    assert found()["content"] == "The deploy window is Friday at noon"  # the reader's caches load
+    writer.update(
+        LOCAL, workspace_id=WS, record_id=first["id"], content="The deploy window is Monday at nine",
+        tags=["ops", "release"], importance_score=0.9, caller_agent="hermes",
+    )  # fmt: skip
+    record = found()
+    assert (record["content"], record["tags"], record["importance_score"]) == (
+        "The deploy window is Monday at nine",
+        ["ops", "release"],
+        0.9,
+    )
+    stored = writer.get_record(LOCAL, WS, first["id"])  # read from the database
+    assert record == {key: stored[key] for key in record}

@@ -368,19 +368,27 @@ def register(subparsers: Any) -> None:
     cli_storage.register(groups, data_dir)
 
     p = groups.add_parser(
-        "migrate", help="copy the data directory's Hadron data (hadron.db) into a PostgreSQL database"
+        "migrate", help="move the data directory's Hadron data (hadron.db) into PostgreSQL, or back"
     )
-    p.add_argument("--to", required=True, help="the target: postgresql://user:password@host:5432/db")
+    way = p.add_mutually_exclusive_group(required=True)
+    way.add_argument(
+        "--to", help="into PostgreSQL: postgresql://user:password@host:5432/db (from --data-dir)"
+    )
+    way.add_argument(
+        "--from",
+        dest="source",
+        help="back from PostgreSQL (postgresql://...) into --data-dir, whose hadron.db must hold no Hadron data",
+    )
     p.add_argument("--data-dir", **data_dir)
     p.set_defaults(func=_migrate)
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    """``triptych hadron migrate --to URL``: one transaction, a progress bar per table."""
+    """``triptych hadron migrate --to URL`` or ``--from URL``: one transaction, a progress bar per table."""
     from tqdm import tqdm
 
     from triptych.core.pg import redacted
-    from triptych.hadron.migrate import migrate_to_postgres
+    from triptych.hadron.migrate import migrate_to_embedded, migrate_to_postgres
 
     settings = load_settings(data_dir=args.data_dir)
     bars: list[Any] = []
@@ -391,7 +399,10 @@ def _migrate(args: argparse.Namespace) -> int:
         return bar.update
 
     try:
-        copied = migrate_to_postgres(settings.data_dir, args.to, progress)
+        if args.to:
+            copied = migrate_to_postgres(settings.data_dir, args.to, progress)
+        else:
+            copied = migrate_to_embedded(args.source, settings.data_dir, progress)
     except TriptychError as exc:
         print(f"triptych hadron: {exc.message}. {exc.hint or ''}".rstrip(), file=sys.stderr)
         return 1
@@ -399,11 +410,17 @@ def _migrate(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
     print(copied.report())
-    print(
-        f"next: start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} and the same Hadron key "
-        "(the data directory's hadron.db was only read)",
-        file=sys.stderr,
-    )
+    if args.to:
+        following = (
+            f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} and the same Hadron key "
+            "(the data directory's hadron.db was only read)"
+        )
+    else:
+        following = (
+            f"start the server with --data-dir {settings.data_dir}, TRIPTYCH_DATABASE_URL unset and the same"
+            f" Hadron key ({redacted(args.source)} was only read)"
+        )
+    print(f"next: {following}", file=sys.stderr)
     return 0
 
 

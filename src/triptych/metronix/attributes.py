@@ -17,6 +17,9 @@ from typing import Any, NamedTuple
 from triptych.core.partitions import PartitionCache
 from triptych.metronix.store import utcnow
 
+# What a write changes of a record, as ``Attributes`` fields (``AttributeIndex.apply(changes=...)``).
+Fields = Mapping[str, Any]
+
 
 class Attributes(NamedTuple):
     seq: int
@@ -33,6 +36,16 @@ class Attributes(NamedTuple):
     tags: frozenset[str]
     entities: frozenset[str]
     source_type: str = ""
+    # The rest of the record, so search hydrates its results and reads their links without a query
+    # (a round trip each on a server engine); ``metadata`` as stored (JSON text: each read decodes its
+    # own copy), ``tag_list`` in the record's order.
+    content: str = ""
+    content_hash: str = ""
+    metadata: str = "{}"
+    verification_state: str | None = None
+    superseded_by: str | None = None
+    tag_list: tuple[str, ...] = ()
+    links: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +113,11 @@ class AttributeIndex(PartitionCache[_Table]):
         after: int,
         put: Iterable[Attributes] = (),
         removed: Iterable[int] = (),
-        changes: Mapping[int, Mapping[str, Any]] | None = None,
+        changes: Mapping[int, Fields] | None = None,
+        links: Iterable[tuple[int, str]] = (),
     ) -> None:
         """This process's own committed write (``PartitionCache._update``): whole rows to put, seqs
-        removed, or some fields of existing rows changed."""
+        removed, some fields of existing rows changed, or (seq, related id) links added."""
 
         def change(table: _Table) -> None:
             for seq in removed:
@@ -114,6 +128,10 @@ class AttributeIndex(PartitionCache[_Table]):
                 current = table.rows.get(seq)
                 if current is not None:
                     table.rows[seq] = current._replace(**fields)
+            for seq, related in links:
+                current = table.rows.get(seq)
+                if current is not None:
+                    table.rows[seq] = current._replace(links=current.links | {related})
 
         self._update(key, before, after, change)
 

@@ -12,7 +12,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,6 +35,7 @@ from triptych.metronix.memory_model import (
     Filing,
     MemoryRecord,
     RankingRow,
+    Resolution,
 )
 from triptych.metronix.memory_store import MemoryStore
 
@@ -282,18 +283,20 @@ class MemoryService:
                 "importance_score must be between 0.0 and 1.0", details={"field": "importance_score"}
             )
         kind_name = self._kind(kind) or "fact"
-        if scope_name != "session":  # a session duplicate still slides its TTL, in ``insert``
-            # Agents store the same fact again and again; the answer needs no embedding then.
-            twin = self.store.find_duplicate(workspace, agent, scope_name, None, content_hash(text))
-            if twin is not None:
-                return {"id": twin.id, "content_hash": twin.content_hash, "deduped": True}
-        self._model_guard.check()
-        vector = self.embedder.embed([text])[0]
-        return self._insert(
-            workspace, text, vector, agent=agent, scope=scope_name, tags=clean_tags,
-            importance=importance_score, source_type=source_type, session_id=session_id, kind=kind_name,
-            metadata=metadata or {},
-        )  # fmt: skip
+        # One reading of the workspace's counters serves the whole call (with the twin lookup).
+        with self.store.snapshot():
+            if scope_name != "session":  # a session duplicate still slides its TTL, in ``insert``
+                # Agents store the same fact again and again; the answer needs no embedding then.
+                twin = self.store.find_duplicate(workspace, agent, scope_name, None, content_hash(text))
+                if twin is not None:
+                    return {"id": twin.id, "content_hash": twin.content_hash, "deduped": True}
+            self._model_guard.check()
+            vector = self.embedder.embed([text])[0]
+            return self._insert(
+                workspace, text, vector, agent=agent, scope=scope_name, tags=clean_tags,
+                importance=importance_score, source_type=source_type, session_id=session_id,
+                kind=kind_name, metadata=metadata or {},
+            )  # fmt: skip
 
     def _insert(
         self,
@@ -329,17 +332,23 @@ class MemoryService:
             updated_at=now,
             ttl_expires_at=self._ttl(scope),
         )
-        # The freshness check's neighbour search needs only the vector: it runs while the row is
-        # inserted (the new record cannot be among its hits, which the check excludes anyway).
-        found = self._embedding.submit(self._neighbours, record, vector)
+        # The freshness check runs before the write: it needs only the vector and the text (the new
+        # record cannot be among its neighbours). A check that files nothing then leaves nothing to
+        # queue and dequeue (two statements fewer, each a round trip on a server engine); one that
+        # files, or fails, is queued with the write, so a crash before its filing commits re-runs it.
+        entities = extract_entities(text, tags)
+        filing: Filing | None = None
+        checked = False
         try:
-            stored, deduped = self.store.insert(record, vector, extract_entities(text, tags))
-        finally:
-            # Never leave the search running past this call (a deduped or failed write does not use
-            # it): it reads the database, which the caller may close as soon as the call returns.
-            wait([found])
-        if not deduped:
-            self._check(stored, vector, found)
+            filing = self._freshness(record, vector, self._neighbours(record, vector))
+            checked = True
+        except Exception:
+            log.exception("freshness check of %s failed; it stays queued", record.id)
+        stored, deduped = self.store.insert(
+            record, vector, entities, enqueue=not checked or filing is not None
+        )
+        if not deduped and filing is not None:
+            self.store.reviews.finish_check(stored, filing)
         return {"id": stored.id, "content_hash": stored.content_hash, "deduped": deduped}
 
     def batch_store(
@@ -674,7 +683,7 @@ class MemoryService:
         candidates = self._visible_head(view, ranked, first, max(top_k * 4, 20))
         # Ranking reads a few columns of each candidate; only the records returned are read whole.
         rows = self.store.ranking_rows(view.workspace_id, candidates)
-        graph = self._graph_scores(query, candidates, rows)
+        graph = self._graph_scores(query, candidates, rows, view.workspace_id)
         now = self.clock()
         s = self.settings
         scored = []
@@ -691,7 +700,7 @@ class MemoryService:
             scored.append((total, row, boost))
         scored.sort(key=lambda item: (-item[0], -item[1].importance_score, item[1].created_at))
         top = scored[:top_k]
-        records = self.store.by_seqs([row.seq for _, row, _ in top])
+        records = self.store.by_seqs([row.seq for _, row, _ in top], view.workspace_id)
         keyword_scores = dict(keyword)
         top_bm25 = max(keyword_scores.values(), default=0.0) or 1.0
         cosine = dict(dense)
@@ -729,12 +738,12 @@ class MemoryService:
         return head[:need]
 
     def _graph_scores(
-        self, query: str, candidates: list[int], rows: dict[int, RankingRow]
+        self, query: str, candidates: list[int], rows: dict[int, RankingRow], workspace_id: str
     ) -> dict[int, float]:
         """Entity overlap with the query, plus one hop from the three strongest first-stage hits."""
         entities = {seq: row.entities for seq, row in rows.items()}
         ids = {seq: row.id for seq, row in rows.items()}
-        links = self.store.links(candidates)
+        links = self.store.links(candidates, workspace_id)
         wanted = extract_entities(query)
         seeds = candidates[:3]
         seed_ids = {ids[s] for s in seeds if s in ids}
@@ -759,13 +768,11 @@ class MemoryService:
 
     # -- freshness -------------------------------------------------------------------------
 
-    def _check(
-        self, record: MemoryRecord, vector: Any = None, found: Future[list[tuple[int, float]]] | None = None
-    ) -> None:
+    def _check(self, record: MemoryRecord, vector: Any = None) -> None:
         """Run the freshness checks for a record whose check is queued: file what they find and dequeue
-        the check in one transaction. ``found``: its neighbour search, already started."""
+        the check in one transaction."""
         try:
-            filing = self._freshness(record, vector, None if found is None else found.result())
+            filing = self._freshness(record, vector)
         except Exception:
             # The check stays queued and is retried at the next start.
             log.exception("freshness check of %s failed", record.id)
@@ -797,7 +804,7 @@ class MemoryService:
         neighbours = [(s, sim) for s, sim in neighbours if sim >= self.settings.contradiction_floor]
         if not neighbours:
             return None
-        others = self.store.by_seqs([s for s, _ in neighbours])
+        others = self.store.by_seqs([s for s, _ in neighbours], record.workspace_id)
         s = self.settings
         for seq, similarity in neighbours:
             other = others.get(seq)
@@ -926,7 +933,7 @@ class MemoryService:
             "related_record_id": review.related_record_id,
         }
         event_id = self.store.reviews.resolve_review(
-            review, record, status, state, superseded_by, actor, payload
+            review, record, Resolution(status, state, superseded_by, actor, payload)
         )
         if event_id is None:
             raise DocumentNotFound(

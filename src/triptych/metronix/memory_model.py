@@ -80,6 +80,18 @@ class Filing:
 
 
 @dataclass(frozen=True, slots=True)
+class Resolution:
+    """How a review entry is resolved: the target's new status and verification state, the record it
+    is merged into (if any), who resolved it, and the audit event's payload."""
+
+    status: str
+    verification_state: str
+    superseded_by: str | None
+    actor: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class ReviewEntry:
     id: str
     workspace_id: str
@@ -115,47 +127,65 @@ class RankingRow(NamedTuple):
     entities: frozenset[str]
 
 
+# The record's fields stored as they are, under the same name in a database row, in ``MemoryRecord`` and
+# in ``Attributes`` (tags and metadata are JSON text in the row and the cache; the workspace is the
+# cache's key).
+PLAIN_FIELDS = (
+    "id", "agent_id", "scope", "session_id", "kind", "content", "content_hash", "importance_score",
+    "source_type", "status", "created_at", "updated_at", "ttl_expires_at", "verification_state",
+    "superseded_by",
+)  # fmt: skip
+
+
 def record_from_row(row: Any) -> MemoryRecord:
+    """The record of a ``memory_records`` row (read by column name, on either engine)."""
     return MemoryRecord(
-        id=row["id"],
+        **{name: row[name] for name in PLAIN_FIELDS},
         workspace_id=row["workspace_id"],
-        agent_id=row["agent_id"],
-        scope=row["scope"],
-        session_id=row["session_id"],
-        kind=row["kind"],
-        content=row["content"],
-        content_hash=row["content_hash"],
         tags=json.loads(row["tags"]),
-        importance_score=row["importance_score"],
-        source_type=row["source_type"],
         metadata=json.loads(row["metadata"]),
-        status=row["status"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        ttl_expires_at=row["ttl_expires_at"],
-        verification_state=row["verification_state"],
-        superseded_by=row["superseded_by"],
         seq=row["seq"],
     )
 
 
+def record_from_attributes(workspace_id: str, a: Attributes) -> MemoryRecord:
+    """The record as ``record_from_row`` reads it from the database, from the attribute cache."""
+    return MemoryRecord(
+        **{name: getattr(a, name) for name in PLAIN_FIELDS},
+        workspace_id=workspace_id,
+        tags=list(a.tag_list),
+        metadata=json.loads(a.metadata),
+        seq=a.seq,
+    )
+
+
 def record_attributes(record: MemoryRecord, seq: int, entities: set[str]) -> Attributes:
+    """What the attribute cache holds of ``record`` once stored as ``seq``."""
+    plain = {name: getattr(record, name) for name in PLAIN_FIELDS}
     return Attributes(
+        **{**plain, "importance_score": float(record.importance_score)},
         seq=seq,
-        id=record.id,
-        agent_id=record.agent_id,
-        scope=record.scope,
-        session_id=record.session_id,
-        status=record.status,
-        kind=record.kind,
-        ttl_expires_at=record.ttl_expires_at,
-        importance_score=record.importance_score,
-        created_at=record.created_at,
-        updated_at=record.updated_at,
         tags=frozenset(record.tags),
         entities=frozenset(entities),
-        source_type=record.source_type,
+        metadata=json.dumps(record.metadata),
+        tag_list=tuple(record.tags),
     )
+
+
+def stored_fields(record: MemoryRecord) -> dict[str, Any]:
+    """The ``Attributes`` fields of what ``update`` writes of ``record`` (the columns its UPDATE sets)."""
+    return {
+        "content": record.content,
+        "content_hash": record.content_hash,
+        "tags": frozenset(record.tags),
+        "tag_list": tuple(record.tags),
+        "importance_score": float(record.importance_score),
+        "kind": record.kind,
+        "status": record.status,
+        "verification_state": record.verification_state,
+        "superseded_by": record.superseded_by,
+        "updated_at": record.updated_at,
+    }
 
 
 def review_from_row(row: Any) -> ReviewEntry:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -33,14 +33,19 @@ from triptych.metronix.adjacency import AdjacencyIndex
 from triptych.metronix.attributes import AttributeIndex, Attributes, Visibility
 from triptych.metronix.memory_counters import SqliteCounters
 from triptych.metronix.memory_model import (
+    PLAIN_FIELDS,
     DuplicateContent,
     MemoryRecord,
     RankingRow,
     dedup_key,
     keyword_document,
     record_attributes,
+    record_from_attributes,
     record_from_row,
+    stored_fields,
 )
+from triptych.metronix.memory_pg import insert_record
+from triptych.metronix.memory_pg import touch as touch_records
 from triptych.metronix.review_store import ReviewStore, SqliteReviewStore
 from triptych.metronix.store import utcnow
 
@@ -283,7 +288,10 @@ class MemoryStore(Protocol):
     @property
     def reviews(self) -> ReviewStore: ...
     def warm(self) -> None: ...
-    def snapshot(self) -> AbstractContextManager[None]: ...
+    def snapshot(
+        self, pinned: Mapping[str, tuple[int, int]] | None = None
+    ) -> AbstractContextManager[None]: ...
+    def pinned(self) -> dict[str, tuple[int, int]]: ...
     def embedding_model(self) -> tuple[str, int] | None: ...
     def set_embedding_model(self, name: str, dim: int) -> None: ...
     def count_records(self) -> int: ...
@@ -307,7 +315,7 @@ class MemoryStore(Protocol):
         self, workspace_id: str, agent_id: str, scope: str, session_id: str | None, content_hash: str
     ) -> MemoryRecord | None: ...
     def get(self, workspace_id: str, record_id: str) -> MemoryRecord | None: ...
-    def by_seqs(self, seqs: Sequence[int]) -> dict[int, MemoryRecord]: ...
+    def by_seqs(self, seqs: Sequence[int], workspace_id: str | None = None) -> dict[int, MemoryRecord]: ...
     def ranking_rows(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, RankingRow]: ...
     def list_records(self, view: Visibility, limit: int, offset: int) -> tuple[list[MemoryRecord], int]: ...
     def facets(self, workspace_id: str, now: str) -> tuple[list[str], list[str]]: ...
@@ -318,7 +326,7 @@ class MemoryStore(Protocol):
     def keyword_search(self, view: Visibility, query: str, limit: int) -> list[tuple[int, float]]: ...
     def vectors(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, Vector]: ...
     def context(self, workspace_id: str, scores: dict[int, float], hops: int) -> dict[int, float]: ...
-    def links(self, seqs: Sequence[int]) -> dict[int, set[str]]: ...
+    def links(self, seqs: Sequence[int], workspace_id: str | None = None) -> dict[int, set[str]]: ...
 
 
 class SqliteMemoryStore:
@@ -371,19 +379,24 @@ class SqliteMemoryStore:
         return counters
 
     @contextmanager
-    def snapshot(self) -> Iterator[None]:
+    def snapshot(self, pinned: Mapping[str, tuple[int, int]] | None = None) -> Iterator[None]:
         """The reads of this thread inside the block share one reading of the counters: one search
         ranks against one generation of every cache, and asks the database once instead of at each
         step (a round trip each on a server engine: 5 of a search's 7 statements on PostgreSQL).
-        Caches newer than that reading still serve (``PartitionCache.sync``)."""
+        Caches newer than that reading still serve (``PartitionCache.sync``). ``pinned``: readings
+        another thread's snapshot made (``pinned()``), shared with a helper thread of the same call."""
         outer = getattr(self._snapshots, "counters", None)
         if outer is None:
-            self._snapshots.counters = {}
+            self._snapshots.counters = dict(pinned or {})
         try:
             yield
         finally:
             if outer is None:
                 self._snapshots.counters = None
+
+    def pinned(self) -> dict[str, tuple[int, int]]:
+        """The counters this thread's snapshot has read so far (for ``snapshot(pinned)``)."""
+        return dict(getattr(self._snapshots, "counters", None) or {})
 
     def _lagging(self, workspace_id: str, counters: tuple[int, int]) -> bool:
         generation, attributes = counters
@@ -393,37 +406,41 @@ class SqliteMemoryStore:
         )
 
     def _load_attributes(self, workspace_id: str) -> list[Attributes]:
-        entities: dict[int, set[str]] = {}
-        for seq, entity in self._plain().execute(
+        entities = self._workspace_pairs(
             "SELECT e.seq, e.entity FROM memory_records r JOIN memory_entities e ON e.seq = r.seq"
             " WHERE r.workspace_id = ?",
-            (workspace_id,),
-        ):
-            entities.setdefault(int(seq), set()).add(entity)
+            workspace_id,
+        )
+        links = self._workspace_pairs(
+            "SELECT l.seq, l.related_id FROM memory_records r JOIN memory_links l ON l.seq = r.seq"
+            " WHERE r.workspace_id = ?",
+            workspace_id,
+        )
         rows = self._plain().execute(
-            "SELECT seq, id, agent_id, scope, session_id, status, kind, ttl_expires_at, importance_score,"
-            " created_at, updated_at, tags, source_type FROM memory_records WHERE workspace_id = ?",
+            f"SELECT seq, tags, metadata, {', '.join(PLAIN_FIELDS)} FROM memory_records WHERE workspace_id = ?",
             (workspace_id,),
         )
-        return [
-            Attributes(
-                seq=int(seq),
-                id=id_,
-                agent_id=agent,
-                scope=scope,
-                session_id=session,
-                status=status,
-                kind=kind,
-                ttl_expires_at=ttl,
-                importance_score=importance,
-                created_at=created,
-                updated_at=updated,
-                tags=frozenset(json.loads(tags)),
-                entities=frozenset(entities.get(int(seq), ())),
-                source_type=source,
+        found = []
+        for seq, tags_json, metadata, *plain in rows:
+            tags = json.loads(tags_json)
+            found.append(
+                Attributes(
+                    **dict(zip(PLAIN_FIELDS, plain, strict=True)),
+                    seq=int(seq),
+                    tags=frozenset(tags),
+                    entities=frozenset(entities.get(int(seq), ())),
+                    metadata=metadata,
+                    tag_list=tuple(tags),
+                    links=frozenset(links.get(int(seq), ())),
+                )
             )
-            for seq, id_, agent, scope, session, status, kind, ttl, importance, created, updated, tags, source in rows
-        ]
+        return found
+
+    def _workspace_pairs(self, query: str, workspace_id: str) -> dict[int, set[str]]:
+        pairs: dict[int, set[str]] = {}
+        for seq, value in self._plain().execute(query, (workspace_id,)):
+            pairs.setdefault(int(seq), set()).add(value)
+        return pairs
 
     def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
         rows = self.db.conn.execute(
@@ -533,6 +550,14 @@ class SqliteMemoryStore:
             raise ValueError(f"embedding has shape {vec.shape}, expected ({self.index.dim},)")
         if record.scope == "session":
             self.purge_expired(utcnow())  # an expired twin must not come back under its old id
+        if isinstance(self.db, PortableDatabase):
+            # PostgreSQL: the same writes in one round trip; a twin (nothing written) goes the neutral way.
+            done = insert_record(self.db, record, vec, key, entities, enqueue, FOLLOW_WINDOW_SECONDS)
+            if done is not None:
+                self._inserted(
+                    record, vec, entities, done.seq, done.follows, done.generation, done.attributes
+                )
+                return replace(record, seq=done.seq), False
         with self.db.transaction() as conn:
             found = self.find_duplicate(
                 record.workspace_id, record.agent_id, record.scope, record.session_id, record.content_hash
@@ -558,18 +583,36 @@ class SqliteMemoryStore:
                     record.workspace_id, *slide, changes={found.seq: {"ttl_expires_at": found.ttl_expires_at}}
                 )
             return found, True
+        self._inserted(record, vec, entities, seq, previous, after, attrs_after, before, attrs_before)
+        return replace(record, seq=seq), False
+
+    def _inserted(
+        self,
+        record: MemoryRecord,
+        vec: Vector,
+        entities: set[str],
+        seq: int,
+        previous: int | None,
+        after: int,
+        attrs_after: int,
+        before: int | None = None,
+        attrs_before: int | None = None,
+    ) -> None:
+        """Hand a committed insert to the caches (counters before it: one less than after, by default)."""
         self._apply(
             record.workspace_id,
-            before,
+            after - 1 if before is None else before,
             after,
             vectors=[(seq, vec)],
             documents=[(seq, keyword_document(record.content, record.tags))],
             links=[(seq, previous)] if previous is not None else [],
         )
         self.attributes.apply(
-            record.workspace_id, attrs_before, attrs_after, put=[record_attributes(record, seq, entities)]
+            record.workspace_id,
+            attrs_after - 1 if attrs_before is None else attrs_before,
+            attrs_after,
+            put=[record_attributes(record, seq, entities)],
         )
-        return replace(record, seq=seq), False
 
     def _attribute_write(self, conn: Any, workspace_id: str) -> tuple[int, int]:
         """Inside a write transaction: the attribute generation before it and after bumping it."""
@@ -733,13 +776,7 @@ class SqliteMemoryStore:
             # attribute cache.
             reindex = embedding is not None or "tags" in changes
             after = self._bump(conn, record.workspace_id) if reindex else before
-        fields: dict[str, Any] = {
-            "status": updated.status,
-            "kind": updated.kind,
-            "importance_score": updated.importance_score,
-            "updated_at": updated.updated_at,
-            "tags": frozenset(updated.tags),
-        }
+        fields = stored_fields(updated)
         if ents is not None:
             fields["entities"] = frozenset(ents)
         self.attributes.apply(record.workspace_id, attrs_before, attrs_after, changes={record.seq: fields})
@@ -798,6 +835,11 @@ class SqliteMemoryStore:
         """Slide the TTL of ``seqs`` (session records of ``workspace_id``; others are left alone)."""
         if not seqs:
             return
+        if isinstance(self.db, PortableDatabase):  # PostgreSQL: one round trip (memory_pg.touch)
+            touched, after = touch_records(self.db, workspace_id, list(seqs), ttl_expires_at)
+            changes = {seq: {"ttl_expires_at": ttl_expires_at} for seq in touched}
+            self.attributes.apply(workspace_id, after - 1, after, changes=changes)
+            return
         marks = ",".join("?" * len(seqs))
         with self.db.transaction() as conn:
             touched = [
@@ -820,10 +862,24 @@ class SqliteMemoryStore:
     ) -> MemoryRecord | None:
         """The record ``insert`` would dedup to, if one is stored (a read; the constraint decides)."""
         key = dedup_key(workspace_id, agent_id, scope, session_id, content_hash)
+        pinned: dict[str, tuple[int, int]] | None = getattr(self._snapshots, "counters", None)
+        if pinned is None or workspace_id in pinned:
+            row = self.db.conn.execute(
+                f"SELECT {_COLUMNS} FROM memory_records r WHERE dedup_key = ?", (key,)
+            ).fetchone()
+            return None if row is None else record_from_row(row)
+        # In a snapshot that has not read this workspace's counters yet: both in one statement (the
+        # store call's first read: the rest of the call then asks the database nothing before writing).
         row = self.db.conn.execute(
-            f"SELECT {_COLUMNS} FROM memory_records r WHERE dedup_key = ?", (key,)
+            f"SELECT g.generation AS g_generation, g.attributes AS g_attributes, {_COLUMNS}"
+            " FROM (SELECT 1 AS one) AS o LEFT JOIN memory_generations g ON g.workspace_id = ?"
+            " LEFT JOIN memory_records r ON r.dedup_key = ?",
+            (workspace_id, key),
         ).fetchone()
-        return None if row is None else record_from_row(row)
+        counters = (int(row["g_generation"] or 0), int(row["g_attributes"] or 0))
+        self._gate.settle(lambda: self._lagging(workspace_id, counters))
+        pinned[workspace_id] = counters
+        return None if row["id"] is None else record_from_row(row)
 
     def _plain(self) -> Any:
         """A cursor yielding tuples: hot queries of many small rows skip building ``sqlite3.Row``s."""
@@ -838,7 +894,12 @@ class SqliteMemoryStore:
         ).fetchone()
         return None if row is None else record_from_row(row)
 
-    def by_seqs(self, seqs: Sequence[int]) -> dict[int, MemoryRecord]:
+    def by_seqs(self, seqs: Sequence[int], workspace_id: str | None = None) -> dict[int, MemoryRecord]:
+        """The records of ``seqs``; with ``workspace_id``, those of that workspace, from the attribute
+        cache (no query: inside ``snapshot()`` a search asks the database only for its counters)."""
+        if workspace_id is not None:
+            cached = self.attributes.rows(workspace_id, self._read_counters(workspace_id)[1], seqs)
+            return {seq: record_from_attributes(workspace_id, a) for seq, a in cached.items()}
         if not seqs:
             return {}
         marks = ",".join("?" * len(seqs))
@@ -1015,7 +1076,11 @@ class SqliteMemoryStore:
     def entities(self, seqs: Sequence[int]) -> dict[int, set[str]]:
         return self._grouped("SELECT seq, entity FROM memory_entities WHERE seq IN ({})", seqs)
 
-    def links(self, seqs: Sequence[int]) -> dict[int, set[str]]:
+    def links(self, seqs: Sequence[int], workspace_id: str | None = None) -> dict[int, set[str]]:
+        """Each seq's explicitly related record ids; with ``workspace_id``, from the attribute cache."""
+        if workspace_id is not None:
+            rows = self.attributes.rows(workspace_id, self._read_counters(workspace_id)[1], seqs)
+            return {seq: set(a.links) for seq, a in rows.items() if a.links}
         return self._grouped("SELECT seq, related_id FROM memory_links WHERE seq IN ({})", seqs)
 
     def _grouped(self, query: str, seqs: Sequence[int]) -> dict[int, set[str]]:

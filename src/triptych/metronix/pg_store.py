@@ -9,22 +9,25 @@ through any worker reloads every other worker's stale copy on its next call (doc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 from psycopg import Connection, sql
-from psycopg.rows import TupleRow
+from psycopg.rows import TupleRow, dict_row
 
 from triptych.core.keyword_index import Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PgDatabase, one
 from triptych.core.search import Vector
 from triptych.metronix.store import (
+    CHUNK_HIT_COLUMNS,
+    DOCUMENT_COLUMNS,
     ChunkHit,
     DocumentRecord,
     NewDocument,
-    body_hash,
+    chunk_hit_from_row,
+    document_from_row,
+    document_values,
     keyword_columns,
     utcnow,
 )
@@ -159,23 +162,9 @@ class PgKnowledgeStore:
                 removed = [int(r[0]) for r in found.fetchall()]
                 conn.execute("DELETE FROM kb_documents WHERE id = %s", (old[0],))
             row = conn.execute(
-                "INSERT INTO kb_documents (workspace_id, doc_label, title, content, source_type, url, date,"
-                " metadata, content_hash, body_hash, created_at, updated_at)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id",
-                (
-                    doc.workspace_id,
-                    doc.doc_label,
-                    doc.title,
-                    doc.content,
-                    doc.source_type,
-                    doc.url,
-                    doc.date,
-                    json.dumps(doc.metadata),
-                    doc.content_hash,
-                    body_hash(doc.content),
-                    old[1] if old is not None else now,
-                    now,
-                ),
+                f"INSERT INTO kb_documents ({DOCUMENT_COLUMNS})"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id".encode(),
+                document_values(doc, old[1] if old is not None else now, now),
             ).fetchone()
             document_id = one(row)[0]
             texts: list[Document] = []
@@ -218,31 +207,13 @@ class PgKnowledgeStore:
         return True
 
     def get_document(self, workspace_id: str, doc_label: str) -> DocumentRecord | None:
-        with self.db.connection() as conn:
-            row = conn.execute(
-                "SELECT d.workspace_id, d.doc_label, d.title, d.content, d.source_type, d.url, d.date,"
-                " d.metadata, d.content_hash, d.created_at, d.updated_at,"
-                " (SELECT count(*) FROM kb_chunks c WHERE c.document_id = d.id)"
+        with self.db.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            row = cursor.execute(
+                "SELECT d.*, (SELECT count(*) FROM kb_chunks c WHERE c.document_id = d.id) AS chunk_count"
                 " FROM kb_documents d WHERE workspace_id = %s AND doc_label = %s",
                 (workspace_id, doc_label),
             ).fetchone()
-        if row is None:
-            return None
-        fields = list(row)
-        return DocumentRecord(
-            workspace_id=fields[0],
-            doc_label=fields[1],
-            title=fields[2],
-            content=fields[3],
-            source_type=fields[4],
-            url=fields[5],
-            date=fields[6],
-            metadata=json.loads(fields[7]),
-            content_hash=fields[8],
-            created_at=fields[9],
-            updated_at=fields[10],
-            chunk_count=int(fields[11]),
-        )
+        return None if row is None else document_from_row(row)
 
     def document_hash(self, workspace_id: str, doc_label: str) -> str | None:
         with self.db.connection() as conn:
@@ -326,27 +297,13 @@ class PgKnowledgeStore:
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]:
         if not chunk_ids:
             return {}
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                "SELECT c.id, c.text, d.doc_label, d.title, d.source_type, d.url, d.date, d.body_hash"
-                " FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
-                " WHERE c.workspace_id = %s AND c.id = ANY(%s)",
+        with self.db.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            rows = cursor.execute(
+                f"SELECT {CHUNK_HIT_COLUMNS} FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+                " WHERE c.workspace_id = %s AND c.id = ANY(%s)".encode(),
                 (workspace_id, list(chunk_ids)),
             ).fetchall()
-        hits: dict[int, ChunkHit] = {}
-        for r in rows:
-            chunk_id, text, label, title, source_type, url, date, digest = r
-            hits[int(chunk_id)] = ChunkHit(
-                chunk_id=int(chunk_id),
-                doc_label=str(label),
-                title=title,
-                text=str(text),
-                source_type=str(source_type),
-                url=url,
-                date=date,
-                body_hash=str(digest),
-            )
-        return hits
+        return {int(r["id"]): chunk_hit_from_row(r) for r in rows}
 
     def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]:
         """body hash -> the labels of the workspace's documents with that text, in label order."""

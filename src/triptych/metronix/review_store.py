@@ -19,7 +19,7 @@ from triptych.core.db import Database
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PortableDatabase
 from triptych.metronix.attributes import AttributeIndex
-from triptych.metronix.memory_model import Filing, MemoryRecord, ReviewEntry, review_from_row
+from triptych.metronix.memory_model import Filing, MemoryRecord, Resolution, ReviewEntry, review_from_row
 from triptych.metronix.store import utcnow
 
 # Inside a write transaction: the attribute generation before it and after bumping it.
@@ -30,28 +30,14 @@ class ReviewStore(Protocol):
     """The review queue, audit events and freshness queue, as the memory service uses them (each engine
     implements it; the embedded one is ``SqliteReviewStore``)."""
 
-    def file_review(
-        self,
-        record: MemoryRecord,
-        reason: str,
-        related_id: str | None,
-        confidence: float,
-        new_status: str | None,
-    ) -> bool: ...
+    def file_review(self, record: MemoryRecord, filing: Filing) -> bool: ...
     def finish_check(self, record: MemoryRecord, filing: Filing | None) -> bool: ...
     def list_reviews(
         self, workspace_id: str, reason: str | None, record_id: str | None, limit: int, offset: int
     ) -> tuple[list[ReviewEntry], int]: ...
     def get_review(self, workspace_id: str, review_id: str) -> ReviewEntry | None: ...
     def resolve_review(
-        self,
-        review: ReviewEntry,
-        record: MemoryRecord,
-        status: str,
-        verification_state: str,
-        superseded_by: str | None,
-        actor: str,
-        payload: dict[str, Any],
+        self, review: ReviewEntry, record: MemoryRecord, resolution: Resolution
     ) -> str | None: ...
     def events(self, workspace_id: str, target_id: str) -> list[dict[str, Any]]: ...
     def pending_checks(self, limit: int = 100) -> list[tuple[str, str]]: ...
@@ -73,16 +59,9 @@ class SqliteReviewStore:
 
     # -- review queue and audit -----------------------------------------------------------
 
-    def file_review(
-        self,
-        record: MemoryRecord,
-        reason: str,
-        related_id: str | None,
-        confidence: float,
-        new_status: str | None,
-    ) -> bool:
+    def file_review(self, record: MemoryRecord, filing: Filing) -> bool:
         """File a review entry (idempotent per target, related record and reason); True if it is new."""
-        return self._file(record, Filing(reason, related_id, confidence, new_status), done=False)
+        return self._file(record, filing, done=False)
 
     def finish_check(self, record: MemoryRecord, filing: Filing | None) -> bool:
         """A freshness check's outcome: its filing, if any, and the check dequeued, in one transaction.
@@ -91,7 +70,11 @@ class SqliteReviewStore:
 
     @gated
     def _file(self, record: MemoryRecord, filing: Filing | None, done: bool) -> bool:
-        created, attrs = False, None
+        if filing is None:  # the usual outcome: one statement, no transaction (one round trip, not four)
+            if done:
+                self.db.conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
+            return False
+        created, attrs, changes, linked = False, None, {}, []
         with self.db.transaction() as conn:
             if filing is not None:
                 cursor = conn.execute(
@@ -116,17 +99,19 @@ class SqliteReviewStore:
                         "UPDATE memory_records SET status = ? WHERE seq = ?", (filing.status, record.seq)
                     )
                     attrs = self._attribute_write(conn, record.workspace_id)
+                    changes = {record.seq: {"status": filing.status}}
                 if filing.link is not None and filing.related_id:
-                    conn.execute(
+                    added = conn.execute(
                         "INSERT INTO memory_links VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                         (record.seq, filing.related_id, filing.link),
-                    )
+                    ).rowcount
+                    if added > 0:  # the attribute cache holds links too
+                        linked = [(record.seq, filing.related_id)]
+                        attrs = attrs or self._attribute_write(conn, record.workspace_id)
             if done:
                 conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
-        if attrs is not None and filing is not None:
-            self.attributes.apply(
-                record.workspace_id, *attrs, changes={record.seq: {"status": filing.status}}
-            )
+        if attrs is not None:
+            self.attributes.apply(record.workspace_id, *attrs, changes=changes, links=linked)
         return created
 
     def list_reviews(
@@ -156,17 +141,13 @@ class SqliteReviewStore:
         return None if row is None else review_from_row(row)
 
     @gated
-    def resolve_review(
-        self,
-        review: ReviewEntry,
-        record: MemoryRecord,
-        status: str,
-        verification_state: str,
-        superseded_by: str | None,
-        actor: str,
-        payload: dict[str, Any],
-    ) -> str | None:
+    def resolve_review(self, review: ReviewEntry, record: MemoryRecord, resolution: Resolution) -> str | None:
         """Apply a resolution in one transaction; the machine event id, or None if already resolved."""
+        status, verification_state, superseded_by = (
+            resolution.status,
+            resolution.verification_state,
+            resolution.superseded_by,
+        )
         event_id = "evt_" + secrets.token_hex(12)
         now = utcnow()
         with self.db.transaction() as conn:
@@ -180,18 +161,31 @@ class SqliteReviewStore:
                 (status, verification_state, superseded_by, now, record.seq),
             )
             attrs = self._attribute_write(conn, record.workspace_id)
+            linked = []
             if superseded_by is not None:
-                conn.execute(
+                added = conn.execute(
                     "INSERT INTO memory_links VALUES (?, ?, 'superseded_by') ON CONFLICT DO NOTHING",
                     (record.seq, superseded_by),
-                )
+                ).rowcount
+                linked = [(record.seq, superseded_by)] if added > 0 else []
             conn.execute(
                 "INSERT INTO machine_events VALUES (?, ?, 'freshness_review_resolved', ?, ?, ?, ?)",
-                (event_id, review.workspace_id, actor, record.id, json.dumps(payload), utcnow()),
+                (
+                    event_id,
+                    review.workspace_id,
+                    resolution.actor,
+                    record.id,
+                    json.dumps(resolution.payload),
+                    utcnow(),
+                ),
             )
-        self.attributes.apply(
-            record.workspace_id, *attrs, changes={record.seq: {"status": status, "updated_at": now}}
-        )
+        fields = {
+            "status": status,
+            "verification_state": verification_state,
+            "superseded_by": superseded_by,
+            "updated_at": now,
+        }
+        self.attributes.apply(record.workspace_id, *attrs, changes={record.seq: fields}, links=linked)
         return event_id
 
     def events(self, workspace_id: str, target_id: str) -> list[dict[str, Any]]:

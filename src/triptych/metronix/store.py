@@ -134,6 +134,48 @@ class ChunkHit:
     body_hash: str
 
 
+# A document row as both engines write it (``document_values``) and read it back (``document_from_row``).
+DOCUMENT_COLUMNS = (
+    "workspace_id, doc_label, title, content, source_type, url, date, metadata, content_hash, body_hash,"
+    " created_at, updated_at"
+)
+DOCUMENT_FIELDS = (
+    "workspace_id", "doc_label", "title", "content", "source_type", "url", "date", "content_hash", "created_at",
+    "updated_at",
+)  # fmt: skip
+# The columns ``chunk_hit_from_row`` reads, with chunks as ``c`` and documents as ``d``.
+CHUNK_HIT_COLUMNS = "c.id, c.text, d.doc_label, d.title, d.source_type, d.url, d.date, d.body_hash"
+
+
+def document_values(doc: NewDocument, created: str, now: str) -> tuple[Any, ...]:
+    """``DOCUMENT_COLUMNS`` of ``doc``, first stored at ``created`` and written at ``now``."""
+    return (doc.workspace_id, doc.doc_label, doc.title, doc.content, doc.source_type, doc.url, doc.date,
+            json.dumps(doc.metadata), doc.content_hash, body_hash(doc.content), created, now)  # fmt: skip
+
+
+def document_from_row(row: Any) -> DocumentRecord:
+    """A ``DocumentRecord`` of a row read by column name (with its ``chunk_count``), on either engine."""
+    return DocumentRecord(
+        **{name: row[name] for name in DOCUMENT_FIELDS},
+        metadata=json.loads(row["metadata"]),
+        chunk_count=int(row["chunk_count"]),
+    )
+
+
+def chunk_hit_from_row(row: Any) -> ChunkHit:
+    """A ``ChunkHit`` of a row of ``CHUNK_HIT_COLUMNS``, read by name, on either engine."""
+    return ChunkHit(
+        chunk_id=int(row["id"]),
+        doc_label=row["doc_label"],
+        title=row["title"],
+        text=row["text"],
+        source_type=row["source_type"],
+        url=row["url"],
+        date=row["date"],
+        body_hash=row["body_hash"],
+    )
+
+
 class KnowledgeStore(Protocol):
     def embedding_model(self) -> tuple[str, int] | None: ...
     def set_embedding_model(self, name: str, dim: int) -> None: ...
@@ -230,22 +272,8 @@ class SqliteKnowledgeStore:
                 conn.execute("DELETE FROM documents WHERE id = ?", (old[0],))
             created = old[1] if old is not None else now
             cursor = conn.execute(
-                "INSERT INTO documents (workspace_id, doc_label, title, content, source_type, url, date,"
-                " metadata, content_hash, created_at, updated_at, body_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    doc.workspace_id,
-                    doc.doc_label,
-                    doc.title,
-                    doc.content,
-                    doc.source_type,
-                    doc.url,
-                    doc.date,
-                    json.dumps(doc.metadata),
-                    doc.content_hash,
-                    created,
-                    now,
-                    body_hash(doc.content),
-                ),
+                f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                document_values(doc, created, now),
             )
             document_id = cursor.lastrowid
             added: list[tuple[int, Vector]] = []
@@ -290,22 +318,7 @@ class SqliteKnowledgeStore:
             " FROM documents d WHERE workspace_id = ? AND doc_label = ?",
             (workspace_id, doc_label),
         ).fetchone()
-        if row is None:
-            return None
-        return DocumentRecord(
-            workspace_id=row["workspace_id"],
-            doc_label=row["doc_label"],
-            title=row["title"],
-            content=row["content"],
-            source_type=row["source_type"],
-            url=row["url"],
-            date=row["date"],
-            metadata=json.loads(row["metadata"]),
-            content_hash=row["content_hash"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            chunk_count=row["chunk_count"],
-        )
+        return None if row is None else document_from_row(row)
 
     def document_hash(self, workspace_id: str, doc_label: str) -> str | None:
         row = self.db.conn.execute(
@@ -387,23 +400,11 @@ class SqliteKnowledgeStore:
             return {}
         marks = ",".join("?" * len(chunk_ids))
         rows = self.db.conn.execute(
-            "SELECT c.id, c.text, d.doc_label, d.title, d.source_type, d.url, d.date, d.body_hash FROM chunks c"
+            f"SELECT {CHUNK_HIT_COLUMNS} FROM chunks c"
             f" JOIN documents d ON d.id = c.document_id WHERE c.workspace_id = ? AND c.id IN ({marks})",
             (workspace_id, *chunk_ids),
         ).fetchall()
-        return {
-            int(r["id"]): ChunkHit(
-                chunk_id=int(r["id"]),
-                doc_label=r["doc_label"],
-                title=r["title"],
-                text=r["text"],
-                source_type=r["source_type"],
-                url=r["url"],
-                date=r["date"],
-                body_hash=r["body_hash"],
-            )
-            for r in rows
-        }
+        return {int(r["id"]): chunk_hit_from_row(r) for r in rows}
 
     def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]:
         """body hash -> the labels of the workspace's documents with that text, in label order."""
