@@ -23,8 +23,8 @@ def store(database_url: str) -> Iterator[PgKnowledgeStore]:
     opened.close()
 
 
-def _put(store: PgKnowledgeStore, workspace: str, label: str, vectors: np.ndarray, text: str = "") -> None:
-    chunks = [f"{text or label} chunk {i}" for i in range(len(vectors))]
+def _put(store: PgKnowledgeStore, workspace: str, label: str, vectors: np.ndarray) -> None:
+    chunks = [f"{label} chunk {i}" for i in range(len(vectors))]
     store.put_document(
         NewDocument(workspace, label, None, " ".join(chunks), "doc", None, None, {}, label, chunks, vectors)
     )
@@ -54,33 +54,3 @@ def test_vector_search_settings_hold_for_its_query_and_end_with_it(store: PgKnow
             "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')"
         ).fetchone()
     assert settings == ("40", "off")
-
-
-def test_a_search_hydrates_its_candidates_as_a_separate_read_would(
-    store: PgKnowledgeStore, database_url: str
-) -> None:
-    vectors = _unit(40, seed=4)
-    for i in range(8):  # two documents of each text: every hit has a duplicate label
-        _put(store, "ws", f"doc-{i}", vectors[5 * (i % 4) : 5 * (i % 4) + 5], text=f"text{i % 4}")
-    _put(store, "other", "elsewhere", vectors[20:25])
-    keyword = store.keyword_search("ws", "text3", 10)
-    dense = store.vector_search("ws", vectors[0], 10)
-    candidates = sorted({chunk_id for chunk_id, _ in keyword + dense})
-    assert set(candidates) - {chunk_id for chunk_id, _ in dense}  # keyword-only candidates too
-    hits = store.chunk_hits("ws", candidates)
-    labels = store.labels_by_body("ws", sorted({hit.body_hash for hit in hits.values()}))
-
-    # Another worker's store has nothing prefetched: it reads both in statements of their own.
-    other = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
-    try:
-        assert other.chunk_hits("ws", candidates) == hits
-        assert other.labels_by_body("ws", sorted(labels)) == labels
-        assert other.vector_search("ws", vectors[0], 10) == dense  # no keyword search first: same ranking
-    finally:
-        other.close()
-    assert len(hits) == len(candidates)
-    assert all(len(found) == 2 for found in labels.values())
-    # A candidate the search did not look up is read, not reported gone; another workspace's never.
-    outside = [*candidates, max(candidates) + 1]
-    assert set(store.chunk_hits("ws", outside)) == set(candidates)
-    assert store.chunk_hits("other", candidates) == {}

@@ -9,9 +9,7 @@ through any worker reloads every other worker's stale copy on its next call (doc
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from psycopg import Connection, sql
@@ -80,16 +78,6 @@ MIGRATIONS = [
 Conn = Connection[TupleRow]
 
 
-@dataclass
-class _Prefetch:
-    """What this thread's last vector search read besides its ranking, for the search's next steps."""
-
-    workspace_id: str
-    covered: set[int]  # the chunk ids the statement looked up: missing from ``hits`` means gone
-    hits: dict[int, ChunkHit]
-    labels: dict[str, list[str]]  # body hash -> labels, of every hit's body
-
-
 class PgKnowledgeStore:
     def __init__(self, db: PgDatabase, dim: int) -> None:
         self.db = db
@@ -98,9 +86,6 @@ class PgKnowledgeStore:
         self._ensure_vector_index()
         self.keywords = KeywordIndex(self._load_keyword_documents, idf="smooth")
         self._gate = WriteGate()
-        # A search's keyword candidates, then what its vector statement hydrated: per thread, since a
-        # search runs its store calls on one thread (``KnowledgeService.hybrid``).
-        self._local = threading.local()
 
     def _vector(self) -> sql.Composable:
         # The column cast to this model's dimension: the expression the HNSW index is built on.
@@ -270,12 +255,9 @@ class PgKnowledgeStore:
 
     def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]:
         """BM25 over the workspace's chunks (title and body), with the workspace's own statistics."""
-        self._local.prefetch = None
         generation = self._generation(workspace_id)
         self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
-        found = self.keywords.search(workspace_id, generation, query, limit)
-        self._local.keyword = (workspace_id, [chunk_id for chunk_id, _ in found])
-        return found
+        return self.keywords.search(workspace_id, generation, query, limit)
 
     def _load_keyword_documents(self, workspace_id: str) -> list[Document]:
         with self.db.connection() as conn:
@@ -297,65 +279,32 @@ class PgKnowledgeStore:
         """The ``limit`` nearest chunks of the workspace by inner product, through the HNSW index.
 
         The iterative scan keeps walking the graph until ``limit`` rows of this workspace are found, so
-        the workspace filter never makes ``top_k`` short. The same statement hydrates these chunks and
-        this thread's keyword candidates (``keyword_search`` just before, same workspace) with the labels
-        of documents of the same text: what ``chunk_hits`` and ``labels_by_body`` would read next, so a
-        search is two round trips (the generation, this), not eight."""
-        keyword_workspace, keyword_ids = getattr(self._local, "keyword", None) or ("", [])
-        self._local.keyword = self._local.prefetch = None
+        the workspace filter never makes ``top_k`` short."""
         if limit <= 0:
             return []
-        more: list[int] = keyword_ids if keyword_workspace == workspace_id else []
         vector = self._vector()
         search = sql.SQL(
-            "WITH dense AS MATERIALIZED (SELECT id, -({v} <#> %(q)s) AS score FROM kb_chunks"
-            " WHERE workspace_id = %(ws)s AND vector_dims(embedding) = {dim} ORDER BY {v} <#> %(q)s, id"
-            " LIMIT %(k)s),"
-            " hits AS MATERIALIZED (SELECT {columns}, dense.score FROM kb_chunks c"
-            " JOIN kb_documents d ON d.id = c.document_id LEFT JOIN dense ON dense.id = c.id"
-            " WHERE c.workspace_id = %(ws)s AND c.id IN (SELECT id FROM dense UNION ALL"
-            " SELECT unnest(%(more)s::bigint[]))),"
-            " same AS (SELECT b.body_hash, ARRAY(SELECT s.doc_label FROM kb_documents s"
-            ' WHERE s.workspace_id = %(ws)s AND s.body_hash = b.body_hash ORDER BY s.doc_label COLLATE "C")'
-            " AS labels FROM (SELECT DISTINCT body_hash FROM hits) b)"
-            " SELECT hits.*, same.labels FROM hits JOIN same USING (body_hash)"
-        ).format(v=vector, dim=sql.Literal(self.dim), columns=sql.SQL(CHUNK_HIT_COLUMNS))
-        params = {"q": np.asarray(query, dtype=np.float32), "ws": workspace_id, "k": limit, "more": more}
+            "SELECT id, -({v} <#> %(q)s) FROM kb_chunks WHERE workspace_id = %(ws)s"
+            " AND vector_dims(embedding) = {dim} ORDER BY {v} <#> %(q)s, id LIMIT %(k)s"
+        ).format(v=vector, dim=sql.Literal(self.dim))
+        params = {"q": np.asarray(query, dtype=np.float32), "ws": workspace_id, "k": limit}
         # One round trip, not five (BEGIN, two settings, query, COMMIT): settings and query go in one
         # pipeline closed by a single Sync, which PostgreSQL runs as one implicit transaction, so the
         # transaction-local settings hold for the query and end with it.
-        with self.db.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+        with self.db.connection() as conn:
             with conn.pipeline():
                 conn.execute(
                     "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
                     " set_config('hnsw.ef_search', %s, true)",
                     (str(max(40, min(limit, 1000))),),
                 )
-                cursor.execute(search, params)
+                cursor = conn.execute(search, params)
             rows = cursor.fetchall()
-        # The order the index gave: nearest first, ties by id (the score is the exact negated distance).
-        dense = sorted(
-            ((int(r["id"]), float(r["score"])) for r in rows if r["score"] is not None),
-            key=lambda hit: (-hit[1], hit[0]),
-        )
-        self._local.prefetch = _Prefetch(
-            workspace_id,
-            covered={chunk_id for chunk_id, _ in dense} | set(more),
-            hits={int(r["id"]): chunk_hit_from_row(r) for r in rows},
-            labels={str(r["body_hash"]): list(r["labels"]) for r in rows},
-        )
-        return dense
-
-    def _prefetched(self, workspace_id: str) -> _Prefetch | None:
-        prefetch: _Prefetch | None = getattr(self._local, "prefetch", None)
-        return prefetch if prefetch is not None and prefetch.workspace_id == workspace_id else None
+        return [(int(r[0]), float(r[1])) for r in rows]
 
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]:
         if not chunk_ids:
             return {}
-        prefetch = self._prefetched(workspace_id)
-        if prefetch is not None and prefetch.covered.issuperset(chunk_ids):
-            return {i: prefetch.hits[i] for i in chunk_ids if i in prefetch.hits}
         with self.db.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
             rows = cursor.execute(
                 f"SELECT {CHUNK_HIT_COLUMNS} FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
@@ -368,9 +317,6 @@ class PgKnowledgeStore:
         """body hash -> the labels of the workspace's documents with that text, in label order."""
         if not hashes:
             return {}
-        prefetch = self._prefetched(workspace_id)
-        if prefetch is not None and all(digest in prefetch.labels for digest in hashes):
-            return {digest: prefetch.labels[digest] for digest in hashes}
         with self.db.connection() as conn:
             rows = conn.execute(
                 "SELECT body_hash, doc_label FROM kb_documents WHERE workspace_id = %s AND body_hash = ANY(%s)"
