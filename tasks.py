@@ -155,6 +155,7 @@ def bench(args: list[str]) -> int:
         "metergraph": "bench/metergraph_bench.py",
         "metergraph-ingest-phases": "bench/metergraph_ingest_phases.py",
         "metergraph-engines": "bench/metergraph_engines.py",
+        "metergraph-ch-phases": "bench/metergraph_ch_phases.py",
         "metergraph-classify": "bench/metergraph_classify.py",
         "hadron-graph": "bench/hadron_graph.py",
         "hadron-search": "bench/hadron_search.py",

@@ -1,6 +1,7 @@
 """Metergraph on both engines, same data, same run: the embedded SQLite engine and ClickHouse.
 
     .venv/bin/python bench/metergraph_engines.py --calls 1000000 --http-rows 100000 --workers 1,2,4
+    .venv/bin/python bench/metergraph_engines.py --profile 10m   # the issue's 10,000,000 calls
 
 For each engine: ingest rows/s end to end through ``/v1/ingest`` (gzip JSON batches of 5,000 posted to
 1, 2 and 4 ``triptych serve`` worker processes sharing one data directory, two clients per worker), then
@@ -44,6 +45,11 @@ from triptych.metergraph.settings import load_metergraph_settings
 from triptych.metergraph.store import CALL_COLUMNS, MIGRATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
+# The issue's figures are at 10,000,000 calls; loading them in-process takes 50,000-row ingest calls
+# (one INSERT each on ClickHouse) to finish in reasonable time. The ingest runs post 200,000 rows.
+PROFILES: dict[str, dict[str, Any]] = {
+    "10m": {"calls": 10_000_000, "http_rows": 200_000, "workers": "1,2,4", "load_batch": 50_000, "runs": 7},
+}
 TRIPTYCH = Path(sys.executable).with_name("triptych")
 
 
@@ -81,9 +87,16 @@ def bodies(rows: int, stream: int) -> list[bytes]:
 
 
 def http_ingest(
-    data_dir: Path, env_extra: dict[str, str], payloads: list[bytes], rows: int, workers: int
+    data_dir: Path,
+    env_extra: dict[str, str],
+    payloads: list[bytes],
+    rows: int,
+    workers: int,
+    clients: int,
+    clickhouse_pid: int | None,
 ) -> dict[str, Any]:
-    """Rows/s through ``workers`` real ``triptych serve`` processes on one data directory."""
+    """Rows/s through ``workers`` real ``triptych serve`` processes on one data directory (they share
+    its SQLite metadata file: keys, batch records and, on ClickHouse, the call-id sequence)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TRIPTYCH_DATA_DIR": str(data_dir), "MG_TOKENS": "bench-app-token",
            "MG_MAX_ROWS": "5000", "TRIPTYCH_LOG_LEVEL": "warning", **env_extra}  # fmt: skip
@@ -112,8 +125,9 @@ def http_ingest(
                     response = http.post(url + "/v1/ingest", content=body, headers=headers)
                     assert response.status_code == 202, response.text
 
-        threads = [threading.Thread(target=client, args=(url,)) for url in urls for _ in range(2)]
+        threads = [threading.Thread(target=client, args=(url,)) for url in urls for _ in range(clients)]
         cpu_before = sum(process_cpu_seconds(s.pid) for s in servers)
+        ch_before = process_cpu_seconds(clickhouse_pid) if clickhouse_pid else 0.0
         started = time.perf_counter()
         for t in threads:
             t.start()
@@ -121,6 +135,7 @@ def http_ingest(
             t.join()
         elapsed = time.perf_counter() - started
         server_cpu = sum(process_cpu_seconds(s.pid) for s in servers) - cpu_before
+        ch_cpu = process_cpu_seconds(clickhouse_pid) - ch_before if clickhouse_pid else None
     finally:
         for server in servers:
             server.send_signal(signal.SIGINT)
@@ -129,12 +144,15 @@ def http_ingest(
         log.close()
     return {
         "workers": workers,
+        "clients_per_worker": clients,
         "rows": rows,
         "seconds": round(elapsed, 2),
         "rows_per_s": round(rows / elapsed),
         # The workers' own CPU time: the Python work per row, whatever else the shared machine runs.
         "server_cpu_s": round(server_cpu, 2),
         "server_cpu_us_per_row": round(server_cpu / rows * 1e6, 1),
+        # ClickHouse's own CPU per row (the endpoint process: parts, materialized views, HTTP).
+        **({"clickhouse_cpu_us_per_row": round(ch_cpu / rows * 1e6, 1)} if ch_cpu is not None else {}),
         "load_average": os.getloadavg(),
     }
 
@@ -181,27 +199,41 @@ def sqlite_raw_insert(work: Path, rows: int, stream: int) -> dict[str, Any]:
     return {"rows": rows, "seconds": round(elapsed, 2), "rows_per_s": round(rows / elapsed)}
 
 
-def timed(fn: Callable[[], Any], runs: int) -> dict[str, Any]:
-    samples = []
+def timed(fn: Callable[[], Any], runs: int, server_pid: int | None = None) -> dict[str, Any]:
+    """p50 and min wall time; with ``server_pid``, also that process's CPU per run (the server's own
+    work, which the shared machine's load does not inflate as it does wall time)."""
+    samples, cpu = [], []
     for _ in range(runs):
+        before = process_cpu_seconds(server_pid) if server_pid else 0.0
         started = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - started) * 1000)
-    return {"p50_ms": round(statistics.median(samples), 1), "min_ms": round(min(samples), 1), "runs": runs}
+        if server_pid:
+            cpu.append((process_cpu_seconds(server_pid) - before) * 1000)
+    out = {"p50_ms": round(statistics.median(samples), 1), "min_ms": round(min(samples), 1), "runs": runs}
+    if cpu:
+        out["clickhouse_cpu_ms_p50"] = round(statistics.median(cpu), 1)
+    return out
 
 
-def reads(data_dir: Path, settings: dict[str, Any], calls: int, runs: int) -> dict[str, Any]:
-    """Load ``calls`` calls in-process, then time the three reads."""
+def reads(
+    data_dir: Path, settings: dict[str, Any], calls: int, runs: int, load_batch: int, server_pid: int | None
+) -> dict[str, Any]:
+    """Load ``calls`` calls in-process (``load_batch`` rows per ingest call), then time the three reads."""
     mg = Metergraph.open(data_dir, load_metergraph_settings(tokens=[], agent_rate_per_minute=0, **settings))
     try:
         app = AppPrincipal("default", "bench")
         started = time.perf_counter()
         loaded = 0
-        for batch in generate(calls):
-            mg.ingest.ingest_rows(app, batch, "sdk")
-            loaded += len(batch)
-            if loaded % 250_000 < 5000:
-                print(f"loaded {loaded}", file=sys.stderr, flush=True)
+        batches = generate(calls)
+        while chunk := list(
+            itertools.chain.from_iterable(itertools.islice(batches, max(1, load_batch // 5000)))
+        ):
+            mg.ingest.ingest_rows(app, chunk, "sdk")
+            loaded += len(chunk)
+            if loaded % 250_000 < len(chunk):
+                print(f"loaded {loaded} ({round(loaded / (time.perf_counter() - started))} rows/s)",
+                      file=sys.stderr, flush=True)  # fmt: skip
         load_s = time.perf_counter() - started
         who = AgentPrincipal("default", "debug", "bench")
 
@@ -212,9 +244,9 @@ def reads(data_dir: Path, settings: dict[str, Any], calls: int, runs: int) -> di
         out = {
             "calls": mg.store.count_calls("default"),
             "load_in_process_rows_per_s": round(loaded / load_s),
-            "aggregate_provider_model_90d": timed(agg(["provider", "model"]), runs),
-            "aggregate_metadata_prompt_id_90d": timed(agg(["metadata.prompt_id"]), runs),
-            "trace_page_7d_limit50": timed(lambda: mg.traces.query(who, days=7, limit=50), runs),
+            "aggregate_provider_model_90d": timed(agg(["provider", "model"]), runs, server_pid),
+            "aggregate_metadata_prompt_id_90d": timed(agg(["metadata.prompt_id"]), runs, server_pid),
+            "trace_page_7d_limit50": timed(lambda: mg.traces.query(who, days=7, limit=50), runs, server_pid),
         }
         first = agg(["provider", "model"])()
         out["check_totals"] = {"calls": first["totals"]["calls"], "cost_usd": first["totals"]["cost_usd"]}
@@ -230,13 +262,24 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2,4", help='ingest worker counts ("": skip the ingest runs)')
     parser.add_argument("--engines", default="sqlite,clickhouse")
     parser.add_argument("--runs", type=int, default=9, help="runs of each read")
+    parser.add_argument("--clients", type=int, default=2, help="HTTP clients per ingest worker")
+    parser.add_argument(
+        "--load-batch", type=int, default=5000, help="rows per in-process ingest call when loading --calls"
+    )
+    parser.add_argument(
+        "--profile", choices=sorted(PROFILES), help="preset sizes (explicit options given after it win)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="work directory (default: a temp dir)")
     args = parser.parse_args()
+    if args.profile:
+        parser.set_defaults(**PROFILES[args.profile])
+        args = parser.parse_args()
     work = args.out or Path(tempfile.mkdtemp(prefix="mg-engines-"))
     work.mkdir(parents=True, exist_ok=True)
     engines = args.engines.split(",")
     workers = [int(w) for w in args.workers.split(",") if w]  # --workers "": reads only
-    results: dict[str, Any] = {"calls": args.calls, "http_rows": args.http_rows, "machine": f"{os.cpu_count()} cores",
+    results: dict[str, Any] = {"calls": args.calls, "http_rows": args.http_rows, "clients_per_worker": args.clients,
+                               "load_batch": args.load_batch, "machine": f"{os.cpu_count()} cores",
                                "load_average_at_start": os.getloadavg()}  # fmt: skip
     clickhouse = None
     try:
@@ -254,7 +297,10 @@ def main() -> None:
                     if engine == "clickhouse"
                     else {}
                 )
-                run = http_ingest(work / f"{engine}-ingest-{n}", extra, payloads, args.http_rows, n)
+                run = http_ingest(
+                    work / f"{engine}-ingest-{n}", extra, payloads, args.http_rows, n, args.clients,
+                    clickhouse.pid if engine == "clickhouse" and clickhouse else None,
+                )  # fmt: skip
                 figures["ingest_http"].append(run)
                 print(json.dumps({engine: run}), file=sys.stderr, flush=True)
             if engine == "sqlite" and workers:
@@ -263,7 +309,10 @@ def main() -> None:
                     figures["ingest_http"][0]["rows_per_s"] / raw, 3
                 )
             settings = {"clickhouse_url": f"{ch_url}/reads"} if engine == "clickhouse" else {}
-            figures["reads"] = reads(work / f"{engine}-reads", settings, args.calls, args.runs)
+            figures["reads"] = reads(
+                work / f"{engine}-reads", settings, args.calls, args.runs, args.load_batch,
+                clickhouse.pid if engine == "clickhouse" and clickhouse else None,
+            )  # fmt: skip
             print(json.dumps({engine: figures["reads"]}), file=sys.stderr, flush=True)
             results[engine] = figures
     finally:

@@ -133,3 +133,17 @@ class PostgresCluster:
             except subprocess.CalledProcessError:
                 pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def database_files(url: str) -> bytes:
+    """Every byte PostgreSQL holds on disk for the database at ``url`` (its tables, TOAST tables and
+    indexes), after a CHECKPOINT has written the shared buffers out: what "on disk" means in server mode."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+        oid = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()
+        data = conn.execute("SHOW data_directory").fetchone()
+    assert oid is not None and data is not None
+    folder = Path(str(data[0])) / "base" / str(oid[0])
+    return b"".join(f.read_bytes() for f in folder.iterdir() if f.is_file())

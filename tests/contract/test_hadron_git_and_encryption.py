@@ -1,6 +1,7 @@
-"""Git-backed memories and encrypted memories through the official MCP client, against real servers:
-two organizations, readers and writers, an app key, real repositories, and the database file read
-from disk while the server runs."""
+"""Git-backed memories and encrypted memories through the official MCP client, against real servers on
+both engines: two organizations, readers and writers, an app key, real repositories, and what the engine
+holds on disk read while the server runs (the SQLite file and its WAL, or the PostgreSQL database's files
+after a checkpoint)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,15 @@ from hadron.test_cli import hadron as hadron_cli
 from hadron.world import HADRON_KEY, World, as_app, as_user, build_world, start_world
 from harness import SECRET as JWT_SECRET
 from harness import ServerProcess
+from postgres import database_files
 
+from triptych.hadron.engines import open_stores
 from triptych.hadron.sealing import ServerKey, rotate
-from triptych.hadron.store import open_database
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary"),
+    pytest.mark.engines("sqlite", "postgresql"),
+]
 
 SPECS = "hrn:mem:acme.com:specs"
 CATALOG = "hrn:mem:acme.com:catalog"
@@ -35,10 +40,6 @@ def node(memory: str, loc: str) -> str:
     return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
 
 
-# The git-sync tests run on both engines; the encryption ones read the SQLite file from disk.
-both_engines = pytest.mark.engines("sqlite", "postgresql")
-
-
 @contextmanager
 def database(url: str | None) -> Iterator[None]:
     """The in-process CLI (``hadron_cli``) reads its engine from the environment, as `triptych hadron` does."""
@@ -51,6 +52,13 @@ def database(url: str | None) -> Iterator[None]:
         os.environ.pop("TRIPTYCH_DATABASE_URL", None)
         if before is not None:
             os.environ["TRIPTYCH_DATABASE_URL"] = before
+
+
+def on_disk(data: Path, url: str | None) -> bytes:
+    """What the engine holds on disk: the SQLite file and its WAL, or the PostgreSQL database's files."""
+    if url is None:
+        return b"".join(p.read_bytes() for p in data.glob("hadron.db*"))
+    return database_files(url)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +94,6 @@ def world(
     w.server.stop()
 
 
-@both_engines
 async def test_server_info_advertises_git_sync_and_encryption(world: World) -> None:
     async with as_user(world, "bob") as bob:
         info = await bob.ok("hadron_server_info")
@@ -94,7 +101,6 @@ async def test_server_info_advertises_git_sync_and_encryption(world: World) -> N
         assert "hadron_sync_graph" in await bob.tool_names()
 
 
-@both_engines
 async def test_sync_graph_maps_files_to_nodes_and_the_repo_wins(world: World, repos: dict[str, Repo]) -> None:
     repo = repos["specs"]
     async with as_user(world, "alice") as alice:
@@ -126,7 +132,6 @@ async def test_sync_graph_maps_files_to_nodes_and_the_repo_wins(world: World, re
         assert third.data["counts"]["unchanged"] == 3 and third.data["created"] == []
 
 
-@both_engines
 async def test_a_move_in_a_git_backed_memory_is_mirrored_to_its_repository(
     world: World, repos: dict[str, Repo]
 ) -> None:
@@ -143,7 +148,6 @@ async def test_a_move_in_a_git_backed_memory_is_mirrored_to_its_repository(
         assert (again.data["created"], again.data["deleted"]) == ([], [])
 
 
-@both_engines
 async def test_sync_graph_refusals(world: World) -> None:
     async with as_user(world, "bob") as bob:  # READER of acme.com: reads specs, may not sync it
         await bob.refused("hadron_sync_graph", "FORBIDDEN", memoryUrn=SPECS)
@@ -162,7 +166,6 @@ async def test_sync_graph_refusals(world: World) -> None:
         await alice.refused("hadron_sync_graph", "no_active_memory")
 
 
-@both_engines
 async def test_each_organization_syncs_its_own_repository(world: World) -> None:
     async with as_user(world, "dave") as dave:
         synced = await dave.ok("hadron_sync_graph", memoryUrn=PLANS)
@@ -189,8 +192,7 @@ async def test_an_encrypted_memory_is_unreadable_on_disk_and_readable_through_th
         # the keyword index holds only sealed text: the plaintext finds nothing
         search = await alice.ok("hadron_find_nodes", query=WORD, memoryUrn=VAULT, mode="keyword")
         assert search.data["hits"] == []
-    data = world.server.data_dir
-    raw = b"".join(p.read_bytes() for p in data.glob("hadron.db*"))
+    raw = on_disk(world.server.data_dir, world.database_url)
     assert WORD.encode() not in raw and DATA_WORD.encode() not in raw
     assert b"ocelot" not in raw.lower()  # nor as the full-text index's lower-cased tokens
     async with as_user(world, "bob") as bob:  # READER: reads in clear, may not write
@@ -217,10 +219,10 @@ async def test_moves_into_or_out_of_an_encrypted_memory_are_refused(world: World
 # ─── the key: missing, wrong, rotated ────────────────────────────────────────
 
 
-def small_world(data: Path) -> None:
+def small_world(data: Path, url: str | None) -> None:
     from triptych.hadron.surface import Hadron
 
-    h = Hadron.open(data / "hadron.db")
+    h = Hadron.open(data / "hadron.db", database_url=url)
     admin = h.admin()
     admin.create_org("acme.com", "Acme")
     admin.create_user("alice")
@@ -229,25 +231,29 @@ def small_world(data: Path) -> None:
     h.close()
 
 
-def env(key: ServerKey | None) -> dict[str, str]:
+def env(key: ServerKey | None, url: str | None) -> dict[str, str]:
     out = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": JWT_SECRET, "TRIPTYCH_HADRON_KEY": ""}
     if key is not None:
         out["TRIPTYCH_HADRON_KEY"] = key.encoded()
+    if url is not None:
+        out["TRIPTYCH_DATABASE_URL"] = url
     return out
 
 
-async def test_a_server_without_a_key_refuses_an_encrypted_memory_made_while_it_runs(tmp_path: Path) -> None:
+async def test_a_server_without_a_key_refuses_an_encrypted_memory_made_while_it_runs(
+    tmp_path: Path, database_url: str | None
+) -> None:
     data = tmp_path / "data"
-    small_world(data)
-    server = ServerProcess(data, env(None)).start()
+    small_world(data, database_url)
+    server = ServerProcess(data, env(None, database_url)).start()
     try:
         w = World(server, "", "")
         async with as_user(w, "alice") as alice:
             info = await alice.ok("hadron_server_info")
             assert "encryption-at-rest" not in info.data["capabilities"]
-            made = hadron_cli(
-                data, "memory", "create", "safe", "--class", "knowledge", "--org", "acme.com", "--encrypted"
-            )
+            create = ("memory", "create", "safe", "--class", "knowledge", "--org", "acme.com", "--encrypted")
+            with database(database_url):  # the admin command acts on the server's engine
+                made = hadron_cli(data, *create)
             assert made.returncode == 0
             refused = await alice.refused(
                 "hadron_create_node", "ENCRYPTION_KEY_MISSING", loc=node("hrn:mem:acme.com:safe", "a"), name="A",
@@ -256,33 +262,42 @@ async def test_a_server_without_a_key_refuses_an_encrypted_memory_made_while_it_
             assert "TRIPTYCH_HADRON_KEY_FILE" in refused.text
     finally:
         server.stop()
-    with pytest.raises(RuntimeError, match="encrypted memory needs the server key"):
-        ServerProcess(data, env(None)).start()
+    with pytest.raises(
+        RuntimeError, match=r"encrypted memory needs the server key \(key id not yet recorded\)"
+    ):
+        ServerProcess(data, env(None, database_url)).start()
 
 
-async def test_a_rotated_or_wrong_key_is_refused_never_read_as_garbage(tmp_path: Path) -> None:
+async def test_a_rotated_or_wrong_key_is_refused_never_read_as_garbage(
+    tmp_path: Path, database_url: str | None
+) -> None:
     data = tmp_path / "data"
-    build_world(data)
-    first = ServerProcess(data, env(HADRON_KEY)).start()
+    build_world(data, database_url)
+    first = ServerProcess(data, env(HADRON_KEY, database_url)).start()
     new = ServerKey(b"r" * 32)
     try:
         w = World(first, "", "")
         async with as_user(w, "alice") as alice:
             await alice.ok("hadron_create_node", loc=node(VAULT, "k"), name="K", content=WORD)
-            db = open_database(data / "hadron.db")
+            stores = open_stores(data / "hadron.db", database_url, None, None)  # the key table's engine
             try:
-                rotate(db, HADRON_KEY, new)  # while this server still holds the old key
+                rotate(stores.db, HADRON_KEY, new)  # while this server still holds the old key
             finally:
-                db.close()
+                stores.close()
             stale = await alice.refused("hadron_get_node", "ENCRYPTION_KEY_MISMATCH", loc=node(VAULT, "k"))
             assert WORD not in stale.text
     finally:
         first.stop()
-    with pytest.raises(RuntimeError, match="retired by a key rotation"):
-        ServerProcess(data, env(HADRON_KEY)).start()
-    with pytest.raises(RuntimeError, match="not the key this database is sealed with"):
-        ServerProcess(data, env(ServerKey(b"x" * 32))).start()
-    rotated = ServerProcess(data, env(new)).start()
+    with pytest.raises(
+        RuntimeError, match=f"id {HADRON_KEY.id}\\) is not .* \\(id {new.id}\\) .*retired by a key rotation"
+    ):
+        ServerProcess(data, env(HADRON_KEY, database_url)).start()
+    wrong = ServerKey(b"x" * 32)
+    with pytest.raises(
+        RuntimeError, match=f"id {wrong.id}\\) is not the key this database is sealed with \\(id {new.id}\\)"
+    ):
+        ServerProcess(data, env(wrong, database_url)).start()
+    rotated = ServerProcess(data, env(new, database_url)).start()
     try:
         async with as_user(World(rotated, "", ""), "alice") as alice:
             got = await alice.ok("hadron_get_node", loc=node(VAULT, "k"))

@@ -4,6 +4,7 @@ mirrors, /healthz, and the stdio bridge through the official MCP client."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import http.server
 import json
@@ -26,6 +27,10 @@ from mcp import Client, StdioServerParameters
 from triptych.metergraph.service import Metergraph
 
 STATIC_APP = "static-app-token-for-door-tests"
+# httpx's 5 s default timed out an ingest once under load (each ClickHouse INSERT feeds seven tables);
+# these tests check answers, not speed.
+post = functools.partial(httpx.post, timeout=60)
+get = functools.partial(httpx.get, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +90,13 @@ def test_ingest_answers_202_with_accepted_and_ignored_and_takes_gzip(server: Ser
     workspace = ws()
     token = mint(server, workspace)
     body = {"rows": [row(), {"event_type": "outcome"}], "meta": {"dropped": 2, "transport_errors": 1}}
-    plain = httpx.post(server.url + "/v1/ingest", json=body, headers=auth(token))
+    plain = post(server.url + "/v1/ingest", json=body, headers=auth(token))
     assert (plain.status_code, plain.json()) == (202, {"accepted": 1, "ignored": 1})
-    zipped = httpx.post(server.url + "/v1/ingest", content=gzip.compress(json.dumps({"schema_version": 1, "rows": [row()]}).encode()),
+    zipped = post(server.url + "/v1/ingest", content=gzip.compress(json.dumps({"schema_version": 1, "rows": [row()]}).encode()),
                         headers={**auth(token), "Content-Encoding": "gzip", "Content-Type": "application/json"})  # fmt: skip
     assert zipped.status_code == 202
     assert len(stored(server, workspace)) == 2
-    static = httpx.post(server.url + "/v1/ingest", json={"rows": [row()]}, headers=auth(STATIC_APP))
+    static = post(server.url + "/v1/ingest", json={"rows": [row()]}, headers=auth(STATIC_APP))
     assert static.status_code == 202
 
 
@@ -112,7 +117,7 @@ def test_bad_ingest_bodies_are_refused(server: ServerProcess, content: bytes, st
     headers = {**auth(mint(server, workspace)), "Content-Type": "application/json"}
     if content[:2] == b"\x1f\x8b":
         headers["Content-Encoding"] = "gzip"
-    response = httpx.post(server.url + "/v1/ingest", content=content, headers=headers)
+    response = post(server.url + "/v1/ingest", content=content, headers=headers)
     assert response.status_code == status
     assert stored(server, workspace) == []
 
@@ -120,9 +125,9 @@ def test_bad_ingest_bodies_are_refused(server: ServerProcess, content: bytes, st
 def test_refused_batches_show_as_permanent_failures_in_ingestion_health(server: ServerProcess) -> None:
     workspace = ws()
     app = mint(server, workspace)
-    httpx.post(server.url + "/v1/ingest", json={"rows": [row()]}, headers=auth(app))
-    httpx.post(server.url + "/v1/ingest", json={"rows": [row(input_tokens="many")]}, headers=auth(app))
-    health = httpx.get(
+    post(server.url + "/v1/ingest", json={"rows": [row()]}, headers=auth(app))
+    post(server.url + "/v1/ingest", json={"rows": [row(input_tokens="many")]}, headers=auth(app))
+    health = get(
         server.url + "/v1/agent/ingestion-health", headers=auth(mint(server, workspace, "metadata"))
     ).json()
     assert (health["processed_batches"], health["failed_batches"], health["permanent_failures"]) == (1, 1, 1)
@@ -131,7 +136,7 @@ def test_refused_batches_show_as_permanent_failures_in_ingestion_health(server: 
 
 def test_ingest_without_a_valid_app_token_is_401(server: ServerProcess) -> None:
     for headers in ({}, auth("mgapp_forged"), auth(mint(server, ws(), "debug"))):
-        response = httpx.post(server.url + "/v1/ingest", json={"rows": [row()]}, headers=headers)
+        response = post(server.url + "/v1/ingest", json={"rows": [row()]}, headers=headers)
         assert response.status_code == 401, headers
 
 
@@ -139,23 +144,23 @@ def test_sessions_exchange_an_app_token_for_a_short_lived_ingest_token(server: S
     workspace = ws()
     token = mint(server, workspace)
     body = {"protocol_version": 2, "repository": "acme/app", "sdk_version": "0.6.12"}
-    session = httpx.post(server.url + "/v1/ingest/sessions", json=body, headers=auth(token))
+    session = post(server.url + "/v1/ingest/sessions", json=body, headers=auth(token))
     assert session.status_code == 201
     doc = session.json()
     assert datetime.fromisoformat(doc["expires_at"]) > datetime.now(UTC)
     assert (
-        httpx.post(
+        post(
             server.url + "/v1/ingest", json={"rows": [row()]}, headers=auth(doc["session_token"])
         ).status_code
         == 202
     )
     assert (
-        httpx.post(
+        post(
             server.url + "/v1/ingest/sessions", json={**body, "protocol_version": 1}, headers=auth(token)
         ).status_code
         == 400
     )
-    assert httpx.post(server.url + "/v1/ingest/sessions", json=body, headers=auth("nope")).status_code == 401
+    assert post(server.url + "/v1/ingest/sessions", json=body, headers=auth("nope")).status_code == 401
     assert stored(server, workspace)[0]["app"] != "static"
 
 
@@ -169,11 +174,9 @@ def test_route_config_has_an_etag_and_answers_304(server: ServerProcess) -> None
         )
     finally:
         mg.close()
-    first = httpx.get(server.url + "/v1/config", headers=auth(token))
+    first = get(server.url + "/v1/config", headers=auth(token))
     assert first.json() == {"routes": {"support": {"model": "gpt-4o-mini"}}}
-    again = httpx.get(
-        server.url + "/v1/config", headers={**auth(token), "If-None-Match": first.headers["etag"]}
-    )
+    again = get(server.url + "/v1/config", headers={**auth(token), "If-None-Match": first.headers["etag"]})
     assert again.status_code == 304
 
 
@@ -324,7 +327,7 @@ def test_an_otlp_exporter_delivers_genai_spans_in_every_spelling(server: ServerP
     assert (failed["error"], failed["error_type"], failed["cost_status"]) == (1, "RateLimitError", "unpriced")
     assert sum(c["input_tokens"] or 0 for c in calls) == 2 * (1000 + 300 + 40)  # no double counting
     reader = mint(server, workspace, "metadata")
-    health = httpx.get(server.url + "/v1/agent/ingestion-health", headers=auth(reader)).json()
+    health = get(server.url + "/v1/agent/ingestion-health", headers=auth(reader)).json()
     assert health["unknown_attributes"] == 2  # gen_ai.brand_new_attribute, counted in each delivery
 
 
@@ -337,7 +340,7 @@ def test_otlp_json_with_hex_ids_and_gzip_is_accepted(server: ServerProcess) -> N
             "attributes": [{"key": "gen_ai.provider.name", "value": {"stringValue": "openai"}},
                            {"key": "gen_ai.request.model", "value": {"stringValue": "gpt-4o"}},
                            {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "12"}}]}]}]}]}  # fmt: skip
-    response = httpx.post(server.url + "/v1/traces", content=gzip.compress(json.dumps(document).encode()),
+    response = post(server.url + "/v1/traces", content=gzip.compress(json.dumps(document).encode()),
                           headers={**auth(mint(server, workspace)), "Content-Type": "application/json", "Content-Encoding": "gzip"})  # fmt: skip
     assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
     [call] = stored(server, workspace)
@@ -347,14 +350,14 @@ def test_otlp_json_with_hex_ids_and_gzip_is_accepted(server: ServerProcess) -> N
         250.0,
         "dev",
     )
-    bad = httpx.post(
+    bad = post(
         server.url + "/v1/traces",
         content=b"\xff\x00garbage",
         headers={**auth(mint(server, workspace)), "Content-Type": "application/x-protobuf"},
     )
     assert bad.status_code == 400
     assert (
-        httpx.post(
+        post(
             server.url + "/v1/traces", content=b"", headers={"Content-Type": "application/x-protobuf"}
         ).status_code
         == 401
@@ -368,19 +371,19 @@ def test_rest_mirrors_apply_the_same_bounds_and_decode_metadata(server: ServerPr
     workspace = ws()
     app = mint(server, workspace)
     rows = [row(tags={"prompt,id": "p-1"}), row(tags={"prompt,id": "p-2"}), row(tags={"prompt,id": "中文"})]
-    assert httpx.post(server.url + "/v1/ingest", json={"rows": rows}, headers=auth(app)).status_code == 202
+    assert post(server.url + "/v1/ingest", json={"rows": rows}, headers=auth(app)).status_code == 202
     reader = auth(mint(server, workspace, "metadata"))
     base = server.url + "/v1/agent"
-    grouped = httpx.get(
+    grouped = get(
         base + "/usage/aggregates",
         params=[("group_by", "route,model"), ("group_by", "metadata.prompt,id")],
         headers=reader,
     ).json()
     assert grouped["group_by"] == ["route", "model", "metadata.prompt,id"] and grouped["totals"]["calls"] == 3
-    escaped = httpx.get(
+    escaped = get(
         base + "/traces", params={"metadata": '{"prompt,id": "\\u4e2d\\u6587"}'}, headers=reader
     ).json()
-    plain = httpx.get(
+    plain = get(
         base + "/traces",
         params={"metadata": json.dumps({"prompt,id": "中文"}, ensure_ascii=False)},
         headers=reader,
@@ -388,18 +391,18 @@ def test_rest_mirrors_apply_the_same_bounds_and_decode_metadata(server: ServerPr
     assert len(escaped["traces"]) == len(plain["traces"]) == 1
     assert escaped["coverage"]["filters"]["metadata"] == [{"key": "prompt,id", "value": "中文"}]
     for bad in ('{"a": 1}', '{"a": "x", "a": "y"}', "{nope", '["a"]'):
-        response = httpx.get(base + "/usage", params={"metadata": bad}, headers=reader)
+        response = get(base + "/usage", params={"metadata": bad}, headers=reader)
         assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_argument", bad
-    assert httpx.get(base + "/usage", params={"days": 91}, headers=reader).status_code == 422
-    assert httpx.get(base + "/usage", params={"colour": "red"}, headers=reader).status_code == 422
+    assert get(base + "/usage", params={"days": 91}, headers=reader).status_code == 422
+    assert get(base + "/usage", params={"colour": "red"}, headers=reader).status_code == 422
     for path in ("/workspace", "/capabilities", "/routes", "/usage", "/ingestion-health"):
-        response = httpx.get(base + path, headers=reader)
+        response = get(base + path, headers=reader)
         assert response.status_code == 200 and response.json()["content_included"] is False, path
-    incidents = httpx.get(base + "/incidents", params={"limit": 5}, headers=reader)
+    incidents = get(base + "/incidents", params={"limit": 5}, headers=reader)
     assert incidents.status_code == 200 and incidents.json()["page"]["limit"] == 5
-    assert httpx.get(base + "/debug/traces/abc", headers=reader).status_code == 403
-    assert httpx.get(base + "/usage").status_code == 401
-    assert httpx.get(server.url + "/healthz").json()["ok"] is True
+    assert get(base + "/debug/traces/abc", headers=reader).status_code == 403
+    assert get(base + "/usage").status_code == 401
+    assert get(server.url + "/healthz").json()["ok"] is True
 
 
 # -- the stdio bridge ------------------------------------------------------------------------------
@@ -411,7 +414,7 @@ def bridge_env(url: str, token: str) -> dict[str, str]:
 
 async def test_the_stdio_bridge_serves_the_tools_through_the_official_client(server: ServerProcess) -> None:
     workspace = ws()
-    httpx.post(server.url + "/v1/ingest", json={"rows": [row()]}, headers=auth(mint(server, workspace)))
+    post(server.url + "/v1/ingest", json={"rows": [row()]}, headers=auth(mint(server, workspace)))
     token = mint(server, workspace, "debug")
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "triptych.metergraph.bridge"], env=bridge_env(server.url, token)

@@ -1,7 +1,8 @@
-"""The access policy, decided in one place: every caller kind against every memory kind (real SQLite)."""
+"""The access policy, decided in one place: every caller kind against every memory kind, on both engines."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ MEMORIES = (
 ).split()
 RW, RO, NO = "read-write", "read-only", None
 
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
 # What each caller gets on each memory, in MEMORIES order.
 EXPECTED = {
     "alice": (RW, RW, RW, RW, RW, NO, NO, RW),  # acme OWNER; her own journal
@@ -28,10 +31,12 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def hadron(tmp_path_factory: pytest.TempPathFactory) -> Hadron:
+def hadron(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[Hadron]:
     data = tmp_path_factory.mktemp("access")
-    build_world(data)
-    return Hadron.open(data / "hadron.db")
+    build_world(data, module_database_url)
+    h = Hadron.open(data / "hadron.db", database_url=module_database_url)
+    yield h
+    h.close()
 
 
 def user(hadron: Hadron, handle: str) -> HadronCaller:

@@ -1,4 +1,5 @@
-"""The `triptych hadron` admin commands, run as real processes: they print what they made."""
+"""The `triptych hadron` admin commands, run as real processes: they print what they made, and act on the
+engine the server would use (PostgreSQL when TRIPTYCH_DATABASE_URL is set)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import io
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from triptych.hadron.cli import main
 from triptych.hadron.surface import Hadron
@@ -30,7 +33,10 @@ def hadron(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
-def test_admin_commands_set_up_a_world_and_print_it(tmp_path: Path) -> None:
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
+
+def test_admin_commands_set_up_a_world_and_print_it(tmp_path: Path, cli_database_url: str | None) -> None:
     data = tmp_path / "data"
     schema = tmp_path / "schema.json"
     schema.write_text('{"collections": {"task": {"type": "object", "required": ["title"]}}}')
@@ -84,15 +90,16 @@ def test_admin_commands_set_up_a_world_and_print_it(tmp_path: Path) -> None:
         assert done.stdout.startswith(expected), done.stdout
     key = hadron_process(data, "app", "key", "hrn:app:acme.com:bot")
     assert key.returncode == 0 and key.stdout.startswith("hak_") and "shown once" in key.stderr
-    opened = Hadron.open(data / "hadron.db")
+    opened = Hadron.open(data / "hadron.db", database_url=cli_database_url)
     try:
         assert opened.tenancy.app_for_key(key.stdout.strip()) is not None
         assert opened.admin().memory("hrn:mem:acme.com:specs").schema is not None
     finally:
         opened.close()
+    assert (data / "hadron.db").exists() == (cli_database_url is None)  # server mode writes no file
 
 
-def test_admin_refusals_exit_2_with_the_reason(tmp_path: Path) -> None:
+def test_admin_refusals_exit_2_with_the_reason(tmp_path: Path, cli_database_url: str | None) -> None:
     data = tmp_path / "data"
     assert hadron(data, "org", "create", "acme.com").returncode == 0
     refused = hadron_process(data, "org", "create", "acme.com")
@@ -108,3 +115,4 @@ def test_admin_refusals_exit_2_with_the_reason(tmp_path: Path) -> None:
         done = hadron(data, *args)
         assert done.returncode == 2, args
         assert reason in done.stderr, done.stderr
+    assert (data / "hadron.db").exists() == (cli_database_url is None)

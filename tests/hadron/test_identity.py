@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,15 +13,19 @@ from triptych.core.errors import AuthRequired
 from triptych.hadron.identity import LOCAL_HANDLE, authenticator
 from triptych.hadron.surface import Hadron
 
+# App keys and users are looked up in the tenancy store: the same answers on both engines.
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+
 
 @pytest.fixture
-def hadron(tmp_path: Path) -> Hadron:
-    h = Hadron.open(tmp_path / "hadron.db")
+def hadron(tmp_path: Path, database_url: str | None) -> Iterator[Hadron]:
+    h = Hadron.open(tmp_path / "hadron.db", database_url=database_url)
     admin = h.admin()
     admin.create_org("acme.com")
     admin.create_user("alice")
     admin.create_app("bot", None, "acme.com", None)
-    return h
+    yield h
+    h.close()
 
 
 def test_with_auth_on(hadron: Hadron) -> None:

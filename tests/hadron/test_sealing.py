@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hadron.world import HADRON_KEY
 from harness import run_threads
+from postgres import database_files
 
 from triptych.hadron.errors import BadInput, EncryptionKeyMismatch, EncryptionKeyMissing
 from triptych.hadron.identity import HadronCaller
@@ -80,10 +81,7 @@ def on_disk(h: Hadron, path: Path) -> bytes:
     PostgreSQL database (its tables, TOAST tables and indexes) after a checkpoint."""
     if h.stores.pg is None:
         return b"".join(p.read_bytes() for p in (path, path.with_name(path.name + "-wal")) if p.exists())
-    flush(h)
-    oid = h.db.conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0]
-    data = Path(h.db.conn.execute("SHOW data_directory").fetchone()[0])
-    return b"".join(f.read_bytes() for f in (data / "base" / str(oid)).iterdir() if f.is_file())
+    return database_files(h.stores.pg.url)
 
 
 def test_an_encrypted_memory_leaves_no_plaintext_in_the_file_its_wal_or_its_fts(

@@ -1,4 +1,5 @@
-"""`triptych hadron source ...` and `triptych hadron key ...`: they do the job and print what they did."""
+"""`triptych hadron source ...` and `triptych hadron key ...`: they do the job and print what they did, on
+the engine the server would use (PostgreSQL when TRIPTYCH_DATABASE_URL is set)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from hadron.test_cli import hadron
 from triptych.hadron.sealing import ServerKey, check_key
 from triptych.hadron.surface import Hadron
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary"),
+    pytest.mark.engines("sqlite", "postgresql"),
+]
 
 
 def hadron_process(data: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -36,7 +40,7 @@ def setup(data: Path) -> None:
         assert hadron(data, *args).returncode == 0
 
 
-def test_attach_list_sync_and_detach_a_git_source(tmp_path: Path) -> None:
+def test_attach_list_sync_and_detach_a_git_source(tmp_path: Path, cli_database_url: str | None) -> None:
     data = tmp_path / "data"
     setup(data)
     repo = Repo(tmp_path / "repo")
@@ -55,9 +59,10 @@ def test_attach_list_sync_and_detach_a_git_source(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "git ls-remote failed" in refused.stderr
     refused = hadron(data, "source", "sync", "hrn:mem:acme.com:docs")
     assert refused.returncode == 2 and "NO_GIT_SOURCE" in refused.stderr
+    assert (data / "hadron.db").exists() == (cli_database_url is None)  # server mode writes no file
 
 
-def test_key_new_and_rotate_as_processes(tmp_path: Path) -> None:
+def test_key_new_and_rotate_as_processes(tmp_path: Path, cli_database_url: str | None) -> None:
     data = tmp_path / "data"
     setup(data)
     assert (
@@ -73,7 +78,7 @@ def test_key_new_and_rotate_as_processes(tmp_path: Path) -> None:
     assert hadron(data, "key", "new", str(old_file)).returncode == 2  # never overwrites a key
     hadron(data, "key", "new", str(new_file))
     old = ServerKey.parse(old_file.read_text(), "old")
-    h = Hadron.open(data / "hadron.db", key=old)
+    h = Hadron.open(data / "hadron.db", key=old, database_url=cli_database_url)
     check_key(h.db, old)
     h.close()
     env = {"TRIPTYCH_HADRON_KEY_FILE": str(old_file), "TRIPTYCH_HADRON_KEY": ""}
@@ -82,3 +87,9 @@ def test_key_new_and_rotate_as_processes(tmp_path: Path) -> None:
     assert "memory under key" in rotated.stdout and f"TRIPTYCH_HADRON_KEY_FILE={new_file}" in rotated.stdout
     again = hadron_process(data, "key", "rotate", "--new-key-file", str(new_file), env=env)
     assert again.returncode == 2 and "retired by a key rotation" in again.stderr
+    rotated_to = ServerKey.parse(new_file.read_text(), "new")
+    h = Hadron.open(data / "hadron.db", key=rotated_to, database_url=cli_database_url)
+    try:
+        check_key(h.db, rotated_to)  # the engine's key table names the new key as the one in use
+    finally:
+        h.close()

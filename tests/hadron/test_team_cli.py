@@ -18,11 +18,10 @@ pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 
 def test_a_team_is_set_up_from_nothing_with_the_admin_cli(
-    tmp_path: Path, database_url: str | None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cli_database_url: str | None
 ) -> None:
+    database_url = cli_database_url
     data = tmp_path / "data"
-    if database_url:  # the CLI, in this process or another, reads its engine as `triptych hadron` does
-        monkeypatch.setenv("TRIPTYCH_DATABASE_URL", database_url)
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("You are {{name}} ({{role}}).")
     for args in (

@@ -24,7 +24,8 @@ def open_ch(path: Path, url: str, **settings: object) -> Metergraph:
 def test_calls_and_rollups_older_than_the_retention_window_expire(
     clickhouse: ClickHouseEndpoint, tmp_path: Path
 ) -> None:
-    rows = [row(minutes_ago=40 * 24 * 60), row(minutes_ago=60)]
+    rows = [row(minutes_ago=40 * 24 * 60, tags={"prompt_id": "p1"}, trace_id="t-old"),
+            row(minutes_ago=60, tags={"prompt_id": "p1"}, trace_id="t-new")]  # fmt: skip
     kept = open_ch(tmp_path / "kept", clickhouse.database_url())  # the default window: ten years
     short = open_ch(tmp_path / "short", clickhouse.database_url(), clickhouse_retention_days=30)
     try:
@@ -33,16 +34,47 @@ def test_calls_and_rollups_older_than_the_retention_window_expire(
             store = mg.store
             assert isinstance(store, ClickHouseTelemetryStore)
             for table in ("calls", "rollup_daily", "rollup_daily_coarse", "rollup_hourly_coarse",
-                          "rollup_weekly_coarse"):  # fmt: skip
+                          "rollup_weekly_coarse", "rollup_meta_daily", "rollup_meta_weekly", "trace_bounds"):  # fmt: skip
                 store.client.command(f"OPTIMIZE TABLE {table} FINAL")  # merges apply the TTL now
         assert kept.store.count_calls("w1") == 2
         assert kept.usage.aggregates(agent(), days=90)["totals"]["calls"] == 2
         assert short.store.count_calls("w1") == 1
         assert short.usage.aggregates(agent(), days=90)["totals"]["calls"] == 1
         assert short.usage.aggregates(agent(), days=90, group_by=["route"])["totals"]["calls"] == 1
+        by_prompt = short.usage.aggregates(agent(), days=90, group_by=["metadata.prompt_id"])
+        assert [(i["metadata.prompt_id"], i["calls"]) for i in by_prompt["items"]] == [("p1", 1)]
+        assert short.store.client.command("SELECT count() FROM trace_bounds") == 1
     finally:
         kept.close()
         short.close()
+
+
+def test_a_database_from_before_the_metadata_rollup_and_trace_bounds_gets_them_filled(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path
+) -> None:
+    url = clickhouse.database_url()
+    rows = [row(minutes_ago=m * 97, tags={"prompt_id": f"p{m % 3}"} if m % 4 else {}, trace_id=f"t{m // 2}")
+            for m in range(40)]  # fmt: skip
+    mg = open_ch(tmp_path, url)
+    mg.ingest.ingest_document(app(), {"rows": rows})
+    reads = {
+        "by_prompt": lambda m: m.usage.aggregates(agent(), days=7, group_by=["metadata.prompt_id", "day"]),
+        "by_prompt_weeks": lambda m: m.usage.aggregates(agent(), days=30, group_by=["metadata.prompt_id"]),
+        "traces": lambda m: m.traces.query(agent(), days=7, limit=5),
+    }
+    before = {name: read(mg) for name, read in reads.items()}
+    assert before["by_prompt"]["metadata_groups"]["unlisted"]["missing_key"]["calls"] == 10
+    store = mg.store
+    assert isinstance(store, ClickHouseTelemetryStore)
+    for table in ("rollup_meta_daily", "rollup_meta_weekly", "trace_bounds"):
+        store.client.command(f"DROP TABLE {table}_mv")
+        store.client.command(f"DROP TABLE {table}")
+    mg.close()
+    reopened = open_ch(tmp_path, url)  # the tables come back, filled from the stored calls
+    try:
+        assert {name: read(reopened) for name, read in reads.items()} == before
+    finally:
+        reopened.close()
 
 
 def test_several_workers_ingest_at_once_with_distinct_call_ids(

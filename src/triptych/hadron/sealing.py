@@ -317,6 +317,7 @@ def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
             # tables, with no copy of a dead version (the WAL's segments recycle on their own). Also
             # when a worker starting at the same time sealed them: its vacuum kept the versions this
             # worker's open transaction could still see.
+            _await_older_transactions(conn)
             conn.execute("VACUUM FULL nodes, node_revisions, channel_messages")
         elif sealed:
             # Pages freed before this (an old full-text index, rows moved by an update) may still hold
@@ -327,6 +328,24 @@ def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
         if not postgres:
             conn.execute("PRAGMA secure_delete = OFF")
     return sealed
+
+
+def _await_older_transactions(conn: Any, timeout: float = 30.0) -> None:
+    """Wait (bounded) until no other session of this database holds a transaction or snapshot begun before
+    now: VACUUM keeps every row version such a session could still see, so a worker starting at the same
+    time, whose check found nothing left to seal and so runs no vacuum, would leave the clear versions
+    on disk."""
+    import time
+
+    since = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    older = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND backend_type = 'client backend' AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL) "
+        "AND xact_start < ?"
+    )
+    deadline = time.monotonic() + timeout
+    while conn.execute(older, (since,)).fetchone()[0] and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _each_message_body(tx: Any, memory_id: str, change: Callable[[str, str, str], str]) -> int:

@@ -18,9 +18,9 @@ provider, model or environment in rollup keys, as there.
 
 from __future__ import annotations
 
-from triptych.metergraph.store import ROLLUPS, SUMS
+from triptych.metergraph.store import ELIGIBLE_CHARS, ROLLUPS, SUMS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 4
 
 _STR = "Nullable(String)"
 _DIM = "LowCardinality(Nullable(String))"
@@ -150,10 +150,108 @@ FROM (SELECT *, intDiv(ts_ms, {width}) AS bucket, {key_values} FROM calls)
 GROUP BY workspace, bucket, {", ".join(f"key_{k}" for k in _KEY)}"""
 
 
+# The metadata rollup: per UTC day, route, provider, model and environment, one row per (key, class,
+# value) with the calls carrying that key. The class is the one ``clickhouse_store`` gives a raw call:
+# 'v' an eligible string (its value kept), 'i' a longer string or a non-string value (value ''). Calls
+# without the key are not in it: a read takes them as the route rollup's calls minus the key's rows.
+# Keyed by key before day, so a group-by on one key reads one range; the row count grows with the
+# distinct values per day, not with the calls.
+META_ROLLUP = "rollup_meta_daily"
+_META_KEY = (*_KEY, "key", "cls", "value")
+_META_PAIRS = (
+    f"arrayConcat(arrayMap((k, v) -> (k, if(lengthUTF8(v) <= {ELIGIBLE_CHARS}, 'v', 'i'),"
+    f" if(lengthUTF8(v) <= {ELIGIBLE_CHARS}, v, '')), mapKeys(metadata), mapValues(metadata)),"
+    " arrayMap(k -> (toString(k), 'i', ''), metadata_other))"
+)
+
+
+# Its weekly sum (epoch weeks, as ``rollup_weekly_coarse``), cascading from the daily one: a 90-day read
+# takes 12 whole weeks from here and the few other days from the daily rows.
+META_WEEKLY = "rollup_meta_weekly"
+
+
+def meta_rollup_ddl(retention_days: int, table: str = META_ROLLUP) -> list[str]:
+    sums = ",\n  ".join(
+        f"{name} {_FLOAT_SUM if name in ('cost_usd', 'latency_sum') else _INT_SUM}" for name in SUMS
+    )
+    keys = ", ".join(f"{k} LowCardinality(String)" for k in _KEY)
+    days = 7 if table == META_WEEKLY else 1
+    select = meta_weekly_select() if table == META_WEEKLY else meta_rollup_select()
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {table} (
+  workspace LowCardinality(String), key LowCardinality(String), bucket Int64, {keys},
+  cls LowCardinality(String), value String,
+  {sums},
+  hist {_HIST_TYPE}
+) ENGINE = AggregatingMergeTree
+ORDER BY (workspace, key, bucket, {", ".join(_META_KEY[:-3])}, cls, value)
+TTL toDateTime(bucket * {86400 * days}) + INTERVAL {int(retention_days) + days + 1} DAY""",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {table}_mv TO {table} AS {select}",
+    ]
+
+
+def meta_weekly_select() -> str:
+    """The weekly metadata rollup's rows from the daily one (the week computed under another name: an
+    alias equal to a column's name would shadow it inside the sums)."""
+    keys = ", ".join(_META_KEY)
+    sums = ", ".join(f"sum({name}) AS {name}" for name in SUMS)
+    return f"""SELECT workspace, key, week AS bucket, {", ".join(_KEY)}, cls, value, {sums}, sumMap(hist) AS hist
+FROM (SELECT *, intDiv(bucket, 7) AS week FROM {META_ROLLUP})
+GROUP BY workspace, week, {keys}"""
+
+
+def meta_rollup_select(where: str = "") -> str:
+    """The rows the metadata rollup gets from the calls ``where`` selects (its view's query, a rebuild's)."""
+    key_values = ", ".join(f"ifNull({k}, '') AS key_{k}" for k in _KEY)
+    measured = ", ".join(f"{expr} AS {name}" for name, expr in MEASURES.items())
+    key_out = ", ".join(f"key_{k} AS {k}" for k in _KEY)
+    return f"""SELECT workspace, kv.1 AS key, bucket, {key_out}, kv.2 AS cls, kv.3 AS value, {measured},
+  {HIST} AS hist
+FROM (SELECT *, intDiv(ts_ms, 86400000) AS bucket, {key_values}, {_META_PAIRS} AS kvs FROM calls{where})
+ARRAY JOIN kvs AS kv
+GROUP BY workspace, kv.1, bucket, {", ".join(f"key_{k}" for k in _KEY)}, kv.2, kv.3"""
+
+
+# Each trace's first and last call time, fed by a view: a trace page reads its traces' spans within
+# those bounds (a range of the calls' primary key) instead of the whole window. Bloom filters on
+# ``trace_id`` cannot do it for a page: with 50 ids in the IN list nearly every granule passes.
+TRACE_BOUNDS = "trace_bounds"
+
+
+def trace_bounds_ddl(retention_days: int) -> list[str]:
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {TRACE_BOUNDS} (
+  workspace LowCardinality(String), trace_id String,
+  first_ms SimpleAggregateFunction(min, Int64), last_ms SimpleAggregateFunction(max, Int64)
+) ENGINE = AggregatingMergeTree
+ORDER BY (workspace, trace_id)
+TTL toDateTime(intDiv(last_ms, 1000)) + INTERVAL {int(retention_days) + 1} DAY""",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {TRACE_BOUNDS}_mv TO {TRACE_BOUNDS} AS {trace_bounds_select()}",
+    ]
+
+
+def trace_bounds_select() -> str:
+    return """SELECT workspace, assumeNotNull(trace_id) AS trace_id, min(ts_ms) AS first_ms, max(ts_ms) AS last_ms
+FROM calls WHERE trace_id IS NOT NULL GROUP BY workspace, trace_id"""
+
+
+# Tables fed by views that a database created before them fills once from the stored calls.
+# In this order: the weekly rollup from the daily one (empty if it is new too), then the daily one from
+# the calls (its cascade then fills the weekly one).
+BACKFILLED = {
+    META_WEEKLY: meta_weekly_select,
+    META_ROLLUP: meta_rollup_select,
+    TRACE_BOUNDS: trace_bounds_select,
+}
+
+
 def statements(retention_days: int) -> list[str]:
     """Every statement that creates the schema, in order (each is idempotent)."""
     out = [calls_ddl(retention_days), CONTENT_DDL]
     ddl = {table: rollup_ddl(table, retention_days) for table in ROLLUPS}
+    ddl[META_ROLLUP] = meta_rollup_ddl(retention_days)
+    ddl[META_WEEKLY] = meta_rollup_ddl(retention_days, META_WEEKLY)
+    ddl[TRACE_BOUNDS] = trace_bounds_ddl(retention_days)
     out.extend(table_ddl for table_ddl, _ in ddl.values())
     out.extend(view for _, view in ddl.values())
     return out

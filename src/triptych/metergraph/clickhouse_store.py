@@ -25,19 +25,26 @@ import numpy as np
 from triptych.core.errors import StorageUnavailable
 from triptych.metergraph import histogram
 from triptych.metergraph.call_filters import filter_clauses, key_clauses
+from triptych.metergraph.clickhouse_inserts import GroupInserter
 from triptych.metergraph.clickhouse_schema import (
+    BACKFILLED,
     CALL_TYPES,
     CASCADE,
     MEASURES,
+    META_ROLLUP,
+    META_WEEKLY,
+    TRACE_BOUNDS,
     rollup_select,
     statements,
 )
+from triptych.metergraph.scope import DAY_MS
 from triptych.metergraph.store import (
     CALL_COLUMNS,
     ELIGIBLE_CHARS,
     RETAINED_FIELDS,
     ROLLUPS,
     SUMS,
+    WEEK_DAYS,
     AggRow,
     CallBatch,
     CallFilter,
@@ -60,7 +67,19 @@ _META_CLASS = (
 # A group's latency histogram straight from the calls: the count of each of the 96 buckets (a call
 # without a latency falls outside the range). About half the cost of a per-call sumMap.
 _HIST_COUNTS = f"countResample(0, {histogram.BUCKETS}, 1)(ifNull(lat_bucket, 255))"
+# The same counts from rollup rows' (buckets, counts) maps: about a quarter of ``sumMap``'s cost, which
+# builds a map per group where this adds into 96 fixed slots.
+_HIST_SUM = f"sumResampleArray(0, {histogram.BUCKETS}, 1)(hist.2, hist.1)"
 _TRACE_KEY = "ifNull(trace_id, concat('call:', toString(id)))"
+# One trace's summary over its matching calls (``trace_summaries``).
+_SUMMARY = (
+    f"{_TRACE_KEY} AS trace_key, max(trace_name), min(ts_ms), max(ts_ms), count(),"
+    " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0)), sum(ifNull(cache_read_tokens, 0)),"
+    " sum(ifNull(cache_write_tokens, 0)), sum(ifNull(reasoning_tokens, 0)), sum(cost_usd),"
+    " countIf(cost_status IN ('unpriced', 'partial')), max(error), groupUniqArray(route),"
+    " groupUniqArray(provider), groupUniqArray(model), groupUniqArray(environment), sum(latency_ms),"
+    " countIf(environment IS NULL)"
+)
 
 
 class Where:
@@ -105,12 +124,8 @@ def call_where(f: CallFilter, w: Where | None = None) -> Where:
     return w
 
 
-def _hist(pairs: tuple[list[int], list[int]]) -> histogram.Hist:
-    out = histogram.empty()
-    buckets, counts = pairs
-    if buckets:
-        out[np.array(buckets, dtype=np.int64)] += np.array(counts, dtype=histogram.DTYPE)
-    return out
+def _hist(counts: Sequence[int]) -> histogram.Hist:
+    return np.array(counts, dtype=histogram.DTYPE)
 
 
 def parse_url(url: str) -> dict[str, Any]:
@@ -158,8 +173,13 @@ class ClickHouseTelemetryStore:
             self.client = clickhouse_connect.get_client(
                 **options, database=database, autogenerate_session_id=False
             )
+            missing = [table for table in BACKFILLED if not self._exists(table)]
             for statement in statements(retention_days):
                 self.client.command(statement)
+            for table in missing:
+                # A database from before this table: its view feeds it from now on, the calls already
+                # stored go in once (upgrade with ingest paused: a batch in flight may count twice).
+                self.client.command(f"INSERT INTO {table} {BACKFILLED[table]()}")
         except Exception as exc:
             raise StorageUnavailable(
                 f"ClickHouse at {options['host']}:{options['port']} is not reachable or refused the schema: {exc}",
@@ -169,6 +189,16 @@ class ClickHouseTelemetryStore:
         with meta.db.transaction() as conn:
             conn.execute(_SEQUENCE_DDL)
         self._ids = threading.Lock()
+        self._calls = GroupInserter(self._insert_calls, lambda exc: not isinstance(exc, StorageUnavailable))
+
+    def _insert_calls(self, columns: list[list[Any]]) -> None:
+        self._insert(
+            "calls", columns, column_names=list(_INSERT_COLUMNS), column_type_names=_INSERT_TYPES,
+            column_oriented=True,
+        )  # fmt: skip
+
+    def _exists(self, table: str) -> bool:
+        return bool(self.client.command("EXISTS TABLE {t:Identifier}", parameters={"t": table}))
 
     # -- the client, with connection failures as StorageUnavailable (ingest answers 503 + Retry-After) ----
 
@@ -201,9 +231,13 @@ class ClickHouseTelemetryStore:
         """Recompute every rollup from the raw calls (operators; the views keep them current)."""
         for table in ROLLUPS:
             self._command(f"TRUNCATE TABLE {table}")
+        for table in BACKFILLED:
+            self._command(f"TRUNCATE TABLE {table}")
         for table in ROLLUPS:
             if table not in CASCADE:  # the cascading views fill the others
                 self._command(f"INSERT INTO {table} {rollup_select(table)}")
+        for table, select in BACKFILLED.items():
+            self._command(f"INSERT INTO {table} {select()}")
 
     def close(self) -> None:
         self.client.close()
@@ -279,8 +313,9 @@ class ClickHouseTelemetryStore:
         batch: dict[str, Any],
         now_iso: str,
     ) -> None:
-        """The batch's calls in one INSERT (content first, so no call points at missing content), then
-        its batch record in SQLite."""
+        """The batch's calls in one INSERT, shared with the batches waiting at the same time
+        (``clickhouse_inserts``; content first, so no call points at missing content), then its batch
+        record in SQLite."""
         if calls.size:
             first = self.reserve_ids(calls.size)
             ids = list(range(first, first + calls.size))
@@ -293,15 +328,8 @@ class ClickHouseTelemetryStore:
                      for i, c in retained],
                     column_names=["workspace", "call_id", "ts_ms", "request_text", "response_text", "tool_calls"],
                 )  # fmt: skip
-            data = [ids, *(calls.column(name) for name in CALL_COLUMNS)]
             try:
-                self._insert(
-                    "calls",
-                    data,
-                    column_names=list(_INSERT_COLUMNS),
-                    column_type_names=_INSERT_TYPES,
-                    column_oriented=True,
-                )
+                self._calls.submit([ids, *(calls.column(name) for name in CALL_COLUMNS)])
             except self._data_error as exc:
                 # A value beyond its column's range fails the batch whole, as SQLite's OverflowError does.
                 raise OverflowError(str(exc)) from exc
@@ -329,7 +357,7 @@ class ClickHouseTelemetryStore:
         exprs = [f"intDiv(bucket, {int(bucket_per_day)})" if d == "day" else d for d in dims]
         group = f" GROUP BY {', '.join(exprs)}" if exprs else ""
         sums = ", ".join(f"sum({name})" for name in SUMS)
-        sql = f"SELECT {', '.join([*exprs, sums])}, sumMap(hist) FROM {table} WHERE {w.sql()}{group}"
+        sql = f"SELECT {', '.join([*exprs, sums])}, {_HIST_SUM} FROM {table} WHERE {w.sql()}{group}"
         result: dict[tuple[Any, ...], AggRow] = {}
         n = len(exprs)
         for row in self._query(sql, parameters=w.params).result_rows:
@@ -340,6 +368,92 @@ class ClickHouseTelemetryStore:
         return result
 
     def aggregate_raw(
+        self, f: CallFilter, dims: Sequence[str], meta_key: str | None
+    ) -> dict[tuple[Any, ...], AggRow]:
+        """Calls grouped by ``dims`` and, when given, one metadata key's (class, value).
+
+        A group-by on a metadata key reads the metadata rollup for the window's whole UTC days and
+        the raw calls only at its edges, unless a filter the rollups do not hold (metadata pairs,
+        status, request id, a saved workload) asks for the calls themselves."""
+        first, last = -(-f.since_ms // DAY_MS), f.until_ms // DAY_MS
+        if (
+            meta_key is None
+            or f.metadata
+            or f.status is not None
+            or f.request_id is not None
+            or f.workload is not None
+            or first >= last
+        ):
+            return self._scan(f, dims, meta_key)
+        out = self._meta_days(f, first, last, dims, meta_key)
+        for lo, hi in ((f.since_ms, first * DAY_MS), (last * DAY_MS, f.until_ms)):
+            if lo < hi:
+                edge = CallFilter(**{**f.__dict__, "since_ms": lo, "until_ms": hi})
+                for key, agg in self._scan(edge, dims, meta_key).items():
+                    mine = out.get(key)
+                    if mine is None:
+                        out[key] = agg
+                    else:
+                        mine.sums, mine.hist = mine.sums + agg.sums, mine.hist + agg.hist
+        return out
+
+    def _meta_days(
+        self, f: CallFilter, first: int, last: int, dims: Sequence[str], meta_key: str
+    ) -> dict[tuple[Any, ...], AggRow]:
+        """Days [first, last) of a metadata group-by from the rollups: the key's rows from the metadata
+        rollup, and its missing class as the route rollup's calls less those rows."""
+        coarse = "route" not in dims and f.routes is None
+        totals = self.aggregate_rollups(
+            "rollup_daily_coarse" if coarse else "rollup_daily", f, first, last, dims, 1
+        )
+        # Whole weeks from the weekly metadata rollup unless grouped by day, the other days from the daily.
+        spans = [(META_ROLLUP, first, last)]
+        w_lo, w_hi = -(-first // WEEK_DAYS), last // WEEK_DAYS
+        if "day" not in dims and w_lo < w_hi:
+            spans = [
+                (META_WEEKLY, w_lo, w_hi),
+                (META_ROLLUP, first, w_lo * WEEK_DAYS),
+                (META_ROLLUP, w_hi * WEEK_DAYS, last),
+            ]
+        exprs = ["bucket" if d == "day" else d for d in dims]
+        sums = ", ".join(f"sum({name})" for name in SUMS)
+        out: dict[tuple[Any, ...], AggRow] = {}
+        n = len(exprs)
+        for table, lo, hi in spans:
+            if lo >= hi:
+                continue
+            w = Where()
+            w.add(f"workspace = {w.param(f.workspace, 'String')}")
+            w.add(f"key = {w.param(meta_key, 'String')}")
+            w.add(f"bucket >= {w.param(lo, 'Int64')}")
+            w.add(f"bucket < {w.param(hi, 'Int64')}")
+            _keys(f, w, rollup=True)
+            sql = (
+                f"SELECT {', '.join([*exprs, 'cls', 'value'])}, {sums}, {_HIST_SUM} FROM {table}"
+                f" WHERE {w.sql()} GROUP BY {', '.join([*exprs, 'cls', 'value'])}"
+            )
+            for row in self._query(sql, parameters=w.params).result_rows:
+                group = tuple(
+                    None if v == "" and d != "day" else v for v, d in zip(row[:n], dims, strict=True)
+                )
+                cls, value = row[n], row[n + 1]
+                agg = AggRow((*group, cls, value if cls == "v" else None),
+                             np.array(row[n + 2 : n + 2 + len(SUMS)], dtype=np.float64), _hist(row[-1]))  # fmt: skip
+                mine = out.get(agg.key)
+                if mine is None:
+                    out[agg.key] = AggRow(agg.key, agg.sums.copy(), agg.hist.copy())
+                else:
+                    mine.sums, mine.hist = mine.sums + agg.sums, mine.hist + agg.hist
+                total = totals.get(group)
+                if total is not None:
+                    total.sums, total.hist = total.sums - agg.sums, total.hist - agg.hist
+        calls = SUMS.index("calls")
+        for group, rest in totals.items():
+            if rest.sums[calls] > 0:
+                out[(*group, "m", None)] = AggRow((*group, "m", None), rest.sums, rest.hist)
+        return out
+
+    def _scan(
         self, f: CallFilter, dims: Sequence[str], meta_key: str | None
     ) -> dict[tuple[Any, ...], AggRow]:
         """Raw calls grouped by ``dims`` and, when given, one metadata key's (class, value)."""
@@ -382,72 +496,113 @@ class ClickHouseTelemetryStore:
     ) -> list[dict[str, Any]]:
         """Traces newest first by their newest matching call (ts_ms, id), after ``cursor``.
 
-        The same page as the embedded engine's walk: a trace's position is its newest matching call,
-        a cursor lists the traces positioned before it, and a trace with a span outside
-        ``trace_filter_envs`` is left out."""
+        The embedded engine's walk, in chunks: matching calls newest first along the primary key
+        (workspace, ts_ms, id), so ClickHouse reads the newest granules only and stops at the chunk's
+        LIMIT; a trace's first call in the walk is its position (after a cursor, its newest matching
+        call overall, which may lie after the cursor: such a trace was on an earlier page). A trace with
+        a span outside ``trace_filter_envs`` is left out."""
         keys: list[str] = []
         positions: dict[str, tuple[int, int]] = {}
-        offset, want = 0, limit
+        seen: set[str] = set()
+        after: tuple[int, int] | None = None  # the walk's last call so far
+        top = min(f.until_ms, cursor[0] + 1) if cursor is not None else f.until_ms
+        # Each chunk also reads only the last ``span`` ms (a day, then 8 times more) above the walk's
+        # position, so ClickHouse opens the newest day's parts rather than the head of every part in the
+        # window; a chunk that comes back short widens it.
+        span, want = DAY_MS, max(4 * limit, 64)
         while len(keys) < limit:
             w = call_where(f)
-            having = ""
             if cursor is not None:
-                having = f" HAVING pos < ({w.param(cursor[0], 'Int64')}, {w.param(cursor[1], 'UInt64')})"
+                w.add(f"ts_ms <= {w.param(cursor[0], 'Int64')}")
+            if after is not None:
+                w.add(f"(ts_ms, id) < ({w.param(after[0], 'Int64')}, {w.param(after[1], 'UInt64')})")
+            floor = max(f.since_ms, (after[0] + 1 if after is not None else top) - span)
+            w.add(f"ts_ms >= {w.param(floor, 'Int64')}")
             sql = (
-                f"SELECT {_TRACE_KEY} AS k, trace_id IS NULL AS single, max((ts_ms, id)) AS pos"
-                f" FROM calls WHERE {w.sql()} GROUP BY k, single{having}"
-                f" ORDER BY pos DESC LIMIT {int(want)} OFFSET {int(offset)}"
+                f"SELECT {_TRACE_KEY} AS k, trace_id IS NULL AS single, ts_ms, id FROM calls"
+                f" WHERE {w.sql()} ORDER BY ts_ms DESC, id DESC LIMIT {int(want)}"
             )
             rows = self._query(sql, parameters=w.params).result_rows
-            candidates = [(str(k), bool(single), (int(pos[0]), int(pos[1]))) for k, single, pos in rows]
+            found: list[tuple[str, bool, tuple[int, int]]] = []
+            for key, single, ts_ms, call_id in rows:
+                if key not in seen:
+                    seen.add(key)
+                    found.append((str(key), bool(single), (int(ts_ms), int(call_id))))
+            if rows:
+                after = (int(rows[-1][2]), int(rows[-1][3]))
+            traces = [key for key, single, _ in found if not single]
+            if cursor is not None and traces:
+                newest = self._newest_matching(f, traces)
+                found = [(k, single, newest.get(k, p)) for k, single, p in found]
+                found = [c for c in found if c[2] < cursor]
             if trace_filter_envs is not None:
-                outside = self._traces_outside(
-                    f.workspace, [k for k, single, _ in candidates if not single], trace_filter_envs
-                )
-                candidates = [c for c in candidates if c[0] not in outside]
-            for key, _, position in candidates:
+                outside = self._traces_outside(f.workspace, traces, trace_filter_envs)
+                found = [c for c in found if c[0] not in outside]
+            for key, _, position in found:
                 if len(keys) < limit:
                     keys.append(key)
                     positions[key] = position
             if len(rows) < want:
-                break
-            offset += want
-            want *= 2
+                if floor <= f.since_ms:
+                    break  # the window is walked to its start
+                if after is None:
+                    after = (floor, 0)  # nothing matched above the floor: continue below it (ids start at 1)
+                span *= 8
+            else:
+                want *= 2
         summaries = self.trace_summaries(f, keys)
         for summary in summaries:
             summary["position"] = positions[summary["trace_key"]]
         return summaries
+
+    def _span_bounds(self, workspace: str, trace_ids: Sequence[str], w: Where) -> str:
+        """A clause selecting these traces' calls within their first and last call times (a range of
+        the primary key), from ``trace_bounds``; its values go into ``w``."""
+        b = Where()
+        b.add(f"workspace = {b.param(workspace, 'String')}")
+        b.add(f"trace_id IN {b.param(list(trace_ids), 'Array(String)')}")
+        sql = f"SELECT min(first_ms), max(last_ms), count() FROM {TRACE_BOUNDS} WHERE {b.sql()}"
+        first, last, found = self._query(sql, parameters=b.params).result_rows[0]
+        ids = f"trace_id IN {w.param(list(trace_ids), 'Array(String)')}"
+        if not found:
+            return "0"
+        return f"{ids} AND ts_ms >= {w.param(int(first), 'Int64')} AND ts_ms <= {w.param(int(last), 'Int64')}"
+
+    def _newest_matching(self, f: CallFilter, trace_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        w = call_where(f)
+        w.add(self._span_bounds(f.workspace, trace_ids, w))
+        sql = f"SELECT trace_id, max((ts_ms, id)) FROM calls WHERE {w.sql()} GROUP BY trace_id"
+        return {
+            str(k): (int(pos[0]), int(pos[1])) for k, pos in self._query(sql, parameters=w.params).result_rows
+        }
 
     def _traces_outside(self, workspace: str, trace_ids: Sequence[str], envs: Sequence[str]) -> set[str]:
         if not trace_ids:
             return set()
         w = Where()
         w.add(f"workspace = {w.param(workspace, 'String')}")
-        w.add(f"trace_id IN {w.param(list(trace_ids), 'Array(String)')}")
-        w.add(f"(environment IS NULL OR environment NOT IN {w.param(list(envs) or [''], 'Array(String)')})")
-        if not envs:
-            w.clauses[-1] = "1"
+        w.add(self._span_bounds(workspace, trace_ids, w))
+        if envs:
+            w.add(f"(environment IS NULL OR environment NOT IN {w.param(list(envs), 'Array(String)')})")
         sql = f"SELECT DISTINCT trace_id FROM calls WHERE {w.sql()}"
         return {str(r[0]) for r in self._query(sql, parameters=w.params).result_rows}
 
     def trace_summaries(self, f: CallFilter, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The summaries of these traces' matching calls: the traces' calls read within their bounds,
+        the single calls (``call:<id>``) by id, in one query."""
         if not keys:
             return []
         trace_ids = [k for k in keys if not k.startswith("call:")]
         call_ids = [int(k[5:]) for k in keys if k.startswith("call:") and k[5:].isdigit()]
         w = call_where(f)
-        w.add(
-            f"(trace_id IN {w.param(trace_ids, 'Array(String)')}"
-            f" OR (trace_id IS NULL AND id IN {w.param(call_ids, 'Array(UInt64)')}))"
-        )
-        sql = (
-            f"SELECT {_TRACE_KEY} AS trace_key, max(trace_name), min(ts_ms), max(ts_ms), count(),"
-            " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0)), sum(ifNull(cache_read_tokens, 0)),"
-            " sum(ifNull(cache_write_tokens, 0)), sum(ifNull(reasoning_tokens, 0)), sum(cost_usd),"
-            " countIf(cost_status IN ('unpriced', 'partial')), max(error), groupUniqArray(route),"
-            " groupUniqArray(provider), groupUniqArray(model), groupUniqArray(environment), sum(latency_ms),"
-            " countIf(environment IS NULL)"
-            f" FROM calls WHERE {w.sql()} GROUP BY trace_key"
+        base = w.sql()
+        parts = []
+        if trace_ids:
+            parts.append(f"{base} AND {self._span_bounds(f.workspace, trace_ids, w)}")
+        if call_ids:
+            parts.append(f"{base} AND trace_id IS NULL AND id IN {w.param(call_ids, 'Array(UInt64)')}")
+        sql = " UNION ALL ".join(
+            f"SELECT {_SUMMARY} FROM calls WHERE {part} GROUP BY trace_key" for part in parts
         )
         found: dict[str, dict[str, Any]] = {}
         for row in self._query(sql, parameters=w.params).result_rows:

@@ -1,0 +1,115 @@
+"""Group commit on the ClickHouse engine: ingest batches waiting at the same time share one INSERT, each
+caller returns once its rows are stored, and a bad batch in a shared INSERT fails alone."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clickhouse_endpoint import ClickHouseEndpoint
+from mg_support import NOW, agent, app, row
+
+from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
+from triptych.metergraph.service import Metergraph
+from triptych.metergraph.settings import load_metergraph_settings
+
+
+@pytest.fixture
+def mg(clickhouse: ClickHouseEndpoint, tmp_path: Path) -> Iterator[Metergraph]:
+    service = Metergraph.open(
+        tmp_path, load_metergraph_settings(clickhouse_url=clickhouse.database_url()), clock=lambda: NOW
+    )
+    yield service
+    service.close()
+
+
+def hold_first_insert(store: ClickHouseTelemetryStore) -> tuple[threading.Event, list[int]]:
+    """The first INSERT waits for the gate (the real INSERT, held), so batches queue behind it; the
+    rows each INSERT carried are recorded."""
+    inserter = store._calls
+    real: Callable[[list[list[Any]]], None] = inserter._insert
+    gate, sent = threading.Event(), []
+
+    def held(columns: list[list[Any]]) -> None:
+        sent.append(len(columns[0]))
+        if len(sent) == 1:
+            assert gate.wait(30)
+        real(columns)
+
+    inserter._insert = held
+    return gate, sent
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def ingest_in_threads(
+    mg: Metergraph, batches: list[list[dict[str, Any]]]
+) -> tuple[list[Any], list[threading.Thread]]:
+    outcomes: list[Any] = [None] * len(batches)
+
+    def run(i: int) -> None:
+        try:
+            outcomes[i] = mg.ingest.ingest_document(app(), {"rows": batches[i]}).accepted
+        except Exception as exc:  # the test checks which batch failed, and how
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(batches))]
+    return outcomes, threads
+
+
+def test_batches_waiting_together_go_in_one_insert_and_each_returns_stored(mg: Metergraph) -> None:
+    store = mg.store
+    assert isinstance(store, ClickHouseTelemetryStore)
+    gate, sent = hold_first_insert(store)
+    batches = [[row(request_id=f"b{b}-{i}") for i in range(5)] for b in range(4)]
+    outcomes, threads = ingest_in_threads(mg, batches)
+    threads[0].start()
+    wait_for(lambda: len(sent) == 1)  # the first batch's INSERT is in flight, alone
+    for t in threads[1:]:
+        t.start()
+    wait_for(lambda: len(store._calls._queue) == 3)  # the others wait behind it
+    assert store.count_calls("w1") == 0 and outcomes == [None] * 4  # nobody was told stored yet
+    gate.set()
+    for t in threads:
+        t.join()
+    assert outcomes == [5, 5, 5, 5]
+    assert sent == [5, 15]  # two INSERTs for four batches
+    calls = store.raw_calls("w1")
+    assert len({c["id"] for c in calls}) == 20
+    assert {c["request_id"] for c in calls} == {f"b{b}-{i}" for b in range(4) for i in range(5)}
+    assert mg.usage.aggregates(agent(), days=1)["totals"]["calls"] == 20
+    assert store.batch_health("w1", 0)["processed"] == 4
+
+
+def test_a_bad_batch_in_a_shared_insert_fails_alone(mg: Metergraph) -> None:
+    store = mg.store
+    assert isinstance(store, ClickHouseTelemetryStore)
+    gate, sent = hold_first_insert(store)
+    batches = [[row(request_id=f"b{b}-{i}") for i in range(3)] for b in range(4)]
+    batches[2][1]["input_tokens"] = 2**70  # beyond Int64: refused while the INSERT is encoded
+    outcomes, threads = ingest_in_threads(mg, batches)
+    threads[0].start()
+    wait_for(lambda: len(sent) == 1)
+    for t in threads[1:]:
+        t.start()
+    wait_for(lambda: len(store._calls._queue) == 3)
+    gate.set()
+    for t in threads:
+        t.join()
+    assert outcomes[:2] == [3, 3] and outcomes[3] == 3
+    assert isinstance(outcomes[2], OverflowError)
+    assert sent == [3, 9, 3, 3, 3]  # the shared INSERT refused, then each of its batches alone
+    assert {c["request_id"] for c in store.raw_calls("w1")} == {
+        f"b{b}-{i}" for b in (0, 1, 3) for i in range(3)
+    }
+    assert mg.usage.aggregates(agent(), days=1)["totals"]["calls"] == 9
+    assert store.batch_health("w1", 0)["processed"] == 3
