@@ -311,50 +311,43 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
     print(copied.report())
-    if not args.to:
-        from triptych.hadron.migrate import holds_data
-        from triptych.hadron.migrate import migrate_to_embedded as hadron_to_embedded
+    from triptych.hadron import migrate as hadron_migrate
 
-        if holds_data(args.source):  # Hadron's server-mode data comes back beside Metronix's
-            try:
-                print(hadron_to_embedded(args.source, settings.data_dir, progress).report())
-            except TriptychError as exc:
-                print(
-                    f"triptych: Metronix's data was copied, Hadron's was not: {exc.message}."
-                    f" {exc.hint or ''} Then copy Hadron alone: triptych hadron migrate --from URL".rstrip(),
-                    file=sys.stderr,
-                )
-                return 1
-            finally:
-                for bar in bars:
-                    bar.close()
+    # Server mode keeps Hadron in the database too: it moves beside Metronix's data, either way.
+    if args.to:
+        hadron = (
+            (lambda: hadron_migrate.migrate_to_postgres(settings.data_dir, args.to, progress))
+            if _holds_hadron_data(settings.data_dir / "hadron.db")
+            else None
+        )
+        following = (
+            f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory was only"
+            " read; Metergraph stays in it)"
+        )
+    else:
+        hadron = (
+            (lambda: hadron_migrate.migrate_to_embedded(args.source, settings.data_dir, progress))
+            if hadron_migrate.holds_data(args.source)
+            else None
+        )
         following = (
             f"start the server with --data-dir {settings.data_dir}, TRIPTYCH_DATABASE_URL unset and the same"
             f" Hadron key, if any ({redacted(args.source)} was only read)"
         )
-        print(f"next: {following}", file=sys.stderr)
-        return 0
-    # In server mode Hadron lives in the database too: a server started on it would otherwise show
-    # an empty Hadron beside the copied Metronix data.
-    if _holds_hadron_data(settings.data_dir / "hadron.db"):
-        from triptych.hadron.migrate import migrate_to_postgres as hadron_to_postgres
-
+    if hadron is not None:
         try:
-            print(hadron_to_postgres(settings.data_dir, args.to, progress).report())
+            print(hadron().report())
         except TriptychError as exc:
+            flag = "--to" if args.to else "--from"
             print(
                 f"triptych: Metronix's data was copied, Hadron's was not: {exc.message}."
-                f" {exc.hint or ''} Then copy Hadron alone: triptych hadron migrate --to URL".rstrip(),
+                f" {exc.hint or ''} Then copy Hadron alone: triptych hadron migrate {flag} URL".rstrip(),
                 file=sys.stderr,
             )
             return 1
         finally:
             for bar in bars:
                 bar.close()
-    following = (
-        f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory was only"
-        " read; Metergraph stays in it)"
-    )
     print(f"next: {following}", file=sys.stderr)
     return 0
 
