@@ -17,10 +17,20 @@ DIM = 8
 
 @pytest.fixture
 def store(database_url: str) -> Iterator[PgKnowledgeStore]:
-    # One pooled connection: every statement of the test meets whatever a search left on it.
-    opened = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
+    # One pooled connection: every statement of the test meets whatever a search left on it. pgvector's
+    # index only (no in-process mirror): this is the path a worker takes while its mirror catches up.
+    opened = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM, mirror=False)
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def workers(database_url: str) -> Iterator[tuple[PgKnowledgeStore, PgKnowledgeStore]]:
+    """Two stores on one database, as two server workers hold them, each with its own mirror."""
+    pair = (PgKnowledgeStore(PgDatabase(database_url), DIM), PgKnowledgeStore(PgDatabase(database_url), DIM))
+    yield pair
+    for opened in pair:
+        opened.close()
 
 
 def _put(store: PgKnowledgeStore, workspace: str, label: str, vectors: np.ndarray) -> None:
@@ -54,3 +64,59 @@ def test_vector_search_settings_hold_for_its_query_and_end_with_it(store: PgKnow
             "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')"
         ).fetchone()
     assert settings == ("40", "off")
+
+
+def _ids(hits: list[tuple[int, float]]) -> list[int]:
+    return [chunk_id for chunk_id, _ in hits]
+
+
+def test_the_mirror_answers_as_pgvector_s_index_and_follows_its_own_writes_in_place(
+    workers: tuple[PgKnowledgeStore, PgKnowledgeStore],
+) -> None:
+    store, _ = workers
+    vectors = _unit(60, seed=4)
+    _put(store, "ws", "doc-a", vectors[:40])
+    _put(store, "other", "doc-b", vectors[40:])
+    query = _unit(1, seed=5)[0]
+
+    # The first search finds no mirror: pgvector's index answers, the mirror loads in the background.
+    first = store.vector_search("ws", query, 10)
+    assert store.wait_ready("ws")
+    assert store.index.serves("ws", store.generation("ws"))
+    mirrored = store.vector_search("ws", query, 10)
+    assert _ids(mirrored) == _ids(first) == _ids(store.hnsw_search("ws", query, 10))
+    assert [round(score, 5) for _, score in mirrored] == [round(score, 5) for _, score in first]
+    exact = np.argsort(-(vectors[:40] @ query))[:10]
+    assert _ids(mirrored) == [int(i) + 1 for i in exact]
+    # Only the workspace's own chunks, all of them when fewer than asked.
+    assert len(store.vector_search("ws", query, 100)) == 40
+
+    # This worker's own write reaches its mirror in place: still current, no reload, the new chunk found.
+    _put(store, "ws", "doc-c", query.reshape(1, DIM))
+    assert store.index.serves("ws", store.generation("ws"))
+    best = store.vector_search("ws", query, 1)
+    assert _ids(best) == _ids(store.hnsw_search("ws", query, 1))
+    assert best[0][1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_write_through_another_worker_is_found_on_the_next_search_then_mirrored(
+    workers: tuple[PgKnowledgeStore, PgKnowledgeStore],
+) -> None:
+    reader, writer = workers
+    _put(writer, "ws", "doc-a", _unit(30, seed=6))
+    query = _unit(1, seed=7)[0]
+    reader.vector_search("ws", query, 5)
+    assert reader.wait_ready("ws")
+
+    _put(writer, "ws", "doc-new", query.reshape(1, DIM))
+    writer.delete_document("ws", "doc-a")
+    # The reader's mirror is behind the database: pgvector's index answers this search, fresh.
+    generation = reader.generation("ws")
+    assert not reader.index.serves("ws", generation)
+    found = reader.vector_search("ws", query, 5)
+    assert len(found) == 1 and found[0][1] == pytest.approx(1.0, abs=1e-5)
+    # The mirror catches up in the background and then answers the same.
+    assert reader.wait_ready("ws")
+    assert reader.index.serves("ws", generation)
+    assert reader.vector_search("ws", query, 5) == [(found[0][0], pytest.approx(found[0][1], abs=1e-6))]
+    assert reader.vector_search("nowhere", query, 5) == []

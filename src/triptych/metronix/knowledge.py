@@ -217,9 +217,12 @@ class KnowledgeService:
         """
         n = max(self.candidates, top_k * 5)
         pending = self._query_embedding.submit(self.embedder.embed, [query])
-        keyword = self.store.keyword_search(workspace, query, n)
+        # Both sides answer as of one read of the workspace's generation: one round trip on a server
+        # engine, and the two candidate lists describe the same state of the workspace.
+        generation = self.store.generation(workspace)
+        keyword = self.store.keyword_search(workspace, query, n, generation)
         vector = pending.result()[0]
-        dense = self.store.vector_search(workspace, vector, n)
+        dense = self.store.vector_search(workspace, vector, n, generation)
         fused = convex([dense, keyword], [0.5, 0.5])
         dense_scores = dict(dense)
         keyword_scores = dict(keyword)

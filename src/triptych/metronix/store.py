@@ -188,8 +188,13 @@ class KnowledgeStore(Protocol):
     def last_sync(self, workspace_id: str) -> str | None: ...
     def set_last_sync(self, workspace_id: str, when: str) -> None: ...
     def labels_with_prefix(self, workspace_id: str, prefix: str) -> dict[str, str]: ...
-    def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]: ...
-    def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]: ...
+    def generation(self, workspace_id: str) -> int: ...
+    def keyword_search(
+        self, workspace_id: str, query: str, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]: ...
+    def vector_search(
+        self, workspace_id: str, query: Vector, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]: ...
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]: ...
     def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]: ...
     def warm(self) -> None: ...
@@ -235,6 +240,10 @@ class SqliteKnowledgeStore:
         return int(self.db.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
 
     # -- documents -----------------------------------------------------------
+
+    def generation(self, workspace_id: str) -> int:
+        """The workspace's write count: what a search's caches must have caught up with."""
+        return self._generation(workspace_id)
 
     def _generation(self, workspace_id: str) -> int:
         row = self.db.conn.execute(
@@ -356,9 +365,12 @@ class SqliteKnowledgeStore:
 
     # -- retrieval ------------------------------------------------------------
 
-    def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]:
+    def keyword_search(
+        self, workspace_id: str, query: str, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]:
         """BM25 over the workspace's chunks (title and body), with the workspace's own statistics."""
-        generation = self._generation(workspace_id)
+        if generation is None:
+            generation = self._generation(workspace_id)
         self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
         return self.keywords.search(workspace_id, generation, query, limit)
 
@@ -380,8 +392,11 @@ class SqliteKnowledgeStore:
         except (sqlite3.Error, ValueError):
             return
 
-    def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
-        generation = self._generation(workspace_id)
+    def vector_search(
+        self, workspace_id: str, query: Vector, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]:
+        if generation is None:
+            generation = self._generation(workspace_id)
         self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
         return self.index.search(workspace_id, generation, query, limit)
 
