@@ -100,13 +100,16 @@ def test_the_mirror_answers_as_pgvector_s_index_and_follows_its_own_writes_in_pl
 
 
 def test_a_write_through_another_worker_is_found_on_the_next_search_then_mirrored(
-    workers: tuple[PgKnowledgeStore, PgKnowledgeStore],
+    workers: tuple[PgKnowledgeStore, PgKnowledgeStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reader, writer = workers
     _put(writer, "ws", "doc-a", _unit(30, seed=6))
     query = _unit(1, seed=7)[0]
     reader.vector_search("ws", query, 5)
     assert reader.wait_ready("ws")
+    loads: list[int] = []
+    install = reader.index.install
+    monkeypatch.setattr(reader.index, "install", lambda *a: (loads.append(1), install(*a)))
 
     _put(writer, "ws", "doc-new", query.reshape(1, DIM))
     writer.delete_document("ws", "doc-a")
@@ -119,4 +122,25 @@ def test_a_write_through_another_worker_is_found_on_the_next_search_then_mirrore
     assert reader.wait_ready("ws")
     assert reader.index.serves("ws", generation)
     assert reader.vector_search("ws", query, 5) == [(found[0][0], pytest.approx(found[0][1], abs=1e-6))]
+    assert loads == []  # patched by difference (the new ids' vectors), not loaded whole
     assert reader.vector_search("nowhere", query, 5) == []
+
+
+def test_re_embedding_through_another_worker_reloads_the_mirror_whole(
+    workers: tuple[PgKnowledgeStore, PgKnowledgeStore],
+) -> None:
+    reader, writer = workers
+    vectors = _unit(12, seed=8)
+    _put(writer, "ws", "doc-a", vectors)
+    query = vectors[3]
+    reader.vector_search("ws", query, 3)
+    assert reader.wait_ready("ws")
+    assert reader.vector_search("ws", query, 1)[0][0] == 4
+
+    # Same ids, new vectors (what `triptych reindex` writes): a catch-up by new ids would miss them.
+    moved = np.roll(vectors, 1, axis=0)
+    writer.replace_embeddings([(i + 1, moved[i]) for i in range(len(moved))])
+    reader.vector_search("ws", query, 1)
+    assert reader.wait_ready("ws")
+    assert reader.index.serves("ws", reader.generation("ws"))
+    assert reader.vector_search("ws", query, 1)[0][0] == 5

@@ -248,6 +248,12 @@ class VectorIndex(PartitionCache[_Partition]):
             and (part.hnsw is not None or len(part.ids) < HNSW_THRESHOLD)
         )
 
+    def cached(self, key: str) -> tuple[int, list[int]] | None:
+        """The cached partition's generation and ids (a copy), or None: what a catch-up diffs against."""
+        with self._lock:
+            part = self._parts.get(key)
+            return None if part is None else (part.generation, list(part.ids))
+
     def _build_in_background(self, key: str, part: _Partition) -> None:
         """Build the HNSW graph off the request path; exact search serves until it is ready.
 

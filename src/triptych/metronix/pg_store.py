@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from psycopg import Connection, sql
@@ -103,6 +104,7 @@ class PgKnowledgeStore:
         self.index = VectorIndex(dim, self._load_vectors)
         self._mirror = mirror
         self._refreshing: dict[str, threading.Thread] = {}
+        self._epochs: dict[str, str] = {}  # per mirrored workspace: the re-embedding it was loaded after
         self._refresh_lock = threading.Lock()
         self._gate = WriteGate()
 
@@ -324,7 +326,9 @@ class PgKnowledgeStore:
             self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
             if self.index.serves(workspace_id, generation):
                 return self.index.search(workspace_id, generation, query, limit)
-            self._refresh_in_background(workspace_id)
+            cached = self.index.cached(workspace_id)
+            if cached is None or cached[0] < generation:  # not while its graph is only being built
+                self._refresh_in_background(workspace_id)
         return self.hnsw_search(workspace_id, query, limit)
 
     def hnsw_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
@@ -365,12 +369,41 @@ class PgKnowledgeStore:
         thread.start()
 
     def _refresh(self, workspace_id: str) -> None:
+        """Bring the mirror up to the database: by difference when one is cached and no re-embedding
+        happened since (another worker's writes then cost a read of the workspace's ids and of the new
+        vectors, and the graph is patched, not rebuilt), else by loading the workspace whole."""
+        cached = self.index.cached(workspace_id)
         try:
-            generation, ids, matrix = self._read_vectors(workspace_id)
+            with self.db.connection() as conn, conn.transaction():
+                # One snapshot: a write committing meanwhile would be in the rows but not in the
+                # generation, and be applied twice.
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                state = conn.execute(
+                    "SELECT (SELECT generation FROM kb_workspaces WHERE id = %s),"
+                    " (SELECT value FROM kb_meta WHERE key = 'vectors_epoch')",
+                    (workspace_id,),
+                ).fetchone()
+                generation, epoch = int(one(state)[0] or 0), str(one(state)[1] or "")
+                whole = cached is None or not cached[1] or self._epochs.get(workspace_id) != epoch
+                if cached is not None and not whole:
+                    # Within a workspace chunk ids grow in commit order (its writes hold the workspace
+                    # row while they take ids), so what is new since the cached generation is above
+                    # its last id; anything else (an id below it the mirror lacks) means load whole.
+                    known, top = set(cached[1]), max(cached[1])
+                    present, _ = self._copy_vectors(conn, workspace_id, after=0, with_vectors=False)
+                    whole = any(i <= top and i not in known for i in present)
+                if whole or cached is None:
+                    ids, matrix = self._copy_vectors(conn, workspace_id, after=0)
+                    self.index.install(workspace_id, generation, ids, matrix)
+                    self._epochs[workspace_id] = epoch
+                    return
+                new_ids, matrix = self._copy_vectors(conn, workspace_id, after=top)
         except Exception:  # pgvector's index keeps serving; the next search retries
             log.warning("loading the vectors of workspace %s failed", workspace_id, exc_info=True)
             return
-        self.index.install(workspace_id, generation, ids, matrix)
+        removed = known.difference(present)
+        added = list(zip(new_ids, matrix, strict=True))
+        self.index.apply(workspace_id, cached[0], generation, added=added, removed=removed)
 
     def wait_ready(self, workspace_id: str, timeout: float = 600.0) -> bool:
         """Wait until the workspace's mirror is loaded and its graph built (benchmarks and tests)."""
@@ -383,30 +416,31 @@ class PgKnowledgeStore:
 
     def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
         # ``sync``'s loader: used only if a search finds the mirror dropped between its check and its read.
-        _, ids, matrix = self._read_vectors(workspace_id)
-        return ids, matrix
+        with self.db.connection() as conn:
+            return self._copy_vectors(conn, workspace_id, after=0)
 
-    def _read_vectors(self, workspace_id: str) -> tuple[int, list[int], Vector]:
-        """The workspace's generation and its chunk vectors, as of one snapshot (a write committing
-        meanwhile would otherwise be in the rows but not in the generation, and be applied twice).
+    def _copy_vectors(
+        self, conn: Conn, workspace_id: str, after: int, with_vectors: bool = True
+    ) -> tuple[list[int], Vector]:
+        """The workspace's chunk ids above ``after`` with their vectors, in id order.
 
         Binary COPY: every row has the same size (an id, then a vector of this dimension), so the
         stream parses as one numpy record array, 100,000 vectors in well under a second."""
-        row = np.dtype(
-            [("fields", ">i2"), ("id_len", ">i4"), ("id", ">i8"), ("vec_len", ">i4"),
-             ("dim", ">i2"), ("unused", ">i2"), ("vec", ">f4", (self.dim,))]
-        )  # fmt: skip
+        fields: list[tuple[Any, ...]] = [("fields", ">i2"), ("id_len", ">i4"), ("id", ">i8")]
+        if with_vectors:
+            fields += [("vec_len", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("vec", ">f4", (self.dim,))]
+        row = np.dtype(fields)
         copy = sql.SQL(
-            "COPY (SELECT id, {v} FROM kb_chunks WHERE workspace_id = {ws}"
+            "COPY (SELECT id{v} FROM kb_chunks WHERE workspace_id = {ws} AND id > {after}"
             " AND vector_dims(embedding) = {dim} ORDER BY id) TO STDOUT (FORMAT BINARY)"
-        ).format(v=self._vector(), ws=sql.Literal(workspace_id), dim=sql.Literal(self.dim))
-        with self.db.connection() as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            found = conn.execute("SELECT generation FROM kb_workspaces WHERE id = %s", (workspace_id,))
-            generation_row = found.fetchone()
-            with conn.cursor().copy(copy) as stream:
-                data = b"".join(bytes(block) for block in stream)
-        generation = int(generation_row[0]) if generation_row else 0
+        ).format(
+            v=sql.SQL(", {}").format(self._vector()) if with_vectors else sql.SQL(""),
+            ws=sql.Literal(workspace_id),
+            after=sql.Literal(after),
+            dim=sql.Literal(self.dim),
+        )
+        with conn.cursor().copy(copy) as stream:
+            data = b"".join(bytes(block) for block in stream)
         header, trailer = 19, 2  # PGCOPY signature, flags and extension length; the -1 field count
         body = memoryview(data)[header : len(data) - trailer]
         if len(body) % row.itemsize:
@@ -414,10 +448,14 @@ class PgKnowledgeStore:
                 f"unexpected COPY stream of {len(data)} bytes for vectors of dimension {self.dim}"
             )
         records = np.frombuffer(body, dtype=row)
-        if records.size and not ((records["fields"] == 2).all() and (records["dim"] == self.dim).all()):
+        expected = 2 if with_vectors else 1
+        if records.size and not (records["fields"] == expected).all():
             raise ValueError("unexpected row layout in the COPY stream of the workspace's vectors")
+        if with_vectors and records.size and not (records["dim"] == self.dim).all():
+            raise ValueError("unexpected vector dimension in the COPY stream of the workspace's vectors")
         ids = records["id"].astype(np.int64).tolist()
-        return generation, ids, records["vec"].astype(np.float32)
+        vectors = records["vec"].astype(np.float32) if with_vectors else np.zeros((0, self.dim), np.float32)
+        return ids, vectors
 
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]:
         if not chunk_ids:
@@ -470,6 +508,11 @@ class PgKnowledgeStore:
                     [(np.asarray(v, dtype=np.float32), i) for i, v in rows],
                 )
             conn.execute("UPDATE kb_workspaces SET generation = generation + 1")
+            # Vectors changed under their ids: every worker's mirror reloads whole, not by difference.
+            conn.execute(
+                "INSERT INTO kb_meta VALUES ('vectors_epoch', '1') ON CONFLICT (key)"
+                " DO UPDATE SET value = (kb_meta.value::bigint + 1)::text"
+            )
 
     def close(self) -> None:
         with self._refresh_lock:
