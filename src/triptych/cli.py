@@ -284,19 +284,13 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from triptych.core.errors import TriptychError
     from triptych.core.pg import redacted
+    from triptych.core.progress import TableBars
     from triptych.metronix.migrate import migrate_to_embedded, migrate_to_postgres
 
     settings = _settings(args)
-    bars: list[Any] = []
-
-    def progress(table: str, total: int) -> Any:
-        bar = tqdm(total=total, unit="row", desc=f"copying {table}", file=sys.stderr)
-        bars.append(bar)
-        return bar.update
+    progress = TableBars()
 
     try:
         if args.to:
@@ -308,8 +302,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"triptych: {exc.message}. {exc.hint or ''}".rstrip(), file=sys.stderr)
         return 1
     finally:
-        for bar in bars:
-            bar.close()
+        progress.close()
     print(copied.report())
     from triptych.hadron import migrate as hadron_migrate
 
@@ -346,8 +339,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             )
             return 1
         finally:
-            for bar in bars:
-                bar.close()
+            progress.close()
     print(f"next: {following}", file=sys.stderr)
     return 0
 

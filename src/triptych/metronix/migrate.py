@@ -11,8 +11,7 @@ two copies.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from psycopg import Connection, sql
 from triptych.core.db import Database
 from triptych.core.errors import Invalid
 from triptych.core.pg import PgDatabase, PortableDatabase, one, redacted
+from triptych.core.transfer import Copied, Progress, remove_database
 from triptych.metronix import memory_store, store
 from triptych.metronix.pg_store import PgKnowledgeStore
 
@@ -113,19 +113,12 @@ TABLES: list[tuple[str, str, tuple[str, ...], str | None]] = [
     ("freshness_queue", "freshness_queue", ("record_id", "workspace_id", "enqueued_at"), None),
 ]
 
-Progress = Callable[[str, int], Callable[[int], None]]  # (table, rows) -> advance(n)
 
-
-@dataclass
-class Copied:
-    target: str
-    rows: dict[str, int] = field(default_factory=dict)
-
-    def report(self) -> str:
-        kb = f"{self.rows.get('documents', 0)} documents ({self.rows.get('chunks', 0)} chunks)"
-        memory = f"{self.rows.get('memory_records', 0)} memory records"
-        reviews = f"{self.rows.get('review_entries', 0)} review entries"
-        return f"copied {kb}, {memory} and {reviews} to {self.target}"
+def _summary(rows: Mapping[str, int]) -> str:
+    kb = f"{rows.get('documents', 0)} documents ({rows.get('chunks', 0)} chunks)"
+    memory = f"{rows.get('memory_records', 0)} memory records"
+    reviews = f"{rows.get('review_entries', 0)} review entries"
+    return f"{kb}, {memory} and {reviews}"
 
 
 def _source(data_dir: Path) -> Database:
@@ -184,7 +177,7 @@ def migrate_to_postgres(data_dir: Path, url: str, progress: Progress, default_di
             dim = _dimension(source) or default_dim
             PgKnowledgeStore(pg, dim)  # creates (or checks) the schema and its vector index
             memory_store.SqliteMemoryStore(PortableDatabase(pg), dim)
-            copied = Copied(redacted(url))
+            copied = Copied(redacted(url), _summary)
             with pg.transaction() as conn:
                 _ensure_empty(conn, url)
                 for table, target, columns, identity in TABLES:
@@ -247,11 +240,6 @@ def _target(data_dir: Path, url: str) -> Database:
     return db
 
 
-def _remove(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        path.with_name(path.name + suffix).unlink(missing_ok=True)
-
-
 def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
     """Copy the PostgreSQL database's Metronix data into ``data_dir`` (which must hold none); all or nothing."""
     path = data_dir / "metronix.db"
@@ -273,7 +261,7 @@ def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
                     hint="Check TRIPTYCH_DATABASE_URL: it should name the database a server-mode triptych used",
                 )
             target = _target(data_dir, url)
-            copied = Copied(str(data_dir))
+            copied = Copied(str(data_dir), _summary)
             try:
                 with target.transaction() as out:
                     for table, source, columns, _ in TABLES:
@@ -298,7 +286,7 @@ def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
             except BaseException:
                 target.close()
                 if created:
-                    _remove(path)
+                    remove_database(path)
                 raise
             target.close()
     finally:

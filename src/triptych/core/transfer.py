@@ -1,0 +1,29 @@
+"""What the engine-to-engine copies (``triptych migrate``, ``triptych hadron migrate``) share: the
+progress callback they report to and the record of what they copied."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+Progress = Callable[[str, int], Callable[[int], None]]  # (table, rows) -> advance(n)
+
+
+@dataclass
+class Copied:
+    """Rows copied per table, to ``target`` (a redacted URL or a data directory)."""
+
+    target: str
+    # The surface's headline counts ("3 documents (9 chunks), ..."): each surface names its own tables.
+    summary: Callable[[Mapping[str, int]], str]
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def report(self) -> str:
+        return f"copied {self.summary(self.rows)} to {self.target}"
+
+
+def remove_database(path: Path) -> None:
+    """Remove a SQLite file a failed copy created, with its WAL and shared-memory files."""
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
