@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 from pgvector import Vector
 from psycopg import Connection, sql
 
@@ -240,6 +241,23 @@ def _target(data_dir: Path, url: str) -> Database:
     return db
 
 
+def _missing(conn: Connection[Any]) -> str | None:
+    """The first of Metronix's tables the database lacks, if any."""
+    rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    present = {str(r[0]) for r in rows}
+    return next((target for _, target, _, _ in TABLES if target not in present), None)
+
+
+def missing_table(url: str) -> str | None:
+    """The first of Metronix's tables the database at ``url`` lacks: None when it has them all, or when
+    it cannot be read (the copy itself then says what is wrong)."""
+    try:
+        with psycopg.connect(url, connect_timeout=10) as conn:
+            return _missing(conn)
+    except psycopg.Error:
+        return None
+
+
 def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
     """Copy the PostgreSQL database's Metronix data into ``data_dir`` (which must hold none); all or nothing."""
     path = data_dir / "metronix.db"
@@ -249,15 +267,11 @@ def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
         with pg.transaction() as conn:
             # One snapshot for every table: rows written meanwhile by a running server are all in or all out.
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            present = {
-                str(r[0])
-                for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
-            }
-            missing = [target for _, target, _, _ in TABLES if target not in present]
-            if missing:
+            missing = _missing(conn)
+            if missing is not None:
                 raise Invalid(
                     f"The PostgreSQL database {redacted(url)} holds no Metronix data"
-                    f" (no table {missing[0]}): nothing was copied",
+                    f" (no table {missing}): nothing was copied",
                     hint="Check TRIPTYCH_DATABASE_URL: it should name the database a server-mode triptych used",
                 )
             target = _target(data_dir, url)
