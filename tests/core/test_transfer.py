@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+import psycopg
 import pytest
+from postgres import PostgresCluster
 
 from triptych.core.progress import TableBars
-from triptych.core.transfer import Copied, remove_database
+from triptych.core.transfer import Copied, remove_database, snapshot
 
 
 def test_a_copy_reports_the_surface_s_counts_and_where_they_went() -> None:
@@ -39,3 +41,17 @@ def test_table_bars_draw_one_bar_per_table_on_stderr(capsys: pytest.CaptureFixtu
     assert captured.out == ""
     assert "copying nodes" in captured.err and "2/2" in captured.err
     assert "copying edges" in captured.err and "1/1" in captured.err
+
+
+def test_the_way_back_reads_one_snapshot_and_writes_nothing(postgres: PostgresCluster) -> None:
+    url = postgres.create_database("snap")
+    with psycopg.connect(url, autocommit=True) as other:
+        other.execute("CREATE TABLE a (n int)")
+        other.execute("INSERT INTO a VALUES (1)")
+        with snapshot(url) as conn:
+            assert conn.execute("SELECT count(*) FROM a").fetchone() == (1,)
+            other.execute("INSERT INTO a VALUES (2)")  # a running server writes meanwhile
+            assert conn.execute("SELECT count(*) FROM a").fetchone() == (1,)
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                conn.execute("INSERT INTO a VALUES (3)")
+        assert other.execute("SELECT count(*) FROM a").fetchone() == (2,)

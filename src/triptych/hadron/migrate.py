@@ -25,8 +25,8 @@ import psycopg
 from psycopg import Connection, sql
 
 from triptych.core.errors import Invalid
-from triptych.core.pg import PgDatabase, one, redacted
-from triptych.core.transfer import Copied, Progress, remove_database
+from triptych.core.pg import one, redacted
+from triptych.core.transfer import Copied, Progress, remove_database, snapshot
 from triptych.hadron.engines import open_stores
 from triptych.hadron.sealing import attach
 
@@ -163,52 +163,47 @@ def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
     none); all or nothing, and a ``hadron.db`` this call created is removed again on failure."""
     path = data_dir / "hadron.db"
     created = not path.exists()
-    pg = PgDatabase(url, max_size=1)
-    try:
-        with pg.transaction() as conn:
-            # One snapshot for every table: rows written meanwhile by a running server are all in or all out.
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            present = _tables(conn)
-            if not {"orgs", "nodes"} <= present:
+    # One snapshot for every table: rows written meanwhile by a running server are all in or all out.
+    with snapshot(url) as conn:
+        present = _tables(conn)
+        if not {"orgs", "nodes"} <= present:
+            raise Invalid(
+                f"The PostgreSQL database {redacted(url)} holds no Hadron data (no table orgs or"
+                " nodes): nothing was copied",
+                hint="Check the URL: it should name the database a server-mode triptych used",
+            )
+        try:
+            target = open_stores(path, None, None, None)  # the current schema, every component's
+        except BaseException:
+            if created:
+                remove_database(path)
+            raise
+        try:
+            attach(target.db)
+            out = target.db.conn
+            if out.execute(HELD).fetchone()[0]:
                 raise Invalid(
-                    f"The PostgreSQL database {redacted(url)} holds no Hadron data (no table orgs or"
-                    " nodes): nothing was copied",
-                    hint="Check the URL: it should name the database a server-mode triptych used",
+                    f"The data directory {data_dir} already holds Hadron data: nothing was copied"
+                    f" from {redacted(url)}",
+                    hint="Pass a new, empty data directory with --data-dir",
                 )
-            try:
-                target = open_stores(path, None, None, None)  # the current schema, every component's
-            except BaseException:
-                if created:
-                    remove_database(path)
-                raise
-            try:
-                attach(target.db)
-                out = target.db.conn
-                if out.execute(HELD).fetchone()[0]:
-                    raise Invalid(
-                        f"The data directory {data_dir} already holds Hadron data: nothing was copied"
-                        f" from {redacted(url)}",
-                        hint="Pass a new, empty data directory with --data-dir",
-                    )
-                copied = Copied(str(data_dir), _summary)
-                names = {r[0] for r in out.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                with target.db.transaction():
-                    out.execute("PRAGMA defer_foreign_keys = ON")  # checked at COMMIT, whatever the order
-                    for table in _order(conn, (names & present) - DERIVED):
-                        _copy_back(conn, out, table, progress, copied)
-            except BaseException as exc:
-                target.close()
-                if created:
-                    remove_database(path)
-                if isinstance(exc, sqlite3.Error):  # rows the embedded schema refuses
-                    raise Invalid(
-                        f"The embedded schema refused a row of {redacted(url)} ({exc}): nothing was copied",
-                        hint="Check the database with the server-mode triptych that used it, then run again",
-                    ) from exc
-                raise
+            copied = Copied(str(data_dir), _summary)
+            names = {r[0] for r in out.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            with target.db.transaction():
+                out.execute("PRAGMA defer_foreign_keys = ON")  # checked at COMMIT, whatever the order
+                for table in _order(conn, (names & present) - DERIVED):
+                    _copy_back(conn, out, table, progress, copied)
+        except BaseException as exc:
             target.close()
-    finally:
-        pg.close()
+            if created:
+                remove_database(path)
+            if isinstance(exc, sqlite3.Error):  # rows the embedded schema refuses
+                raise Invalid(
+                    f"The embedded schema refused a row of {redacted(url)} ({exc}): nothing was copied",
+                    hint="Check the database with the server-mode triptych that used it, then run again",
+                ) from exc
+            raise
+        target.close()
     return copied
 
 

@@ -23,7 +23,7 @@ from psycopg import Connection, sql
 from triptych.core.db import Database
 from triptych.core.errors import Invalid
 from triptych.core.pg import PgDatabase, PortableDatabase, one, redacted
-from triptych.core.transfer import Copied, Progress, remove_database
+from triptych.core.transfer import Copied, Progress, remove_database, snapshot
 from triptych.metronix import memory_store, store
 from triptych.metronix.pg_store import PgKnowledgeStore
 
@@ -262,47 +262,40 @@ def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
     """Copy the PostgreSQL database's Metronix data into ``data_dir`` (which must hold none); all or nothing."""
     path = data_dir / "metronix.db"
     created = not path.exists()
-    pg = PgDatabase(url, max_size=1)
-    try:
-        with pg.transaction() as conn:
-            # One snapshot for every table: rows written meanwhile by a running server are all in or all out.
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            missing = _missing(conn)
-            if missing is not None:
-                raise Invalid(
-                    f"The PostgreSQL database {redacted(url)} holds no Metronix data"
-                    f" (no table {missing}): nothing was copied",
-                    hint="Check TRIPTYCH_DATABASE_URL: it should name the database a server-mode triptych used",
-                )
-            target = _target(data_dir, url)
-            copied = Copied(str(data_dir), _summary)
-            try:
-                with target.transaction() as out:
-                    for table, source, columns, _ in TABLES:
-                        count = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(source))
-                        total = int(one(conn.execute(count).fetchone())[0])
-                        advance = progress(table, total)
-                        statement = sql.SQL("SELECT {} FROM {}").format(
-                            sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(source)
-                        )
-                        insert = (
-                            f"INSERT OR REPLACE INTO {table} ({', '.join(columns)})"
-                            f" VALUES ({', '.join('?' * len(columns))})"
-                        )
-                        with conn.cursor(name=f"migrate_{source}") as cursor:
-                            cursor.execute(statement)
-                            while batch := cursor.fetchmany(BATCH):
-                                out.executemany(
-                                    insert, [_to_embedded(table, columns, tuple(r)) for r in batch]
-                                )
-                                advance(len(batch))
-                        copied.rows[table] = total
-            except BaseException:
-                target.close()
-                if created:
-                    remove_database(path)
-                raise
+    # One snapshot for every table: rows written meanwhile by a running server are all in or all out.
+    with snapshot(url) as conn:
+        missing = _missing(conn)
+        if missing is not None:
+            raise Invalid(
+                f"The PostgreSQL database {redacted(url)} holds no Metronix data"
+                f" (no table {missing}): nothing was copied",
+                hint="Check TRIPTYCH_DATABASE_URL: it should name the database a server-mode triptych used",
+            )
+        target = _target(data_dir, url)
+        copied = Copied(str(data_dir), _summary)
+        try:
+            with target.transaction() as out:
+                for table, source, columns, _ in TABLES:
+                    count = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(source))
+                    total = int(one(conn.execute(count).fetchone())[0])
+                    advance = progress(table, total)
+                    statement = sql.SQL("SELECT {} FROM {}").format(
+                        sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(source)
+                    )
+                    insert = (
+                        f"INSERT OR REPLACE INTO {table} ({', '.join(columns)})"
+                        f" VALUES ({', '.join('?' * len(columns))})"
+                    )
+                    with conn.cursor(name=f"migrate_{source}") as cursor:
+                        cursor.execute(statement)
+                        while batch := cursor.fetchmany(BATCH):
+                            out.executemany(insert, [_to_embedded(table, columns, tuple(r)) for r in batch])
+                            advance(len(batch))
+                    copied.rows[table] = total
+        except BaseException:
             target.close()
-    finally:
-        pg.close()
+            if created:
+                remove_database(path)
+            raise
+        target.close()
     return copied
