@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from triptych.core.pg import PgDatabase
-from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.pg_store import SAME_TEXT_READ, PgKnowledgeStore
 from triptych.metronix.store import NewDocument
 
 pytestmark = pytest.mark.engines("postgresql")
@@ -144,3 +144,37 @@ def test_re_embedding_through_another_worker_reloads_the_mirror_whole(
     assert reader.wait_ready("ws")
     assert reader.index.serves("ws", reader.generation("ws"))
     assert reader.vector_search("ws", query, 1)[0][0] == 5
+
+
+def test_hits_bring_the_labels_of_their_identical_documents_when_the_list_is_short(
+    store: PgKnowledgeStore,
+) -> None:
+    def copy_of(text: str, label: str, seed: int, workspace: str = "ws") -> None:
+        store.put_document(
+            NewDocument(workspace, label, None, text, "doc", None, None, {}, label, [text], _unit(1, seed))
+        )
+
+    for i in range(3):
+        copy_of("three copies", f"few-{i}", seed=10 + i)
+    copy_of("three copies", "elsewhere", seed=13, workspace="other")
+    for i in range(SAME_TEXT_READ + 1):
+        copy_of("many copies", f"many-{i:02d}", seed=20 + i)
+    with store.db.connection() as conn:
+        ids = {
+            str(label): int(chunk_id)
+            for chunk_id, label in conn.execute(
+                "SELECT c.id, d.doc_label FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+                " WHERE d.workspace_id = 'ws'"
+            ).fetchall()
+        }
+    hits = store.chunk_hits("ws", [ids["few-1"], ids["many-03"]])
+    few, many = hits[ids["few-1"]], hits[ids["many-03"]]
+    # Short list: read with the hit, as labels_by_body would answer it (one round trip fewer), and
+    # only this workspace's: the copy in "other" is not named.
+    assert few.same_text == ("few-0", "few-1", "few-2")
+    assert list(few.same_text) == store.labels_by_body("ws", [few.body_hash])[few.body_hash]
+    # Longer than a search lists: left to labels_by_body, which has them all.
+    assert many.same_text is None
+    assert len(store.labels_by_body("ws", [many.body_hash])[many.body_hash]) == SAME_TEXT_READ + 1
+    # Only the workspace's own documents, from either.
+    assert store.chunk_hits("other", [ids["few-1"]]) == {}

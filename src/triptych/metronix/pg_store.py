@@ -29,6 +29,7 @@ from triptych.core.search import Vector, VectorIndex
 from triptych.metronix.store import (
     CHUNK_HIT_COLUMNS,
     DOCUMENT_COLUMNS,
+    MAX_DUPLICATE_LABELS,
     ChunkHit,
     DocumentRecord,
     NewDocument,
@@ -91,6 +92,9 @@ Conn = Connection[TupleRow]
 # so both walk candidate lists of the same length (recall@100 at 100,000 chunks: 0.936 here, 0.957 for
 # usearch with its denser graph; 0.914 at the former 40/limit).
 EF_SEARCH = 128
+# Labels of identical documents read with a search's hits: a search lists MAX_DUPLICATE_LABELS (20)
+# besides the hit, which the first 21 in label order always hold, whichever of them is the hit.
+SAME_TEXT_READ = MAX_DUPLICATE_LABELS + 1
 
 
 class PgKnowledgeStore:
@@ -461,12 +465,23 @@ class PgKnowledgeStore:
         if not chunk_ids:
             return {}
         with self.db.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            # Each hit brings the labels of the documents with its text (what ``labels_by_body`` reads
+            # after it: one round trip fewer per search), up to SAME_TEXT_READ: a longer list is left
+            # to ``labels_by_body``, as a search lists at most MAX_DUPLICATE_LABELS besides the hit.
             rows = cursor.execute(
-                f"SELECT {CHUNK_HIT_COLUMNS} FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+                f"SELECT {CHUNK_HIT_COLUMNS}, ARRAY(SELECT o.doc_label FROM kb_documents o"
+                "  WHERE o.workspace_id = d.workspace_id AND o.body_hash = d.body_hash"
+                '  ORDER BY o.doc_label COLLATE "C" LIMIT %s) AS same_text'
+                " FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
                 " WHERE c.workspace_id = %s AND c.id = ANY(%s)".encode(),
-                (workspace_id, list(chunk_ids)),
+                (SAME_TEXT_READ + 1, workspace_id, list(chunk_ids)),
             ).fetchall()
-        return {int(r["id"]): chunk_hit_from_row(r) for r in rows}
+        return {
+            int(r["id"]): chunk_hit_from_row(
+                r, r["same_text"] if len(r["same_text"]) <= SAME_TEXT_READ else None
+            )
+            for r in rows
+        }
 
     def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]:
         """body hash -> the labels of the workspace's documents with that text, in label order."""

@@ -122,6 +122,10 @@ class NewDocument:
     embeddings: Vector = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
 
 
+# Labels of identical documents listed with a search result (the count is what matters past that).
+MAX_DUPLICATE_LABELS = 20
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkHit:
     chunk_id: int
@@ -132,6 +136,9 @@ class ChunkHit:
     url: str | None
     date: str | None
     body_hash: str
+    # The labels of the workspace's documents with this text, in label order, when the store read them
+    # with the hit (PostgreSQL: one round trip fewer); None: ask ``labels_by_body``.
+    same_text: tuple[str, ...] | None = None
 
 
 # A document row as both engines write it (``document_values``) and read it back (``document_from_row``).
@@ -162,7 +169,7 @@ def document_from_row(row: Any) -> DocumentRecord:
     )
 
 
-def chunk_hit_from_row(row: Any) -> ChunkHit:
+def chunk_hit_from_row(row: Any, same_text: Sequence[str] | None = None) -> ChunkHit:
     """A ``ChunkHit`` of a row of ``CHUNK_HIT_COLUMNS``, read by name, on either engine."""
     return ChunkHit(
         chunk_id=int(row["id"]),
@@ -173,6 +180,7 @@ def chunk_hit_from_row(row: Any) -> ChunkHit:
         url=row["url"],
         date=row["date"],
         body_hash=row["body_hash"],
+        same_text=None if same_text is None else tuple(same_text),
     )
 
 
