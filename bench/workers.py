@@ -9,7 +9,9 @@ both): each round starts the server, lets the clients run ``--warmup`` seconds, 
 complete in the next ``--seconds`` and stops the server. Each client is the official MCP client (one
 session per client, kept for the round) and loops over: 40 % ``metronix_search_fast``, 30 %
 ``memory_search``, 20 % ``metronix_store``, 10 % ``memory_store``. Every response names its worker
-(``X-Triptych-Worker``), so the spread of the calls over the workers is reported too.
+(``X-Triptych-Worker``), so the spread of the calls over the workers is reported too. Each round also
+reports its CPU ceiling: the calls/s the machine's cores allow at the CPU per call measured in it
+(server + PostgreSQL + clients), and the share of it reached.
 
 Run from the repository root:  .venv/bin/python bench/workers.py [--clients 16] [--seconds 30] [--rounds 4]
 """
@@ -184,9 +186,15 @@ def load(
             workers.update(out["workers"])
             latency += out["latency"]
     total = sum(calls.values())
+    per_call = {name: 1000 * used / max(total, 1) for name, used in cpu.items()}
+    # What the machine's cores allow at this much CPU per call (server, PostgreSQL and clients all
+    # share them): throughput can only approach it if nothing else runs and every process scales.
+    ceiling = (os.cpu_count() or 1) * 1000 / max(sum(per_call.values()), 1e-9)
     return {
         "calls_per_s": total / seconds,
-        "cpu_ms_per_call": {name: 1000 * used / max(total, 1) for name, used in cpu.items()},
+        "cpu_ms_per_call": per_call,
+        "cpu_ceiling_calls_per_s": ceiling,
+        "of_ceiling": total / seconds / ceiling,
         "calls": dict(calls),
         "by_worker": dict(sorted(workers.items())),
         "p50_ms": statistics.median(latency) if latency else None,
@@ -282,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"round {n}/{len(order)}: {workers} worker(s) {measured['calls_per_s']:.1f} calls/s,"
                 f" p50 {measured['p50_ms']:.0f} ms, by worker {measured['by_worker']},"
+                f" CPU ceiling {measured['cpu_ceiling_calls_per_s']:.0f} calls/s"
+                f" ({100 * measured['of_ceiling']:.0f} % of it),"
                 f" CPU ms per call {json.dumps({k: round(v, 1) for k, v in measured['cpu_ms_per_call'].items()})},"
                 f" load {measured['load_before']:.1f} -> {measured['load_after']:.1f}",
                 file=sys.stderr,
@@ -290,11 +300,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["rounds"] = rounds
         one = statistics.median(r["calls_per_s"] for r in rounds if r["workers"] == 1)
         two = statistics.median(r["calls_per_s"] for r in rounds if r["workers"] == 2)
+        ceiling = statistics.median(r["cpu_ceiling_calls_per_s"] for r in rounds if r["workers"] == 2)
         results["summary"] = {
             "one_worker_calls_per_s": one,
             "two_workers_calls_per_s": two,
             "ratio": two / one,
+            # The best two workers could do here, and the best ratio it allows over the measured one worker.
+            "two_workers_cpu_ceiling_calls_per_s": ceiling,
+            "two_workers_of_ceiling": two / ceiling,
+            "ceiling_ratio": ceiling / one,
         }
+        print(
+            f"medians: 1 worker {one:.1f}, 2 workers {two:.1f} calls/s, ratio {two / one:.2f};"
+            f" 2 workers' CPU ceiling {ceiling:.0f} calls/s ({100 * two / ceiling:.0f} % reached,"
+            f" at most {ceiling / one:.2f}x one worker on {os.cpu_count()} cores)",
+            file=sys.stderr,
+            flush=True,
+        )
     finally:
         cluster.stop()
     print(json.dumps(results, indent=2))
