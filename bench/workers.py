@@ -11,7 +11,9 @@ session per client, kept for the round) and loops over: 40 % ``metronix_search_f
 ``memory_search``, 20 % ``metronix_store``, 10 % ``memory_store``. Every response names its worker
 (``X-Triptych-Worker``), so the spread of the calls over the workers is reported too. Each round also
 reports its CPU ceiling: the calls/s the machine's cores allow at the CPU per call measured in it
-(server + PostgreSQL + clients), and the share of it reached.
+(server + PostgreSQL + clients), and the share of it reached. Before the rounds, in process: what a
+store through another worker costs a worker's next search (its keyword index reloaded, or followed
+from the change log).
 
 Run from the repository root:  .venv/bin/python bench/workers.py [--clients 16] [--seconds 30] [--rounds 4]
 """
@@ -35,10 +37,13 @@ from typing import Any
 
 import common
 import httpx2
+import numpy as np
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from triptych.core.pg import PgDatabase
+from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.store import NewDocument
 
 sys.path.insert(0, str(common.REPO / "tests"))
 from harness import McpSession, ServerProcess  # noqa: E402  (the tests' real server processes)
@@ -282,6 +287,45 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return found
 
 
+def keyword_catch_up_ms(url: str, samples: int = 15) -> dict[str, float]:
+    """p50 of what one worker pays for another worker's store on its next search: its keyword index of
+    the workspace reloaded whole (how every store through another worker was followed before the change
+    log) vs the log's entries applied (now). In process, on the seeded database, idle."""
+    dim = 384  # the bundled model's: the tables' vectors are that size
+    reader = PgKnowledgeStore(PgDatabase(url, max_size=2), dim)
+    writer = PgKnowledgeStore(PgDatabase(url, max_size=2), dim)  # the other worker
+    rng = random.Random(11)
+    workspace = WORKSPACES[0]
+    reload, follow = [], []
+    try:
+        for i in range(samples):
+            text = sentence(rng, 60)
+            vector = rng_unit(rng, dim)
+            writer.put_document(
+                NewDocument(workspace, f"catch-up-{i % 5}", None, text, "text", None, None, {}, str(i), [text], vector)
+            )  # fmt: skip
+            generation = reader._generation(workspace)
+            reader.keywords.sync(workspace, generation - 1)  # a copy one write behind, as the other worker's
+            if i % 2:
+                began = time.perf_counter()
+                reader._catch_up(workspace, generation)
+                follow.append((time.perf_counter() - began) * 1000)
+            else:
+                reader.keywords.forget(workspace)
+                began = time.perf_counter()
+                reader.keywords.sync(workspace, generation)
+                reload.append((time.perf_counter() - began) * 1000)
+        return {"reload_p50_ms": statistics.median(reload), "follow_p50_ms": statistics.median(follow)}
+    finally:
+        reader.close()
+        writer.close()
+
+
+def rng_unit(rng: random.Random, dim: int) -> Any:
+    vector = np.array([rng.gauss(0.0, 1.0) for _ in range(dim)], dtype=np.float32)
+    return (vector / np.linalg.norm(vector)).reshape(1, dim)
+
+
 def start(workers: int, url: str, root: Path, threads: int | None = None) -> ServerProcess:
     env = {
         **({"TRIPTYCH_EMBED_THREADS": str(threads)} if threads else {}),
@@ -319,6 +363,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             server.stop()
         results["generation_read_p50_ms"] = generation_read_ms(url)
+        results["keyword_catch_up"] = keyword_catch_up_ms(url)
+        print(
+            "another worker's store, paid on the next search: keyword index reloaded"
+            f" {results['keyword_catch_up']['reload_p50_ms']:.1f} ms, followed from the change log"
+            f" {results['keyword_catch_up']['follow_p50_ms']:.1f} ms (p50)",
+            file=sys.stderr,
+            flush=True,
+        )
         order = plan(args)
         rounds: list[dict[str, Any]] = []
         for n, (workers, threads) in enumerate(order, 1):
