@@ -1,14 +1,16 @@
-"""The knowledge base's PostgreSQL store below the service: its vector search in one round trip."""
+"""The knowledge base's PostgreSQL store below the service: its vector search in one round trip, and
+keyword indexes that follow other workers' writes through the change log."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
-from triptych.core.pg import PgDatabase
-from triptych.metronix.pg_store import SAME_TEXT_READ, PgKnowledgeStore
+from triptych.core.pg import PgDatabase, one
+from triptych.metronix.pg_store import COMPONENT, MIGRATIONS, SAME_TEXT_READ, PgKnowledgeStore
 from triptych.metronix.store import NewDocument
 
 pytestmark = pytest.mark.engines("postgresql")
@@ -113,15 +115,19 @@ def test_a_write_through_another_worker_is_found_on_the_next_search_then_mirrore
 
     _put(writer, "ws", "doc-new", query.reshape(1, DIM))
     writer.delete_document("ws", "doc-a")
+    # The reader writes too while its mirror is behind: the mirror is kept for the catch-up, not dropped.
+    _put(reader, "ws", "doc-mine", -query.reshape(1, DIM))
     # The reader's mirror is behind the database: pgvector's index answers this search, fresh.
     generation = reader.generation("ws")
     assert not reader.index.serves("ws", generation)
     found = reader.vector_search("ws", query, 5)
-    assert len(found) == 1 and found[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert len(found) == 2 and found[0][1] == pytest.approx(1.0, abs=1e-5)
     # The mirror catches up in the background and then answers the same.
     assert reader.wait_ready("ws")
     assert reader.index.serves("ws", generation)
-    assert reader.vector_search("ws", query, 5) == [(found[0][0], pytest.approx(found[0][1], abs=1e-6))]
+    assert reader.vector_search("ws", query, 5) == [
+        (chunk_id, pytest.approx(score, abs=1e-6)) for chunk_id, score in found
+    ]
     assert loads == []  # patched by difference (the new ids' vectors), not loaded whole
     assert reader.vector_search("nowhere", query, 5) == []
 
@@ -178,3 +184,139 @@ def test_hits_bring_the_labels_of_their_identical_documents_when_the_list_is_sho
     assert len(store.labels_by_body("ws", [many.body_hash])[many.body_hash]) == SAME_TEXT_READ + 1
     # Only the workspace's own documents, from either.
     assert store.chunk_hits("other", [ids["few-1"]]) == {}
+
+
+# -- keyword indexes of several workers: the change log ------------------------------------------------
+
+WORDS = "harbour tide compass ledger orbit quantum protein enzyme glacier zebra okapi delta turbine".split()
+
+
+def _text(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def _write(store: PgKnowledgeStore, workspace: str, label: str, rng: random.Random) -> None:
+    chunks = [_text(rng, rng.randint(3, 12)) for _ in range(rng.randint(1, 3))]
+    store.put_document(
+        NewDocument(
+            workspace, label, _text(rng, 2), " ".join(chunks), "doc", None, None, {}, label, chunks,
+            _unit(len(chunks), seed=rng.randint(0, 1 << 30)),
+        )
+    )  # fmt: skip
+
+
+def _reloaded(database_url: str, workspace: str, query: str) -> list[tuple[int, float]]:
+    """The ranking a worker that has just started (a full load of the workspace) gives."""
+    fresh = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
+    try:
+        return fresh.keyword_search(workspace, query, 1000)
+    finally:
+        fresh.close()
+
+
+def test_a_worker_follows_another_workers_writes_from_the_log_with_a_reloads_ranking(
+    store: PgKnowledgeStore, database_url: str
+) -> None:
+    other = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)  # a second worker
+    try:
+        rng = random.Random(5)
+        for i in range(12):
+            _write(store, "w", f"doc-{i}", rng)
+        assert other.keyword_search("w", "harbour", 10)  # loaded once
+        loaded = other.keywords.sync("w", 0)
+        queries = ["harbour tide", "quantum enzyme okapi", "zebra", "ledger orbit delta turbine"]
+        for step in range(40):
+            label = f"doc-{rng.randrange(16)}"
+            if rng.random() < 0.2:
+                store.delete_document("w", label)
+            else:
+                _write(store, "w", label, rng)  # new documents and replacements
+            if step % 3 == 0:
+                _write(other, "w", f"mine-{step % 4}", rng)  # the follower's own writes interleave
+            query = queries[step % len(queries)]
+            # Same documents, same order, same scores as a full load of the workspace, in the follower
+            # and in the writer (whose own deletes used to leave their chunks in its index) ...
+            expected = _reloaded(database_url, "w", query)
+            assert other.keyword_search("w", query, 1000) == expected
+            assert store.keyword_search("w", query, 1000) == expected
+        # ... and the follower never reloaded: its partition is the one it loaded at first.
+        assert other.keywords.sync("w", 0) is loaded
+        assert other.keywords.generation("w") == store._generation("w")
+    finally:
+        other.close()
+
+
+def test_a_gap_in_the_log_reloads_the_workspace(store: PgKnowledgeStore, database_url: str) -> None:
+    other = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
+    try:
+        rng = random.Random(9)
+        _write(store, "w", "a", rng)
+        other.keyword_search("w", "harbour", 10)
+        loaded = other.keywords.sync("w", 0)
+        _write(store, "w", "b", rng)
+        _write(store, "w", "c", rng)
+        # As a previous version's write, or a pruned log: the entry of one generation is missing.
+        middle = store._generation("w") - 1
+        with store.db.transaction() as conn:
+            conn.execute("DELETE FROM kb_keyword_changes WHERE generation = %s", (middle,))
+        query = "harbour tide compass ledger"
+        assert other.keyword_search("w", query, 1000) == _reloaded(database_url, "w", query)
+        assert other.keywords.sync("w", 0) is not loaded
+    finally:
+        other.close()
+
+
+def test_re_embedding_steps_every_keyword_index_over_its_generation(
+    store: PgKnowledgeStore, database_url: str
+) -> None:
+    other = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
+    try:
+        rng = random.Random(3)
+        for workspace in ("w1", "w2"):
+            _write(store, workspace, "a", rng)
+            other.keyword_search(workspace, "harbour", 10)
+        loaded = {w: other.keywords.sync(w, 0) for w in ("w1", "w2")}
+        ids = [chunk_id for batch in store.iter_chunks() for chunk_id, _, _ in batch]
+        store.replace_embeddings([(i, v) for i, v in zip(ids, _unit(len(ids), seed=4), strict=True)])
+        for workspace in ("w1", "w2"):
+            query = "harbour tide zebra"
+            assert other.keyword_search(workspace, query, 1000) == _reloaded(database_url, workspace, query)
+            assert other.keywords.sync(workspace, 0) is loaded[workspace]
+    finally:
+        other.close()
+
+
+def test_the_log_arrives_by_migration_over_a_previous_versions_database(database_url: str) -> None:
+    db = PgDatabase(database_url, min_size=1, max_size=1)
+    db.migrate(COMPONENT, MIGRATIONS[:1])  # the schema before the change log
+    now = "2026-12-01T00:00:00Z"
+    with db.transaction() as conn:
+        conn.execute("INSERT INTO kb_workspaces (id, created_at, generation) VALUES ('w', %s, 1)", (now,))
+        document = conn.execute(
+            "INSERT INTO kb_documents (workspace_id, doc_label, title, content, source_type, content_hash,"
+            " body_hash, created_at, updated_at) VALUES ('w', 'old', NULL, 'old harbour', 'doc', 'h', 'h', %s, %s)"
+            " RETURNING id",
+            (now, now),
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO kb_chunks (document_id, workspace_id, ordinal, text, embedding) VALUES (%s, 'w', 0,"
+            " 'old harbour', %s)",
+            (one(document)[0], _unit(1, seed=1)[0]),
+        )
+    store = PgKnowledgeStore(db, DIM)  # migrates
+    try:
+        other = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
+        try:
+            assert [i for i, _ in other.keyword_search("w", "harbour", 10)] == [1]
+            loaded = other.keywords.sync("w", 0)
+            _write(store, "w", "new", random.Random(1))
+            with store.db.connection() as conn:
+                logged = conn.execute("SELECT workspace_id, generation FROM kb_keyword_changes").fetchall()
+            assert logged == [("w", 2)]
+            query = "harbour tide compass"
+            assert other.keyword_search("w", query, 1000) == _reloaded(database_url, "w", query)
+            assert other.keywords.sync("w", 0) is loaded
+        finally:
+            other.close()
+    finally:
+        store.close()
