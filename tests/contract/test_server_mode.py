@@ -241,6 +241,12 @@ async def test_migrate_moves_the_embedded_data_and_the_tools_answer_the_same(
     assert "copied 2 orgs, 8 memories" in done.stdout  # Hadron's world, by the same command
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT count(*) FROM memories").fetchone() == (8,)
+        # Analyzed by the command: without statistics the planner sorts every chunk instead of using HNSW.
+        analyzed = conn.execute(
+            "SELECT relname FROM pg_class WHERE reltuples > 0"
+            " AND relname IN ('kb_chunks', 'memory_records', 'orgs', 'memories')"
+        ).fetchall()
+        assert sorted(r[0] for r in analyzed) == ["kb_chunks", "memories", "memory_records", "orgs"]
     assert "TRIPTYCH_DATABASE_URL" in done.stderr
 
     server = ServerProcess(

@@ -102,8 +102,11 @@ def migrate_to_postgres(data_dir: Path, url: str, progress: Progress) -> Copied:
                         f"The PostgreSQL database {redacted(url)} already holds Hadron data: nothing was copied",
                         hint="Migrate into an empty database (createdb a new one)",
                     )
-                for table in _order(conn, (names & _tables(conn)) - DERIVED):
+                tables = _order(conn, (names & _tables(conn)) - DERIVED)
+                for table in tables:
                     _copy(conn_src, conn, table, progress, copied)
+                for table in tables:  # the planner's statistics now, not whenever autovacuum runs
+                    conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
         finally:
             target.close()
     finally:
