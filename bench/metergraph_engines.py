@@ -86,6 +86,20 @@ def start_clickhouse(work: Path) -> tuple[subprocess.Popen[bytes], str]:
     return process, url
 
 
+def settle(url: str, limit_s: float = 300) -> dict[str, Any]:
+    """Wait (up to ``limit_s``) until ClickHouse runs no merges, so the reads' timing and the endpoint's
+    CPU per read are not a background merge's; returns the wait and the active parts of ``calls``."""
+
+    def scalar(sql: str) -> int:
+        return int(httpx.get(url, params={"query": sql}, timeout=60).text.strip() or 0)
+
+    started = time.perf_counter()
+    while scalar("SELECT count() FROM system.merges") and time.perf_counter() - started < limit_s:
+        time.sleep(2)
+    parts = scalar("SELECT count() FROM system.parts WHERE database = 'reads' AND table = 'calls' AND active")
+    return {"waited_s": round(time.perf_counter() - started, 1), "calls_active_parts": parts}
+
+
 def bodies(rows: int, stream: int) -> list[bytes]:
     """Gzip JSON batches of 5,000 rows, encoded before timing: the first ``rows`` of a ``stream``-call
     stream over 90 days, so a batch spans the time it would at that volume (one UTC day's partition)."""
@@ -309,6 +323,8 @@ def reads(
             raise SystemExit(f"{data_dir} was not loaded: run with --load-only --out {data_dir.parent} first")
         out["load_in_process_rows_per_s"] = load["rows_per_s"]
         if not args.load_only:
+            if "clickhouse_url" in settings:
+                out["merges_settled"] = settle(settings["clickhouse_url"].rsplit("/", 1)[0])
             out.update(timed_reads(mg, args.runs, server_pid))
         return out
     finally:
