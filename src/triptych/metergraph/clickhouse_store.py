@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -508,7 +509,11 @@ class ClickHouseTelemetryStore:
         top = min(f.until_ms, cursor[0] + 1) if cursor is not None else f.until_ms
         # Each chunk also reads only the last ``span`` ms (a day, then 8 times more) above the walk's
         # position, so ClickHouse opens the newest day's parts rather than the head of every part in the
-        # window; a chunk that comes back short widens it.
+        # window; a chunk that comes back short widens it. The first chunk's day ends at the wall clock,
+        # not at the window's end (the end of the current UTC day): just after midnight today holds few
+        # calls, and a first chunk of today alone would come back short and widen to the whole window.
+        # Only the floor moves: calls above the clock still match, so this is a hint, never a filter.
+        top = min(top, int(time.time() * 1000) + 1)
         span, want = DAY_MS, max(4 * limit, 64)
         while len(keys) < limit:
             w = call_where(f)
@@ -557,16 +562,16 @@ class ClickHouseTelemetryStore:
 
     def _span_bounds(self, workspace: str, trace_ids: Sequence[str], w: Where) -> str:
         """A clause selecting these traces' calls within their first and last call times (a range of
-        the primary key), from ``trace_bounds``; its values go into ``w``."""
-        b = Where()
-        b.add(f"workspace = {b.param(workspace, 'String')}")
-        b.add(f"trace_id IN {b.param(list(trace_ids), 'Array(String)')}")
-        sql = f"SELECT min(first_ms), max(last_ms), count() FROM {TRACE_BOUNDS} WHERE {b.sql()}"
-        first, last, found = self._query(sql, parameters=b.params).result_rows[0]
-        ids = f"trace_id IN {w.param(list(trace_ids), 'Array(String)')}"
-        if not found:
-            return "0"
-        return f"{ids} AND ts_ms >= {w.param(int(first), 'Int64')} AND ts_ms <= {w.param(int(last), 'Int64')}"
+        the primary key), from ``trace_bounds``; its values go into ``w``.
+
+        The bounds are scalar subqueries, which ClickHouse runs before it analyses the outer query's
+        primary key, so the range still prunes parts and granules, without a round trip of its own
+        (a trace page's fixed cost is mostly its queries' count). A trace without bounds has no calls:
+        ``min``/``max`` of nothing are 0, and no call lies in [0, 0] with its id."""
+        ids = w.param(list(trace_ids), "Array(String)")
+        bounds = f"FROM {TRACE_BOUNDS} WHERE workspace = {w.param(workspace, 'String')} AND trace_id IN {ids}"
+        first, last = f"(SELECT min(first_ms) {bounds})", f"(SELECT max(last_ms) {bounds})"
+        return f"trace_id IN {ids} AND ts_ms >= {first} AND ts_ms <= {last}"
 
     def _newest_matching(self, f: CallFilter, trace_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
         w = call_where(f)
