@@ -138,8 +138,10 @@ async def test_usage_aggregates_emit_only_contract_warning_codes(server: ServerP
     app, key = keys(server, workspace)
     ingest_episode(server, app)
     async with mcp_session(server.url + "/v1/agent/mcp", bearer(key)) as mcp:
+        # days=N is N whole UTC days up to today: three always hold the episode's 26 hours, which span
+        # two days or more whatever the hour (days=2 held a single day between midnight and 05:00 UTC).
         truncated = (
-            await mcp.call("metergraph_get_usage_aggregates", days=2, group_by=["day"], limit=1)
+            await mcp.call("metergraph_get_usage_aggregates", days=3, group_by=["day"], limit=1)
         ).data
         missing = (
             await mcp.call("metergraph_get_usage_aggregates", days=2, group_by=["metadata.nokey"])
