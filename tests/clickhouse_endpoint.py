@@ -15,13 +15,19 @@ to a real ClickHouse engine:
 - ``FORMAT`` negotiation: a trailing ``FORMAT x`` clause, else ``default_format``, else TabSeparated; the
   answer names it in ``X-ClickHouse-Format``;
 - inserts in any input format the engine reads (the data is handed to ``INSERT ... FROM INFILE``);
+- asynchronous inserts as a server runs them with ``async_insert=1`` and ``wait_for_async_insert=1`` (the
+  settings from the URL, else the engine's defaults, which are 1 and 1 in ClickHouse 26.x): Native
+  inserts of the same statement that wait together go to the engine as one INSERT, and each request is
+  answered once that INSERT is stored (``AsyncInserts``);
 - errors as ClickHouse sends them: the engine's ``Code: N. DB::Exception: ...`` text, the
   ``X-ClickHouse-Exception-Code`` header and an HTTP status by code (400 syntax, 404 unknown table, 500).
 
 It does not cover a real server's authentication (credentials are accepted and ignored), HTTP compression
-(clients must send and accept plain bodies), async inserts, sessions with temporary tables, settings sent
-as URL parameters (ignored), replication, clusters or concurrency: queries run one at a time on one chdb
-connection.
+(clients must send and accept plain bodies), ``wait_for_async_insert=0`` (answered only once stored) and
+the async insert buffer's timeouts (a real server gathers inserts for 50-200 ms, adaptively; here the
+inserts that arrive while the engine is busy are gathered), sessions with temporary tables, other settings
+sent as URL parameters (ignored), replication, clusters or concurrency: queries run one at a time on one
+chdb connection.
 
 Run it by hand: ``python tests/clickhouse_endpoint.py --port 8123 --path /tmp/ch-data``.
 """
@@ -56,6 +62,8 @@ _INSERT_HEAD = re.compile(
 )
 _CODE = re.compile(r"Code:\s*(\d+)")
 _STATUS_BY_CODE = {62: 400, 27: 400, 36: 400, 43: 400, 47: 400, 53: 400, 60: 404, 81: 404, 516: 401}
+# Input formats whose bodies concatenate into one valid body (a Native stream is a sequence of blocks).
+_CONCATENABLE = {"native"}
 
 
 class Engine:
@@ -70,6 +78,17 @@ class Engine:
         self.lock = threading.Lock()
         self.database = "default"
         self.version = self.run("SELECT version()", "TabSeparated", {}).decode().strip()
+        # The server's default for inserts that do not say (1 in ClickHouse 26.x).
+        self.async_insert = self.run("SELECT getSetting('async_insert')", "TabSeparated", {}).strip() == b"1"
+        self.inserts = AsyncInserts(self)
+
+    def insert(self, statement: str, fmt: str, data: bytes, params: dict[str, str], database: str) -> None:
+        """``statement FORMAT fmt`` with ``data`` as its input (through a file the engine reads)."""
+        with tempfile.NamedTemporaryFile(dir=self.path, suffix=".insert") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            name = tmp.name.replace("\\", "\\\\").replace("'", "\\'")
+            self.run(f"{statement} FROM INFILE '{name}' FORMAT {fmt}", "TabSeparated", params, database)
 
     def run(self, sql: str, fmt: str, params: dict[str, str], database: str = "default") -> bytes:
         with self.lock:
@@ -82,6 +101,63 @@ class Engine:
     def close(self) -> None:
         with self.lock:
             self.conn.close()
+
+
+class _Waiting:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.done = False
+        self.error: Exception | None = None
+
+
+class AsyncInserts:
+    """``async_insert=1, wait_for_async_insert=1``: inserts of one statement that wait together share one
+    INSERT into the engine, and each caller returns once that INSERT is stored (or failed).
+
+    A real server parses each waiting insert's data on its own, so one malformed body fails alone: here a
+    shared INSERT the engine refuses is retried insert by insert, with the same outcome.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._cond = threading.Condition()
+        self._queues: dict[tuple[str, str, str], list[_Waiting]] = {}
+        self._busy: set[tuple[str, str, str]] = set()
+
+    def insert(self, statement: str, fmt: str, data: bytes, database: str) -> None:
+        key = (database, statement, fmt)
+        item = _Waiting(data)
+        with self._cond:
+            self._queues.setdefault(key, []).append(item)
+            while key in self._busy and not item.done:
+                self._cond.wait()
+            if not item.done:
+                self._busy.add(key)  # this thread sends what waits, its own data included
+                group = self._queues.pop(key)
+        if not item.done:
+            try:
+                self._flush(statement, fmt, database, group)
+            finally:
+                with self._cond:
+                    for waiting in group:
+                        waiting.done = True
+                    self._busy.discard(key)
+                    self._cond.notify_all()
+        if item.error is not None:
+            raise item.error
+
+    def _flush(self, statement: str, fmt: str, database: str, group: list[_Waiting]) -> None:
+        if len(group) > 1:
+            try:
+                self.engine.insert(statement, fmt, b"".join(w.data for w in group), {}, database)
+                return
+            except Exception:  # noqa: S110  (each insert is retried alone below and reports its own error)
+                pass
+        for waiting in group:
+            try:
+                self.engine.insert(statement, fmt, waiting.data, {}, database)
+            except Exception as exc:
+                waiting.error = exc
 
 
 def _error(exc: Exception) -> tuple[int, int, str]:
@@ -170,7 +246,10 @@ class Handler(BaseHTTPRequestHandler):
         raw = query + (b"\n" if query and body else b"") + body
         try:
             database = args.get("database") or self.headers.get("X-ClickHouse-Database") or "default"
-            result, fmt = self._execute(raw, params, args.get("default_format") or "TabSeparated", database)
+            settings = {k: v for k, v in args.items() if k not in _TRANSPORT and not k.startswith("param_")}
+            result, fmt = self._execute(
+                raw, params, args.get("default_format") or "TabSeparated", database, settings
+            )
         except Exception as exc:  # every engine error goes back as ClickHouse sends it
             status, code, text = _error(exc)
             self._send(status, (text + "\n").encode(), {**headers, "X-ClickHouse-Exception-Code": str(code),
@@ -185,7 +264,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, result, headers)
 
     def _execute(
-        self, raw: bytes, params: dict[str, str], default_format: str, database: str
+        self, raw: bytes, params: dict[str, str], default_format: str, database: str, settings: dict[str, str]
     ) -> tuple[bytes, str | None]:
         engine = self.server.engine
         insert = _INSERT_HEAD.match(raw)
@@ -197,11 +276,15 @@ class Handler(BaseHTTPRequestHandler):
             if not data.strip():
                 engine.run(f"{statement} FORMAT {fmt}", "TabSeparated", params, database)
                 return b"", None
-            with tempfile.NamedTemporaryFile(dir=engine.path, suffix=".insert") as tmp:
-                tmp.write(data)
-                tmp.flush()
-                name = tmp.name.replace("\\", "\\\\").replace("'", "\\'")
-                engine.run(f"{statement} FROM INFILE '{name}' FORMAT {fmt}", "TabSeparated", params, database)
+            grouped = (
+                fmt.lower() in _CONCATENABLE
+                and not params
+                and settings.get("async_insert", "1" if engine.async_insert else "0") in ("1", "true")
+            )
+            if grouped:
+                engine.inserts.insert(statement, fmt, data, database)
+            else:
+                engine.insert(statement, fmt, data, params, database)
             return b"", None
         sql = raw.decode()
         match = _TRAILING_FORMAT.search(sql)
