@@ -762,15 +762,8 @@ def _json_list(values: list[Any], with_null: bool = False) -> str:
     return json.dumps(out)
 
 
-
-
-def _plain(kind: str) -> str:
-    """``LowCardinality(T)`` sent as ``T``: the server builds the dictionary (input_format_native_allow_types_conversion)."""
-    return kind[len("LowCardinality(") : -1] if kind.startswith("LowCardinality(") else kind
-
-
 # The server gathers inserts that arrive together from every worker into one INSERT (the group commit of
 # ``clickhouse_inserts`` gathers only one worker's), and answers each once its rows are stored: waiting is
 # what keeps an acknowledged row safe, so it is asked for, whatever the server's profile says.
 _ASYNC_INSERT = {"async_insert": 1, "wait_for_async_insert": 1}
-_INSERT_TYPES = ["UInt64", *(_plain(CALL_TYPES[name]) for name in CALL_COLUMNS)]
+_INSERT_TYPES = ["UInt64", *(CALL_TYPES[name] for name in CALL_COLUMNS)]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -199,14 +199,13 @@ _READ = (
 )  # fmt: skip
 
 
-def _fields(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+def _fields(rows: Sequence[dict[str, Any]], sent: set[str]) -> dict[str, list[Any]]:
     """The ``_READ`` fields of every row, one list per field (None where a row lacks the field).
 
-    Only the fields some row sends are read (a row carries about 15 of the 50), and when every row sends
-    all of them they are read with one ``itemgetter`` call per row, in C.
+    Only the fields some row sends (``sent``) are read (a row carries about 15 of the 50), and when
+    every row sends all of them they are read with one ``itemgetter`` call per row, in C.
     """
     n = len(rows)
-    sent = set().union(*rows)
     names = [name for name in _READ if name in sent]
     out = {name: [None] * n for name in _READ if name not in sent}
     if len(names) < 2:
@@ -379,7 +378,8 @@ class IngestService:
         kept, indexes, refusals = self._kept_rows(rows)
         n = len(kept)
         columns: dict[str, list[Any]] = {}
-        fields = _fields(kept)
+        sent = set().union(*kept)  # a field no row sends is all None: nothing to check
+        fields = _fields(kept, sent)
         ts = fields["ts"]
         if set(map(type, ts)) <= {str, int, float}:
             ts_ms = self._timestamps(ts, indexes, refusals)
@@ -387,15 +387,15 @@ class IngestService:
             ts_ms = refusals.checked(ts, "ts", parse_ts_checked)
         columns["ts_ms"] = ts_ms
         for name in _STR_FIELDS:
-            columns[name] = _str_column(fields[name], name, refusals)
+            columns[name] = _str_column(fields[name], name, refusals) if name in sent else fields[name]
         env = columns["environment"]
         blank = {v for v in set(env) if v is not None and clean_environment(v) is None}
         if blank:
             columns["environment"] = [None if v in blank else v for v in env]
         for name in _INT_FIELDS:
-            columns[name] = _int_column(fields[name], name, refusals)
+            columns[name] = _int_column(fields[name], name, refusals) if name in sent else fields[name]
         for name in _FLOAT_FIELDS:
-            columns[name] = _float_column(fields[name], name, refusals)
+            columns[name] = _float_column(fields[name], name, refusals) if name in sent else fields[name]
         tags = _tags_column(
             _with_fallback(kept, fields["tags"], "tags", fields["metadata"], "metadata"), refusals
         )
@@ -489,9 +489,9 @@ class IngestService:
     @staticmethod
     def _timestamps(values: list[Any], indexes: Sequence[int], refusals: _Refusals) -> list[int]:
         if set(map(type, values)) == {str}:
-            parsed = _iso_utc_ms(values)
-            if parsed is not None:
-                return parsed
+            fast = _iso_utc_ms(values)
+            if fast is not None:
+                return fast
         fromisoformat = datetime.fromisoformat
         out: list[int] = []
         for index, value in zip(indexes, values, strict=True):
@@ -541,16 +541,16 @@ class IngestService:
         return contents, dropped
 
 
-# UTC ISO 8601 timestamps in one canonical shape ('YYYY-MM-DDTHH:MM:SS' and 0, 3 or 6 fraction digits,
-# then '+00:00', 'Z' or nothing): the NumPy unit that prints that many digits back.
-_ISO_UNITS = {19: "s", 23: "ms", 26: "us"}
+# UTC ISO 8601 timestamps in canonical shapes ('YYYY-MM-DDTHH:MM:SS' and 0, 3 or 6 fraction digits, then
+# the column's one suffix: '+00:00', 'Z' or nothing): by length, the NumPy unit that prints them back.
+_ISO_UNITS: dict[int, Literal["s", "ms", "us"]] = {19: "s", 23: "ms", 26: "us"}
 _ISO_SUFFIXES = ("+00:00", "Z", "")
 _YEAR_ONE = np.datetime64("0001-01-01T00:00:00", "us")
 
 
 def _iso_utc_ms(values: list[str]) -> list[int] | None:
-    """``int(datetime.fromisoformat(v).timestamp() * 1000)`` for each of a column of UTC timestamps in one
-    canonical shape, parsed and converted in C; None when the column is not so (the row-by-row rules then
+    """``int(datetime.fromisoformat(v).timestamp() * 1000)`` for each of a column of UTC timestamps in
+    canonical shapes, parsed and converted in C; None when the column is not so (the row-by-row rules then
     decide, refusals included).
 
     Only values that NumPy prints back exactly as sent are taken (its parser accepts a few forms
@@ -566,15 +566,19 @@ def _iso_utc_ms(values: list[str]) -> list[int] | None:
             break
     body = np.strings.slice(column, 0, -len(suffix)) if suffix else column
     lengths = np.strings.str_len(body)
-    unit = _ISO_UNITS.get(int(lengths[0]))
-    if unit is None or not (lengths == lengths[0]).all():
+    shapes = np.unique(lengths).tolist()  # Python's isoformat() leaves out a zero fraction
+    if not set(shapes) <= _ISO_UNITS.keys():
         return None
     try:
         parsed = body.astype("datetime64[us]")
     except ValueError:
         return None
-    if (parsed < _YEAR_ONE).any() or not (np.datetime_as_string(parsed, unit=unit) == body).all():
+    if (parsed < _YEAR_ONE).any():
         return None
+    for length in shapes:
+        same = lengths == length
+        if not (np.datetime_as_string(parsed[same], unit=_ISO_UNITS[length]) == body[same]).all():
+            return None
     ms: list[int] = (parsed.astype(np.int64) / 1e6 * 1000).astype(np.int64).tolist()
     return ms
 
