@@ -15,19 +15,18 @@ to a real ClickHouse engine:
 - ``FORMAT`` negotiation: a trailing ``FORMAT x`` clause, else ``default_format``, else TabSeparated; the
   answer names it in ``X-ClickHouse-Format``;
 - inserts in any input format the engine reads (the data is handed to ``INSERT ... FROM INFILE``);
-- asynchronous inserts as a server runs them with ``async_insert=1`` and ``wait_for_async_insert=1`` (the
-  settings from the URL, else the engine's defaults, which are 1 and 1 in ClickHouse 26.x): Native
-  inserts of the same statement that wait together go to the engine as one INSERT, and each request is
-  answered once that INSERT is stored (``AsyncInserts``);
+- asynchronous inserts as a server runs them with ``async_insert=1`` and ``wait_for_async_insert=1``
+  (``async_insert`` from the URL, else the engine's default, on in ClickHouse 26.x): Native inserts of the
+  same statement that arrive within the buffer's timeout go to the engine as one INSERT, and each request
+  is answered once that INSERT is stored (``AsyncInserts``);
 - errors as ClickHouse sends them: the engine's ``Code: N. DB::Exception: ...`` text, the
   ``X-ClickHouse-Exception-Code`` header and an HTTP status by code (400 syntax, 404 unknown table, 500).
 
 It does not cover a real server's authentication (credentials are accepted and ignored), HTTP compression
-(clients must send and accept plain bodies), ``wait_for_async_insert=0`` (answered only once stored) and
-the async insert buffer's timeouts (a real server gathers inserts for 50-200 ms, adaptively; here the
-inserts that arrive while the engine is busy are gathered), sessions with temporary tables, other settings
-sent as URL parameters (ignored), replication, clusters or concurrency: queries run one at a time on one
-chdb connection.
+(clients must send and accept plain bodies), ``wait_for_async_insert=0`` (answered only once stored), the
+async insert buffer's adaptive timeout (50 ms here, 50-200 ms on a server) and its settings from the URL
+(the engine's defaults are used), sessions with temporary tables, other settings sent as URL parameters
+(ignored), replication, clusters or concurrency: queries run one at a time on one chdb connection.
 
 Run it by hand: ``python tests/clickhouse_endpoint.py --port 8123 --path /tmp/ch-data``.
 """
@@ -36,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import email.parser
 import email.policy
 import json
@@ -45,6 +45,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -78,9 +79,16 @@ class Engine:
         self.lock = threading.Lock()
         self.database = "default"
         self.version = self.run("SELECT version()", "TabSeparated", {}).decode().strip()
-        # The server's default for inserts that do not say (1 in ClickHouse 26.x).
-        self.async_insert = self.run("SELECT getSetting('async_insert')", "TabSeparated", {}).strip() == b"1"
-        self.inserts = AsyncInserts(self)
+        # The server's defaults for inserts that do not say (async_insert is on in ClickHouse 26.x).
+        defaults = self.run(
+            "SELECT getSetting('async_insert'), getSetting('async_insert_busy_timeout_min_ms'),"
+            " getSetting('async_insert_max_data_size'), getSetting('async_insert_max_query_number')",
+            "TabSeparated",
+            {},
+        )
+        on, timeout_ms, max_size, max_queries = defaults.decode().split()
+        self.async_insert = on in ("1", "true")
+        self.inserts = AsyncInserts(self, int(timeout_ms) / 1000, int(max_size), int(max_queries))
 
     def insert(self, statement: str, fmt: str, data: bytes, params: dict[str, str], database: str) -> None:
         """``statement FORMAT fmt`` with ``data`` as its input (through a file the engine reads)."""
@@ -110,30 +118,56 @@ class _Waiting:
         self.error: Exception | None = None
 
 
+@dataclasses.dataclass
+class _Buffer:
+    """The inserts of one statement waiting for a flush, since ``started``."""
+
+    started: float
+    items: list[_Waiting] = dataclasses.field(default_factory=list)
+    size: int = 0
+
+
 class AsyncInserts:
     """``async_insert=1, wait_for_async_insert=1``: inserts of one statement that wait together share one
     INSERT into the engine, and each caller returns once that INSERT is stored (or failed).
 
-    A real server parses each waiting insert's data on its own, so one malformed body fails alone: here a
-    shared INSERT the engine refuses is retried insert by insert, with the same outcome.
+    As on a server, a buffer is flushed ``busy_timeout`` after its first insert arrived, or sooner once
+    it holds ``max_size`` bytes or ``max_queries`` inserts; a buffer that fills while the previous one is
+    being written waits for it. The server adapts its timeout between 50 and 200 ms by default
+    (``async_insert_use_adaptive_busy_timeout``); this buffer keeps to the lower bound. A real server
+    parses each waiting insert's data on its own, so one malformed body fails alone: here a shared INSERT
+    the engine refuses is retried insert by insert, with the same outcome.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, busy_timeout: float, max_size: int, max_queries: int) -> None:
         self.engine = engine
+        self.busy_timeout = busy_timeout
+        self.max_size = max_size
+        self.max_queries = max_queries
         self._cond = threading.Condition()
-        self._queues: dict[tuple[str, str, str], list[_Waiting]] = {}
+        self._buffers: dict[tuple[str, str, str], _Buffer] = {}
         self._busy: set[tuple[str, str, str]] = set()
 
     def insert(self, statement: str, fmt: str, data: bytes, database: str) -> None:
         key = (database, statement, fmt)
         item = _Waiting(data)
         with self._cond:
-            self._queues.setdefault(key, []).append(item)
+            buffer = self._buffers.setdefault(key, _Buffer(time.monotonic()))
+            buffer.items.append(item)
+            buffer.size += len(data)
+            self._cond.notify_all()  # a full buffer goes at once
             while key in self._busy and not item.done:
                 self._cond.wait()
             if not item.done:
-                self._busy.add(key)  # this thread sends what waits, its own data included
-                group = self._queues.pop(key)
+                self._busy.add(key)  # this thread flushes the buffer, its own data included
+                deadline = buffer.started + self.busy_timeout
+                while (
+                    (wait := deadline - time.monotonic()) > 0
+                    and buffer.size < self.max_size
+                    and len(buffer.items) < self.max_queries
+                ):
+                    self._cond.wait(wait)
+                group = self._buffers.pop(key).items
         if not item.done:
             try:
                 self._flush(statement, fmt, database, group)
