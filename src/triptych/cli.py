@@ -284,70 +284,67 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    from functools import partial
 
     from triptych.core.errors import TriptychError
     from triptych.core.pg import redacted
-    from triptych.metronix.migrate import migrate_to_embedded, migrate_to_postgres
+    from triptych.core.progress import TableBars
+    from triptych.hadron import migrate as hadron_migrate
+    from triptych.metronix import migrate as metronix_migrate
 
     settings = _settings(args)
-    bars: list[Any] = []
-
-    def progress(table: str, total: int) -> Any:
-        bar = tqdm(total=total, unit="row", desc=f"copying {table}", file=sys.stderr)
-        bars.append(bar)
-        return bar.update
-
-    try:
-        if args.to:
-            # The dimension comes from the stored data; 384 (the bundled model) only for an empty source.
-            copied = migrate_to_postgres(settings.data_dir, args.to, progress, default_dim=384)
-        else:
-            copied = migrate_to_embedded(args.source, settings.data_dir, progress)
-    except TriptychError as exc:
-        print(f"triptych: {exc.message}. {exc.hint or ''}".rstrip(), file=sys.stderr)
-        return 1
-    finally:
-        for bar in bars:
-            bar.close()
-    print(copied.report())
-    from triptych.hadron import migrate as hadron_migrate
-
-    # Server mode keeps Hadron in the database too: it moves beside Metronix's data, either way.
+    progress = TableBars()
+    # Server mode keeps Hadron in the database too: it moves beside Metronix's data, either way; a
+    # source that holds Hadron's data alone (no Metronix there) moves Hadron alone.
     if args.to:
-        hadron = (
-            (lambda: hadron_migrate.migrate_to_postgres(settings.data_dir, args.to, progress))
-            if _holds_hadron_data(settings.data_dir / "hadron.db")
-            else None
-        )
+        source = str(settings.data_dir)
+        has_hadron = _holds_hadron_data(settings.data_dir / "hadron.db")
+        no_metronix = None if (settings.data_dir / "metronix.db").is_file() else "no metronix.db"
+        hadron = partial(hadron_migrate.migrate_to_postgres, settings.data_dir, args.to, progress)
         following = (
             f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory was only"
             " read; Metergraph stays in it)"
         )
     else:
-        hadron = (
-            (lambda: hadron_migrate.migrate_to_embedded(args.source, settings.data_dir, progress))
-            if hadron_migrate.holds_data(args.source)
-            else None
-        )
+        source = redacted(args.source)
+        has_hadron = hadron_migrate.holds_data(args.source)
+        missing = metronix_migrate.missing_table(args.source)
+        no_metronix = None if missing is None else f"no table {missing}"
+        hadron = partial(hadron_migrate.migrate_to_embedded, args.source, settings.data_dir, progress)
         following = (
             f"start the server with --data-dir {settings.data_dir}, TRIPTYCH_DATABASE_URL unset and the same"
             f" Hadron key, if any ({redacted(args.source)} was only read)"
         )
-    if hadron is not None:
+
+    alone = has_hadron and no_metronix is not None
+    if alone:
+        print(f"{source} holds no Metronix data ({no_metronix}): copying Hadron's alone")
+    else:
+        try:
+            if args.to:
+                # The dimension comes from the stored data; 384 (the bundled model) only for an empty source.
+                copied = metronix_migrate.migrate_to_postgres(
+                    settings.data_dir, args.to, progress, default_dim=384
+                )
+            else:
+                copied = metronix_migrate.migrate_to_embedded(args.source, settings.data_dir, progress)
+        except TriptychError as exc:
+            print(f"triptych: {exc.message}. {exc.hint or ''}".rstrip(), file=sys.stderr)
+            return 1
+        finally:
+            progress.close()
+        print(copied.report())
+    if has_hadron:
         try:
             print(hadron().report())
         except TriptychError as exc:
             flag = "--to" if args.to else "--from"
-            print(
-                f"triptych: Metronix's data was copied, Hadron's was not: {exc.message}."
-                f" {exc.hint or ''} Then copy Hadron alone: triptych hadron migrate {flag} URL".rstrip(),
-                file=sys.stderr,
-            )
+            then = "" if alone else f" Then copy Hadron alone: triptych hadron migrate {flag} URL"
+            done = "" if alone else "Metronix's data was copied, Hadron's was not: "
+            print(f"triptych: {done}{exc.message}. {exc.hint or ''}{then}".rstrip(), file=sys.stderr)
             return 1
         finally:
-            for bar in bars:
-                bar.close()
+            progress.close()
     print(f"next: {following}", file=sys.stderr)
     return 0
 

@@ -32,6 +32,7 @@ CATALOG = "hrn:mem:acme.com:catalog"
 TEAM = "hrn:mem:acme.com:team"
 VAULT = "hrn:mem:acme.com:vault"
 PLANS = "hrn:mem:globex.com:plans"
+GUIDES = "hrn:mem:acme.com:guides"
 WORD = "OCELOT-PARSEC-9182"  # the plaintext that must never reach the disk
 DATA_WORD = "TUNDRA-KESTREL-5520"
 
@@ -133,18 +134,29 @@ async def test_sync_graph_maps_files_to_nodes_and_the_repo_wins(world: World, re
 
 
 async def test_a_move_in_a_git_backed_memory_is_mirrored_to_its_repository(
-    world: World, repos: dict[str, Repo]
+    world: World, tmp_path: Path
 ) -> None:
-    repo = repos["specs"]
+    # A memory and a repository of its own: the test passes alone and in any order of the module's tests.
+    repo = Repo(tmp_path / "guides")
+    repo.write("api/errors.md", "Errors are JSON.\n")
+    repo.commit("seed")
+    with database(world.database_url):
+        made = hadron_cli(
+            world.server.data_dir, "memory", "create", "guides", "--class", "knowledge", "--org", "acme.com"
+        )
+        assert made.returncode == 0, made.stderr
+        attached = hadron_cli(world.server.data_dir, "source", "attach", GUIDES, repo.url, "--branch", "main")
+        assert attached.returncode == 0, attached.stderr
     async with as_user(world, "alice") as alice:
-        await alice.ok("hadron_sync_graph", memoryUrn=SPECS)
+        synced = await alice.ok("hadron_sync_graph", memoryUrn=GUIDES)
+        assert synced.data["created"] == ["api:errors"]
         await alice.ok(
-            "hadron_move_node", urn=node(SPECS, "api:errors"), targetUrn=node(SPECS, "reference:errors")
+            "hadron_move_node", urn=node(GUIDES, "api:errors"), targetUrn=node(GUIDES, "reference:errors")
         )
         repo.pull()
         assert repo.read("api/errors.md") is None
         assert repo.read("reference/errors.md") == "Errors are JSON.\n"
-        again = await alice.ok("hadron_sync_graph", memoryUrn=SPECS)
+        again = await alice.ok("hadron_sync_graph", memoryUrn=GUIDES)
         assert (again.data["created"], again.data["deleted"]) == ([], [])
 
 

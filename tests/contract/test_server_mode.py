@@ -326,3 +326,35 @@ def test_migrate_without_embedded_data_says_where_it_looked(
     assert done.returncode == 1
     assert f"no Metronix database at {tmp_path / 'empty' / 'metronix.db'}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_migrate_moves_hadron_alone_where_there_is_no_metronix_data(
+    postgres: PostgresCluster, tmp_path: Path
+) -> None:
+    (tmp_path / "data").mkdir()
+    build_world(tmp_path / "data")  # a hadron.db and no metronix.db
+    url = postgres.create_database("hadron_only")
+    there = _migrate(tmp_path / "data", url)
+    assert there.returncode == 0, there.stderr
+    assert (
+        f"{tmp_path / 'data'} holds no Metronix data (no metronix.db): copying Hadron's alone" in there.stdout
+    )
+    assert "copied 2 orgs, 8 memories" in there.stdout and "TRIPTYCH_DATABASE_URL" in there.stderr
+    with psycopg.connect(url) as conn:  # Hadron's tables and none of Metronix's: what the way back meets
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert "nodes" in tables and "kb_meta" not in tables
+
+    back = _migrate_back(url, tmp_path / "back")
+    assert back.returncode == 0, back.stderr
+    assert "holds no Metronix data (no table kb_meta): copying Hadron's alone" in back.stdout
+    assert "copied 2 orgs, 8 memories" in back.stdout and "copying nodes" in back.stderr
+    assert f"--data-dir {tmp_path / 'back'}" in back.stderr and "Traceback" not in back.stderr
+    assert not (tmp_path / "back" / "metronix.db").exists()
+    hadron = _hadron(tmp_path / "back", None)
+    assert hadron["memories"] and hadron == _hadron(tmp_path / "data", None)
+
+    # Hadron alone is still all or nothing: a data directory holding Hadron data is refused, and said so.
+    again = _migrate_back(url, tmp_path / "back")
+    assert again.returncode == 1 and "Traceback" not in again.stderr
+    assert "already holds Hadron data: nothing was copied" in again.stderr
+    assert "Metronix's data was copied" not in again.stderr

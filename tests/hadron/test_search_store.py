@@ -12,6 +12,7 @@ import pytest
 from hadron.letters import LetterEmbedder
 from harness import count_loads, run_threads
 
+from triptych.core.regex import LinearPattern
 from triptych.hadron.domain.where import compile_where
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.search_store import NodeFilter
@@ -127,6 +128,34 @@ def test_where_and_filters_run_inside_the_query(world: tuple[Hadron, HadronCalle
         FindQuery("abc", mode="vector", memory_urn="hrn:mem:acme.com:specs", where={"path": "i", "eq": 3}),
     ).hits
     assert [h.node.loc for h in hits] == ["p:n03"]
+
+
+def test_regex_scores_by_the_best_field_matched_and_ties_go_by_loc(
+    world: tuple[Hadron, HadronCaller, LetterEmbedder],
+) -> None:
+    hadron, caller, _ = world
+    for loc, values in (
+        ("d", {"name": "plain", "content": "otter"}),
+        ("c", {"name": "plain", "content": "otter"}),
+        ("b", {"name": "plain", "description": "an otter", "content": "otter"}),
+        ("a", {"name": "Otter", "description": "otter", "content": "otter"}),
+        ("e", {"name": "plain", "properties": {"kind": "otter"}}),  # properties are not searched
+    ):
+        write(hadron, caller, f"hrn:node:acme.com:specs:{loc}", **values)
+    memory_id = hadron.admin().memory("hrn:mem:acme.com:specs").id
+    store = hadron.search.store
+
+    def found(f: NodeFilter, limit: int) -> list[tuple[str, float]]:
+        rows = store.regex(f, LinearPattern("(?i)otter"), limit)
+        nodes = store.nodes_by_rowid([r for r, _ in rows])
+        return [(nodes[r].loc, score) for r, score in rows]
+
+    everything = NodeFilter((memory_id,))
+    assert found(everything, 10) == [("a", 1.0), ("b", 0.67), ("c", 0.33), ("d", 0.33)]
+    assert found(everything, 3) == [("a", 1.0), ("b", 0.67), ("c", 0.33)]
+    # With a where predicate PostgreSQL tests the rows in Python: the same scores and order.
+    kinds = NodeFilter((memory_id,), where=compile_where({"path": "kind", "exists": False}))
+    assert found(kinds, 2) == [("a", 1.0), ("b", 0.67)]
 
 
 def test_concurrent_node_writes_and_vector_searches_never_reload_the_index(

@@ -1,20 +1,25 @@
 """``kill -9`` during concurrent writes on each surface, then a restart on the same data directory:
-every write the server acknowledged before it died is there afterwards. ``TRIPTYCH_CRASH_SECONDS``
+every write the server acknowledged before it died is there afterwards, and every Metronix record and
+Hadron node the engine holds is whole (those committed but not yet acknowledged too). The same on
+PostgreSQL (server mode) for Metronix and Hadron, whose data lives there. ``TRIPTYCH_CRASH_SECONDS``
 sets how long the writers run before the kill (CI: 3; bench/robustness.py: longer, several rounds)."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from harness import SECRET, ServerProcess, token
 from robustness.report import record
@@ -33,15 +38,28 @@ def alice() -> dict[str, str]:
 
 
 @pytest.fixture
-def crash_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    from hadron.world import build_world
+def crash_server(tmp_path: Path, database_url: str | None) -> Iterator[ServerProcess]:
+    """A server on the data directory, or in server mode on a fresh PostgreSQL database."""
+    from hadron.world import build_world, engine
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    build_world(data_dir)
-    server = ServerProcess(data_dir, {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET}).start()
+    build_world(data_dir, database_url)
+    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET, **engine(database_url)}
+    server = ServerProcess(data_dir, env).start()
     yield server
     server.stop()
+
+
+def stored(server: ServerProcess, database: str, statement: str) -> list[Any]:
+    """The first column of ``statement``'s rows, read from the engine the server keeps ``database``'s
+    data in: its PostgreSQL database, or the data directory's SQLite file (the SQL is the same)."""
+    url = server.env.get("TRIPTYCH_DATABASE_URL")
+    if url:
+        with psycopg.connect(url) as conn:
+            return [r[0] for r in conn.execute(statement.encode()).fetchall()]
+    with closing(sqlite3.connect(server.data_dir / database)) as conn:
+        return [r[0] for r in conn.execute(statement).fetchall()]
 
 
 def _app_token(data_dir: Path) -> str:
@@ -146,15 +164,62 @@ def metergraph_missing(server: ServerProcess, acked: list[Any]) -> list[Any]:
     return [r for r in acked if r not in stored]
 
 
-SURFACES: dict[str, tuple[Writer, Callable[[ServerProcess, list[Any]], list[Any]]]] = {
+def metronix_stored(server: ServerProcess) -> tuple[list[Any], list[Any]]:
+    """(every record of the workspace the engine holds, those not whole: no vector)."""
+    query = "SELECT id FROM memory_records WHERE workspace_id = 'crash'"
+    return stored(server, "metronix.db", query), stored(
+        server, "metronix.db", query + " AND embedding IS NULL"
+    )
+
+
+def hadron_stored(server: ServerProcess) -> tuple[list[Any], list[Any]]:
+    """(every node the writers' memory holds, nodes without their revision and revisions without their node)."""
+    nodes = stored(
+        server,
+        "hadron.db",
+        "SELECT 'hrn:node:acme.com:specs:' || n.loc FROM nodes n JOIN memories m ON m.id = n.memory_id"
+        " WHERE m.slug = 'specs' AND n.loc LIKE 'crash%'",
+    )
+    broken = stored(
+        server,
+        "hadron.db",
+        "SELECT n.loc FROM nodes n WHERE NOT EXISTS (SELECT 1 FROM node_revisions r WHERE r.node_id = n.id)"
+        " UNION ALL SELECT r.node_id FROM node_revisions r"
+        " WHERE NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = r.node_id)",
+    )
+    return nodes, broken
+
+
+Missing = Callable[[ServerProcess, list[Any]], list[Any]]
+Stored = Callable[[ServerProcess], tuple[list[Any], list[Any]]]
+
+SURFACES: dict[str, tuple[Writer, Missing]] = {
     "metronix": (metronix_writer, metronix_missing),
     "hadron": (hadron_writer, hadron_missing),
     "metergraph": (metergraph_writer, metergraph_missing),
 }
 
 
+# Half-written rows: those the engine holds that a restarted server does not serve whole.
+STORED: dict[str, Stored] = {"metronix": metronix_stored, "hadron": hadron_stored}
+
+
 @pytest.mark.parametrize("surface", list(SURFACES))
 def test_every_acknowledged_write_survives_kill_9(crash_server: ServerProcess, surface: str) -> None:
+    crash_and_check(crash_server, surface, f"kill-9-{surface}")
+
+
+# Server mode keeps Metronix and Hadron in PostgreSQL; Metergraph stays in the data directory (tested above).
+@pytest.mark.engines("postgresql")
+@pytest.mark.parametrize("surface", list(STORED))
+def test_every_acknowledged_write_survives_kill_9_on_postgresql(
+    crash_server: ServerProcess, surface: str
+) -> None:
+    crash_and_check(crash_server, surface, f"kill-9-{surface}-postgresql")
+
+
+def crash_and_check(crash_server: ServerProcess, surface: str, name: str) -> None:
+    """Writers until ``kill -9``, a restart, then every acknowledged write and nothing half-written."""
     writer, missing = SURFACES[surface]
     REFUSALS.clear()
     crash_server.env["APP_TOKEN"] = _app_token(crash_server.data_dir)
@@ -178,7 +243,14 @@ def test_every_acknowledged_write_survives_kill_9(crash_server: ServerProcess, s
         thread.join(60)
     written = [item for part in acked for item in part]
     assert written, f"no {surface} write was acknowledged in {SECONDS} s; refusals: {dict(REFUSALS)}"
-    crash_server.start()  # the same data directory, after the crash
+    crash_server.start()  # the same data directory (and database), after the crash
     lost = missing(crash_server, written)
-    record(f"kill-9-{surface}", acknowledged=len(written), lost=len(lost), seconds=SECONDS)
+    record(name, acknowledged=len(written), lost=len(lost), seconds=SECONDS)
     assert not lost, f"{len(lost)} of {len(written)} acknowledged {surface} writes lost: {lost[:5]}"
+    if surface in STORED:
+        held, broken = STORED[surface](crash_server)
+        assert set(written) <= set(held)
+        # Committed as the server died, before the acknowledgement left: whole all the same.
+        unacknowledged = sorted(set(held) - set(written))
+        unreadable = missing(crash_server, unacknowledged)
+        assert not broken and not unreadable, f"half-written {surface} rows: {broken[:5]} {unreadable[:5]}"

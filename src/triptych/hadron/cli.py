@@ -385,18 +385,12 @@ def register(subparsers: Any) -> None:
 
 def _migrate(args: argparse.Namespace) -> int:
     """``triptych hadron migrate --to URL`` or ``--from URL``: one transaction, a progress bar per table."""
-    from tqdm import tqdm
-
     from triptych.core.pg import redacted
+    from triptych.core.progress import TableBars
     from triptych.hadron.migrate import migrate_to_embedded, migrate_to_postgres
 
     settings = load_settings(data_dir=args.data_dir)
-    bars: list[Any] = []
-
-    def progress(table: str, total: int) -> Any:
-        bar = tqdm(total=total, unit="row", desc=f"copying {table}", file=sys.stderr)
-        bars.append(bar)
-        return bar.update
+    progress = TableBars()
 
     try:
         if args.to:
@@ -407,8 +401,7 @@ def _migrate(args: argparse.Namespace) -> int:
         print(f"triptych hadron: {exc.message}. {exc.hint or ''}".rstrip(), file=sys.stderr)
         return 1
     finally:
-        for bar in bars:
-            bar.close()
+        progress.close()
     print(copied.report())
     if args.to:
         following = (

@@ -17,8 +17,7 @@ refused, and a new ``hadron.db`` that fails half way is removed.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,8 @@ import psycopg
 from psycopg import Connection, sql
 
 from triptych.core.errors import Invalid
-from triptych.core.pg import PgDatabase, one, redacted
+from triptych.core.pg import one, redacted
+from triptych.core.transfer import Copied, Progress, remove_database, snapshot
 from triptych.hadron.engines import open_stores
 from triptych.hadron.sealing import attach
 
@@ -34,17 +34,10 @@ BATCH = 1_000
 # Written by the target's triggers as the copied rows arrive.
 DERIVED = {"node_text_changes", "vector_generations", "schema_version"}
 
-Progress = Callable[[str, int], Callable[[int], None]]  # (table, rows) -> advance(n)
 
-
-@dataclass
-class Copied:
-    target: str
-    rows: dict[str, int] = field(default_factory=dict)
-
-    def report(self) -> str:
-        counts = ", ".join(f"{self.rows.get(t, 0)} {t}" for t in ("orgs", "memories", "nodes", "edges"))
-        return f"copied {counts} (and {len(self.rows)} tables in all) to {self.target}"
+def _summary(rows: Mapping[str, int]) -> str:
+    counts = ", ".join(f"{rows.get(t, 0)} {t}" for t in ("orgs", "memories", "nodes", "edges"))
+    return f"{counts} (and {len(rows)} tables in all)"
 
 
 HELD = "SELECT EXISTS (SELECT 1 FROM orgs) OR EXISTS (SELECT 1 FROM nodes)"
@@ -100,7 +93,7 @@ def migrate_to_postgres(data_dir: Path, url: str, progress: Progress) -> Copied:
         try:
             assert target.pg is not None
             attach(target.db)
-            copied = Copied(redacted(url))
+            copied = Copied(redacted(url), _summary)
             conn_src = source.db.conn
             names = {r[0] for r in conn_src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             with target.pg.transaction() as conn:
@@ -165,62 +158,52 @@ def holds_data(url: str) -> bool:
         return True  # the copy itself says what is wrong with the database
 
 
-def _remove(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        path.with_name(path.name + suffix).unlink(missing_ok=True)
-
-
 def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
     """Copy the PostgreSQL database's Hadron data into ``data_dir``'s ``hadron.db`` (which must hold
     none); all or nothing, and a ``hadron.db`` this call created is removed again on failure."""
     path = data_dir / "hadron.db"
     created = not path.exists()
-    pg = PgDatabase(url, max_size=1)
-    try:
-        with pg.transaction() as conn:
-            # One snapshot for every table: rows written meanwhile by a running server are all in or all out.
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            present = _tables(conn)
-            if not {"orgs", "nodes"} <= present:
+    # One snapshot for every table: rows written meanwhile by a running server are all in or all out.
+    with snapshot(url) as conn:
+        present = _tables(conn)
+        if not {"orgs", "nodes"} <= present:
+            raise Invalid(
+                f"The PostgreSQL database {redacted(url)} holds no Hadron data (no table orgs or"
+                " nodes): nothing was copied",
+                hint="Check the URL: it should name the database a server-mode triptych used",
+            )
+        try:
+            target = open_stores(path, None, None, None)  # the current schema, every component's
+        except BaseException:
+            if created:
+                remove_database(path)
+            raise
+        try:
+            attach(target.db)
+            out = target.db.conn
+            if out.execute(HELD).fetchone()[0]:
                 raise Invalid(
-                    f"The PostgreSQL database {redacted(url)} holds no Hadron data (no table orgs or"
-                    " nodes): nothing was copied",
-                    hint="Check the URL: it should name the database a server-mode triptych used",
+                    f"The data directory {data_dir} already holds Hadron data: nothing was copied"
+                    f" from {redacted(url)}",
+                    hint="Pass a new, empty data directory with --data-dir",
                 )
-            try:
-                target = open_stores(path, None, None, None)  # the current schema, every component's
-            except BaseException:
-                if created:
-                    _remove(path)
-                raise
-            try:
-                attach(target.db)
-                out = target.db.conn
-                if out.execute(HELD).fetchone()[0]:
-                    raise Invalid(
-                        f"The data directory {data_dir} already holds Hadron data: nothing was copied"
-                        f" from {redacted(url)}",
-                        hint="Pass a new, empty data directory with --data-dir",
-                    )
-                copied = Copied(str(data_dir))
-                names = {r[0] for r in out.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                with target.db.transaction():
-                    out.execute("PRAGMA defer_foreign_keys = ON")  # checked at COMMIT, whatever the order
-                    for table in _order(conn, (names & present) - DERIVED):
-                        _copy_back(conn, out, table, progress, copied)
-            except BaseException as exc:
-                target.close()
-                if created:
-                    _remove(path)
-                if isinstance(exc, sqlite3.Error):  # rows the embedded schema refuses
-                    raise Invalid(
-                        f"The embedded schema refused a row of {redacted(url)} ({exc}): nothing was copied",
-                        hint="Check the database with the server-mode triptych that used it, then run again",
-                    ) from exc
-                raise
+            copied = Copied(str(data_dir), _summary)
+            names = {r[0] for r in out.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            with target.db.transaction():
+                out.execute("PRAGMA defer_foreign_keys = ON")  # checked at COMMIT, whatever the order
+                for table in _order(conn, (names & present) - DERIVED):
+                    _copy_back(conn, out, table, progress, copied)
+        except BaseException as exc:
             target.close()
-    finally:
-        pg.close()
+            if created:
+                remove_database(path)
+            if isinstance(exc, sqlite3.Error):  # rows the embedded schema refuses
+                raise Invalid(
+                    f"The embedded schema refused a row of {redacted(url)} ({exc}): nothing was copied",
+                    hint="Check the database with the server-mode triptych that used it, then run again",
+                ) from exc
+            raise
+        target.close()
     return copied
 
 

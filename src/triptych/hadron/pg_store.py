@@ -26,7 +26,14 @@ from typing import Any
 
 from triptych.core.pg import PgDatabase, PortableDatabase
 from triptych.core.regex import LinearPattern
-from triptych.hadron.search_store import NodeFilter, SqliteSearchStore, _conditions, _where_function
+from triptych.hadron.search_store import (
+    REGEX_FIELDS,
+    NodeFilter,
+    SqliteSearchStore,
+    _conditions,
+    _where_function,
+    regex_hit,
+)
 
 COMPONENT = "hadron"
 # One Hadron writer at a time across workers (the advisory lock every Hadron store's writes take).
@@ -255,12 +262,13 @@ class PgSearchStore(SqliteSearchStore):
 
     def regex(self, f: NodeFilter, pattern: LinearPattern, limit: int) -> list[tuple[int, float]]:
         def score(row: Sequence[Any]) -> int:
-            for points, text in ((3, row[2]), (2, row[3]), (1, row[4])):
+            for i, text in enumerate(row[2:]):
                 if text is not None and pattern.search(text):
-                    return points
+                    return len(REGEX_FIELDS) - i
             return 0
 
-        rows = self._select(f, "n.rowid, n.loc, n.name, n.description, n.content")
+        fields = ", ".join(f"n.{field}" for field in REGEX_FIELDS)
+        rows = self._select(f, f"n.rowid, n.loc, {fields}")
         scored = [(int(r[0]), r[1], s) for r in rows if (s := score(r)) > 0]
         scored.sort(key=lambda x: (-x[2], x[1]))
-        return [(rowid, round(s / 3, 2)) for rowid, _, s in scored[:limit]]
+        return [regex_hit(rowid, s) for rowid, _, s in scored[:limit]]

@@ -11,18 +11,19 @@ two copies.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 from pgvector import Vector
 from psycopg import Connection, sql
 
 from triptych.core.db import Database
 from triptych.core.errors import Invalid
 from triptych.core.pg import PgDatabase, PortableDatabase, one, redacted
+from triptych.core.transfer import Copied, Progress, remove_database, snapshot
 from triptych.metronix import memory_store, store
 from triptych.metronix.pg_store import PgKnowledgeStore
 
@@ -113,19 +114,12 @@ TABLES: list[tuple[str, str, tuple[str, ...], str | None]] = [
     ("freshness_queue", "freshness_queue", ("record_id", "workspace_id", "enqueued_at"), None),
 ]
 
-Progress = Callable[[str, int], Callable[[int], None]]  # (table, rows) -> advance(n)
 
-
-@dataclass
-class Copied:
-    target: str
-    rows: dict[str, int] = field(default_factory=dict)
-
-    def report(self) -> str:
-        kb = f"{self.rows.get('documents', 0)} documents ({self.rows.get('chunks', 0)} chunks)"
-        memory = f"{self.rows.get('memory_records', 0)} memory records"
-        reviews = f"{self.rows.get('review_entries', 0)} review entries"
-        return f"copied {kb}, {memory} and {reviews} to {self.target}"
+def _summary(rows: Mapping[str, int]) -> str:
+    kb = f"{rows.get('documents', 0)} documents ({rows.get('chunks', 0)} chunks)"
+    memory = f"{rows.get('memory_records', 0)} memory records"
+    reviews = f"{rows.get('review_entries', 0)} review entries"
+    return f"{kb}, {memory} and {reviews}"
 
 
 def _source(data_dir: Path) -> Database:
@@ -184,7 +178,7 @@ def migrate_to_postgres(data_dir: Path, url: str, progress: Progress, default_di
             dim = _dimension(source) or default_dim
             PgKnowledgeStore(pg, dim)  # creates (or checks) the schema and its vector index
             memory_store.SqliteMemoryStore(PortableDatabase(pg), dim)
-            copied = Copied(redacted(url))
+            copied = Copied(redacted(url), _summary)
             with pg.transaction() as conn:
                 _ensure_empty(conn, url)
                 for table, target, columns, identity in TABLES:
@@ -247,60 +241,61 @@ def _target(data_dir: Path, url: str) -> Database:
     return db
 
 
-def _remove(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        path.with_name(path.name + suffix).unlink(missing_ok=True)
+def _missing(conn: Connection[Any]) -> str | None:
+    """The first of Metronix's tables the database lacks, if any."""
+    rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    present = {str(r[0]) for r in rows}
+    return next((target for _, target, _, _ in TABLES if target not in present), None)
+
+
+def missing_table(url: str) -> str | None:
+    """The first of Metronix's tables the database at ``url`` lacks: None when it has them all, or when
+    it cannot be read (the copy itself then says what is wrong)."""
+    try:
+        with psycopg.connect(url, connect_timeout=10) as conn:
+            return _missing(conn)
+    except psycopg.Error:
+        return None
 
 
 def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
     """Copy the PostgreSQL database's Metronix data into ``data_dir`` (which must hold none); all or nothing."""
     path = data_dir / "metronix.db"
     created = not path.exists()
-    pg = PgDatabase(url, max_size=1)
-    try:
-        with pg.transaction() as conn:
-            # One snapshot for every table: rows written meanwhile by a running server are all in or all out.
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            present = {
-                str(r[0])
-                for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
-            }
-            missing = [target for _, target, _, _ in TABLES if target not in present]
-            if missing:
-                raise Invalid(
-                    f"The PostgreSQL database {redacted(url)} holds no Metronix data"
-                    f" (no table {missing[0]}): nothing was copied",
-                    hint="Check TRIPTYCH_DATABASE_URL: it should name the database a server-mode triptych used",
-                )
-            target = _target(data_dir, url)
-            copied = Copied(str(data_dir))
-            try:
-                with target.transaction() as out:
-                    for table, source, columns, _ in TABLES:
-                        count = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(source))
-                        total = int(one(conn.execute(count).fetchone())[0])
-                        advance = progress(table, total)
-                        statement = sql.SQL("SELECT {} FROM {}").format(
-                            sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(source)
-                        )
-                        insert = (
-                            f"INSERT OR REPLACE INTO {table} ({', '.join(columns)})"
-                            f" VALUES ({', '.join('?' * len(columns))})"
-                        )
-                        with conn.cursor(name=f"migrate_{source}") as cursor:
-                            cursor.execute(statement)
-                            while batch := cursor.fetchmany(BATCH):
-                                out.executemany(
-                                    insert, [_to_embedded(table, columns, tuple(r)) for r in batch]
-                                )
-                                advance(len(batch))
-                        copied.rows[table] = total
-            except BaseException:
-                target.close()
-                if created:
-                    _remove(path)
-                raise
+    # One snapshot for every table: rows written meanwhile by a running server are all in or all out.
+    with snapshot(url) as conn:
+        missing = _missing(conn)
+        if missing is not None:
+            raise Invalid(
+                f"The PostgreSQL database {redacted(url)} holds no Metronix data"
+                f" (no table {missing}): nothing was copied",
+                hint="Check TRIPTYCH_DATABASE_URL: it should name the database a server-mode triptych used",
+            )
+        target = _target(data_dir, url)
+        copied = Copied(str(data_dir), _summary)
+        try:
+            with target.transaction() as out:
+                for table, source, columns, _ in TABLES:
+                    count = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(source))
+                    total = int(one(conn.execute(count).fetchone())[0])
+                    advance = progress(table, total)
+                    statement = sql.SQL("SELECT {} FROM {}").format(
+                        sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(source)
+                    )
+                    insert = (
+                        f"INSERT OR REPLACE INTO {table} ({', '.join(columns)})"
+                        f" VALUES ({', '.join('?' * len(columns))})"
+                    )
+                    with conn.cursor(name=f"migrate_{source}") as cursor:
+                        cursor.execute(statement)
+                        while batch := cursor.fetchmany(BATCH):
+                            out.executemany(insert, [_to_embedded(table, columns, tuple(r)) for r in batch])
+                            advance(len(batch))
+                    copied.rows[table] = total
+        except BaseException:
             target.close()
-    finally:
-        pg.close()
+            if created:
+                remove_database(path)
+            raise
+        target.close()
     return copied
