@@ -9,7 +9,11 @@ both): each round starts the server, lets the clients run ``--warmup`` seconds, 
 complete in the next ``--seconds`` and stops the server. Each client is the official MCP client (one
 session per client, kept for the round) and loops over: 40 % ``metronix_search_fast``, 30 %
 ``memory_search``, 20 % ``metronix_store``, 10 % ``memory_store``. Every response names its worker
-(``X-Triptych-Worker``), so the spread of the calls over the workers is reported too.
+(``X-Triptych-Worker``), so the spread of the calls over the workers is reported too. Each round also
+reports its CPU ceiling: the calls/s the machine's cores allow at the CPU per call measured in it
+(server + PostgreSQL + clients), and the share of it reached. Before the rounds, in process: what a
+store through another worker costs a worker's next search (its keyword index reloaded, or followed
+from the change log).
 
 Run from the repository root:  .venv/bin/python bench/workers.py [--clients 16] [--seconds 30] [--rounds 4]
 """
@@ -33,10 +37,13 @@ from typing import Any
 
 import common
 import httpx2
+import numpy as np
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from triptych.core.pg import PgDatabase
+from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.store import NewDocument
 
 sys.path.insert(0, str(common.REPO / "tests"))
 from harness import McpSession, ServerProcess  # noqa: E402  (the tests' real server processes)
@@ -57,6 +64,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=30.0, help="timed seconds per round")
     p.add_argument("--warmup", type=float, default=5.0)
     p.add_argument("--rounds", type=int, default=4, help="rounds, alternating 1 2 2 1 ...")
+    p.add_argument(
+        "--plan",
+        help="the rounds instead, as workers[:embedding threads per worker] separated by commas, e.g."
+        " 2,2:1,2:1,2 (TRIPTYCH_EMBED_THREADS; unset: the server's default)",
+    )
     p.add_argument("--client-processes", type=int, default=4, help="processes the clients are spread over")
     p.add_argument("--docs", type=int, default=200)
     p.add_argument("--memories", type=int, default=200)
@@ -184,9 +196,15 @@ def load(
             workers.update(out["workers"])
             latency += out["latency"]
     total = sum(calls.values())
+    per_call = {name: 1000 * used / max(total, 1) for name, used in cpu.items()}
+    # What the machine's cores allow at this much CPU per call (server, PostgreSQL and clients all
+    # share them): throughput can only approach it if nothing else runs and every process scales.
+    ceiling = (os.cpu_count() or 1) * 1000 / max(sum(per_call.values()), 1e-9)
     return {
         "calls_per_s": total / seconds,
-        "cpu_ms_per_call": {name: 1000 * used / max(total, 1) for name, used in cpu.items()},
+        "cpu_ms_per_call": per_call,
+        "cpu_ceiling_calls_per_s": ceiling,
+        "of_ceiling": total / seconds / ceiling,
         "calls": dict(calls),
         "by_worker": dict(sorted(workers.items())),
         "p50_ms": statistics.median(latency) if latency else None,
@@ -227,8 +245,90 @@ def generation_read_ms(url: str, samples: int = 300) -> float:
         db.close()
 
 
-def start(workers: int, url: str, root: Path) -> ServerProcess:
+def plan(args: argparse.Namespace) -> list[tuple[int, int | None]]:
+    if not args.plan:
+        return [((1, 2, 2, 1)[i % 4], None) for i in range(args.rounds)]
+    rounds = []
+    for item in args.plan.split(","):
+        workers, _, threads = item.strip().partition(":")
+        rounds.append((int(workers), int(threads) if threads else None))
+    return rounds
+
+
+def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per variant, one worker vs two (when both ran) and how near two got to the CPU ceiling."""
+    found: dict[str, Any] = {}
+    for variant in dict.fromkeys(r["variant"] for r in rounds):
+        of = [r for r in rounds if r["variant"] == variant]
+        found[variant] = {
+            "calls_per_s": statistics.median(r["calls_per_s"] for r in of),
+            "cpu_ceiling_calls_per_s": statistics.median(r["cpu_ceiling_calls_per_s"] for r in of),
+            "server_cpu_ms_per_call": statistics.median(r["cpu_ms_per_call"]["server"] for r in of),
+        }
+        found[variant]["of_ceiling"] = (
+            found[variant]["calls_per_s"] / found[variant]["cpu_ceiling_calls_per_s"]
+        )
+        print(
+            f"median of {variant}: {found[variant]['calls_per_s']:.1f} calls/s, CPU ceiling"
+            f" {found[variant]['cpu_ceiling_calls_per_s']:.0f} calls/s ({100 * found[variant]['of_ceiling']:.0f} %"
+            f" reached), server CPU {found[variant]['server_cpu_ms_per_call']:.1f} ms per call",
+            file=sys.stderr,
+        )
+    if "1" in found and "2" in found:
+        one, two = found["1"], found["2"]
+        # The best ratio the cores allow: two workers at their ceiling over one worker as measured.
+        found["ratio"] = two["calls_per_s"] / one["calls_per_s"]
+        found["ceiling_ratio"] = two["cpu_ceiling_calls_per_s"] / one["calls_per_s"]
+        print(
+            f"2 workers / 1 worker: {found['ratio']:.2f} (the cores allow at most {found['ceiling_ratio']:.2f})",
+            file=sys.stderr,
+            flush=True,
+        )
+    return found
+
+
+def keyword_catch_up_ms(url: str, samples: int = 15) -> dict[str, float]:
+    """p50 of what one worker pays for another worker's store on its next search: its keyword index of
+    the workspace reloaded whole (how every store through another worker was followed before the change
+    log) vs the log's entries applied (now). In process, on the seeded database, idle."""
+    dim = 384  # the bundled model's: the tables' vectors are that size
+    reader = PgKnowledgeStore(PgDatabase(url, max_size=2), dim)
+    writer = PgKnowledgeStore(PgDatabase(url, max_size=2), dim)  # the other worker
+    rng = random.Random(11)
+    workspace = WORKSPACES[0]
+    reload, follow = [], []
+    try:
+        for i in range(samples):
+            text = sentence(rng, 60)
+            vector = rng_unit(rng, dim)
+            writer.put_document(
+                NewDocument(workspace, f"catch-up-{i % 5}", None, text, "text", None, None, {}, str(i), [text], vector)
+            )  # fmt: skip
+            generation = reader._generation(workspace)
+            reader.keywords.sync(workspace, generation - 1)  # a copy one write behind, as the other worker's
+            if i % 2:
+                began = time.perf_counter()
+                reader._catch_up(workspace, generation)
+                follow.append((time.perf_counter() - began) * 1000)
+            else:
+                reader.keywords.forget(workspace)
+                began = time.perf_counter()
+                reader.keywords.sync(workspace, generation)
+                reload.append((time.perf_counter() - began) * 1000)
+        return {"reload_p50_ms": statistics.median(reload), "follow_p50_ms": statistics.median(follow)}
+    finally:
+        reader.close()
+        writer.close()
+
+
+def rng_unit(rng: random.Random, dim: int) -> Any:
+    vector = np.array([rng.gauss(0.0, 1.0) for _ in range(dim)], dtype=np.float32)
+    return (vector / np.linalg.norm(vector)).reshape(1, dim)
+
+
+def start(workers: int, url: str, root: Path, threads: int | None = None) -> ServerProcess:
     env = {
+        **({"TRIPTYCH_EMBED_THREADS": str(threads)} if threads else {}),
         "TRIPTYCH_DATABASE_URL": url,
         "TRIPTYCH_AUTH_ENABLED": "false",
         "TRIPTYCH_WORKERS": str(workers),
@@ -263,10 +363,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             server.stop()
         results["generation_read_p50_ms"] = generation_read_ms(url)
-        order = [(1, 2, 2, 1)[i % 4] for i in range(args.rounds)]
+        results["keyword_catch_up"] = keyword_catch_up_ms(url)
+        print(
+            "another worker's store, paid on the next search: keyword index reloaded"
+            f" {results['keyword_catch_up']['reload_p50_ms']:.1f} ms, followed from the change log"
+            f" {results['keyword_catch_up']['follow_p50_ms']:.1f} ms (p50)",
+            file=sys.stderr,
+            flush=True,
+        )
+        order = plan(args)
         rounds: list[dict[str, Any]] = []
-        for n, workers in enumerate(order, 1):
-            server = start(workers, url, root)
+        for n, (workers, threads) in enumerate(order, 1):
+            variant = f"{workers}" if threads is None else f"{workers}:{threads}"
+            server = start(workers, url, root, threads)
             try:
                 before = os.getloadavg()[0]
                 supervisor = server.process.pid if server.process else 0
@@ -275,26 +384,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                 measured = load(
                     server.url, args.clients, args.client_processes, args.warmup, args.seconds, cpu_of
                 )
-                measured.update(workers=workers, load_before=before, load_after=os.getloadavg()[0])
+                measured.update(
+                    workers=workers,
+                    embed_threads=threads,
+                    variant=variant,
+                    load_before=before,
+                    load_after=os.getloadavg()[0],
+                )
             finally:
                 server.stop()
             rounds.append(measured)
             print(
-                f"round {n}/{len(order)}: {workers} worker(s) {measured['calls_per_s']:.1f} calls/s,"
+                f"round {n}/{len(order)}: {workers} worker(s)"
+                f"{'' if threads is None else f', {threads} embedding thread(s) each'} {measured['calls_per_s']:.1f} calls/s,"
                 f" p50 {measured['p50_ms']:.0f} ms, by worker {measured['by_worker']},"
+                f" CPU ceiling {measured['cpu_ceiling_calls_per_s']:.0f} calls/s"
+                f" ({100 * measured['of_ceiling']:.0f} % of it),"
                 f" CPU ms per call {json.dumps({k: round(v, 1) for k, v in measured['cpu_ms_per_call'].items()})},"
                 f" load {measured['load_before']:.1f} -> {measured['load_after']:.1f}",
                 file=sys.stderr,
                 flush=True,
             )
         results["rounds"] = rounds
-        one = statistics.median(r["calls_per_s"] for r in rounds if r["workers"] == 1)
-        two = statistics.median(r["calls_per_s"] for r in rounds if r["workers"] == 2)
-        results["summary"] = {
-            "one_worker_calls_per_s": one,
-            "two_workers_calls_per_s": two,
-            "ratio": two / one,
-        }
+        results["summary"] = summary(rounds)
     finally:
         cluster.stop()
     print(json.dumps(results, indent=2))

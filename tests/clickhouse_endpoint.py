@@ -182,7 +182,10 @@ class AsyncInserts:
 
     def _flush(self, statement: str, fmt: str, database: str, group: list[_Waiting]) -> None:
         if os.environ.get("CLICKHOUSE_ENDPOINT_LOG"):
-            print(f"async insert flush: {len(group)} inserts, {sum(len(w.data) for w in group)} bytes", flush=True)
+            print(
+                f"async insert flush: {len(group)} inserts, {sum(len(w.data) for w in group)} bytes",
+                flush=True,
+            )
         if len(group) > 1:
             try:
                 self.engine.insert(statement, fmt, b"".join(w.data for w in group), {}, database)

@@ -175,6 +175,31 @@ async def test_both_workers_serve_and_each_response_names_its_worker(workers: Se
     assert answered == {"1", "2"}
 
 
+def _environ(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+
+
+def test_the_workers_share_the_cores_among_their_embedding_threads(workers: ServerProcess) -> None:
+    # Two workers on C cores: C // 2 threads each for the bundled model, not C each.
+    for pid in worker_pids(workers):
+        assert _environ(pid)["TRIPTYCH_EMBED_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+
+
+def test_embedding_threads_set_by_the_operator_are_kept(postgres: PostgresCluster, tmp_path: Path) -> None:
+    env = {
+        "TRIPTYCH_DATABASE_URL": postgres.create_database("threads"),
+        "TRIPTYCH_AUTH_ENABLED": "false",
+        "TRIPTYCH_EMBED_THREADS": "3",
+    }
+    server = ServerProcess(tmp_path / "data", env)
+    try:
+        start_workers(server)
+        assert [_environ(pid)["TRIPTYCH_EMBED_THREADS"] for pid in worker_pids(server)] == ["3", "3"]
+    finally:
+        stop_all(server)
+
+
 async def test_a_document_stored_through_one_worker_is_searched_and_replaced_through_the_other(
     workers: ServerProcess,
 ) -> None:

@@ -144,3 +144,64 @@ def test_after_updates_scores_still_equal_a_fresh_fts5_over_the_live_rows() -> N
     ours = index.search("w", generation, "violin trip", None)
     assert [s for s, _ in ours] == [s for s, _ in expected]
     assert [round(s, 6) for _, s in ours] == [round(s, 6) for _, s in expected]
+
+
+def test_compaction_after_many_replacements_keeps_a_fresh_loads_ranking() -> None:
+    rows = _corpus(40, seed=6)
+    table = Table()
+    table.parts["w"] = _docs(rows)
+    index = KeywordIndex(table.load)
+    index.search("w", 1, "violin", None)
+    live = {seq: (content, tags) for seq, content, tags in rows}
+    rnd = random.Random(2)
+    generation = 1
+    for step in range(400):  # ten times the workspace's size: the dead outnumber the living many times
+        seq = rnd.choice(sorted(live))
+        if step % 7 == 0 and len(live) > 20:
+            del live[seq]
+            index.apply("w", generation, generation + 1, removed=[seq])
+        else:
+            new = 1000 + step  # a replacement under a new id, as the knowledge base's chunks are
+            del live[seq]
+            live[new] = (" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(3, 14))), "")
+            index.apply(
+                "w",
+                generation,
+                generation + 1,
+                added=[(new, _docs([(new, *live[new])])[0][1])],
+                removed=[seq],
+            )
+        generation += 1
+    part = index.sync("w", generation)
+    assert table.loads == ["w"]  # never reloaded ...
+    assert len(part.ids) <= 2 * len(live) + 64  # ... yet holds about what a reload would
+    fresh = Table()
+    fresh.parts["w"] = _docs([(seq, c, t) for seq, (c, t) in sorted(live.items())])
+    for query in ("violin trip", "painting gardens runner", "sunset lake mountain melody"):
+        assert index.search("w", generation, query, None) == KeywordIndex(fresh.load).search(
+            "w", 1, query, None
+        )
+
+
+def test_follow_applies_a_log_and_reloads_when_the_log_cannot_say() -> None:
+    table = Table()
+    table.parts["w"] = _docs([(1, "violin lesson", ""), (2, "pottery class", "")])
+    index = KeywordIndex(table.load)
+    index.follow("w", 1, lambda seen: None)  # nothing cached: nothing to follow, nothing loaded
+    assert table.loads == []
+    index.search("w", 1, "violin", None)
+    asked: list[int] = []
+
+    def log(seen: int) -> tuple[list[Document], list[int]]:
+        asked.append(seen)
+        return [(3, [("violin concert", 1.0)])], [1]
+
+    index.follow("w", 3, log)
+    index.follow("w", 3, log)  # current: the log is not read again
+    assert asked == [1]
+    assert [s for s, _ in index.search("w", 3, "violin", None)] == [3]
+    assert table.loads == ["w"]
+    index.follow("w", 4, lambda seen: None)  # a gap: dropped, the next search reloads
+    table.parts["w"] = _docs([(5, "violin repair", "")])
+    assert [s for s, _ in index.search("w", 4, "violin", None)] == [5]
+    assert table.loads == ["w", "w"]

@@ -17,11 +17,14 @@ does: in a workspace of two documents, an exact match in one of them then scores
 so a match in a small workspace still counts (the knowledge base uses it; docs/decisions.md, issue 21).
 
 The database stays the source of truth, as for ``VectorIndex`` (``PartitionCache``): every write that
-changes indexed text bumps the partition's generation in its transaction.
+changes indexed text bumps the partition's generation in its transaction. A store that also logs each
+write's changed documents lets another process's index catch up from the log (``follow``) instead of
+reloading the partition.
 """
 
 from __future__ import annotations
 
+import threading
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +37,8 @@ from triptych.core.search import keyword_terms, stems, text_terms
 
 # One indexed document: (id, [(text, column weight), ...]).
 Document = tuple[int, Sequence[tuple[str, float]]]
+# What a change log says happened between two generations: documents (re)added, ids removed.
+Changes = tuple[Iterable[Document], Iterable[int]]
 
 K1 = 1.2
 B = 0.75
@@ -83,6 +88,9 @@ class KeywordIndex(PartitionCache[_Partition]):
         super().__init__()
         self._loader = loader
         self._smooth_idf = idf == "smooth"
+        # One catch-up at a time: two threads applying overlapping stretches of a log would make the
+        # second find the partition moved under it and drop it.
+        self._following = threading.Lock()
 
     def _load(self, key: str, generation: int) -> _Partition:
         part = _Partition(generation=generation)
@@ -111,6 +119,36 @@ class KeywordIndex(PartitionCache[_Partition]):
             postings.weights.append(weight)
 
     @staticmethod
+    def _compact(part: _Partition) -> None:
+        """Drop removed documents' postings, renumbering positions (the ranking is unchanged: scores
+        depend on live documents only, ties on ids). Done when the dead outnumber the living, so a
+        long-lived index that only ever follows its writes stays near the size a reload would give."""
+        alive = np.frombuffer(part.alive, dtype=np.bool_)
+        keep = np.flatnonzero(alive)
+        renumber = np.cumsum(alive, dtype=np.int64).astype(np.int32) - 1
+
+        def packed(typecode: str, values: np.ndarray) -> array:  # type: ignore[type-arg]
+            out = array(typecode)
+            out.frombytes(values.tobytes())
+            return out
+
+        ids = np.frombuffer(part.ids, dtype=np.int64)[keep]
+        lengths = np.frombuffer(part.lengths, dtype=np.float32)[keep]
+        terms: dict[str, _Postings] = {}
+        for term, postings in part.terms.items():
+            positions = np.frombuffer(postings.positions, dtype=np.int32)
+            live = alive[positions]
+            if live.any():
+                weights = np.frombuffer(postings.weights, dtype=np.float32)[live]
+                terms[term] = _Postings(packed("i", renumber[positions[live]]), packed("f", weights))
+        del alive  # the buffer view must go before ``part.alive`` is replaced
+        part.ids = packed("q", ids)
+        part.lengths = packed("f", lengths)
+        part.position = {int(doc_id): i for i, doc_id in enumerate(ids.tolist())}
+        part.alive = bytearray(b"\x01" * len(ids))
+        part.terms = terms
+
+    @staticmethod
     def _remove(part: _Partition, doc_id: int) -> None:
         # Postings keep the dead position; searches mask it out. A reload compacts.
         pos = part.position.pop(doc_id, None)
@@ -137,8 +175,28 @@ class KeywordIndex(PartitionCache[_Partition]):
             for doc_id, columns in added:
                 self._remove(part, doc_id)
                 self._add(part, doc_id, columns)
+            if len(part.ids) - part.live > max(part.live, 64):
+                self._compact(part)
 
         self._update(key, before, after, change)
+
+    def follow(self, key: str, generation: int, changes: Callable[[int], Changes | None]) -> None:
+        """Bring the cached partition up to ``generation`` from a log of the writes made since the
+        generation it holds, by any process: ``changes(seen)`` returns what generations ``seen + 1`` to
+        ``generation`` added and removed (an added document is read as it is now, so a later write
+        applied early is harmless: the log applies it again), or None when the log cannot say (pruned,
+        or written by a version that kept none); the partition then reloads on its next use. A
+        partition not cached, or already current, costs nothing here."""
+        with self._following:
+            seen = self.generation(key)
+            if seen >= generation:
+                return
+            found = changes(seen)
+            if found is None:
+                self.forget(key)
+                return
+            added, removed = found
+            self.apply(key, seen, generation, added=added, removed=removed)
 
     def search(self, key: str, generation: int, text: str, k: int | None) -> list[tuple[int, float]]:
         """Documents matching any query term, by BM25, best first (ties by id); ``k`` None = all."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from triptych.core.db import Database
-from triptych.core.keyword_index import Document, KeywordIndex
+from triptych.core.keyword_index import Changes, Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PortableDatabase
 from triptych.core.regex import LinearPattern
@@ -119,14 +119,20 @@ class NodeKeywords:
         """The memory's index brought up to the log's head (``log``: read once for the memories of one
         search; else now); returns the generation to search at (the log's global head: a memory nobody
         wrote to keeps up with it at no cost)."""
-        conn = self.db.conn
         head, oldest = log if log is not None else self.log()
-        seen = self.index.generation(memory_id)
-        if seen >= head:
-            return head  # current, or not loaded (the load reads the rows after this head)
-        if oldest is not None and oldest > seen + 1:
-            self.index.forget(memory_id)  # entries were pruned since: the log cannot bring it up to date
-            return head
+
+        def changes(seen: int) -> Changes | None:
+            if oldest is not None and oldest > seen + 1:
+                return None  # entries were pruned since: the log cannot bring it up to date
+            return self._changes(memory_id, seen, head)
+
+        self.index.follow(memory_id, head, changes)
+        return head
+
+    def _changes(self, memory_id: str, seen: int, head: int) -> Changes:
+        """The memory's nodes logged after ``seen`` up to ``head``: each removed, and re-added as it is
+        now if it is live in the memory."""
+        conn = self.db.conn
         changed = sorted(
             {
                 int(r[0])
@@ -148,8 +154,7 @@ class NodeKeywords:
                     (*part, memory_id),
                 )
             ]
-        self.index.apply(memory_id, seen, head, added=live, removed=changed)
-        return head
+        return live, changed
 
     def search(
         self, memory_id: str, text: str, k: int | None, log: tuple[int, int | None] | None = None

@@ -4,7 +4,9 @@ Documents and chunks live in tables; each chunk's vector in a pgvector column se
 index (inner product on L2-normalised vectors, the embedded engine's cosine). Keyword ranking keeps the
 embedded engine's in-process BM25 (``core.keyword_index``) so both engines rank alike: the workspace's
 generation, bumped in every write's transaction, is read from the database on each search, so a write
-through any worker reloads every other worker's stale copy on its next call (docs/decisions.md).
+through any worker reaches every other worker's copy on its next call (docs/decisions.md). Each write
+also logs the chunk ids it added and removed under its generation (``kb_keyword_changes``, same
+transaction), so another worker's copy applies just those instead of reloading the workspace.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 from psycopg import Connection, sql
 from psycopg.rows import TupleRow, dict_row
 
-from triptych.core.keyword_index import Document, KeywordIndex
+from triptych.core.keyword_index import Changes, Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PgDatabase, one
 from triptych.core.search import Vector
@@ -73,7 +75,21 @@ MIGRATIONS = [
     CREATE INDEX kb_chunks_by_workspace ON kb_chunks (workspace_id, id);
     CREATE INDEX kb_chunks_by_document ON kb_chunks (document_id);
     """,
+    # One row per write of a workspace (its generation after the write): the chunk ids it added and
+    # removed, for the other workers' keyword indexes. Workspaces written before this log existed have
+    # no rows: a worker behind them finds a gap and reloads, as before.
+    """
+    CREATE TABLE kb_keyword_changes (
+        workspace_id TEXT NOT NULL,
+        generation BIGINT NOT NULL,
+        added BIGINT[] NOT NULL,
+        removed BIGINT[] NOT NULL,
+        PRIMARY KEY (workspace_id, generation)
+    );
+    """,
 ]
+# Writes of one workspace the log keeps: a worker further behind reloads the workspace.
+KEYWORD_LOG_KEEP = 1000
 
 Conn = Connection[TupleRow]
 
@@ -143,6 +159,23 @@ class PgKnowledgeStore:
         found = conn.execute("SELECT generation FROM kb_workspaces WHERE id = %s FOR UPDATE", (workspace_id,))
         return int(one(found.fetchone())[0])
 
+    @staticmethod
+    def _log_write(
+        conn: Conn, workspace_id: str, generation: int, added: list[int], removed: list[int]
+    ) -> None:
+        """Inside a write holding the workspace's row (``_lock_workspace``): its new generation and its
+        entry in the keyword change log, pruned now and then to the last ``KEYWORD_LOG_KEEP`` writes."""
+        conn.execute("UPDATE kb_workspaces SET generation = %s WHERE id = %s", (generation, workspace_id))
+        conn.execute(
+            "INSERT INTO kb_keyword_changes VALUES (%s, %s, %s, %s)",
+            (workspace_id, generation, added, removed),
+        )
+        if generation % 100 == 0:
+            conn.execute(
+                "DELETE FROM kb_keyword_changes WHERE workspace_id = %s AND generation <= %s",
+                (workspace_id, generation - KEYWORD_LOG_KEEP),
+            )
+
     @gated
     def put_document(self, doc: NewDocument) -> int:
         """Insert or replace a document and all its chunks in one transaction; returns the chunk count."""
@@ -177,9 +210,8 @@ class PgKnowledgeStore:
                     )
                     chunk_id = int(one(cursor.fetchone())[0])
                     texts.append((chunk_id, keyword_columns(doc.title, text)))
-            conn.execute(
-                "UPDATE kb_workspaces SET generation = %s WHERE id = %s", (before + 1, doc.workspace_id)
-            )
+            self._log_write(conn, doc.workspace_id, before + 1, [i for i, _ in texts], removed)
+        self._catch_up(doc.workspace_id, before)
         self.keywords.apply(doc.workspace_id, before, before + 1, added=texts, removed=removed)
         return len(texts)
 
@@ -194,15 +226,17 @@ class PgKnowledgeStore:
                 return False
             before = self._lock_workspace(conn, workspace_id)
             row = conn.execute(
-                "DELETE FROM kb_documents WHERE workspace_id = %s AND doc_label = %s RETURNING id",
+                "SELECT id FROM kb_documents WHERE workspace_id = %s AND doc_label = %s",
                 (workspace_id, doc_label),
             ).fetchone()
             if row is None:  # another worker deleted it while this one waited for the lock
                 return False
-            found = conn.execute("SELECT id FROM kb_chunks WHERE document_id = %s", (row[0],)).fetchall()
-            removed = [int(r[0]) for r in found]
-            conn.execute("DELETE FROM kb_chunks WHERE document_id = %s", (row[0],))
-            conn.execute("UPDATE kb_workspaces SET generation = %s WHERE id = %s", (before + 1, workspace_id))
+            # The chunks first: deleting the document would cascade to them and leave no ids to log.
+            found = conn.execute("DELETE FROM kb_chunks WHERE document_id = %s RETURNING id", (row[0],))
+            removed = [int(r[0]) for r in found.fetchall()]
+            conn.execute("DELETE FROM kb_documents WHERE id = %s", (row[0],))
+            self._log_write(conn, workspace_id, before + 1, [], removed)
+        self._catch_up(workspace_id, before)
         self.keywords.apply(workspace_id, before, before + 1, removed=removed)
         return True
 
@@ -257,7 +291,38 @@ class PgKnowledgeStore:
         """BM25 over the workspace's chunks (title and body), with the workspace's own statistics."""
         generation = self._generation(workspace_id)
         self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
+        self._catch_up(workspace_id, generation)
         return self.keywords.search(workspace_id, generation, query, limit)
+
+    def _catch_up(self, workspace_id: str, generation: int) -> None:
+        """The workspace's keyword index brought up to ``generation`` from the change log. A write calls
+        it with the generation it started from: another worker's writes since this one's last look are
+        applied first, so its own change lands on a current index instead of dropping it."""
+        self.keywords.follow(
+            workspace_id, generation, lambda seen: self._keyword_changes(workspace_id, seen, generation)
+        )
+
+    def _keyword_changes(self, workspace_id: str, seen: int, generation: int) -> Changes | None:
+        """What the writes after ``seen`` up to ``generation`` did to the workspace's chunks (None if the
+        log misses one of them). Writes to a workspace hold its row, so generations commit in order and
+        every entry up to ``generation`` is visible once ``generation`` is. Added chunks are read as
+        they are now: one a later write removed is simply absent (that write's entry removes it again)."""
+        with self.db.connection() as conn:
+            entries = conn.execute(
+                "SELECT added, removed FROM kb_keyword_changes"
+                " WHERE workspace_id = %s AND generation > %s AND generation <= %s",
+                (workspace_id, seen, generation),
+            ).fetchall()
+            if len(entries) != generation - seen:
+                return None
+            added = sorted({int(i) for a, _ in entries for i in a})
+            rows = conn.execute(
+                "SELECT c.id, d.title, c.text FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+                " WHERE c.workspace_id = %s AND c.id = ANY(%s) ORDER BY c.id",
+                (workspace_id, added),
+            ).fetchall()
+        removed = {int(i) for _, r in entries for i in r}
+        return [(int(r[0]), keyword_columns(r[1], str(r[2]))) for r in rows], removed
 
     def _load_keyword_documents(self, workspace_id: str) -> list[Document]:
         with self.db.connection() as conn:
@@ -352,7 +417,15 @@ class PgKnowledgeStore:
                     "UPDATE kb_chunks SET embedding = %s WHERE id = %s",
                     [(np.asarray(v, dtype=np.float32), i) for i, v in rows],
                 )
-            conn.execute("UPDATE kb_workspaces SET generation = generation + 1")
+            # No text changed: an empty log entry each, so keyword indexes step over the new generation.
+            # The UPDATE waits for writes holding a workspace's row and reads the generation they left.
+            bumped = conn.execute(
+                "UPDATE kb_workspaces SET generation = generation + 1 RETURNING id, generation"
+            ).fetchall()
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO kb_keyword_changes VALUES (%s, %s, '{}', '{}')", [(w, g) for w, g in bumped]
+                )
 
     def close(self) -> None:
         self.db.close()
