@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from triptych.core.pg import PgDatabase, one
-from triptych.metronix.pg_store import COMPONENT, MIGRATIONS, PgKnowledgeStore
+from triptych.metronix.pg_store import COMPONENT, MIGRATIONS, SAME_TEXT_READ, PgKnowledgeStore
 from triptych.metronix.store import NewDocument
 
 pytestmark = pytest.mark.engines("postgresql")
@@ -19,10 +19,20 @@ DIM = 8
 
 @pytest.fixture
 def store(database_url: str) -> Iterator[PgKnowledgeStore]:
-    # One pooled connection: every statement of the test meets whatever a search left on it.
-    opened = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
+    # One pooled connection: every statement of the test meets whatever a search left on it. pgvector's
+    # index only (no in-process mirror): this is the path a worker takes while its mirror catches up.
+    opened = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM, mirror=False)
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def workers(database_url: str) -> Iterator[tuple[PgKnowledgeStore, PgKnowledgeStore]]:
+    """Two stores on one database, as two server workers hold them, each with its own mirror."""
+    pair = (PgKnowledgeStore(PgDatabase(database_url), DIM), PgKnowledgeStore(PgDatabase(database_url), DIM))
+    yield pair
+    for opened in pair:
+        opened.close()
 
 
 def _put(store: PgKnowledgeStore, workspace: str, label: str, vectors: np.ndarray) -> None:
@@ -56,6 +66,124 @@ def test_vector_search_settings_hold_for_its_query_and_end_with_it(store: PgKnow
             "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')"
         ).fetchone()
     assert settings == ("40", "off")
+
+
+def _ids(hits: list[tuple[int, float]]) -> list[int]:
+    return [chunk_id for chunk_id, _ in hits]
+
+
+def test_the_mirror_answers_as_pgvector_s_index_and_follows_its_own_writes_in_place(
+    workers: tuple[PgKnowledgeStore, PgKnowledgeStore],
+) -> None:
+    store, _ = workers
+    vectors = _unit(60, seed=4)
+    _put(store, "ws", "doc-a", vectors[:40])
+    _put(store, "other", "doc-b", vectors[40:])
+    query = _unit(1, seed=5)[0]
+
+    # The first search finds no mirror: pgvector's index answers, the mirror loads in the background.
+    first = store.vector_search("ws", query, 10)
+    assert store.wait_ready("ws")
+    assert store.index.serves("ws", store.generation("ws"))
+    mirrored = store.vector_search("ws", query, 10)
+    assert _ids(mirrored) == _ids(first) == _ids(store.hnsw_search("ws", query, 10))
+    assert [round(score, 5) for _, score in mirrored] == [round(score, 5) for _, score in first]
+    exact = np.argsort(-(vectors[:40] @ query))[:10]
+    assert _ids(mirrored) == [int(i) + 1 for i in exact]
+    # Only the workspace's own chunks, all of them when fewer than asked.
+    assert len(store.vector_search("ws", query, 100)) == 40
+
+    # This worker's own write reaches its mirror in place: still current, no reload, the new chunk found.
+    _put(store, "ws", "doc-c", query.reshape(1, DIM))
+    assert store.index.serves("ws", store.generation("ws"))
+    best = store.vector_search("ws", query, 1)
+    assert _ids(best) == _ids(store.hnsw_search("ws", query, 1))
+    assert best[0][1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_write_through_another_worker_is_found_on_the_next_search_then_mirrored(
+    workers: tuple[PgKnowledgeStore, PgKnowledgeStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader, writer = workers
+    _put(writer, "ws", "doc-a", _unit(30, seed=6))
+    query = _unit(1, seed=7)[0]
+    reader.vector_search("ws", query, 5)
+    assert reader.wait_ready("ws")
+    loads: list[int] = []
+    install = reader.index.install
+    monkeypatch.setattr(reader.index, "install", lambda *a: (loads.append(1), install(*a)))
+
+    _put(writer, "ws", "doc-new", query.reshape(1, DIM))
+    writer.delete_document("ws", "doc-a")
+    # The reader writes too while its mirror is behind: the mirror is kept for the catch-up, not dropped.
+    _put(reader, "ws", "doc-mine", -query.reshape(1, DIM))
+    # The reader's mirror is behind the database: pgvector's index answers this search, fresh.
+    generation = reader.generation("ws")
+    assert not reader.index.serves("ws", generation)
+    found = reader.vector_search("ws", query, 5)
+    assert len(found) == 2 and found[0][1] == pytest.approx(1.0, abs=1e-5)
+    # The mirror catches up in the background and then answers the same.
+    assert reader.wait_ready("ws")
+    assert reader.index.serves("ws", generation)
+    assert reader.vector_search("ws", query, 5) == [
+        (chunk_id, pytest.approx(score, abs=1e-6)) for chunk_id, score in found
+    ]
+    assert loads == []  # patched by difference (the new ids' vectors), not loaded whole
+    assert reader.vector_search("nowhere", query, 5) == []
+
+
+def test_re_embedding_through_another_worker_reloads_the_mirror_whole(
+    workers: tuple[PgKnowledgeStore, PgKnowledgeStore],
+) -> None:
+    reader, writer = workers
+    vectors = _unit(12, seed=8)
+    _put(writer, "ws", "doc-a", vectors)
+    query = vectors[3]
+    reader.vector_search("ws", query, 3)
+    assert reader.wait_ready("ws")
+    assert reader.vector_search("ws", query, 1)[0][0] == 4
+
+    # Same ids, new vectors (what `triptych reindex` writes): a catch-up by new ids would miss them.
+    moved = np.roll(vectors, 1, axis=0)
+    writer.replace_embeddings([(i + 1, moved[i]) for i in range(len(moved))])
+    reader.vector_search("ws", query, 1)
+    assert reader.wait_ready("ws")
+    assert reader.index.serves("ws", reader.generation("ws"))
+    assert reader.vector_search("ws", query, 1)[0][0] == 5
+
+
+def test_hits_bring_the_labels_of_their_identical_documents_when_the_list_is_short(
+    store: PgKnowledgeStore,
+) -> None:
+    def copy_of(text: str, label: str, seed: int, workspace: str = "ws") -> None:
+        store.put_document(
+            NewDocument(workspace, label, None, text, "doc", None, None, {}, label, [text], _unit(1, seed))
+        )
+
+    for i in range(3):
+        copy_of("three copies", f"few-{i}", seed=10 + i)
+    copy_of("three copies", "elsewhere", seed=13, workspace="other")
+    for i in range(SAME_TEXT_READ + 1):
+        copy_of("many copies", f"many-{i:02d}", seed=20 + i)
+    with store.db.connection() as conn:
+        ids = {
+            str(label): int(chunk_id)
+            for chunk_id, label in conn.execute(
+                "SELECT c.id, d.doc_label FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+                " WHERE d.workspace_id = 'ws'"
+            ).fetchall()
+        }
+    hits = store.chunk_hits("ws", [ids["few-1"], ids["many-03"]])
+    few, many = hits[ids["few-1"]], hits[ids["many-03"]]
+    # Short list: read with the hit, as labels_by_body would answer it (one round trip fewer), and
+    # only this workspace's: the copy in "other" is not named.
+    assert few.same_text == ("few-0", "few-1", "few-2")
+    assert list(few.same_text) == store.labels_by_body("ws", [few.body_hash])[few.body_hash]
+    # Longer than a search lists: left to labels_by_body, which has them all.
+    assert many.same_text is None
+    assert len(store.labels_by_body("ws", [many.body_hash])[many.body_hash]) == SAME_TEXT_READ + 1
+    # Only the workspace's own documents, from either.
+    assert store.chunk_hits("other", [ids["few-1"]]) == {}
 
 
 # -- keyword indexes of several workers: the change log ------------------------------------------------

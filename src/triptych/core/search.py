@@ -210,13 +210,49 @@ class VectorIndex(PartitionCache[_Partition]):
 
     def _load(self, key: str, generation: int) -> _Partition:
         ids, matrix = self._loader(key)
+        part = self._partition(ids, matrix, generation)
+        if len(part.ids) >= HNSW_THRESHOLD:
+            self._build_in_background(key, part)
+        return part
+
+    def _partition(self, ids: Sequence[int], matrix: Vector, generation: int) -> _Partition:
         columns = np.ascontiguousarray(matrix.reshape(len(ids), self.dim).T, dtype=np.float32)
         part = _Partition(ids=list(ids), columns=columns)
         part.position = {item: i for i, item in enumerate(part.ids)}
         part.generation = generation
-        if len(part.ids) >= HNSW_THRESHOLD:
-            self._build_in_background(key, part)
         return part
+
+    def install(self, key: str, generation: int, ids: Sequence[int], matrix: Vector) -> None:
+        """Adopt a partition its caller loaded as of ``generation``, unless one as new is cached.
+
+        For loads made outside the lock: ``sync`` loads under it, so a load of 100,000 vectors from a
+        database server would hold up every search of every partition meanwhile.
+        """
+        part = self._partition(ids, matrix, generation)
+        with self._lock:
+            current = self._parts.get(key)
+            if current is not None and current.generation >= generation:
+                return
+            self._parts[key] = part
+            if len(part.ids) >= HNSW_THRESHOLD:
+                self._build_in_background(key, part)
+
+    def serves(self, key: str, generation: int) -> bool:
+        """Whether the partition is cached as of ``generation`` or later and searches at full speed: its
+        HNSW graph is built, or it is small enough for the exact search. Reads without the lock (a stale
+        answer only sends one search elsewhere)."""
+        part = self._parts.get(key)
+        return (
+            part is not None
+            and part.generation >= generation
+            and (part.hnsw is not None or len(part.ids) < HNSW_THRESHOLD)
+        )
+
+    def cached(self, key: str) -> tuple[int, list[int]] | None:
+        """The cached partition's generation and ids (a copy), or None: what a catch-up diffs against."""
+        with self._lock:
+            part = self._parts.get(key)
+            return None if part is None else (part.generation, list(part.ids))
 
     def _build_in_background(self, key: str, part: _Partition) -> None:
         """Build the HNSW graph off the request path; exact search serves until it is ready.

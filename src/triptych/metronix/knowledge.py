@@ -25,7 +25,7 @@ from triptych.core.search import convex
 from triptych.metronix.access import require_write, resolve_workspace
 from triptych.metronix.chunking import chunk_text
 from triptych.metronix.errors import DocumentNotFound, InvalidParams
-from triptych.metronix.store import ChunkHit, KnowledgeStore, NewDocument
+from triptych.metronix.store import MAX_DUPLICATE_LABELS, ChunkHit, KnowledgeStore, NewDocument
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,6 @@ MAX_CONTENT_CHARS = 5_000_000
 # is refused in-band by the rule above, in the contract's error shape, not by the transport.
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
 MAX_LABEL_CHARS = 512
-# Labels of identical documents listed with a search result (the count is what matters past that).
-MAX_DUPLICATE_LABELS = 20
 
 
 def content_hash(title: str | None, content: str, metadata: dict[str, Any]) -> str:
@@ -217,9 +215,12 @@ class KnowledgeService:
         """
         n = max(self.candidates, top_k * 5)
         pending = self._query_embedding.submit(self.embedder.embed, [query])
-        keyword = self.store.keyword_search(workspace, query, n)
+        # Both sides answer as of one read of the workspace's generation: one round trip on a server
+        # engine, and the two candidate lists describe the same state of the workspace.
+        generation = self.store.generation(workspace)
+        keyword = self.store.keyword_search(workspace, query, n, generation)
         vector = pending.result()[0]
-        dense = self.store.vector_search(workspace, vector, n)
+        dense = self.store.vector_search(workspace, vector, n, generation)
         fused = convex([dense, keyword], [0.5, 0.5])
         dense_scores = dict(dense)
         keyword_scores = dict(keyword)
@@ -248,7 +249,8 @@ class KnowledgeService:
                     break
             if len(best) == top_k:
                 break
-        same_text = self.store.labels_by_body(workspace, [hit.body_hash for hit in best])
+        unread = [hit.body_hash for hit in best if hit.same_text is None]
+        same_text = self.store.labels_by_body(workspace, unread) if unread else {}
         return [
             {
                 "doc_label": hit.doc_label,
@@ -261,7 +263,11 @@ class KnowledgeService:
                 "dense_score": _round(dense_scores.get(hit.chunk_id)),
                 "keyword_score": _round(keyword_scores.get(hit.chunk_id)),
                 "duplicate_labels": [
-                    label for label in same_text.get(hit.body_hash, []) if label != hit.doc_label
+                    label
+                    for label in (
+                        hit.same_text if hit.same_text is not None else same_text.get(hit.body_hash, [])
+                    )
+                    if label != hit.doc_label
                 ][:MAX_DUPLICATE_LABELS],
             }
             for hit in best

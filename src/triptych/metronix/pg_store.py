@@ -1,7 +1,10 @@
 """Knowledge-base persistence on PostgreSQL (server mode): ``KnowledgeStore`` for several workers.
 
-Documents and chunks live in tables; each chunk's vector in a pgvector column searched through an HNSW
-index (inner product on L2-normalised vectors, the embedded engine's cosine). Keyword ranking keeps the
+Documents and chunks live in tables; each chunk's vector in a pgvector column with an HNSW index (inner
+product on L2-normalised vectors, the embedded engine's cosine). The column is the source of truth; each
+worker searches a mirror of it in process (the embedded engine's ``VectorIndex``: usearch HNSW) when the
+mirror is as new as the workspace, and pgvector's index otherwise, while the mirror catches up in the
+background (measured: docs/decisions.md, "the knowledge base's vectors on PostgreSQL"). Keyword ranking keeps the
 embedded engine's in-process BM25 (``core.keyword_index``) so both engines rank alike: the workspace's
 generation, bumped in every write's transaction, is read from the database on each search, so a write
 through any worker reaches every other worker's copy on its next call (docs/decisions.md). Each write
@@ -11,7 +14,11 @@ transaction), so another worker's copy applies just those instead of reloading t
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from psycopg import Connection, sql
@@ -20,10 +27,11 @@ from psycopg.rows import TupleRow, dict_row
 from triptych.core.keyword_index import Changes, Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PgDatabase, one
-from triptych.core.search import Vector
+from triptych.core.search import Vector, VectorIndex
 from triptych.metronix.store import (
     CHUNK_HIT_COLUMNS,
     DOCUMENT_COLUMNS,
+    MAX_DUPLICATE_LABELS,
     ChunkHit,
     DocumentRecord,
     NewDocument,
@@ -33,6 +41,8 @@ from triptych.metronix.store import (
     keyword_columns,
     utcnow,
 )
+
+log = logging.getLogger(__name__)
 
 COMPONENT = "metronix_kb"
 MIGRATIONS = [
@@ -94,13 +104,28 @@ KEYWORD_LOG_KEEP = 1000
 Conn = Connection[TupleRow]
 
 
+# pgvector's ``ef_search`` for the SQL path: usearch's ``expansion_search`` in the mirror (core/search.py),
+# so both walk candidate lists of the same length (recall@100 at 100,000 chunks: 0.936 here, 0.957 for
+# usearch with its denser graph; 0.914 at the former 40/limit).
+EF_SEARCH = 128
+# Labels of identical documents read with a search's hits: a search lists MAX_DUPLICATE_LABELS (20)
+# besides the hit, which the first 21 in label order always hold, whichever of them is the hit.
+SAME_TEXT_READ = MAX_DUPLICATE_LABELS + 1
+
+
 class PgKnowledgeStore:
-    def __init__(self, db: PgDatabase, dim: int) -> None:
+    def __init__(self, db: PgDatabase, dim: int, mirror: bool = True) -> None:
+        """``mirror=False`` searches vectors through pgvector's index only (tests of that path)."""
         self.db = db
         self.dim = dim
         db.migrate(COMPONENT, MIGRATIONS)
         self._ensure_vector_index()
         self.keywords = KeywordIndex(self._load_keyword_documents, idf="smooth")
+        self.index = VectorIndex(dim, self._load_vectors)
+        self._mirror = mirror
+        self._refreshing: dict[str, threading.Thread] = {}
+        self._epochs: dict[str, str] = {}  # per mirrored workspace: the re-embedding it was loaded after
+        self._refresh_lock = threading.Lock()
         self._gate = WriteGate()
 
     def _vector(self) -> sql.Composable:
@@ -144,6 +169,10 @@ class PgKnowledgeStore:
         return int(row[0]) if row else 0
 
     # -- documents -----------------------------------------------------------
+
+    def generation(self, workspace_id: str) -> int:
+        """The workspace's write count: what a search's caches must have caught up with."""
+        return self._generation(workspace_id)
 
     def _generation(self, workspace_id: str) -> int:
         return self._scalar("SELECT generation FROM kb_workspaces WHERE id = %s", (workspace_id,))
@@ -201,18 +230,22 @@ class PgKnowledgeStore:
             ).fetchone()
             document_id = one(row)[0]
             texts: list[Document] = []
+            added: list[tuple[int, Vector]] = []
             with conn.cursor() as cursor:
                 for ordinal, (text, vector) in enumerate(zip(doc.chunks, doc.embeddings, strict=True)):
+                    vec = np.ascontiguousarray(vector, dtype=np.float32)
                     cursor.execute(
                         "INSERT INTO kb_chunks (document_id, workspace_id, ordinal, text, embedding)"
                         " VALUES (%s,%s,%s,%s,%s) RETURNING id",
-                        (document_id, doc.workspace_id, ordinal, text, np.asarray(vector, dtype=np.float32)),
+                        (document_id, doc.workspace_id, ordinal, text, vec),
                     )
                     chunk_id = int(one(cursor.fetchone())[0])
                     texts.append((chunk_id, keyword_columns(doc.title, text)))
+                    added.append((chunk_id, vec))
             self._log_write(conn, doc.workspace_id, before + 1, [i for i, _ in texts], removed)
         self._catch_up(doc.workspace_id, before)
         self.keywords.apply(doc.workspace_id, before, before + 1, added=texts, removed=removed)
+        self._mirror_apply(doc.workspace_id, before, added, removed)
         return len(texts)
 
     @gated
@@ -238,6 +271,7 @@ class PgKnowledgeStore:
             self._log_write(conn, workspace_id, before + 1, [], removed)
         self._catch_up(workspace_id, before)
         self.keywords.apply(workspace_id, before, before + 1, removed=removed)
+        self._mirror_apply(workspace_id, before, [], removed)
         return True
 
     def get_document(self, workspace_id: str, doc_label: str) -> DocumentRecord | None:
@@ -287,12 +321,25 @@ class PgKnowledgeStore:
 
     # -- retrieval ------------------------------------------------------------
 
-    def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]:
+    def keyword_search(
+        self, workspace_id: str, query: str, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]:
         """BM25 over the workspace's chunks (title and body), with the workspace's own statistics."""
-        generation = self._generation(workspace_id)
+        if generation is None:
+            generation = self._generation(workspace_id)
         self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
         self._catch_up(workspace_id, generation)
         return self.keywords.search(workspace_id, generation, query, limit)
+
+    def _mirror_apply(
+        self, workspace_id: str, before: int, added: list[tuple[int, Vector]], removed: list[int]
+    ) -> None:
+        """Hand this worker's committed write to its vector mirror. A mirror behind ``before`` (another
+        worker wrote meanwhile) is left as it is: its next catch-up by difference brings this write
+        along with theirs, where applying would drop it and cost a whole reload and graph build."""
+        if self.index.generation(workspace_id) < before:
+            return
+        self.index.apply(workspace_id, before, before + 1, added=added, removed=removed)
 
     def _catch_up(self, workspace_id: str, generation: int) -> None:
         """The workspace's keyword index brought up to ``generation`` from the change log. A write calls
@@ -334,19 +381,41 @@ class PgKnowledgeStore:
         return [(int(r[0]), keyword_columns(r[1], str(r[2]))) for r in rows]
 
     def warm(self) -> None:
-        """Load every workspace's keyword index (best effort: a search loads what is missing)."""
+        """Load every workspace's keyword index, and its vector mirror in the background (best effort: a
+        search loads what is missing)."""
         with self.db.connection() as conn:
             workspaces = conn.execute("SELECT id, generation FROM kb_workspaces").fetchall()
         for workspace, generation in workspaces:
             self.keywords.sync(str(workspace), int(generation))
+            if self._mirror:
+                self._refresh_in_background(str(workspace))
 
-    def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
-        """The ``limit`` nearest chunks of the workspace by inner product, through the HNSW index.
+    def vector_search(
+        self, workspace_id: str, query: Vector, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]:
+        """The ``limit`` nearest chunks of the workspace by inner product.
+
+        From the in-process mirror when it is as new as ``generation`` and its graph is built (0.9 ms
+        at 100,000 chunks against 3-6 ms for pgvector's statement, docs/decisions.md); from pgvector's
+        index otherwise, while the mirror loads or catches up in the background."""
+        if limit <= 0:
+            return []
+        if self._mirror:
+            if generation is None:
+                generation = self._generation(workspace_id)
+            self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
+            if self.index.serves(workspace_id, generation):
+                return self.index.search(workspace_id, generation, query, limit)
+            cached = self.index.cached(workspace_id)
+            if cached is None or cached[0] < generation:  # not while its graph is only being built
+                self._refresh_in_background(workspace_id)
+        return self.hnsw_search(workspace_id, query, limit)
+
+    def hnsw_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
+        """The ``limit`` nearest chunks through pgvector's HNSW index, in one round trip.
 
         The iterative scan keeps walking the graph until ``limit`` rows of this workspace are found, so
         the workspace filter never makes ``top_k`` short."""
-        if limit <= 0:
-            return []
         vector = self._vector()
         search = sql.SQL(
             "SELECT id, -({v} <#> %(q)s) FROM kb_chunks WHERE workspace_id = %(ws)s"
@@ -361,22 +430,134 @@ class PgKnowledgeStore:
                 conn.execute(
                     "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
                     " set_config('hnsw.ef_search', %s, true)",
-                    (str(max(40, min(limit, 1000))),),
+                    (str(max(EF_SEARCH, min(limit, 1000))),),
                 )
                 cursor = conn.execute(search, params)
             rows = cursor.fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
+    def _refresh_in_background(self, workspace_id: str) -> None:
+        """Load the workspace's mirror off the request path, once at a time per workspace."""
+        with self._refresh_lock:
+            running = self._refreshing.get(workspace_id)
+            if running is not None and running.is_alive():
+                return
+            thread = threading.Thread(
+                target=self._refresh, args=(workspace_id,), name=f"kb-mirror-{workspace_id}", daemon=True
+            )
+            self._refreshing[workspace_id] = thread
+        thread.start()
+
+    def _refresh(self, workspace_id: str) -> None:
+        """Bring the mirror up to the database: by difference when one is cached and no re-embedding
+        happened since (another worker's writes then cost a read of the workspace's ids and of the new
+        vectors, and the graph is patched, not rebuilt), else by loading the workspace whole."""
+        cached = self.index.cached(workspace_id)
+        try:
+            with self.db.connection() as conn, conn.transaction():
+                # One snapshot: a write committing meanwhile would be in the rows but not in the
+                # generation, and be applied twice.
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                state = conn.execute(
+                    "SELECT (SELECT generation FROM kb_workspaces WHERE id = %s),"
+                    " (SELECT value FROM kb_meta WHERE key = 'vectors_epoch')",
+                    (workspace_id,),
+                ).fetchone()
+                generation, epoch = int(one(state)[0] or 0), str(one(state)[1] or "")
+                whole = cached is None or not cached[1] or self._epochs.get(workspace_id) != epoch
+                if cached is not None and not whole:
+                    # Within a workspace chunk ids grow in commit order (its writes hold the workspace
+                    # row while they take ids), so what is new since the cached generation is above
+                    # its last id; anything else (an id below it the mirror lacks) means load whole.
+                    known, top = set(cached[1]), max(cached[1])
+                    present, _ = self._copy_vectors(conn, workspace_id, after=0, with_vectors=False)
+                    whole = any(i <= top and i not in known for i in present)
+                if whole or cached is None:
+                    ids, matrix = self._copy_vectors(conn, workspace_id, after=0)
+                    self.index.install(workspace_id, generation, ids, matrix)
+                    self._epochs[workspace_id] = epoch
+                    return
+                new_ids, matrix = self._copy_vectors(conn, workspace_id, after=top)
+        except Exception:  # pgvector's index keeps serving; the next search retries
+            log.warning("loading the vectors of workspace %s failed", workspace_id, exc_info=True)
+            return
+        removed = known.difference(present)
+        added = list(zip(new_ids, matrix, strict=True))
+        self.index.apply(workspace_id, cached[0], generation, added=added, removed=removed)
+
+    def wait_ready(self, workspace_id: str, timeout: float = 600.0) -> bool:
+        """Wait until the workspace's mirror is loaded and its graph built (benchmarks and tests)."""
+        deadline = time.monotonic() + timeout
+        with self._refresh_lock:
+            running = self._refreshing.get(workspace_id)
+        if running is not None:
+            running.join(timeout)
+        return self.index.wait_ready(workspace_id, max(0.0, deadline - time.monotonic()))
+
+    def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
+        # ``sync``'s loader: used only if a search finds the mirror dropped between its check and its read.
+        with self.db.connection() as conn:
+            return self._copy_vectors(conn, workspace_id, after=0)
+
+    def _copy_vectors(
+        self, conn: Conn, workspace_id: str, after: int, with_vectors: bool = True
+    ) -> tuple[list[int], Vector]:
+        """The workspace's chunk ids above ``after`` with their vectors, in id order.
+
+        Binary COPY: every row has the same size (an id, then a vector of this dimension), so the
+        stream parses as one numpy record array, 100,000 vectors in well under a second."""
+        fields: list[tuple[Any, ...]] = [("fields", ">i2"), ("id_len", ">i4"), ("id", ">i8")]
+        if with_vectors:
+            fields += [("vec_len", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("vec", ">f4", (self.dim,))]
+        row = np.dtype(fields)
+        copy = sql.SQL(
+            "COPY (SELECT id{v} FROM kb_chunks WHERE workspace_id = {ws} AND id > {after}"
+            " AND vector_dims(embedding) = {dim} ORDER BY id) TO STDOUT (FORMAT BINARY)"
+        ).format(
+            v=sql.SQL(", {}").format(self._vector()) if with_vectors else sql.SQL(""),
+            ws=sql.Literal(workspace_id),
+            after=sql.Literal(after),
+            dim=sql.Literal(self.dim),
+        )
+        with conn.cursor().copy(copy) as stream:
+            data = b"".join(bytes(block) for block in stream)
+        header, trailer = 19, 2  # PGCOPY signature, flags and extension length; the -1 field count
+        body = memoryview(data)[header : len(data) - trailer]
+        if len(body) % row.itemsize:
+            raise ValueError(
+                f"unexpected COPY stream of {len(data)} bytes for vectors of dimension {self.dim}"
+            )
+        records = np.frombuffer(body, dtype=row)
+        expected = 2 if with_vectors else 1
+        if records.size and not (records["fields"] == expected).all():
+            raise ValueError("unexpected row layout in the COPY stream of the workspace's vectors")
+        if with_vectors and records.size and not (records["dim"] == self.dim).all():
+            raise ValueError("unexpected vector dimension in the COPY stream of the workspace's vectors")
+        ids = records["id"].astype(np.int64).tolist()
+        vectors = records["vec"].astype(np.float32) if with_vectors else np.zeros((0, self.dim), np.float32)
+        return ids, vectors
+
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]:
         if not chunk_ids:
             return {}
         with self.db.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            # Each hit brings the labels of the documents with its text (what ``labels_by_body`` reads
+            # after it: one round trip fewer per search), up to SAME_TEXT_READ: a longer list is left
+            # to ``labels_by_body``, as a search lists at most MAX_DUPLICATE_LABELS besides the hit.
             rows = cursor.execute(
-                f"SELECT {CHUNK_HIT_COLUMNS} FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+                f"SELECT {CHUNK_HIT_COLUMNS}, ARRAY(SELECT o.doc_label FROM kb_documents o"
+                "  WHERE o.workspace_id = d.workspace_id AND o.body_hash = d.body_hash"
+                '  ORDER BY o.doc_label COLLATE "C" LIMIT %s) AS same_text'
+                " FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
                 " WHERE c.workspace_id = %s AND c.id = ANY(%s)".encode(),
-                (workspace_id, list(chunk_ids)),
+                (SAME_TEXT_READ + 1, workspace_id, list(chunk_ids)),
             ).fetchall()
-        return {int(r["id"]): chunk_hit_from_row(r) for r in rows}
+        return {
+            int(r["id"]): chunk_hit_from_row(
+                r, r["same_text"] if len(r["same_text"]) <= SAME_TEXT_READ else None
+            )
+            for r in rows
+        }
 
     def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]:
         """body hash -> the labels of the workspace's documents with that text, in label order."""
@@ -426,6 +607,15 @@ class PgKnowledgeStore:
                 cursor.executemany(
                     "INSERT INTO kb_keyword_changes VALUES (%s, %s, '{}', '{}')", [(w, g) for w, g in bumped]
                 )
+            # Vectors changed under their ids: every worker's mirror reloads whole, not by difference.
+            conn.execute(
+                "INSERT INTO kb_meta VALUES ('vectors_epoch', '1') ON CONFLICT (key)"
+                " DO UPDATE SET value = (kb_meta.value::bigint + 1)::text"
+            )
 
     def close(self) -> None:
+        with self._refresh_lock:
+            running = list(self._refreshing.values())
+        for thread in running:  # a load in flight holds a pooled connection
+            thread.join(30)
         self.db.close()

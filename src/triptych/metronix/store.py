@@ -122,6 +122,10 @@ class NewDocument:
     embeddings: Vector = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
 
 
+# Labels of identical documents listed with a search result (the count is what matters past that).
+MAX_DUPLICATE_LABELS = 20
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkHit:
     chunk_id: int
@@ -132,6 +136,9 @@ class ChunkHit:
     url: str | None
     date: str | None
     body_hash: str
+    # The labels of the workspace's documents with this text, in label order, when the store read them
+    # with the hit (PostgreSQL: one round trip fewer); None: ask ``labels_by_body``.
+    same_text: tuple[str, ...] | None = None
 
 
 # A document row as both engines write it (``document_values``) and read it back (``document_from_row``).
@@ -162,7 +169,7 @@ def document_from_row(row: Any) -> DocumentRecord:
     )
 
 
-def chunk_hit_from_row(row: Any) -> ChunkHit:
+def chunk_hit_from_row(row: Any, same_text: Sequence[str] | None = None) -> ChunkHit:
     """A ``ChunkHit`` of a row of ``CHUNK_HIT_COLUMNS``, read by name, on either engine."""
     return ChunkHit(
         chunk_id=int(row["id"]),
@@ -173,6 +180,7 @@ def chunk_hit_from_row(row: Any) -> ChunkHit:
         url=row["url"],
         date=row["date"],
         body_hash=row["body_hash"],
+        same_text=None if same_text is None else tuple(same_text),
     )
 
 
@@ -188,8 +196,13 @@ class KnowledgeStore(Protocol):
     def last_sync(self, workspace_id: str) -> str | None: ...
     def set_last_sync(self, workspace_id: str, when: str) -> None: ...
     def labels_with_prefix(self, workspace_id: str, prefix: str) -> dict[str, str]: ...
-    def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]: ...
-    def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]: ...
+    def generation(self, workspace_id: str) -> int: ...
+    def keyword_search(
+        self, workspace_id: str, query: str, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]: ...
+    def vector_search(
+        self, workspace_id: str, query: Vector, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]: ...
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]: ...
     def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]: ...
     def warm(self) -> None: ...
@@ -235,6 +248,10 @@ class SqliteKnowledgeStore:
         return int(self.db.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
 
     # -- documents -----------------------------------------------------------
+
+    def generation(self, workspace_id: str) -> int:
+        """The workspace's write count: what a search's caches must have caught up with."""
+        return self._generation(workspace_id)
 
     def _generation(self, workspace_id: str) -> int:
         row = self.db.conn.execute(
@@ -356,9 +373,12 @@ class SqliteKnowledgeStore:
 
     # -- retrieval ------------------------------------------------------------
 
-    def keyword_search(self, workspace_id: str, query: str, limit: int) -> list[tuple[int, float]]:
+    def keyword_search(
+        self, workspace_id: str, query: str, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]:
         """BM25 over the workspace's chunks (title and body), with the workspace's own statistics."""
-        generation = self._generation(workspace_id)
+        if generation is None:
+            generation = self._generation(workspace_id)
         self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
         return self.keywords.search(workspace_id, generation, query, limit)
 
@@ -380,8 +400,11 @@ class SqliteKnowledgeStore:
         except (sqlite3.Error, ValueError):
             return
 
-    def vector_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
-        generation = self._generation(workspace_id)
+    def vector_search(
+        self, workspace_id: str, query: Vector, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]:
+        if generation is None:
+            generation = self._generation(workspace_id)
         self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
         return self.index.search(workspace_id, generation, query, limit)
 
