@@ -151,12 +151,14 @@ def http_ingest(
         threads = [threading.Thread(target=client, args=(url,)) for url in urls for _ in range(clients)]
         cpu_before = sum(process_cpu_seconds(s.pid) for s in servers)
         ch_before = process_cpu_seconds(clickhouse_pid) if clickhouse_pid else 0.0
+        client_before = time.process_time()
         started = time.perf_counter()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         elapsed = time.perf_counter() - started
+        client_cpu = time.process_time() - client_before
         server_cpu = sum(process_cpu_seconds(s.pid) for s in servers) - cpu_before
         ch_cpu = process_cpu_seconds(clickhouse_pid) - ch_before if clickhouse_pid else None
     finally:
@@ -176,6 +178,8 @@ def http_ingest(
         "server_cpu_us_per_row": round(server_cpu / rows * 1e6, 1),
         # ClickHouse's own CPU per row (the endpoint process: parts, materialized views, HTTP).
         **({"clickhouse_cpu_us_per_row": round(ch_cpu / rows * 1e6, 1)} if ch_cpu is not None else {}),
+        # The HTTP clients' CPU (this process): with the two above, what a row costs the machine in all.
+        "client_cpu_us_per_row": round(client_cpu / rows * 1e6, 1),
         "load_average": os.getloadavg(),
     }
 

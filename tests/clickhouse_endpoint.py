@@ -15,13 +15,18 @@ to a real ClickHouse engine:
 - ``FORMAT`` negotiation: a trailing ``FORMAT x`` clause, else ``default_format``, else TabSeparated; the
   answer names it in ``X-ClickHouse-Format``;
 - inserts in any input format the engine reads (the data is handed to ``INSERT ... FROM INFILE``);
+- asynchronous inserts as a server runs them with ``async_insert=1`` and ``wait_for_async_insert=1``
+  (``async_insert`` from the URL, else the engine's default, on in ClickHouse 26.x): Native inserts of the
+  same statement that arrive within the buffer's timeout go to the engine as one INSERT, and each request
+  is answered once that INSERT is stored (``AsyncInserts``);
 - errors as ClickHouse sends them: the engine's ``Code: N. DB::Exception: ...`` text, the
   ``X-ClickHouse-Exception-Code`` header and an HTTP status by code (400 syntax, 404 unknown table, 500).
 
 It does not cover a real server's authentication (credentials are accepted and ignored), HTTP compression
-(clients must send and accept plain bodies), async inserts, sessions with temporary tables, settings sent
-as URL parameters (ignored), replication, clusters or concurrency: queries run one at a time on one chdb
-connection.
+(clients must send and accept plain bodies), ``wait_for_async_insert=0`` (answered only once stored), the
+async insert buffer's adaptive timeout (50 ms here, 50-200 ms on a server) and its settings from the URL
+(the engine's defaults are used), sessions with temporary tables, other settings sent as URL parameters
+(ignored), replication, clusters or concurrency: queries run one at a time on one chdb connection.
 
 Run it by hand: ``python tests/clickhouse_endpoint.py --port 8123 --path /tmp/ch-data``.
 """
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import email.parser
 import email.policy
 import json
@@ -39,6 +45,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -56,6 +63,8 @@ _INSERT_HEAD = re.compile(
 )
 _CODE = re.compile(r"Code:\s*(\d+)")
 _STATUS_BY_CODE = {62: 400, 27: 400, 36: 400, 43: 400, 47: 400, 53: 400, 60: 404, 81: 404, 516: 401}
+# Input formats whose bodies concatenate into one valid body (a Native stream is a sequence of blocks).
+_CONCATENABLE = {"native"}
 
 
 class Engine:
@@ -70,6 +79,24 @@ class Engine:
         self.lock = threading.Lock()
         self.database = "default"
         self.version = self.run("SELECT version()", "TabSeparated", {}).decode().strip()
+        # The server's defaults for inserts that do not say (async_insert is on in ClickHouse 26.x).
+        defaults = self.run(
+            "SELECT getSetting('async_insert'), getSetting('async_insert_busy_timeout_min_ms'),"
+            " getSetting('async_insert_max_data_size'), getSetting('async_insert_max_query_number')",
+            "TabSeparated",
+            {},
+        )
+        on, timeout_ms, max_size, max_queries = defaults.decode().split()
+        self.async_insert = on in ("1", "true")
+        self.inserts = AsyncInserts(self, int(timeout_ms) / 1000, int(max_size), int(max_queries))
+
+    def insert(self, statement: str, fmt: str, data: bytes, params: dict[str, str], database: str) -> None:
+        """``statement FORMAT fmt`` with ``data`` as its input (through a file the engine reads)."""
+        with tempfile.NamedTemporaryFile(dir=self.path, suffix=".insert") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            name = tmp.name.replace("\\", "\\\\").replace("'", "\\'")
+            self.run(f"{statement} FROM INFILE '{name}' FORMAT {fmt}", "TabSeparated", params, database)
 
     def run(self, sql: str, fmt: str, params: dict[str, str], database: str = "default") -> bytes:
         with self.lock:
@@ -82,6 +109,94 @@ class Engine:
     def close(self) -> None:
         with self.lock:
             self.conn.close()
+
+
+class _Waiting:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.done = False
+        self.error: Exception | None = None
+
+
+@dataclasses.dataclass
+class _Buffer:
+    """The inserts of one statement waiting for a flush, since ``started``."""
+
+    started: float
+    items: list[_Waiting] = dataclasses.field(default_factory=list)
+    size: int = 0
+
+
+class AsyncInserts:
+    """``async_insert=1, wait_for_async_insert=1``: inserts of one statement that wait together share one
+    INSERT into the engine, and each caller returns once that INSERT is stored (or failed).
+
+    As on a server, a buffer is flushed ``busy_timeout`` after its first insert arrived, or sooner once
+    it holds ``max_size`` bytes or ``max_queries`` inserts; a buffer that fills while the previous one is
+    being written waits for it. The server adapts its timeout between 50 and 200 ms by default
+    (``async_insert_use_adaptive_busy_timeout``); this buffer keeps to the lower bound. A real server
+    parses each waiting insert's data on its own, so one malformed body fails alone: here a shared INSERT
+    the engine refuses is retried insert by insert, with the same outcome.
+    """
+
+    def __init__(self, engine: Engine, busy_timeout: float, max_size: int, max_queries: int) -> None:
+        self.engine = engine
+        self.busy_timeout = busy_timeout
+        self.max_size = max_size
+        self.max_queries = max_queries
+        self._cond = threading.Condition()
+        self._buffers: dict[tuple[str, str, str], _Buffer] = {}
+        self._busy: set[tuple[str, str, str]] = set()
+
+    def insert(self, statement: str, fmt: str, data: bytes, database: str) -> None:
+        key = (database, statement, fmt)
+        item = _Waiting(data)
+        with self._cond:
+            buffer = self._buffers.setdefault(key, _Buffer(time.monotonic()))
+            buffer.items.append(item)
+            buffer.size += len(data)
+            self._cond.notify_all()  # a full buffer goes at once
+            while key in self._busy and not item.done:
+                self._cond.wait()
+            if not item.done:
+                self._busy.add(key)  # this thread flushes the buffer, its own data included
+                deadline = buffer.started + self.busy_timeout
+                while (
+                    (wait := deadline - time.monotonic()) > 0
+                    and buffer.size < self.max_size
+                    and len(buffer.items) < self.max_queries
+                ):
+                    self._cond.wait(wait)
+                group = self._buffers.pop(key).items
+        if not item.done:
+            try:
+                self._flush(statement, fmt, database, group)
+            finally:
+                with self._cond:
+                    for waiting in group:
+                        waiting.done = True
+                    self._busy.discard(key)
+                    self._cond.notify_all()
+        if item.error is not None:
+            raise item.error
+
+    def _flush(self, statement: str, fmt: str, database: str, group: list[_Waiting]) -> None:
+        if os.environ.get("CLICKHOUSE_ENDPOINT_LOG"):
+            print(
+                f"async insert flush: {len(group)} inserts, {sum(len(w.data) for w in group)} bytes",
+                flush=True,
+            )
+        if len(group) > 1:
+            try:
+                self.engine.insert(statement, fmt, b"".join(w.data for w in group), {}, database)
+                return
+            except Exception:  # noqa: S110  (each insert is retried alone below and reports its own error)
+                pass
+        for waiting in group:
+            try:
+                self.engine.insert(statement, fmt, waiting.data, {}, database)
+            except Exception as exc:
+                waiting.error = exc
 
 
 def _error(exc: Exception) -> tuple[int, int, str]:
@@ -170,7 +285,10 @@ class Handler(BaseHTTPRequestHandler):
         raw = query + (b"\n" if query and body else b"") + body
         try:
             database = args.get("database") or self.headers.get("X-ClickHouse-Database") or "default"
-            result, fmt = self._execute(raw, params, args.get("default_format") or "TabSeparated", database)
+            settings = {k: v for k, v in args.items() if k not in _TRANSPORT and not k.startswith("param_")}
+            result, fmt = self._execute(
+                raw, params, args.get("default_format") or "TabSeparated", database, settings
+            )
         except Exception as exc:  # every engine error goes back as ClickHouse sends it
             status, code, text = _error(exc)
             self._send(status, (text + "\n").encode(), {**headers, "X-ClickHouse-Exception-Code": str(code),
@@ -185,7 +303,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, result, headers)
 
     def _execute(
-        self, raw: bytes, params: dict[str, str], default_format: str, database: str
+        self, raw: bytes, params: dict[str, str], default_format: str, database: str, settings: dict[str, str]
     ) -> tuple[bytes, str | None]:
         engine = self.server.engine
         insert = _INSERT_HEAD.match(raw)
@@ -197,11 +315,15 @@ class Handler(BaseHTTPRequestHandler):
             if not data.strip():
                 engine.run(f"{statement} FORMAT {fmt}", "TabSeparated", params, database)
                 return b"", None
-            with tempfile.NamedTemporaryFile(dir=engine.path, suffix=".insert") as tmp:
-                tmp.write(data)
-                tmp.flush()
-                name = tmp.name.replace("\\", "\\\\").replace("'", "\\'")
-                engine.run(f"{statement} FROM INFILE '{name}' FORMAT {fmt}", "TabSeparated", params, database)
+            grouped = (
+                fmt.lower() in _CONCATENABLE
+                and not params
+                and settings.get("async_insert", "1" if engine.async_insert else "0") in ("1", "true")
+            )
+            if grouped:
+                engine.inserts.insert(statement, fmt, data, database)
+            else:
+                engine.insert(statement, fmt, data, params, database)
             return b"", None
         sql = raw.decode()
         match = _TRAILING_FORMAT.search(sql)

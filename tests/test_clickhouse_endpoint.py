@@ -3,11 +3,13 @@ needs: query parameters, FORMAT negotiation, Native inserts, databases, and erro
 
 from __future__ import annotations
 
+import threading
+
 import clickhouse_connect
 import httpx
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
-from clickhouse_endpoint import ClickHouseEndpoint
+from clickhouse_endpoint import AsyncInserts, ClickHouseEndpoint
 
 
 def test_the_real_client_binds_parameters_server_side_and_round_trips_native_inserts(
@@ -71,3 +73,74 @@ def test_a_compressed_body_is_refused_plainly(clickhouse: ClickHouseEndpoint) ->
     answer = httpx.post(clickhouse.url, content=b"x", headers={"Content-Encoding": "lz4"})
     assert answer.status_code == 400
     assert answer.headers["X-ClickHouse-Exception-Code"] == "1"
+
+
+def test_async_inserts_waiting_together_are_written_as_one_and_a_bad_one_fails_alone(
+    clickhouse: ClickHouseEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = clickhouse.database_url().rsplit("/", 1)[1]
+    admin = clickhouse_connect.get_client(dsn=clickhouse.url, compress=False, autogenerate_session_id=False)
+    admin.command(f"CREATE DATABASE {database}")
+    admin.command(f"CREATE TABLE {database}.t (a UInt32) ENGINE = MergeTree ORDER BY a")
+    admin.command(f"SYSTEM STOP MERGES {database}.t")  # so the parts show how many INSERTs wrote
+    # A buffer that flushes when it holds four inserts (its timeout far away): all four wait together.
+    monkeypatch.setattr(clickhouse.engine, "inserts", AsyncInserts(clickhouse.engine, 60.0, 1 << 30, 4))
+    outcomes: dict[int, object] = {}
+
+    def good(i: int) -> None:
+        client = clickhouse_connect.get_client(
+            dsn=clickhouse.url, database=database, compress=False, autogenerate_session_id=False
+        )
+        client.insert(
+            "t", [[i]], column_names=["a"], settings={"async_insert": 1, "wait_for_async_insert": 1}
+        )
+        outcomes[i] = "stored"
+
+    def bad() -> None:
+        truncated = b"\x01\x01\x01a\x06UInt32"  # a Native block whose column data is missing
+        answer = httpx.post(
+            clickhouse.url,
+            params={"database": database, "async_insert": "1"},
+            content=b"INSERT INTO `t` (`a`) FORMAT Native\n" + truncated,
+            timeout=60,
+        )
+        outcomes[0] = answer.status_code
+
+    threads = [threading.Thread(target=good, args=(i,)) for i in (1, 2, 3)] + [threading.Thread(target=bad)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert outcomes == {1: "stored", 2: "stored", 3: "stored", 0: 500}
+    rows = admin.query(f"SELECT a FROM {database}.t ORDER BY a").result_rows
+    assert rows == [(1,), (2,), (3,)]
+    # The shared INSERT was refused (the bad body), so each went alone: one part per good insert.
+    parts = admin.query(
+        "SELECT count() FROM system.parts WHERE database = {d:String} AND table = 't' AND active",
+        parameters={"d": database},
+    ).result_rows
+    assert parts == [(3,)]
+
+
+def test_async_inserts_of_good_data_share_one_part(
+    clickhouse: ClickHouseEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = clickhouse.database_url().rsplit("/", 1)[1]
+    admin = clickhouse_connect.get_client(dsn=clickhouse.url, compress=False, autogenerate_session_id=False)
+    admin.command(f"CREATE DATABASE {database}")
+    admin.command(f"CREATE TABLE {database}.t (a UInt32) ENGINE = MergeTree ORDER BY a")
+    admin.command(f"SYSTEM STOP MERGES {database}.t")
+    monkeypatch.setattr(clickhouse.engine, "inserts", AsyncInserts(clickhouse.engine, 60.0, 1 << 30, 3))
+
+    def good(i: int) -> None:
+        client = clickhouse_connect.get_client(
+            dsn=clickhouse.url, database=database, compress=False, autogenerate_session_id=False
+        )
+        client.insert("t", [[i], [i + 10]], column_names=["a"], settings={"async_insert": 1})
+
+    threads = [threading.Thread(target=good, args=(i,)) for i in (1, 2, 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert admin.query(f"SELECT count(), uniqExact(_part) FROM {database}.t").result_rows == [(6, 1)]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clickhouse_endpoint import ClickHouseEndpoint
+from clickhouse_endpoint import AsyncInserts, ClickHouseEndpoint
 from mg_support import NOW, agent, app, row
 
 from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
@@ -113,3 +113,45 @@ def test_a_bad_batch_in_a_shared_insert_fails_alone(mg: Metergraph) -> None:
     }
     assert mg.usage.aggregates(agent(), days=1)["totals"]["calls"] == 9
     assert store.batch_health("w1", 0)["processed"] == 3
+
+
+def test_batches_from_two_workers_share_one_server_side_insert_and_return_once_stored(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two workers (two services on one data directory and one database); the server's async insert
+    # buffer flushes once it holds two inserts, so the workers' batches can only land together.
+    url = clickhouse.database_url()
+    workers = [
+        Metergraph.open(tmp_path, load_metergraph_settings(clickhouse_url=url), clock=lambda: NOW)
+        for _ in range(2)
+    ]
+    try:
+        store = workers[0].store
+        assert isinstance(store, ClickHouseTelemetryStore)
+        store._command("SYSTEM STOP MERGES calls")  # so the parts show how many INSERTs wrote
+        monkeypatch.setattr(clickhouse.engine, "inserts", AsyncInserts(clickhouse.engine, 60.0, 1 << 30, 2))
+        outcomes: list[Any] = [None, None]
+
+        def run(i: int) -> None:
+            batch = [row(request_id=f"w{i}-{n}") for n in range(4)]
+            outcomes[i] = workers[i].ingest.ingest_document(app(), {"rows": batch}).accepted
+
+        first = threading.Thread(target=run, args=(0,))
+        first.start()
+        wait_for(lambda: sum(len(b.items) for b in clickhouse.engine.inserts._buffers.values()) == 1)
+        assert outcomes == [None, None] and store.count_calls("w1") == 0  # held until the flush
+        second = threading.Thread(target=run, args=(1,))
+        second.start()
+        first.join(60)
+        second.join(60)
+        assert outcomes == [4, 4]
+        assert {c["request_id"] for c in store.raw_calls("w1")} == {
+            f"w{i}-{n}" for i in (0, 1) for n in range(4)
+        }
+        parts = store._query("SELECT count() FROM system.parts WHERE database = currentDatabase()"
+                             " AND table = 'calls' AND active").result_rows  # fmt: skip
+        assert parts == [(1,)]
+        assert workers[1].usage.aggregates(agent(), days=1)["totals"]["calls"] == 8
+    finally:
+        for worker in workers:
+            worker.close()

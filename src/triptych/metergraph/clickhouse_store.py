@@ -195,7 +195,7 @@ class ClickHouseTelemetryStore:
     def _insert_calls(self, columns: list[list[Any]]) -> None:
         self._insert(
             "calls", columns, column_names=list(_INSERT_COLUMNS), column_type_names=_INSERT_TYPES,
-            column_oriented=True,
+            column_oriented=True, settings=_ASYNC_INSERT,
         )  # fmt: skip
 
     def _exists(self, table: str) -> bool:
@@ -767,4 +767,8 @@ def _json_list(values: list[Any], with_null: bool = False) -> str:
     return json.dumps(out)
 
 
+# The server gathers inserts that arrive together from every worker into one INSERT (the group commit of
+# ``clickhouse_inserts`` gathers only one worker's), and answers each once its rows are stored: waiting is
+# what keeps an acknowledged row safe, so it is asked for, whatever the server's profile says.
+_ASYNC_INSERT = {"async_insert": 1, "wait_for_async_insert": 1}
 _INSERT_TYPES = ["UInt64", *(CALL_TYPES[name] for name in CALL_COLUMNS)]
