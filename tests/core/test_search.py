@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -535,3 +536,65 @@ def test_apply_builds_the_hnsw_index_when_a_partition_grows_past_the_threshold(
     assert index.sync("ws", 2).hnsw is not None
     all_ids = ids + [100 + i for i in range(40)]
     assert _recall_at_10(index, all_ids, np.vstack([matrix, new]), _unit_rows(rng, 20, dim), 2) >= 0.9
+
+
+def _held_builds(monkeypatch: pytest.MonkeyPatch, index: VectorIndex) -> tuple[threading.Event, list[int]]:
+    """Graph builds wait for the returned event; the list counts the builds started."""
+    release, started = threading.Event(), []
+    build = index._build_hnsw
+
+    def held(ids: Sequence[int], matrix: Vector) -> object:
+        started.append(len(ids))
+        assert release.wait(60)
+        return build(ids, matrix)
+
+    monkeypatch.setattr(index, "_build_hnsw", held)
+    return release, started
+
+
+def test_writes_during_a_graph_build_are_patched_into_it_not_rebuilt(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "HNSW_THRESHOLD", 64)
+    rng = np.random.default_rng(14)
+    dim = 32
+    ids = list(range(300))
+    matrix = _unit_rows(rng, len(ids), dim)
+    index = VectorIndex(dim, lambda key: (ids, matrix))
+    release, started = _held_builds(monkeypatch, index)
+    index.sync("ws", 1)
+    new = _unit_rows(rng, 5, dim)
+    replaced = _unit_rows(rng, 1, dim)[0]
+
+    # While the graph builds from generation 1: five vectors added, ten removed, and id 7 given a new
+    # vector (an id reused after its removal, as SQLite may do).
+    index.apply("ws", 1, 2, added=[(500 + i, v) for i, v in enumerate(new)], removed=ids[10:20] + [7])
+    index.apply("ws", 2, 3, added=[(7, replaced)])
+    release.set()
+
+    assert index.wait_ready("ws", timeout=60)
+    assert started == [300]  # adopted, not started over
+    part = index.sync("ws", 3)
+    assert part.hnsw is not None and len(part.hnsw) == len(part.ids) == 295  # type: ignore[arg-type]
+    for i, query in enumerate(new):
+        assert index.search("ws", 3, query, 1)[0][0] == 500 + i
+    assert index.search("ws", 3, replaced, 1)[0][0] == 7
+    for query in matrix[10:20]:
+        assert not {i for i, _ in index.search("ws", 3, query, 10)} & set(ids[10:20])
+
+
+def test_one_graph_build_runs_per_key_and_the_newest_partition_gets_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(search, "HNSW_THRESHOLD", 64)
+    rng = np.random.default_rng(15)
+    dim = 32
+    index = VectorIndex(dim, lambda key: ([], np.zeros((0, dim), dtype=np.float32)))
+    release, started = _held_builds(monkeypatch, index)
+    ids = list(range(100))
+    for generation in (1, 2, 3):  # a re-embedding installs a partition per batch
+        index.install("ws", generation, ids, _unit_rows(rng, len(ids), dim))
+    assert started == [100] and not index.wait_ready("ws", timeout=0.2)  # one build, the others wait
+    release.set()
+
+    assert index.wait_ready("ws", timeout=60)
+    assert len(started) == 2  # the first (for a replaced partition) and one for the newest
+    assert index.sync("ws", 3).hnsw is not None

@@ -9,6 +9,7 @@ and ``top_k`` is never cut short by a later filter.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import sqlite3
 import threading
@@ -24,7 +25,12 @@ from triptych.core.partitions import PartitionCache
 
 Vector = npt.NDArray[np.float32]
 
+log = logging.getLogger(__name__)
+
 HNSW_THRESHOLD = 20_000
+# Changes made while a graph was building that are patched into it when it is adopted (under the lock
+# every search takes); more than this and the graph is built again.
+PATCH_LIMIT = 2_000
 RRF_K = 60
 
 # Words that match most documents make an FTS5 OR-query slow and add nothing to BM25.
@@ -197,6 +203,8 @@ class _Partition:
     # at 10,000 vectors, 0.02 ms with the buffer; bench/locomo.py, scale phase). BLAS reads the view
     # in place (its leading dimension is the capacity).
     buffer: Vector | None = None
+    # Ids added or removed while the graph was being built: patched into it when the build ends.
+    touched: set[int] = field(default_factory=set)
 
 
 class VectorIndex(PartitionCache[_Partition]):
@@ -207,6 +215,7 @@ class VectorIndex(PartitionCache[_Partition]):
         super().__init__()
         self.dim = dim
         self._loader = loader
+        self._building: set[str] = set()  # keys with a graph build running: one at a time per key
 
     def _load(self, key: str, generation: int) -> _Partition:
         ids, matrix = self._loader(key)
@@ -261,26 +270,53 @@ class VectorIndex(PartitionCache[_Partition]):
         that search and every other one behind the lock. The graph is adopted only if the partition has
         not changed meanwhile; otherwise the next change schedules a fresh build.
         """
-        if part.building:
+        if part.building or key in self._building:
+            # One build per key: a partition installed while an older one's graph is building gets
+            # its own when that build ends (a re-embedding installs one every batch).
             return
         part.building = True
-        ids, matrix, generation = list(part.ids), np.ascontiguousarray(part.columns.T), part.generation
+        part.touched = set()
+        self._building.add(key)
+        ids, matrix = list(part.ids), np.ascontiguousarray(part.columns.T)
 
         def build() -> None:
             try:
                 graph = self._build_hnsw(ids, matrix)
             except Exception:  # the exact path keeps serving; a later change retries
+                log.warning("building the vector graph of %s failed", key, exc_info=True)
                 graph = None
             with self._lock:
                 part.building = False
-                if self._parts.get(key) is not part:
-                    return  # the partition was reloaded or forgotten meanwhile
-                if graph is not None and part.generation == generation:
+                self._building.discard(key)
+                current = self._parts.get(key)
+                if current is not part:  # reloaded or forgotten meanwhile: build the newer one
+                    if current is not None and current.hnsw is None and len(current.ids) >= HNSW_THRESHOLD:
+                        self._build_in_background(key, current)
+                    return
+                touched, part.touched = part.touched, set()
+                if graph is not None and len(touched) <= PATCH_LIMIT:
+                    # Writes during the build are patched in rather than starting over: on a busy
+                    # workspace (or one following other workers' writes) a build that had to finish
+                    # unchanged would never be adopted.
+                    self._patch(graph, part, touched)
                     part.hnsw = graph
-                elif part.hnsw is None:
-                    self._build_in_background(key, part)  # it changed while building: start over
+                elif part.hnsw is None and graph is not None:
+                    self._build_in_background(key, part)  # too much changed: start over
 
         threading.Thread(target=build, name=f"hnsw-{key}", daemon=True).start()
+
+    @staticmethod
+    def _patch(graph: object, part: _Partition, touched: set[int]) -> None:
+        """Bring a graph built from an earlier copy of ``part`` up to it: the touched ids are taken out
+        and those still present put back with their current vectors (an id may have been reused)."""
+        if not touched:
+            return
+        for item in touched:
+            graph.remove(item)  # type: ignore[attr-defined]
+        present = [item for item in touched if item in part.position]
+        if present:
+            columns = part.columns[:, [part.position[item] for item in present]]
+            graph.add(np.asarray(present, dtype=np.uint64), np.ascontiguousarray(columns.T))  # type: ignore[attr-defined]
 
     def _build_hnsw(self, ids: Sequence[int], matrix: Vector) -> object:
         from usearch.index import Index
@@ -312,6 +348,9 @@ class VectorIndex(PartitionCache[_Partition]):
     ) -> None:
         removed_set = set(removed)
         added_list = list(added)
+        if part.building:  # the graph being built lacks these: patched in when it is adopted
+            part.touched.update(removed_set)
+            part.touched.update(item for item, _ in added_list)
         # Shape problems surface here, before the partition is touched.
         new_matrix = (
             np.vstack([vec.reshape(1, self.dim) for _, vec in added_list]).astype(np.float32)
@@ -355,7 +394,7 @@ class VectorIndex(PartitionCache[_Partition]):
         while time.monotonic() < deadline:
             with self._lock:
                 part = self._parts.get(key)
-                if part is None or not part.building:
+                if part is None or (not part.building and key not in self._building):
                     return True
             time.sleep(0.01)
         return False

@@ -27,7 +27,7 @@ from psycopg.rows import TupleRow, dict_row
 from triptych.core.keyword_index import Changes, Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PgDatabase, one
-from triptych.core.search import Vector, VectorIndex
+from triptych.core.search import PATCH_LIMIT, Vector, VectorIndex
 from triptych.metronix.store import (
     CHUNK_HIT_COLUMNS,
     DOCUMENT_COLUMNS,
@@ -446,7 +446,7 @@ class PgKnowledgeStore:
                 target=self._refresh, args=(workspace_id,), name=f"kb-mirror-{workspace_id}", daemon=True
             )
             self._refreshing[workspace_id] = thread
-        thread.start()
+            thread.start()  # inside the lock: a caller in between would see it not alive and start another
 
     def _refresh(self, workspace_id: str) -> None:
         """Bring the mirror up to the database: by difference when one is cached and no re-embedding
@@ -472,6 +472,10 @@ class PgKnowledgeStore:
                     known, top = set(cached[1]), max(cached[1])
                     present, _ = self._copy_vectors(conn, workspace_id, after=0, with_vectors=False)
                     whole = any(i <= top and i not in known for i in present)
+                    newer = sum(1 for i in present if i > top)
+                    # A large difference patched into the graph would hold the index's lock, which every
+                    # search takes, for seconds: load whole instead (pgvector serves while it builds).
+                    whole = whole or newer + len(known) - (len(present) - newer) > PATCH_LIMIT
                 if whole or cached is None:
                     ids, matrix = self._copy_vectors(conn, workspace_id, after=0)
                     self.index.install(workspace_id, generation, ids, matrix)
