@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clickhouse_connect.driver.models import SettingDef
 from clickhouse_endpoint import AsyncInserts, ClickHouseEndpoint
 from mg_support import NOW, agent, app, row
 
-from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
+from triptych.core.errors import StorageUnavailable
+from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore, insert_settings
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
 
@@ -155,3 +157,32 @@ def test_batches_from_two_workers_share_one_server_side_insert_and_return_once_s
     finally:
         for worker in workers:
             worker.close()
+
+
+def _settings(async_insert: tuple[str, int], wait: tuple[str, int]) -> dict[str, SettingDef]:
+    return {
+        "async_insert": SettingDef("async_insert", *async_insert),
+        "wait_for_async_insert": SettingDef("wait_for_async_insert", *wait),
+    }
+
+
+@pytest.mark.parametrize(
+    ("async_insert", "wait", "asked"),
+    [
+        (("0", 0), ("1", 0), {"async_insert": 1, "wait_for_async_insert": 1}),  # changeable: both asked
+        (("0", 1), ("1", 0), {}),  # async inserts locked off: plain inserts, nothing asked
+        (("1", 1), ("1", 0), {"wait_for_async_insert": 1}),  # locked on: only the wait is asked
+        (("0", 0), ("0", 1), {}),  # the wait locked off: plain inserts rather than unsafe ones
+        (("1", 1), ("1", 1), {}),  # both locked on: the server already does what is wanted
+    ],
+)
+def test_inserts_ask_only_for_the_async_settings_the_server_lets_them_change(
+    async_insert: tuple[str, int], wait: tuple[str, int], asked: dict[str, int]
+) -> None:
+    assert insert_settings(_settings(async_insert, wait)) == asked
+
+
+def test_a_server_that_acknowledges_async_inserts_before_writing_them_is_refused() -> None:
+    with pytest.raises(StorageUnavailable, match="wait_for_async_insert"):
+        insert_settings(_settings(("1", 1), ("0", 1)))
+    assert insert_settings({}) == {}  # a server from before async inserts: plain inserts

@@ -14,7 +14,14 @@ import reference_ingest
 from mg_support import app
 
 from triptych.metergraph.errors import BadBatch
-from triptych.metergraph.ingest import _FLOAT_FIELDS, _INT_FIELDS, _STR_FIELDS, IngestService
+from triptych.metergraph.ingest import (
+    _FLOAT_FIELDS,
+    _INT_FIELDS,
+    _STR_FIELDS,
+    IngestService,
+    _iso_utc_ms,
+    parse_ts,
+)
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.store import (
     HIST_COLUMNS,
@@ -149,3 +156,41 @@ def test_call_batch_round_trips_rows() -> None:
     rows = [{"ts_ms": 1, "route": "a"}, {"ts_ms": 2, "route": None}]
     batch = CallBatch.from_rows(rows, ("ts_ms", "route"))
     assert batch.columns == {"ts_ms": [1, 2], "route": ["a", None]}
+
+
+def _row_by_row(values: list[str]) -> list[int | str]:
+    out: list[int | str] = []
+    for i, value in enumerate(values):
+        try:
+            out.append(parse_ts(value, i))
+        except BadBatch as exc:
+            out.append(str(exc))
+    return out
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        # float64 holds the microseconds exactly only between about 1685 and 2255: outside, the column
+        # parse would round twice and be 1 ms off, so those columns go row by row.
+        ["4546-08-15T16:15:47.502999Z", "2024-01-01T00:00:00Z"],
+        ["0178-11-28T07:50:28.507005Z"],
+        # NumPy's strings drop trailing NULs; the row-by-row rules decide on the text as sent.
+        ["2024-01-01T00:00:00+00:00\x00\x00", "2024-01-01T00:00:01+00:00"],
+        ["2024-02-29T23:59:59.999999+00:00", "1969-12-31T23:59:59.999+00:00"],
+    ],
+)
+def test_the_timestamp_column_fast_path_answers_as_the_row_by_row_rules(values: list[str]) -> None:
+    fast = _iso_utc_ms(values)
+    if fast is not None:
+        assert fast == _row_by_row(values)
+    rng = random.Random(7)  # and a spread of years across the exact range's edges
+    many = [
+        (datetime(1600, 1, 1, tzinfo=UTC) + timedelta(microseconds=rng.randrange(10**17))).isoformat()
+        for _ in range(2000)
+    ]
+    many = [v for v in many if v[:4] < "9999"]
+    fast_many = _iso_utc_ms(many)
+    assert fast_many is None or fast_many == _row_by_row(many)
+    in_range = [v for v in many if "1700" <= v[:4] <= "2250"]
+    assert _iso_utc_ms(in_range) == _row_by_row(in_range)  # the fast path does serve these

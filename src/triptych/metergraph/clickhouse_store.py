@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -187,6 +187,7 @@ class ClickHouseTelemetryStore:
                 hint="check TRIPTYCH_METERGRAPH_CLICKHOUSE_URL and that the server is up",
                 details={"reason": "clickhouse_unavailable"},
             ) from exc
+        self._insert_settings = insert_settings(self.client.server_settings)
         with meta.db.transaction() as conn:
             conn.execute(_SEQUENCE_DDL)
         self._ids = threading.Lock()
@@ -195,7 +196,7 @@ class ClickHouseTelemetryStore:
     def _insert_calls(self, columns: list[list[Any]]) -> None:
         self._insert(
             "calls", columns, column_names=list(_INSERT_COLUMNS), column_type_names=_INSERT_TYPES,
-            column_oriented=True, settings=_ASYNC_INSERT,
+            column_oriented=True, settings=self._insert_settings,
         )  # fmt: skip
 
     def _exists(self, table: str) -> bool:
@@ -767,8 +768,38 @@ def _json_list(values: list[Any], with_null: bool = False) -> str:
     return json.dumps(out)
 
 
-# The server gathers inserts that arrive together from every worker into one INSERT (the group commit of
-# ``clickhouse_inserts`` gathers only one worker's), and answers each once its rows are stored: waiting is
-# what keeps an acknowledged row safe, so it is asked for, whatever the server's profile says.
-_ASYNC_INSERT = {"async_insert": 1, "wait_for_async_insert": 1}
+def insert_settings(server: Mapping[str, Any]) -> dict[str, int]:
+    """The settings each ``calls`` INSERT asks for, given the server's ``system.settings``.
+
+    Async inserts let the server gather inserts that arrive together from every worker into one INSERT
+    (the group commit of ``clickhouse_inserts`` gathers only one worker's), and waiting for them is what
+    keeps an acknowledged row safe. A setting the server's profile makes read-only cannot be asked for
+    (the client refuses the INSERT): with ``async_insert`` locked off, or ``wait_for_async_insert`` locked
+    off, inserts are plain (the worker's group commit alone); async inserts locked on without the wait
+    would acknowledge rows the server still holds only in memory, so that server is refused.
+    """
+    asynchronous, wait = server.get("async_insert"), server.get("wait_for_async_insert")
+    if asynchronous is None or wait is None:  # a server from before async inserts
+        return {}
+    on = asynchronous.value == "1" if asynchronous.readonly else True
+    waits = wait.value == "1" if wait.readonly else True
+    if on and not waits:
+        if asynchronous.readonly:
+            raise StorageUnavailable(
+                "ClickHouse's settings profile locks async_insert on and wait_for_async_insert off: an"
+                " acknowledged batch could be lost in the server's buffer",
+                hint="let this user change wait_for_async_insert (or lock it to 1) in the server's profile",
+                details={"reason": "clickhouse_unsafe_settings"},
+            )
+        return {}  # plain inserts: the wait cannot be asked for
+    if not on:
+        return {}
+    settings: dict[str, int] = {}
+    if not asynchronous.readonly:
+        settings["async_insert"] = 1
+    if not wait.readonly:
+        settings["wait_for_async_insert"] = 1
+    return settings
+
+
 _INSERT_TYPES = ["UInt64", *(CALL_TYPES[name] for name in CALL_COLUMNS)]

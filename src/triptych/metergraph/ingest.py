@@ -561,6 +561,8 @@ def _iso_utc_ms(values: list[str]) -> list[int] | None:
     if max(map(len, values)) > 32:
         return None
     column = np.array(values)
+    if int(np.strings.str_len(column).sum()) != sum(map(len, values)):
+        return None  # NumPy's strings drop trailing NULs, which ``fromisoformat`` may refuse
     for suffix in _ISO_SUFFIXES:
         if not suffix or np.strings.endswith(column, suffix).all():
             break
@@ -579,7 +581,10 @@ def _iso_utc_ms(values: list[str]) -> list[int] | None:
         same = lengths == length
         if not (np.datetime_as_string(parsed[same], unit=_ISO_UNITS[length]) == body[same]).all():
             return None
-    ms: list[int] = (parsed.astype(np.int64) / 1e6 * 1000).astype(np.int64).tolist()
+    us = parsed.astype(np.int64)
+    if (np.abs(us) >= 2**53).any():
+        return None  # float64 no longer holds the microseconds exactly (before ~1685, after ~2255)
+    ms: list[int] = (us / 1e6 * 1000).astype(np.int64).tolist()
     return ms
 
 

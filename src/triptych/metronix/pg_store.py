@@ -243,9 +243,7 @@ class PgKnowledgeStore:
                     texts.append((chunk_id, keyword_columns(doc.title, text)))
                     added.append((chunk_id, vec))
             self._log_write(conn, doc.workspace_id, before + 1, [i for i, _ in texts], removed)
-        self._catch_up(doc.workspace_id, before)
-        self.keywords.apply(doc.workspace_id, before, before + 1, added=texts, removed=removed)
-        self._mirror_apply(doc.workspace_id, before, added, removed)
+        self._after_commit(doc.workspace_id, before, texts, added, removed)
         return len(texts)
 
     @gated
@@ -269,10 +267,28 @@ class PgKnowledgeStore:
             removed = [int(r[0]) for r in found.fetchall()]
             conn.execute("DELETE FROM kb_documents WHERE id = %s", (row[0],))
             self._log_write(conn, workspace_id, before + 1, [], removed)
-        self._catch_up(workspace_id, before)
-        self.keywords.apply(workspace_id, before, before + 1, removed=removed)
-        self._mirror_apply(workspace_id, before, [], removed)
+        self._after_commit(workspace_id, before, [], [], removed)
         return True
+
+    def _after_commit(
+        self,
+        workspace_id: str,
+        before: int,
+        texts: list[tuple[int, Sequence[tuple[str, float]]]],
+        added: list[tuple[int, Vector]],
+        removed: list[int],
+    ) -> None:
+        """This worker's caches brought up to its committed write. The write is stored whatever happens
+        here: a failure (the database gone between the commit and the catch-up) leaves the caches behind,
+        and the next search catches them up, so it is logged, not reported as a failed write."""
+        try:
+            self._catch_up(workspace_id, before)
+            self.keywords.apply(workspace_id, before, before + 1, added=texts, removed=removed)
+            self._mirror_apply(workspace_id, before, added, removed)
+        except Exception:
+            log.warning(
+                "updating the caches of workspace %s after a write failed", workspace_id, exc_info=True
+            )
 
     def get_document(self, workspace_id: str, doc_label: str) -> DocumentRecord | None:
         with self.db.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
