@@ -71,7 +71,11 @@ class Site:
 
 
 def call(day: int, **fields: Any) -> dict[str, Any]:
-    ts = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=day)
+    now = datetime.now(UTC)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    ts = midnight - timedelta(days=day) + timedelta(hours=12)  # noon of that day
+    if ts > now:  # today before noon: noon is still to come, and reads end now
+        ts = midnight + (now - midnight) / 2
     base = {"ts": ts.isoformat(), "route": "support", "provider": "openai", "model": "gpt-4o",
             "input_tokens": 1000, "output_tokens": 200, "latency_ms": 400, "trace_id": uuid.uuid4().hex}  # fmt: skip
     return {**base, **fields}

@@ -81,7 +81,7 @@ async def test_classification_saves_workloads_that_query_traces_matches(env: Env
     key = env.key(workspace)
     async with mcp_session(env.url, {"Authorization": f"Bearer {key}"}) as mcp:
         caps = (await mcp.call("metergraph_get_capabilities")).data
-        started = await mcp.call("metergraph_start_classification", days=1)
+        started = await mcp.call("metergraph_start_classification", days=2)
         again = await mcp.call("metergraph_start_classification")
         by_calls = {w["calls"]: w for w in started.data["workloads"]}
         page = await mcp.call("metergraph_query_traces", workload=by_calls[25]["workload_id"], limit=200)
@@ -157,7 +157,7 @@ async def test_the_stdio_bridge_classifies_and_matches_a_workload(env: Env) -> N
         env={**os.environ, "METERGRAPH_URL": env.server.url, "METERGRAPH_AGENT_TOKEN": env.key(workspace)},
     )
     async with Client(params) as client:
-        started = await client.call_tool("metergraph_start_classification", {"days": 1})
+        started = await client.call_tool("metergraph_start_classification", {"days": 2})
         workloads = json.loads(started.content[0].text)["workloads"]  # type: ignore[union-attr]
         biggest = max(workloads, key=lambda w: w["calls"])
         page = await client.call_tool(
