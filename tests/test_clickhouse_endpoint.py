@@ -4,6 +4,7 @@ needs: query parameters, FORMAT negotiation, Native inserts, databases, and erro
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import clickhouse_connect
 import httpx
@@ -75,22 +76,40 @@ def test_a_compressed_body_is_refused_plainly(clickhouse: ClickHouseEndpoint) ->
     assert answer.headers["X-ClickHouse-Exception-Code"] == "1"
 
 
-def test_async_inserts_waiting_together_are_written_as_one_and_a_bad_one_fails_alone(
-    clickhouse: ClickHouseEndpoint, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _scratch_table(clickhouse: ClickHouseEndpoint) -> tuple[str, Any]:
+    """A new database with table ``t (a UInt32)`` whose merges are stopped, so its parts show how many
+    INSERTs wrote; and an admin client."""
     database = clickhouse.database_url().rsplit("/", 1)[1]
     admin = clickhouse_connect.get_client(dsn=clickhouse.url, compress=False, autogenerate_session_id=False)
     admin.command(f"CREATE DATABASE {database}")
     admin.command(f"CREATE TABLE {database}.t (a UInt32) ENGINE = MergeTree ORDER BY a")
-    admin.command(f"SYSTEM STOP MERGES {database}.t")  # so the parts show how many INSERTs wrote
+    admin.command(f"SYSTEM STOP MERGES {database}.t")
+    return database, admin
+
+
+def _client(clickhouse: ClickHouseEndpoint, database: str) -> Any:
+    return clickhouse_connect.get_client(
+        dsn=clickhouse.url, database=database, compress=False, autogenerate_session_id=False
+    )
+
+
+def _run_together(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+
+def test_async_inserts_waiting_together_are_written_as_one_and_a_bad_one_fails_alone(
+    clickhouse: ClickHouseEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database, admin = _scratch_table(clickhouse)
     # A buffer that flushes when it holds four inserts (its timeout far away): all four wait together.
     monkeypatch.setattr(clickhouse.engine, "inserts", AsyncInserts(clickhouse.engine, 60.0, 1 << 30, 4))
     outcomes: dict[int, object] = {}
 
     def good(i: int) -> None:
-        client = clickhouse_connect.get_client(
-            dsn=clickhouse.url, database=database, compress=False, autogenerate_session_id=False
-        )
+        client = _client(clickhouse, database)
         client.insert(
             "t", [[i]], column_names=["a"], settings={"async_insert": 1, "wait_for_async_insert": 1}
         )
@@ -107,10 +126,7 @@ def test_async_inserts_waiting_together_are_written_as_one_and_a_bad_one_fails_a
         outcomes[0] = answer.status_code
 
     threads = [threading.Thread(target=good, args=(i,)) for i in (1, 2, 3)] + [threading.Thread(target=bad)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    _run_together(threads)
     assert outcomes == {1: "stored", 2: "stored", 3: "stored", 0: 500}
     rows = admin.query(f"SELECT a FROM {database}.t ORDER BY a").result_rows
     assert rows == [(1,), (2,), (3,)]
@@ -125,22 +141,13 @@ def test_async_inserts_waiting_together_are_written_as_one_and_a_bad_one_fails_a
 def test_async_inserts_of_good_data_share_one_part(
     clickhouse: ClickHouseEndpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    database = clickhouse.database_url().rsplit("/", 1)[1]
-    admin = clickhouse_connect.get_client(dsn=clickhouse.url, compress=False, autogenerate_session_id=False)
-    admin.command(f"CREATE DATABASE {database}")
-    admin.command(f"CREATE TABLE {database}.t (a UInt32) ENGINE = MergeTree ORDER BY a")
-    admin.command(f"SYSTEM STOP MERGES {database}.t")
+    database, admin = _scratch_table(clickhouse)
     monkeypatch.setattr(clickhouse.engine, "inserts", AsyncInserts(clickhouse.engine, 60.0, 1 << 30, 3))
 
     def good(i: int) -> None:
-        client = clickhouse_connect.get_client(
-            dsn=clickhouse.url, database=database, compress=False, autogenerate_session_id=False
-        )
+        client = _client(clickhouse, database)
         client.insert("t", [[i], [i + 10]], column_names=["a"], settings={"async_insert": 1})
 
     threads = [threading.Thread(target=good, args=(i,)) for i in (1, 2, 3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    _run_together(threads)
     assert admin.query(f"SELECT count(), uniqExact(_part) FROM {database}.t").result_rows == [(6, 1)]
