@@ -187,6 +187,8 @@ class KeywordIndex(PartitionCache[_Partition]):
         applied early is harmless: the log applies it again), or None when the log cannot say (pruned,
         or written by a version that kept none); the partition then reloads on its next use. A
         partition not cached, or already current, costs nothing here."""
+        if self.generation(key) >= generation:
+            return  # current: no queue behind another partition's catch-up (every search calls this)
         with self._following:
             seen = self.generation(key)
             if seen >= generation:
