@@ -321,10 +321,12 @@ def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path:
     store = SqliteTelemetryStore(tmp_path / "metergraph.db")
     rows = [row(minutes_ago=60 * 24 * d + 5, latency_ms=100 + d) for d in range(40)]
     IngestService(store, Pricer(), 5000).ingest_document(app(), {"rows": rows})
+    store.fold_rollups()  # as ingest did in the same transaction before migration 5
     read = "SELECT * FROM rollup_weekly_coarse ORDER BY bucket, provider, model, environment"
     written = store.db.conn.execute(read).fetchall()
     with store.db.transaction() as conn:  # the database as it was before migration 4
         conn.execute("DROP TABLE rollup_weekly_coarse")
+        conn.execute("DROP TABLE rollup_watermark")
         conn.execute("UPDATE schema_version SET version = 3 WHERE component = 'main'")
     store.close()
     store = SqliteTelemetryStore(tmp_path / "metergraph.db")

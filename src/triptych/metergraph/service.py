@@ -99,6 +99,8 @@ class Metergraph:
         # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
         links = links or AppLinks(public_base(settings.public_url, "", 0))
         sqlite = SqliteTelemetryStore(data_dir / DB_FILE)
+        sqlite.folder.pending_rows = settings.rollup_fold_rows
+        sqlite.folder.idle_s = settings.rollup_fold_idle_ms / 1000
         store: TelemetryStore = sqlite
         columns: ColumnProjection | None = None
         if settings.clickhouse_url:

@@ -51,6 +51,14 @@ class MetergraphSettings(BaseSettings):
             "TRIPTYCH_METERGRAPH_CLICKHOUSE_RETENTION_DAYS", "clickhouse_retention_days"
         ),
     )
+    # The embedded engine folds committed calls into its rollups in the background once this many are
+    # pending, or once no ingest batch came for this long (reads fold what is still pending first).
+    rollup_fold_rows: int = Field(
+        50_000, ge=1, validation_alias=AliasChoices("MG_ROLLUP_FOLD_ROWS", "rollup_fold_rows")
+    )
+    rollup_fold_idle_ms: int = Field(
+        200, ge=1, validation_alias=AliasChoices("MG_ROLLUP_FOLD_IDLE_MS", "rollup_fold_idle_ms")
+    )
     # The public address app links start with (``app_url``); unset: the server's own http://host:port.
     public_url: str | None = Field(
         None, validation_alias=AliasChoices("MG_PUBLIC_URL", "TRIPTYCH_PUBLIC_URL", "public_url")

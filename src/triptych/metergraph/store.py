@@ -4,9 +4,12 @@
 services talk to it through plain dataclasses (``CallFilter``, ``AggRow``) and SQL-free method names, so
 a ClickHouse store can implement the same methods later.
 
-Rollups: every accepted call is added, in the same transaction as its row, to a daily and an hourly
-rollup keyed by (workspace, bucket, route, provider, model, environment) with sums and a mergeable
-latency histogram. Empty strings stand for a missing route/provider/model/environment in rollup keys.
+Rollups: every call is added to daily, hourly and weekly rollups keyed by (workspace, bucket, route,
+provider, model, environment) with sums and a mergeable latency histogram. Empty strings stand for a
+missing route/provider/model/environment in rollup keys. Ingest commits only the calls; the rollups are
+folded from the committed calls afterwards, by a watermark (the highest call id folded) kept in the
+database (``fold_rollups``): a background folder in the server folds soon after ingest, and every read of
+a rollup table folds whatever is still pending first, so answers include every acknowledged call.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 from triptych.core.db import Database
 from triptych.metergraph import histogram
 from triptych.metergraph.call_filters import filter_clauses, key_clauses
+from triptych.metergraph.rollup_fold import RollupFolder
 from triptych.metergraph.workload_match import KEYS_SQL, SHAPE_SQL, WorkloadMatch, tags_signature
 
 log = logging.getLogger(__name__)
@@ -245,6 +249,15 @@ MIGRATIONS.append(
     + " FROM rollup_daily_coarse GROUP BY workspace, week, route, provider, model, environment;"
 )
 ROLLUP_KEY = ("route", "provider", "model", "environment")
+# Calls folded per write transaction: the write lock is held for a fraction of a second, and the
+# per-chunk cost (one upsert per rollup group) is spread over many calls.
+FOLD_CHUNK = 100_000
+# 5: the rollups' watermark: the highest call id folded into them (``fold_rollups``). Until now every
+# call was added to the rollups in its own ingest transaction, so the existing rollups hold every call.
+MIGRATIONS.append(
+    "CREATE TABLE rollup_watermark (id INTEGER PRIMARY KEY CHECK (id = 1), folded INTEGER NOT NULL);"
+    "\nINSERT INTO rollup_watermark SELECT 1, COALESCE(MAX(id), 0) FROM calls;"
+)
 DIMENSIONS = ("provider", "model", "route", "day")
 UNTAGGED = ""
 _UNTAGGED_SQL = "(environment IS NULL OR trim(environment) = '')"
@@ -464,30 +477,61 @@ class SqliteTelemetryStore:
         self._write_lock = threading.Lock()
         conn = self.db.conn
         if (
-            conn.execute("SELECT 1 FROM calls LIMIT 1").fetchone()
+            conn.execute(
+                "SELECT 1 FROM calls WHERE id <= (SELECT folded FROM rollup_watermark) LIMIT 1"
+            ).fetchone()
             and not conn.execute("SELECT 1 FROM rollup_daily LIMIT 1").fetchone()
         ):
             self.rebuild_rollups()  # a database from before migration 3
         # The columnar projection of the calls (``columns.py``), attached by the service wiring.
         self.columns: RawAggregator | None = None
+        # Folds the rollups in the background soon after ingest commits (the server starts it).
+        self.folder = RollupFolder(self.fold_rollups)
 
     def rebuild_rollups(self) -> None:
         """Recompute every rollup from the raw calls (one transaction)."""
-        names = ("workspace", *_ROLLUP_INPUTS)
-        with self.db.transaction() as conn:
+        with self._write_lock, self.db.transaction() as conn:
             for table in ROLLUPS:
                 conn.execute(f"DELETE FROM {table}")
-            cursor = conn.execute(f"SELECT {', '.join(names)} FROM calls ORDER BY workspace")
-            while batch := [dict(r) for r in cursor.fetchmany(50_000)]:
-                by_workspace: dict[str, list[dict[str, Any]]] = {}
-                for call in batch:
-                    by_workspace.setdefault(call["workspace"], []).append(call)
-                for workspace, calls in by_workspace.items():
-                    deltas = rollup_deltas(CallBatch.from_rows(calls, _ROLLUP_INPUTS), workspace)
-                    for table, rows in deltas.items():
-                        _merge_rollups(conn, table, rows)
+            folded = 0
+            while (end := fold_chunk(conn, folded, FOLD_CHUNK)) > folded:
+                folded = end
+            conn.execute("UPDATE rollup_watermark SET folded = ?", (folded,))
+
+    def fold_rollups(self, stop: Callable[[], bool] = lambda: False, chunk: int = FOLD_CHUNK) -> int:
+        """Fold every committed call after the watermark into the rollups, ``chunk`` calls per write
+        transaction (each reads the watermark, folds and advances it, all or nothing); returns how many.
+
+        Safe with several processes on one database: SQLite serialises the transactions, and one that
+        comes second finds the watermark advanced. Call ids are assigned under the same write lock, one
+        more than the largest, and calls are never deleted, so a call committed later never has an id
+        at or below the watermark. ``stop`` is asked between chunks.
+        """
+        done = 0
+        while not stop():
+            with self._write_lock, self.db.transaction() as conn:
+                folded = int(conn.execute("SELECT folded FROM rollup_watermark").fetchone()[0])
+                end = fold_chunk(conn, folded, chunk)
+                if end == folded:
+                    break
+                conn.execute("UPDATE rollup_watermark SET folded = ?", (end,))
+            done += end - folded  # ids are dense but for rolled-back inserts: an estimate of the calls
+        return done
+
+    def rollups_pending(self) -> int:
+        """How far the rollups are behind the calls, in call ids (0: every committed call is folded)."""
+        row = self.db.conn.execute(
+            "SELECT (SELECT COALESCE(MAX(id), 0) FROM calls) - folded FROM rollup_watermark"
+        ).fetchone()
+        return max(0, int(row[0]))
+
+    def catch_up_rollups(self) -> None:
+        """Fold what is pending, if anything (the check is two index lookups): before every rollup read."""
+        if self.rollups_pending():
+            self.fold_rollups()
 
     def close(self) -> None:
+        self.folder.close()  # first: it writes through the database
         self.db.close()
 
     # -- workspaces, keys, sessions -------------------------------------------------------------
@@ -569,8 +613,8 @@ class SqliteTelemetryStore:
         batch: dict[str, Any],
         now_iso: str,
     ) -> None:
-        """Rows, content, rollups and the batch record: one transaction, all or nothing."""
-        deltas = rollup_deltas(calls, workspace)
+        """Rows, content and the batch record: one transaction, all or nothing. The rollups are folded
+        from the committed calls afterwards (``fold_rollups``), in the background or by the next read."""
         # The INSERT names only the columns some row of the batch fills: binding a None costs the
         # sqlite3 module an adapter lookup, and about half of a call row's columns are NULL in every
         # row of a typical batch.
@@ -607,9 +651,8 @@ class SqliteTelemetryStore:
                     start = i + 1
                 if start < len(rows):
                     _insert_many(conn, insert, rows[start:], width)
-                for table, params in deltas.items():
-                    _merge_rollups(conn, table, params)
                 self.record_batch(conn, workspace, source, calls.size, batch)
+        self.folder.note(calls.size)
 
     def record_batch(
         self, conn: sqlite3.Connection, workspace: str, source: str, accepted: int, batch: dict[str, Any]
@@ -644,6 +687,7 @@ class SqliteTelemetryStore:
     ) -> dict[tuple[Any, ...], AggRow]:
         """Group rollup rows in [bucket_from, bucket_to) by ``dims`` (route/provider/model/day)."""
         assert table in ROLLUPS
+        self.catch_up_rollups()  # every acknowledged call counts, folded or not yet
         params: list[Any] = [f.workspace, bucket_from, bucket_to]
         where = ["workspace = ?", "bucket >= ?", "bucket < ?"]
         _key_clauses(f, where, params)
@@ -1168,3 +1212,70 @@ def _upsert_rollup(table: str, rows: int = 1) -> str:
 def iter_chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+# -- folding committed calls into the rollups ----------------------------------------------------------
+
+_FOLD_FINE = "fold_fine"  # a temporary table: one chunk's calls grouped by hour, key and latency bucket
+
+
+def _floor_div(expr: str, width: int) -> str:
+    """``expr // width`` as in Python (SQLite's integer division truncates a negative value toward zero)."""
+    return f"(({expr}) - ((({expr}) % {width}) + {width}) % {width}) / {width}"
+
+
+# One chunk of calls grouped by workspace, hour, rollup key and latency bucket: the measures summed the
+# way ``batch_measures`` sums them (a missing number counts 0, a missing key part is '').
+_FINE_MEASURES = (
+    "COUNT(*)", "SUM(error)", "TOTAL(cost_usd)", "COALESCE(SUM(input_tokens), 0)",
+    "COALESCE(SUM(output_tokens), 0)", "COALESCE(SUM(cache_read_tokens), 0)",
+    "COALESCE(SUM(cache_write_tokens), 0)", "COALESCE(SUM(reasoning_tokens), 0)", "TOTAL(latency_ms)",
+    "COUNT(latency_ms)", "SUM(cost_status = 'priced')", "SUM(cost_status = 'partial')",
+    "SUM(cost_status = 'zero')", "SUM(cost_status = 'unpriced' AND cost_unknown = 0)", "SUM(cost_unknown)",
+)  # fmt: skip
+_FOLD_FINE_DDL = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {_FOLD_FINE} (workspace TEXT, hour INTEGER, route TEXT, provider TEXT,"
+    f" model TEXT, environment TEXT, lat_bucket INTEGER, {', '.join(SUMS)})"
+)
+_FOLD_FINE_FILL = (
+    f"INSERT INTO temp.{_FOLD_FINE} SELECT workspace, {_floor_div('ts_ms', _HOUR_MS)},"
+    " COALESCE(route, ''), COALESCE(provider, ''), COALESCE(model, ''), COALESCE(environment, ''),"
+    f" lat_bucket, {', '.join(_FINE_MEASURES)} FROM calls WHERE id > ? AND id <= ?"
+    " GROUP BY 1, 2, 3, 4, 5, 6, 7"
+)
+_FOLD_CHUNK_END = "SELECT MAX(id) FROM (SELECT id FROM calls WHERE id > ? ORDER BY id LIMIT ?)"
+
+
+@functools.lru_cache(maxsize=8)
+def _fold_upsert(table: str) -> str:
+    """One rollup table's groups of the chunk (from the fine groups), added to its rows."""
+    width, keep_route = ROLLUPS[table]
+    hours = width // _HOUR_MS
+    bucket = "hour" if hours == 1 else _floor_div("hour", hours)
+    route = "route" if keep_route else "''"
+    hist = ", ".join(f"SUM(CASE lat_bucket WHEN {i} THEN calls ELSE 0 END)" for i in range(histogram.BUCKETS))
+    sums = ", ".join(f"SUM({c})" for c in SUMS)
+    updates = ", ".join(f"{c} = {c} + excluded.{c}" for c in (*SUMS, *HIST_COLUMNS))
+    # WHERE true: an upsert's SELECT needs a WHERE clause for the parser (SQLite's documented rule).
+    return (
+        f"INSERT INTO {table} (workspace, bucket, {', '.join(ROLLUP_KEY)}, {', '.join(SUMS)},"
+        f" {', '.join(HIST_COLUMNS)}) SELECT workspace, {bucket}, {route},"
+        f" provider, model, environment, {sums}, {hist} FROM temp.{_FOLD_FINE} WHERE true"
+        " GROUP BY 1, 2, 3, 4, 5, 6"
+        f" ON CONFLICT (workspace, bucket, {', '.join(ROLLUP_KEY)}) DO UPDATE SET {updates}"
+    )
+
+
+def fold_chunk(conn: sqlite3.Connection, after_id: int, limit: int) -> int:
+    """Add the calls after ``after_id`` (up to ``limit`` of them) to every rollup, in the caller's write
+    transaction; returns the highest call id folded (``after_id`` when there was none)."""
+    end = conn.execute(_FOLD_CHUNK_END, (after_id, limit)).fetchone()[0]
+    if end is None:
+        return after_id
+    conn.execute(_FOLD_FINE_DDL)
+    conn.execute(f"DELETE FROM temp.{_FOLD_FINE}")
+    conn.execute(_FOLD_FINE_FILL, (after_id, end))
+    for table in ROLLUPS:
+        conn.execute(_fold_upsert(table))
+    conn.execute(f"DELETE FROM temp.{_FOLD_FINE}")
+    return int(end)

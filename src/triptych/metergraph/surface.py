@@ -25,6 +25,7 @@ from triptych.metergraph.rest import (
 )
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
+from triptych.metergraph.store import SqliteTelemetryStore
 
 # Metergraph's stateless endpoint refuses bodies over 1 MiB.
 MAX_BODY = 1024 * 1024
@@ -38,6 +39,8 @@ def open_metergraph(shared: Shared) -> Metergraph:
     mg = Metergraph.open(shared.settings.data_dir, mg_settings, embedder=lambda: shared.embedder, links=links)
     if mg.columns is not None:
         mg.columns.start()  # the server keeps the metadata projection caught up in the background
+    if isinstance(mg.store, SqliteTelemetryStore):
+        mg.store.folder.start()  # and folds ingested calls into the rollups soon after they commit
     mg.incidents.start()  # and sweeps the incident detectors over the workspaces that received calls
     # Runs a stopped server left queued or running can never finish (their thread is gone).
     mg.analysis.fail_abandoned()
