@@ -4,15 +4,20 @@ stream), into a fresh database.
 
     .venv/bin/python bench/metergraph_ingest_phases.py --batches 20
 
-Steps: gunzip, JSON decode, normalisation and pricing (``IngestService.normalize``), rollup deltas,
-building the INSERT parameters, the calls INSERT, the rollup upserts, COMMIT (the WAL synced). The
-server adds HTTP and the thread handoffs; ``metergraph_bench.py --ingest-only`` measures it end to end.
+Steps: gunzip, JSON decode, normalisation and pricing (``IngestService.normalize``), building the
+INSERT parameters, the calls INSERT, COMMIT (the WAL synced). Then, off the ingest path, the rollup fold
+of every ingested call (``SqliteTelemetryStore.fold_rollups``, 100,000 calls per transaction) three ways:
+from the batches kept in memory (what the server's folder does), read back from the table (after a
+restart, or another process's calls), and, for the record, a pure-SQL fold (``INSERT ... SELECT ...
+GROUP BY ... ON CONFLICT DO UPDATE``, the histogram pivoted by 96 ``CASE`` sums) that was measured and
+not kept. The server adds HTTP and the thread handoffs; ``metergraph_engines.py`` measures it end to end.
 CPU time is reported next to wall time because this machine is shared.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import itertools
 import json
@@ -27,6 +32,7 @@ from typing import Any
 import orjson
 from metergraph_bench import generate
 
+from triptych.metergraph import histogram
 from triptych.metergraph import store as st
 from triptych.metergraph.ingest import IngestService, gc_paused
 from triptych.metergraph.keys import AppPrincipal
@@ -60,6 +66,7 @@ def main() -> None:
             return fn()
 
     rows = 0
+    kept: list[st.Unfolded] = []
     conn = store.db.conn
     for body in bodies:
         with gc_paused():
@@ -69,7 +76,6 @@ def main() -> None:
                 "normalise + price", lambda d=document: service.normalize(app, d["rows"], "sdk", False)
             )
             calls = normalized.calls
-            deltas = run("rollup deltas", lambda c=calls: st.rollup_deltas(c, "default"))
             with step("insert parameters"):
                 columns = [calls.column(name) for name in st.CALL_COLUMNS]
                 mask = tuple(column.count(None) != len(column) for column in columns)
@@ -79,11 +85,19 @@ def main() -> None:
                 "calls INSERT",
                 lambda p=params, m=mask: st._insert_many(conn, lambda n: st._insert_call(m, n), p, sum(m)),
             )
-            with step("rollup upserts"):
-                for table, upserts in deltas.items():
-                    st._merge_rollups(conn, table, upserts)
             run("COMMIT (WAL synced)", lambda: conn.execute("COMMIT"))
+            kept.append(st.Unfolded(rows + 1, "default", calls))
             rows += calls.size
+    for name, fold in (
+        ("rollup fold, read back", read_back_fold),
+        ("rollup fold, pure SQL (not kept)", sql_fold),
+    ):
+        with step(name):
+            conn.execute("BEGIN IMMEDIATE")
+            fold(conn, rows)
+            conn.execute("ROLLBACK")
+    store._unfolded = {u.first_id: u for u in kept}
+    run("rollup fold, batches in memory (the server)", store.fold_rollups)
     run("WAL checkpoint (background in the server)", lambda: conn.execute("PRAGMA wal_checkpoint(PASSIVE)"))
     store.close()
     result = {
@@ -94,6 +108,85 @@ def main() -> None:
         "cpu_us_per_row_total": round(sum(cpu.values()) * 1e6 / rows, 1),
     }
     print(json.dumps(result, indent=2))
+
+
+def read_back_fold(conn: Any, rows: int) -> None:
+    for after in range(0, rows, st.FOLD_CHUNK):
+        st.fold_parts(conn, st.read_back(conn, after, min(rows, after + st.FOLD_CHUNK)))
+
+
+def sql_fold(conn: Any, rows: int) -> None:
+    for after in range(0, rows, st.FOLD_CHUNK):
+        fold_chunk(conn, after, st.FOLD_CHUNK)
+
+
+# The pure-SQL fold, measured and not kept: grouping the calls by hour, key and latency bucket sorts them
+# by text keys, and the histogram's pivot evaluates 96 CASE expressions per group and table.
+_FOLD_FINE = "fold_fine"  # a temporary table: one chunk's calls grouped by hour, key and latency bucket
+
+
+def _floor_div(expr: str, width: int) -> str:
+    """``expr // width`` as in Python (SQLite's integer division truncates a negative value toward zero)."""
+    return f"(({expr}) - ((({expr}) % {width}) + {width}) % {width}) / {width}"
+
+
+# One chunk of calls grouped by workspace, hour, rollup key and latency bucket: the measures summed the
+# way ``batch_measures`` sums them (a missing number counts 0, a missing key part is '').
+_FINE_MEASURES = (
+    "COUNT(*)", "SUM(error)", "TOTAL(cost_usd)", "COALESCE(SUM(input_tokens), 0)",
+    "COALESCE(SUM(output_tokens), 0)", "COALESCE(SUM(cache_read_tokens), 0)",
+    "COALESCE(SUM(cache_write_tokens), 0)", "COALESCE(SUM(reasoning_tokens), 0)", "TOTAL(latency_ms)",
+    "COUNT(latency_ms)", "SUM(cost_status = 'priced')", "SUM(cost_status = 'partial')",
+    "SUM(cost_status = 'zero')", "SUM(cost_status = 'unpriced' AND cost_unknown = 0)", "SUM(cost_unknown)",
+)  # fmt: skip
+_FOLD_FINE_DDL = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {_FOLD_FINE} (workspace TEXT, hour INTEGER, route TEXT, provider TEXT,"
+    f" model TEXT, environment TEXT, lat_bucket INTEGER, {', '.join(st.SUMS)})"
+)
+_FOLD_FINE_FILL = (
+    f"INSERT INTO temp.{_FOLD_FINE} SELECT workspace, {_floor_div('ts_ms', st._HOUR_MS)},"
+    " COALESCE(route, ''), COALESCE(provider, ''), COALESCE(model, ''), COALESCE(environment, ''),"
+    f" lat_bucket, {', '.join(_FINE_MEASURES)} FROM calls WHERE id > ? AND id <= ?"
+    " GROUP BY 1, 2, 3, 4, 5, 6, 7"
+)
+_FOLD_CHUNK_END = "SELECT MAX(id) FROM (SELECT id FROM calls WHERE id > ? ORDER BY id LIMIT ?)"
+
+
+@functools.cache
+def _fold_upsert(table: str) -> str:
+    """One rollup table's groups of the chunk (from the fine groups), added to its rows."""
+    width, keep_route = st.ROLLUPS[table]
+    hours = width // st._HOUR_MS
+    bucket = "hour" if hours == 1 else _floor_div("hour", hours)
+    route = "route" if keep_route else "''"
+    hist = ", ".join(
+        f"SUM(CASE lat_bucket WHEN {i} THEN calls ELSE 0 END)" for i in range(histogram.BUCKETS)
+    )
+    sums = ", ".join(f"SUM({c})" for c in st.SUMS)
+    updates = ", ".join(f"{c} = {c} + excluded.{c}" for c in (*st.SUMS, *st.HIST_COLUMNS))
+    # WHERE true: an upsert's SELECT needs a WHERE clause for the parser (SQLite's documented rule).
+    return (
+        f"INSERT INTO {table} (workspace, bucket, {', '.join(st.ROLLUP_KEY)}, {', '.join(st.SUMS)},"
+        f" {', '.join(st.HIST_COLUMNS)}) SELECT workspace, {bucket}, {route},"
+        f" provider, model, environment, {sums}, {hist} FROM temp.{_FOLD_FINE} WHERE true"
+        " GROUP BY 1, 2, 3, 4, 5, 6"
+        f" ON CONFLICT (workspace, bucket, {', '.join(st.ROLLUP_KEY)}) DO UPDATE SET {updates}"
+    )
+
+
+def fold_chunk(conn: Any, after_id: int, limit: int) -> int:
+    """Add the calls after ``after_id`` (up to ``limit`` of them) to every rollup, in the caller's write
+    transaction; returns the highest call id folded (``after_id`` when there was none)."""
+    end = conn.execute(_FOLD_CHUNK_END, (after_id, limit)).fetchone()[0]
+    if end is None:
+        return after_id
+    conn.execute(_FOLD_FINE_DDL)
+    conn.execute(f"DELETE FROM temp.{_FOLD_FINE}")
+    conn.execute(_FOLD_FINE_FILL, (after_id, end))
+    for table in st.ROLLUPS:
+        conn.execute(_fold_upsert(table))
+    conn.execute(f"DELETE FROM temp.{_FOLD_FINE}")
+    return int(end)
 
 
 if __name__ == "__main__":

@@ -327,6 +327,7 @@ def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path:
     with store.db.transaction() as conn:  # the database as it was before migration 4
         conn.execute("DROP TABLE rollup_weekly_coarse")
         conn.execute("DROP TABLE rollup_watermark")
+        conn.execute("DROP TABLE rollup_folded")
         conn.execute("UPDATE schema_version SET version = 3 WHERE component = 'main'")
     store.close()
     store = SqliteTelemetryStore(tmp_path / "metergraph.db")

@@ -24,7 +24,7 @@ class RollupFolder:
     """Runs ``fold(stop)`` in a background thread after ingest (see the module docstring)."""
 
     def __init__(
-        self, fold: Fold, pending_rows: int = 50_000, idle_s: float = 0.2, poll_s: float = 5.0
+        self, fold: Fold, pending_rows: int = 50_000, idle_s: float = 0.5, poll_s: float = 5.0
     ) -> None:
         self._fold = fold
         self.pending_rows = pending_rows
@@ -42,6 +42,10 @@ class RollupFolder:
             with self._lock:
                 self._pending += calls
             self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
 
     def start(self) -> None:
         if self._thread is None:

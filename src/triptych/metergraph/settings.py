@@ -57,7 +57,7 @@ class MetergraphSettings(BaseSettings):
         50_000, ge=1, validation_alias=AliasChoices("MG_ROLLUP_FOLD_ROWS", "rollup_fold_rows")
     )
     rollup_fold_idle_ms: int = Field(
-        200, ge=1, validation_alias=AliasChoices("MG_ROLLUP_FOLD_IDLE_MS", "rollup_fold_idle_ms")
+        500, ge=1, validation_alias=AliasChoices("MG_ROLLUP_FOLD_IDLE_MS", "rollup_fold_idle_ms")
     )
     # The public address app links start with (``app_url``); unset: the server's own http://host:port.
     public_url: str | None = Field(

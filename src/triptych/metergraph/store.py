@@ -20,6 +20,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,6 +258,8 @@ FOLD_CHUNK = 100_000
 MIGRATIONS.append(
     "CREATE TABLE rollup_watermark (id INTEGER PRIMARY KEY CHECK (id = 1), folded INTEGER NOT NULL);"
     "\nINSERT INTO rollup_watermark SELECT 1, COALESCE(MAX(id), 0) FROM calls;"
+    # Whole batches folded above the watermark (a process folds its own batches from memory).
+    "\nCREATE TABLE rollup_folded (first_id INTEGER PRIMARY KEY, last_id INTEGER NOT NULL);"
 )
 DIMENSIONS = ("provider", "model", "route", "day")
 UNTAGGED = ""
@@ -475,6 +478,17 @@ class SqliteTelemetryStore:
             path, MIGRATIONS, synchronous="FULL", background_checkpoints=True, checkpoint_every=1
         )
         self._write_lock = threading.Lock()
+        # The columnar projection of the calls (``columns.py``), attached by the service wiring.
+        self.columns: RawAggregator | None = None
+        # Folds the rollups in the background soon after ingest commits (the server starts it); while it
+        # runs, the batches this process committed wait for it in memory, so the fold need not read them
+        # back (at most ``max_unfolded`` calls: beyond, the fold reads them back).
+        self.folder = RollupFolder(self.fold_in_background)
+        self._stuck: tuple[int, float] | None = None  # (watermark, since when) it waits on other calls
+        self.stuck_s = 2.0
+        self._unfolded: dict[int, Unfolded] = {}
+        self._unfolded_lock = threading.Lock()
+        self.max_unfolded = FOLD_CHUNK
         conn = self.db.conn
         if (
             conn.execute(
@@ -483,39 +497,118 @@ class SqliteTelemetryStore:
             and not conn.execute("SELECT 1 FROM rollup_daily LIMIT 1").fetchone()
         ):
             self.rebuild_rollups()  # a database from before migration 3
-        # The columnar projection of the calls (``columns.py``), attached by the service wiring.
-        self.columns: RawAggregator | None = None
-        # Folds the rollups in the background soon after ingest commits (the server starts it).
-        self.folder = RollupFolder(self.fold_rollups)
 
     def rebuild_rollups(self) -> None:
         """Recompute every rollup from the raw calls (one transaction)."""
         with self._write_lock, self.db.transaction() as conn:
             for table in ROLLUPS:
                 conn.execute(f"DELETE FROM {table}")
-            folded = 0
-            while (end := fold_chunk(conn, folded, FOLD_CHUNK)) > folded:
-                folded = end
-            conn.execute("UPDATE rollup_watermark SET folded = ?", (folded,))
+            top = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM calls").fetchone()[0])
+            for after in range(0, top, FOLD_CHUNK):
+                fold_parts(conn, read_back(conn, after, min(top, after + FOLD_CHUNK)))
+            conn.execute("UPDATE rollup_watermark SET folded = ?", (top,))
+            with self._unfolded_lock:
+                self._unfolded.clear()
 
-    def fold_rollups(self, stop: Callable[[], bool] = lambda: False, chunk: int = FOLD_CHUNK) -> int:
-        """Fold every committed call after the watermark into the rollups, ``chunk`` calls per write
-        transaction (each reads the watermark, folds and advances it, all or nothing); returns how many.
+    def fold_rollups(
+        self, stop: Callable[[], bool] = lambda: False, chunk: int = FOLD_CHUNK, own_only: bool = False
+    ) -> int:
+        """Fold committed calls into the rollups, about ``chunk`` calls per write transaction (each reads
+        what is folded, folds, and records it, all or nothing); returns how many calls it folded.
 
-        Safe with several processes on one database: SQLite serialises the transactions, and one that
-        comes second finds the watermark advanced. Call ids are assigned under the same write lock, one
-        more than the largest, and calls are never deleted, so a call committed later never has an id
-        at or below the watermark. ``stop`` is asked between chunks.
+        What is folded: every call id up to the watermark, and the id ranges in ``rollup_folded`` above
+        it (whole batches a process folded from memory while an earlier call was not folded yet). Call
+        ids are assigned under the write lock, one more than the largest, and calls are never deleted,
+        so a call committed later never has an id in either. Safe with several processes on one file:
+        SQLite serialises the transactions, and each reads what is folded inside its own.
+
+        The batches this process committed are taken from memory (``Unfolded``). Without ``own_only``
+        (a read catching up) every other call up to the newest is read back from the table, and the
+        watermark reaches the newest call; with it (the background folder) only the batches in memory
+        are folded, so two server processes do not read back each other's calls. ``stop`` is asked
+        between chunks.
         """
         done = 0
         while not stop():
-            with self._write_lock, self.db.transaction() as conn:
-                folded = int(conn.execute("SELECT folded FROM rollup_watermark").fetchone()[0])
-                end = fold_chunk(conn, folded, chunk)
-                if end == folded:
+            with self._write_lock:
+                with self.db.transaction() as conn:
+                    folded = self._fold_chunk(conn, chunk, own_only)
+                # Committed: forget the batches now folded (a failed fold leaves them to the next one).
+                with self._unfolded_lock:
+                    for first in [k for k, u in self._unfolded.items() if u.first_id in folded.gone]:
+                        del self._unfolded[first]
+            done += folded.calls
+            if not folded.more:
+                break
+        return done
+
+    def _fold_chunk(self, conn: sqlite3.Connection, chunk: int, own_only: bool) -> _Folded:
+        """One transaction's fold (see ``fold_rollups``)."""
+        watermark = int(conn.execute("SELECT folded FROM rollup_watermark").fetchone()[0])
+        top = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM calls").fetchone()[0])
+        ranges = dict(conn.execute("SELECT first_id, last_id FROM rollup_folded").fetchall())
+        with self._unfolded_lock:
+            own = {k: u for k, u in self._unfolded.items() if k > watermark and k not in ranges}
+            gone = set(self._unfolded) - set(own)  # folded by now, one way or another
+        parts: list[tuple[str, CallBatch]] = []
+        calls = 0
+        if own_only:
+            taken = 0
+            for first in sorted(own):
+                if calls >= chunk:
                     break
-                conn.execute("UPDATE rollup_watermark SET folded = ?", (end,))
-            done += end - folded  # ids are dense but for rolled-back inserts: an estimate of the calls
+                parts.append((own[first].workspace, own[first].calls))
+                calls += own[first].calls.size
+                ranges[first] = own[first].last_id
+                gone.add(first)
+                taken += 1
+            more = taken < len(own)
+        else:
+            end = min(top, watermark + chunk)
+            position = watermark
+            while position < end:
+                if position + 1 in own:
+                    kept = own[position + 1]
+                    parts.append((kept.workspace, kept.calls))
+                    calls += kept.calls.size
+                    gone.add(kept.first_id)
+                    position = kept.last_id
+                elif position + 1 in ranges:
+                    position = ranges[position + 1]
+                else:
+                    starts = [first - 1 for first in (*own, *ranges) if first > position]
+                    upto = min([end, *starts])
+                    back = read_back(conn, position, upto)
+                    parts.extend(back)
+                    calls += sum(b.size for _, b in back)
+                    position = upto
+            watermark = position  # everything up to it is folded now
+            more = position < top
+        fold_parts(conn, parts)
+        # The watermark moves over the folded ranges that now follow it.
+        while watermark + 1 in ranges:
+            watermark = ranges.pop(watermark + 1)
+        conn.execute("UPDATE rollup_watermark SET folded = ?", (watermark,))
+        conn.execute("DELETE FROM rollup_folded")
+        above = sorted((first, last) for first, last in ranges.items() if first > watermark)
+        conn.executemany("INSERT INTO rollup_folded VALUES (?, ?)", above)
+        return _Folded(calls, gone, more)
+
+    def fold_in_background(self, stop: Callable[[], bool]) -> int:
+        """The folder's fold: this process's batches in memory; and every pending call, read back, once
+        the watermark has waited ``stuck_s`` seconds on calls no process folds (another process
+        stopped, calls from before a restart, a CLI import)."""
+        done = self.fold_rollups(stop, own_only=True)
+        pending = self.rollups_pending()
+        watermark = int(self.db.conn.execute("SELECT folded FROM rollup_watermark").fetchone()[0])
+        now = time.monotonic()
+        if not pending:
+            self._stuck = None
+        elif self._stuck is None or self._stuck[0] != watermark:
+            self._stuck = (watermark, now)
+        elif now - self._stuck[1] >= self.stuck_s:
+            done += self.fold_rollups(stop)
+            self._stuck = None
         return done
 
     def rollups_pending(self) -> int:
@@ -630,6 +723,7 @@ class SqliteTelemetryStore:
         # (which sleeps up to 100 ms between tries); other processes still meet the busy timeout.
         with self._write_lock:
             with self.db.transaction() as conn:
+                first_id = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM calls").fetchone()[0]) + 1
                 self.ensure_workspace(conn, workspace, now_iso)
                 start = 0  # rows with content go one by one (their content needs the id), the rest in runs
                 for i, content in enumerate(contents):
@@ -652,6 +746,16 @@ class SqliteTelemetryStore:
                 if start < len(rows):
                     _insert_many(conn, insert, rows[start:], width)
                 self.record_batch(conn, workspace, source, calls.size, batch)
+                # Consecutive ids, unless the largest id was reached (SQLite then picks free ones at random).
+                consecutive = (
+                    conn.execute("SELECT MAX(id) FROM calls").fetchone()[0] == first_id + calls.size - 1
+                )
+        if calls.size and consecutive and self.folder.running:
+            with self._unfolded_lock:
+                if sum(u.calls.size for u in self._unfolded.values()) < self.max_unfolded:
+                    # Only the columns the fold reads: the rest of the batch (tags, ids, text) is freed.
+                    slim = CallBatch(calls.size, {}, {name: calls.column(name) for name in _ROLLUP_INPUTS})
+                    self._unfolded[first_id] = Unfolded(first_id, workspace, slim)
         self.folder.note(calls.size)
 
     def record_batch(
@@ -1214,68 +1318,72 @@ def iter_chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
         yield items[start : start + size]
 
 
-# -- folding committed calls into the rollups ----------------------------------------------------------
-
-_FOLD_FINE = "fold_fine"  # a temporary table: one chunk's calls grouped by hour, key and latency bucket
-
-
-def _floor_div(expr: str, width: int) -> str:
-    """``expr // width`` as in Python (SQLite's integer division truncates a negative value toward zero)."""
-    return f"(({expr}) - ((({expr}) % {width}) + {width}) % {width}) / {width}"
-
-
-# One chunk of calls grouped by workspace, hour, rollup key and latency bucket: the measures summed the
-# way ``batch_measures`` sums them (a missing number counts 0, a missing key part is '').
-_FINE_MEASURES = (
-    "COUNT(*)", "SUM(error)", "TOTAL(cost_usd)", "COALESCE(SUM(input_tokens), 0)",
-    "COALESCE(SUM(output_tokens), 0)", "COALESCE(SUM(cache_read_tokens), 0)",
-    "COALESCE(SUM(cache_write_tokens), 0)", "COALESCE(SUM(reasoning_tokens), 0)", "TOTAL(latency_ms)",
-    "COUNT(latency_ms)", "SUM(cost_status = 'priced')", "SUM(cost_status = 'partial')",
-    "SUM(cost_status = 'zero')", "SUM(cost_status = 'unpriced' AND cost_unknown = 0)", "SUM(cost_unknown)",
-)  # fmt: skip
-_FOLD_FINE_DDL = (
-    f"CREATE TEMP TABLE IF NOT EXISTS {_FOLD_FINE} (workspace TEXT, hour INTEGER, route TEXT, provider TEXT,"
-    f" model TEXT, environment TEXT, lat_bucket INTEGER, {', '.join(SUMS)})"
-)
-_FOLD_FINE_FILL = (
-    f"INSERT INTO temp.{_FOLD_FINE} SELECT workspace, {_floor_div('ts_ms', _HOUR_MS)},"
-    " COALESCE(route, ''), COALESCE(provider, ''), COALESCE(model, ''), COALESCE(environment, ''),"
-    f" lat_bucket, {', '.join(_FINE_MEASURES)} FROM calls WHERE id > ? AND id <= ?"
-    " GROUP BY 1, 2, 3, 4, 5, 6, 7"
-)
-_FOLD_CHUNK_END = "SELECT MAX(id) FROM (SELECT id FROM calls WHERE id > ? ORDER BY id LIMIT ?)"
+def read_back(conn: sqlite3.Connection, after_id: int, last_id: int) -> list[tuple[str, CallBatch]]:
+    """The committed calls with ids in (after_id, last_id], per workspace in id order, as the columns
+    ``rollup_deltas`` reads."""
+    cursor = conn.cursor()
+    cursor.row_factory = None  # plain tuples: a Row per call costs more than the call's fold
+    rows = cursor.execute(_READ_BACK, (after_id, last_id)).fetchall()
+    if not rows:
+        return []
+    columns = list(zip(*rows, strict=True))
+    workspaces = columns[0]
+    first = workspaces[0]
+    if workspaces.count(first) == len(workspaces):  # the usual case: one workspace
+        return [
+            (first, CallBatch(len(rows), {}, dict(zip(_ROLLUP_INPUTS, map(list, columns[1:]), strict=True))))
+        ]
+    out = []
+    for workspace in dict.fromkeys(workspaces):
+        keep = [i for i, w in enumerate(workspaces) if w == workspace]
+        picked = {
+            name: [column[i] for i in keep] for name, column in zip(_ROLLUP_INPUTS, columns[1:], strict=True)
+        }
+        out.append((workspace, CallBatch(len(keep), {}, picked)))
+    return out
 
 
-@functools.lru_cache(maxsize=8)
-def _fold_upsert(table: str) -> str:
-    """One rollup table's groups of the chunk (from the fine groups), added to its rows."""
-    width, keep_route = ROLLUPS[table]
-    hours = width // _HOUR_MS
-    bucket = "hour" if hours == 1 else _floor_div("hour", hours)
-    route = "route" if keep_route else "''"
-    hist = ", ".join(f"SUM(CASE lat_bucket WHEN {i} THEN calls ELSE 0 END)" for i in range(histogram.BUCKETS))
-    sums = ", ".join(f"SUM({c})" for c in SUMS)
-    updates = ", ".join(f"{c} = {c} + excluded.{c}" for c in (*SUMS, *HIST_COLUMNS))
-    # WHERE true: an upsert's SELECT needs a WHERE clause for the parser (SQLite's documented rule).
-    return (
-        f"INSERT INTO {table} (workspace, bucket, {', '.join(ROLLUP_KEY)}, {', '.join(SUMS)},"
-        f" {', '.join(HIST_COLUMNS)}) SELECT workspace, {bucket}, {route},"
-        f" provider, model, environment, {sums}, {hist} FROM temp.{_FOLD_FINE} WHERE true"
-        " GROUP BY 1, 2, 3, 4, 5, 6"
-        f" ON CONFLICT (workspace, bucket, {', '.join(ROLLUP_KEY)}) DO UPDATE SET {updates}"
-    )
+_READ_BACK = f"SELECT workspace, {', '.join(_ROLLUP_INPUTS)} FROM calls WHERE id > ? AND id <= ? ORDER BY id"
 
 
-def fold_chunk(conn: sqlite3.Connection, after_id: int, limit: int) -> int:
-    """Add the calls after ``after_id`` (up to ``limit`` of them) to every rollup, in the caller's write
-    transaction; returns the highest call id folded (``after_id`` when there was none)."""
-    end = conn.execute(_FOLD_CHUNK_END, (after_id, limit)).fetchone()[0]
-    if end is None:
-        return after_id
-    conn.execute(_FOLD_FINE_DDL)
-    conn.execute(f"DELETE FROM temp.{_FOLD_FINE}")
-    conn.execute(_FOLD_FINE_FILL, (after_id, end))
-    for table in ROLLUPS:
-        conn.execute(_fold_upsert(table))
-    conn.execute(f"DELETE FROM temp.{_FOLD_FINE}")
-    return int(end)
+def concat_batches(batches: Sequence[CallBatch]) -> CallBatch:
+    """One batch of the ``rollup_deltas`` columns of several, in order."""
+    if len(batches) == 1:
+        return batches[0]
+    columns = {
+        name: list(itertools.chain.from_iterable(b.column(name) for b in batches)) for name in _ROLLUP_INPUTS
+    }
+    return CallBatch(sum(b.size for b in batches), {}, columns)
+
+
+def fold_parts(conn: sqlite3.Connection, parts: Sequence[tuple[str, CallBatch]]) -> None:
+    """Add calls (per workspace, in id order) to every rollup, in the caller's write transaction: one
+    group sum per workspace over all its parts, so a chunk costs one upsert per rollup group."""
+    by_workspace: dict[str, list[CallBatch]] = {}
+    for workspace, calls in parts:
+        by_workspace.setdefault(workspace, []).append(calls)
+    for workspace, batches in by_workspace.items():
+        for table, params in rollup_deltas(concat_batches(batches), workspace).items():
+            _merge_rollups(conn, table, params)
+
+
+@dataclass
+class _Folded:
+    calls: int  # how many calls this fold added to the rollups
+    gone: set[int]  # the batches in memory (first ids) folded by now
+    more: bool  # whether another chunk may have work
+
+
+@dataclass
+class Unfolded:
+    """A batch this process committed, kept in memory until it is folded: its calls have the ids
+    first_id .. first_id + calls.size - 1 (ids are assigned one more than the largest, under the write
+    lock, so a batch's ids are consecutive)."""
+
+    first_id: int
+    workspace: str
+    calls: CallBatch
+
+    @property
+    def last_id(self) -> int:
+        return self.first_id + self.calls.size - 1
