@@ -51,7 +51,7 @@ from metergraph_bench import generate
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import CALL_COLUMNS, MIGRATIONS
+from triptych.metergraph.store import CALL_COLUMNS, MIGRATIONS, SqliteTelemetryStore
 
 ROOT = Path(__file__).resolve().parent.parent
 # The issue's figures are at 10,000,000 calls; loading them in-process takes 100,000-row ingest calls
@@ -122,7 +122,8 @@ def http_ingest(
     its SQLite metadata file: keys, batch records and, on ClickHouse, the call-id sequence)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TRIPTYCH_DATA_DIR": str(data_dir), "MG_TOKENS": "bench-app-token",
-           "MG_MAX_ROWS": "5000", "TRIPTYCH_LOG_LEVEL": "warning", **env_extra}  # fmt: skip
+           "MG_AGENT_TOKENS": "bench-agent-token", "MG_MAX_ROWS": "5000", "TRIPTYCH_LOG_LEVEL": "warning",
+           **env_extra}  # fmt: skip
     servers: list[subprocess.Popen[bytes]] = []
     urls: list[str] = []
     log = open(data_dir.parent / f"server-{data_dir.name}.log", "wb")  # noqa: SIM115
@@ -161,6 +162,7 @@ def http_ingest(
         client_cpu = time.process_time() - client_before
         server_cpu = sum(process_cpu_seconds(s.pid) for s in servers) - cpu_before
         ch_cpu = process_cpu_seconds(clickhouse_pid) - ch_before if clickhouse_pid else None
+        after = {} if clickhouse_pid else rollups_after_ingest(data_dir / "metergraph.db", urls[0])
     finally:
         for server in servers:
             server.send_signal(signal.SIGINT)
@@ -181,6 +183,29 @@ def http_ingest(
         # The HTTP clients' CPU (this process): with the two above, what a row costs the machine in all.
         "client_cpu_us_per_row": round(client_cpu / rows * 1e6, 1),
         "load_average": os.getloadavg(),
+        **after,
+    }
+
+
+def rollups_after_ingest(db: Path, url: str) -> dict[str, Any]:
+    """The embedded engine right after the last 202: the calls not folded into the rollups yet, and the
+    first aggregate read (which folds them first: the catch-up a reader may pay), then a second one."""
+    with sqlite3.connect(db) as conn:
+        pending = conn.execute(
+            "SELECT (SELECT COALESCE(MAX(id), 0) FROM calls) - folded FROM rollup_watermark"
+        ).fetchone()[0]
+    params = {"group_by": "provider,model", "days": "90"}
+    headers = {"Authorization": "Bearer bench-agent-token"}
+    times = []
+    for _ in range(2):
+        started = time.perf_counter()
+        response = httpx.get(url + "/v1/agent/usage/aggregates", params=params, headers=headers, timeout=300)
+        times.append(round((time.perf_counter() - started) * 1000, 1))
+        assert response.status_code == 200, response.text
+    return {
+        "rollups_pending_at_end": pending,
+        "first_aggregate_ms": times[0],
+        "second_aggregate_ms": times[1],
     }
 
 
@@ -319,13 +344,21 @@ def reads(
     try:
         out: dict[str, Any] = {}
         if maker is not None:
+            if isinstance(mg.store, SqliteTelemetryStore):
+                mg.store.folder.start()  # as in the server: rollups folded in the background
             load = load_calls(mg, args.calls, *maker)
+            if isinstance(mg.store, SqliteTelemetryStore):
+                started = time.perf_counter()
+                load["rollups_pending_after_load"] = mg.store.rollups_pending()
+                mg.store.fold_rollups()
+                load["rollups_catch_up_after_load_s"] = round(time.perf_counter() - started, 2)
             record.write_text(json.dumps({**load, "load_batch": args.load_batch, "now": now}, indent=2))
         elif record.exists():
             load = json.loads(record.read_text())
         else:
             raise SystemExit(f"{data_dir} was not loaded: run with --load-only --out {data_dir.parent} first")
         out["load_in_process_rows_per_s"] = load["rows_per_s"]
+        out.update({k: v for k, v in load.items() if k.startswith("rollups_")})
         if not args.load_only:
             if "clickhouse_url" in settings:
                 out["merges_settled"] = settle(settings["clickhouse_url"].rsplit("/", 1)[0])
@@ -413,9 +446,10 @@ def main() -> None:
                 print(json.dumps({engine: run}), file=sys.stderr, flush=True)
             if engine == "sqlite" and workers:
                 raw = results["sqlite_raw_bulk_insert"]["rows_per_s"]
-                figures["ingest_1_worker_fraction_of_raw_sqlite"] = round(
-                    figures["ingest_http"][0]["rows_per_s"] / raw, 3
-                )
+                for run in figures["ingest_http"]:
+                    figures[f"ingest_{run['workers']}_worker_fraction_of_raw_sqlite"] = round(
+                        run["rows_per_s"] / raw, 3
+                    )
             settings = {"clickhouse_url": f"{ch_url}/reads"} if engine == "clickhouse" else {}
             figures["reads"] = reads(
                 work / f"{engine}-reads", settings, args, now,
