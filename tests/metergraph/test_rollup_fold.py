@@ -295,3 +295,39 @@ def test_rollup_reads_after_kill_9_count_every_acknowledged_call(tmp_path: Path)
         assert_rollups_hold_every_call(store, ["default"])
     finally:
         store.close()
+
+
+def test_a_full_disk_refuses_the_fold_and_reads_still_count_every_call(tmp_path: Path) -> None:
+    """On a full disk the catch-up fold cannot write: a read adds the calls not folded yet from an
+    in-memory table, so its answer is exact, and the rollups are untouched until space comes back."""
+    from robustness.test_disk import _fill, _mount, _unmount
+
+    point = tmp_path / "disk"
+    _mount(point, "16m")
+    try:
+        mg = Metergraph.open(point, load_metergraph_settings())
+        try:
+            store = mg.store
+            assert isinstance(store, SqliteTelemetryStore)
+            rng = random.Random(55)
+            mg.ingest.ingest_document(app(), {"rows": varied_rows(rng, 60)})
+            store.fold_rollups()
+            mg.ingest.ingest_document(app(), {"rows": varied_rows(rng, 90)})
+            store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # a write now needs new disk space
+            filler = _fill(point)
+            out = mg.usage.aggregates(agent(), group_by=["provider", "model"], days=30, since=None, until=None,
+                                      routes=None, providers=None, models=None, environments=None,
+                                      metadata=None, limit=100)  # fmt: skip
+            assert pending(store) == 90  # the fold was refused
+            assert out["totals"]["calls"] == 150
+            assert sum(item["calls"] for item in out["items"]) == 150
+            filler.unlink()
+            again = mg.usage.aggregates(agent(), group_by=["provider", "model"], days=30, since=None, until=None,
+                                        routes=None, providers=None, models=None, environments=None,
+                                        metadata=None, limit=100)  # fmt: skip
+            assert pending(store) == 0 and again["items"] == out["items"]
+            assert_rollups_hold_every_call(store, ["w1"])
+        finally:
+            mg.close()
+    finally:
+        _unmount(point)

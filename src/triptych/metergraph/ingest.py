@@ -1,8 +1,10 @@
 """Ingest: normalize rows (SDK or OTLP), drop content unless retained, price, store as one batch.
 
 Rows are validated as a whole before anything is written: one bad row refuses the batch (HTTP 400) and
-nothing is stored. Accepted rows, their rollups and the batch record commit in one transaction before
-the 202 goes out.
+nothing is stored. Accepted rows, their content and the batch record commit in one transaction before
+the 202 goes out. On the embedded engine the rollups are folded from the committed calls afterwards
+(``SqliteTelemetryStore.fold_rollups``: in the background, and by any read of a rollup before it reads);
+on ClickHouse, materialized views maintain them as part of the INSERT.
 
 A batch is normalized column by column, not row by row: each field is read from every row at once and
 checked with C-level passes (its set of types, an empty string, the longest string), and only a column

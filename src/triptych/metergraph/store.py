@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from triptych.core.db import Database
+from triptych.core.errors import StorageUnavailable
 from triptych.metergraph import histogram
 from triptych.metergraph.call_filters import filter_clauses, key_clauses
 from triptych.metergraph.rollup_fold import RollupFolder
@@ -564,24 +565,9 @@ class SqliteTelemetryStore:
                 taken += 1
             more = taken < len(own)
         else:
-            end = min(top, watermark + chunk)
-            position = watermark
-            while position < end:
-                if position + 1 in own:
-                    kept = own[position + 1]
-                    parts.append((kept.workspace, kept.calls))
-                    calls += kept.calls.size
-                    gone.add(kept.first_id)
-                    position = kept.last_id
-                elif position + 1 in ranges:
-                    position = ranges[position + 1]
-                else:
-                    starts = [first - 1 for first in (*own, *ranges) if first > position]
-                    upto = min([end, *starts])
-                    back = read_back(conn, position, upto)
-                    parts.extend(back)
-                    calls += sum(b.size for _, b in back)
-                    position = upto
+            position = _unfolded_parts(conn, watermark, min(top, watermark + chunk), own, ranges, parts)
+            calls = sum(b.size for _, b in parts)
+            gone.update(k for k in own if k <= position)
             watermark = position  # everything up to it is folded now
             more = position < top
         fold_parts(conn, parts)
@@ -610,6 +596,30 @@ class SqliteTelemetryStore:
             done += self.fold_rollups(stop)
             self._stuck = None
         return done
+
+    def _with_unfolded(self, table: str) -> str:
+        """``table`` with the calls not folded yet added, for a read when the fold cannot write (a full
+        disk): their groups go to a table in an in-memory database attached to this thread's
+        connection, and the read is over both."""
+        conn = self.db.conn
+        try:
+            conn.execute("ATTACH DATABASE ':memory:' AS unfolded")
+        except sqlite3.OperationalError:
+            pass  # attached by an earlier read on this connection
+        conn.execute(f"CREATE TABLE IF NOT EXISTS unfolded.{table} AS SELECT * FROM main.{table} WHERE 0")
+        conn.execute(f"DELETE FROM unfolded.{table}")
+        watermark = int(conn.execute("SELECT folded FROM rollup_watermark").fetchone()[0])
+        top = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM calls").fetchone()[0])
+        ranges = dict(conn.execute("SELECT first_id, last_id FROM rollup_folded").fetchall())
+        parts: list[tuple[str, CallBatch]] = []
+        _unfolded_parts(conn, watermark, top, {}, ranges, parts)
+        by_workspace: dict[str, list[CallBatch]] = {}
+        for workspace, calls in parts:
+            by_workspace.setdefault(workspace, []).append(calls)
+        insert = f"INSERT INTO unfolded.{table} ({', '.join(ROLLUP_PARAMS)}) VALUES ({_placeholders(ROLLUP_PARAMS)})"
+        for workspace, batches in by_workspace.items():
+            conn.executemany(insert, rollup_deltas(concat_batches(batches), workspace)[table])
+        return f"(SELECT * FROM main.{table} UNION ALL SELECT * FROM unfolded.{table})"
 
     def rollups_pending(self) -> int:
         """How far the rollups are behind the calls, in call ids (0: every committed call is folded)."""
@@ -791,17 +801,28 @@ class SqliteTelemetryStore:
     ) -> dict[tuple[Any, ...], AggRow]:
         """Group rollup rows in [bucket_from, bucket_to) by ``dims`` (route/provider/model/day)."""
         assert table in ROLLUPS
-        self.catch_up_rollups()  # every acknowledged call counts, folded or not yet
         params: list[Any] = [f.workspace, bucket_from, bucket_to]
         where = ["workspace = ?", "bucket >= ?", "bucket < ?"]
         _key_clauses(f, where, params)
         exprs = [f"bucket / {bucket_per_day}" if d == "day" else d for d in dims]
         group = f" GROUP BY {', '.join(str(i + 1) for i in range(len(exprs)))}" if exprs else ""
         cols = ", ".join([*exprs, *(f"SUM({c})" for c in (*SUMS, *HIST_COLUMNS))])
-        sql = f"SELECT {cols} FROM {table} WHERE {' AND '.join(where)}{group}"
+        sql = f"SELECT {cols} FROM @source WHERE {' AND '.join(where)}{group}"
+        conn = self.db.conn
+        try:
+            self.catch_up_rollups()  # every acknowledged call counts, folded or not yet
+            rows = conn.execute(sql.replace("@source", table), params).fetchall()
+        except StorageUnavailable:
+            # The disk refuses the fold (full): reads keep working, exactly, from one snapshot of what is
+            # folded, the calls that are not, and the rollup.
+            conn.execute("BEGIN")
+            try:
+                rows = conn.execute(sql.replace("@source", self._with_unfolded(table)), params).fetchall()
+            finally:
+                conn.execute("COMMIT")
         result: dict[tuple[Any, ...], AggRow] = {}
         n, m = len(exprs), len(SUMS)
-        for row in self.db.conn.execute(sql, params):
+        for row in rows:
             if row[n] is None:
                 continue  # nothing matched (an aggregate without GROUP BY still returns one row)
             key = tuple(None if v == "" and d != "day" else v for v, d in zip(row[:n], dims, strict=True))
@@ -1341,6 +1362,32 @@ def read_back(conn: sqlite3.Connection, after_id: int, last_id: int) -> list[tup
         }
         out.append((workspace, CallBatch(len(keep), {}, picked)))
     return out
+
+
+def _unfolded_parts(
+    conn: sqlite3.Connection,
+    watermark: int,
+    end: int,
+    own: dict[int, Unfolded],
+    ranges: dict[int, int],
+    parts: list[tuple[str, CallBatch]],
+) -> int:
+    """Append to ``parts`` the calls after ``watermark`` up to ``end`` not in a folded range: batches
+    in memory (``own``, by first id) whole, the others read back. Returns the last id covered (``end``,
+    or the end of a batch in memory that crosses it)."""
+    position = watermark
+    while position < end:
+        if position + 1 in own:
+            kept = own[position + 1]
+            parts.append((kept.workspace, kept.calls))
+            position = kept.last_id
+        elif position + 1 in ranges:
+            position = ranges[position + 1]
+        else:
+            upto = min([end, *(first - 1 for first in (*own, *ranges) if first > position)])
+            parts.extend(read_back(conn, position, upto))
+            position = upto
+    return position
 
 
 _READ_BACK = f"SELECT workspace, {', '.join(_ROLLUP_INPUTS)} FROM calls WHERE id > ? AND id <= ? ORDER BY id"
