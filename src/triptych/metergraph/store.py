@@ -551,6 +551,8 @@ class SqliteTelemetryStore:
         with self._unfolded_lock:
             own = {k: u for k, u in self._unfolded.items() if k > watermark and k not in ranges}
             gone = set(self._unfolded) - set(own)  # folded by now, one way or another
+        if (own_only and not own) or top <= watermark:
+            return _Folded(0, gone, False)  # nothing to fold: nothing written
         parts: list[tuple[str, CallBatch]] = []
         calls = 0
         if own_only:
