@@ -159,9 +159,7 @@ def _fold_upsert(table: str) -> str:
     hours = width // st._HOUR_MS
     bucket = "hour" if hours == 1 else _floor_div("hour", hours)
     route = "route" if keep_route else "''"
-    hist = ", ".join(
-        f"SUM(CASE lat_bucket WHEN {i} THEN calls ELSE 0 END)" for i in range(histogram.BUCKETS)
-    )
+    hist = ", ".join(f"SUM(CASE lat_bucket WHEN {i} THEN calls ELSE 0 END)" for i in range(histogram.BUCKETS))
     sums = ", ".join(f"SUM({c})" for c in st.SUMS)
     updates = ", ".join(f"{c} = {c} + excluded.{c}" for c in (*st.SUMS, *st.HIST_COLUMNS))
     # WHERE true: an upsert's SELECT needs a WHERE clause for the parser (SQLite's documented rule).
