@@ -331,3 +331,34 @@ def test_a_full_disk_refuses_the_fold_and_reads_still_count_every_call(tmp_path:
             mg.close()
     finally:
         _unmount(point)
+
+
+def test_a_read_right_after_the_202_counts_every_call_while_the_folder_runs(tmp_path: Path) -> None:
+    """A server with its folder running (default settings): an aggregate read sent the moment the
+    last 202 arrives counts every acknowledged call, folded by then or not."""
+    env = {"MG_TOKENS": "fold-app", "MG_AGENT_TOKENS": "fold-agent"}
+    server = ServerProcess(tmp_path / "data", env).start()
+    rng = random.Random(89)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            acked = 0
+            for round_ in range(3):
+                for _ in range(2):
+                    rows = varied_rows(rng, 40)
+                    response = http.post("/v1/ingest", json={"schema_version": 1, "rows": rows},
+                                         headers={"Authorization": "Bearer fold-app"})  # fmt: skip
+                    assert response.status_code == 202, response.text
+                    acked += len(rows)
+                read = http.get("/v1/agent/usage/aggregates", params={"days": "90", "group_by": "provider"},
+                                headers={"Authorization": "Bearer fold-agent"})  # fmt: skip
+                assert read.status_code == 200, read.text
+                assert read.json()["totals"]["calls"] == acked, round_
+                assert sum(item["calls"] for item in read.json()["items"]) == acked
+    finally:
+        server.stop()
+    store = SqliteTelemetryStore(tmp_path / "data" / DB_FILE)
+    try:
+        assert pending(store) == 0
+        assert_rollups_hold_every_call(store, ["default"])
+    finally:
+        store.close()
