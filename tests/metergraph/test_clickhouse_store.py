@@ -14,7 +14,7 @@ from triptych.core.errors import StorageUnavailable
 from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore, parse_url
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import CallFilter
+from triptych.metergraph.store import SUMS, CallFilter
 
 
 def open_ch(path: Path, url: str, **settings: object) -> Metergraph:
@@ -34,7 +34,7 @@ def test_calls_and_rollups_older_than_the_retention_window_expire(
             store = mg.store
             assert isinstance(store, ClickHouseTelemetryStore)
             for table in ("calls", "rollup_daily", "rollup_daily_coarse", "rollup_hourly_coarse",
-                          "rollup_weekly_coarse", "rollup_meta_daily", "rollup_meta_weekly", "trace_bounds"):  # fmt: skip
+                          "rollup_meta_daily", "trace_bounds"):  # fmt: skip
                 store.client.command(f"OPTIMIZE TABLE {table} FINAL")  # merges apply the TTL now
         assert kept.store.count_calls("w1") == 2
         assert kept.usage.aggregates(agent(), days=90)["totals"]["calls"] == 2
@@ -66,13 +66,82 @@ def test_a_database_from_before_the_metadata_rollup_and_trace_bounds_gets_them_f
     assert before["by_prompt"]["metadata_groups"]["unlisted"]["missing_key"]["calls"] == 10
     store = mg.store
     assert isinstance(store, ClickHouseTelemetryStore)
-    for table in ("rollup_meta_daily", "rollup_meta_weekly", "trace_bounds"):
+    for table in ("rollup_meta_daily", "trace_bounds"):
         store.client.command(f"DROP TABLE {table}_mv")
         store.client.command(f"DROP TABLE {table}")
     mg.close()
     reopened = open_ch(tmp_path, url)  # the tables come back, filled from the stored calls
     try:
         assert {name: read(reopened) for name, read in reads.items()} == before
+    finally:
+        reopened.close()
+
+
+# Version 4's weekly rollups (``clickhouse_schema.RETIRED``), as that version created them: tables fed by
+# views cascading from the daily rollups.
+_V4_SUMS = ", ".join(
+    f"{n} SimpleAggregateFunction(sum, {'Float64' if n in ('cost_usd', 'latency_sum') else 'Int64'})"
+    for n in SUMS
+)
+_V4_HIST = "hist SimpleAggregateFunction(sumMap, Tuple(Array(UInt8), Array(UInt64)))"
+_V4_KEYS = "route LowCardinality(String), provider LowCardinality(String), model LowCardinality(String), environment LowCardinality(String)"
+_V4_WEEKLY = (
+    f"CREATE TABLE rollup_weekly_coarse (workspace LowCardinality(String), bucket Int64, {_V4_KEYS}, {_V4_SUMS},"
+    f" {_V4_HIST}) ENGINE = AggregatingMergeTree ORDER BY (workspace, bucket, route, provider, model, environment)",
+    "CREATE MATERIALIZED VIEW rollup_weekly_coarse_mv TO rollup_weekly_coarse AS SELECT workspace,"
+    f" coarse AS bucket, route, provider, model, environment, {', '.join(f'sum({n}) AS {n}' for n in SUMS)},"
+    " sumMap(hist) AS hist FROM (SELECT *, intDiv(bucket, 7) AS coarse FROM rollup_daily_coarse)"
+    " GROUP BY workspace, coarse, route, provider, model, environment",
+    f"CREATE TABLE rollup_meta_weekly (workspace LowCardinality(String), key LowCardinality(String), bucket Int64,"
+    f" {_V4_KEYS}, cls LowCardinality(String), value String, {_V4_SUMS}, {_V4_HIST}) ENGINE = AggregatingMergeTree"
+    " ORDER BY (workspace, key, bucket, route, provider, model, environment, cls, value)",
+    "CREATE MATERIALIZED VIEW rollup_meta_weekly_mv TO rollup_meta_weekly AS SELECT workspace, key, week AS bucket,"
+    f" route, provider, model, environment, cls, value, {', '.join(f'sum({n}) AS {n}' for n in SUMS)},"
+    " sumMap(hist) AS hist FROM (SELECT *, intDiv(bucket, 7) AS week FROM rollup_meta_daily)"
+    " GROUP BY workspace, week, key, route, provider, model, environment, cls, value",
+)
+
+
+def test_a_database_of_schema_version_4_loses_its_weekly_rollups_and_answers_the_same(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path
+) -> None:
+    """Version 5 reads weeks from the daily rollups: opening a version-4 database drops the weekly
+    tables and their views (every INSERT ran them), and the answers over its calls do not change."""
+    url = clickhouse.database_url()
+    mg = open_ch(tmp_path, url)
+    store = mg.store
+    assert isinstance(store, ClickHouseTelemetryStore)
+    for statement in _V4_WEEKLY:  # the database as version 4 left it, its weekly tables fed
+        store.client.command(statement)
+    rows = [row(minutes_ago=m * 331, tags={"prompt_id": f"p{m % 3}"} if m % 4 else {}, trace_id=f"t{m // 2}")
+            for m in range(60)]  # fmt: skip
+    mg.ingest.ingest_document(app(), {"rows": rows})
+    assert store.client.command("SELECT sum(calls) FROM rollup_weekly_coarse") == 60
+    assert store.client.command("SELECT count() FROM rollup_meta_weekly") > 0
+    reads = {
+        "by_model": lambda m: m.usage.aggregates(agent(), days=30, group_by=["provider", "model"]),
+        "by_day": lambda m: m.usage.aggregates(agent(), days=30, group_by=["day"]),
+        "by_prompt": lambda m: m.usage.aggregates(agent(), days=30, group_by=["metadata.prompt_id"]),
+        "by_route_prompt": lambda m: m.usage.aggregates(
+            agent(), days=30, group_by=["route", "metadata.prompt_id"]
+        ),
+    }
+    before = {name: read(mg) for name, read in reads.items()}
+    assert before["by_model"]["totals"]["calls"] == 60
+    mg.close()
+    reopened = open_ch(tmp_path, url)
+    try:
+        client = reopened.store.client  # type: ignore[attr-defined]
+        for table in (
+            "rollup_weekly_coarse",
+            "rollup_weekly_coarse_mv",
+            "rollup_meta_weekly",
+            "rollup_meta_weekly_mv",
+        ):
+            assert client.command("EXISTS TABLE {t:Identifier}", parameters={"t": table}) == 0, table
+        assert {name: read(reopened) for name, read in reads.items()} == before
+        reopened.ingest.ingest_document(app(), {"rows": [row(minutes_ago=5, tags={"prompt_id": "p9"})]})
+        assert reopened.usage.aggregates(agent(), days=30)["totals"]["calls"] == 61
     finally:
         reopened.close()
 

@@ -7,9 +7,10 @@ window is one range of the primary key; low-cardinality dimensions are ``LowCard
 one column) and ``metadata_other`` (keys whose value is not a string). The retention window is the table
 ``TTL``.
 
-Rollups are ``AggregatingMergeTree`` tables, each fed by a materialized view: the same four as the
-embedded engine (``store.ROLLUPS``: daily by route; daily, hourly and weekly without the route; the
-route-keyed daily and the hourly ones read the inserted calls, the coarser ones cascade from them),
+Rollups are ``AggregatingMergeTree`` tables, each fed by a materialized view: three of the embedded
+engine's four (``store.ROLLUPS``: daily by route, hourly and daily without the route; the route-keyed
+daily and the hourly ones read the inserted calls, the route-free daily one cascades from the hourly;
+the weekly one is read from the daily rows, ``DERIVED``),
 with the sums as ``SimpleAggregateFunction(sum, ...)`` and the latency histogram (``histogram.py``'s 96
 buckets) as a mergeable ``sumMap`` of bucket -> count, so aggregates never scan raw calls and percentiles
 come out of the same buckets as on the embedded engine. Empty strings stand for a missing route,
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 from triptych.metergraph.store import ELIGIBLE_CHARS, ROLLUPS, SUMS
 
-SCHEMA_VERSION = 4
+# 5: the weekly rollups (route-free and metadata) are gone: reads sum the daily rows instead (``DERIVED``,
+# ``RETIRED``), which takes their two cascading views out of every INSERT.
+SCHEMA_VERSION = 5
 
 _STR = "Nullable(String)"
 _DIM = "LowCardinality(Nullable(String))"
@@ -122,9 +125,15 @@ TTL {starts} + INTERVAL {int(retention_days) + width // 86_400_000 + 1} DAY""",
 
 # Rollups fed from a finer-grained rollup instead of the calls: (source table, source buckets per bucket).
 # Each call then passes through two views (the route-keyed daily one and the hourly coarse one), and the
-# daily and weekly coarse rollups add up hourly and daily rows (cascading views).
+# daily coarse rollup adds up hourly rows (a cascading view).
 CASCADE: dict[str, tuple[str, int]] = {
     "rollup_daily_coarse": ("rollup_hourly_coarse", 24),
+}
+# Rollups without a table of their own: read as (source table, source buckets per bucket). A cascading
+# view costs every INSERT a query and a part (about 14 ms of ClickHouse CPU for the weekly coarse one,
+# 30 ms for the weekly metadata one, whose input is the daily metadata rows of the batch: nearly as many
+# as the calls), while a 90-day read sums 90 daily rows per group instead of 12 weekly ones plus edges.
+DERIVED: dict[str, tuple[str, int]] = {
     "rollup_weekly_coarse": ("rollup_daily_coarse", 7),
 }
 
@@ -165,39 +174,22 @@ _META_PAIRS = (
 )
 
 
-# Its weekly sum (epoch weeks, as ``rollup_weekly_coarse``), cascading from the daily one: a 90-day read
-# takes 12 whole weeks from here and the few other days from the daily rows.
-META_WEEKLY = "rollup_meta_weekly"
-
-
-def meta_rollup_ddl(retention_days: int, table: str = META_ROLLUP) -> list[str]:
+def meta_rollup_ddl(retention_days: int) -> list[str]:
     sums = ",\n  ".join(
         f"{name} {_FLOAT_SUM if name in ('cost_usd', 'latency_sum') else _INT_SUM}" for name in SUMS
     )
     keys = ", ".join(f"{k} LowCardinality(String)" for k in _KEY)
-    days = 7 if table == META_WEEKLY else 1
-    select = meta_weekly_select() if table == META_WEEKLY else meta_rollup_select()
     return [
-        f"""CREATE TABLE IF NOT EXISTS {table} (
+        f"""CREATE TABLE IF NOT EXISTS {META_ROLLUP} (
   workspace LowCardinality(String), key LowCardinality(String), bucket Int64, {keys},
   cls LowCardinality(String), value String,
   {sums},
   hist {_HIST_TYPE}
 ) ENGINE = AggregatingMergeTree
 ORDER BY (workspace, key, bucket, {", ".join(_META_KEY[:-3])}, cls, value)
-TTL toDateTime(bucket * {86400 * days}) + INTERVAL {int(retention_days) + days + 1} DAY""",
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {table}_mv TO {table} AS {select}",
+TTL toDateTime(bucket * 86400) + INTERVAL {int(retention_days) + 2} DAY""",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {META_ROLLUP}_mv TO {META_ROLLUP} AS {meta_rollup_select()}",
     ]
-
-
-def meta_weekly_select() -> str:
-    """The weekly metadata rollup's rows from the daily one (the week computed under another name: an
-    alias equal to a column's name would shadow it inside the sums)."""
-    keys = ", ".join(_META_KEY)
-    sums = ", ".join(f"sum({name}) AS {name}" for name in SUMS)
-    return f"""SELECT workspace, key, week AS bucket, {", ".join(_KEY)}, cls, value, {sums}, sumMap(hist) AS hist
-FROM (SELECT *, intDiv(bucket, 7) AS week FROM {META_ROLLUP})
-GROUP BY workspace, week, {keys}"""
 
 
 def meta_rollup_select(where: str = "") -> str:
@@ -236,21 +228,28 @@ FROM calls WHERE trace_id IS NOT NULL GROUP BY workspace, trace_id"""
 
 
 # Tables fed by views that a database created before them fills once from the stored calls.
-# In this order: the weekly rollup from the daily one (empty if it is new too), then the daily one from
-# the calls (its cascade then fills the weekly one).
 BACKFILLED = {
-    META_WEEKLY: meta_weekly_select,
     META_ROLLUP: meta_rollup_select,
     TRACE_BOUNDS: trace_bounds_select,
 }
 
+# Tables and views of earlier schema versions, dropped when a store opens a database created by one (each
+# statement is idempotent, so every worker may run them): a view first, so no INSERT feeds a table
+# being dropped. The weekly rollups of version 4 (``DERIVED`` reads the daily ones instead).
+RETIRED = (
+    "DROP VIEW IF EXISTS rollup_weekly_coarse_mv",
+    "DROP TABLE IF EXISTS rollup_weekly_coarse",
+    "DROP VIEW IF EXISTS rollup_meta_weekly_mv",
+    "DROP TABLE IF EXISTS rollup_meta_weekly",
+)
+
 
 def statements(retention_days: int) -> list[str]:
-    """Every statement that creates the schema, in order (each is idempotent)."""
-    out = [calls_ddl(retention_days), CONTENT_DDL]
-    ddl = {table: rollup_ddl(table, retention_days) for table in ROLLUPS}
+    """Every statement that brings a database (new, or of an earlier version) to this schema, in order
+    (each is idempotent)."""
+    out = [*RETIRED, calls_ddl(retention_days), CONTENT_DDL]
+    ddl = {table: rollup_ddl(table, retention_days) for table in ROLLUPS if table not in DERIVED}
     ddl[META_ROLLUP] = meta_rollup_ddl(retention_days)
-    ddl[META_WEEKLY] = meta_rollup_ddl(retention_days, META_WEEKLY)
     ddl[TRACE_BOUNDS] = trace_bounds_ddl(retention_days)
     out.extend(table_ddl for table_ddl, _ in ddl.values())
     out.extend(view for _, view in ddl.values())
