@@ -1,7 +1,8 @@
 """What each materialized view adds to an INSERT into ClickHouse's ``calls``: ClickHouse CPU per INSERT
 for schema variants, from the same Native bodies inserted straight into chdb (no HTTP, no Python rows).
 
-    flock /tmp/triptych-bench.lock .venv/bin/python bench/metergraph_ch_views.py --batches 20 --rounds 2
+    flock /tmp/triptych-bench.lock .venv/bin/python bench/metergraph_ch_views.py --batches 20 --rounds 2 \
+        --variants v4,v5,none
 
 Bodies: ``metergraph_bench.generate``'s first rows of a 10 M-call stream (a 5,000-row batch spans about
 an hour), normalised and inserted through the ClickHouse engine into the test endpoint, then read back as
@@ -36,98 +37,49 @@ from metergraph_engines import start_clickhouse
 from triptych.metergraph import clickhouse_schema as schema
 from triptych.metergraph.store import CALL_COLUMNS
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from clickhouse_schema_v4 import V4_WEEKLY  # noqa: E402  (the test tree's record of version 4)
+
 RETENTION = 3650
 _COLUMNS = ", ".join(("id", *CALL_COLUMNS))
 
 
 def _without_views(statements: list[str], *tables: str) -> list[str]:
-    return [s for s in statements if not any(s.startswith(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {t}_mv ") for t in tables)]
+    heads = tuple(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {t}_mv " for t in tables)
+    return [s for s in statements if not s.startswith(heads)]
+
+
+_FED = (*(t for t in schema.ROLLUPS if t not in schema.DERIVED), schema.META_ROLLUP, schema.TRACE_BOUNDS)
 
 
 def _only(*tables: str) -> Callable[[], list[str]]:
-    every = (*schema.ROLLUPS, schema.META_ROLLUP, schema.META_WEEKLY, schema.TRACE_BOUNDS)
-    return lambda: _without_views(schema.statements(RETENTION), *(t for t in every if t not in tables))
+    return lambda: _without_views(schema.statements(RETENTION), *(t for t in _FED if t not in tables))
 
 
 VARIANTS: dict[str, Callable[[], list[str]]] = {
-    "base": lambda: schema.statements(RETENTION),
-    "none": _only(),
+    # This schema (version 5) and version 4's (the same plus the two weekly rollups fed by cascades).
+    "v5": lambda: schema.statements(RETENTION),
+    "v4": lambda: [*schema.statements(RETENTION), *V4_WEEKLY],
+    "none": _only(),  # ``calls`` alone
+    **{f"only {t}": _only(t) for t in _FED},
+    "only rollup_hourly_coarse+cascade": _only("rollup_hourly_coarse", "rollup_daily_coarse"),
 }
 
 
-def _legacy() -> list[str]:
-    """The schema before this module's variants (``clickhouse_schema.LEGACY`` when it exists)."""
-    legacy = getattr(schema, "legacy_statements", None)
-    return legacy(RETENTION) if legacy is not None else schema.statements(RETENTION)
+def _flat_cascade() -> list[str]:
+    head = "CREATE MATERIALIZED VIEW IF NOT EXISTS rollup_daily_coarse_mv TO rollup_daily_coarse AS "
+    keys = "route, provider, model, environment"
+    flat = (
+        f"SELECT workspace, coarse AS bucket, {keys}, {', '.join(schema.SUMS)}, hist"
+        " FROM (SELECT *, intDiv(bucket, 24) AS coarse FROM rollup_hourly_coarse)"
+    )
+    return [head + flat if s.startswith(head) else s for s in schema.statements(RETENTION)]
 
 
-VARIANTS["legacy"] = _legacy
-_CASCADES = ("rollup_daily_coarse", "rollup_weekly_coarse", schema.META_WEEKLY)
-VARIANTS["no cascades"] = lambda: _without_views(schema.statements(RETENTION), *_CASCADES)
-VARIANTS["no meta"] = lambda: _without_views(schema.statements(RETENTION), schema.META_ROLLUP, schema.META_WEEKLY)
-VARIANTS["no meta weekly"] = lambda: _without_views(schema.statements(RETENTION), schema.META_WEEKLY)
-VARIANTS["only meta daily+weekly"] = _only(schema.META_ROLLUP, schema.META_WEEKLY)
-VARIANTS["only hourly+daily+weekly coarse"] = _only("rollup_hourly_coarse", "rollup_daily_coarse", "rollup_weekly_coarse")
-_COUNTS = "countResample(0, 96, 1)(ifNull(lat_bucket, 255))"
-_HIST_FROM_COUNTS = (
-    f"CAST((arrayFilter((k, c) -> c > 0, arrayMap(i -> toUInt8(i), range(96)), {_COUNTS}),"
-    f" arrayFilter(c -> c > 0, {_COUNTS})), 'Tuple(Array(UInt8), Array(UInt64))')"
+VARIANTS["v5 flat cascade"] = _flat_cascade
+VARIANTS["only hourly+flat cascade"] = lambda: _without_views(
+    _flat_cascade(), "rollup_daily", schema.META_ROLLUP, schema.TRACE_BOUNDS
 )
-# One row per call (per call and key for the metadata rollup), no GROUP BY: each row is already a valid
-# state of its SimpleAggregateFunction columns, and the table's merges add the rows up.
-_ROW_MEASURES = {
-    "calls": "toInt64(1)", "errors": "toInt64(error)", "cost_usd": "ifNull(cost_usd, 0)",
-    **{t: f"toInt64(ifNull({t}, 0))" for t in ("input_tokens", "output_tokens", "cache_read_tokens",
-                                                  "cache_write_tokens", "reasoning_tokens")},
-    "latency_sum": "ifNull(latency_ms, 0)", "latency_count": "toInt64(latency_ms IS NOT NULL)",
-    "priced": "toInt64(cost_status = 'priced')", "partial": "toInt64(cost_status = 'partial')",
-    "zero": "toInt64(cost_status = 'zero')", "unpriced": "toInt64(cost_status = 'unpriced' AND cost_unknown = 0)",
-    "unknown": "toInt64(cost_unknown)",
-}  # fmt: skip
-_ROW_HIST = (
-    "(if(lat_bucket IS NULL, [], [assumeNotNull(lat_bucket)]), if(lat_bucket IS NULL, [], [toUInt64(1)]))"
-)
-_ROW_SUMS = ", ".join(f"{e} AS {n}" for n, e in _ROW_MEASURES.items())
-_KEYS_ROW = ", ".join(f"ifNull({k}, '') AS {k}" for k in ("route", "provider", "model", "environment"))
-
-
-def _meta_rows() -> str:
-    return f"""SELECT workspace, kv.1 AS key, intDiv(ts_ms, 86400000) AS bucket, {_KEYS_ROW}, kv.2 AS cls, kv.3 AS value,
-  {_ROW_SUMS}, {_ROW_HIST} AS hist
-FROM calls ARRAY JOIN {schema._META_PAIRS} AS kv"""
-
-
-def _route_rows() -> str:
-    return f"""SELECT workspace, intDiv(ts_ms, 86400000) AS bucket, {_KEYS_ROW}, {_ROW_SUMS}, {_ROW_HIST} AS hist FROM calls"""
-
-
-def _trace_rows() -> str:
-    return "SELECT workspace, assumeNotNull(trace_id) AS trace_id, ts_ms AS first_ms, ts_ms AS last_ms FROM calls WHERE trace_id IS NOT NULL"
-
-
-def _replace_view(statements: list[str], table: str, select: str) -> list[str]:
-    head = f"CREATE MATERIALIZED VIEW IF NOT EXISTS {table}_mv TO {table} AS "
-    return [head + select if s.startswith(head) else s for s in statements]
-
-
-def _rows_variant(*tables: str) -> Callable[[], list[str]]:
-    selects = {schema.META_ROLLUP: _meta_rows, "rollup_daily": _route_rows, schema.TRACE_BOUNDS: _trace_rows}
-
-    def statements() -> list[str]:
-        out = schema.statements(RETENTION)
-        for t in tables:
-            out = _replace_view(out, t, selects[t]())
-        return out
-
-    return statements
-
-
-VARIANTS["rows meta"] = _rows_variant(schema.META_ROLLUP)
-VARIANTS["rows meta+route"] = _rows_variant(schema.META_ROLLUP, "rollup_daily")
-VARIANTS["rows meta+route+trace"] = _rows_variant(schema.META_ROLLUP, "rollup_daily", schema.TRACE_BOUNDS)
-VARIANTS["hist counts"] = lambda: [s.replace(schema.HIST, _HIST_FROM_COUNTS) for s in schema.statements(RETENTION)]
-for _table in (*schema.ROLLUPS, schema.META_ROLLUP, schema.TRACE_BOUNDS):
-    VARIANTS[f"only {_table}"] = _only(_table)
 
 
 def capture(work: Path, batches: int) -> list[Path]:
@@ -151,10 +103,15 @@ def capture(work: Path, batches: int) -> list[Path]:
                     break
                 body = gzip.compress(json.dumps({"schema_version": 1, "rows": rows}).encode(), 1)
                 normalized = mg.ingest.normalize(
-                    AppPrincipal("default", "bench"), orjson.loads(gzip.decompress(body))["rows"], "sdk", False
+                    AppPrincipal("default", "bench"),
+                    orjson.loads(gzip.decompress(body))["rows"],
+                    "sdk",
+                    False,
                 )
                 n = normalized.calls.size
-                store._insert_calls([list(range(first, first + n)), *(normalized.calls.column(c) for c in CALL_COLUMNS)])
+                store._insert_calls(
+                    [list(range(first, first + n)), *(normalized.calls.column(c) for c in CALL_COLUMNS)]
+                )
                 sql = f"SELECT {_COLUMNS} FROM capture.calls WHERE id >= {first} AND id < {first + n} ORDER BY id FORMAT Native"
                 path = work / f"batch-{i:03d}.native"
                 path.write_bytes(httpx.get(url, params={"query": sql}, timeout=120).content)
@@ -211,9 +168,7 @@ DIGESTED = {
     "rollup_daily": "workspace, bucket, route, provider, model, environment",
     "rollup_hourly_coarse": "workspace, bucket, route, provider, model, environment",
     "rollup_daily_coarse": "workspace, bucket, route, provider, model, environment",
-    "rollup_weekly_coarse": "workspace, bucket, route, provider, model, environment",
     "rollup_meta_daily": "workspace, key, bucket, route, provider, model, environment, cls, value",
-    "rollup_meta_weekly": "workspace, key, bucket, route, provider, model, environment, cls, value",
 }
 
 
@@ -236,7 +191,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--group", type=int, default=5, help="batches per INSERT in the grouped inserts")
     parser.add_argument("--rounds", type=int, default=2, help="times every variant runs, alternating")
-    parser.add_argument("--variants", default="base,none", help=f"comma-separated: {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", default="v4,v5", help=f"comma-separated: {', '.join(VARIANTS)}")
     parser.add_argument("--bodies", type=Path, help="a directory of captured bodies (kept between runs)")
     parser.add_argument("--run-variant", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -260,7 +215,9 @@ def main() -> None:
                 check=True, capture_output=True, text=True,
             )  # fmt: skip
             results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {name}: {results[name][-1]} (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+            print(
+                f"round {r + 1} {name}: {results[name][-1]} (load {os.getloadavg()[0]:.1f})", file=sys.stderr
+            )
             load.append(os.getloadavg()[0])
     print(json.dumps({"load_average": [min(load), max(load)], "variants": results}, indent=2))
 

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
+from clickhouse_schema_v4 import V4_WEEKLY
 from mg_support import NOW, agent, app, row
 
 from triptych.core.errors import StorageUnavailable
 from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore, parse_url
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import SUMS, CallFilter
+from triptych.metergraph.store import CallFilter
 
 
 def open_ch(path: Path, url: str, **settings: object) -> Metergraph:
@@ -77,31 +78,6 @@ def test_a_database_from_before_the_metadata_rollup_and_trace_bounds_gets_them_f
         reopened.close()
 
 
-# Version 4's weekly rollups (``clickhouse_schema.RETIRED``), as that version created them: tables fed by
-# views cascading from the daily rollups.
-_V4_SUMS = ", ".join(
-    f"{n} SimpleAggregateFunction(sum, {'Float64' if n in ('cost_usd', 'latency_sum') else 'Int64'})"
-    for n in SUMS
-)
-_V4_HIST = "hist SimpleAggregateFunction(sumMap, Tuple(Array(UInt8), Array(UInt64)))"
-_V4_KEYS = "route LowCardinality(String), provider LowCardinality(String), model LowCardinality(String), environment LowCardinality(String)"
-_V4_WEEKLY = (
-    f"CREATE TABLE rollup_weekly_coarse (workspace LowCardinality(String), bucket Int64, {_V4_KEYS}, {_V4_SUMS},"
-    f" {_V4_HIST}) ENGINE = AggregatingMergeTree ORDER BY (workspace, bucket, route, provider, model, environment)",
-    "CREATE MATERIALIZED VIEW rollup_weekly_coarse_mv TO rollup_weekly_coarse AS SELECT workspace,"
-    f" coarse AS bucket, route, provider, model, environment, {', '.join(f'sum({n}) AS {n}' for n in SUMS)},"
-    " sumMap(hist) AS hist FROM (SELECT *, intDiv(bucket, 7) AS coarse FROM rollup_daily_coarse)"
-    " GROUP BY workspace, coarse, route, provider, model, environment",
-    f"CREATE TABLE rollup_meta_weekly (workspace LowCardinality(String), key LowCardinality(String), bucket Int64,"
-    f" {_V4_KEYS}, cls LowCardinality(String), value String, {_V4_SUMS}, {_V4_HIST}) ENGINE = AggregatingMergeTree"
-    " ORDER BY (workspace, key, bucket, route, provider, model, environment, cls, value)",
-    "CREATE MATERIALIZED VIEW rollup_meta_weekly_mv TO rollup_meta_weekly AS SELECT workspace, key, week AS bucket,"
-    f" route, provider, model, environment, cls, value, {', '.join(f'sum({n}) AS {n}' for n in SUMS)},"
-    " sumMap(hist) AS hist FROM (SELECT *, intDiv(bucket, 7) AS week FROM rollup_meta_daily)"
-    " GROUP BY workspace, week, key, route, provider, model, environment, cls, value",
-)
-
-
 def test_a_database_of_schema_version_4_loses_its_weekly_rollups_and_answers_the_same(
     clickhouse: ClickHouseEndpoint, tmp_path: Path
 ) -> None:
@@ -111,7 +87,7 @@ def test_a_database_of_schema_version_4_loses_its_weekly_rollups_and_answers_the
     mg = open_ch(tmp_path, url)
     store = mg.store
     assert isinstance(store, ClickHouseTelemetryStore)
-    for statement in _V4_WEEKLY:  # the database as version 4 left it, its weekly tables fed
+    for statement in V4_WEEKLY:  # the database as version 4 left it, its weekly tables fed
         store.client.command(statement)
     rows = [row(minutes_ago=m * 331, tags={"prompt_id": f"p{m % 3}"} if m % 4 else {}, trace_id=f"t{m // 2}")
             for m in range(60)]  # fmt: skip
