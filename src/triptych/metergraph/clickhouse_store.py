@@ -30,12 +30,11 @@ from triptych.metergraph.clickhouse_inserts import GroupInserter
 from triptych.metergraph.clickhouse_schema import (
     BACKFILLED,
     CALL_TYPES,
-    CASCADE,
-    DERIVED,
+    GRAINS,
     MEASURES,
     META_ROLLUP,
+    ROLLUP_TABLE,
     TRACE_BOUNDS,
-    rollup_select,
     statements,
 )
 from triptych.metergraph.scope import DAY_MS
@@ -230,12 +229,8 @@ class ClickHouseTelemetryStore:
 
     def rebuild_rollups(self) -> None:
         """Recompute every rollup from the raw calls (operators; the views keep them current)."""
-        stored = [table for table in ROLLUPS if table not in DERIVED]
-        for table in (*stored, *BACKFILLED):
+        for table in BACKFILLED:
             self._command(f"TRUNCATE TABLE {table}")
-        for table in stored:
-            if table not in CASCADE:  # the cascading views fill the others
-                self._command(f"INSERT INTO {table} {rollup_select(table)}")
         for table, select in BACKFILLED.items():
             self._command(f"INSERT INTO {table} {select()}")
 
@@ -349,20 +344,19 @@ class ClickHouseTelemetryStore:
         bucket_per_day: int,
     ) -> dict[tuple[Any, ...], AggRow]:
         assert table in ROLLUPS
-        if (
-            table in DERIVED
-        ):  # summed from its source's rows: bucket b is the source's [b * per, (b + 1) * per)
-            table, per = DERIVED[table]
-            bucket_from, bucket_to, bucket_per_day = bucket_from * per, bucket_to * per, bucket_per_day * per
+        # The rollup's grain of ``rollups``; its bucket b is the grain's [b * per, (b + 1) * per).
+        grain, per = GRAINS[table]
+        bucket_from, bucket_to, bucket_per_day = bucket_from * per, bucket_to * per, bucket_per_day * per
         w = Where()
         w.add(f"workspace = {w.param(f.workspace, 'String')}")
+        w.add(f"grain = {int(grain)}")
         w.add(f"bucket >= {w.param(bucket_from, 'Int64')}")
         w.add(f"bucket < {w.param(bucket_to, 'Int64')}")
         _keys(f, w, rollup=True)
         exprs = [f"intDiv(bucket, {int(bucket_per_day)})" if d == "day" else d for d in dims]
         group = f" GROUP BY {', '.join(exprs)}" if exprs else ""
         sums = ", ".join(f"sum({name})" for name in SUMS)
-        sql = f"SELECT {', '.join([*exprs, sums])}, {_HIST_SUM} FROM {table} WHERE {w.sql()}{group}"
+        sql = f"SELECT {', '.join([*exprs, sums])}, {_HIST_SUM} FROM {ROLLUP_TABLE} WHERE {w.sql()}{group}"
         result: dict[tuple[Any, ...], AggRow] = {}
         n = len(exprs)
         for row in self._query(sql, parameters=w.params).result_rows:
