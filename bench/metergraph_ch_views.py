@@ -81,10 +81,13 @@ def capture(work: Path, batches: int) -> list[Path]:
     from triptych.metergraph.service import Metergraph
     from triptych.metergraph.settings import load_metergraph_settings
 
+    # A database and call-id sequence of this capture's own (a later capture into the same directory
+    # must not read back an earlier one's rows under the same ids).
+    database = f"capture_{int(time.time())}"
     clickhouse, url = start_clickhouse(work)
     try:
-        settings = load_metergraph_settings(tokens=[], clickhouse_url=f"{url}/capture")
-        mg = Metergraph.open(work / "capture", settings)
+        settings = load_metergraph_settings(tokens=[], clickhouse_url=f"{url}/{database}")
+        mg = Metergraph.open(work / database, settings)
         store = mg.store
         assert isinstance(store, ClickHouseTelemetryStore)
         paths = []
@@ -104,7 +107,7 @@ def capture(work: Path, batches: int) -> list[Path]:
                 store._insert_calls(
                     [list(range(first, first + n)), *(normalized.calls.column(c) for c in CALL_COLUMNS)]
                 )
-                sql = f"SELECT {_COLUMNS} FROM capture.calls WHERE id >= {first} AND id < {first + n} ORDER BY id FORMAT Native"
+                sql = f"SELECT {_COLUMNS} FROM {database}.calls WHERE id >= {first} AND id < {first + n} ORDER BY id FORMAT Native"
                 path = work / f"batch-{i:03d}.native"
                 path.write_bytes(httpx.get(url, params={"query": sql}, timeout=120).content)
                 paths.append(path)
