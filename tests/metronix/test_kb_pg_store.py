@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from triptych.core.pg import PgDatabase, one
-from triptych.metronix.pg_store import COMPONENT, MIGRATIONS, SAME_TEXT_READ, PgKnowledgeStore
+from triptych.metronix.pg_store import (
+    COMPONENT,
+    KEYWORD_LOG_KEEP,
+    MIGRATIONS,
+    SAME_TEXT_READ,
+    PgKnowledgeStore,
+)
 from triptych.metronix.store import NewDocument
 
 pytestmark = pytest.mark.engines("postgresql")
@@ -320,3 +326,27 @@ def test_the_log_arrives_by_migration_over_a_previous_versions_database(database
             other.close()
     finally:
         store.close()
+
+
+def test_re_embeddings_prune_the_change_log_at_every_hundredth_generation(store: PgKnowledgeStore) -> None:
+    # A long re-embedding steps each workspace's generation once per batch and writes no document: the
+    # log must still be pruned when a batch lands on a hundredth generation.
+    _write(store, "w", "a", random.Random(5))
+    steps = KEYWORD_LOG_KEEP + 98  # the generation one batch short of a hundredth, with a full log
+    with store.db.transaction() as conn:
+        start = int(one(conn.execute("SELECT generation FROM kb_workspaces WHERE id = 'w'").fetchone())[0])
+        conn.execute("UPDATE kb_workspaces SET generation = %s WHERE id = 'w'", (start + steps,))
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO kb_keyword_changes VALUES ('w', %s, '{}', '{}')",
+                [(g,) for g in range(start + 1, start + steps + 1)],
+            )
+    top = start + steps + 1
+    assert top % 100 == 0
+    ids = [chunk_id for batch in store.iter_chunks() for chunk_id, _, _ in batch]
+    store.replace_embeddings([(i, v) for i, v in zip(ids, _unit(len(ids), seed=6), strict=True)])
+    with store.db.connection() as conn:
+        found = conn.execute(
+            "SELECT MIN(generation), MAX(generation), COUNT(*) FROM kb_keyword_changes WHERE workspace_id = 'w'"
+        ).fetchone()
+    assert tuple(one(found)) == (top - KEYWORD_LOG_KEEP + 1, top, KEYWORD_LOG_KEEP)

@@ -199,11 +199,19 @@ class PgKnowledgeStore:
             "INSERT INTO kb_keyword_changes VALUES (%s, %s, %s, %s)",
             (workspace_id, generation, added, removed),
         )
-        if generation % 100 == 0:
-            conn.execute(
-                "DELETE FROM kb_keyword_changes WHERE workspace_id = %s AND generation <= %s",
-                (workspace_id, generation - KEYWORD_LOG_KEEP),
-            )
+        PgKnowledgeStore._prune_log(conn, [(workspace_id, generation)])
+
+    @staticmethod
+    def _prune_log(conn: Conn, written: Sequence[tuple[str, int]]) -> None:
+        """After writes that gave these workspaces these generations: every hundredth generation drops
+        the entries older than the last ``KEYWORD_LOG_KEEP``. Every write steps a generation by exactly
+        one (documents here, re-embeddings in ``replace_embeddings``), so no hundredth is skipped."""
+        due = [(w, g - KEYWORD_LOG_KEEP) for w, g in written if g % 100 == 0]
+        if due:
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "DELETE FROM kb_keyword_changes WHERE workspace_id = %s AND generation <= %s", due
+                )
 
     @gated
     def put_document(self, doc: NewDocument) -> int:
@@ -627,6 +635,7 @@ class PgKnowledgeStore:
                 cursor.executemany(
                     "INSERT INTO kb_keyword_changes VALUES (%s, %s, '{}', '{}')", [(w, g) for w, g in bumped]
                 )
+            self._prune_log(conn, [(str(w), int(g)) for w, g in bumped])
             # Vectors changed under their ids: every worker's mirror reloads whole, not by difference.
             conn.execute(
                 "INSERT INTO kb_meta VALUES ('vectors_epoch', '1') ON CONFLICT (key)"
