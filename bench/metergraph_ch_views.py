@@ -19,6 +19,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -149,6 +150,7 @@ def run_variant(name: str, bodies: list[Path], warmup: int, group: int) -> dict[
     rows = int(conn.query("SELECT count() FROM calls", "CSV").bytes().strip())
     digests = {t: _digest(conn, t) for t in DIGESTED}
     conn.close()
+    shutil.rmtree(data, ignore_errors=True)
     return {
         "ms_per_insert_mean": round(statistics.fmean(singles) * 1000, 1),
         "ms_per_insert_median": round(statistics.median(singles) * 1000, 1),
