@@ -156,6 +156,7 @@ def bench(args: list[str]) -> int:
         "metergraph-ingest-phases": "bench/metergraph_ingest_phases.py",
         "metergraph-engines": "bench/metergraph_engines.py",
         "metergraph-ch-phases": "bench/metergraph_ch_phases.py",
+        "metergraph-ch-views": "bench/metergraph_ch_views.py",
         "metergraph-classify": "bench/metergraph_classify.py",
         "hadron-graph": "bench/hadron_graph.py",
         "hadron-search": "bench/hadron_search.py",

@@ -8,6 +8,9 @@
         --load-only --engines clickhouse --out /work/bench-10m
     flock /tmp/triptych-bench.lock .venv/bin/python bench/metergraph_engines.py --calls 10000000 \
         --reads-only --runs 9 --out /work/bench-10m
+    # The ingest runs alone (rows shaped as for --calls, nothing loaded, no reads):
+    flock /tmp/triptych-bench.lock .venv/bin/python bench/metergraph_engines.py --calls 1000000 \
+        --http-rows 200000 --workers 1,2,4 --ingest-only --engines clickhouse
 
 For each engine: ingest rows/s end to end through ``/v1/ingest`` (gzip JSON batches of 5,000 posted to
 1, 2 and 4 ``triptych serve`` worker processes sharing one data directory, two clients per worker), then
@@ -418,6 +421,9 @@ def main() -> None:
     phase.add_argument(
         "--reads-only", action="store_true", help="time the reads over what --load-only left in --out"
     )
+    phase.add_argument(
+        "--ingest-only", action="store_true", help="the ingest runs only (no load of --calls, no reads)"
+    )
     args = parser.parse_args()
     if args.profile:
         parser.set_defaults(**PROFILES[args.profile])
@@ -463,6 +469,9 @@ def main() -> None:
                     figures[f"ingest_{run['workers']}_worker_fraction_of_raw_sqlite"] = round(
                         run["rows_per_s"] / raw, 3
                     )
+            if args.ingest_only:
+                results[engine] = figures
+                continue
             settings = {"clickhouse_url": f"{ch_url}/reads"} if engine == "clickhouse" else {}
             figures["reads"] = reads(
                 work / f"{engine}-reads", settings, args, now,

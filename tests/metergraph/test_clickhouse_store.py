@@ -4,10 +4,12 @@ server that cannot be reached."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
+from clickhouse_schema_v4 import v4_rollups
 from mg_support import NOW, agent, app, row
 
 from triptych.core.errors import StorageUnavailable
@@ -33,8 +35,7 @@ def test_calls_and_rollups_older_than_the_retention_window_expire(
             mg.ingest.ingest_document(app(), {"rows": rows})
             store = mg.store
             assert isinstance(store, ClickHouseTelemetryStore)
-            for table in ("calls", "rollup_daily", "rollup_daily_coarse", "rollup_hourly_coarse",
-                          "rollup_weekly_coarse", "rollup_meta_daily", "rollup_meta_weekly", "trace_bounds"):  # fmt: skip
+            for table in ("calls", "rollups", "rollup_meta_daily", "trace_bounds"):
                 store.client.command(f"OPTIMIZE TABLE {table} FINAL")  # merges apply the TTL now
         assert kept.store.count_calls("w1") == 2
         assert kept.usage.aggregates(agent(), days=90)["totals"]["calls"] == 2
@@ -66,13 +67,69 @@ def test_a_database_from_before_the_metadata_rollup_and_trace_bounds_gets_them_f
     assert before["by_prompt"]["metadata_groups"]["unlisted"]["missing_key"]["calls"] == 10
     store = mg.store
     assert isinstance(store, ClickHouseTelemetryStore)
-    for table in ("rollup_meta_daily", "rollup_meta_weekly", "trace_bounds"):
+    for table in ("rollup_meta_daily", "trace_bounds"):
         store.client.command(f"DROP TABLE {table}_mv")
         store.client.command(f"DROP TABLE {table}")
     mg.close()
     reopened = open_ch(tmp_path, url)  # the tables come back, filled from the stored calls
     try:
         assert {name: read(reopened) for name, read in reads.items()} == before
+    finally:
+        reopened.close()
+
+
+def test_a_database_of_schema_version_4_gets_its_rollups_rebuilt_and_answers_the_same(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path
+) -> None:
+    """Version 5 keeps the rollups without metadata as grains of one table and reads weeks from daily
+    rows: opening a version-4 database drops its four rollup tables, its weekly metadata rollup and their
+    views (every INSERT ran them), fills ``rollups`` from the stored calls, and answers as a database
+    created by version 5 with the same calls."""
+    rows = [row(minutes_ago=m * 331, tags={"prompt_id": f"p{m % 3}"} if m % 4 else {}, trace_id=f"t{m // 2}",
+                route=f"r{m % 2}") for m in range(60)]  # fmt: skip
+    reads = {
+        "by_model": lambda m: m.usage.aggregates(agent(), days=30, group_by=["provider", "model"]),
+        "by_day": lambda m: m.usage.aggregates(agent(), days=30, group_by=["day", "route"]),
+        "by_prompt": lambda m: m.usage.aggregates(agent(), days=30, group_by=["metadata.prompt_id"]),
+        "by_route_prompt": lambda m: m.usage.aggregates(
+            agent(), days=30, group_by=["route", "metadata.prompt_id"]
+        ),
+        "hours": lambda m: m.usage.aggregates(
+            agent(), since=(NOW - timedelta(hours=30, minutes=17)).isoformat(), until=NOW.isoformat()
+        ),
+    }
+    fresh = open_ch(tmp_path / "fresh", clickhouse.database_url())
+    try:
+        fresh.ingest.ingest_document(app(), {"rows": rows})
+        expected = {name: read(fresh) for name, read in reads.items()}
+    finally:
+        fresh.close()
+    assert expected["by_model"]["totals"]["calls"] == 60
+
+    url = clickhouse.database_url()
+    old = open_ch(tmp_path / "old", url)
+    client = old.store.client  # type: ignore[attr-defined]
+    client.command("DROP VIEW rollups_mv")  # the database as version 4 left it
+    client.command("DROP TABLE rollups")
+    for statement in v4_rollups(3650):
+        client.command(statement)
+    old.ingest.ingest_document(app(), {"rows": rows})  # through version 4's views
+    assert client.command("SELECT sum(calls) FROM rollup_weekly_coarse") == 60
+    assert client.command("SELECT count() FROM rollup_meta_weekly") > 0
+    old.close()
+
+    reopened = open_ch(tmp_path / "old", url)
+    try:
+        client = reopened.store.client  # type: ignore[attr-defined]
+        retired = ("rollup_daily", "rollup_hourly_coarse", "rollup_daily_coarse", "rollup_weekly_coarse",
+                   "rollup_meta_weekly")  # fmt: skip
+        for table in (*retired, *(f"{t}_mv" for t in retired)):
+            assert client.command("EXISTS TABLE {t:Identifier}", parameters={"t": table}) == 0, table
+        assert client.command("SELECT sum(calls) FROM rollups WHERE grain = 0") == 60
+        got = {name: read(reopened) for name, read in reads.items()}
+        assert got == expected
+        reopened.ingest.ingest_document(app(), {"rows": [row(minutes_ago=5, tags={"prompt_id": "p9"})]})
+        assert reopened.usage.aggregates(agent(), days=30)["totals"]["calls"] == 61
     finally:
         reopened.close()
 

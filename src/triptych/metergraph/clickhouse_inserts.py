@@ -1,9 +1,10 @@
 """Group commit for the ClickHouse engine: ingest batches that wait at the same time go in one INSERT.
 
 Each INSERT into ``calls`` costs ClickHouse a fixed amount besides its rows: a new part in ``calls``
-and in every table a materialized view feeds (seven of them), each with its view's query planned and
-run. Measured on the chdb endpoint that is about 100 ms per INSERT against 9 µs per row, so a batch of
-5,000 rows pays 29 µs a row and five batches in one INSERT 13 µs a row (``bench/README.md``).
+and in every table a materialized view feeds (seven of them up to schema version 4, three since), each
+with its view's query planned and run. Measured on the chdb endpoint that was about 100 ms per INSERT
+against 9 µs per row with seven, so a batch of 5,000 rows paid 29 µs a row and five batches in one INSERT
+13 µs a row (``bench/README.md``, ``docs/benchmarks.md``).
 
 A batch that finds no INSERT in flight goes at once, alone (no added latency). Batches that arrive while
 one is in flight queue up, and the next INSERT takes all of them; every batch's caller returns only once

@@ -7,9 +7,10 @@ window is one range of the primary key; low-cardinality dimensions are ``LowCard
 one column) and ``metadata_other`` (keys whose value is not a string). The retention window is the table
 ``TTL``.
 
-Rollups are ``AggregatingMergeTree`` tables, each fed by a materialized view: the same four as the
-embedded engine (``store.ROLLUPS``: daily by route; daily, hourly and weekly without the route; the
-route-keyed daily and the hourly ones read the inserted calls, the coarser ones cascade from them),
+Rollups are ``AggregatingMergeTree`` tables fed by materialized views: the embedded engine's four
+(``store.ROLLUPS``: daily by route; hourly, daily and weekly without the route) as grains of one table,
+``rollups``, fed by one view (the weekly one read from the daily rows, ``GRAINS``), a daily metadata
+rollup and the traces' bounds,
 with the sums as ``SimpleAggregateFunction(sum, ...)`` and the latency histogram (``histogram.py``'s 96
 buckets) as a mergeable ``sumMap`` of bucket -> count, so aggregates never scan raw calls and percentiles
 come out of the same buckets as on the embedded engine. Empty strings stand for a missing route,
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 from triptych.metergraph.store import ELIGIBLE_CHARS, ROLLUPS, SUMS
 
-SCHEMA_VERSION = 4
+# 5: the rollups without metadata are grains of one table fed by one view (``GRAINS``), and the weekly
+# ones are read from daily rows: three views and four parts fewer per INSERT (``RETIRED``).
+SCHEMA_VERSION = 5
 
 _STR = "Nullable(String)"
 _DIM = "LowCardinality(Nullable(String))"
@@ -100,54 +103,66 @@ _HIST_TYPE = "SimpleAggregateFunction(sumMap, Tuple(Array(UInt8), Array(UInt64))
 _KEY = ("route", "provider", "model", "environment")
 
 
-def rollup_ddl(table: str, retention_days: int) -> list[str]:
-    """The rollup table and the materialized view that feeds it from every insert into ``calls``."""
-    width, keep_route = ROLLUPS[table]
+# The rollups without metadata (``store.ROLLUPS``) are grains of one table, ``rollups``, fed by one view:
+# a grain's rows are (workspace, grain, bucket, route, provider, model, environment) with the sums and
+# the histogram. A rollup -> (grain, its bucket in grain buckets): the daily one by route (grain 0), the
+# hourly (1) and daily (2) ones without the route, and the weekly one read from the daily rows (7 a week).
+# One view and one part per INSERT where version 4 had four tables, four views (two cascading: each
+# costs every INSERT a query and a part even when fed a handful of rows) and four parts.
+ROLLUP_TABLE = "rollups"
+GRAINS: dict[str, tuple[int, int]] = {
+    "rollup_daily": (0, 1),
+    "rollup_hourly_coarse": (1, 1),
+    "rollup_daily_coarse": (2, 1),
+    "rollup_weekly_coarse": (2, 7),
+}
+assert set(GRAINS) == set(ROLLUPS)
+_HOURLY = GRAINS["rollup_hourly_coarse"][0]
+
+
+def rollups_ddl(retention_days: int) -> list[str]:
+    """The rollups table and the view that feeds it from every insert into ``calls``. A row expires
+    with its bucket's end plus the retention window (plus a day, as a window may start mid-bucket)."""
     sums = ",\n  ".join(
         f"{name} {_FLOAT_SUM if name in ('cost_usd', 'latency_sum') else _INT_SUM}" for name in SUMS
     )
     keys = ", ".join(f"{k} LowCardinality(String)" for k in _KEY)
-    starts = f"toDateTime(bucket * {width // 1000})"
+    starts = f"toDateTime(bucket * if(grain = {_HOURLY}, 3600, 86400))"
     return [
-        f"""CREATE TABLE IF NOT EXISTS {table} (
-  workspace LowCardinality(String), bucket Int64, {keys},
+        f"""CREATE TABLE IF NOT EXISTS {ROLLUP_TABLE} (
+  workspace LowCardinality(String), grain UInt8, bucket Int64, {keys},
   {sums},
   hist {_HIST_TYPE}
 ) ENGINE = AggregatingMergeTree
-ORDER BY (workspace, bucket, {", ".join(_KEY)})
-TTL {starts} + INTERVAL {int(retention_days) + width // 86_400_000 + 1} DAY""",
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {table}_mv TO {table} AS {rollup_select(table)}",
+ORDER BY (workspace, grain, bucket, {", ".join(_KEY)})
+TTL addDays({starts}, if(grain = {_HOURLY}, {int(retention_days) + 1}, {int(retention_days) + 2}))""",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {ROLLUP_TABLE}_mv TO {ROLLUP_TABLE} AS {rollups_select()}",
     ]
 
 
-# Rollups fed from a finer-grained rollup instead of the calls: (source table, source buckets per bucket).
-# Each call then passes through two views (the route-keyed daily one and the hourly coarse one), and the
-# daily and weekly coarse rollups add up hourly and daily rows (cascading views).
-CASCADE: dict[str, tuple[str, int]] = {
-    "rollup_daily_coarse": ("rollup_hourly_coarse", 24),
-    "rollup_weekly_coarse": ("rollup_daily_coarse", 7),
-}
-
-
-def rollup_select(table: str) -> str:
-    """The rows ``table`` gets from its source (its view's query, and a rebuild's)."""
-    if table in CASCADE:
-        source, per = CASCADE[table]
-        sums = ", ".join(f"sum({name}) AS {name}" for name in SUMS)
-        return f"""SELECT workspace, coarse AS bucket, {", ".join(_KEY)}, {sums}, sumMap(hist) AS hist
-FROM (SELECT *, intDiv(bucket, {per}) AS coarse FROM {source})
-GROUP BY workspace, coarse, {", ".join(_KEY)}"""
-    width, keep_route = ROLLUPS[table]
-    # The key columns are computed in a subquery under other names: an alias equal to a column's name
-    # would shadow the column inside the measures.
-    key_values = ", ".join(
-        f"ifNull({k}, '') AS key_{k}" if (k != "route" or keep_route) else "'' AS key_route" for k in _KEY
-    )
+def rollups_select() -> str:
+    """The rows every grain gets from the calls (the view's query, and a rebuild's): the calls grouped
+    once by hour and route, each group then counted in its three grains (by route per day, without it
+    per hour and per day) and grouped again. Key columns are computed under other names: an alias equal
+    to a column's name would shadow the column inside the measures."""
     measured = ", ".join(f"{expr} AS {name}" for name, expr in MEASURES.items())
-    key_out = ", ".join(f"key_{k} AS {k}" for k in _KEY)
-    return f"""SELECT workspace, bucket, {key_out}, {measured}, {HIST} AS hist
-FROM (SELECT *, intDiv(ts_ms, {width}) AS bucket, {key_values} FROM calls)
-GROUP BY workspace, bucket, {", ".join(f"key_{k}" for k in _KEY)}"""
+    key_values = ", ".join(f"ifNull({k}, '') AS key_{k}" for k in _KEY)
+    key_names = ", ".join(f"key_{k}" for k in _KEY)
+    hourly = f"""SELECT workspace, hour, {key_names}, {measured}, {HIST} AS hist
+  FROM (SELECT *, intDiv(ts_ms, 3600000) AS hour, {key_values} FROM calls)
+  GROUP BY workspace, hour, {key_names}"""
+    day = "intDiv(hour, 24)"  # the UTC day of an hour, as intDiv(ts_ms, 86400000)
+    grains = [
+        f"({GRAINS['rollup_daily'][0]}, {day}, key_route)",
+        f"({_HOURLY}, hour, '')",
+        f"({GRAINS['rollup_daily_coarse'][0]}, {day}, '')",
+    ]
+    summed = ", ".join(f"sum({name}) AS {name}" for name in SUMS)
+    out_keys = ", ".join(f"key_{k} AS {k}" for k in _KEY[1:])
+    return f"""SELECT workspace, g.1 AS grain, g.2 AS bucket, g.3 AS route, {out_keys}, {summed}, sumMap(hist) AS hist
+FROM ({hourly})
+ARRAY JOIN [{", ".join(grains)}] AS g
+GROUP BY workspace, g.1, g.2, g.3, {", ".join(f"key_{k}" for k in _KEY[1:])}"""
 
 
 # The metadata rollup: per UTC day, route, provider, model and environment, one row per (key, class,
@@ -165,39 +180,22 @@ _META_PAIRS = (
 )
 
 
-# Its weekly sum (epoch weeks, as ``rollup_weekly_coarse``), cascading from the daily one: a 90-day read
-# takes 12 whole weeks from here and the few other days from the daily rows.
-META_WEEKLY = "rollup_meta_weekly"
-
-
-def meta_rollup_ddl(retention_days: int, table: str = META_ROLLUP) -> list[str]:
+def meta_rollup_ddl(retention_days: int) -> list[str]:
     sums = ",\n  ".join(
         f"{name} {_FLOAT_SUM if name in ('cost_usd', 'latency_sum') else _INT_SUM}" for name in SUMS
     )
     keys = ", ".join(f"{k} LowCardinality(String)" for k in _KEY)
-    days = 7 if table == META_WEEKLY else 1
-    select = meta_weekly_select() if table == META_WEEKLY else meta_rollup_select()
     return [
-        f"""CREATE TABLE IF NOT EXISTS {table} (
+        f"""CREATE TABLE IF NOT EXISTS {META_ROLLUP} (
   workspace LowCardinality(String), key LowCardinality(String), bucket Int64, {keys},
   cls LowCardinality(String), value String,
   {sums},
   hist {_HIST_TYPE}
 ) ENGINE = AggregatingMergeTree
 ORDER BY (workspace, key, bucket, {", ".join(_META_KEY[:-3])}, cls, value)
-TTL toDateTime(bucket * {86400 * days}) + INTERVAL {int(retention_days) + days + 1} DAY""",
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {table}_mv TO {table} AS {select}",
+TTL toDateTime(bucket * 86400) + INTERVAL {int(retention_days) + 2} DAY""",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {META_ROLLUP}_mv TO {META_ROLLUP} AS {meta_rollup_select()}",
     ]
-
-
-def meta_weekly_select() -> str:
-    """The weekly metadata rollup's rows from the daily one (the week computed under another name: an
-    alias equal to a column's name would shadow it inside the sums)."""
-    keys = ", ".join(_META_KEY)
-    sums = ", ".join(f"sum({name}) AS {name}" for name in SUMS)
-    return f"""SELECT workspace, key, week AS bucket, {", ".join(_KEY)}, cls, value, {sums}, sumMap(hist) AS hist
-FROM (SELECT *, intDiv(bucket, 7) AS week FROM {META_ROLLUP})
-GROUP BY workspace, week, {keys}"""
 
 
 def meta_rollup_select(where: str = "") -> str:
@@ -236,21 +234,29 @@ FROM calls WHERE trace_id IS NOT NULL GROUP BY workspace, trace_id"""
 
 
 # Tables fed by views that a database created before them fills once from the stored calls.
-# In this order: the weekly rollup from the daily one (empty if it is new too), then the daily one from
-# the calls (its cascade then fills the weekly one).
 BACKFILLED = {
-    META_WEEKLY: meta_weekly_select,
+    ROLLUP_TABLE: rollups_select,
     META_ROLLUP: meta_rollup_select,
     TRACE_BOUNDS: trace_bounds_select,
 }
 
+# Tables and views of earlier schema versions, dropped when a store opens a database created by one (each
+# statement is idempotent, so every worker may run them): a view first, so no INSERT feeds a table
+# being dropped. Version 4's rollups without metadata (now grains of ``rollups``, filled from the calls
+# by ``BACKFILLED``) and its weekly metadata rollup (reads sum the daily one).
+RETIRED = tuple(
+    statement
+    for table in ("rollup_daily", "rollup_hourly_coarse", "rollup_daily_coarse", "rollup_weekly_coarse",
+                  "rollup_meta_weekly")
+    for statement in (f"DROP VIEW IF EXISTS {table}_mv", f"DROP TABLE IF EXISTS {table}")
+)  # fmt: skip
+
 
 def statements(retention_days: int) -> list[str]:
-    """Every statement that creates the schema, in order (each is idempotent)."""
-    out = [calls_ddl(retention_days), CONTENT_DDL]
-    ddl = {table: rollup_ddl(table, retention_days) for table in ROLLUPS}
-    ddl[META_ROLLUP] = meta_rollup_ddl(retention_days)
-    ddl[META_WEEKLY] = meta_rollup_ddl(retention_days, META_WEEKLY)
+    """Every statement that brings a database (new, or of an earlier version) to this schema, in order
+    (each is idempotent)."""
+    out = [*RETIRED, calls_ddl(retention_days), CONTENT_DDL]
+    ddl = {ROLLUP_TABLE: rollups_ddl(retention_days), META_ROLLUP: meta_rollup_ddl(retention_days)}
     ddl[TRACE_BOUNDS] = trace_bounds_ddl(retention_days)
     out.extend(table_ddl for table_ddl, _ in ddl.values())
     out.extend(view for _, view in ddl.values())

@@ -30,12 +30,11 @@ from triptych.metergraph.clickhouse_inserts import GroupInserter
 from triptych.metergraph.clickhouse_schema import (
     BACKFILLED,
     CALL_TYPES,
-    CASCADE,
+    GRAINS,
     MEASURES,
     META_ROLLUP,
-    META_WEEKLY,
+    ROLLUP_TABLE,
     TRACE_BOUNDS,
-    rollup_select,
     statements,
 )
 from triptych.metergraph.scope import DAY_MS
@@ -45,7 +44,6 @@ from triptych.metergraph.store import (
     RETAINED_FIELDS,
     ROLLUPS,
     SUMS,
-    WEEK_DAYS,
     AggRow,
     CallBatch,
     CallFilter,
@@ -231,13 +229,8 @@ class ClickHouseTelemetryStore:
 
     def rebuild_rollups(self) -> None:
         """Recompute every rollup from the raw calls (operators; the views keep them current)."""
-        for table in ROLLUPS:
-            self._command(f"TRUNCATE TABLE {table}")
         for table in BACKFILLED:
             self._command(f"TRUNCATE TABLE {table}")
-        for table in ROLLUPS:
-            if table not in CASCADE:  # the cascading views fill the others
-                self._command(f"INSERT INTO {table} {rollup_select(table)}")
         for table, select in BACKFILLED.items():
             self._command(f"INSERT INTO {table} {select()}")
 
@@ -351,15 +344,19 @@ class ClickHouseTelemetryStore:
         bucket_per_day: int,
     ) -> dict[tuple[Any, ...], AggRow]:
         assert table in ROLLUPS
+        # The rollup's grain of ``rollups``; its bucket b is the grain's [b * per, (b + 1) * per).
+        grain, per = GRAINS[table]
+        bucket_from, bucket_to, bucket_per_day = bucket_from * per, bucket_to * per, bucket_per_day * per
         w = Where()
         w.add(f"workspace = {w.param(f.workspace, 'String')}")
+        w.add(f"grain = {int(grain)}")
         w.add(f"bucket >= {w.param(bucket_from, 'Int64')}")
         w.add(f"bucket < {w.param(bucket_to, 'Int64')}")
         _keys(f, w, rollup=True)
         exprs = [f"intDiv(bucket, {int(bucket_per_day)})" if d == "day" else d for d in dims]
         group = f" GROUP BY {', '.join(exprs)}" if exprs else ""
         sums = ", ".join(f"sum({name})" for name in SUMS)
-        sql = f"SELECT {', '.join([*exprs, sums])}, {_HIST_SUM} FROM {table} WHERE {w.sql()}{group}"
+        sql = f"SELECT {', '.join([*exprs, sums])}, {_HIST_SUM} FROM {ROLLUP_TABLE} WHERE {w.sql()}{group}"
         result: dict[tuple[Any, ...], AggRow] = {}
         n = len(exprs)
         for row in self._query(sql, parameters=w.params).result_rows:
@@ -408,47 +405,31 @@ class ClickHouseTelemetryStore:
         totals = self.aggregate_rollups(
             "rollup_daily_coarse" if coarse else "rollup_daily", f, first, last, dims, 1
         )
-        # Whole weeks from the weekly metadata rollup unless grouped by day, the other days from the daily.
-        spans = [(META_ROLLUP, first, last)]
-        w_lo, w_hi = -(-first // WEEK_DAYS), last // WEEK_DAYS
-        if "day" not in dims and w_lo < w_hi:
-            spans = [
-                (META_WEEKLY, w_lo, w_hi),
-                (META_ROLLUP, first, w_lo * WEEK_DAYS),
-                (META_ROLLUP, w_hi * WEEK_DAYS, last),
-            ]
+        # Every day's rows, also for whole weeks: a weekly metadata rollup would cost each INSERT a
+        # cascading view over nearly as many rows as the batch's calls (schema version 5).
         exprs = ["bucket" if d == "day" else d for d in dims]
         sums = ", ".join(f"sum({name})" for name in SUMS)
         out: dict[tuple[Any, ...], AggRow] = {}
         n = len(exprs)
-        for table, lo, hi in spans:
-            if lo >= hi:
-                continue
-            w = Where()
-            w.add(f"workspace = {w.param(f.workspace, 'String')}")
-            w.add(f"key = {w.param(meta_key, 'String')}")
-            w.add(f"bucket >= {w.param(lo, 'Int64')}")
-            w.add(f"bucket < {w.param(hi, 'Int64')}")
-            _keys(f, w, rollup=True)
-            sql = (
-                f"SELECT {', '.join([*exprs, 'cls', 'value'])}, {sums}, {_HIST_SUM} FROM {table}"
-                f" WHERE {w.sql()} GROUP BY {', '.join([*exprs, 'cls', 'value'])}"
-            )
-            for row in self._query(sql, parameters=w.params).result_rows:
-                group = tuple(
-                    None if v == "" and d != "day" else v for v, d in zip(row[:n], dims, strict=True)
-                )
-                cls, value = row[n], row[n + 1]
-                agg = AggRow((*group, cls, value if cls == "v" else None),
-                             np.array(row[n + 2 : n + 2 + len(SUMS)], dtype=np.float64), _hist(row[-1]))  # fmt: skip
-                mine = out.get(agg.key)
-                if mine is None:
-                    out[agg.key] = AggRow(agg.key, agg.sums.copy(), agg.hist.copy())
-                else:
-                    mine.sums, mine.hist = mine.sums + agg.sums, mine.hist + agg.hist
-                total = totals.get(group)
-                if total is not None:
-                    total.sums, total.hist = total.sums - agg.sums, total.hist - agg.hist
+        w = Where()
+        w.add(f"workspace = {w.param(f.workspace, 'String')}")
+        w.add(f"key = {w.param(meta_key, 'String')}")
+        w.add(f"bucket >= {w.param(first, 'Int64')}")
+        w.add(f"bucket < {w.param(last, 'Int64')}")
+        _keys(f, w, rollup=True)
+        sql = (
+            f"SELECT {', '.join([*exprs, 'cls', 'value'])}, {sums}, {_HIST_SUM} FROM {META_ROLLUP}"
+            f" WHERE {w.sql()} GROUP BY {', '.join([*exprs, 'cls', 'value'])}"
+        )
+        for row in self._query(sql, parameters=w.params).result_rows:
+            group = tuple(None if v == "" and d != "day" else v for v, d in zip(row[:n], dims, strict=True))
+            cls, value = row[n], row[n + 1]
+            key = (*group, cls, value if cls == "v" else None)
+            agg = AggRow(key, np.array(row[n + 2 : n + 2 + len(SUMS)], dtype=np.float64), _hist(row[-1]))
+            out[key] = agg
+            total = totals.get(group)
+            if total is not None:
+                total.sums, total.hist = total.sums - agg.sums, total.hist - agg.hist
         calls = SUMS.index("calls")
         for group, rest in totals.items():
             if rest.sums[calls] > 0:
