@@ -4,8 +4,10 @@ server that cannot be reached."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
@@ -78,6 +80,20 @@ def test_a_database_from_before_the_metadata_rollup_and_trace_bounds_gets_them_f
         reopened.close()
 
 
+def _version_4_database(data_dir: Path, url: str, rows: list[dict[str, Any]]) -> None:
+    """A database as version 4 left it, holding ``rows`` ingested through version 4's views."""
+    old = open_ch(data_dir, url)
+    client = old.store.client  # type: ignore[attr-defined]
+    client.command("DROP VIEW rollups_mv")
+    client.command("DROP TABLE rollups")
+    for statement in v4_rollups(3650):
+        client.command(statement)
+    old.ingest.ingest_document(app(), {"rows": rows})
+    assert client.command("SELECT sum(calls) FROM rollup_weekly_coarse") == len(rows)
+    assert client.command("SELECT count() FROM rollup_meta_weekly") > 0
+    old.close()
+
+
 def test_a_database_of_schema_version_4_gets_its_rollups_rebuilt_and_answers_the_same(
     clickhouse: ClickHouseEndpoint, tmp_path: Path
 ) -> None:
@@ -107,17 +123,7 @@ def test_a_database_of_schema_version_4_gets_its_rollups_rebuilt_and_answers_the
     assert expected["by_model"]["totals"]["calls"] == 60
 
     url = clickhouse.database_url()
-    old = open_ch(tmp_path / "old", url)
-    client = old.store.client  # type: ignore[attr-defined]
-    client.command("DROP VIEW rollups_mv")  # the database as version 4 left it
-    client.command("DROP TABLE rollups")
-    for statement in v4_rollups(3650):
-        client.command(statement)
-    old.ingest.ingest_document(app(), {"rows": rows})  # through version 4's views
-    assert client.command("SELECT sum(calls) FROM rollup_weekly_coarse") == 60
-    assert client.command("SELECT count() FROM rollup_meta_weekly") > 0
-    old.close()
-
+    _version_4_database(tmp_path / "old", url, rows)
     reopened = open_ch(tmp_path / "old", url)
     try:
         client = reopened.store.client  # type: ignore[attr-defined]
@@ -132,6 +138,27 @@ def test_a_database_of_schema_version_4_gets_its_rollups_rebuilt_and_answers_the
         assert reopened.usage.aggregates(agent(), days=30)["totals"]["calls"] == 61
     finally:
         reopened.close()
+
+
+def test_workers_upgrading_a_version_4_database_at_once_backfill_its_calls_once(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path
+) -> None:
+    """``serve --workers 3`` opens three stores at once: one backfills ``rollups`` from the stored calls,
+    the others wait for it and find the table there."""
+    rows = [row(minutes_ago=m * 97, tags={"prompt_id": f"p{m % 3}"}) for m in range(40)]
+    url = clickhouse.database_url()
+    _version_4_database(tmp_path, url, rows)
+    opened: list[Metergraph] = []
+    with ThreadPoolExecutor(3) as pool:
+        opened.extend(pool.map(lambda _: open_ch(tmp_path, url), range(3)))
+    try:
+        client = opened[0].store.client  # type: ignore[attr-defined]
+        assert client.command("SELECT sum(calls) FROM rollups WHERE grain = 0") == 40
+        for mg in opened:
+            assert mg.usage.aggregates(agent(), days=30, group_by=["provider"])["totals"]["calls"] == 40
+    finally:
+        for mg in opened:
+            mg.close()
 
 
 def test_several_workers_ingest_at_once_with_distinct_call_ids(

@@ -14,10 +14,13 @@ it), sent before the 202.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -146,6 +149,21 @@ def parse_url(url: str) -> dict[str, Any]:
     }
 
 
+# Next to the metadata database: the workers of one server share its data directory.
+SCHEMA_LOCK = "metergraph.clickhouse-schema.lock"
+
+
+@contextmanager
+def _schema_lock(path: Path) -> Iterator[None]:
+    """Held while a store creates or upgrades the ClickHouse schema (released when the process dies)."""
+    with path.open("a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
 class ClickHouseTelemetryStore:
     """``TelemetryStore`` on ClickHouse; metadata (keys, sessions, routes, batches) in ``meta``."""
 
@@ -172,13 +190,17 @@ class ClickHouseTelemetryStore:
             self.client = clickhouse_connect.get_client(
                 **options, database=database, autogenerate_session_id=False
             )
-            missing = [table for table in BACKFILLED if not self._exists(table)]
-            for statement in statements(retention_days):
-                self.client.command(statement)
-            for table in missing:
-                # A database from before this table: its view feeds it from now on, the calls already
-                # stored go in once (upgrade with ingest paused: a batch in flight may count twice).
-                self.client.command(f"INSERT INTO {table} {BACKFILLED[table]()}")
+            # One process at a time (``serve --workers N`` opens N stores at once): the second finds the
+            # tables there and backfills nothing, so an upgrade never counts the stored calls twice.
+            with _schema_lock(meta.db.path.parent / SCHEMA_LOCK):
+                missing = [table for table in BACKFILLED if not self._exists(table)]
+                for statement in statements(retention_days):
+                    self.client.command(statement)
+                for table in missing:
+                    # A database from before this table: its view feeds it from now on, the calls
+                    # already stored go in once (upgrade with ingest paused: a batch in flight may count
+                    # twice).
+                    self.client.command(f"INSERT INTO {table} {BACKFILLED[table]()}")
         except Exception as exc:
             raise StorageUnavailable(
                 f"ClickHouse at {options['host']}:{options['port']} is not reachable or refused the schema: {exc}",
