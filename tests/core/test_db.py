@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -69,3 +70,37 @@ def test_a_failed_transaction_leaves_nothing_written(tmp_path: Path) -> None:
         assert db.conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == rows
     finally:
         db.close()
+
+
+def test_processes_opening_one_file_at_once_apply_each_migration_once(tmp_path: Path) -> None:
+    # Server workers open the same file at the same moment: each reads the schema version before its
+    # first write; the ones that lose the race must find the migration applied, not run it again
+    # ("table ... already exists").
+    migrations = ["CREATE TABLE one (id INTEGER PRIMARY KEY)", "CREATE TABLE two (id INTEGER PRIMARY KEY)"]
+    for attempt in range(5):
+        path = tmp_path / f"race-{attempt}.db"
+        opened = [Database(path, []) for _ in range(6)]
+        start = threading.Barrier(len(opened))
+        failures: list[BaseException] = []
+
+        def migrate(db: Database, start: threading.Barrier, failures: list[BaseException]) -> None:
+            start.wait()
+            try:
+                db.migrate("component", migrations)
+            except sqlite3.Error as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=migrate, args=(db, start, failures)) for db in opened]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        try:
+            assert failures == []
+            version = opened[0].conn.execute(
+                "SELECT version FROM schema_version WHERE component = 'component'"
+            )
+            assert version.fetchone()[0] == 2
+        finally:
+            for db in opened:
+                db.close()

@@ -156,6 +156,10 @@ class Database:
         current = int(self.conn.execute(query, (component,)).fetchone()[0])
         for version, script in enumerate(migrations[current:], start=current + 1):
             with self.transaction() as conn:
+                # Read again under the write lock: another process opening the same file at the same
+                # time (two server workers) may have applied this one since the read above.
+                if int(conn.execute(query, (component,)).fetchone()[0]) >= version:
+                    continue
                 for statement in _statements(script):
                     conn.execute(statement)
                 update = "UPDATE schema_version SET version = ? WHERE component = ?"
