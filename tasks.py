@@ -23,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 VENV_MCP1 = ROOT / ".venv-mcp1"  # the 1.x MCP client, for the contract's own Python example
+# The products' own client packages, each in an environment of its own (tests/clients/README.md).
+CLIENTS = ROOT / "tests" / "clients"
 # The MCP Inspector CLI and the Node it needs (>= 22.19), from the npm registry, for the test that drives
 # all three endpoints with it (tests/contract/test_inspector.py).
 INSPECTOR = ROOT / ".inspector"
@@ -72,6 +74,8 @@ def setup(dev: bool) -> None:
     if dev:
         mcp1 = ROOT / "tests" / "contract" / "mcp1-requirements.txt"
         _ensure(VENV_MCP1, [mcp1], ["-r", str(mcp1)])
+        for requirements in sorted(CLIENTS.glob("*.txt")):
+            _ensure(ROOT / f".venv-client-{requirements.stem}", [requirements], ["-r", str(requirements)])
         _ensure_inspector()
         _ensure_chromium()
 

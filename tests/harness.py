@@ -44,6 +44,20 @@ def shared_file(relative: str, override: str | None = None) -> Path:
     return path
 
 
+def client_python(name: str) -> Path:
+    """The Python of a product's own client package, installed from the registry into an environment of its
+    own by ``tasks.py`` (``tests/clients/<name>.txt``); a skip, or a failure where CI requires it, without."""
+    import pytest
+
+    python = ROOT / f".venv-client-{name}" / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    if not python.exists():
+        message = f"{python} not found: `python3 tasks.py test` installs tests/clients/{name}.txt there"
+        if os.environ.get("TRIPTYCH_REQUIRE_SHARED") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
+
+
 VENV_BIN = Path(sys.executable).parent
 TRIPTYCH = str(VENV_BIN / "triptych")
 SECRET = "test-secret-that-is-long-enough-for-hs256"
