@@ -49,10 +49,18 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
+# Libraries that log every request at INFO (the MCP SDK's "Terminating session: None" after each stateless
+# call, httpx's line per relayed Hadron request): an operator's log shows them only at debug.
+_CHATTY_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager", "httpx", "httpcore")
+
+
 def _log_to_stderr(level: str) -> None:
     logging.basicConfig(
         stream=sys.stderr, level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if level.lower() != "debug":
+        for name in _CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def _problem(exc: ValueError) -> str:
