@@ -8,6 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from postgres import PostgresCluster
+from tqdm import tqdm
 
 from triptych.core.progress import TableBars
 from triptych.core.transfer import Copied, remove_database, snapshot
@@ -32,15 +33,22 @@ def test_removing_a_failed_database_takes_its_wal_and_shared_memory_files_too(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metronix.db"]
 
 
-def test_table_bars_draw_one_bar_per_table_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+def test_table_bars_draw_one_bar_at_a_time_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     bars = TableBars()
     bars("nodes", 2)(2)
+    first = bars._bar
     bars("edges", 1)(1)
+    assert first not in tqdm._instances  # the first table's bar closed when the second began
+    assert bars._bar in tqdm._instances
     bars.close()
+    bars.close()  # closing twice is no error
+    assert bars._bar is None and bars.tables == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "copying nodes" in captured.err and "2/2" in captured.err
-    assert "copying edges" in captured.err and "1/1" in captured.err
+    assert "copying table 1: nodes" in captured.err and "0/2" in captured.err
+    assert "copying table 2: edges" in captured.err
+    # The last bar erased itself: the command's summary follows on a clean line.
+    assert captured.err.endswith("\r")
 
 
 def test_the_way_back_reads_one_snapshot_and_writes_nothing(postgres: PostgresCluster) -> None:

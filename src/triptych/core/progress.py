@@ -8,19 +8,31 @@ from typing import Any
 
 
 class TableBars:
-    """A ``core.transfer.Progress``: one bar per table a copy reaches; ``close()`` closes every bar."""
+    """A ``core.transfer.Progress``: one bar per table, in turn. A table's bar closes when the next table
+    starts, so a terminal shows one bar at a time (a copy of 32 tables once drew 32 bars over each other,
+    with the summary inside one); ``close()`` closes the last. The counts are in the summary the command
+    prints after, so a finished bar leaves no line behind."""
 
     def __init__(self) -> None:
-        self._bars: list[Any] = []
+        self._bar: Any = None
+        self.tables = 0
 
     def __call__(self, table: str, total: int) -> Callable[[int], None]:
         from tqdm import tqdm  # imported on use: `triptych --help` stays quick
 
-        bar = tqdm(total=total, unit="row", desc=f"copying {table}", file=sys.stderr)
-        self._bars.append(bar)
-        update: Callable[[int], None] = bar.update
+        self.close()
+        self.tables += 1
+        self._bar = tqdm(
+            total=total,
+            unit="row",
+            desc=f"copying table {self.tables}: {table}",
+            file=sys.stderr,
+            leave=False,
+        )
+        update: Callable[[int], None] = self._bar.update
         return update
 
     def close(self) -> None:
-        for bar in self._bars:
-            bar.close()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
