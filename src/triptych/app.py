@@ -16,6 +16,10 @@ from triptych import __version__
 from triptych.config import Settings
 from triptych.core.embed import Embedder
 from triptych.core.lastresort import LastResort
+from triptych.core.metrics import GaugeSampler, metrics_endpoint, register_gauge
+from triptych.core.pg import pool_use
+from triptych.core.request_context import RequestContext
+from triptych.core.search import BUILDS
 from triptych.core.surface import Mounted, Shared
 from triptych.hadron import surface as hadron
 from triptych.metergraph import surface as metergraph
@@ -28,7 +32,24 @@ def create_app(settings: Settings, embedder: Embedder | None = None) -> Starlett
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     shared = Shared(settings, embedder)
     _, metronix_mounted = metronix.mount(shared)
-    surfaces: list[Mounted] = [metronix_mounted, hadron.mount(shared), metergraph.mount(shared)]
+    named: dict[str, Mounted] = {
+        "metronix": metronix_mounted,
+        "hadron": hadron.mount(shared),
+        "metergraph": metergraph.mount(shared),
+    }
+    surfaces = list(named.values())
+    sampler = GaugeSampler()
+    register_gauge(
+        "triptych_index_builds_in_progress", "Vector graphs (HNSW) being built in the background", (),
+        lambda: [((), float(BUILDS.count))],
+    )  # fmt: skip
+    register_gauge(
+        "triptych_db_pool_connections", "PostgreSQL pool connections (size, idle) and requests waiting for one",
+        ("state",), pool_use,
+    )  # fmt: skip
+    for surface in surfaces:
+        for gauge in surface.gauges:
+            register_gauge(*gauge)
     ready = {"value": False}
 
     async def health(request: Request) -> Response:
@@ -46,17 +67,28 @@ def create_app(settings: Settings, embedder: Embedder | None = None) -> Starlett
                     await stack.enter_async_context(endpoint.manager.run())
                 for start in surface.on_startup:
                     start()
+            sampler.start()
             ready["value"] = True
             log.info("triptych %s ready, data in %s", __version__, settings.data_dir)
             try:
                 yield
             finally:
                 ready["value"] = False
+                sampler.stop()
                 for surface in surfaces:
                     for close in surface.on_close:
                         close()
 
     routes: list[BaseRoute] = [route for surface in surfaces for route in surface.routes]
     routes.append(Route("/health", health, methods=["GET"]))
+    routes.append(Route("/metrics", metrics_endpoint(settings.metrics_token), methods=["GET"]))
     shapes = {prefix: body for surface in surfaces for prefix, body in surface.error_shapes.items()}
-    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(LastResort, shapes=shapes)])
+    # Each request is labelled with the surface whose route it reached (the static part of the path).
+    doors = [(_static_prefix(route), name) for name, surface in named.items() for route in surface.routes]
+    middleware = [Middleware(RequestContext, doors=doors), Middleware(LastResort, shapes=shapes)]
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+
+
+def _static_prefix(route: BaseRoute) -> str:
+    path = str(getattr(route, "path", ""))
+    return path.split("{", 1)[0].rstrip("/") or "/"

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
 from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triptych import __version__
 from triptych.config import Settings, load_settings
 from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.core.datadir import describe, is_fresh
 from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
+
+if TYPE_CHECKING:
+    from triptych.core.logs import LogFormat
 
 SURFACES = ("metronix", "metergraph")
 
@@ -49,18 +51,10 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
-# Libraries that log every request at INFO (the MCP SDK's "Terminating session: None" after each stateless
-# call, httpx's line per relayed Hadron request): an operator's log shows them only at debug.
-_CHATTY_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager", "httpx", "httpcore")
+def _log_to_stderr(level: str, fmt: LogFormat = "text") -> None:
+    from triptych.core.logs import configure
 
-
-def _log_to_stderr(level: str) -> None:
-    logging.basicConfig(
-        stream=sys.stderr, level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if level.lower() != "debug":
-        for name in _CHATTY_LOGGERS:
-            logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+    configure(level, fmt)
 
 
 def _problem(exc: ValueError) -> str:
@@ -87,7 +81,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a setting out of range or malformed
         print(f"triptych: {_problem(exc)}", file=sys.stderr)
         return 2
-    _log_to_stderr(settings.log_level)
+    _log_to_stderr(settings.log_level, settings.log_format)
     sock = worker_socket()
     if sock is None and args.workers > 1:
         return _serve_workers(args, settings)
@@ -117,7 +111,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        log_config=None,
+    )
     return 0
 
 
@@ -147,7 +148,11 @@ def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
     app, own = relayed(named_worker(app))
     # Open streams (a Hadron GET stream) are cut before the supervisor's grace runs out and it kills.
     config = uvicorn.Config(
-        app, log_level=settings.log_level, access_log=False, timeout_graceful_shutdown=int(GRACE) - 2
+        app,
+        log_level=settings.log_level,
+        access_log=False,
+        log_config=None,  # the root logger's format (core/logs.py), text or JSON
+        timeout_graceful_shutdown=int(GRACE) - 2,
     )
     own_path = None if own is None else Path(own.getsockname())  # uvicorn closes the socket itself
     # uvicorn re-raises the stop signal after its graceful shutdown; with the default handler the

@@ -7,7 +7,7 @@ Every setting has a ``TRIPTYCH_`` name; a few also answer to the upstream produc
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -76,6 +76,14 @@ class Settings(BaseSettings):
     chunk_tokens: int = Field(200, validation_alias=_alias("TRIPTYCH_CHUNK_TOKENS", "chunk_tokens"))
 
     log_level: str = Field("info", validation_alias=_alias("TRIPTYCH_LOG_LEVEL", "log_level"))
+    # "json": one JSON object per log line, for a log system (core/logs.py).
+    log_format: Literal["text", "json"] = Field(
+        "text", validation_alias=_alias("TRIPTYCH_LOG_FORMAT", "log_format")
+    )
+    # A bearer token for GET /metrics; unset, /metrics answers loopback clients only (core/metrics.py).
+    metrics_token: str | None = Field(
+        None, validation_alias=_alias("TRIPTYCH_METRICS_TOKEN", "metrics_token")
+    )
 
     # MCP sources for metronix_sync (default: <data dir>/.metronix/mcp_servers.json).
     mcp_sources: str | None = Field(None, validation_alias=_alias("TRIPTYCH_MCP_SOURCES", "mcp_sources"))

@@ -41,6 +41,7 @@ from types import FrameType
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from triptych.core.metrics import MULTIPROC_ENV, metrics_process_dead
 from triptych.peers import RUN_DIR
 
 WORKER_FD = "TRIPTYCH_WORKER_FD"
@@ -160,6 +161,9 @@ class Supervisor:
         self.all_ready = False
         # Each worker's own socket for requests of MCP sessions it holds (peers.py); removed at the end.
         self.run_dir = tempfile.mkdtemp(prefix="triptych-workers-")
+        # Every worker's /metrics values, in files a scrape of any worker sums (core/metrics.py).
+        self.metrics_dir = os.path.join(self.run_dir, "metrics")
+        os.mkdir(self.metrics_dir)
         self._ready_read, self._ready_write = os.pipe()
         os.set_blocking(self._ready_read, False)
 
@@ -172,6 +176,7 @@ class Supervisor:
             WORKER_INDEX: str(index),
             SUPERVISOR_PID: str(os.getpid()),
             RUN_DIR: self.run_dir,
+            MULTIPROC_ENV: self.metrics_dir,
         }
         process = subprocess.Popen(
             self.command,
@@ -233,6 +238,8 @@ class Supervisor:
                 if code is None or self.stopping is not None:
                     continue
                 pid = worker.process.pid
+                # Its gauges leave the sums; its counters stay (a rate must not drop at a restart).
+                metrics_process_dead(pid, self.metrics_dir)
                 if not worker.ready and not self.all_ready:  # at start: the setup is wrong
                     self.say(
                         f"worker {worker.index} (pid {pid}) {how_it_ended(code)} before it was ready:"

@@ -458,3 +458,36 @@ def test_workers_that_cannot_reach_the_database_stop_the_supervisor_with_the_rea
     assert done.returncode == 1
     assert "cannot start" in done.stderr and "before it was ready: stopping the others" in done.stderr
     assert "s3cret" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_metrics_answered_by_any_worker_count_every_worker_s_calls(workers: ServerProcess) -> None:
+    """``/metrics`` under several workers sums their files (core/metrics.py): whichever worker answers a
+    scrape, a request counted by the other is in it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape() -> tuple[str, float]:
+        # A new connection each time: the kernel hands it to either worker.
+        response = httpx.get(workers.url + "/metrics")
+        assert response.status_code == 200, response.text
+        total = sum(
+            s.value
+            for family in text_string_to_metric_families(response.text)
+            for s in family.samples
+            if s.name == "triptych_http_requests_total" and s.labels["surface"] == "metronix"
+        )
+        return response.headers[WORKER], total
+
+    _, before = scrape()
+    answered = set()
+    for _ in range(12):
+        response = httpx.get(workers.url + "/api/v1/auth/me", headers=bearer(token()))
+        answered.add(response.headers[WORKER])
+    assert len(answered) == 2, "twelve new connections all reached one worker"
+    seen: dict[str, float] = {}
+    for _ in range(40):
+        worker, total = scrape()
+        seen[worker] = total
+        if len(seen) == 2:
+            break
+    assert len(seen) == 2, "forty scrapes all reached one worker"
+    assert all(total - before == 12 for total in seen.values()), (before, seen)

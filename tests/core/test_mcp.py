@@ -21,7 +21,12 @@ def echo(context: str, args: Args) -> dict[str, Any]:
     return {"context": context, "query": args.query}
 
 
-TOOLS = Toolbox([Tool("echo", "Echo the query.", Args, echo)], private_arguments=("metadata",))
+TOOLS = Toolbox(
+    [Tool("echo", "Echo the query.", Args, echo)],
+    surface="test",
+    error_codes={},
+    private_arguments=("metadata",),
+)
 
 
 def bind(tool: Tool[str]) -> Any:

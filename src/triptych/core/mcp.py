@@ -34,9 +34,12 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from triptych import __version__
-from triptych.core.errors import InternalError, Invalid, TriptychError
+from triptych.core.errors import InternalError, Invalid, Kind, TriptychError, surface_code
+from triptych.core.metrics import observe_tool
+from triptych.core.request_context import REQUEST_ID, SURFACE, TOOL, request_id_of
 
 log = logging.getLogger(__name__)
+tool_log = logging.getLogger("triptych.tools")  # a line per call: at debug, or in JSON logs
 # The ``_meta`` key of every tool result that carries the server's own time for the call, in ms.
 SERVER_TIME_META = "triptych/server_ms"
 
@@ -155,7 +158,18 @@ class Toolbox(Generic[C]):
     check its arguments, run its handler. Refusals are raised as ``TriptychError`` for the caller of
     ``call`` to render in its contract's shape."""
 
-    def __init__(self, tools: Sequence[Tool[C]], *, private_arguments: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        tools: Sequence[Tool[C]],
+        *,
+        surface: str,
+        error_codes: Mapping[Kind, str],
+        private_arguments: Collection[str] = (),
+    ) -> None:
+        self.surface = surface  # the label of its calls in /metrics and the logs
+        self.error_codes = (
+            error_codes  # the surface's codes for the neutral kinds: outcomes as clients see them
+        )
         self.tools = list(tools)
         self.by_name = {tool.name: tool for tool in self.tools}
         # Built once: the schemas never change, and tools/list is called often.
@@ -173,6 +187,29 @@ class Toolbox(Generic[C]):
         return tool
 
     async def call(self, name: str, arguments: Any, bind: Bind[C]) -> Any:
+        """Run a call; every call, refused or not, is counted for ``/metrics`` and logged at debug (or in
+        JSON logs) with its outcome: ``ok`` or the refusal's code."""
+        started = time.perf_counter()
+        outcome = "ok"
+        label = name if name in self.by_name else "unknown"  # a caller's made-up names are not labels
+        token = TOOL.set(label)
+        try:
+            return await self._run(name, arguments, bind)
+        except TriptychError as exc:
+            outcome = surface_code(exc, self.error_codes)
+            raise
+        except BaseException:
+            outcome = "internal"
+            raise
+        finally:
+            seconds = time.perf_counter() - started
+            observe_tool(self.surface, label, seconds, outcome)
+            tool_log.info(
+                "%s %s", label, outcome, extra={"duration_ms": round(seconds * 1000, 2), "outcome": outcome}
+            )
+            TOOL.reset(token)
+
+    async def _run(self, name: str, arguments: Any, bind: Bind[C]) -> Any:
         tool = self.get(name)
         context = bind(tool)
         args = parse_args(tool.args, arguments, self.private_arguments)
@@ -218,11 +255,12 @@ def build_server(
     *,
     bind: SessionBind[C],
     render_error: ErrorRenderer,
+    error_codes: Mapping[Kind, str],
     instructions: str | None = None,
 ) -> Server[Any]:
     """An SDK server (streamable HTTP or stdio) over ``tools``; refusals come out as ``render_error``
     shapes them, and an unexpected exception as ``InternalError`` (its traceback stays in the log)."""
-    toolbox = Toolbox(tools)
+    toolbox = Toolbox(tools, surface=name, error_codes=error_codes)
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -233,6 +271,11 @@ def build_server(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         started = time.perf_counter()
+        # The session's task group runs this call, outside the HTTP request's context: its log lines get
+        # the request's id from the request itself.
+        rid = request_id_of(ctx.request.scope if ctx.request is not None else None)
+        request_token = REQUEST_ID.set(rid) if rid is not None else None
+        surface_token = SURFACE.set(name)
         try:
             result = tool_result(await toolbox.call(params.name, params.arguments, lambda t: bind(ctx, t)))
         except TriptychError as exc:
@@ -240,6 +283,10 @@ def build_server(
         except Exception:
             log.exception("tool %s failed", params.name)
             result = render_error(InternalError("Unexpected server error while running " + params.name))
+        finally:
+            SURFACE.reset(surface_token)
+            if request_token is not None:
+                REQUEST_ID.reset(request_token)
         # How long the server spent on the call, in the result's protocol metadata (not the payload,
         # whose shape the contracts fix): clients that time only round trips can subtract transport.
         result.meta = {SERVER_TIME_META: round((time.perf_counter() - started) * 1000, 2)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +25,8 @@ from triptych.core.errors import StorageUnavailable
 
 Migration = str  # one SQL script; its position in the list is its version
 log = logging.getLogger(__name__)
+# The databases open in this process (for /metrics); a closed one leaves with its last reference.
+OPEN: weakref.WeakSet[PgDatabase] = weakref.WeakSet()
 # One advisory lock for every component's migrations (and the extension): they are short and rare.
 MIGRATION_LOCK = 0x7472_6970_7479  # "tripty"
 
@@ -52,6 +55,17 @@ def unavailable(url: str, exc: BaseException) -> StorageUnavailable:
     )
 
 
+def pool_use() -> list[tuple[list[str], float]]:
+    """Connections of this process's pools by state, and requests waiting for one: for /metrics."""
+    totals = {"size": 0, "idle": 0, "waiting": 0}
+    for db in list(OPEN):
+        stats = db.pool.get_stats()
+        totals["size"] += stats.get("pool_size", 0)
+        totals["idle"] += stats.get("pool_available", 0)
+        totals["waiting"] += stats.get("requests_waiting", 0)
+    return [([state], float(n)) for state, n in totals.items()]
+
+
 class PgDatabase:
     """One PostgreSQL database. Several stores share it, each with its own ``component`` and migrations."""
 
@@ -74,6 +88,7 @@ class PgDatabase:
             self.pool.wait(timeout=timeout)
         except (psycopg.OperationalError, OSError) as exc:
             raise unavailable(url, exc) from exc
+        OPEN.add(self)
 
     def _bootstrap(self) -> None:
         """The vector extension, before any pooled connection registers its type."""
@@ -146,6 +161,7 @@ class PgDatabase:
                     conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
 
     def close(self) -> None:
+        OPEN.discard(self)
         self.pool.close()
 
 

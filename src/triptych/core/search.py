@@ -188,6 +188,25 @@ def convex(rankings: Sequence[Sequence[tuple[int, float]]], weights: Sequence[fl
     return fused
 
 
+class _Running:
+    """How many of something run now in this process (``with BUILDS:`` around each): for /metrics."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+BUILDS = _Running()  # vector graphs (HNSW) being built in the background
+
+
 @dataclass
 class _Partition:
     ids: list[int] = field(default_factory=list)
@@ -280,11 +299,12 @@ class VectorIndex(PartitionCache[_Partition]):
         ids, matrix = list(part.ids), np.ascontiguousarray(part.columns.T)
 
         def build() -> None:
-            try:
-                graph = self._build_hnsw(ids, matrix)
-            except Exception:  # the exact path keeps serving; a later change retries
-                log.warning("building the vector graph of %s failed", key, exc_info=True)
-                graph = None
+            with BUILDS:
+                try:
+                    graph = self._build_hnsw(ids, matrix)
+                except Exception:  # the exact path keeps serving; a later change retries
+                    log.warning("building the vector graph of %s failed", key, exc_info=True)
+                    graph = None
             with self._lock:
                 part.building = False
                 self._building.discard(key)

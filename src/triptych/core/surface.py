@@ -5,7 +5,7 @@ and what to do at startup and shutdown. Each surface builds this in its own ``su
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,7 @@ from starlette.routing import BaseRoute
 from triptych.config import Settings
 from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint
+from triptych.core.metrics import Sample
 
 
 class Shared:
@@ -42,3 +43,5 @@ class Mounted:
     # Path prefix -> the JSON body of an unexpected 500 at that door, in its contract's shape
     # (core/lastresort.py); paths no surface claims get the root INTERNAL_ERROR shape.
     error_shapes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Gauges for /metrics: (name, help, label names, sampler) as ``core.metrics.register_gauge`` takes them.
+    gauges: list[tuple[str, str, Sequence[str], Sample]] = field(default_factory=list)

@@ -26,7 +26,7 @@ from triptych.core import jsonbody
 from triptych.core.http import McpEndpoint, send_json
 from triptych.core.mcp import SessionBind, Tool
 from triptych.core.mcp import build_server as build_mcp_server
-from triptych.hadron.errors import Unauthenticated, render_error
+from triptych.hadron.errors import BY_KIND, Unauthenticated, render_error
 from triptych.hadron.identity import ANONYMOUS, Authenticate, HadronCaller
 from triptych.hadron.services.selection import SelectionService, client_id_from
 from triptych.hadron.tools.base import Ctx
@@ -73,7 +73,12 @@ def _in_session(
 
 def build_server(tools: Sequence[Tool[Ctx]], selections: SelectionService, instructions: str) -> Server[Any]:
     return build_mcp_server(
-        "hadron", tools, bind=session_bind(selections), render_error=render_error, instructions=instructions
+        "hadron",
+        tools,
+        bind=session_bind(selections),
+        render_error=render_error,
+        error_codes=BY_KIND,
+        instructions=instructions,
     )
 
 

@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Route
 from triptych.core import jsonbody
 from triptych.core.errors import StorageUnavailable, TriptychError
 from triptych.core.mcp import ArgumentsInvalid
+from triptych.core.metrics import observe_ingest
 from triptych.metergraph import otlp
 from triptych.metergraph.errors import (
     BadBatch,
@@ -85,6 +86,7 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
             try:
                 return await work(app)
             except BadBatch:
+                observe_ingest("refused", 1, 0)
                 # A refused batch is a permanent ingestion failure of this workspace: health shows it.
                 source = "otlp" if request.url.path == "/v1/traces" else "sdk"
                 await anyio.to_thread.run_sync(
@@ -109,6 +111,8 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
             # Decompressing and parsing a batch takes tens of milliseconds: off the event loop, so the
             # next batch can be received meanwhile.
             result = await anyio.to_thread.run_sync(lambda: decode_and_ingest(app, request, raw))
+            observe_ingest("accepted", 1, result.accepted)
+            observe_ingest("ignored", 0, result.ignored)
             return json_response({"accepted": result.accepted, "ignored": result.ignored}, 202)
 
         return await guarded(request, work)
@@ -145,11 +149,13 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
             except otlp.OtlpDecodeError as exc:
                 raise BadBatch(str(exc)) from None
             if decoded.rows:
-                await anyio.to_thread.run_sync(
+                result = await anyio.to_thread.run_sync(
                     lambda: mg.ingest.ingest_rows(
                         app, decoded.rows, "otlp", unknown_attributes=decoded.unknown_attributes
                     )
                 )
+                observe_ingest("accepted", 1, result.accepted)
+                observe_ingest("ignored", 0, result.ignored)
             payload, media = otlp.encode_response(content_type)
             return Response(payload, media_type=media)
 

@@ -44,6 +44,11 @@ class RollupFolder:
             self._wake.set()
 
     @property
+    def pending(self) -> int:
+        """Calls this process committed that its folder has not begun to fold (for /metrics)."""
+        return self._pending
+
+    @property
     def running(self) -> bool:
         return self._thread is not None
 

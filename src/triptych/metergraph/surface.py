@@ -4,10 +4,13 @@ the Agent Access REST mirrors and ``/healthz``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from starlette.requests import Request
 from starlette.routing import Route
 
 from triptych.core.lastresort import jsonrpc_internal_error
+from triptych.core.metrics import Sample
 from triptych.core.surface import Mounted, Shared
 from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.keys import AgentPrincipal
@@ -71,4 +74,15 @@ def mount(shared: Shared) -> Mounted:
     ]
     document = internal_error_document()
     shapes = {"/v1/agent/mcp": jsonrpc_internal_error(), "/v1": document, "/healthz": document}
-    return Mounted(routes=routes, endpoints=[], on_close=[mg.close], error_shapes=shapes)
+    gauges: list[tuple[str, str, Sequence[str], Sample]] = []
+    if isinstance(mg.store, SqliteTelemetryStore):
+        folder = mg.store.folder
+        gauges.append(
+            (
+                "triptych_metergraph_rollup_fold_pending",
+                "Ingested calls this worker has not yet folded into the embedded engine's rollups",
+                (),
+                lambda: [((), float(folder.pending))],
+            )
+        )
+    return Mounted(routes=routes, endpoints=[], on_close=[mg.close], error_shapes=shapes, gauges=gauges)

@@ -17,6 +17,7 @@ from triptych.core.mcp import Bind, Tool, Toolbox
 from triptych.metergraph.analysis import AnalysisService
 from triptych.metergraph.analysis_runner import RunSettings
 from triptych.metergraph.contract import TOOLS_BY_NAME
+from triptych.metergraph.errors import BY_KIND
 from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.replay import ReplayService
@@ -165,7 +166,7 @@ MetergraphTool = Tool[AgentPrincipal]
 
 def toolbox(tools: list[MetergraphTool]) -> Toolbox[AgentPrincipal]:
     """The tools as both doors (MCP and the REST mirrors) run them."""
-    return Toolbox(tools, private_arguments=PRIVATE_ARGUMENTS)
+    return Toolbox(tools, surface="metergraph", error_codes=BY_KIND, private_arguments=PRIVATE_ARGUMENTS)
 
 
 def principal_bind(principal: AgentPrincipal) -> Bind[AgentPrincipal]:

@@ -41,6 +41,7 @@ class ReviewStore(Protocol):
     ) -> str | None: ...
     def events(self, workspace_id: str, target_id: str) -> list[dict[str, Any]]: ...
     def pending_checks(self, limit: int = 100) -> list[tuple[str, str]]: ...
+    def queued_checks(self) -> int: ...
     def check_done(self, record_id: str) -> None: ...
 
 
@@ -202,6 +203,11 @@ class SqliteReviewStore:
             "SELECT workspace_id, record_id FROM freshness_queue ORDER BY enqueued_at LIMIT ?", (limit,)
         ).fetchall()
         return [(r[0], r[1]) for r in rows]
+
+    def queued_checks(self) -> int:
+        """How many freshness checks wait (written, not yet checked): for /metrics."""
+        row = self.db.conn.execute("SELECT count(*) FROM freshness_queue").fetchone()
+        return int(row[0])
 
     @gated
     def check_done(self, record_id: str) -> None:

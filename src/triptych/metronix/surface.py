@@ -24,7 +24,7 @@ from triptych.core.pg import PgDatabase, PortableDatabase
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
 from triptych.metronix.answer import AnswerService, LlmClient
-from triptych.metronix.errors import error_body, render_error
+from triptych.metronix.errors import BY_KIND, error_body, render_error
 from triptych.metronix.knowledge import MAX_REQUEST_BYTES, KnowledgeService
 from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
@@ -144,6 +144,7 @@ class Metronix:
             self.tools(),
             bind=caller_bind(stdio_agent_id),
             render_error=render_error,
+            error_codes=BY_KIND,
             instructions=INSTRUCTIONS,
         )
 
@@ -187,4 +188,12 @@ def mount(shared: Shared) -> tuple[Metronix, Mounted]:
         on_startup=[metronix.start],
         on_close=[metronix.close],
         error_shapes={"/mcp": jsonrpc_internal_error(), **{p: openai_internal_error() for p in OPENAI_PATHS}},
+        gauges=[
+            (
+                "triptych_metronix_freshness_queue",
+                "Agent-memory writes whose freshness check (duplicates, contradictions) has not run yet",
+                (),
+                lambda: [((), float(metronix.memory.store.reviews.queued_checks()))],
+            )
+        ],
     )

@@ -1,0 +1,98 @@
+"""Who asked, through which door, and how it went: the request id and the request middleware.
+
+Every HTTP request gets an id: the client's ``X-Request-Id`` when it sends a usable one (up to 128 letters,
+digits and ``.:_-``), a new one otherwise. It comes back as ``X-Request-Id`` on the response, and every log
+line written while the request runs carries it (``core/logs.py`` reads these context variables), so a
+client's complaint finds its lines. The middleware also counts the request for ``/metrics`` and writes one
+line per request to the ``triptych.requests`` logger.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from triptych.core.metrics import observe_request
+
+REQUEST_ID: ContextVar[str | None] = ContextVar("triptych_request_id", default=None)
+SURFACE: ContextVar[str | None] = ContextVar("triptych_surface", default=None)
+TOOL: ContextVar[str | None] = ContextVar("triptych_tool", default=None)
+
+HEADER = "x-request-id"
+STATE_KEY = "request_id"
+_USABLE = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+
+log = logging.getLogger("triptych.requests")
+
+
+def request_id(headers: Mapping[str, str]) -> str:
+    """The client's request id if usable (a log line must not carry whatever a client sends), else new."""
+    given = headers.get(HEADER, "")
+    return given if _USABLE.fullmatch(given) else uuid.uuid4().hex
+
+
+def request_id_of(scope: Mapping[str, Any] | None) -> str | None:
+    """The id the middleware gave the request whose ASGI scope this is (None outside one)."""
+    state = (scope or {}).get("state") or {}
+    value = state.get(STATE_KEY)
+    return value if isinstance(value, str) else None
+
+
+class RequestContext:
+    """The outermost middleware: request id, the surface a path belongs to, metrics and the request line.
+
+    ``doors`` maps path prefixes to surface names; the longest matching prefix wins."""
+
+    def __init__(self, app: ASGIApp, doors: Sequence[tuple[str, str]]) -> None:
+        self.app = app
+        self.doors = sorted(doors, key=lambda door: len(door[0]), reverse=True)
+
+    def surface_of(self, path: str) -> str:
+        for prefix, surface in self.doors:
+            if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
+                return surface
+        return "server"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        rid = request_id(headers)
+        scope.setdefault("state", {})[STATE_KEY] = rid
+        surface = self.surface_of(scope.get("path", ""))
+        tokens = (REQUEST_ID.set(rid), SURFACE.set(surface))
+        status = {"code": 500}
+        started = time.perf_counter()
+
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                message["headers"] = [
+                    *(h for h in message.get("headers", []) if h[0].lower() != HEADER.encode()),
+                    (HEADER.encode(), rid.encode()),
+                ]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, stamped)
+        finally:
+            seconds = time.perf_counter() - started
+            method = scope.get("method", "GET")
+            observe_request(surface, method, status["code"], seconds)
+            log.info(
+                "%s %s %d",
+                method,
+                scope.get("path", ""),
+                status["code"],
+                extra={"duration_ms": round(seconds * 1000, 2), "outcome": status["code"]},
+            )
+            SURFACE.reset(tokens[1])
+            REQUEST_ID.reset(tokens[0])
