@@ -15,7 +15,8 @@ from harness import ROOT, TRIPTYCH
 from triptych.cli import build_parser
 
 README = (ROOT / "README.md").read_text()
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "bench").glob("*.md"))]
+# docs/**: the decision records and the benchmark archives too.
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "bench").glob("*.md"))]
 
 
 def commands(

@@ -219,7 +219,8 @@ def _serve_workers(args: argparse.Namespace, settings: Settings) -> int:
     command += ["--data-dir", str(settings.data_dir)]
     if not settings.embed_threads:
         # The bundled model's threads default to every core in each worker: N workers would run N times
-        # as many as there are cores, and lose to the switching (docs/benchmarks.md, embedding threads).
+        # as many as there are cores, and lose to the switching (measured: "Embedding threads per worker"
+        # in docs/benchmarks/history-2026-11-30-to-2026-12-02.md).
         os.environ["TRIPTYCH_EMBED_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.workers))
     try:
         return Supervisor(args.workers, sockets, command, say, ready).run()
