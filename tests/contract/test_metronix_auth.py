@@ -34,29 +34,52 @@ def _unsigned() -> str:
     return f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(claims)}."
 
 
+INVALID_TOKEN = 'Bearer error="invalid_token"'
+# Every Metronix door behind the bearer JWT: method, path, body, extra headers.
+DOORS = {
+    "mcp": ("POST", "/mcp", INITIALIZE, MCP_HEADERS),
+    "rest-search": ("POST", "/api/v1/memory/search", {"query": "x", "agent_id": "a"}, {}),
+    "rest-me": ("GET", "/api/v1/auth/me", None, {}),
+    "chat-completions": (
+        "POST",
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}]},
+        {},
+    ),
+    "models": ("GET", "/v1/models", None, {}),
+}
+
+
+@pytest.mark.parametrize("door", DOORS)
 @pytest.mark.parametrize(
-    "authorization",
+    ("authorization", "challenge"),
     [
-        None,
-        "Basic dXNlcjpwYXNz",
-        "Bearer not-a-jwt",
-        "Bearer "
-        + jwt.encode({"sub": "a", "exp": int(time.time()) + 600}, "wrong-secret-wrong-secret-32bytes!"),
-        "Bearer " + token(ttl=-30),
-        "Bearer " + _unsigned(),
+        # No bearer token at all (RFC 6750 section 3.1: the challenge names no error)...
+        (None, "Bearer"),
+        ("Basic dXNlcjpwYXNz", "Bearer"),
+        # ... and a token that was sent and refused.
+        ("Bearer not-a-jwt", INVALID_TOKEN),
+        (
+            "Bearer "
+            + jwt.encode({"sub": "a", "exp": int(time.time()) + 600}, "wrong-secret-wrong-secret-32bytes!"),
+            INVALID_TOKEN,
+        ),
+        ("Bearer " + token(ttl=-30), INVALID_TOKEN),
+        ("Bearer " + _unsigned(), INVALID_TOKEN),
     ],
     ids=["missing", "basic", "malformed", "bad-signature", "expired", "alg-none"],
 )
-def test_mcp_without_a_valid_bearer_jwt_is_401_with_www_authenticate(
-    auth_server: ServerProcess, authorization: str | None
+def test_every_door_without_a_valid_bearer_jwt_is_401_with_the_references_challenge(
+    auth_server: ServerProcess, door: str, authorization: str | None, challenge: str
 ) -> None:
-    headers = dict(MCP_HEADERS)
-    if authorization:
-        headers["Authorization"] = authorization
-    response = httpx.post(auth_server.url + "/mcp", json=INITIALIZE, headers=headers)
+    method, path, body, extra = DOORS[door]
+    headers = {**extra, **({"Authorization": authorization} if authorization else {})}
+    response = httpx.request(method, auth_server.url + path, json=body, headers=headers)
     assert response.status_code == 401
-    assert response.headers["www-authenticate"].startswith("Bearer")
-    assert response.json()["error"]["code"] == "AUTH_REQUIRED"
+    assert response.headers["www-authenticate"] == challenge
+    error = response.json()["error"]
+    # The chat doors answer in OpenAI's error shape, the others in Metronix's.
+    assert error["code"] == ("invalid_api_key" if path.startswith("/v1/") else "AUTH_REQUIRED")
 
 
 def test_a_valid_token_opens_the_endpoint(auth_server: ServerProcess) -> None:
@@ -140,8 +163,9 @@ async def test_a_viewer_may_read_but_not_write(auth_server: ServerProcess) -> No
         )
         again = await viewer.call("metronix_get", doc_label="doc", workspace_id=workspace)
     assert read.data["content"] == "Readable by viewers."
-    assert write.error_code == "AUTH_REQUIRED"
-    assert write.data["error"]["details"]["reason"] == "FORBIDDEN"
+    assert write.error_code == "WORKSPACE_NOT_FOUND"
+    assert write.data["error"]["details"] == {"reason": "FORBIDDEN", "role": "viewer"}
+    assert "may read but not write" in write.data["error"]["message"]
     assert again.data["content"] == "Readable by viewers."
 
 
