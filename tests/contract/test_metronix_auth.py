@@ -82,6 +82,16 @@ def test_every_door_without_a_valid_bearer_jwt_is_401_with_the_references_challe
     assert error["code"] == ("invalid_api_key" if path.startswith("/v1/") else "AUTH_REQUIRED")
 
 
+def test_hadron_keeps_its_own_challenge_on_the_same_server(auth_server: ServerProcess) -> None:
+    # Hadron never answers 401 without credentials (an anonymous caller may ask hadron_server_info), and
+    # every 401 it sends is for a header it was given: its challenge stays error="invalid_token".
+    url = auth_server.url + "/hadron/mcp"
+    anonymous = httpx.post(url, json=INITIALIZE, headers=MCP_HEADERS)
+    refused = httpx.post(url, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": "Bearer not-a-jwt"})
+    assert anonymous.status_code == 200
+    assert refused.status_code == 401 and refused.headers["www-authenticate"] == INVALID_TOKEN
+
+
 def test_a_valid_token_opens_the_endpoint(auth_server: ServerProcess) -> None:
     headers = {**MCP_HEADERS, **bearer(token(workspaces=["A"]))}
     response = httpx.post(auth_server.url + "/mcp", json=INITIALIZE, headers=headers)
@@ -143,10 +153,17 @@ async def test_an_omitted_workspace_selects_the_first_granted_one(auth_server: S
     first, second = "first-" + uuid.uuid4().hex[:6], "second-" + uuid.uuid4().hex[:6]
     async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[first, second]))) as mcp:
         await mcp.call("metronix_store", content="Lands in the first grant.", doc_label="x")
+        # The schema advertises the reference's default "default", but an omitted (or null) workspace
+        # still means the token's first grant, never a workspace "default" it does not grant.
+        await mcp.call("memory_store", content="Also in the first grant.", agent_id="a", workspace_id=None)
         in_first = await mcp.call("metronix_get", doc_label="x", workspace_id=first)
         in_second = await mcp.call("metronix_get", doc_label="x", workspace_id=second)
+        memories = await mcp.call("memory_list", agent_id="a", workspace_id=first)
+        named = await mcp.call("memory_list", agent_id="a", workspace_id="default")
     assert in_first.data["content"] == "Lands in the first grant."
     assert in_second.error_code == "DOCUMENT_NOT_FOUND"
+    assert [r["content"] for r in memories.data["records"]] == ["Also in the first grant."]
+    assert named.error_code == "WORKSPACE_NOT_FOUND"  # naming "default" explicitly is asking for it
 
 
 @pytest.mark.engines("sqlite", "postgresql")  # tenancy holds inside every query of both
