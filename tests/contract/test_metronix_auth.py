@@ -50,6 +50,7 @@ DOORS = {
 }
 
 
+@pytest.mark.engines("sqlite", "postgresql")  # server mode's /mcp is another endpoint class
 @pytest.mark.parametrize("door", DOORS)
 @pytest.mark.parametrize(
     ("authorization", "challenge"),
