@@ -71,7 +71,6 @@ BATCH_RECORD: dict[str, JsonValue] = {
 
 
 class BatchStoreArgs(ToolArgs):
-    # Records are checked one by one in the service, so one bad record never aborts the batch.
     records: list[Any] = Field(
         min_length=1,
         max_length=MAX_BATCH,
