@@ -25,7 +25,7 @@ class TableBars:
         self._bar = tqdm(
             total=total,
             unit="row",
-            desc=f"copying table {self.tables}: {table}",
+            desc=f"copying {table} (table {self.tables})",
             file=sys.stderr,
             leave=False,
         )
