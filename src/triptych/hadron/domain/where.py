@@ -1,4 +1,4 @@
-"""The ``where`` predicate grammar shared by hadron_find_objects (and hadron_find_nodes, next).
+"""The ``where`` predicate grammar shared by hadron_find_nodes and hadron_find_objects.
 
     leaf:    {"path": ["a", "b"] | "a.b", "<op>": value, "field": "properties" | "data",
               "as": "text" | "number" | "datetime" | "boolean"}
@@ -9,9 +9,8 @@ A path is the list of object keys the real server's ``NodeWhereInput.path`` take
 item one key, taken as written, so a key may hold a dot) or, as Triptych accepted first, one string of
 dot-separated keys (``"a.b"``). Both walk nested objects one key per segment; a segment of digits also
 indexes a list, as a JSONB path does. Bounds: depth at most 4, at most 32 leaves, a path of at most 8
-segments. ``compile_where`` checks
-a predicate once and returns a function of a node's (properties, data). A leaf whose path is missing
-is false, except ``exists: false`` and ``ne``.
+segments. ``compile_where`` checks a predicate once and returns a function of a node's (properties,
+data). A leaf whose path is missing is false, except ``exists: false`` and ``ne``.
 """
 
 from __future__ import annotations

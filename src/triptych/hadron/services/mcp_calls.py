@@ -78,11 +78,9 @@ class McpToolCaller:
                 isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT
             ):
                 return ToolCallResult(False, f"no answer within {self.timeout:g} s", "timeout")
-            if (
-                isinstance(exc, MCPError) and connected
-            ):  # the source refused the call (an unknown tool, bad arguments)
-                return ToolCallResult(False, exc.message, "tool-error")
             if isinstance(exc, MCPError):
+                if connected:  # the source refused the call (an unknown tool, bad arguments)
+                    return ToolCallResult(False, exc.message, "tool-error")
                 return ToolCallResult(False, f"not an MCP server: {exc.message}", "unreachable")
             log.warning("action tool call %s/%s failed: %s", source.name, tool, exc, exc_info=True)
             return ToolCallResult(False, _describe(exc), "unreachable")
