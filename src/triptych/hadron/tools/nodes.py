@@ -311,7 +311,8 @@ def node_tools(nodes: NodeService) -> list[Tool[Ctx]]:
         ),
         Tool(
             "hadron_list_nodes",
-            "Browse the tree under a parent: names and descriptions only, optionally to a depth.",
+            "Browse the tree under a parent: names and descriptions only, optionally to a depth. A loc with "
+            "nodes beneath but no node of its own is listed as an implicit folder (implicit: true).",
             ListNodesArgs,
             list_nodes,
         ),
