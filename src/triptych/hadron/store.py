@@ -350,6 +350,7 @@ class GraphStore(Protocol):
     ) -> None: ...
     def revisions(self, node_id: str, limit: int = 20) -> list[Revision]: ...
     def children(self, memory_id: str, parent: str, limit: int = 1000) -> list[NodeRecord]: ...
+    def branch_locs(self, memory_id: str, parent: str) -> list[str]: ...
     def subtree(self, memory_id: str, loc: str) -> list[NodeRecord]: ...
     def live_locs(self, memory_id: str, locs: Sequence[str]) -> dict[str, str]: ...
     def count_descendants(self, memory_id: str, loc: str) -> int: ...
@@ -805,6 +806,24 @@ class SqliteGraphStore(_SqliteBase):
             (memory_id, parent, limit),
         ).fetchall()
         return [self._read(r) for r in rows]
+
+    def branch_locs(self, memory_id: str, parent: str) -> list[str]:
+        """The distinct parent locs of the live nodes at or below ``parent`` ("": the whole memory), in
+        order: every loc under which something lives, whether or not a node sits there."""
+        if not parent:
+            rows = self.conn.execute(
+                "SELECT DISTINCT parent_loc FROM nodes WHERE memory_id = ? AND deleted_at IS NULL "
+                "ORDER BY parent_loc",
+                (memory_id,),
+            ).fetchall()
+        else:
+            # A range on the (memory_id, parent_loc) index: the parent itself, then `<parent>:...`.
+            rows = self.conn.execute(
+                "SELECT DISTINCT parent_loc FROM nodes WHERE memory_id = ? AND deleted_at IS NULL "
+                "AND parent_loc >= ? AND parent_loc < ? ORDER BY parent_loc",
+                (memory_id, parent, _upper(parent)),
+            ).fetchall()
+        return [r[0] for r in rows if r[0] == parent or r[0].startswith(parent + ":") or not parent]
 
     def subtree(self, memory_id: str, loc: str) -> list[NodeRecord]:
         """The node at ``loc`` (if live) and every live descendant, parents before children."""

@@ -144,6 +144,18 @@ def split_bare_key(bare: str) -> tuple[str, str]:
     return root, slug
 
 
+def app_short_form(bare: str) -> tuple[str, str, bool] | None:
+    """``(root, slug, personal)`` of an App written ``<org-root>:<slug>`` (``acme.com:ops``, or v1
+    ``acme.com::ops``) or, for a user-owned App, ``@<handle>:<slug>`` (``personal`` True: only a user's
+    App matches) or ``<handle>:<slug>``; None when ``bare`` is not two non-empty atoms."""
+    root, slug = split_bare_key(bare.strip())
+    personal = root.startswith("@")
+    root = root.removeprefix("@")
+    if not root or not slug or ":" in root:
+        return None
+    return root, slug, personal
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryKey:
     """A memory named by its root and slug (the two halves of ``hrn:mem:<root>:<slug>``)."""

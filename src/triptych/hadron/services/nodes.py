@@ -21,6 +21,7 @@ from triptych.hadron.domain.loc import (
     is_id,
     leaf,
     node_urn,
+    parent_loc,
     parse_memory_ref,
     parse_node_ref,
     require_qualified_node,
@@ -42,6 +43,15 @@ from triptych.hadron.store import GraphStore, TenancyStore, new_id, utcnow
 
 CHAT_ROOT_TYPES = frozenset(("chat",))
 MAX_EDGES = 500
+MAX_TREE = 2000  # entries one hadron_list_nodes answer holds
+
+
+@dataclass(frozen=True, slots=True)
+class Folder:
+    """A loc in a listing that nodes live under but no node occupies (an implicit folder)."""
+
+    loc: str
+    seq: None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,30 +459,53 @@ class NodeService:
 
     def tree(
         self, caller: HadronCaller, state: SessionState, parent: str | None, memory: str | None, depth: int
-    ) -> tuple[Memory, str, list[tuple[int, NodeRecord]]]:
+    ) -> tuple[Memory, str, list[tuple[int, NodeRecord | Folder]]]:
+        """The tree under ``parent`` (the memory's root without one) to ``depth`` levels, children in
+        seq then loc order, at most 2,000 entries. A loc that something lives under but no node occupies
+        (``tasks`` when only ``tasks:nightly-digest`` was written) is listed as an implicit ``Folder``
+        at its place, at every depth, as the memory's loc tree has it."""
         if parent:
             ref = self.parse_ref(parent)
             mem = self.memory_of(caller, state, ref, memory)
-            if self.graph.node_by_loc(mem.id, ref.loc) is None and not self.graph.children(
-                mem.id, ref.loc, 1
-            ):
-                raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
             root = ref.loc
         else:
             mem = self.memory_of(caller, state, NodeRef(""), memory)
             root = ""
-        out: list[tuple[int, NodeRecord]] = []
+        branches = self.graph.branch_locs(mem.id, root)
+        if root and not branches and self.graph.node_by_loc(mem.id, root) is None:
+            raise NotFound("node", node_urn(mem.root, mem.slug, root))
+        folders = self._implicit_folders(mem.id, root, branches, depth)
+        out: list[tuple[int, NodeRecord | Folder]] = []
 
         def walk(loc: str, level: int) -> None:
-            for child in self.graph.children(mem.id, loc):
-                if len(out) >= 2000:
+            entries: list[NodeRecord | Folder] = [*self.graph.children(mem.id, loc), *folders.get(loc, ())]
+            entries.sort(key=lambda e: (e.seq is None, e.seq or 0, e.loc))
+            for entry in entries:
+                if len(out) >= MAX_TREE:
                     return
-                out.append((level, child))
+                out.append((level, entry))
                 if level < depth:
-                    walk(child.loc, level + 1)
+                    walk(entry.loc, level + 1)
 
         walk(root, 1)
         return mem, root, out
+
+    def _implicit_folders(
+        self, memory_id: str, root: str, branches: Sequence[str], depth: int
+    ) -> dict[str, list[Folder]]:
+        """The implicit folders within ``depth`` levels of ``root``, by the loc they sit under."""
+        base = len(root.split(":")) if root else 0
+        candidates: set[str] = set()
+        for branch in branches:
+            atoms = branch.split(":") if branch else []
+            # Every ancestor of a parent loc, below the root and no deeper than the listing reaches.
+            for end in range(base + 1, min(len(atoms), base + depth) + 1):
+                candidates.add(":".join(atoms[:end]))
+        live = self.graph.live_locs(memory_id, sorted(candidates))
+        folders: dict[str, list[Folder]] = {}
+        for loc in sorted(candidates - set(live)):
+            folders.setdefault(parent_loc(loc), []).append(Folder(loc))
+        return folders
 
     # ── move and delete ────────────────────────────────────────────────────
 

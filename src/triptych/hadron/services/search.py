@@ -32,6 +32,9 @@ from triptych.hadron.store import TenancyStore
 
 MODES = ("keyword", "vector", "hybrid", "regex")
 MAX_REGEX = 500
+# hadron_search's query, in characters: room for the longest node URN (32 loc atoms of 64), far below
+# what an engine refuses (SQLite's LIKE takes patterns of at most 50,000 bytes).
+MAX_SEARCH_QUERY = 4096
 PASSAGE_CHARS = 600
 ENTITY_TYPES = ("organization", "memory", "node", "agent", "app", "aiServiceConfig", "user")
 SEARCH_FIELDS = ("urn", "name", "description", "pk", "content")
@@ -327,6 +330,12 @@ class SearchService:
         needle = query.strip()
         if not needle:
             raise BadInput("query must not be empty", details={"field": "query"})
+        if len(needle) > MAX_SEARCH_QUERY:
+            raise BadInput(
+                f"query is {len(needle)} characters; hadron_search takes at most {MAX_SEARCH_QUERY} "
+                "(an id, URN or name)",
+                details={"field": "query", "max": MAX_SEARCH_QUERY},
+            )
         kinds = list(entity_types or ENTITY_TYPES)
         for kind in kinds:
             if kind not in ENTITY_TYPES:
