@@ -435,3 +435,26 @@ def test_the_products_conformance_checks_hold_for_triptychs_profile(
     for name, why in failed.items():
         print(f"  {name}: {why}")
     assert not failed, failed
+
+
+async def test_route_constraints_set_from_the_cli_come_back_over_mcp_and_rest(server: ServerProcess) -> None:
+    workspace = "conf-" + uuid.uuid4().hex[:8]
+    app, _ = keys(server, workspace)
+    ingest_episode(server, app)
+    constraints = {"max_cost_usd": 0.01, "allowed_models": ["gpt-4o", "gpt-4o-mini"]}
+    config = {"model": "gpt-4o", "constraints": constraints}
+    done = subprocess.run(
+        [sys.executable, "-m", "triptych", "metergraph", "route", "set", "support", "--workspace", workspace,
+         "--config", json.dumps(config), "--data-dir", str(server.data_dir)], capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    key = agent_key(server, workspace, "metadata")
+    async with mcp_session(server.url + "/v1/agent/mcp", bearer(key)) as mcp:
+        listed = (await mcp.call("metergraph_list_routes")).data
+    rest = httpx.get(server.url + "/v1/agent/routes", headers=bearer(key)).json()
+    for document in (listed, rest):
+        validate("agent-access/routes", document)
+        assert {r["route"]: r["constraints"] for r in document["routes"]} == {"support": constraints}
+    polled = httpx.get(server.url + "/v1/config", headers=bearer(app)).json()
+    assert polled == {"routes": {"support": {"model": "gpt-4o"}}}  # what SDKs poll: the rest of the config

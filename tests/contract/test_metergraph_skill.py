@@ -147,10 +147,10 @@ def skill_calls(text: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 class World:
-    """A workspace with a day of traffic (routes, metadata, request ids, an error, retained content) and a
-    report, and a key of each role."""
+    """A workspace with a few hours of traffic (routes, metadata, request ids, an error, retained content)
+    and a key of each role."""
 
-    def __init__(self, server: ServerProcess, tmp: Path) -> None:
+    def __init__(self, server: ServerProcess) -> None:
         self.server = server
         self.workspace = "skill-" + uuid.uuid4().hex[:8]
         mg = open_metergraph(server)
@@ -202,7 +202,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str,
              **metergraph_engine},
         ).start()  # fmt: skip
         try:
-            yield World(server, data)
+            yield World(server)
         finally:
             server.stop()
 

@@ -102,3 +102,16 @@ def open_engine_sqlite(path: Path, retention_days: int | None) -> Metergraph:
     from triptych.metergraph.settings import load_metergraph_settings
 
     return Metergraph.open(path, load_metergraph_settings(retention_days=retention_days), clock=lambda: NOW)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon"])
+def test_a_retention_that_is_not_a_positive_number_of_days_is_refused_at_start(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pydantic import ValidationError
+
+    from triptych.metergraph.settings import load_metergraph_settings
+
+    monkeypatch.setenv("MG_RETENTION_DAYS", value)
+    with pytest.raises(ValidationError, match="(?i)retention"):
+        load_metergraph_settings()
