@@ -57,6 +57,7 @@ def test_reads_never_reach_past_the_retention_window(
         assert "retention_clipped" in traces["coverage"]["reasons"]
         within = mg.usage.usage(agent(), 7, 100, None)["coverage"]
         assert (within["completeness"], within["reasons"]) == ("complete", [])
+        assert mg.workloads.start_classification(agent(), 90)["run"]["progress"]["calls"] == 1
     finally:
         mg.close()
 
