@@ -116,3 +116,17 @@ def test_a_retention_that_is_not_a_positive_number_of_days_is_refused_at_start(
     monkeypatch.setenv("MG_RETENTION_DAYS", value)
     with pytest.raises(ValidationError, match="(?i)retention"):
         load_metergraph_settings()
+
+
+def test_the_servers_fold_thread_purges_on_its_first_round(tmp_path: Path) -> None:
+    mg = open_engine_sqlite(tmp_path, None)
+    try:
+        old_and_new(mg)
+    finally:
+        mg.close()
+    store = SqliteTelemetryStore(tmp_path / "metergraph.db", retention_days=30)
+    try:
+        store.fold_in_background(lambda: False)  # what the server's folder runs every few seconds
+        assert [r[0] for r in store.db.conn.execute("SELECT trace_id FROM calls")] == ["t-new"]
+    finally:
+        store.close()

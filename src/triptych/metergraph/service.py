@@ -113,7 +113,6 @@ class Metergraph:
             # process at a time maintains it (the others scan SQL).
             columns = ColumnProjection(data_dir / COLUMNS_DIR, sqlite)
             sqlite.columns = columns
-        store.purge_expired(clock())  # then hourly, after ingest folds (``fold_in_background``)
         pricer = Pricer()
         providers = Providers(provider_settings)
         replay = ReplayService(store, pricer, providers, clock)

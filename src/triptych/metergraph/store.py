@@ -511,7 +511,9 @@ class SqliteTelemetryStore:
         )
         self._write_lock = threading.Lock()
         self.retention_days = retention_days
-        self._purged_at = time.monotonic()  # the last purge (``Metergraph.open`` runs the first one)
+        # The last purge of expired calls: none yet, so the server's folder thread purges on its first round
+        # (a CLI command, which starts no folder, never waits for one).
+        self._purged_at = float("-inf")
         # The columnar projection of the calls (``columns.py``), attached by the service wiring.
         self.columns: RawAggregator | None = None
         # Folds the rollups in the background soon after ingest commits (the server starts it); while it
