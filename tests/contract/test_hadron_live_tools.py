@@ -76,6 +76,7 @@ async def test_update_edge_changes_only_the_fields_passed_by_id_or_urn(world: Wo
         read = await alice.ok("hadron_get_node", loc=node(SPECS, f"{base}:a"))
         by_id = {e["id"]: e for e in read.data["edges"]}
         assert by_id[ids["b"]]["loc"] == f"{base}:needs-b" and by_id[ids["c"]]["loc"] == f"{base}:c"
+        assert f"[edge id {ids['c']}]" in read.text
         assert [r["operation"] for r in read.data["revisions"]][:3] == ["update_edge"] * 3
 
         taken = await alice.refused(
@@ -147,6 +148,17 @@ async def test_a_deleted_edge_is_gone_from_node_reads_search_and_neighbour_walks
         batch = await alice.ok("hadron_get_nodes", refs=[node(SPECS, f"{base}:a")])
         assert [e["id"] for e in batch.data["nodes"][0]["edges"]] == [ids["b"]]
         await alice.refused("hadron_delete_edge", "edge_not_found", edgeRef=ids["c"])
+        dangling = await alice.ok(
+            "hadron_create_edge", sourceUrn=node(SPECS, f"{base}:a"), targetUrn=node(SPECS, f"{base}:nowhere")
+        )
+
+        async def broken() -> set[str]:
+            report = await alice.ok("hadron_validate", memoryUrn=SPECS)
+            return {b["edge"] for b in report.data["brokenEdges"] if b["source"] == node(SPECS, f"{base}:a")}
+
+        assert await broken() == {f"{base}:nowhere"}
+        await alice.ok("hadron_delete_edge", edgeRef=dangling.data["edge"]["id"])
+        assert await broken() == set()
         await alice.ok("hadron_delete_node", urn=node(SPECS, f"{base}:a"))  # an edge of a deleted node
         await alice.refused("hadron_update_edge", "edge_not_found", edgeRef=ids["b"], name="x")
 
