@@ -13,9 +13,10 @@ from hadron.world import build_world
 from harness import run_threads
 
 from triptych.hadron.access import AccessPolicy
-from triptych.hadron.errors import Forbidden, MemoryLocked
+from triptych.hadron.errors import BadInput, Forbidden, MemoryLocked
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.lock_store import MemoryLock
+from triptych.hadron.services import replace as replace_service
 from triptych.hadron.services.locks import LockService
 from triptych.hadron.services.nodes import NodeFields
 from triptych.hadron.services.replace import Replacer, ReplaceRequest
@@ -210,3 +211,18 @@ def test_a_batch_past_the_size_cap_lists_the_rest_as_omitted(hadron: Hadron) -> 
     assert batch.truncated and batch.omitted == ids[2:]
     subtree = hadron.live.reads.batch(alice, None, SPECS, "big")
     assert [n["loc"] for n in subtree.nodes] == ["big:0", "big:1"] and subtree.omitted == [ids[2]]
+
+
+def test_a_replacement_selecting_more_nodes_than_the_bound_is_refused_before_writing(
+    hadron: Hadron, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice = user(hadron, "alice")
+    for i in range(3):
+        fields = NodeFields({"name": f"Bound {i}", "content": "omega"}, frozenset({"name", "content"}))
+        hadron.nodes.create(alice, state(), f"hrn:node:acme.com:team:bound:{i}", fields, None)
+    monkeypatch.setattr(replace_service, "MAX_SCAN_NODES", 2)
+    for prefix in ("bound", None):
+        request = ReplaceRequest("omega", "psi", ("content",), memory_refs=(TEAM,), prefix=prefix)
+        with pytest.raises(BadInput, match="more than 2 nodes"):
+            hadron.live.replace.replace_text(alice, request)
+    assert hadron.nodes.find(alice, state(), "hrn:node:acme.com:team:bound:0")[1].content == "omega"

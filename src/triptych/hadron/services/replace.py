@@ -17,7 +17,7 @@ are written only by the channel tools, so they are left out of the selection.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -194,12 +194,13 @@ class ReplaceService:
         for ref in request.memory_refs:
             memory = self.access.read_memory(caller, ref)[0]
             if prefix is not None:
-                nodes: Sequence[NodeRecord] = self.graph.subtree(memory.id, prefix)
+                self._bound(len(picked) + self.graph.count_descendants(memory.id, prefix))
+                nodes: Iterable[NodeRecord] = self.graph.subtree(memory.id, prefix)
             else:
-                nodes = list(self.graph.memory_nodes(memory.id))
+                nodes = self.graph.memory_nodes(memory.id)  # read row by row: stops at the bound
             for node in nodes:
                 picked[node.id] = (memory, node)
-            self._bound(len(picked))
+                self._bound(len(picked))
         for ref in request.node_refs:
             hit = self._node(caller, ref)
             if hit is None:
