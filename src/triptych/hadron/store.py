@@ -655,7 +655,9 @@ _EDGE_COLUMNS = (
     "id, source_id, loc, name, description, target_id, target_memory_id, target_loc, target_ref, "
     "is_runnable, position, priority, condition_json, data_json"
 )
-_EDGE_MARKS = ", ".join("?" * len(_EDGE_COLUMNS.split(", ")))
+_EDGE_WIDTH = len(_EDGE_COLUMNS.split(", "))
+_EDGE_MARKS = ", ".join("?" * _EDGE_WIDTH)
+_EDGE_COLUMNS_OF_E = ", ".join(f"e.{c}" for c in _EDGE_COLUMNS.split(", "))  # joined with its source node
 # The edge fields of the live server (priority, condition, data), added after the graph's own schema: a
 # migration component of their own, written in the SQL both engines share.
 EDGE_COMPONENT = "hadron-edges"
@@ -790,9 +792,8 @@ class SqliteGraphStore(_SqliteBase):
 
     def edge_by_id(self, edge_id: str) -> EdgeRecord | None:
         """An edge whose source node is live (an edge of a deleted node is gone with it)."""
-        cols = ", ".join(f"e.{c}" for c in _EDGE_COLUMNS.split(", "))
         row = self.conn.execute(
-            f"SELECT {cols} FROM edges e JOIN nodes n ON n.id = e.source_id "
+            f"SELECT {_EDGE_COLUMNS_OF_E} FROM edges e JOIN nodes n ON n.id = e.source_id "
             "WHERE e.id = ? AND n.deleted_at IS NULL",
             (edge_id,),
         ).fetchone()
@@ -800,9 +801,8 @@ class SqliteGraphStore(_SqliteBase):
 
     def edges_at(self, memory_id: str, loc: str) -> list[EdgeRecord]:
         """The edges with loc ``loc`` whose live source node is in ``memory_id`` (an edge URN's candidates)."""
-        cols = ", ".join(f"e.{c}" for c in _EDGE_COLUMNS.split(", "))
         rows = self.conn.execute(
-            f"SELECT {cols} FROM edges e JOIN nodes n ON n.id = e.source_id "
+            f"SELECT {_EDGE_COLUMNS_OF_E} FROM edges e JOIN nodes n ON n.id = e.source_id "
             "WHERE e.loc = ? AND n.memory_id = ? AND n.deleted_at IS NULL ORDER BY n.loc, e.id",
             (loc, memory_id),
         ).fetchall()
@@ -940,14 +940,13 @@ class SqliteGraphStore(_SqliteBase):
     def incoming_edges(self, node_ids: Sequence[str]) -> list[tuple[EdgeRecord, str]]:
         """Edges targeting any of ``node_ids``, each with its source node's memory id."""
         out: list[tuple[EdgeRecord, str]] = []
-        cols = ", ".join(f"e.{c}" for c in _EDGE_COLUMNS.split(", "))
         for chunk in _chunks(list(node_ids)):
             rows = self.conn.execute(
-                f"SELECT {cols}, n.memory_id FROM edges e JOIN nodes n ON n.id = e.source_id "
+                f"SELECT {_EDGE_COLUMNS_OF_E}, n.memory_id FROM edges e JOIN nodes n ON n.id = e.source_id "
                 f"WHERE e.target_id IN ({', '.join('?' * len(chunk))})",
                 tuple(chunk),
             ).fetchall()
-            out.extend((_edge(r), r[len(_EDGE_COLUMNS.split(", "))]) for r in rows)
+            out.extend((_edge(r), r[_EDGE_WIDTH]) for r in rows)
         return out
 
     def delete_edges(self, edge_ids: Sequence[str]) -> None:
