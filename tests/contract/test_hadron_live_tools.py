@@ -215,6 +215,11 @@ async def test_get_nodes_reads_refs_in_order_and_lists_what_it_cannot_read(world
         bare = await alice.refused("hadron_get_nodes", "URN_NOT_QUALIFIED", refs=[f"{base}:one"])
         assert "not a fully qualified" in bare.text
         await alice.refused("hadron_get_nodes", "BAD_USER_INPUT", refs=[SPECS])
+        await alice.refused("hadron_get_nodes", "BAD_USER_INPUT", refs=[edge(SPECS, f"{base}:one")])
+        as_task = node(SPECS, f"{base}:one").replace("hrn:node:", "hrn:task:")  # a node kind names a node
+        assert [n["name"] for n in (await alice.ok("hadron_get_nodes", refs=[as_task])).data["nodes"]] == [
+            "one"
+        ]
         await alice.refused("hadron_get_nodes", "BAD_USER_INPUT", refs=[made["one"]["id"]], memory=SPECS,
                             locPrefix=base)  # fmt: skip
         await alice.refused("hadron_get_nodes", "BAD_USER_INPUT")

@@ -29,11 +29,11 @@ from triptych.hadron.domain.loc import (
     MemoryKey,
     NodeRef,
     is_id,
+    is_other_than_node_urn,
     node_urn,
     parse_memory_ref,
     parse_node_ref,
     require_qualified_node,
-    urn_type,
 )
 from triptych.hadron.domain.model import Memory, NodeRecord
 from triptych.hadron.domain.urn import UrnError
@@ -43,7 +43,6 @@ from triptych.hadron.services.nodes import NodeService, urn_error
 
 MAX_BATCH_NODES = 200  # the live server's BATCH_READ_MAX_NODES
 MAX_BATCH_BYTES = 1_000_000  # its response-size cap, counted on the node views' JSON
-NODE_WORDS = frozenset(("node",))
 
 
 @dataclass
@@ -107,11 +106,8 @@ class NodeReadService:
         value = ref.strip()
         if is_id(value):
             return None
-        kind = urn_type(value)
-        if kind is not None and kind not in NODE_WORDS:
-            raise BadInput(
-                f"refs takes node ids and node URNs, got a {kind} URN: {ref!r}", details={"ref": ref}
-            )
+        if is_other_than_node_urn(value):
+            raise BadInput(f"refs takes node ids and node URNs, got {ref!r}", details={"ref": ref})
         try:
             node_ref = require_qualified_node(value)
         except UrnError as exc:

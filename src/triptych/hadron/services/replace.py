@@ -23,7 +23,7 @@ from typing import Any
 
 from triptych.core.regex import LinearPattern, RegexRefused
 from triptych.hadron.access import require_identity
-from triptych.hadron.domain.loc import is_id, parse_node_ref, require_qualified_node, urn_type
+from triptych.hadron.domain.loc import is_id, is_other_than_node_urn, parse_node_ref, require_qualified_node
 from triptych.hadron.domain.model import Memory, NodeRecord
 from triptych.hadron.domain.urn import UrnError
 from triptych.hadron.errors import BadInput, LocProtected
@@ -232,7 +232,7 @@ class ReplaceService:
             node = self.graph.node_by_id(value)
             memory = self.tenancy.memory(node.memory_id) if node is not None else None
         else:
-            if urn_type(value) not in (None, "node"):
+            if is_other_than_node_urn(value):
                 raise BadInput(f"nodeIds takes node ids and node URNs, got {ref!r}", details={"ref": ref})
             try:
                 node_ref = require_qualified_node(value)
