@@ -10,6 +10,11 @@ The model name picks the behaviour, so a test chooses it through the stored call
     ...badauth...    HTTP 401
     anything else    a completion: "replayed: " + the last user message, word counts as token usage
 
+It also serves Arize Phoenix's spans API (``GET /v1/projects/{project}/spans``, cursor-paged, filtered by
+``start_time`` inclusive and ``end_time`` exclusive), over the spans a test puts in ``spans[project]``,
+for the relay's scheduled ``sync phoenix``. While ``span_gate`` is set to an unset event, a spans request
+waits on it (after setting ``span_waiting``): a test holds a sync run inside its lease that way.
+
 Every request is recorded (path, headers, JSON body) in ``requests``.
 """
 
@@ -18,7 +23,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 import uuid
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -41,6 +48,10 @@ class ProviderServer:
         self.requests: list[dict[str, Any]] = []
         self.aborted = 0  # trickled answers the client hung up on
         self.stopping = threading.Event()
+        self.spans: dict[str, list[dict[str, Any]]] = {}
+        self.span_gate: threading.Event | None = None
+        self.span_waiting = threading.Event()
+        self.page_size = 2
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,6 +66,11 @@ class ProviderServer:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 server.requests.append({"path": self.path, "headers": headers, "json": body})
                 server.answer(self, body)
+
+            def do_GET(self) -> None:  # noqa: N802 - the http.server hook name
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                server.requests.append({"path": self.path, "headers": headers, "json": None})
+                server.answer_spans(self)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -83,6 +99,43 @@ class ProviderServer:
 
     def _sleep(self, seconds: float) -> None:
         self.stopping.wait(seconds)
+
+    def answer_spans(self, handler: BaseHTTPRequestHandler) -> None:
+        """Phoenix's ``GET /v1/projects/{project}/spans``: LLM spans in [start_time, end_time), paged."""
+        url = urllib.parse.urlsplit(handler.path)
+        parts = url.path.strip("/").split("/")
+        if len(parts) != 4 or parts[:2] != ["v1", "projects"] or parts[3] != "spans":
+            return self._json(handler, 404, {"detail": "Not Found"})
+        project = urllib.parse.unquote(parts[2])
+        if project not in self.spans:
+            return self._json(handler, 404, {"detail": f"project {project} not found"})
+        if self.span_gate is not None:
+            self.span_waiting.set()
+            self.span_gate.wait(60)
+        query = dict(urllib.parse.parse_qsl(url.query))
+        start, end = (
+            datetime.fromisoformat(query[k]) if k in query else None for k in ("start_time", "end_time")
+        )
+        chosen = [
+            s for s in self.spans[project]
+            if (start is None or datetime.fromisoformat(s["start_time"]) >= start)
+            and (end is None or datetime.fromisoformat(s["start_time"]) < end)
+            and query.get("span_kind") in (None, s["span_kind"])
+        ]  # fmt: skip
+        offset = int(query.get("cursor", "0"))
+        size = min(self.page_size, int(query.get("limit", "100")))
+        page = chosen[offset : offset + size]
+        more = offset + size < len(chosen)
+        self._json(handler, 200, {"data": page, "next_cursor": str(offset + size) if more else None})
+
+    @staticmethod
+    def _json(handler: BaseHTTPRequestHandler, status: int, document: Any) -> None:
+        raw = json.dumps(document).encode()
+        handler.send_response(status)
+        handler.send_header("content-type", "application/json")
+        handler.send_header("content-length", str(len(raw)))
+        handler.end_headers()
+        handler.wfile.write(raw)
 
     def answer(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         model = str(body.get("model", ""))
