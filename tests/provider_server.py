@@ -129,13 +129,20 @@ class ProviderServer:
         self._json(handler, 200, {"data": page, "next_cursor": str(offset + size) if more else None})
 
     @staticmethod
-    def _json(handler: BaseHTTPRequestHandler, status: int, document: Any) -> None:
+    def _json(
+        handler: BaseHTTPRequestHandler, status: int, document: Any, headers: dict[str, str] | None = None
+    ) -> None:
         raw = json.dumps(document).encode()
         handler.send_response(status)
         handler.send_header("content-type", "application/json")
         handler.send_header("content-length", str(len(raw)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
         handler.end_headers()
-        handler.wfile.write(raw)
+        try:
+            handler.wfile.write(raw)
+        except OSError:
+            pass  # the client gave up waiting
 
     def answer(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         model = str(body.get("model", ""))
@@ -207,14 +214,4 @@ class ProviderServer:
             document: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
         else:
             document = {"error": {"message": message, "type": kind, "code": kind}}
-        raw = json.dumps(document).encode()
-        handler.send_response(status)
-        handler.send_header("content-type", "application/json")
-        handler.send_header("content-length", str(len(raw)))
-        for name, value in (headers or {}).items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        try:
-            handler.wfile.write(raw)
-        except OSError:
-            pass  # the client gave up waiting
+        ProviderServer._json(handler, status, document, headers)

@@ -18,10 +18,11 @@ _RELAY_ENV = (
 )  # fmt: skip
 
 
-def relay(
+def relay_command(
     server: ServerProcess, app_token: str, args: list[str], tmp: Path, **env: str
-) -> subprocess.CompletedProcess[str]:
-    """``metergraphrelay <args>`` pointed at ``server``, with an empty --env-file (no .env is read)."""
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of ``metergraphrelay <args>`` pointed at ``server``, with an empty
+    --env-file (no .env is read)."""
     script = client_python("metergraphrelay").parent / "metergraphrelay"
     env_file = tmp / "relay.env"
     env_file.touch()
@@ -29,10 +30,15 @@ def relay(
         k: v for k, v in os.environ.items() if k not in _RELAY_ENV and not k.startswith("TRIPTYCH")
     }
     environment.update(METERGRAPH_APP_TOKEN=app_token, METERGRAPH_INGEST_URL=server.url, **env)
-    return subprocess.run(
-        [str(script), *args, "--env-file", str(env_file)],
-        env=environment, cwd=tmp, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    return [str(script), *args, "--env-file", str(env_file)], environment
+
+
+def relay(
+    server: ServerProcess, app_token: str, args: list[str], tmp: Path, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``metergraphrelay <args>`` against ``server`` to its end."""
+    command, environment = relay_command(server, app_token, args, tmp, **env)
+    return subprocess.run(command, env=environment, cwd=tmp, capture_output=True, text=True, timeout=120)
 
 
 def mint(server: ServerProcess, workspace: str, role: str | None = None) -> str:
