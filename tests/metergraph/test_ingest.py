@@ -6,10 +6,14 @@ priced and stored with its rollups."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from mg_support import NOW, agent, app, row
 
+from triptych.core.db import Database
+from triptych.metergraph import import_events
+from triptych.metergraph.import_events import ImportKey
 from triptych.metergraph.ingest import BadBatch
 from triptych.metergraph.service import Metergraph
 
@@ -238,3 +242,21 @@ def test_the_gc_pause_nests_and_restores_what_it_found() -> None:
         assert not gc.isenabled()  # it was off before: left off
     finally:
         gc.enable()
+
+
+def test_a_pending_import_claim_is_retaken_once_stale_and_kept_once_confirmed(tmp_path: Path) -> None:
+    # ClickHouse's order: claimed pending, then confirmed (or released) once the engine write returned.
+    db = Database(tmp_path / "meta.db", [])
+    import_events.migrate(db)
+    key = ImportKey("portkey", "ws", "e1")
+    with db.transaction() as conn:
+        assert import_events.claim(conn, "w1", [key], stored=False) == [True]
+        assert import_events.claim(conn, "w1", [key], stored=False) == [False]  # in flight elsewhere
+        # Its worker died before the engine write returned: once stale, the next batch claims it again.
+        conn.execute("UPDATE import_events SET claimed_ms = claimed_ms - ?", (import_events.STALE_MS + 1,))
+        assert import_events.claim(conn, "w1", [key], stored=False) == [True]
+        import_events.confirm(conn, "w1", [key])
+        conn.execute("UPDATE import_events SET claimed_ms = claimed_ms - ?", (import_events.STALE_MS + 1,))
+        assert import_events.claim(conn, "w1", [key]) == [False]  # stored: never again
+        import_events.release(conn, "w1", [key])  # a release touches pending claims only
+        assert import_events.claim(conn, "w1", [key]) == [False]

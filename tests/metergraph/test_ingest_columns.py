@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -196,3 +197,13 @@ def test_the_timestamp_column_fast_path_answers_as_the_row_by_row_rules(values: 
     assert fast_many is None or fast_many == _row_by_row(many)
     in_range = [v for v in many if "1700" <= v[:4] <= "2250"]
     assert _iso_utc_ms(in_range) == _row_by_row(in_range)  # the fast path does serve these
+
+
+def test_a_column_of_decimal_string_costs_is_read_as_each_value_alone() -> None:
+    service = IngestService(None, Pricer(), 5000)  # type: ignore[arg-type]  # normalize() needs no store
+    sent: list[Any] = ["0.0438", None, "1E-7", "1000000", ".5", "0.1000000000000000055511151231257827"]
+    odd: list[Any] = ["1\n2", "1000000.0000001", "1e99999", "+1", "1_000", "0x10", "", "Infinity", 1e300]
+    rows = [{"ts": "2026-11-01T10:00:00Z", "reported_cost_usd": v} for v in [*sent, *odd]]
+    got = service.normalize(app(), rows, "sdk", False)
+    assert got.ignored == len(odd)
+    assert got.calls.column("reported_cost_usd") == [None if v is None else float(Decimal(v)) for v in sent]

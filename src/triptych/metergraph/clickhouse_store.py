@@ -335,12 +335,13 @@ class ClickHouseTelemetryStore:
     ) -> None:
         """The batch's calls in one INSERT, shared with the batches waiting at the same time
         (``clickhouse_inserts``; content first, so no call points at missing content), then its batch
-        record in SQLite. Import identities are claimed in SQLite first (rows already stored are left
-        out) and released again if the calls do not reach ClickHouse, so a retried batch stores them."""
+        record in SQLite. Import identities are claimed pending in SQLite first (rows already stored are
+        left out), confirmed with the batch record, and released if the calls do not reach ClickHouse, so
+        a retried batch stores them."""
         claimed: list[ImportKey] = []
         if import_keys is not None:
             with self.meta.db.transaction() as conn:
-                fresh = import_events.claim(conn, workspace, import_keys)
+                fresh = import_events.claim(conn, workspace, import_keys, stored=False)
             claimed = [k for k, new in zip(import_keys, fresh, strict=True) if k is not None and new]
             if not all(fresh):
                 calls = calls.take(fresh)
@@ -353,6 +354,8 @@ class ClickHouseTelemetryStore:
                     import_events.release(conn, workspace, claimed)
             raise
         with self.meta.db.transaction() as conn:
+            if claimed:
+                import_events.confirm(conn, workspace, claimed)
             self.meta.ensure_workspace(conn, workspace, now_iso)
             self.meta.record_batch(conn, workspace, source, calls.size, batch)
 

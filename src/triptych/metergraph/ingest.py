@@ -61,6 +61,7 @@ _MAX_IMPORT_TEXT = 512  # an import identity part, after stripping: as the relay
 # binary rounding happens on the way). Plain decimal notation with an optional exponent, as
 # ``str(Decimal)`` writes it; no sign, no spaces, no NaN or infinity.
 _COST_TEXT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
+_COST_TEXTS = re.compile(rf"(?:(?:{_COST_TEXT.pattern})\n)*(?:{_COST_TEXT.pattern})")  # a joined column
 _MAX_COST_CHARS = 64
 MAX_COST_USD = 1_000_000  # per call: a larger amount is a unit mistake (cents, micro-dollars), not a cost
 _NONE = type(None)
@@ -327,8 +328,12 @@ def _tags_json(tags: dict[str, Any]) -> str:
 
 
 def _cost_column(values: list[Any], faults: _Faults) -> list[float | None]:
-    """``parse_cost`` over a column; plain floats in range (the SDKs' costs) are checked in C."""
-    if set(map(type, values)) <= {float, _NONE}:
+    """``parse_cost`` over a column. Plain floats in range (the SDKs' costs) are checked in C, and so are
+    decimal strings (the relay's): one regular-expression pass over the column joined by newlines, then
+    ``float(Decimal(s))`` for each. Correct rounding is monotonic, so a double below the bound means a
+    decimal below it; anything else goes value by value."""
+    types = set(map(type, values))
+    if types <= {float, _NONE}:
         present = [v for v in values if v is not None]
         total = sum(present)  # a NaN, an infinity or an overflow makes it non-finite
         if (
@@ -337,6 +342,20 @@ def _cost_column(values: list[Any], faults: _Faults) -> list[float | None]:
             and max(present, default=0.0) <= MAX_COST_USD
         ):
             return values
+    elif types <= {str, _NONE}:
+        texts = [v for v in values if v is not None]
+        joined = "\n".join(texts)
+        if (
+            max(map(len, texts)) <= _MAX_COST_CHARS
+            and joined.count("\n") == len(texts) - 1  # no value holds a newline of its own
+            and _COST_TEXTS.fullmatch(joined)
+        ):
+            amounts = list(map(float, map(Decimal, texts)))
+            if max(amounts) < MAX_COST_USD:
+                if len(texts) == len(values):
+                    return amounts  # type: ignore[return-value]  # list[float] is a list[float | None]
+                it = iter(amounts)
+                return [None if v is None else next(it) for v in values]
     return faults.checked(values, "cost", parse_cost)
 
 
