@@ -35,6 +35,8 @@ _STATE_PARAMS = frozenset({"source", "source_scope"})
 
 def _refusal(code: str, message: str, http_status: int, extra: dict[str, Any] | None = None) -> Response:
     headers = {"WWW-Authenticate": 'Bearer error="invalid_token"'} if http_status == 401 else None
+    if http_status == 503:
+        headers = {"Retry-After": "60"}  # as ingest: a cron run tries again later
     return json_response({**(extra or {}), "error": {"code": code, "message": message}}, http_status, headers)
 
 
@@ -80,7 +82,7 @@ def import_sync_routes(mg: Metergraph) -> list[BaseRoute]:
         except ImportSyncError as exc:
             return _refusal(exc.code, exc.message, exc.http_status)
         except StorageUnavailable as exc:
-            return _refusal("storage_unavailable", exc.message, 503)
+            return _refusal("storage_unavailable", f"{exc.message} {exc.hint or ''}".strip(), 503)
 
     async def acquire(request: Request) -> Response:
         async def work(app: AppPrincipal) -> Response:
