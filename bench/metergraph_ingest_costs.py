@@ -22,6 +22,7 @@ import gzip
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,24 +105,21 @@ def main() -> None:
         ("this, numeric cost", here, "number"),
         ("this, decimal-string cost", here, "string"),
     ]
-    best: dict[str, dict[str, float]] = {}
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    cpus: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     for _ in range(args.rounds):
         for name, src, costs in variants:
             got = _run(src, folders[costs])
-            rate, cpu_us = got["rows"] / got["wall_s"], got["cpu_s"] / got["rows"] * 1e6
-            seen = best.setdefault(name, {"rows_per_s": 0.0, "cpu_us_per_row": float("inf")})
-            seen["rows_per_s"] = max(seen["rows_per_s"], rate)
-            seen["cpu_us_per_row"] = min(seen["cpu_us_per_row"], cpu_us)
-    baseline = {"none": best["base, no cost"], "number": best["base, numeric cost"]}
-    print(
-        f"{args.batches * 5000:,} rows a variant, best of {args.rounds} rounds; ratios against the base tree"
-    )
-    print(f"{'variant':28} {'rows/s':>9} {'ratio':>6} {'CPU µs/row':>11} {'ratio':>6}")
+            rates[name].append(got["rows"] / got["wall_s"])
+            cpus[name].append(got["cpu_s"] / got["rows"] * 1e6)
+    print(f"{args.batches * 5000:,} rows a variant, {args.rounds} rounds; ratios against the base tree")
+    print(f"{'variant':28} {'best rows/s':>11} {'ratio':>6} {'best CPU µs/row':>15} {'ratio':>6} "
+          f"{'median CPU':>10} {'ratio':>6}")  # fmt: skip
     for name, _, costs in variants:
-        b = baseline["none" if costs == "none" else "number"]
-        f = best[name]
-        print(f"{name:28} {f['rows_per_s']:9,.0f} {f['rows_per_s'] / b['rows_per_s']:6.3f} "
-              f"{f['cpu_us_per_row']:11.1f} {f['cpu_us_per_row'] / b['cpu_us_per_row']:6.3f}")  # fmt: skip
+        base = "base, no cost" if costs == "none" else "base, numeric cost"
+        rate, cpu, mid = max(rates[name]), min(cpus[name]), statistics.median(cpus[name])
+        print(f"{name:28} {rate:11,.0f} {rate / max(rates[base]):6.3f} {cpu:15.1f} {cpu / min(cpus[base]):6.3f} "
+              f"{mid:10.1f} {mid / statistics.median(cpus[base]):6.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

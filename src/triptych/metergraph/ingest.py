@@ -7,9 +7,10 @@ timestamp that is none, a cost that is not a finite non-negative amount, an unus
 ignored and counted in ``ignored``, as outcome rows are: the batch's other rows are stored. Rows that
 carry an import identity (``import_source``, ``import_source_scope``, ``import_event_id``) already stored
 in the workspace are accepted and not stored again (``import_events.py``). Accepted rows, their content
-and the batch record commit in one transaction before the 202 goes out. On the embedded engine the rollups are folded from the committed calls afterwards
-(``SqliteTelemetryStore.fold_rollups``: in the background, and by any read of a rollup before it reads);
-on ClickHouse, materialized views maintain them as part of the INSERT.
+and the batch record commit in one transaction before the 202 goes out. On the embedded engine the
+rollups are folded from the committed calls afterwards (``SqliteTelemetryStore.fold_rollups``: in the
+background, and by any read of a rollup before it reads); on ClickHouse, materialized views maintain
+them as part of the INSERT.
 
 A batch is normalized column by column, not row by row: each field is read from every row at once and
 checked with C-level passes (its set of types, an empty string, the longest string), and only a column
@@ -258,30 +259,30 @@ def _fields(rows: Sequence[dict[str, Any]], sent: set[str]) -> dict[str, list[An
     return out
 
 
-def _str_column(values: list[Any], name: str, refusals: _Faults) -> list[Any]:
+def _str_column(values: list[Any], name: str, faults: _Faults) -> list[Any]:
     types = set(map(type, values))
     if types <= {str, _NONE}:
         if types == _ABSENT:
             return values  # most optional fields: no row sends them
         if "" not in values and max(map(len, filter(None, values)), default=0) <= _MAX_TEXT:
             return values  # what the row-by-row rules keep as it is: None or a string of 1..512
-    return refusals.checked(values, name, _opt_str)
+    return faults.checked(values, name, _opt_str)
 
 
-def _int_column(values: list[Any], name: str, refusals: _Faults) -> list[Any]:
+def _int_column(values: list[Any], name: str, faults: _Faults) -> list[Any]:
     types = set(map(type, values))
     # filter(None) drops None and 0; a negative integer is truthy, so min() sees it.
     if types <= {int, _NONE} and min(filter(None, values), default=0) >= 0:
         return values
-    return refusals.checked(values, name, _opt_int)
+    return faults.checked(values, name, _opt_int)
 
 
-def _float_column(values: list[Any], name: str, refusals: _Faults) -> list[Any]:
+def _float_column(values: list[Any], name: str, faults: _Faults) -> list[Any]:
     types = set(map(type, values))
     # A non-finite sum means a NaN, an infinity or an overflow: the slow path tells them apart.
     if types <= {float, _NONE} and math.isfinite(sum(filter(None, values))):
         return values
-    return refusals.checked(values, name, _opt_float)
+    return faults.checked(values, name, _opt_float)
 
 
 def _with_fallback(
@@ -295,7 +296,7 @@ def _with_fallback(
     return values
 
 
-def _tags_column(tags: list[Any], refusals: _Faults) -> list[str | None]:
+def _tags_column(tags: list[Any], faults: _Faults) -> list[str | None]:
     """Tags as compact JSON, non-ASCII kept (``json.dumps(..., ensure_ascii=False, separators=(",", ":"))``).
 
     orjson writes exactly that for string keys and values, several times faster; anything else (numbers,
@@ -303,7 +304,7 @@ def _tags_column(tags: list[Any], refusals: _Faults) -> list[str | None]:
     """
     if not set(map(type, tags)) <= {dict, _NONE}:
         bad = {i for i, t in enumerate(tags) if t is not None and not isinstance(t, dict)}
-        refusals.bad |= bad
+        faults.bad |= bad
         # dict subclasses (in-process callers) kept; a row with tags that are not an object is ignored
         return [None if i in bad or not t else _tags_json(t) for i, t in enumerate(tags)]
     filled = [t for t in tags if t]
@@ -604,7 +605,7 @@ class IngestService:
         return kept, found
 
     @staticmethod
-    def _timestamps(values: list[Any], indexes: Sequence[int], refusals: _Faults) -> list[int]:
+    def _timestamps(values: list[Any], indexes: Sequence[int], faults: _Faults) -> list[int]:
         if set(map(type, values)) == {str}:
             fast = _iso_utc_ms(values)
             if fast is not None:
@@ -616,7 +617,7 @@ class IngestService:
                 try:
                     parsed = fromisoformat(value.replace("Z", "+00:00"))
                 except ValueError:
-                    refusals.bad.add(len(out))
+                    faults.bad.add(len(out))
                     out.append(0)
                     continue
                 if parsed.tzinfo is None:
@@ -626,7 +627,7 @@ class IngestService:
                 try:
                     out.append(parse_ts(value, index))
                 except BadBatch:
-                    refusals.bad.add(len(out))
+                    faults.bad.add(len(out))
                     out.append(0)
         return out
 
