@@ -3,7 +3,7 @@ reported cost (the SDK's), with a numeric reported cost, and with a decimal-stri
 sends gateway amounts, which only this tree reads).
 
     flock /tmp/triptych-bench.lock .venv/bin/python bench/metergraph_ingest_costs.py \\
-        --base /work/main/src --batches 20 --rounds 2
+        --base BASE/src --batches 20 --rounds 5
 
 The parent builds the batches once (``metergraph_bench.generate``, gzip JSON of 5,000 rows; every row gets
 a reported cost of up to nine decimals in the cost variants) and writes them to a temporary folder. Each
