@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from triptych.core.db import Database
-from triptych.metergraph.import_sync import (
-    ImportSyncService,
+from triptych.metergraph.errors import (
     InitialSinceRequired,
     LeaseEnded,
     LeaseExpired,
@@ -22,6 +21,7 @@ from triptych.metergraph.import_sync import (
     LeaseNotFound,
     SyncInvalid,
 )
+from triptych.metergraph.import_sync import ImportSyncService
 from triptych.metergraph.import_sync_store import SqliteImportSyncStore
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC).timestamp()
@@ -215,7 +215,8 @@ _RACER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from triptych.core.db import Database
-    from triptych.metergraph.import_sync import ImportSyncService, LeaseHeld
+    from triptych.metergraph.errors import LeaseHeld
+    from triptych.metergraph.import_sync import ImportSyncService
     from triptych.metergraph.import_sync_store import SqliteImportSyncStore
 
     path, go = Path(sys.argv[1]), Path(sys.argv[2])

@@ -14,13 +14,9 @@ its last renewal. While it runs, acquire answers busy with ``retry_at``; once it
 acquire takes the stream over (the old lease is then expired for good: renew, complete and abandon
 answer 410). At most one lease per stream is active (``import_sync_store``).
 
-    refusal          code               HTTP
-    bad request      invalid_argument   400   unknown field, bad source/scope/initial_since/max_window
-    first window     initial_since_required 400   no checkpoint yet and no initial_since
-    stream busy      lease_held         409   with retry_at (the holder's expiry)
-    unknown lease    lease_not_found    404   no such lease in this workspace
-    lease ended      lease_ended        409   already completed or abandoned
-    lease expired    lease_expired      410   its time ran out (taken over or not)
+The refusals (``errors.ImportSyncError`` and its subclasses: codes and HTTP statuses are listed there):
+a bad request, a first acquire without ``initial_since``, a busy stream (with ``retry_at``), an unknown
+lease, an ended one (completed or abandoned) and an expired one.
 """
 
 from __future__ import annotations
@@ -33,7 +29,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from triptych.core.errors import Conflict, Invalid, NotFound, TriptychError
+from triptych.metergraph.errors import (
+    InitialSinceRequired,
+    LeaseEnded,
+    LeaseExpired,
+    LeaseHeld,
+    LeaseNotFound,
+    SyncInvalid,
+)
 from triptych.metergraph.import_sync_store import Lease, SqliteImportSyncStore, Stream
 
 LEASE_SECONDS = 900
@@ -42,38 +45,6 @@ MAX_WINDOW_SECONDS = 3600
 _SOURCE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 _MAX_SCOPE = 512
 _ACQUIRE_FIELDS = frozenset({"source", "source_scope", "initial_since", "max_window_seconds"})
-
-
-class ImportSyncError(TriptychError, kind="invalid", code="invalid_argument", status=400):
-    """A refusal of the import-sync API, with its own code and HTTP status."""
-
-
-class SyncInvalid(ImportSyncError, Invalid, code="invalid_argument", status=400):
-    """A request the API does not accept."""
-
-
-class InitialSinceRequired(ImportSyncError, Invalid, code="initial_since_required", status=400):
-    """The first window of a stream needs initial_since."""
-
-
-class LeaseHeld(ImportSyncError, Conflict, code="lease_held", status=409):
-    """Another run holds the stream's lease; ``retry_at`` says when it runs out."""
-
-    def __init__(self, message: str, retry_at: str) -> None:
-        super().__init__(message, details={"retry_at": retry_at})
-        self.retry_at = retry_at
-
-
-class LeaseNotFound(ImportSyncError, NotFound, code="lease_not_found", status=404):
-    """No such lease in this workspace."""
-
-
-class LeaseEnded(ImportSyncError, Conflict, code="lease_ended", status=409):
-    """The lease was completed or abandoned."""
-
-
-class LeaseExpired(ImportSyncError, Conflict, code="lease_expired", status=410):
-    """The lease ran out (and may have been taken over)."""
 
 
 def iso(ms: int) -> str:

@@ -7,8 +7,8 @@
     DELETE /v1/import-sync/leases/{lease_id}        200 {lease_id, status: abandoned}
     GET    /v1/import-sync/state?source=&source_scope=  200 the stream's checkpoint and current lease
 
-A refusal is ``{"error": {"code", "message"}}`` with the status ``import_sync.py`` lists; a busy acquire
-also carries ``status: busy`` and ``retry_at`` at the top level, where the relay reads it.
+A refusal is ``errors.import_sync_document`` with the status ``errors.py`` lists; a busy acquire also
+carries ``status: busy`` and ``retry_at`` at the top level, where the relay reads it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from starlette.routing import BaseRoute, Route
 
 from triptych.core import jsonbody
 from triptych.core.errors import StorageUnavailable
-from triptych.metergraph.errors import Unauthenticated
-from triptych.metergraph.import_sync import Acquired, ImportSyncError, LeaseHeld, SyncInvalid, iso
+from triptych.metergraph.errors import ImportSyncError, SyncInvalid, Unauthenticated, import_sync_document
+from triptych.metergraph.import_sync import Acquired, iso
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.web import BadEncoding, BodyTooLarge, bearer, decode_body, json_response, read_body
@@ -33,11 +33,12 @@ MAX_BODY = 64 * 1024  # an acquire is a few hundred bytes
 _STATE_PARAMS = frozenset({"source", "source_scope"})
 
 
-def _refusal(code: str, message: str, http_status: int, extra: dict[str, Any] | None = None) -> Response:
+def _refusal(code: str, message: str, http_status: int) -> Response:
+    """A refusal before the import-sync service runs (auth, body, storage), in the same shape."""
     headers = {"WWW-Authenticate": 'Bearer error="invalid_token"'} if http_status == 401 else None
     if http_status == 503:
         headers = {"Retry-After": "60"}  # as ingest: a cron run tries again later
-    return json_response({**(extra or {}), "error": {"code": code, "message": message}}, http_status, headers)
+    return json_response({"error": {"code": code, "message": message}}, http_status, headers)
 
 
 def _acquired(result: Acquired) -> Response:
@@ -75,12 +76,8 @@ def import_sync_routes(mg: Metergraph) -> list[BaseRoute]:
             return _refusal("payload_too_large", exc.message, 413)
         except BadEncoding as exc:
             return _refusal("invalid_argument", str(exc), 400)
-        except LeaseHeld as exc:
-            return _refusal(
-                exc.code, exc.message, exc.http_status, {"status": "busy", "retry_at": exc.retry_at}
-            )
         except ImportSyncError as exc:
-            return _refusal(exc.code, exc.message, exc.http_status)
+            return json_response(import_sync_document(exc), exc.http_status)
         except StorageUnavailable as exc:
             return _refusal("storage_unavailable", f"{exc.message} {exc.hint or ''}".strip(), 503)
 
