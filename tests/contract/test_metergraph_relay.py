@@ -1,7 +1,8 @@
 """The product's own relay (``metergraphrelay``, from the registry, unchanged) against a real ``triptych
 serve`` on each engine: its export mode over a Portkey export with every provider's shape lands every row
 exactly, and its scheduled ``sync phoenix`` against a local stand-in for Phoenix's spans API resumes
-window after window through ``/v1/import-sync``, the overlap re-read stored once."""
+window after window through ``/v1/import-sync``, the overlap re-read stored once; so does its scheduled
+``sync portkey`` against a local stand-in for Portkey's Logs Export API, decimal-string costs and all."""
 
 from __future__ import annotations
 
@@ -32,9 +33,10 @@ def server(
 
 
 def _portkey_row(n: int, provider: str, model: str, cents: float | None, usage: dict[str, Any],
-                 response: dict[str, Any], status: int = 200, **fields: Any) -> dict[str, Any]:  # fmt: skip
+                 response: dict[str, Any], status: int = 200, created: datetime | None = None,
+                 **fields: Any) -> dict[str, Any]:  # fmt: skip
     """One row of a Portkey log export (the fields the relay's converter reads)."""
-    created = datetime.now(UTC) - timedelta(minutes=30 - n)
+    created = created or datetime.now(UTC) - timedelta(minutes=30 - n)
     row = {
         "id": f"pk-{n}-{uuid.uuid4().hex[:8]}", "trace_id": f"trace-{n}-{uuid.uuid4().hex[:8]}",
         "created_at": created.isoformat().replace("+00:00", "Z"), "ai_org": provider, "ai_model": model,
@@ -106,8 +108,9 @@ def test_export_mode_lands_every_row_of_a_portkey_export_exactly(
     n = len(EXPORT)
     assert f"Converted {n} row(s), skipped 0, pushed {n} row(s), 0 failed." in done.stdout
     landed = traces(server, mint(server, workspace, "metadata"))
-    stored = {c["request_id"]: c for c in stored_calls(server, workspace)}
-    assert len(landed) == len(stored) == n
+    calls = stored_calls(server, workspace)
+    stored = {c["request_id"]: c for c in calls}
+    assert len(landed) == len(stored) == len(calls) == n
     for row, tokens, reported, error in EXPORT:
         trace = landed[row["trace_id"]]
         assert {name: trace[name] for name in tokens} == tokens, row["id"]
@@ -180,3 +183,38 @@ def test_scheduled_sync_resumes_window_after_window_and_stores_overlap_rows_once
     ).json()  # fmt: skip
     assert state["checkpoint"] == (t0 + timedelta(hours=2)).isoformat()
     assert (state["checkpoint_version"], state["lease"]) == (2, None)
+
+
+def test_scheduled_portkey_sync_resumes_windows_and_stores_each_row_once_with_its_exact_cost(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    workspace = f"pksync-{uuid.uuid4().hex[:8]}"
+    app, agent = mint(server, workspace), mint(server, workspace, "metadata")
+    t0 = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    # Window 1 is [t0, t0+60 min), window 2 [t0+55, t0+120): the row at minute 58 is exported twice.
+    rows = [
+        _portkey_row(minute, "openai", "gpt-4o", cents, {"prompt_tokens": 100 + minute, "completion_tokens": 7},
+                     _chat("ok"), created=t0 + timedelta(minutes=minute), req_units=100 + minute, res_units=7)
+        for minute, cents in ((5, 0.123456), (58, 4.38), (80, 0.0123456789))
+    ]  # fmt: skip
+    with ProviderServer() as portkey:
+        portkey.portkey_rows = rows
+        outputs = []
+        for _ in range(2):
+            done = relay(
+                server, app, ["sync", "portkey", "--source-scope", "ws-acme", "--initial-since", t0.isoformat()],
+                tmp_path, PORTKEY_API_KEY="pk-test", PORTKEY_BASE_URL=portkey.portkey_url,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            outputs.append(done.stdout)
+    assert "pushed 2 row(s)" in outputs[0] and "pushed 2 row(s)" in outputs[1]
+    landed = traces(server, agent)
+    calls = stored_calls(server, workspace)
+    stored = {c["request_id"]: c for c in calls}
+    assert len(calls) == len(rows)  # four rows pushed, three stored
+    assert sorted(landed) == sorted(r["trace_id"] for r in rows)
+    assert sorted(stored) == sorted(r["id"] for r in rows)
+    assert all(trace["span_count"] == 1 for trace in landed.values())
+    for row, cost in zip(rows, ("0.00123456", "0.0438", "0.000123456789"), strict=True):
+        assert stored[row["id"]]["reported_cost_usd"] == float(Decimal(cost))
+        assert landed[row["trace_id"]]["input_tokens"] == row["req_units"]
