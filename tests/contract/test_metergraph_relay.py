@@ -138,12 +138,18 @@ def _span(n: int, at: datetime, model: str = "gpt-4o-mini") -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _scheduled(server: ServerProcess) -> tuple[str, str, str, datetime]:
+    """A fresh workspace, its app token and read key, and a whole hour three hours ago: the first window
+    of a scheduled sync starts there, and its first two windows lie wholly in the past."""
+    workspace = f"sync-{uuid.uuid4().hex[:8]}"
+    t0 = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    return workspace, mint(server, workspace), mint(server, workspace, "metadata"), t0
+
+
 def test_scheduled_sync_resumes_window_after_window_and_stores_overlap_rows_once(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    workspace = f"sync-{uuid.uuid4().hex[:8]}"
-    app, agent = mint(server, workspace), mint(server, workspace, "metadata")
-    t0 = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    workspace, app, agent, t0 = _scheduled(server)
     # Minutes after t0: window 1 is [t0, t0+60), window 2 [t0+55, t0+120): the span at 57 is read twice.
     minutes = [10, 40, 57, 70, 100, 150]
     spans = [_span(i, t0 + timedelta(minutes=m)) for i, m in enumerate(minutes)]
@@ -188,9 +194,7 @@ def test_scheduled_sync_resumes_window_after_window_and_stores_overlap_rows_once
 def test_scheduled_portkey_sync_resumes_windows_and_stores_each_row_once_with_its_exact_cost(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    workspace = f"pksync-{uuid.uuid4().hex[:8]}"
-    app, agent = mint(server, workspace), mint(server, workspace, "metadata")
-    t0 = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+    workspace, app, agent, t0 = _scheduled(server)
     # Window 1 is [t0, t0+60 min), window 2 [t0+55, t0+120): the row at minute 58 is exported twice.
     rows = [
         _portkey_row(minute, "openai", "gpt-4o", cents, {"prompt_tokens": 100 + minute, "completion_tokens": 7},
