@@ -25,7 +25,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -170,7 +170,7 @@ class ImportSyncService:
             now = self._now_ms()
             lease = self._held(tx, workspace, lease_id, now)
             tx.extend(lease, now + self.lease_ms)
-        return Lease(**{**lease.__dict__, "expires_ms": now + self.lease_ms})
+        return replace(lease, expires_ms=now + self.lease_ms)
 
     def complete(self, workspace: str, lease_id: str) -> tuple[Lease, int]:
         """The window is imported: the checkpoint moves to its end. Returns the lease and the new version."""
