@@ -22,6 +22,7 @@ import gzip
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from typing import Any
 from metergraph_bench import generate
 
 _WORKER = r"""
-import gzip, json, sys, tempfile, time
+import gzip, json, shutil, sys, tempfile, time
 from pathlib import Path
 from triptych.core import jsonbody
 from triptych.metergraph.ingest import IngestService, gc_paused
@@ -42,7 +43,8 @@ from triptych.metergraph.store import SqliteTelemetryStore
 
 files = sorted(Path(sys.argv[1]).glob("*.json.gz"))
 bodies = [f.read_bytes() for f in files]
-store = SqliteTelemetryStore(Path(tempfile.mkdtemp(prefix="mg-costs-")) / "metergraph.db")
+data = Path(tempfile.mkdtemp(prefix="mg-costs-"))
+store = SqliteTelemetryStore(data / "metergraph.db")
 service = IngestService(store, Pricer(), 5000)
 app = AppPrincipal("default", "static")
 rows = 0
@@ -54,6 +56,7 @@ for body in bodies:
     rows += result.accepted
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
 store.close()
+shutil.rmtree(data)
 print(json.dumps({"rows": rows, "cpu_s": cpu, "wall_s": wall}))
 """
 
@@ -105,14 +108,23 @@ def main() -> None:
         ("this, numeric cost", here, "number"),
         ("this, decimal-string cost", here, "string"),
     ]
+    try:
+        _compare(args.rounds, args.batches, variants, folders)
+    finally:
+        shutil.rmtree(out)
+
+
+def _compare(
+    rounds: int, batches: int, variants: list[tuple[str, Path, str]], folders: dict[str, Path]
+) -> None:
     rates: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     cpus: dict[str, list[float]] = {name: [] for name, _, _ in variants}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for name, src, costs in variants:
             got = _run(src, folders[costs])
             rates[name].append(got["rows"] / got["wall_s"])
             cpus[name].append(got["cpu_s"] / got["rows"] * 1e6)
-    print(f"{args.batches * 5000:,} rows a variant, {args.rounds} rounds; ratios against the base tree")
+    print(f"{batches * 5000:,} rows a variant, {rounds} rounds; ratios against the base tree")
     print(f"{'variant':28} {'best rows/s':>11} {'ratio':>6} {'best CPU µs/row':>15} {'ratio':>6} "
           f"{'median CPU':>10} {'ratio':>6}")  # fmt: skip
     for name, _, costs in variants:
