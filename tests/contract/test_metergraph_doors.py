@@ -126,7 +126,7 @@ def test_refused_batches_show_as_permanent_failures_in_ingestion_health(server: 
     workspace = ws()
     app = mint(server, workspace)
     post(server.url + "/v1/ingest", json={"rows": [row()]}, headers=auth(app))
-    post(server.url + "/v1/ingest", json={"rows": [row(input_tokens="many")]}, headers=auth(app))
+    post(server.url + "/v1/ingest", json={"rows": [row(), "not an object"]}, headers=auth(app))
     health = get(
         server.url + "/v1/agent/ingestion-health", headers=auth(mint(server, workspace, "metadata"))
     ).json()

@@ -1,5 +1,7 @@
 """The row-by-row ingest normalisation and rollup deltas as they were before the columnar rewrite
-(commit 6e77b55), kept verbatim as the reference ``test_ingest_columns.py`` compares the new code with."""
+(commit 6e77b55), kept verbatim as the reference ``test_ingest_columns.py`` compares the new code with,
+but for two later rules: a row holding a refused value is ignored (not the batch refused), and costs are
+read by ``ingest.parse_cost`` (decimal strings too)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import orjson
 
 from triptych.metergraph import histogram
 from triptych.metergraph.errors import BadBatch
+from triptych.metergraph.ingest import parse_cost
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.store import ROLLUPS, SUMS, Content, group_sum
@@ -117,7 +120,11 @@ def normalize_rows(
         if row.get("event_type") == "outcome":
             ignored += 1
             continue
-        call = _normalize(pricer, app, row, index, source)
+        try:
+            call = _normalize(pricer, app, row, index, source)
+        except BadBatch:
+            ignored += 1  # a row with a value the rules refuse is ignored, the others stored
+            continue
         content = _content_of(row)
         if content is not None and not (retain and row.get("content_opted_in", True) is not False):
             content_dropped += 1
@@ -173,7 +180,7 @@ def _normalize(
         raise BadBatch(f"rows[{index}].tags must be an object")
     call["tags"] = _tags_json(tags) if tags else None
     reported = get("reported_cost_usd", get("cost_usd"))
-    reported_f = _opt_float({"cost": reported}, "cost", index) if reported is not None else None
+    reported_f = parse_cost(reported, "cost", index)
     price = pricer.price_on_day(
         call["provider"],
         call["model"],

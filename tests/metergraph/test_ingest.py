@@ -1,13 +1,19 @@
-"""Ingest: validation is all-or-nothing, outcomes are ignored, content is dropped unless retained,
-every row is priced and stored with its rollups."""
+"""Ingest: a batch is refused whole only for what the upstream server refuses (its shape, a row that is
+not an object); a row with a refused value is ignored as outcomes are; content is dropped unless
+retained; costs arrive as numbers or decimal strings; an imported row is stored once; every row is
+priced and stored with its rollups."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from mg_support import NOW, agent, app, row
 
+from triptych.core.db import Database
+from triptych.metergraph import import_events
+from triptych.metergraph.import_events import ImportKey
 from triptych.metergraph.ingest import BadBatch
 from triptych.metergraph.service import Metergraph
 
@@ -31,10 +37,8 @@ def test_accepted_rows_are_stored_priced_and_outcomes_ignored(mg: Metergraph) ->
         {"rows": []},
         {"rows": "nope"},
         {"rows": [row(), "not an object"]},
-        {"rows": [row(), row(input_tokens=-1)]},
-        {"rows": [row(ts="yesterday")]},
-        {"rows": [row(tags="not a map")]},
         {"rows": [row() for _ in range(51)]},
+        {"rows": [row()], "meta": "x"},
         [row()],
     ],
 )
@@ -42,6 +46,98 @@ def test_a_bad_batch_is_refused_whole_and_nothing_is_written(mg: Metergraph, doc
     with pytest.raises(BadBatch):
         mg.ingest.ingest_document(app(), document)
     assert mg.store.count_calls("w1") == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"input_tokens": -1},
+        {"ts": "yesterday"},
+        {"ts": None},
+        {"tags": "not a map"},
+        {"route": {"a": 1}},
+        {"latency_ms": "slow"},
+        {"cost_usd": "-0.01"},
+        {"reported_cost_usd": "NaN"},
+        {"reported_cost_usd": "1,5"},
+        {"reported_cost_usd": " 0.5"},
+        {"reported_cost_usd": "2000000"},
+        {"reported_cost_usd": float("inf")},
+        {"reported_cost_usd": True},
+        {"import_source": "portkey", "import_source_scope": "ws"},
+        {"import_source": "portkey", "import_source_scope": "ws", "import_event_id": 7},
+        {"import_source": "portkey", "import_source_scope": "ws", "import_event_id": "  "},
+        {"import_source": "portkey", "import_source_scope": "ws", "import_event_id": "x" * 513},
+    ],
+)
+def test_a_row_with_a_refused_value_is_ignored_and_the_good_rows_are_stored(
+    mg: Metergraph, bad: dict[str, object]
+) -> None:
+    result = mg.ingest.ingest_document(
+        app(), {"rows": [row(route="good-1"), row(**bad), row(route="good-2")]}
+    )
+    assert (result.accepted, result.ignored) == (2, 1)
+    assert sorted(c["route"] for c in mg.store.raw_calls("w1")) == ["good-1", "good-2"]
+    assert mg.store.batch_health("w1", 0)["processed"] == 1
+
+
+def test_a_batch_of_only_refused_rows_is_answered_and_stores_nothing(mg: Metergraph) -> None:
+    result = mg.ingest.ingest_document(app(), {"rows": [row(input_tokens=-5), row(ts=[1])]})
+    assert (result.accepted, result.ignored) == (0, 2)
+    assert mg.store.count_calls("w1") == 0
+
+
+@pytest.mark.parametrize(
+    ("sent", "stored"),
+    [
+        ("0.0318", 0.0318),
+        ("0.000123456789012345678", 0.000123456789012345678),
+        ("1E-7", 1e-7),
+        ("12", 12.0),
+        ("0", 0.0),
+        (".5", 0.5),
+        (0.0125, 0.0125),
+        (3, 3.0),
+    ],
+)
+def test_a_reported_cost_is_read_as_a_number_or_an_exact_decimal_string(
+    mg: Metergraph, sent: object, stored: float
+) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row(reported_cost_usd=sent)]})
+    [call] = mg.store.raw_calls("w1")
+    assert call["reported_cost_usd"] == stored  # the double nearest the decimal, rounded once
+
+
+def test_the_relays_legacy_cost_usd_string_is_the_reported_cost_when_no_reported_field_is_sent(
+    mg: Metergraph,
+) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [row(cost_usd="0.0042")]})
+    [call] = mg.store.raw_calls("w1")
+    assert call["reported_cost_usd"] == 0.0042
+
+
+def _imported(event: str, scope: str = "ws-1", **fields: object) -> dict[str, object]:
+    identity = {"import_source": "phoenix", "import_source_scope": scope, "import_event_id": event}
+    return row(**identity, **fields)
+
+
+def test_an_imported_row_is_stored_once_however_often_it_is_sent(mg: Metergraph) -> None:
+    first = mg.ingest.ingest_document(app(), {"rows": [_imported("e1"), _imported("e2"), _imported("e1")]})
+    again = mg.ingest.ingest_document(app(), {"rows": [_imported(" e2 "), _imported("e3"), row()]})
+    # Duplicates are accepted (the relay counts every accepted row as landed) but not stored twice.
+    assert (first.accepted, first.ignored, again.accepted, again.ignored) == (3, 0, 3, 0)
+    assert mg.store.count_calls("w1") == 4  # e1, e2, e3 and the row without an identity
+    # The identity is per source scope and per workspace.
+    mg.ingest.ingest_document(app(), {"rows": [_imported("e1", scope="ws-2")]})
+    mg.ingest.ingest_document(app("w2"), {"rows": [_imported("e1")]})
+    assert (mg.store.count_calls("w1"), mg.store.count_calls("w2")) == (5, 1)
+
+
+def test_a_batch_that_fails_in_the_engine_leaves_its_import_identities_unclaimed(mg: Metergraph) -> None:
+    with pytest.raises(OverflowError):
+        mg.ingest.ingest_document(app(), {"rows": [_imported("e1"), _imported("e2", input_tokens=2**70)]})
+    mg.ingest.ingest_document(app(), {"rows": [_imported("e1"), _imported("e2")]})
+    assert mg.store.count_calls("w1") == 2
 
 
 def test_content_is_dropped_unless_the_workspace_retains_it(mg: Metergraph) -> None:
@@ -146,3 +242,21 @@ def test_the_gc_pause_nests_and_restores_what_it_found() -> None:
         assert not gc.isenabled()  # it was off before: left off
     finally:
         gc.enable()
+
+
+def test_a_pending_import_claim_is_retaken_once_stale_and_kept_once_confirmed(tmp_path: Path) -> None:
+    # ClickHouse's order: claimed pending, then confirmed (or released) once the engine write returned.
+    db = Database(tmp_path / "meta.db", [])
+    import_events.migrate(db)
+    key = ImportKey("portkey", "ws", "e1")
+    with db.transaction() as conn:
+        assert import_events.claim(conn, "w1", [key], stored=False) == [True]
+        assert import_events.claim(conn, "w1", [key], stored=False) == [False]  # in flight elsewhere
+        # Its worker died before the engine write returned: once stale, the next batch claims it again.
+        conn.execute("UPDATE import_events SET claimed_ms = claimed_ms - ?", (import_events.STALE_MS + 1,))
+        assert import_events.claim(conn, "w1", [key], stored=False) == [True]
+        import_events.confirm(conn, "w1", [key])
+        conn.execute("UPDATE import_events SET claimed_ms = claimed_ms - ?", (import_events.STALE_MS + 1,))
+        assert import_events.claim(conn, "w1", [key]) == [False]  # stored: never again
+        import_events.release(conn, "w1", [key])  # a release touches pending claims only
+        assert import_events.claim(conn, "w1", [key]) == [False]

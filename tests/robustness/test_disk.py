@@ -181,6 +181,7 @@ def test_a_full_disk_refuses_writes_clearly_keeps_reads_and_loses_nothing(small_
                     continue  # the WAL still had room: an acknowledged write, checked below
                 refusals[surface] += 1
                 assert "full" in refusal and str(small_disk) in refusal, f"{surface}: {refusal}"
+        sync_refusals = _import_sync_on_a_full_disk(server, app)
         # Reads keep working on the full disk.
         found = writers.metronix.call(
             "memory_search", {"query": "disk note", "agent_id": "disk", "workspace_id": "disk"}
@@ -200,6 +201,27 @@ def test_a_full_disk_refuses_writes_clearly_keeps_reads_and_loses_nothing(small_
     record("full-disk", acknowledged=acknowledged, refused=sum(refusals.values()), lost=lost)
     assert lost == 0, f"{lost} of {acknowledged} acknowledged writes lost"
     assert all(refusals.values()), f"some surface never met the full disk: {refusals}"
+    assert sync_refusals, "import sync never met the full disk"
+
+
+def _import_sync_on_a_full_disk(server: ServerProcess, app: str) -> int:
+    """Metergraph's import-sync leases are metadata writes: on a full disk an acquire answers 503
+    ``storage_unavailable`` with ``Retry-After`` (or succeeds while the WAL still has room)."""
+    refused = 0
+    for i in range(ATTEMPTS):
+        response = httpx.post(
+            server.url + "/v1/import-sync/acquire",
+            json={"source": "phoenix", "source_scope": f"disk-{i}", "initial_since": "2026-01-01T00:00:00Z"},
+            headers={"Authorization": f"Bearer {app}"},
+            timeout=60,
+        )
+        if response.status_code == 201:
+            continue
+        assert response.status_code == 503 and response.headers.get("retry-after"), response.text[:500]
+        error = response.json()["error"]
+        assert error["code"] == "storage_unavailable" and "full" in error["message"], error
+        refused += 1
+    return refused
 
 
 def test_serve_on_a_read_only_data_directory_exits_with_one_line_naming_it(tmp_path: Path) -> None:

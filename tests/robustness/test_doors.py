@@ -45,6 +45,9 @@ DOORS = [
         "ingest-sessions", "/v1/ingest/sessions", "metergraph", lambda t: {**JSON, **bearer("app_token")(t)}
     ),
     Door("traces-json", "/v1/traces", "metergraph", lambda t: {**JSON, **bearer("app_token")(t)}),
+    Door(
+        "import-sync", "/v1/import-sync/acquire", "metergraph", lambda t: {**JSON, **bearer("app_token")(t)}
+    ),
     Door("replay", "/v1/agent/debug/replay", "metergraph", lambda t: {**JSON, **bearer("agent_key")(t)}),
     Door(
         "rest-records",

@@ -15,6 +15,7 @@ it), sent before the 202.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import threading
 import time
@@ -28,7 +29,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import numpy as np
 
 from triptych.core.errors import StorageUnavailable
-from triptych.metergraph import histogram
+from triptych.metergraph import histogram, import_events
 from triptych.metergraph.call_filters import filter_clauses, key_clauses
 from triptych.metergraph.clickhouse_inserts import GroupInserter
 from triptych.metergraph.clickhouse_schema import (
@@ -42,6 +43,7 @@ from triptych.metergraph.clickhouse_schema import (
     statements,
     ttl_statements,
 )
+from triptych.metergraph.import_events import ImportKey
 from triptych.metergraph.scope import DAY_MS
 from triptych.metergraph.store import (
     CALL_COLUMNS,
@@ -347,10 +349,37 @@ class ClickHouseTelemetryStore:
         contents: Sequence[Content | None],
         batch: dict[str, Any],
         now_iso: str,
+        import_keys: Sequence[ImportKey | None] | None = None,
     ) -> None:
         """The batch's calls in one INSERT, shared with the batches waiting at the same time
         (``clickhouse_inserts``; content first, so no call points at missing content), then its batch
-        record in SQLite."""
+        record in SQLite. Import identities are claimed pending in SQLite first (rows already stored are
+        left out), confirmed with the batch record, and released if the calls do not reach ClickHouse, so
+        a retried batch stores them."""
+        claimed: list[ImportKey] = []
+        if import_keys is not None:
+            with self.meta.db.transaction() as conn:
+                fresh = import_events.claim(conn, workspace, import_keys, stored=False)
+            claimed = [k for k, new in zip(import_keys, fresh, strict=True) if k is not None and new]
+            if not all(fresh):
+                calls = calls.take(fresh)
+                contents = list(itertools.compress(contents, fresh))
+        try:
+            self._insert_batch_calls(workspace, calls, contents)
+        except BaseException:
+            if claimed:
+                with self.meta.db.transaction() as conn:
+                    import_events.release(conn, workspace, claimed)
+            raise
+        with self.meta.db.transaction() as conn:
+            if claimed:
+                import_events.confirm(conn, workspace, claimed)
+            self.meta.ensure_workspace(conn, workspace, now_iso)
+            self.meta.record_batch(conn, workspace, source, calls.size, batch)
+
+    def _insert_batch_calls(
+        self, workspace: str, calls: CallBatch, contents: Sequence[Content | None]
+    ) -> None:
         if calls.size:
             first = self.reserve_ids(calls.size)
             ids = list(range(first, first + calls.size))
@@ -368,9 +397,6 @@ class ClickHouseTelemetryStore:
             except self._data_error as exc:
                 # A value beyond its column's range fails the batch whole, as SQLite's OverflowError does.
                 raise OverflowError(str(exc)) from exc
-        with self.meta.db.transaction() as conn:
-            self.meta.ensure_workspace(conn, workspace, now_iso)
-            self.meta.record_batch(conn, workspace, source, calls.size, batch)
 
     # -- aggregates -----------------------------------------------------------------------------
 

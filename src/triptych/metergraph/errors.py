@@ -10,9 +10,17 @@ and the one renderer of its error document, used by the MCP endpoint and the RES
     ├── ResponseTooLarge         response_too_large      invalid         413
     ├── UnsupportedCapability    unsupported_capability  unavailable     501
     ├── RateLimited              rate_limited            unavailable     429
-    └── Unauthenticated          unauthenticated         unauthenticated 401 (HTTP only, not a contract code)
+    ├── Unauthenticated          unauthenticated         unauthenticated 401 (HTTP only, not a contract code)
+    └── ImportSyncError          (the import-sync doors, ``/v1/import-sync``: not Agent Access codes)
+        ├── SyncInvalid              invalid_argument        invalid         400
+        ├── InitialSinceRequired     initial_since_required  invalid         400
+        ├── LeaseHeld                lease_held              conflict        409 (with ``retry_at``)
+        ├── LeaseNotFound            lease_not_found         not_found       404
+        ├── LeaseEnded               lease_ended             conflict        409
+        └── LeaseExpired             lease_expired           conflict        410
 
-A core kind raised as it is reads as ``BY_KIND`` says; an internal error is never a tool result (the
+``import_sync_document`` renders the import-sync refusals (``{"error": {"code", "message"}}``, a busy
+stream's ``status`` and ``retry_at`` beside it). A core kind raised as it is reads as ``BY_KIND`` says; an internal error is never a tool result (the
 MCP endpoint answers JSON-RPC -32603, the REST doors HTTP 500).
 """
 
@@ -85,6 +93,46 @@ class RateLimited(MetergraphError, Unavailable, code="rate_limited", status=429)
 
 class Unauthenticated(MetergraphError, core.Unauthenticated, code="unauthenticated", status=401):
     """Not a contract code: a missing or invalid token is HTTP 401 before any tool runs."""
+
+
+class ImportSyncError(MetergraphError, status=400):
+    """A refusal of the import-sync API, with its own code and HTTP status."""
+
+
+class SyncInvalid(ImportSyncError, Invalid, code="invalid_argument", status=400):
+    """A request the API does not accept."""
+
+
+class InitialSinceRequired(ImportSyncError, Invalid, code="initial_since_required", status=400):
+    """The first window of a stream needs initial_since."""
+
+
+class LeaseHeld(ImportSyncError, Conflict, code="lease_held", status=409):
+    """Another run holds the stream's lease; ``retry_at`` says when it runs out."""
+
+    def __init__(self, message: str, retry_at: str) -> None:
+        super().__init__(message, details={"retry_at": retry_at})
+        self.retry_at = retry_at
+
+
+class LeaseNotFound(ImportSyncError, NotFound, code="lease_not_found", status=404):
+    """No such lease in this workspace."""
+
+
+class LeaseEnded(ImportSyncError, Conflict, code="lease_ended", status=409):
+    """The lease was completed or abandoned."""
+
+
+class LeaseExpired(ImportSyncError, Conflict, code="lease_expired", status=410):
+    """The lease ran out (and may have been taken over)."""
+
+
+def import_sync_document(exc: ImportSyncError) -> dict[str, Any]:
+    """An import-sync refusal as the relay reads it: a busy stream says so at the top level."""
+    document: dict[str, Any] = {"error": {"code": exc.code, "message": exc.message}}
+    if isinstance(exc, LeaseHeld):
+        document = {"status": "busy", "retry_at": exc.retry_at, **document}
+    return document
 
 
 ERROR_CODES = frozenset(

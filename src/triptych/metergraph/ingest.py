@@ -1,17 +1,22 @@
 """Ingest: normalize rows (SDK or OTLP), drop content unless retained, price, store as one batch.
 
-Rows are validated as a whole before anything is written: one bad row refuses the batch (HTTP 400) and
-nothing is stored. Accepted rows, their content and the batch record commit in one transaction before
-the 202 goes out. On the embedded engine the rollups are folded from the committed calls afterwards
-(``SqliteTelemetryStore.fold_rollups``: in the background, and by any read of a rollup before it reads);
-on ClickHouse, materialized views maintain them as part of the INSERT.
+What refuses a batch (HTTP 400, nothing stored) is what the upstream server refuses: a body that is not
+an object, an unknown ``schema_version``, ``rows`` missing, empty or too long, ``meta`` not an object, or
+a row that is not an object. A row holding a value the rules cannot read (a negative token count, a
+timestamp that is none, a cost that is not a finite non-negative amount, an unusable import identity) is
+ignored and counted in ``ignored``, as outcome rows are: the batch's other rows are stored. Rows that
+carry an import identity (``import_source``, ``import_source_scope``, ``import_event_id``) already stored
+in the workspace are accepted and not stored again (``import_events.py``). Accepted rows, their content
+and the batch record commit in one transaction before the 202 goes out. On the embedded engine the
+rollups are folded from the committed calls afterwards (``SqliteTelemetryStore.fold_rollups``: in the
+background, and by any read of a rollup before it reads); on ClickHouse, materialized views maintain
+them as part of the INSERT.
 
 A batch is normalized column by column, not row by row: each field is read from every row at once and
 checked with C-level passes (its set of types, an empty string, the longest string), and only a column
 holding an unusual value goes value by value through the checking helpers. The stored values and the
 refusal messages are those of the row-by-row rules (``tests/metergraph/test_ingest_columns.py`` compares
-them with the previous row-by-row code): when several values are bad, the one reported is the first in
-row order, and within a row the first in field order.
+them with the previous row-by-row code), and so are the rows they ignore.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ import itertools
 import json
 import math
 import operator
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, Literal
 
 import numpy as np
@@ -34,6 +41,7 @@ import orjson
 
 from triptych.metergraph import histogram
 from triptych.metergraph.errors import BadBatch
+from triptych.metergraph.import_events import ImportKey
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.scope import DAY_MS
@@ -48,10 +56,15 @@ _STR_FIELDS = (
 )  # fmt: skip
 _INT_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 _FLOAT_FIELDS = ("latency_ms", "ttft_ms", "unit_count")
-# Where each check sits in a row's order of checks: the first refusal in that order is the one reported.
-_POSITION = {
-    name: i for i, name in enumerate(("ts", *_STR_FIELDS, *_INT_FIELDS, *_FLOAT_FIELDS, "tags", "cost"))
-}
+_IMPORT_FIELDS = ("import_source", "import_source_scope", "import_event_id")
+_MAX_IMPORT_TEXT = 512  # an import identity part, after stripping: as the relay validates it
+# A cost in USD: a JSON number or a decimal string (the relay sends gateway amounts as strings so no
+# binary rounding happens on the way). Plain decimal notation with an optional exponent, as
+# ``str(Decimal)`` writes it; no sign, no spaces, no NaN or infinity.
+_COST_TEXT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
+_COST_TEXTS = re.compile(rf"(?:(?:{_COST_TEXT.pattern})\n)*(?:{_COST_TEXT.pattern})")  # a joined column
+_MAX_COST_CHARS = 64
+MAX_COST_USD = 1_000_000  # per call: a larger amount is a unit mistake (cents, micro-dollars), not a cost
 _NONE = type(None)
 _ABSENT = {_NONE}
 _get = dict.get
@@ -157,6 +170,35 @@ def _opt_float(value: Any, name: str, index: int) -> float | None:
     return float(value)
 
 
+def parse_cost(value: Any, name: str, index: int) -> float | None:
+    """A cost in USD from a JSON number or a decimal string: finite, non-negative, at most
+    ``MAX_COST_USD``. A string is read with ``Decimal`` (never through a float) and rounded once, to the
+    nearest double, which is what the cost columns hold."""
+    if value is None:
+        return None
+    if type(value) is str:
+        if len(value) > _MAX_COST_CHARS or _COST_TEXT.fullmatch(value) is None:
+            raise BadBatch(f"rows[{index}].{name} must be a non-negative decimal amount")
+        amount = Decimal(value)
+        if amount > MAX_COST_USD:
+            raise BadBatch(f"rows[{index}].{name} is more than {MAX_COST_USD} USD")
+        return float(amount)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadBatch(f"rows[{index}].{name} must be a number or a decimal string")
+    if not (math.isfinite(value) and 0 <= value <= MAX_COST_USD):
+        raise BadBatch(f"rows[{index}].{name} must be a finite amount from 0 to {MAX_COST_USD} USD")
+    return float(value)
+
+
+def _import_part(value: Any, name: str, index: int) -> str:
+    if type(value) is not str:
+        raise BadBatch(f"rows[{index}].{name} must be a string")
+    text = value.strip()
+    if not 0 < len(text) <= _MAX_IMPORT_TEXT:
+        raise BadBatch(f"rows[{index}].{name} must have 1 to {_MAX_IMPORT_TEXT} characters")
+    return text
+
+
 def clean_environment(value: str | None) -> str | None:
     """NULL, empty and whitespace-only environments are untagged (stored as NULL)."""
     if value is None or not value.strip():
@@ -170,34 +212,30 @@ def _as_text(value: Any) -> str | None:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-class _Refusals:
-    """Collects the first refusal of each column; the batch is refused with the earliest one."""
+class _Faults:
+    """The rows holding a value the rules refuse (their positions in the kept rows): they are ignored."""
 
     def __init__(self, indexes: Sequence[int]) -> None:
         self.indexes = indexes  # position in the kept rows -> index in the document
-        self.found: list[tuple[int, int, BadBatch]] = []
+        self.bad: set[int] = set()
 
     def checked(self, values: Sequence[Any], name: str, check: Callable[[Any, str, int], Any]) -> list[Any]:
-        """``check`` applied to every value in order, stopping at the first refusal."""
+        """``check`` applied to every value; None where it refuses (and that row marked bad)."""
         out: list[Any] = []
-        for index, value in zip(self.indexes, values, strict=True):
+        for position, (index, value) in enumerate(zip(self.indexes, values, strict=True)):
             try:
                 out.append(check(value, name, index))
-            except BadBatch as exc:
-                self.found.append((index, _POSITION[name], exc))
-                return [None] * len(values)
+            except BadBatch:
+                self.bad.add(position)
+                out.append(None)
         return out
-
-    def raise_first(self) -> None:
-        if self.found:
-            raise min(self.found, key=lambda f: (f[0], f[1]))[2]
 
 
 # Every field a row is read for, in one pass per row: touching each row dict once keeps it in the CPU
 # cache (a pass per field over a batch of 5,000 dicts ran about 40% slower on this machine).
 _READ = (
     "ts", *_STR_FIELDS, *_INT_FIELDS, *_FLOAT_FIELDS, "tags", "metadata", "reported_cost_usd", "cost_usd",
-    "error", "tool_names", "tool_calls", "stream", "batch", "request_json", "response_text",
+    "error", "tool_names", "tool_calls", "stream", "batch", "request_json", "response_text", *_IMPORT_FIELDS,
 )  # fmt: skip
 
 
@@ -221,30 +259,30 @@ def _fields(rows: Sequence[dict[str, Any]], sent: set[str]) -> dict[str, list[An
     return out
 
 
-def _str_column(values: list[Any], name: str, refusals: _Refusals) -> list[Any]:
+def _str_column(values: list[Any], name: str, faults: _Faults) -> list[Any]:
     types = set(map(type, values))
     if types <= {str, _NONE}:
         if types == _ABSENT:
             return values  # most optional fields: no row sends them
         if "" not in values and max(map(len, filter(None, values)), default=0) <= _MAX_TEXT:
             return values  # what the row-by-row rules keep as it is: None or a string of 1..512
-    return refusals.checked(values, name, _opt_str)
+    return faults.checked(values, name, _opt_str)
 
 
-def _int_column(values: list[Any], name: str, refusals: _Refusals) -> list[Any]:
+def _int_column(values: list[Any], name: str, faults: _Faults) -> list[Any]:
     types = set(map(type, values))
     # filter(None) drops None and 0; a negative integer is truthy, so min() sees it.
     if types <= {int, _NONE} and min(filter(None, values), default=0) >= 0:
         return values
-    return refusals.checked(values, name, _opt_int)
+    return faults.checked(values, name, _opt_int)
 
 
-def _float_column(values: list[Any], name: str, refusals: _Refusals) -> list[Any]:
+def _float_column(values: list[Any], name: str, faults: _Faults) -> list[Any]:
     types = set(map(type, values))
     # A non-finite sum means a NaN, an infinity or an overflow: the slow path tells them apart.
     if types <= {float, _NONE} and math.isfinite(sum(filter(None, values))):
         return values
-    return refusals.checked(values, name, _opt_float)
+    return faults.checked(values, name, _opt_float)
 
 
 def _with_fallback(
@@ -258,19 +296,17 @@ def _with_fallback(
     return values
 
 
-def _tags_column(tags: list[Any], refusals: _Refusals) -> list[str | None]:
+def _tags_column(tags: list[Any], faults: _Faults) -> list[str | None]:
     """Tags as compact JSON, non-ASCII kept (``json.dumps(..., ensure_ascii=False, separators=(",", ":"))``).
 
     orjson writes exactly that for string keys and values, several times faster; anything else (numbers,
     nested values, lone surrogates) keeps the standard library's spelling.
     """
     if not set(map(type, tags)) <= {dict, _NONE}:
-        for index, value in zip(refusals.indexes, tags, strict=True):
-            if value is not None and not isinstance(value, dict):
-                refusal = BadBatch(f"rows[{index}].tags must be an object")
-                refusals.found.append((index, _POSITION["tags"], refusal))
-                return [None] * len(tags)
-        return [_tags_json(t) if t else None for t in tags]  # dict subclasses (in-process callers)
+        bad = {i for i, t in enumerate(tags) if t is not None and not isinstance(t, dict)}
+        faults.bad |= bad
+        # dict subclasses (in-process callers) kept; a row with tags that are not an object is ignored
+        return [None if i in bad or not t else _tags_json(t) for i, t in enumerate(tags)]
     filled = [t for t in tags if t]
     keys = set(map(type, itertools.chain.from_iterable(filled)))
     values = set(map(type, itertools.chain.from_iterable(map(dict.values, filled))))
@@ -292,6 +328,62 @@ def _tags_json(tags: dict[str, Any]) -> str:
     return json.dumps(tags, ensure_ascii=False, separators=(",", ":"))
 
 
+def _cost_column(values: list[Any], faults: _Faults) -> list[float | None]:
+    """``parse_cost`` over a column. Plain floats in range (the SDKs' costs) are checked in C, and so are
+    decimal strings (the relay's): one regular-expression pass over the column joined by newlines, then
+    ``float(Decimal(s))`` for each. Correct rounding is monotonic, so a double below the bound means a
+    decimal below it; anything else goes value by value."""
+    types = set(map(type, values))
+    if types <= {float, _NONE}:
+        present = [v for v in values if v is not None]
+        total = sum(present)  # a NaN, an infinity or an overflow makes it non-finite
+        if (
+            math.isfinite(total)
+            and min(present, default=0.0) >= 0
+            and max(present, default=0.0) <= MAX_COST_USD
+        ):
+            return values
+    elif types <= {str, _NONE}:
+        texts = [v for v in values if v is not None]
+        joined = "\n".join(texts)
+        if (
+            max(map(len, texts)) <= _MAX_COST_CHARS
+            and joined.count("\n") == len(texts) - 1  # no value holds a newline of its own
+            and _COST_TEXTS.fullmatch(joined)
+        ):
+            amounts = list(map(float, map(Decimal, texts)))
+            if max(amounts) < MAX_COST_USD:
+                if len(texts) == len(values):
+                    return amounts  # type: ignore[return-value]  # list[float] is a list[float | None]
+                it = iter(amounts)
+                return [None if v is None else next(it) for v in values]
+    return faults.checked(values, "cost", parse_cost)
+
+
+def _import_keys(
+    fields: dict[str, list[Any]], sent: set[str], faults: _Faults, n: int
+) -> list[ImportKey | None] | None:
+    """Each row's import identity: all three parts or none; a partial or unusable one is a fault."""
+    if sent.isdisjoint(_IMPORT_FIELDS):
+        return None
+    keys: list[ImportKey | None] = []
+    for position, parts in enumerate(zip(*(fields[name] for name in _IMPORT_FIELDS), strict=True)):
+        if parts == (None, None, None):
+            keys.append(None)
+            continue
+        index = faults.indexes[position]
+        try:
+            source, scope, event = (
+                _import_part(v, name, index) for v, name in zip(parts, _IMPORT_FIELDS, strict=True)
+            )
+        except BadBatch:
+            faults.bad.add(position)
+            keys.append(None)
+            continue
+        keys.append(ImportKey(source, scope, event))
+    return keys if any(k is not None for k in keys) else None
+
+
 def _flags(values: list[Any]) -> list[int | None]:
     """SDK booleans (``stream``, ``batch``) as 0/1, None kept."""
     if not values or set(map(type, values)) == {_NONE}:
@@ -300,11 +392,21 @@ def _flags(values: list[Any]) -> list[int | None]:
 
 
 @dataclass
+class _Checked:
+    columns: dict[str, list[Any]]
+    fields: dict[str, list[Any]]
+    reported: list[Any]
+    keys: list[ImportKey | None] | None
+    faults: _Faults
+
+
+@dataclass
 class Normalized:
     calls: CallBatch
     contents: list[Content | None]
     ignored: int
     content_dropped: int
+    import_keys: list[ImportKey | None] | None = None  # None: no row carries an import identity
 
 
 class IngestService:
@@ -370,44 +472,31 @@ class IngestService:
                 normalized.contents,
                 batch,
                 datetime.now(UTC).isoformat(timespec="seconds"),
+                normalized.import_keys,
             )
             if self.on_batch is not None and normalized.calls.size:
                 self.on_batch(app.workspace, max(normalized.calls.column("ts_ms")))
             return IngestResult(normalized.calls.size, normalized.ignored)
 
     def normalize(self, app: AppPrincipal, rows: Sequence[Any], source: str, retain: bool) -> Normalized:
-        """The batch's calls as stored columns, or BadBatch naming the first bad value."""
-        kept, indexes, refusals = self._kept_rows(rows)
+        """The batch's calls as stored columns, the rows with a refused value left out (ignored); BadBatch
+        when the batch itself is refused (a row that is not an object)."""
+        kept, indexes = self._kept_rows(rows)
+        checked = self._checked_columns(kept, indexes)
+        if checked.faults.bad:
+            # Rare: read the good rows again, so every column is built over them only.
+            bad = checked.faults.bad
+            indexes = [index for i, index in enumerate(indexes) if i not in bad]
+            kept = [row for i, row in enumerate(kept) if i not in bad]
+            checked = self._checked_columns(kept, indexes)
+        columns, fields, reported, import_keys = (
+            checked.columns,
+            checked.fields,
+            checked.reported,
+            checked.keys,
+        )
         n = len(kept)
-        columns: dict[str, list[Any]] = {}
-        sent = set().union(*kept)  # a field no row sends is all None: nothing to check
-        fields = _fields(kept, sent)
-        ts = fields["ts"]
-        if set(map(type, ts)) <= {str, int, float}:
-            ts_ms = self._timestamps(ts, indexes, refusals)
-        else:
-            ts_ms = refusals.checked(ts, "ts", parse_ts_checked)
-        columns["ts_ms"] = ts_ms
-        for name in _STR_FIELDS:
-            columns[name] = _str_column(fields[name], name, refusals) if name in sent else fields[name]
-        env = columns["environment"]
-        blank = {v for v in set(env) if v is not None and clean_environment(v) is None}
-        if blank:
-            columns["environment"] = [None if v in blank else v for v in env]
-        for name in _INT_FIELDS:
-            columns[name] = _int_column(fields[name], name, refusals) if name in sent else fields[name]
-        for name in _FLOAT_FIELDS:
-            columns[name] = _float_column(fields[name], name, refusals) if name in sent else fields[name]
-        tags = _tags_column(
-            _with_fallback(kept, fields["tags"], "tags", fields["metadata"], "metadata"), refusals
-        )
-        reported = _with_fallback(
-            kept, fields["reported_cost_usd"], "reported_cost_usd", fields["cost_usd"], "cost_usd"
-        )
-        if reported.count(None) != n:
-            reported = refusals.checked(reported, "cost", _opt_float)
-        refusals.raise_first()
-
+        ts_ms = columns["ts_ms"]
         columns["lat_bucket"] = histogram.buckets_of(columns["latency_ms"])
         errors = fields["error"]
         status_error = {s: s is not None and s.lower() == "error" for s in set(columns["status"])}
@@ -433,7 +522,6 @@ class IngestService:
         )
         columns["stream"] = _flags(fields["stream"])
         columns["batch"] = _flags(fields["batch"])
-        columns["tags"] = tags
         days = [t // DAY_MS for t in ts_ms]
         price = self.pricer.price_columns(
             columns["provider"],
@@ -461,35 +549,63 @@ class IngestService:
             [0 if c is None else 1 for c in contents] if contents.count(None) != n else [0] * n
         )
         constants = {"workspace": app.workspace, "app": app.app, "source": source}
-        return Normalized(CallBatch(n, constants, columns), contents, len(rows) - n, content_dropped)
+        return Normalized(
+            CallBatch(n, constants, columns), contents, len(rows) - n, content_dropped, import_keys
+        )
 
     @staticmethod
-    def _kept_rows(rows: Sequence[Any]) -> tuple[list[dict[str, Any]], Sequence[int], _Refusals]:
-        """The rows to store (outcomes are ignored) and their indexes in the document."""
+    def _checked_columns(kept: list[dict[str, Any]], indexes: Sequence[int]) -> _Checked:
+        """The checked columns of ``kept``, the reported costs, the import keys and the faults."""
+        n = len(kept)
+        faults = _Faults(indexes)
+        columns: dict[str, list[Any]] = {}
+        sent = set().union(*kept)  # a field no row sends is all None: nothing to check
+        fields = _fields(kept, sent)
+        ts = fields["ts"]
+        if set(map(type, ts)) <= {str, int, float}:
+            columns["ts_ms"] = IngestService._timestamps(ts, indexes, faults)
+        else:
+            columns["ts_ms"] = faults.checked(ts, "ts", parse_ts_checked)
+        for name in _STR_FIELDS:
+            columns[name] = _str_column(fields[name], name, faults) if name in sent else fields[name]
+        env = columns["environment"]
+        blank = {v for v in set(env) if v is not None and clean_environment(v) is None}
+        if blank:
+            columns["environment"] = [None if v in blank else v for v in env]
+        for name in _INT_FIELDS:
+            columns[name] = _int_column(fields[name], name, faults) if name in sent else fields[name]
+        for name in _FLOAT_FIELDS:
+            columns[name] = _float_column(fields[name], name, faults) if name in sent else fields[name]
+        columns["tags"] = _tags_column(
+            _with_fallback(kept, fields["tags"], "tags", fields["metadata"], "metadata"), faults
+        )
+        reported = _with_fallback(
+            kept, fields["reported_cost_usd"], "reported_cost_usd", fields["cost_usd"], "cost_usd"
+        )
+        if reported.count(None) != n:
+            reported = _cost_column(reported, faults)
+        return _Checked(columns, fields, reported, _import_keys(fields, sent, faults, n), faults)
+
+    @staticmethod
+    def _kept_rows(rows: Sequence[Any]) -> tuple[list[dict[str, Any]], Sequence[int]]:
+        """The rows to store (outcomes are ignored) and their indexes in the document; BadBatch for a row
+        that is not an object (the upstream server refuses such a batch whole)."""
         if set(map(type, rows)) == {dict} and "outcome" not in map(
             _get, rows, itertools.repeat("event_type")
         ):
-            kept = list(rows)
-            indexes: Sequence[int] = range(len(rows))
-            return kept, indexes, _Refusals(indexes)
+            return list(rows), range(len(rows))
         kept, found = [], []
-        first_bad: BadBatch | None = None
-        bad_index = -1
         for index, row in enumerate(rows):
             if not isinstance(row, dict):
-                first_bad, bad_index = BadBatch(f"rows[{index}] must be an object"), index
-                break  # the row-by-row rules stop here
+                raise BadBatch(f"rows[{index}] must be an object")
             if row.get("event_type") == "outcome":
                 continue
             kept.append(row)
             found.append(index)
-        refusals = _Refusals(found)
-        if first_bad is not None:
-            refusals.found.append((bad_index, -1, first_bad))
-        return kept, found, refusals
+        return kept, found
 
     @staticmethod
-    def _timestamps(values: list[Any], indexes: Sequence[int], refusals: _Refusals) -> list[int]:
+    def _timestamps(values: list[Any], indexes: Sequence[int], faults: _Faults) -> list[int]:
         if set(map(type, values)) == {str}:
             fast = _iso_utc_ms(values)
             if fast is not None:
@@ -501,19 +617,18 @@ class IngestService:
                 try:
                     parsed = fromisoformat(value.replace("Z", "+00:00"))
                 except ValueError:
-                    refusals.found.append(
-                        (index, 0, BadBatch(f"rows[{index}].ts is not an ISO 8601 timestamp"))
-                    )
-                    return [0] * len(values)
+                    faults.bad.add(len(out))
+                    out.append(0)
+                    continue
                 if parsed.tzinfo is None:
                     parsed = parsed.replace(tzinfo=UTC)
                 out.append(int(parsed.timestamp() * 1000))
             else:
                 try:
                     out.append(parse_ts(value, index))
-                except BadBatch as exc:
-                    refusals.found.append((index, 0, exc))
-                    return [0] * len(values)
+                except BadBatch:
+                    faults.bad.add(len(out))
+                    out.append(0)
         return out
 
     @staticmethod

@@ -15,6 +15,8 @@ from triptych.metergraph.analysis_runner import AnalysisRunner
 from triptych.metergraph.analysis_sources import Replayer, StoreWorkloads, WorkloadSource
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.detectors import IncidentSettings, load_incident_settings
+from triptych.metergraph.import_sync import ImportSyncService
+from triptych.metergraph.import_sync_store import SqliteImportSyncStore
 from triptych.metergraph.incidents import DB_FILE as INCIDENTS_FILE
 from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.ingest import IngestService
@@ -78,6 +80,7 @@ class Metergraph:
     workloads: WorkloadService
     incidents: IncidentService
     links: AppLinks
+    import_sync: ImportSyncService
 
     @classmethod
     def open(
@@ -173,6 +176,13 @@ class Metergraph:
             workloads,
             incidents,
             links,
+            # Import-sync streams and leases live in the SQLite metadata file on both engines, so every
+            # worker of a server (and every process on the file) sees one holder per stream.
+            ImportSyncService(
+                SqliteImportSyncStore(sqlite.db),
+                clock=lambda: clock().timestamp(),
+                lease_seconds=settings.import_lease_seconds,
+            ),
         )
 
     def close(self) -> None:

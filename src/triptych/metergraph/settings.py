@@ -71,6 +71,10 @@ class MetergraphSettings(BaseSettings):
     web_session_seconds: int = Field(
         8 * 3600, ge=60, validation_alias=AliasChoices("MG_WEB_SESSION_SECONDS", "web_session_seconds")
     )
+    # How long an import-sync lease lasts from its acquire or last renewal (the relay renews every 5 min).
+    import_lease_seconds: int = Field(
+        900, ge=1, validation_alias=AliasChoices("MG_IMPORT_LEASE_SECONDS", "import_lease_seconds")
+    )
     # Bodies of the stateless MCP endpoint (contract: 1 MiB).
     mcp_max_body_bytes: int = 1024 * 1024
 

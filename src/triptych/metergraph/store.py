@@ -31,8 +31,9 @@ import numpy as np
 
 from triptych.core.db import Database
 from triptych.core.errors import StorageUnavailable
-from triptych.metergraph import histogram
+from triptych.metergraph import histogram, import_events
 from triptych.metergraph.call_filters import filter_clauses, key_clauses
+from triptych.metergraph.import_events import ImportKey
 from triptych.metergraph.rollup_fold import RollupFolder
 from triptych.metergraph.workload_match import KEYS_SQL, SHAPE_SQL, WorkloadMatch, tags_signature
 
@@ -301,6 +302,11 @@ class CallBatch:
             columns = [[] for _ in names]
         return cls(len(rows), {}, dict(zip(names, columns, strict=True)))
 
+    def take(self, keep: Sequence[bool]) -> CallBatch:
+        """The rows marked in ``keep``, in order."""
+        columns = {name: list(itertools.compress(values, keep)) for name, values in self.columns.items()}
+        return CallBatch(sum(keep), self.constants, columns)
+
     def rows(self) -> list[dict[str, Any]]:
         """Row by row, every ``CALL_COLUMNS`` name (tests; the hot path never builds these)."""
         values = [self.column(name) for name in CALL_COLUMNS]
@@ -453,7 +459,7 @@ class TelemetryStore(Protocol):
     def session_by_hash(self, token_hash: str) -> dict[str, Any] | None: ...
     def insert_batch(
         self, workspace: str, source: str, calls: CallBatch, contents: Sequence[Content | None],
-        batch: dict[str, Any], now_iso: str,
+        batch: dict[str, Any], now_iso: str, import_keys: Sequence[ImportKey | None] | None = None,
     ) -> None: ...  # fmt: skip
     def record_failed_batch(
         self, workspace: str, source: str, received_ms: int, failure_class: str
@@ -509,6 +515,7 @@ class SqliteTelemetryStore:
         self.db = Database(
             path, MIGRATIONS, synchronous="FULL", background_checkpoints=True, checkpoint_every=1
         )
+        import_events.migrate(self.db)
         self._write_lock = threading.Lock()
         self.retention_days = retention_days
         # The last purge of expired calls: none yet, so the server's folder thread purges on its first round
@@ -781,9 +788,12 @@ class SqliteTelemetryStore:
         contents: Sequence[Content | None],
         batch: dict[str, Any],
         now_iso: str,
+        import_keys: Sequence[ImportKey | None] | None = None,
     ) -> None:
         """Rows, content and the batch record: one transaction, all or nothing. The rollups are folded
-        from the committed calls afterwards (``fold_rollups``), in the background or by the next read."""
+        from the committed calls afterwards (``fold_rollups``), in the background or by the next read.
+        Rows whose import identity is already stored (``import_events``) are left out, in the same
+        transaction that claims the new ones."""
         # The INSERT names only the columns some row of the batch fills: binding a None costs the
         # sqlite3 module an adapter lookup, and about half of a call row's columns are NULL in every
         # row of a typical batch.
@@ -799,6 +809,12 @@ class SqliteTelemetryStore:
         # (which sleeps up to 100 ms between tries); other processes still meet the busy timeout.
         with self._write_lock:
             with self.db.transaction() as conn:
+                if import_keys is not None:
+                    fresh = import_events.claim(conn, workspace, import_keys)
+                    if not all(fresh):
+                        calls = calls.take(fresh)
+                        contents = list(itertools.compress(contents, fresh))
+                        rows = list(itertools.compress(rows, fresh))
                 first_id = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM calls").fetchone()[0]) + 1
                 self.ensure_workspace(conn, workspace, now_iso)
                 start = 0  # rows with content go one by one (their content needs the id), the rest in runs

@@ -13,6 +13,7 @@ from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.metrics import Sample
 from triptych.core.surface import Mounted, Shared
 from triptych.metergraph.errors import internal_error_document
+from triptych.metergraph.import_sync_rest import import_sync_routes
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.links import AppLinks, public_base
 from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
@@ -64,6 +65,7 @@ def mount(shared: Shared) -> Mounted:
         # Route, not Mount: the exact path only; the trailing-slash path is a 404.
         Route("/v1/agent/mcp", endpoint.handle, methods=["GET", "POST", "DELETE"]),
         *ingest_routes(mg),
+        *import_sync_routes(mg),
         *agent_routes(mg),
         *replay_routes(mg),
         *report_routes(mg),
