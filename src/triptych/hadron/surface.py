@@ -23,6 +23,7 @@ from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.engines import Stores, open_stores
 from triptych.hadron.errors import render_error
 from triptych.hadron.identity import authenticator
+from triptych.hadron.pg_listen import PgChatListener
 from triptych.hadron.sealing import KeyConfigError, NodeSealer, ServerKey, check_key, load_key
 from triptych.hadron.server import HadronEndpoint, build_server
 from triptych.hadron.services.abstracts import AbstractService, LlmSummarizer
@@ -34,6 +35,7 @@ from triptych.hadron.services.gitsync import GitSyncService
 from triptych.hadron.services.mcp_calls import McpToolCaller
 from triptych.hadron.services.nodes import NodeService
 from triptych.hadron.services.objects import ObjectService
+from triptych.hadron.services.push import PushService
 from triptych.hadron.services.registers import RegisterService
 from triptych.hadron.services.scopes import ScopeService
 from triptych.hadron.services.search import SearchService
@@ -93,7 +95,9 @@ class Hadron:
     team: Team
     derived: Derived
     gitsync: GitSyncService
+    push: PushService
     key: ServerKey | None = None
+    listener: PgChatListener | None = None
 
     @classmethod
     def open(
@@ -138,6 +142,9 @@ class Hadron:
             nodes.guard,
         )
         nodes.moved = gitsync.mirror_move
+        push = PushService(tenancy, team.store, access, team.channels)
+        if not isinstance(stores.db, PortableDatabase):
+            team.channels.posted.append(push.publish)  # one process: server mode hears NOTIFY instead
         return cls(
             stores,
             tenancy,
@@ -153,6 +160,7 @@ class Hadron:
             team,
             derived,
             gitsync,
+            push,
             key,
         )
 
@@ -189,9 +197,20 @@ class Hadron:
         return tokens
 
     def mcp_server(self) -> Server[Any]:
-        return build_server(self.tools(), self.selections, INSTRUCTIONS)
+        return build_server(self.tools(), self.selections, INSTRUCTIONS, self.push)
+
+    def start_push(self) -> None:
+        """Deliver chat push (a server does; the CLI does not): the dispatcher, and in server mode the
+        ``LISTEN`` that hears every worker's posts."""
+        self.push.start()
+        if isinstance(self.stores.db, PortableDatabase) and self.listener is None:
+            self.listener = PgChatListener(self.stores.db.pg.url, self.push.publish)
+            self.listener.start()
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
+        self.push.stop()
         if self.derived.abstracts.llm is not None:
             self.derived.abstracts.llm.close()
         self.stores.close()
@@ -306,8 +325,9 @@ def mount(shared: Shared) -> Mounted:
     except KeyConfigError:
         hadron.close()
         raise
+    hadron.start_push()
     endpoint = HadronEndpoint(
-        hadron.mcp_server(), settings, authenticator(settings, hadron.tenancy), hadron.selections
+        hadron.mcp_server(), settings, authenticator(settings, hadron.tenancy), hadron.selections, hadron.push
     )
     return Mounted(
         routes=[Route("/hadron/mcp", endpoint=endpoint)],

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from triptych.core.pg import PortableDatabase
 from triptych.hadron.domain.loc import agent_urn, ai_config_urn, worker_urn
+from triptych.hadron.domain.push import ChatEvent
 from triptych.hadron.domain.team import (
     Agent,
     AiServiceConfig,
@@ -128,6 +129,7 @@ class TeamStore(Protocol):
         mention_refs: Sequence[str],
         at: str,
     ) -> int: ...
+    def announce(self, event: ChatEvent) -> None: ...
     def has_message(self, channel_id: str, seq: int) -> bool: ...
     def read(
         self,
@@ -446,6 +448,10 @@ class SqliteTeamStore(_SqliteBase):
                 [(channel_id, r, seq) for r in mention_refs],
             )
         return seq
+
+    def announce(self, event: ChatEvent) -> None:
+        """Tell the other processes a message landed (PostgreSQL: ``PgTeamStore``). Here nothing: on the
+        embedded engine one process serves, and ``ChannelService.posted`` tells it."""
 
     def has_message(self, channel_id: str, seq: int) -> bool:
         row = self.conn.execute(

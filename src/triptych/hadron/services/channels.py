@@ -20,6 +20,7 @@ from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain import mentions as mention_rules
 from triptych.hadron.domain.loc import check_loc, is_id, node_urn, parse_node_ref, strip_urn_prefix
 from triptych.hadron.domain.model import App, Memory, NodeRecord
+from triptych.hadron.domain.push import ChatEvent
 from triptych.hadron.domain.team import Channel, Message, Worker
 from triptych.hadron.domain.urn import UrnError
 from triptych.hadron.errors import BadInput, Forbidden, LocProtected, NotFound, TeamRefusal, UrnAlreadyExists
@@ -65,6 +66,8 @@ class ChannelService:
         self.sessions = sessions
         self.workers = workers
         self.clock = clock
+        # Called after a post commits (push on the embedded engine; server mode hears NOTIFY instead).
+        self.posted: list[Callable[[ChatEvent], None]] = []
 
     # ── protection of chat roots ─────────────────────────────────────────
 
@@ -330,10 +333,16 @@ class ChannelService:
             )
         found, refs = self._mentions(host_app, body)
         now = self.clock()
-        with self.team.atomic():  # the message and its session's usage event commit together
+        with (
+            self.team.atomic()
+        ):  # the message, its session's usage event and its announcement commit together
             seq = self.team.post(channel.id, body, author, sid, reply_to, found, refs, now)
             if sid is not None:
                 self.team.add_event(sid, now, "post", f"{channel.id}#{seq}")
+            event = ChatEvent(channel.memory_id, channel.loc, channel.id, seq, tuple(refs))
+            self.team.announce(event)
+        for hook in self.posted:
+            hook(event)
         return seq, author, found, now
 
     def read(
