@@ -97,23 +97,29 @@ class Subscriber:
 
 
 @asynccontextmanager
-async def listening(client: Client) -> AsyncIterator[None]:
-    """Enter ``client`` and return once its GET stream is open: a notification sent before that has
-    nowhere to go (the MCP transport keeps no backlog without an event store)."""
+async def stream_opened() -> AsyncIterator[asyncio.Event]:
+    """An event set when the next client to connect has its GET stream open: a notification sent before
+    that has nowhere to go (the MCP transport keeps no backlog without an event store). Connect one
+    client at a time while it is held."""
     handler = _Established()
     logger = logging.getLogger(TRANSPORT_LOG)
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     try:
-        async with client:
-            await asyncio.wait_for(handler.opened.wait(), NOTIFIED_WITHIN)
-            logger.removeHandler(handler)
-            logger.setLevel(level)
-            yield
+        yield handler.opened
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+@asynccontextmanager
+async def listening(client: Client) -> AsyncIterator[None]:
+    """Enter ``client`` and return once its GET stream is open."""
+    async with stream_opened() as opened:
+        async with client:
+            await asyncio.wait_for(opened.wait(), NOTIFIED_WITHIN)
+            yield
 
 
 @asynccontextmanager
