@@ -33,6 +33,8 @@ async def last_seq(s: Subscriber, uri: str) -> int:
 
 async def test_a_post_through_one_client_notifies_the_other_with_its_seq(team: World) -> None:
     async with subscriber(team.url, user_headers("bob")) as bob, as_user(team, "alice") as alice:
+        info = await bob.session.ok("hadron_server_info")
+        assert "chat-push" in info.data["capabilities"]
         listed = await bob.client.list_resources()
         assert CREW_CHAT in [r.uri for r in listed.resources]  # subscribable before its first post
         templates = await bob.client.list_resource_templates()

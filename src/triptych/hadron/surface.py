@@ -188,8 +188,8 @@ class Hadron:
         ]
 
     def capabilities(self) -> list[str]:
-        """The tokens of issue 18's features, each advertised only when it works on this deployment."""
-        tokens = []
+        """The tokens of issue 18's and 32's features, each advertised only when it works on this deployment."""
+        tokens = ["chat-push"]  # resources/subscribe on a chat's address (issue 32), on every engine
         if gitrepo.available():
             tokens.append("git-sync")  # hadron_sync_graph and mirrored moves need the git binary
         if self.key is not None:

@@ -145,8 +145,10 @@ class PushService:
         return node_urn(memory.root, memory.slug, loc)
 
     def listed(self, caller: HadronCaller) -> list[tuple[str, str, int]]:
-        """(uri, name, last seq) of every team chat and Channel of the caller's Apps it may read."""
-        require_identity(caller)
+        """(uri, name, last seq) of every team chat and Channel of the caller's Apps it may read; none
+        before authentication (hosts list resources on connect: not an error to show)."""
+        if caller.kind == "anonymous":
+            return []
         out: dict[str, tuple[str, str, int]] = {}
         for app, _role in self.access.visible_apps(caller):
             try:
