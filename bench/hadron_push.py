@@ -158,9 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cluster is not None:
             cluster.stop()
     results["machine"]["load_end"] = os.getloadavg()[0]
-    print(json.dumps(results, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text)
     return 0
 
 
