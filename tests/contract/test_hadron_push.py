@@ -1,10 +1,12 @@
 """Team chat and Channel push (issue 32) through official MCP clients: a session subscribed to a chat's
 resource is sent ``notifications/resources/updated`` with the new seq when another client posts, named
 as a mention when the message mentions its worker or user; the chat tools stay the source of truth; a
-session that may not read the chat is refused at subscribe and hears nothing after losing access."""
+session that may not read the chat is refused at subscribe and hears nothing after losing access; a read
+through a worker-bound session is that worker's read receipt, which the author reads."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -125,3 +127,28 @@ async def test_access_is_checked_again_when_a_message_lands(team: World) -> None
                 admin.add_org_member("acme.com", "carol", "CONTRIBUTOR")
         shown = await alice.ok("hadron_team_chat_post", app=CREW, body="welcome back")
         assert (await carol.inbox.next()).seq == shown.data["seq"]  # never the hidden one before it
+
+
+async def receipts(s: Subscriber, uri: str) -> dict[str, int]:
+    contents = (await s.client.read_resource(uri)).contents[0]
+    data = json.loads(contents.text)  # type: ignore[union-attr]
+    return {r["name"]: r["seq"] for r in data["receipts"]}
+
+
+async def test_a_read_through_a_worker_session_is_its_read_receipt_for_the_author(team: World) -> None:
+    async with subscriber(team.url, user_headers("alice")) as alice, as_user(team, "bob") as bob:
+        sid = await worker_session(bob, CREW, "Rex", "backend-engineer")
+        first = await alice.session.ok("hadron_team_chat_post", app=CREW, body="@rex can you take this?")
+        second = await alice.session.ok("hadron_team_chat_post", app=CREW, body="and this")
+        assert "Rex" not in await receipts(alice, CREW_CHAT)  # posted, not yet read
+        await bob.ok(
+            "hadron_team_chat_read", app=CREW, sinceSeq=first.data["seq"] - 1
+        )  # no session: no receipt
+        assert "Rex" not in await receipts(alice, CREW_CHAT)
+        await bob.ok("hadron_team_chat_read", app=CREW, session=sid, sinceSeq=first.data["seq"] - 1)
+        assert (await receipts(alice, CREW_CHAT))["Rex"] == second.data["seq"]
+        await bob.ok("hadron_team_chat_read", app=CREW, session=sid, sinceSeq=0, limit=1)  # an old page
+        assert (await receipts(alice, CREW_CHAT))["Rex"] == second.data["seq"]  # never lowered
+        third = await alice.session.ok("hadron_team_chat_post", app=CREW, body="one more")
+        await bob.ok("hadron_channel_read", channel=CREW_CHAT, session=sid, sinceSeq=second.data["seq"])
+        assert (await receipts(alice, CREW_CHAT))["Rex"] == third.data["seq"]

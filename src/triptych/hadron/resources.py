@@ -4,7 +4,8 @@ on the Hadron endpoint. The MCP adapter of ``services/push.py``, as the tools ar
 
 A resource's URI is the Channel's address, the chat-root URN ``hadron_list_channels`` prints
 (``hrn:node:<root>:<memory>:<loc>``); the team chat's is ``hrn:node:<root>:<team memory>:chats:team``,
-subscribable before its first post creates it. ``notifications/resources/updated`` then carries the new
+subscribable before its first post creates it. ``resources/read`` gives the newest messages and the
+read receipts (each worker's highest seq read through its worker-bound session). ``notifications/resources/updated`` then carries the new
 seq in ``_meta`` (``hadron/seq``, ``hadron/channelId``, ``hadron/mentioned``); the reader fetches since
 its watermark with the chat tools. A URI the caller may not read is refused as ``[channel_not_found]``
 (JSON-RPC -32002, the contract's error in ``data``), exactly like one that names nothing.
@@ -86,13 +87,14 @@ def register(server: Server[Any], push: PushService, identify: Identify) -> None
         def read() -> dict[str, Any]:
             target = push.resolve(caller, params.uri)
             if target.channel is None:  # the team chat before its first post
-                return {"channelId": None, "lastSeq": 0, "total": 0, "messages": []}
+                return {"channelId": None, "lastSeq": 0, "total": 0, "messages": [], "receipts": []}
             last = target.channel.last_seq
             page = push.channels.read(
                 caller, target.channel, target.memory, max(0, last - READ_PAGE), None, None, READ_PAGE, 0
             )
             return {"channelId": target.channel.id, "lastSeq": page.channel.last_seq, "total": page.total,
-                    "messages": [message_view(m) for m in page.messages]}  # fmt: skip
+                    "messages": [message_view(m) for m in page.messages],
+                    "receipts": push.channels.receipts(target.channel)}  # fmt: skip
 
         try:
             data = await anyio.to_thread.run_sync(read)

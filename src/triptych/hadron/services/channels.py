@@ -354,6 +354,30 @@ class ChannelService:
         messages, total = self.team.read(channel, since, before, ref, min(limit, MAX_PAGE), offset)
         return Page(channel, memory, messages, total)
 
+    # ── read receipts ────────────────────────────────────────────────────
+
+    def acknowledge(self, caller: HadronCaller, session_id: str | None, page: Page | None) -> None:
+        """A read through your live worker-bound session is that worker's read receipt: the highest seq the
+        page returned (issue 32). Reads without a session, or through another's, acknowledge nothing."""
+        if session_id is None or page is None or not page.messages:
+            return
+        session = self.team.session(session_id)
+        user_id = caller.user.id if caller.user is not None else None
+        if session is None or session.ended or session.worker_id is None or session.user_id != user_id:
+            return
+        seq = max(m.seq for m in page.messages)
+        self.team.acknowledge(page.channel.id, f"w:{session.worker_id}", seq, self.clock())
+
+    def receipts(self, channel: Channel) -> list[dict[str, Any]]:
+        """Who has read how far: each worker's highest acknowledged seq, highest first."""
+        out = []
+        for reader, seq, at in self.team.receipts(channel.id):
+            worker = self.team.worker(reader.removeprefix("w:"))
+            if worker is not None:
+                out.append({"workerId": worker.id, "workerUrn": worker.urn, "name": worker.name, "seq": seq,
+                            "at": at})  # fmt: skip
+        return out
+
     # ── the team chat, addressed by App ──────────────────────────────────
 
     def team_app(
