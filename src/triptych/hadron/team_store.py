@@ -475,6 +475,11 @@ class SqliteTeamStore(_SqliteBase):
 
     def acknowledge(self, channel_id: str, reader: str, seq: int, at: str) -> None:
         """Raise ``reader``'s receipt to ``seq`` (never lowers it: an older page re-read is no news)."""
+        held = self.conn.execute(
+            "SELECT seq FROM channel_receipts WHERE channel_id = ? AND reader = ?", (channel_id, reader)
+        ).fetchone()
+        if held is not None and int(held[0]) >= seq:
+            return  # no write (and on PostgreSQL no wait for the writers' lock) for a page already read
         with self.atomic() as tx:
             tx.execute(
                 "INSERT INTO channel_receipts VALUES (?, ?, ?, ?) ON CONFLICT (channel_id, reader) DO UPDATE "
