@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from hadron.push_client import Subscriber, subscriber
 from hadron.team_world import CREW, OPS, start_team_world, worker_session
 from hadron.world import World, admin_of, as_user, user_headers
 from mcp.shared.exceptions import MCPError
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
@@ -152,3 +154,25 @@ async def test_a_read_through_a_worker_session_is_its_read_receipt_for_the_autho
         third = await alice.session.ok("hadron_team_chat_post", app=CREW, body="one more")
         await bob.ok("hadron_channel_read", channel=CREW_CHAT, session=sid, sinceSeq=second.data["seq"])
         assert (await receipts(alice, CREW_CHAT))["Rex"] == third.data["seq"]
+
+
+def subscriptions(team: World) -> float:
+    """The server's ``triptych_hadron_push_subscriptions`` gauge (``/metrics`` answers loopback)."""
+    text = httpx.get(team.server.url + "/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "triptych_hadron_push_subscriptions":
+                return float(sample.value)
+    raise AssertionError("no triptych_hadron_push_subscriptions gauge")
+
+
+async def test_subscriptions_end_with_the_mcp_session(team: World) -> None:
+    before = subscriptions(team)
+    async with subscriber(team.url, user_headers("alice")) as alice:
+        await alice.subscribe(CREW_CHAT)
+        await alice.subscribe(OPS_CHAT)
+        await alice.subscribe(CREW_CHAT)  # again: still one
+        assert subscriptions(team) == before + 2
+        await alice.unsubscribe(OPS_CHAT)
+        assert subscriptions(team) == before + 1
+    assert subscriptions(team) == before  # the client's DELETE ended the session and its subscriptions

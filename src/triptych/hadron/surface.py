@@ -334,4 +334,12 @@ def mount(shared: Shared) -> Mounted:
         endpoints=[endpoint],
         on_close=[hadron.close],
         error_shapes={"/hadron/mcp": jsonrpc_internal_error()},
+        gauges=[
+            (
+                "triptych_hadron_push_subscriptions",
+                "Chat subscriptions (resources/subscribe) held by the MCP sessions of this server",
+                (),
+                lambda: [((), float(hadron.push.count()))],
+            )
+        ],
     )
