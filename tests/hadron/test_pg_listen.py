@@ -7,9 +7,10 @@ import queue
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from triptych.hadron.domain.push import MAX_PAYLOAD, ChatEvent
+from triptych.hadron.domain.push import MAX_PAYLOAD, NOTIFY_CHANNEL, ChatEvent
 from triptych.hadron.engines import Stores, open_stores
 from triptych.hadron.pg_listen import PgChatListener
 
@@ -48,5 +49,30 @@ def test_a_committed_announcement_is_heard_and_a_rolled_back_one_never(
         with stores.team.atomic():
             stores.team.announce(committed)
         assert heard.get(timeout=10) == committed  # the first heard: the rolled-back one never was
+    finally:
+        listener.stop()
+
+
+@pytest.mark.engines("postgresql")
+def test_the_listener_listens_again_after_losing_its_connection(
+    stores: Stores, database_url: str | None
+) -> None:
+    assert database_url is not None
+    heard: queue.SimpleQueue[ChatEvent] = queue.SimpleQueue()
+    listener = PgChatListener(database_url, heard.put)
+    listener.start()
+    try:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query = %s",
+                (f"LISTEN {NOTIFY_CHANNEL}",),
+            ).fetchall()
+        assert killed == [(True,)]  # what a PostgreSQL restart does to it
+        assert listener.wait_listening(2, timeout=30)
+        after = ChatEvent("m1", "chats:team", "c1", 3, ())
+        with stores.team.atomic():
+            stores.team.announce(after)
+        assert heard.get(timeout=10) == after
     finally:
         listener.stop()

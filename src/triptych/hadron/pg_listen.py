@@ -30,15 +30,22 @@ class PgChatListener:
         self.url = url
         self.publish = publish
         self._stop = threading.Event()
-        self._listening = threading.Event()
+        self._listens = 0  # how many times LISTEN took effect (1 + the reconnections)
+        self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
 
     def start(self, timeout: float = 10.0) -> None:
         """Start listening; returns once ``LISTEN`` took effect (or after ``timeout``: it keeps trying)."""
         self._thread = threading.Thread(target=self._run, name="hadron-chat-listen", daemon=True)
         self._thread.start()
-        if not self._listening.wait(timeout):
+        if not self.wait_listening(1, timeout):
             log.warning("the chat listener is not listening yet; push waits for PostgreSQL")
+
+    def wait_listening(self, times: int, timeout: float) -> bool:
+        """Whether ``LISTEN`` has taken effect ``times`` times (a reconnection counts again) within
+        ``timeout`` seconds."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._listens >= times, timeout)
 
     def stop(self) -> None:
         self._stop.set()
@@ -52,12 +59,14 @@ class PgChatListener:
             try:
                 with psycopg.connect(self.url, autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    self._listening.set()
+                    with self._changed:
+                        self._listens += 1
+                        self._changed.notify_all()
                     backoff = 0.5
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=WAIT):
                             self._hand_on(note.payload)
-            except psycopg.Error as exc:
+            except Exception as exc:  # a lost connection, mostly; whatever it is, the thread must go on
                 log.warning("chat listener lost PostgreSQL (%s); reconnecting in %.1fs", exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)

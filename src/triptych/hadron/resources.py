@@ -62,7 +62,7 @@ def register(server: Server[Any], push: PushService, identify: Identify) -> None
     async def list_resources(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        caller, _, _ = identify(ctx)
+        caller, _, _ = await anyio.to_thread.run_sync(identify, ctx)
         try:
             rows = await anyio.to_thread.run_sync(push.listed, caller)
         except TriptychError as exc:
@@ -82,7 +82,7 @@ def register(server: Server[Any], push: PushService, identify: Identify) -> None
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        caller, _, _ = identify(ctx)
+        caller, _, _ = await anyio.to_thread.run_sync(identify, ctx)
 
         def read() -> dict[str, Any]:
             target = push.resolve(caller, params.uri)
@@ -108,7 +108,8 @@ def register(server: Server[Any], push: PushService, identify: Identify) -> None
     async def subscribe(
         ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
-        caller, mcp_session, state = identify(ctx)
+        # The session state may be restored from the database (X-Hadron-Client-Id): off the event loop.
+        caller, mcp_session, state = await anyio.to_thread.run_sync(identify, ctx)
         session = ctx.session
 
         async def send(uri: str, meta: dict[str, Any]) -> None:
@@ -127,7 +128,7 @@ def register(server: Server[Any], push: PushService, identify: Identify) -> None
     async def unsubscribe(
         ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
-        _, mcp_session, _ = identify(ctx)
+        _, mcp_session, _ = await anyio.to_thread.run_sync(identify, ctx)
         push.unsubscribe(mcp_session, params.uri)
         return types.EmptyResult()
 
