@@ -32,47 +32,48 @@ def stores(tmp_path: Path, database_url: str | None) -> Iterator[Stores]:
         opened.close()
 
 
-@pytest.mark.engines("postgresql")
-def test_a_committed_announcement_is_heard_and_a_rolled_back_one_never(
-    stores: Stores, database_url: str | None
-) -> None:
+@pytest.fixture
+def listening(database_url: str | None) -> Iterator[tuple[PgChatListener, queue.SimpleQueue[ChatEvent]]]:
+    """A started listener and what it hears."""
     assert database_url is not None
     heard: queue.SimpleQueue[ChatEvent] = queue.SimpleQueue()
     listener = PgChatListener(database_url, heard.put)
     listener.start()
     try:
-        rolled_back = ChatEvent("m1", "chats:team", "c1", 1, ())
-        with pytest.raises(RuntimeError), stores.team.atomic():
-            stores.team.announce(rolled_back)
-            raise RuntimeError("the post failed after its announcement")
-        committed = ChatEvent("m1", "chats:team", "c1", 2, ("w:iris",))
-        with stores.team.atomic():
-            stores.team.announce(committed)
-        assert heard.get(timeout=10) == committed  # the first heard: the rolled-back one never was
+        yield listener, heard
     finally:
         listener.stop()
+
+
+@pytest.mark.engines("postgresql")
+def test_a_committed_announcement_is_heard_and_a_rolled_back_one_never(
+    stores: Stores, listening: tuple[PgChatListener, queue.SimpleQueue[ChatEvent]]
+) -> None:
+    _, heard = listening
+    rolled_back = ChatEvent("m1", "chats:team", "c1", 1, ())
+    with pytest.raises(RuntimeError), stores.team.atomic():
+        stores.team.announce(rolled_back)
+        raise RuntimeError("the post failed after its announcement")
+    committed = ChatEvent("m1", "chats:team", "c1", 2, ("w:iris",))
+    with stores.team.atomic():
+        stores.team.announce(committed)
+    assert heard.get(timeout=10) == committed  # the first heard: the rolled-back one never was
 
 
 @pytest.mark.engines("postgresql")
 def test_the_listener_listens_again_after_losing_its_connection(
-    stores: Stores, database_url: str | None
+    stores: Stores, listening: tuple[PgChatListener, queue.SimpleQueue[ChatEvent]], database_url: str
 ) -> None:
-    assert database_url is not None
-    heard: queue.SimpleQueue[ChatEvent] = queue.SimpleQueue()
-    listener = PgChatListener(database_url, heard.put)
-    listener.start()
-    try:
-        with psycopg.connect(database_url, autocommit=True) as admin:
-            killed = admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND query = %s",
-                (f"LISTEN {NOTIFY_CHANNEL}",),
-            ).fetchall()
-        assert killed == [(True,)]  # what a PostgreSQL restart does to it
-        assert listener.wait_listening(2, timeout=30)
-        after = ChatEvent("m1", "chats:team", "c1", 3, ())
-        with stores.team.atomic():
-            stores.team.announce(after)
-        assert heard.get(timeout=10) == after
-    finally:
-        listener.stop()
+    listener, heard = listening
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query = %s",
+            (f"LISTEN {NOTIFY_CHANNEL}",),
+        ).fetchall()
+    assert killed == [(True,)]  # what a PostgreSQL restart does to it
+    assert listener.wait_listening(2, timeout=30)
+    after = ChatEvent("m1", "chats:team", "c1", 3, ())
+    with stores.team.atomic():
+        stores.team.announce(after)
+    assert heard.get(timeout=10) == after
