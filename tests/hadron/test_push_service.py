@@ -1,6 +1,6 @@
 """The push service in process, over a real team world: what a session is sent while an earlier send is
 still being written (plain updates fold to the newest, a mention is sent on its own), and when its
-subscriptions end (the session ends, or a send to it fails)."""
+subscriptions end (the session ends, a send to it fails, its credential is no longer valid)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from typing import Any
 
 import pytest
 from hadron.team_world import build_team
+from harness import SECRET
 
+from triptych.config import Settings
+from triptych.core.auth import mint_token
 from triptych.hadron.domain.push import ChatEvent
-from triptych.hadron.identity import HadronCaller
+from triptych.hadron.identity import HadronCaller, authenticator
 from triptych.hadron.services.push import MENTIONED_META, SEQ_META, PushService, Target
 from triptych.hadron.surface import Hadron
 
@@ -104,3 +107,28 @@ async def test_a_session_whose_send_fails_loses_its_subscriptions(hadron: Hadron
     push.publish(event(ops, 1))
     await asyncio.wait_for(barrier.reached.wait(), 10)
     assert push.count() == 1  # mcp-2's
+
+
+async def test_a_credential_no_longer_valid_hears_nothing_and_its_subscription_ends(
+    hadron: Hadron, tmp_path: Path
+) -> None:
+    push = hadron.push
+    settings = Settings(data_dir=tmp_path, auth_enabled=True, jwt_secret=SECRET)
+    push.authenticate = authenticator(settings, hadron.tenancy)  # what the mounted endpoint sets
+    caller = alice(hadron)
+    crew = await asyncio.to_thread(push.resolve, caller, CREW_CHAT)
+    expired: list[int] = []
+
+    async def heard(uri: str, meta: dict[str, Any]) -> None:
+        expired.append(meta[SEQ_META])
+
+    barrier = Barrier()
+    push.subscribe(crew, caller, hadron.selections.session(caller, "mcp-key", None), "mcp-key", heard,
+                   "Bearer hk_not-a-key")  # fmt: skip
+    for mcp_session, ttl, send in (("mcp-expired", -60, heard), ("mcp-valid", 3600, barrier.send)):
+        state = hadron.selections.session(caller, mcp_session, None)
+        credential = "Bearer " + mint_token(SECRET, "alice", "editor", [], ttl)
+        push.subscribe(crew, caller, state, mcp_session, send, credential)  # the barrier last: checked last
+    push.publish(event(crew, 1))
+    await asyncio.wait_for(barrier.reached.wait(), 10)  # dispatched: the refused ones came first
+    assert expired == [] and push.count() == 1

@@ -120,7 +120,8 @@ def register(server: Server[Any], push: PushService, identify: Identify) -> None
             # Access is decided in a worker thread (it reads the database); the subscription is then
             # registered on this loop, which its notifications are sent from.
             target = await anyio.to_thread.run_sync(push.resolve, caller, params.uri)
-            push.subscribe(target, caller, state, mcp_session, send)
+            credential = ctx.request.headers.get("authorization") if ctx.request is not None else None
+            push.subscribe(target, caller, state, mcp_session, send, credential)
         except TriptychError as exc:
             raise refusal(exc) from exc
         return types.EmptyResult()

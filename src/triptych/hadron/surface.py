@@ -325,10 +325,10 @@ def mount(shared: Shared) -> Mounted:
     except KeyConfigError:
         hadron.close()
         raise
+    authenticate = authenticator(settings, hadron.tenancy)
+    hadron.push.authenticate = authenticate
     hadron.start_push()
-    endpoint = HadronEndpoint(
-        hadron.mcp_server(), settings, authenticator(settings, hadron.tenancy), hadron.selections, hadron.push
-    )
+    endpoint = HadronEndpoint(hadron.mcp_server(), settings, authenticate, hadron.selections, hadron.push)
     return Mounted(
         routes=[Route("/hadron/mcp", endpoint=endpoint)],
         endpoints=[endpoint],

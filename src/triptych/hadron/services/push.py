@@ -73,6 +73,7 @@ class Subscription:
     loc: str
     team_app_id: str | None
     caller: HadronCaller
+    credential: str | None  # the Authorization header it subscribed with: authenticated again per message
     state: SessionState  # read at send time: the worker session bound in this MCP session may change
     mcp_session: str
     send: Sender
@@ -96,6 +97,9 @@ class PushService:
         self._by_session: dict[str, dict[str, Subscription]] = {}
         self._queue: queue.SimpleQueue[ChatEvent | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        # The endpoint's authenticator (set where the endpoint is mounted): each message authenticates a
+        # subscriber's credential again, so an expired token or a revoked key hears nothing more.
+        self.authenticate: Callable[[str | None], HadronCaller] | None = None
 
     # ── what a URI names, and who may read it ──────────────────────────────
 
@@ -169,13 +173,19 @@ class PushService:
     # ── subscriptions ──────────────────────────────────────────────────────
 
     def subscribe(
-        self, target: Target, caller: HadronCaller, state: SessionState, mcp_session: str, send: Sender
+        self,
+        target: Target,
+        caller: HadronCaller,
+        state: SessionState,
+        mcp_session: str,
+        send: Sender,
+        credential: str | None = None,
     ) -> None:
         """Register a subscription to a ``resolve``d target; called on the event loop its sends run on."""
         uri = target.uri
         sub = Subscription(
             uri, target.memory.id, target.loc, target.team_app.id if target.team_app else None, caller,
-            state, mcp_session, send, asyncio.get_running_loop(),
+            credential, state, mcp_session, send, asyncio.get_running_loop(),
         )  # fmt: skip
         with self._lock:
             mine = self._by_session.setdefault(mcp_session, {})
@@ -251,17 +261,35 @@ class PushService:
             return
         refs = event.refs if event.refs is not None else self._refs(event)
         apps: dict[str, App | None] = {}
+        callers: dict[str | None, HadronCaller | None] = {}
         for sub in subs:
+            if sub.credential not in callers:
+                callers[sub.credential] = self._authenticated(sub)
+            caller = callers[sub.credential]
+            if caller is None or caller.key != sub.caller.key:
+                # An expired token, a revoked key: the session could not read any more, nor hears.
+                self.unsubscribe(sub.mcp_session, sub.uri)
+                continue
             team_app = None
             if sub.team_app_id is not None:
                 if sub.team_app_id not in apps:
                     apps[sub.team_app_id] = self.tenancy.app(sub.team_app_id)
                 team_app = apps[sub.team_app_id]
             # Access is checked again now: a member removed since subscribing hears nothing more.
-            if not self._readable(sub.caller, memory, team_app):
+            if not self._readable(caller, memory, team_app):
                 continue
             mentioned = bool(set(refs) & self._mentionable(sub))
             asyncio.run_coroutine_threadsafe(self._deliver(sub, event, mentioned), sub.loop)
+
+    def _authenticated(self, sub: Subscription) -> HadronCaller | None:
+        """Who ``sub``'s credential names now (None: refused); its caller as subscribed when this process
+        does not authenticate (the embedded services without an endpoint)."""
+        if self.authenticate is None:
+            return sub.caller
+        try:
+            return self.authenticate(sub.credential)
+        except Exception:  # AuthRequired, and whatever a verifier raises: not a reader any more
+            return None
 
     def _refs(self, event: ChatEvent) -> tuple[str, ...]:
         """The mention refs of a message whose event came without them (too many for a NOTIFY)."""
