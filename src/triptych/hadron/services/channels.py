@@ -333,9 +333,8 @@ class ChannelService:
             )
         found, refs = self._mentions(host_app, body)
         now = self.clock()
-        with (
-            self.team.atomic()
-        ):  # the message, its session's usage event and its announcement commit together
+        # The message, its session's usage event and its announcement (server mode: NOTIFY) commit together.
+        with self.team.atomic():
             seq = self.team.post(channel.id, body, author, sid, reply_to, found, refs, now)
             if sid is not None:
                 self.team.add_event(sid, now, "post", f"{channel.id}#{seq}")

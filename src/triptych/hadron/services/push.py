@@ -9,8 +9,8 @@ A subscription is keyed by the Channel's place (host memory id, loc), so the tea
 to before its first post creates it. Events reach ``publish`` from the post itself (one process: the
 embedded engine) or from PostgreSQL ``LISTEN`` (server mode: every worker hears every post, its own
 included; see ``pg_listen``). One dispatcher thread takes them off a queue, so a post never waits on
-its subscribers, re-checks read access per subscriber (access can change after subscribing), and hands
-the send to the event loop the subscription came from.
+its subscribers, authenticates each subscriber's credential again and re-checks its read access (both can
+change after subscribing), and hands the send to the event loop the subscription came from.
 
 Per subscription, a burst folds: while one notification is being written, later seqs wait and only the
 newest goes next. A message that mentions the subscriber is never folded: it is sent on its own.
@@ -32,7 +32,7 @@ from triptych.hadron.domain.model import App, Memory
 from triptych.hadron.domain.push import ChatEvent
 from triptych.hadron.domain.team import Channel
 from triptych.hadron.domain.urn import UrnError
-from triptych.hadron.errors import BadInput, NotFound
+from triptych.hadron.errors import BadInput, NotFound, TeamRefusal
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.services.channels import TEAM_LOC, ChannelService
 from triptych.hadron.services.selection import SessionState
@@ -135,7 +135,7 @@ class PushService:
             return None
         try:
             return app if self.channels.agents.team_memory(app).id == memory.id else None
-        except Exception:  # no Team Agent, or two: this memory hosts no team chat
+        except TeamRefusal:  # no Team Agent, or two: this memory hosts no team chat
             return None
 
     def _readable(self, caller: HadronCaller, memory: Memory, team_app: App | None) -> bool:
@@ -157,7 +157,7 @@ class PushService:
         for app, _role in self.access.visible_apps(caller):
             try:
                 memory = self.channels.agents.team_memory(app)
-            except Exception:  # an App without a (single) Team Agent has no team chat
+            except TeamRefusal:  # an App without a (single) Team Agent has no team chat
                 memory = None
             if memory is not None and self._readable(caller, memory, app):
                 uri = self.address(memory, TEAM_LOC)
