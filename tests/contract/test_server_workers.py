@@ -10,13 +10,14 @@ if need be, even when it fails.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+from hadron.push_client import NOTIFIED_WITHIN, Inbox, Subscriber, stream_opened
 from hadron.world import HADRON_KEY, Session, build_world, user_headers
 from harness import SECRET, TRIPTYCH, McpSession, ServerProcess, bearer, free_port, token
 from mcp import Client
@@ -118,7 +120,11 @@ def workers(postgres: PostgresCluster, tmp_path_factory: pytest.TempPathFactory)
 
 @asynccontextmanager
 async def pinned(
-    server: ServerProcess, worker: int, headers: dict[str, str], path: str = "/mcp"
+    server: ServerProcess,
+    worker: int,
+    headers: dict[str, str],
+    path: str = "/mcp",
+    message_handler: Callable[[Any], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Client]:
     """An MCP client whose every request is answered by ``worker``: the connection is kept open, and
     new connections are tried until the kernel hands one to that worker."""
@@ -134,7 +140,8 @@ async def pinned(
             await http.get(server.url + "/health")
             if seen != [str(worker)]:
                 continue
-            async with Client(streamable_http_client(server.url + path, http_client=http)) as client:
+            transport = streamable_http_client(server.url + path, http_client=http)
+            async with Client(transport, message_handler=message_handler) as client:
                 yield client
             assert set(seen) == {str(worker)}, f"a request left worker {worker}: {seen}"
             return
@@ -335,6 +342,32 @@ def test_a_hadron_session_is_served_whichever_worker_a_connection_reaches_until_
             headers=session,
         )
         assert gone.status_code == 404  # the client opens a new session, as with one process
+
+
+async def test_a_channel_post_through_one_worker_is_pushed_to_a_subscriber_held_by_the_other(
+    workers: ServerProcess,
+) -> None:
+    """Issue 32: alice's session (and its subscription) lives on worker 1, bob posts through worker 2;
+    PostgreSQL NOTIFY carries the post to worker 1, which pushes it to alice."""
+    inbox = Inbox()
+    async with hadron_on_worker(workers, 2, user_headers("bob")) as bob:  # bot's CONTRIBUTOR writes botmem
+        made = await bob.ok("hadron_create_channel", memory="hrn:mem:acme.com:botmem",
+                            loc=f"chats:{ws()}", name="handoffs")  # fmt: skip
+        address = made.data["address"]
+        async with (
+            stream_opened() as opened,
+            pinned(workers, 1, user_headers("alice"), "/hadron/mcp", inbox.handle) as alice,
+        ):
+            await asyncio.wait_for(opened.wait(), NOTIFIED_WITHIN)
+            await Subscriber(Session(alice), inbox).subscribe(address)
+            plain = await bob.ok("hadron_channel_post", channel=address, body="deploy done")
+            update = await inbox.next()
+            assert (update.uri, update.seq, update.mentioned) == (address, plain.data["seq"], False)
+            mention = await bob.ok("hadron_channel_post", channel=address, body="@alice over to you")
+            update = await inbox.next()
+            assert (update.seq, update.mentioned) == (mention.data["seq"], True)
+            read = await Session(alice).ok("hadron_channel_read", channel=address, sinceSeq=plain.data["seq"])
+            assert [m["body"] for m in read.data["messages"]] == ["@alice over to you"]
 
 
 def test_a_session_opened_on_one_worker_is_served_by_the_other(workers: ServerProcess) -> None:

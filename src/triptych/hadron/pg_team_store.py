@@ -13,6 +13,7 @@ stored documents come back byte for byte."""
 from __future__ import annotations
 
 from triptych.core.pg import PortableDatabase
+from triptych.hadron.domain.push import NOTIFY_CHANNEL, ChatEvent
 from triptych.hadron.pg_schema import binary_text
 from triptych.hadron.team_store import SqliteTeamStore
 
@@ -95,3 +96,9 @@ class PgTeamStore(SqliteTeamStore):
     def __init__(self, db: PortableDatabase) -> None:
         super().__init__(db)
         db.migrate(COMPONENT, MIGRATIONS)
+
+    def announce(self, event: ChatEvent) -> None:
+        """``NOTIFY`` every worker (``pg_listen``), in the post's own transaction: PostgreSQL delivers it
+        at commit, and never for a post rolled back."""
+        with self.atomic() as tx:
+            tx.execute("SELECT pg_notify(?, ?)", (NOTIFY_CHANNEL, event.payload()))

@@ -26,9 +26,12 @@ from triptych.core import jsonbody
 from triptych.core.http import McpEndpoint, send_json
 from triptych.core.mcp import SessionBind, Tool
 from triptych.core.mcp import build_server as build_mcp_server
+from triptych.hadron import resources
 from triptych.hadron.errors import BY_KIND, Unauthenticated, render_error
 from triptych.hadron.identity import ANONYMOUS, Authenticate, HadronCaller
-from triptych.hadron.services.selection import SelectionService, client_id_from
+from triptych.hadron.resources import Identify
+from triptych.hadron.services.push import PushService
+from triptych.hadron.services.selection import SelectionService, SessionState, client_id_from
 from triptych.hadron.tools.base import Ctx
 
 CALLER_KEY = "triptych.hadron.caller"
@@ -43,19 +46,35 @@ def session_bind(selections: SelectionService) -> SessionBind[Ctx]:
     looked up in the worker thread and its lock held while the tool runs."""
 
     def bind(ctx: ServerRequestContext[Any, Any], tool: Tool[Ctx]) -> AbstractContextManager[Ctx]:
-        request = ctx.request
-        headers: Mapping[str, str] = request.headers if request is not None else {}
-        caller: HadronCaller = request.scope.get(CALLER_KEY, ANONYMOUS) if request is not None else ANONYMOUS
+        caller, session_id, client_id = _caller_of(ctx)
         if caller.kind == "anonymous" and not tool.public:
             raise Unauthenticated(
                 f"{tool.name} needs an authenticated caller; only hadron_server_info does not"
             )
-        session_id = headers.get(SESSION_HEADER) or "stdio"
-        client_id = client_id_from(headers.get(CLIENT_ID_HEADER))
+        request = ctx.request
         server_url = str(request.base_url).rstrip("/") if request is not None else None
         return _in_session(selections, caller, session_id, client_id, server_url)
 
     return bind
+
+
+def _caller_of(ctx: ServerRequestContext[Any, Any]) -> tuple[HadronCaller, str, str | None]:
+    """The caller, the MCP session id and the client id of a request."""
+    request = ctx.request
+    headers: Mapping[str, str] = request.headers if request is not None else {}
+    caller: HadronCaller = request.scope.get(CALLER_KEY, ANONYMOUS) if request is not None else ANONYMOUS
+    return caller, headers.get(SESSION_HEADER) or "stdio", client_id_from(headers.get(CLIENT_ID_HEADER))
+
+
+def session_identify(selections: SelectionService) -> Identify:
+    """For requests other than tool calls (the chat resources): the caller, its MCP session id and the
+    session's state (read at push time for the worker it drives)."""
+
+    def identify(ctx: ServerRequestContext[Any, Any]) -> tuple[HadronCaller, str, SessionState]:
+        caller, session_id, client_id = _caller_of(ctx)
+        return caller, session_id, selections.session(caller, session_id, client_id)
+
+    return identify
 
 
 @contextmanager
@@ -71,8 +90,13 @@ def _in_session(
         yield Ctx(caller, state, server_url)
 
 
-def build_server(tools: Sequence[Tool[Ctx]], selections: SelectionService, instructions: str) -> Server[Any]:
-    return build_mcp_server(
+def build_server(
+    tools: Sequence[Tool[Ctx]],
+    selections: SelectionService,
+    instructions: str,
+    push: PushService | None = None,
+) -> Server[Any]:
+    server = build_mcp_server(
         "hadron",
         tools,
         bind=session_bind(selections),
@@ -80,6 +104,9 @@ def build_server(tools: Sequence[Tool[Ctx]], selections: SelectionService, instr
         error_codes=BY_KIND,
         instructions=instructions,
     )
+    if push is not None:
+        resources.register(server, push, session_identify(selections))
+    return server
 
 
 class HadronEndpoint(McpEndpoint):
@@ -91,10 +118,12 @@ class HadronEndpoint(McpEndpoint):
         settings: Settings,
         authenticate: Authenticate,
         selections: SelectionService,
+        push: PushService | None = None,
     ) -> None:
         # Inline, like core's endpoint: a JWT check and one indexed read (WAL readers never wait).
         super().__init__(server, settings, authenticate, caller_key=CALLER_KEY)
         self._selections = selections
+        self._push = push
 
     async def refuse(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> bool:
         version = headers.get("mcp-protocol-version")
@@ -110,9 +139,17 @@ class HadronEndpoint(McpEndpoint):
             await self.handle(scope, receive, send)
             return
 
+        session_id = headers[SESSION_HEADER]
+        ended = scope.get("method") == "DELETE"
+
         async def watch(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 404:
-                self._selections.note_lost_session(caller)
+            if message["type"] == "http.response.start":
+                if message["status"] == 404:
+                    self._selections.note_lost_session(caller)
+                if self._push is not None and (
+                    message["status"] == 404 or (ended and message["status"] < 300)
+                ):
+                    self._push.end_session(session_id)  # its subscriptions end with it
             await send(message)
 
         await self.handle(scope, receive, watch)

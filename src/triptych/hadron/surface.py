@@ -23,6 +23,7 @@ from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.engines import Stores, open_stores
 from triptych.hadron.errors import render_error
 from triptych.hadron.identity import authenticator
+from triptych.hadron.pg_listen import PgChatListener
 from triptych.hadron.sealing import KeyConfigError, NodeSealer, ServerKey, check_key, load_key
 from triptych.hadron.server import HadronEndpoint, build_server
 from triptych.hadron.services.abstracts import AbstractService, LlmSummarizer
@@ -37,6 +38,7 @@ from triptych.hadron.services.mcp_calls import McpToolCaller
 from triptych.hadron.services.node_reads import NodeReadService
 from triptych.hadron.services.nodes import NodeService
 from triptych.hadron.services.objects import ObjectService
+from triptych.hadron.services.push import PushService
 from triptych.hadron.services.registers import RegisterService
 from triptych.hadron.services.replace import ReplaceService
 from triptych.hadron.services.scopes import ScopeService
@@ -101,7 +103,9 @@ class Hadron:
     derived: Derived
     gitsync: GitSyncService
     live: LiveServer
+    push: PushService
     key: ServerKey | None = None
+    listener: PgChatListener | None = None
 
     @classmethod
     def open(
@@ -146,6 +150,9 @@ class Hadron:
             nodes.guard,
         )
         nodes.moved = gitsync.mirror_move
+        push = PushService(tenancy, team.store, access, team.channels)
+        if not isinstance(stores.db, PortableDatabase):
+            team.channels.posted.append(push.publish)  # one process: server mode hears NOTIFY instead
         return cls(
             stores,
             tenancy,
@@ -162,6 +169,7 @@ class Hadron:
             derived,
             gitsync,
             LiveServer.build(nodes, selections, stores),
+            push,
             key,
         )
 
@@ -192,8 +200,8 @@ class Hadron:
         ]
 
     def capabilities(self) -> list[str]:
-        """The tokens of issue 18's features, each advertised only when it works on this deployment."""
-        tokens = []
+        """The tokens of issue 18's and 32's features, each advertised only when it works on this deployment."""
+        tokens = ["chat-push"]  # resources/subscribe on a chat's address (issue 32), on every engine
         if gitrepo.available():
             tokens.append("git-sync")  # hadron_sync_graph and mirrored moves need the git binary
         if self.key is not None:
@@ -201,9 +209,20 @@ class Hadron:
         return tokens
 
     def mcp_server(self) -> Server[Any]:
-        return build_server(self.tools(), self.selections, INSTRUCTIONS)
+        return build_server(self.tools(), self.selections, INSTRUCTIONS, self.push)
+
+    def start_push(self) -> None:
+        """Deliver chat push (a server does; the CLI does not): the dispatcher, and in server mode the
+        ``LISTEN`` that hears every worker's posts."""
+        self.push.start()
+        if isinstance(self.stores.db, PortableDatabase) and self.listener is None:
+            self.listener = PgChatListener(self.stores.db.pg.url, self.push.publish)
+            self.listener.start()
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
+        self.push.stop()
         if self.derived.abstracts.llm is not None:
             self.derived.abstracts.llm.close()
         self.stores.close()
@@ -338,12 +357,21 @@ def mount(shared: Shared) -> Mounted:
     except KeyConfigError:
         hadron.close()
         raise
-    endpoint = HadronEndpoint(
-        hadron.mcp_server(), settings, authenticator(settings, hadron.tenancy), hadron.selections
-    )
+    authenticate = authenticator(settings, hadron.tenancy)
+    hadron.push.authenticate = authenticate
+    hadron.start_push()
+    endpoint = HadronEndpoint(hadron.mcp_server(), settings, authenticate, hadron.selections, hadron.push)
     return Mounted(
         routes=[Route("/hadron/mcp", endpoint=endpoint)],
         endpoints=[endpoint],
         on_close=[hadron.close],
         error_shapes={"/hadron/mcp": jsonrpc_internal_error()},
+        gauges=[
+            (
+                "triptych_hadron_push_subscriptions",
+                "Chat subscriptions (resources/subscribe) held by the MCP sessions of this server",
+                (),
+                lambda: [((), float(hadron.push.count()))],
+            )
+        ],
     )

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
+from triptych.core.db import Database
 from triptych.core.pg import PortableDatabase
 from triptych.hadron.domain.loc import agent_urn, ai_config_urn, worker_urn
+from triptych.hadron.domain.push import ChatEvent
 from triptych.hadron.domain.team import (
     Agent,
     AiServiceConfig,
@@ -128,6 +130,9 @@ class TeamStore(Protocol):
         mention_refs: Sequence[str],
         at: str,
     ) -> int: ...
+    def announce(self, event: ChatEvent) -> None: ...
+    def acknowledge(self, channel_id: str, reader: str, seq: int, at: str) -> None: ...
+    def receipts(self, channel_id: str) -> list[tuple[str, int, str]]: ...
     def has_message(self, channel_id: str, seq: int) -> bool: ...
     def read(
         self,
@@ -162,12 +167,29 @@ class TextCodec(Protocol):
     def open_text(self, memory_id: str, owner: str, field: str, text: str) -> str: ...
 
 
+# Read receipts (issue 32): per Channel, the highest seq each worker has read. A migration component of
+# its own, in the SQL both engines share (no foreign keys: it may be created before the team tables).
+RECEIPTS_COMPONENT = "hadron-receipts"
+RECEIPTS_MIGRATIONS = [
+    """
+    CREATE TABLE channel_receipts (
+        channel_id TEXT NOT NULL, reader TEXT NOT NULL, seq BIGINT NOT NULL, at TEXT NOT NULL,
+        PRIMARY KEY (channel_id, reader)
+    );
+    """
+]
+
+
 class SqliteTeamStore(_SqliteBase):
     # What breaks a tie of timestamps between sessions: the order they were inserted in (SQLite's rowid).
     # Explicit, so both engines list ties alike (a fixed clock or one millisecond makes ties).
     insertion_order = "rowid"
     # Seals the message bodies of Channels hosted in encrypted memories (issue 18); None: clear.
     codec: TextCodec | None = None
+
+    def __init__(self, db: Database | PortableDatabase) -> None:
+        super().__init__(db)
+        db.migrate(RECEIPTS_COMPONENT, RECEIPTS_MIGRATIONS)
 
     def _message(self, memory_id: str, r: Sequence[Any]) -> Message:
         message = _message(r)
@@ -446,6 +468,32 @@ class SqliteTeamStore(_SqliteBase):
                 [(channel_id, r, seq) for r in mention_refs],
             )
         return seq
+
+    def announce(self, event: ChatEvent) -> None:
+        """Tell the other processes a message landed (PostgreSQL: ``PgTeamStore``). Here nothing: on the
+        embedded engine one process serves, and ``ChannelService.posted`` tells it."""
+
+    def acknowledge(self, channel_id: str, reader: str, seq: int, at: str) -> None:
+        """Raise ``reader``'s receipt to ``seq`` (never lowers it: an older page re-read is no news)."""
+        held = self.conn.execute(
+            "SELECT seq FROM channel_receipts WHERE channel_id = ? AND reader = ?", (channel_id, reader)
+        ).fetchone()
+        if held is not None and int(held[0]) >= seq:
+            return  # no write (and on PostgreSQL no wait for the writers' lock) for a page already read
+        with self.atomic() as tx:
+            tx.execute(
+                "INSERT INTO channel_receipts VALUES (?, ?, ?, ?) ON CONFLICT (channel_id, reader) DO UPDATE "
+                "SET seq = excluded.seq, at = excluded.at WHERE excluded.seq > channel_receipts.seq",
+                (channel_id, reader, seq, at),
+            )
+
+    def receipts(self, channel_id: str) -> list[tuple[str, int, str]]:
+        """(reader, seq, at) of a Channel, highest seq first."""
+        rows = self.conn.execute(
+            "SELECT reader, seq, at FROM channel_receipts WHERE channel_id = ? ORDER BY seq DESC, reader",
+            (channel_id,),
+        ).fetchall()
+        return [(str(r[0]), int(r[1]), str(r[2])) for r in rows]
 
     def has_message(self, channel_id: str, seq: int) -> bool:
         row = self.conn.execute(

@@ -20,6 +20,7 @@ from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain import mentions as mention_rules
 from triptych.hadron.domain.loc import check_loc, is_id, node_urn, parse_node_ref, strip_urn_prefix
 from triptych.hadron.domain.model import App, Memory, NodeRecord
+from triptych.hadron.domain.push import ChatEvent
 from triptych.hadron.domain.team import Channel, Message, Worker
 from triptych.hadron.domain.urn import UrnError
 from triptych.hadron.errors import BadInput, Forbidden, LocProtected, NotFound, TeamRefusal, UrnAlreadyExists
@@ -65,6 +66,8 @@ class ChannelService:
         self.sessions = sessions
         self.workers = workers
         self.clock = clock
+        # Called after a post commits (push on the embedded engine; server mode hears NOTIFY instead).
+        self.posted: list[Callable[[ChatEvent], None]] = []
 
     # ── protection of chat roots ─────────────────────────────────────────
 
@@ -330,10 +333,15 @@ class ChannelService:
             )
         found, refs = self._mentions(host_app, body)
         now = self.clock()
-        with self.team.atomic():  # the message and its session's usage event commit together
+        # The message, its session's usage event and its announcement (server mode: NOTIFY) commit together.
+        with self.team.atomic():
             seq = self.team.post(channel.id, body, author, sid, reply_to, found, refs, now)
             if sid is not None:
                 self.team.add_event(sid, now, "post", f"{channel.id}#{seq}")
+            event = ChatEvent(channel.memory_id, channel.loc, channel.id, seq, tuple(refs))
+            self.team.announce(event)
+        for hook in self.posted:
+            hook(event)
         return seq, author, found, now
 
     def read(
@@ -344,6 +352,30 @@ class ChannelService:
         ref = self._mention_filter(host_app, mentions) if mentions else None
         messages, total = self.team.read(channel, since, before, ref, min(limit, MAX_PAGE), offset)
         return Page(channel, memory, messages, total)
+
+    # ── read receipts ────────────────────────────────────────────────────
+
+    def acknowledge(self, caller: HadronCaller, session_id: str | None, page: Page | None) -> None:
+        """A read through your live worker-bound session is that worker's read receipt: the highest seq the
+        page returned (issue 32). Reads without a session, or through another's, acknowledge nothing."""
+        if session_id is None or page is None or not page.messages:
+            return
+        session = self.team.session(session_id)
+        user_id = caller.user.id if caller.user is not None else None
+        if session is None or session.ended or session.worker_id is None or session.user_id != user_id:
+            return
+        seq = max(m.seq for m in page.messages)
+        self.team.acknowledge(page.channel.id, f"w:{session.worker_id}", seq, self.clock())
+
+    def receipts(self, channel: Channel) -> list[dict[str, Any]]:
+        """Who has read how far: each worker's highest acknowledged seq, highest first."""
+        out = []
+        for reader, seq, at in self.team.receipts(channel.id):
+            worker = self.team.worker(reader.removeprefix("w:"))
+            if worker is not None:
+                out.append({"workerId": worker.id, "workerUrn": worker.urn, "name": worker.name, "seq": seq,
+                            "at": at})  # fmt: skip
+        return out
 
     # ── the team chat, addressed by App ──────────────────────────────────
 

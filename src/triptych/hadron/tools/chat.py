@@ -132,6 +132,7 @@ def chat_tools(channels: ChannelService) -> list[Tool[Ctx]]:
             args.limit,
             args.offset,
         )
+        channels.acknowledge(ctx.caller, args.session, page)
         return page_output(page, channels.address(page.channel) if page else None)
 
     def list_channels(ctx: Ctx, args: ListChannelsArgs) -> ToolOutput:
@@ -156,6 +157,7 @@ def chat_tools(channels: ChannelService) -> list[Tool[Ctx]]:
         channel, memory = channels.resolve(ctx.caller, args.channel)
         page = channels.read(ctx.caller, channel, memory, args.sinceSeq, args.beforeSeq, args.mentions,
                              args.limit, args.offset)  # fmt: skip
+        channels.acknowledge(ctx.caller, args.session, page)
         return page_output(page, channels.address(channel))
 
     def channel_post(ctx: Ctx, args: ChannelPostArgs) -> ToolOutput:
