@@ -172,8 +172,9 @@ def test_backup_says_what_it_copied_and_what_not_with_progress_on_stderr(made: B
     assert made.result.returncode == 0, made.result.stderr
     out = made.result.stdout
     assert out.startswith(f"backed up {made.world.server.data_dir.resolve()} to {made.folder.resolve()}")
-    for name in ("metronix.db", "hadron.db", "metergraph.db", "metergraph.columns/state.json"):
+    for name in ("metronix.db", "hadron.db", "metergraph.db", "metergraph.columns/"):
         assert f"  {name}: " in out, out
+    assert (made.folder / "data" / "metergraph.columns" / "state.json").is_file()
     assert "SQLite online backup; schema" in out
     assert "the Hadron encryption key: never copied" in out
     assert "metergraph.web-secret: a secret" in out
@@ -354,6 +355,13 @@ def test_server_mode_backup_copies_what_is_local_and_names_the_engine_tools(
     assert "hadron.key: the Hadron encryption key: never in a backup" in out
     assert not (tmp_path / "backup" / "data" / "hadron.key").exists()
     assert (tmp_path / "backup" / "data" / "metergraph.db").is_file()
+
+
+def test_the_backup_layout_names_the_surfaces_files() -> None:
+    from triptych.backup_cli import COLUMNS_DIR
+    from triptych.metergraph import service
+
+    assert COLUMNS_DIR == service.COLUMNS_DIR
 
 
 def test_backup_refuses_a_folder_that_is_not_empty(made: Backup, tmp_path: Path) -> None:

@@ -1,0 +1,206 @@
+"""Backing up a large data directory: `triptych backup` next to `cp -r` of the stopped directory, same run.
+
+    flock /tmp/triptych-bench.lock .venv/bin/python bench/backup.py --out /tmp/triptych-bench/backup
+    flock /tmp/triptych-bench.lock .venv/bin/python bench/backup.py --scale 0.1   # a tenth of each count
+
+Builds once (``--out`` keeps it; a later run with the same counts reuses it) a data directory holding
+``--chunks`` knowledge-base chunks (10 per document), ``--memories`` agent-memory records, ``--nodes``
+Hadron nodes and ``--calls`` Metergraph calls with their columnar projection, written through the stores'
+own write paths (the calls through ``IngestService``, generated as ``metergraph_engines.py`` does). Vectors
+are random unit vectors and texts random words: what a backup costs is the bytes on disk, not what they
+mean, and no model is loaded. Then, ``--rounds`` times in turn, ``cp -r`` of the stopped directory and
+``triptych backup`` of it (each into a new folder, the page cache warm for both after the first round),
+and one ``triptych restore`` of the last backup. Prints the sizes and times as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import metergraph_bench
+import numpy as np
+import numpy.typing as npt
+from metergraph_engines import load_calls, start_generator
+
+from triptych.metergraph.service import Metergraph
+from triptych.metergraph.settings import load_metergraph_settings
+
+TRIPTYCH = Path(sys.executable).with_name("triptych")
+DIM = 384
+MODEL = "bench-random-unit-vectors"
+CHUNKS_PER_DOCUMENT = 10
+
+
+class RandomEmbedder:
+    """What ``hadron_search.seed`` asks of an embedder, without a model."""
+
+    name, dim = MODEL, DIM
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        return unit(self.rng, len(texts))
+
+
+def unit(rng: np.random.Generator, n: int) -> npt.NDArray[np.float32]:
+    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors
+
+
+def words(rng: random.Random, vocabulary: list[str], n: int) -> str:
+    return " ".join(rng.choice(vocabulary) for _ in range(n))
+
+
+def load_knowledge_and_memory(data: Path, chunks: int, memories: int) -> dict[str, float]:
+    from triptych.metronix.knowledge import content_hash
+    from triptych.metronix.memory_model import MemoryRecord
+    from triptych.metronix.memory_store import SqliteMemoryStore
+    from triptych.metronix.store import NewDocument, SqliteKnowledgeStore, utcnow
+
+    rng, nrng = random.Random(7), np.random.default_rng(7)
+    vocabulary = [f"w{i}{rng.choice('aeiou')}{rng.choice('nrst')}" for i in range(5000)]
+    store = SqliteKnowledgeStore(data / "metronix.db", DIM)
+    store.set_embedding_model(MODEL, DIM)
+    started = time.perf_counter()
+    for d in range((chunks + CHUNKS_PER_DOCUMENT - 1) // CHUNKS_PER_DOCUMENT):
+        n = min(CHUNKS_PER_DOCUMENT, chunks - d * CHUNKS_PER_DOCUMENT)
+        texts = [words(rng, vocabulary, 150) for _ in range(n)]
+        content = "\n\n".join(texts)
+        store.put_document(NewDocument(
+            workspace_id="bench", doc_label=f"doc-{d}", title=f"Document {d}", content=content,
+            source_type="bench", url=None, date=None, metadata={},
+            content_hash=content_hash(f"Document {d}", content, {}), chunks=texts, embeddings=unit(nrng, n),
+        ))  # fmt: skip
+    kb_s = time.perf_counter() - started
+    memory = SqliteMemoryStore(store.db, DIM)
+    memory.set_embedding_model(MODEL, DIM)
+    started = time.perf_counter()
+    now = utcnow()
+    for i in range(memories):
+        content = f"Agent fact {i}: " + words(rng, vocabulary, 20)
+        record = MemoryRecord(
+            id=str(uuid.uuid4()), workspace_id="bench", agent_id=f"agent-{i % 10}", scope="per_agent",
+            session_id=None, kind="fact", content=content, content_hash=hashlib.sha256(content.encode()).hexdigest(),
+            tags=[], importance_score=0.5, source_type="", metadata={}, status="active", created_at=now,
+            updated_at=now,
+        )  # fmt: skip
+        memory.insert(record, unit(nrng, 1)[0], set(), enqueue=False)
+    memory_s = time.perf_counter() - started
+    store.close()
+    return {"chunks_s": round(kb_s, 1), "memories_s": round(memory_s, 1)}
+
+
+def load_nodes(data: Path, nodes: int) -> float:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hadron_search import seed
+
+    started = time.perf_counter()
+    seed(data, nodes, RandomEmbedder(11))  # type: ignore[arg-type]
+    return round(time.perf_counter() - started, 1)
+
+
+def build(data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    data.mkdir(parents=True)
+    # The rows' maker is forked before any store opens (metergraph_engines.start_generator).
+    now = metergraph_bench.NOW.isoformat()
+    maker, queue = start_generator(args.calls, 5000, now)
+    mg = Metergraph.open(data, load_metergraph_settings())
+    try:
+        calls = load_calls(mg, args.calls, maker, queue)
+        started = time.perf_counter()
+        assert mg.columns is not None
+        mg.columns.catch_up()
+        calls["projection_s"] = round(time.perf_counter() - started, 1)
+    finally:
+        mg.close()
+    timings: dict[str, Any] = {"calls": calls}
+    timings |= load_knowledge_and_memory(data, args.chunks, args.memories)
+    timings["nodes_s"] = load_nodes(data, args.nodes)
+    return timings
+
+
+def size_of(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def timed(command: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    return seconds, done
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--calls", type=int, default=1_000_000)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies every count (0.1: a tenth)")
+    parser.add_argument("--rounds", type=int, default=2, help="cp -r / backup pairs, alternating")
+    parser.add_argument("--out", type=Path, help="work directory, kept (default: a temp dir, removed)")
+    args = parser.parse_args()
+    for name in ("chunks", "memories", "nodes", "calls"):
+        setattr(args, name, max(1, round(getattr(args, name) * args.scale)))
+    work = args.out or Path(tempfile.mkdtemp(prefix="triptych-bench-backup-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "data"
+    profile = {k: getattr(args, k) for k in ("chunks", "memories", "nodes", "calls")}
+    results: dict[str, Any] = {"profile": profile, "machine": f"{os.cpu_count()} cores",
+                               "load_average_at_start": os.getloadavg()}  # fmt: skip
+    marker = work / "profile.json"
+    if not (marker.exists() and json.loads(marker.read_text()) == profile):
+        shutil.rmtree(data, ignore_errors=True)
+        results["build"] = build(data, args)
+        marker.write_text(json.dumps(profile))
+        print(json.dumps({"build": results["build"]}), file=sys.stderr, flush=True)
+    results["data_dir"] = {
+        "bytes": size_of(data),
+        "files": {
+            p.relative_to(data).as_posix(): p.stat().st_size for p in sorted(data.rglob("*")) if p.is_file()
+        },
+    }
+    runs: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        copy, backup = work / f"copy-{r}", work / f"backup-{r}"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.rmtree(backup, ignore_errors=True)
+        cp_s, _ = timed(["cp", "-r", str(data), str(copy)])
+        backup_s, done = timed([str(TRIPTYCH), "backup", str(backup), "--data-dir", str(data)])
+        runs.append({"cp_r_s": round(cp_s, 2), "cp_r_bytes": size_of(copy), "backup_s": round(backup_s, 2),
+                     "backup_bytes": size_of(backup), "ratio_backup_to_cp": round(backup_s / cp_s, 2)})  # fmt: skip
+        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+        shutil.rmtree(copy)
+        if r < args.rounds - 1:
+            shutil.rmtree(backup)
+    results["rounds"] = runs
+    results["backup_stdout"] = done.stdout
+    restored = work / "restored"
+    shutil.rmtree(restored, ignore_errors=True)
+    restore_s, _ = timed([str(TRIPTYCH), "restore", str(backup), "--data-dir", str(restored)])
+    results["restore_s"] = round(restore_s, 2)
+    shutil.rmtree(restored)
+    shutil.rmtree(backup)
+    if args.out is None:
+        shutil.rmtree(work)
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
