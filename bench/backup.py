@@ -8,9 +8,10 @@ Builds once (``--out`` keeps it; a later run with the same counts reuses it) a d
 Hadron nodes and ``--calls`` Metergraph calls with their columnar projection, written through the stores'
 own write paths (the calls through ``IngestService``, generated as ``metergraph_engines.py`` does). Vectors
 are random unit vectors and texts random words: what a backup costs is the bytes on disk, not what they
-mean, and no model is loaded. Then, ``--rounds`` times in turn, ``cp -r`` of the stopped directory and
-``triptych backup`` of it (each into a new folder, the page cache warm for both after the first round),
-and one ``triptych restore`` of the last backup. Prints the sizes and times as JSON.
+mean, and no model is loaded. Then, ``--rounds`` times in turn: ``cp -r`` of the stopped directory, the
+same followed by an fsync of every copied file (as durable as a backup), ``triptych backup`` of it and ``triptych restore`` of that backup, each into a new folder (medians
+reported); with ``--serving``, one more backup with an idle server on the directory. Prints the sizes and
+times as JSON.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import json
 import os
 import random
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,7 +35,8 @@ from typing import Any
 import metergraph_bench
 import numpy as np
 import numpy.typing as npt
-from metergraph_engines import load_calls, start_generator
+from common import free_port
+from metergraph_engines import load_calls, start_generator, wait_healthy
 
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
@@ -146,6 +150,42 @@ def timed(command: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     return seconds, done
 
 
+def copy_synced(data: Path, target: Path) -> float:
+    """``cp -r``, then every copied file and folder synced: the plain copy made as durable as a backup is
+    (``triptych backup`` syncs what it writes before it says it is done)."""
+    started = time.perf_counter()
+    subprocess.run(["cp", "-r", str(data), str(target)], check=True)
+    for root, _, files in os.walk(target):
+        for name in files:
+            fd = os.open(Path(root) / name, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        fd = os.open(root, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    return time.perf_counter() - started
+
+
+def while_serving(data: Path, work: Path) -> dict[str, Any]:
+    """``triptych backup`` with an idle ``triptych serve`` on the directory (the projection's owner)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [str(TRIPTYCH), "serve", "--port", str(port), "--data-dir", str(data)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", "/health")
+        target = work / "backup-serving"
+        shutil.rmtree(target, ignore_errors=True)
+        seconds, _ = timed([str(TRIPTYCH), "backup", str(target), "--data-dir", str(data)])
+        found = {"backup_s": round(seconds, 2), "backup_bytes": size_of(target)}
+        shutil.rmtree(target)
+        return found
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -153,7 +193,10 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies every count (0.1: a tenth)")
-    parser.add_argument("--rounds", type=int, default=2, help="cp -r / backup pairs, alternating")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of cp -r, backup and restore, in turn")
+    parser.add_argument(
+        "--serving", action="store_true", help="also back up once with an idle server on the directory"
+    )
     parser.add_argument("--out", type=Path, help="work directory, kept (default: a temp dir, removed)")
     args = parser.parse_args()
     for name in ("chunks", "memories", "nodes", "calls"):
@@ -177,26 +220,42 @@ def main() -> None:
         },
     }
     runs: list[dict[str, Any]] = []
-    for r in range(args.rounds):
-        copy, backup = work / f"copy-{r}", work / f"backup-{r}"
-        shutil.rmtree(copy, ignore_errors=True)
-        shutil.rmtree(backup, ignore_errors=True)
-        cp_s, _ = timed(["cp", "-r", str(data), str(copy)])
+    backup = work / "backup"
+    for _ in range(args.rounds):
+        for folder in (work / "copy", backup, work / "restored"):
+            shutil.rmtree(folder, ignore_errors=True)
+        cp_s, _ = timed(["cp", "-r", str(data), str(work / "copy")])
+        shutil.rmtree(work / "copy")
+        synced_s = copy_synced(data, work / "copy")
         backup_s, done = timed([str(TRIPTYCH), "backup", str(backup), "--data-dir", str(data)])
-        runs.append({"cp_r_s": round(cp_s, 2), "cp_r_bytes": size_of(copy), "backup_s": round(backup_s, 2),
-                     "backup_bytes": size_of(backup), "ratio_backup_to_cp": round(backup_s / cp_s, 2)})  # fmt: skip
+        restore_s, _ = timed([str(TRIPTYCH), "restore", str(backup), "--data-dir", str(work / "restored")])
+        runs.append({
+            "cp_r_s": round(cp_s, 2), "cp_r_bytes": size_of(work / "copy"), "cp_r_fsync_s": round(synced_s, 2),
+            "backup_s": round(backup_s, 2), "backup_bytes": size_of(backup),
+            # The copy itself, from the manifest (the command's start-up is the rest).
+            "backup_copy_s": json.loads((backup / "manifest.json").read_text())["seconds"],
+            "restore_s": round(restore_s, 2), "ratio_backup_to_cp": round(backup_s / cp_s, 2),
+            "ratio_backup_to_cp_fsync": round(backup_s / synced_s, 2),
+        })  # fmt: skip
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-        shutil.rmtree(copy)
-        if r < args.rounds - 1:
-            shutil.rmtree(backup)
     results["rounds"] = runs
+    results["median"] = {
+        key: statistics.median(r[key] for r in runs)
+        for key in (
+            "cp_r_s",
+            "cp_r_fsync_s",
+            "backup_s",
+            "backup_copy_s",
+            "restore_s",
+            "ratio_backup_to_cp",
+            "ratio_backup_to_cp_fsync",
+        )
+    }
     results["backup_stdout"] = done.stdout
-    restored = work / "restored"
-    shutil.rmtree(restored, ignore_errors=True)
-    restore_s, _ = timed([str(TRIPTYCH), "restore", str(backup), "--data-dir", str(restored)])
-    results["restore_s"] = round(restore_s, 2)
-    shutil.rmtree(restored)
-    shutil.rmtree(backup)
+    if args.serving:
+        results["backup_while_serving"] = while_serving(data, work)
+    for folder in (work / "copy", backup, work / "restored"):
+        shutil.rmtree(folder, ignore_errors=True)
     if args.out is None:
         shutil.rmtree(work)
     print(json.dumps(results, indent=1))

@@ -36,6 +36,7 @@ class Acks:
     items: dict[str, list[Any]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     ready: dict[str, threading.Event] = field(default_factory=dict)
+    errors: list[BaseException] = field(default_factory=list)
 
     def add(self, kind: str, item: Any) -> None:
         with self.lock:
@@ -111,6 +112,8 @@ def writers(world: World, acks: Acks, stop: threading.Event) -> list[threading.T
                 result = work()
                 if asyncio.iscoroutine(result):
                     asyncio.run(result)
+            except BaseException as exc:  # noqa: BLE001 - the fixture reports it
+                acks.errors.append(exc)
             finally:
                 acks.ready[kind].set()  # a writer that failed must not leave the test waiting
 
@@ -133,6 +136,13 @@ class Backup:
 def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backup]:
     tmp = tmp_path_factory.mktemp("backup")
     world = start_world(tmp)
+    try:
+        yield backed_up_under_load(world, tmp / "backup")
+    finally:
+        world.server.stop()
+
+
+def backed_up_under_load(world: World, folder: Path) -> Backup:
     acks, stop = Acks(), threading.Event()
     threads = writers(world, acks, stop)
     try:
@@ -142,19 +152,18 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backup]:
             assert event.wait(120), "a writer did not get going"
         calls_by_batch(world.server)  # a metadata read: the server now keeps the columnar projection
         before = acks.snapshot()
-        assert set(before) == {"memories", "documents", "nodes", "calls"}, "a writer failed before the backup"
-        result = run(["backup", str(tmp / "backup"), "--data-dir", str(world.server.data_dir)])
+        assert set(before) == {"memories", "documents", "nodes", "calls"}, acks.errors
+        result = run(["backup", str(folder), "--data-dir", str(world.server.data_dir)])
         seen = acks.snapshot()
-        # The writers were still writing when the copy ended: it was taken under load.
-        assert all(len(seen[kind]) > len(before[kind]) for kind in ("memories", "nodes", "calls")), {
-            k: (len(before[k]), len(seen[k])) for k in seen
-        }
+        # The copy was taken under load: writes were acknowledged while it ran.
+        grew = {k: len(seen[k]) - len(before[k]) for k in seen}
+        assert sum(grew.values()) > 0, grew
     finally:
         stop.set()
         for t in threads:
             t.join(120)
-    yield Backup(world, tmp / "backup", before, acks.snapshot(), result)
-    world.server.stop()
+    assert acks.errors == [], acks.errors
+    return Backup(world, folder, before, acks.snapshot(), result)
 
 
 @pytest.fixture(scope="module")

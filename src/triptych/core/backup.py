@@ -205,6 +205,7 @@ def backup(
             except FileNotFoundError:
                 continue  # a file removed since the listing (a folder the projection dropped)
             copied.append(entry)
+        _sync_folders(dest / DATA)
         manifest = Manifest(
             version,
             datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
@@ -280,6 +281,8 @@ def sha256_of(path: Path) -> str:
 
 
 def _copy_hashing(source: Path, target: Path, advance: Advance) -> tuple[int, str]:
+    """Copy, hashing on the way, and sync: a backup or restore said to be done is on the disk (SQLite
+    syncs the files it writes itself)."""
     digest = hashlib.sha256()
     size = 0
     with open(source, "rb") as src, open(target, "wb") as dst:
@@ -288,7 +291,23 @@ def _copy_hashing(source: Path, target: Path, advance: Advance) -> tuple[int, st
             digest.update(block)
             size += len(block)
             advance(len(block))
+        dst.flush()
+        os.fsync(dst.fileno())
     return size, digest.hexdigest()
+
+
+def _sync_folders(top: Path) -> None:
+    for root, _, _ in os.walk(top):
+        _sync_folder(Path(root))
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename or a new file's name in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -298,6 +317,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)
+    _sync_folder(path.parent)
 
 
 def _require_empty(folder: Path, what_to_do: str) -> None:
@@ -381,9 +401,11 @@ def restore(src: Path, target: Path, advance: Advance) -> Manifest:
                     " manifest; use another backup, or make a new one with `triptych backup`"
                 )
         staging.mkdir(exist_ok=True)  # a backup of an empty data directory
+        _sync_folders(staging)
         if target.exists():
             target.rmdir()  # empty, checked above
         os.rename(staging, target)
+        _sync_folder(target.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
