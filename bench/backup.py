@@ -169,12 +169,14 @@ def copy_synced(data: Path, target: Path) -> float:
 def while_serving(data: Path, work: Path) -> dict[str, Any]:
     """``triptych backup`` with an idle ``triptych serve`` on the directory (the projection's owner)."""
     port = free_port()
+    log = open(work / "server.log", "wb")  # noqa: SIM115 - closed below
+    started = time.perf_counter()
     server = subprocess.Popen(
-        [str(TRIPTYCH), "serve", "--port", str(port), "--data-dir", str(data)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [str(TRIPTYCH), "serve", "--port", str(port), "--data-dir", str(data)], stdout=log, stderr=log
+    )
     try:
         wait_healthy(f"http://127.0.0.1:{port}", "/health")
+        print(f"server healthy after {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
         target = work / "backup-serving"
         shutil.rmtree(target, ignore_errors=True)
         seconds, _ = timed([str(TRIPTYCH), "backup", str(target), "--data-dir", str(data)])
@@ -183,7 +185,12 @@ def while_serving(data: Path, work: Path) -> dict[str, Any]:
         return found
     finally:
         server.send_signal(signal.SIGINT)
-        server.wait(timeout=60)
+        try:
+            server.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
 
 
 def main() -> None:
@@ -239,19 +246,23 @@ def main() -> None:
         })  # fmt: skip
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     results["rounds"] = runs
-    results["median"] = {
-        key: statistics.median(r[key] for r in runs)
-        for key in (
-            "cp_r_s",
-            "cp_r_fsync_s",
-            "backup_s",
-            "backup_copy_s",
-            "restore_s",
-            "ratio_backup_to_cp",
-            "ratio_backup_to_cp_fsync",
-        )
-    }
-    results["backup_stdout"] = done.stdout
+    results["median"] = (
+        {}
+        if not runs
+        else {
+            key: statistics.median(r[key] for r in runs)
+            for key in (
+                "cp_r_s",
+                "cp_r_fsync_s",
+                "backup_s",
+                "backup_copy_s",
+                "restore_s",
+                "ratio_backup_to_cp",
+                "ratio_backup_to_cp_fsync",
+            )
+        }
+    )
+    results["backup_stdout"] = done.stdout if runs else ""
     if args.serving:
         results["backup_while_serving"] = while_serving(data, work)
     for folder in (work / "copy", backup, work / "restored"):
