@@ -99,3 +99,20 @@ def test_a_backup_refuses_a_folder_inside_the_data_directory(tmp_path: Path) -> 
     with pytest.raises(BackupRefused, match="inside the data directory"):
         backup(data, data / "backups", LAYOUT, "1", lambda n: None)
     assert not (data / "backups").exists()
+
+
+def test_a_projection_file_that_appears_while_its_state_is_copied_is_copied_too(tmp_path: Path) -> None:
+    data = data_dir(tmp_path)
+    late = data / "metergraph.columns" / "1" / "ts_ms.bin"
+
+    def advance(n: int) -> None:
+        if not late.exists():  # the first bytes copied are the state file's: a workspace appears now
+            late.parent.mkdir()
+            late.write_bytes(b"\x02" * 8)
+
+    manifest = backup(data, tmp_path / "backup", LAYOUT, "1", advance)
+    paths = [e.path for e in manifest.files]
+    assert paths[0] == "metergraph.columns/state.json" and "metergraph.columns/1/ts_ms.bin" in paths
+    assert (
+        tmp_path / "backup" / "data" / "metergraph.columns" / "1" / "ts_ms.bin"
+    ).read_bytes() == b"\x02" * 8

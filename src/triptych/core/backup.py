@@ -127,9 +127,15 @@ def _transient(name: str) -> bool:
     return name.endswith(TRANSIENT_SUFFIXES) or name.startswith(TRANSIENT_PREFIXES)
 
 
-def plan(data_dir: Path, layout: Layout) -> tuple[list[Entry], list[dict[str, str]]]:
+def _state_of(path: str, layout: Layout) -> str | None:
+    """The append-only folder whose state file ``path`` is, if it is one."""
+    return next((f for f, state in layout.append_only.items() if path == f"{f}/{state}"), None)
+
+
+def plan(data_dir: Path, layout: Layout, only: str | None = None) -> tuple[list[Entry], list[dict[str, str]]]:
     """The files to copy, in copy order (append-only folders first: a projection copied before the
-    database it follows is never ahead of it), and the ones not copied with the reason."""
+    database it follows is never ahead of it), and the ones not copied with the reason; ``only``: the
+    files under that folder alone."""
     skipped = [
         {"path": path, "why": why} for path, why in layout.skipped.items() if (data_dir / path).exists()
     ]
@@ -137,6 +143,8 @@ def plan(data_dir: Path, layout: Layout) -> tuple[list[Entry], list[dict[str, st
     rest: list[Entry] = []
     for path in sorted(_walk(data_dir, layout)):
         rel = path.relative_to(data_dir).as_posix()
+        if only is not None and not rel.startswith(only + "/"):
+            continue
         folder = next((f for f in layout.append_only if rel.startswith(f + "/")), None)
         if folder is not None:
             state = f"{folder}/{layout.append_only[folder]}"
@@ -193,7 +201,9 @@ def backup(
     try:
         (dest / DATA).mkdir(parents=True, exist_ok=True)
         copied: list[Entry] = []
-        for entry in entries:
+        pending = list(entries)
+        while pending:
+            entry = pending.pop(0)
             source, target = data_dir / entry.path, dest / DATA / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -205,6 +215,12 @@ def backup(
             except FileNotFoundError:
                 continue  # a file removed since the listing (a folder the projection dropped)
             copied.append(entry)
+            folder = _state_of(entry.path, layout)
+            if folder is not None:
+                # List the folder again now that its state is copied: a file the state counts may have
+                # appeared since the plan (a new workspace of the projection).
+                fresh = [e for e in plan(data_dir, layout, only=folder)[0] if e.path != entry.path]
+                pending = fresh + [e for e in pending if not e.path.startswith(folder + "/")]
         _sync_folders(dest / DATA)
         manifest = Manifest(
             version,
