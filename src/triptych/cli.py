@@ -258,6 +258,46 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+# Variables read outside the settings models (before any is built, or by one module alone).
+OTHER_ENVIRONMENT = (
+    ("TRIPTYCH_WORKERS", "1", False),
+    ("TRIPTYCH_AGENT_ID", "—", False),
+    ("TRIPTYCH_MODEL_CACHE", "~/.cache/triptych/models", False),
+    ("TRIPTYCH_GIT_TIMEOUT", "120", False),
+    ("TRIPTYCH_HADRON_KEY", "—", True),
+    ("TRIPTYCH_HADRON_KEY_FILE", "—", False),
+)
+
+
+def settings_sections(data_dir: Path | None = None) -> list[tuple[str, list[Any]]]:
+    """Every setting the server reads, by section, with its value and source (``triptych config``)."""
+    from triptych.core.settings_report import OtherSetting, other_rows, rows
+    from triptych.metergraph.detectors import load_incident_settings
+    from triptych.metergraph.providers import load_provider_settings
+    from triptych.metergraph.settings import load_metergraph_settings
+
+    return [
+        ("server", rows(load_settings(data_dir=data_dir), {"data_dir": data_dir})),
+        ("process", other_rows(OtherSetting(*other) for other in OTHER_ENVIRONMENT)),
+        ("metergraph", rows(load_metergraph_settings())),
+        ("metergraph incidents", rows(load_incident_settings())),
+        ("metergraph replay", rows(load_provider_settings())),
+    ]
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """``triptych config``: every setting, its effective value and where it came from; secrets masked."""
+    from triptych.core.settings_report import table
+
+    try:
+        sections = settings_sections(args.data_dir)
+    except ValueError as exc:
+        print(f"triptych: {_problem(exc)}", file=sys.stderr)
+        return 2
+    print(table(sections))
+    return 0
+
+
 def cmd_token(args: argparse.Namespace) -> int:
     from triptych.core.auth import mint_token
 
@@ -384,32 +424,40 @@ def _holds_hadron_data(path: Path) -> bool:
 
 
 def cmd_kb_import(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    import time
 
     from triptych.core.auth import local_principal
+    from triptych.core.progress import ImportBar
     from triptych.metronix.importer import import_paths
     from triptych.metronix.surface import Metronix
 
     settings = _settings(args)
     _log_to_stderr("warning")
-    metronix = Metronix.open(settings)
-
-    def progress(items: Any, total: int) -> Any:
-        return tqdm(items, total=total, unit="file", desc="importing", file=sys.stderr)
-
+    # Nothing here serves requests: the bulk embedding may use every core (a server keeps one for its
+    # requests). An operator who imports beside a running server sets TRIPTYCH_EMBED_BULK_THREADS.
+    threads = settings.embed_bulk_threads or os.cpu_count() or 1
+    metronix = Metronix.open(settings.model_copy(update={"embed_bulk_threads": threads}))
+    bar = ImportBar()
     try:
         summary = import_paths(
-            metronix.knowledge, local_principal(), args.workspace, [Path(p) for p in args.paths], progress
+            metronix.knowledge, local_principal(), args.workspace, [Path(p) for p in args.paths], bar
         )
     except FileNotFoundError as exc:
         print(f"triptych: {exc}", file=sys.stderr)
         return 2
     finally:
+        bar.close()
         metronix.close()
     head, *details = summary.report(args.workspace)
     print(head)
     for line in details:
         print(line, file=sys.stderr)
+    if bar.embedded:
+        seconds = time.monotonic() - bar.started
+        print(
+            f"embedded {bar.embedded:,} chunks in {seconds:.1f} s ({bar.rate():.1f} chunks/s, {threads} threads)",
+            file=sys.stderr,
+        )
     # A failure, or nothing importable at all, is worth a non-zero exit for a script.
     return 1 if summary.failed or not (summary.stored or summary.unchanged) else 0
 
@@ -518,6 +566,15 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("surface", choices=SURFACES, help="metronix (served here) or metergraph (a bridge)")
     mcp.add_argument("--data-dir", **data_dir)
     mcp.set_defaults(func=cmd_mcp)
+
+    config = sub.add_parser(
+        "config",
+        help="print every setting, its effective value and where it came from (secrets masked)",
+        description="Every setting the server reads: its environment variables, its effective value (secrets"
+        " masked, passwords in URLs hidden) and its source: flag, environment (NAME) or default.",
+    )
+    config.add_argument("--data-dir", **data_dir)
+    config.set_defaults(func=cmd_config)
 
     token = sub.add_parser("token", help="print an HS256 JWT signed with TRIPTYCH_JWT_SECRET")
     token.add_argument("--user", required=True, help="the sub claim")

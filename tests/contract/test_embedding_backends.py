@@ -6,14 +6,13 @@ import hashlib
 import json
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import pytest
-from harness import TRIPTYCH, ServerProcess, mcp_session
+from harness import TRIPTYCH, ServerProcess, http_server, mcp_session
 
 DIM = 32
 
@@ -56,12 +55,8 @@ class EmbeddingsHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def embeddings_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), EmbeddingsHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with http_server(EmbeddingsHandler) as url:
+        yield url + "/v1"
 
 
 async def test_remote_embeddings_model_check_and_reindex(tmp_path: Path, embeddings_url: str) -> None:

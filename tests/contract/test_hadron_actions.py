@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,7 @@ import pytest
 from contract.test_hadron_clients import MCP1_PYTHON, run_1x
 from hadron.llm_server import LlmServer, llm_server
 from hadron.world import World, as_app, as_user, build_world, engine, user_headers
-from harness import SECRET, TRIPTYCH, ServerProcess, free_port
+from harness import SECRET, TRIPTYCH, ServerProcess, free_port, http_server
 
 from triptych.core.mcp_sources import Source, load_sources, save_sources, sources_path
 
@@ -78,6 +79,23 @@ def http_tools(tool_log: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def not_mcp() -> Iterator[str]:
+    """An HTTP server that is no MCP server: every request gets a 404 page (issue 28)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_error(404, "no such page")
+
+        do_GET = do_DELETE = do_POST
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    with http_server(Handler) as url:
+        yield url + "/mcp"
+
+
+@pytest.fixture(scope="module")
 def llm() -> Iterator[LlmServer]:
     with llm_server() as server:
         yield server
@@ -85,7 +103,11 @@ def llm() -> Iterator[LlmServer]:
 
 @pytest.fixture(scope="module")
 def data_dir(
-    tmp_path_factory: pytest.TempPathFactory, http_tools: str, tool_log: Path, module_database_url: str | None
+    tmp_path_factory: pytest.TempPathFactory,
+    http_tools: str,
+    not_mcp: str,
+    tool_log: Path,
+    module_database_url: str | None,
 ) -> tuple[Path, str, str]:
     data = tmp_path_factory.mktemp("hadron-actions") / "data"
     data.mkdir(parents=True)
@@ -96,6 +118,7 @@ def data_dir(
     sources["local"] = Source("local", command=sys.executable, args=[str(SCRIPT), str(tool_log)])
     sources["down"] = Source("down", url=f"http://127.0.0.1:{free_port()}/mcp")
     sources["unlisted"] = Source("unlisted", url=http_tools)
+    sources["notmcp"] = Source("notmcp", url=not_mcp)
     save_sources(path, sources)
     return data, key, other
 
@@ -108,7 +131,7 @@ def world(
     env = {
         "TRIPTYCH_AUTH_ENABLED": "true",
         "TRIPTYCH_JWT_SECRET": SECRET,
-        "TRIPTYCH_HADRON_ACTION_SOURCES": "tools,local,down",
+        "TRIPTYCH_HADRON_ACTION_SOURCES": "tools,local,down,notmcp",
         "TRIPTYCH_SYNC_TIMEOUT": "8",  # a stdio source starts a Python process: room for a loaded machine
         "TRIPTYCH_LLM_URL": llm.url,
         "TRIPTYCH_LLM_MODEL": "tiny",
@@ -264,6 +287,8 @@ async def test_an_mcp_tool_action_calls_a_registered_source_only_for_writers(
         failures = {
             "fail": ({"kind": "mcp-tool", "source": "tools", "tool": "fail"}, "tool-error"),
             "down": ({"kind": "mcp-tool", "source": "down", "tool": "lookup"}, "unreachable"),
+            # An HTTP server that answers, but not as an MCP server: no tool answered (issue 28).
+            "notmcp": ({"kind": "mcp-tool", "source": "notmcp", "tool": "lookup"}, "unreachable"),
             "slow": (
                 {"kind": "mcp-tool", "source": "tools", "tool": "slow", "arguments": {"seconds": 30}},
                 "timeout",

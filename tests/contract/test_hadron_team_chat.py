@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hadron.team_world import CREW, OPS, cli, start_team_world
-from hadron.world import Session, World, as_app, as_user
+from hadron.team_world import CREW, OPS, cli, start_team_world, worker_session
+from hadron.world import World, as_app, as_user
 
 CREW_TEAM = "hrn:mem:acme.com:crew-team"
 
@@ -26,15 +26,6 @@ def team(
     world.server.stop()
 
 
-async def _worker_session(s: Session, app: str, name: str, role: str) -> str:
-    """Cast ``name`` in ``app`` if needed and bind it; the session id."""
-    await s.ok("hadron_set_active_app", app=app)
-    if (await s.call("hadron_get_worker", workerRef=name)).is_error:
-        await s.ok("hadron_cast_worker", name=name, role=role)
-    started = await s.ok("hadron_start_session", description=f"{name} stint", workerRef=name)
-    return str(started.data["sessionId"])
-
-
 async def test_the_team_chat_is_bootstrapped_by_the_first_post_and_read_oldest_first(
     team: tuple[World, str],
 ) -> None:
@@ -43,7 +34,7 @@ async def test_the_team_chat_is_bootstrapped_by_the_first_post_and_read_oldest_f
         await alice.ok("hadron_set_active_app", app=CREW)
         empty = await alice.ok("hadron_team_chat_read")
         assert empty.data["total"] == 0 and empty.data["messages"] == []
-        sid = await _worker_session(alice, CREW, "Iris", "backend-engineer")
+        sid = await worker_session(alice, CREW, "Iris", "backend-engineer")
         await alice.ok("hadron_cast_worker", name="Mary Jane", role="android-engineer")
         first = await alice.ok("hadron_team_chat_post", body="Morning! standup in 5")
         assert first.data["seq"] == 1 and first.data["author"] == {
@@ -95,7 +86,7 @@ async def test_team_chat_authorship_refusals(team: tuple[World, str]) -> None:
         await bob.refused("hadron_team_chat_post", "SESSION_NOT_FOUND", body="hi", session="f" * 32)
         await bob.ok("hadron_end_session", id=unbound)
         await bob.refused("hadron_team_chat_post", "SESSION_ENDED", body="hi", session=unbound)
-        sid = await _worker_session(bob, CREW, "Rook", "android-engineer")
+        sid = await worker_session(bob, CREW, "Rook", "android-engineer")
         cli(world.server.data_dir, "worker", "retire", CREW, "Rook", database_url=world.database_url)
         await bob.refused("hadron_team_chat_post", "WORKER_RETIRED", body="hi", session=sid)
         denied = await key.refused("hadron_team_chat_post", "FORBIDDEN", body="from the key")
@@ -118,7 +109,7 @@ async def test_a_worker_posts_into_another_apps_chat_only_when_its_driver_may_wr
 ) -> None:
     world, _ = team
     async with as_user(world, "alice") as alice, as_user(world, "bob") as bob:
-        alice_sid = await _worker_session(alice, CREW, "Vega", "backend-engineer")
+        alice_sid = await worker_session(alice, CREW, "Vega", "backend-engineer")
         crossed = await alice.ok("hadron_team_chat_post", body="hello ops", session=alice_sid, app=OPS)
         assert crossed.data["author"]["appId"] != crossed.data["channelId"]
         ops_read = await alice.ok("hadron_team_chat_read", app=OPS)
@@ -126,7 +117,7 @@ async def test_a_worker_posts_into_another_apps_chat_only_when_its_driver_may_wr
         assert message["author"]["name"] == "Vega" and message["author"]["workerUrn"].startswith(
             "hrn:worker:acme.com:crew:"
         )  # the author's App is recorded
-        bob_sid = await _worker_session(bob, CREW, "Lark", "android-engineer")
+        bob_sid = await worker_session(bob, CREW, "Lark", "android-engineer")
         # bob is a READER of ops: on its team (he may post as himself) but its host memory is read-only to him.
         refused = await bob.refused("hadron_team_chat_post", "CHANNEL_HOST_NOT_WRITABLE", body="x", session=bob_sid,
                                     app=OPS)  # fmt: skip
@@ -272,7 +263,7 @@ REF_CASES = [
 async def test_the_worklog_stores_one_canonical_ref_per_artifact(team: tuple[World, str]) -> None:
     world, crew_key = team
     async with as_user(world, "carol") as carol:
-        sid = await _worker_session(carol, CREW, "Sol", "backend-engineer")
+        sid = await worker_session(carol, CREW, "Sol", "backend-engineer")
         for kind, ref, canonical in REF_CASES:
             recorded = await carol.ok("hadron_record_work", session=sid, tool="github", kind=kind, ref=ref,
                                       action="opened", detail={"title": "T"})  # fmt: skip
@@ -313,7 +304,7 @@ async def test_the_worklog_stores_one_canonical_ref_per_artifact(team: tuple[Wor
 async def test_recording_passes_the_team_gate_and_the_attribution_gate(team: tuple[World, str]) -> None:
     world, crew_key = team
     async with as_user(world, "alice") as alice, as_user(world, "bob") as bob, as_app(world, crew_key) as key:
-        alice_sid = await _worker_session(alice, CREW, "Tern", "backend-engineer")
+        alice_sid = await worker_session(alice, CREW, "Tern", "backend-engineer")
         args: dict[str, Any] = {"tool": "github", "kind": "repo", "ref": "acme/api", "action": "pushed"}
         await bob.ok("hadron_set_active_app", app=CREW)
         # On the team, but not attributed to alice's session.

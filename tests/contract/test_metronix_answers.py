@@ -33,11 +33,14 @@ class Upstream(BaseHTTPRequestHandler):
         if "UPSTREAM-SLOW" in question:
             time.sleep(4)
         answer = "Invoices are approved by the CFO [1]."
+        if "ANSWER:" in question:  # the test dictates the answer (its citation markers)
+            answer = question.split("ANSWER:", 1)[1].strip()
         if body.get("stream"):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            for piece in ("Invoices are approved ", "by the CFO [1]."):
+            half = len(answer) // 2
+            for piece in (answer[:half], answer[half:]):
                 chunk = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.write(b"data: [DONE]\n\n")
@@ -141,6 +144,44 @@ def test_streaming_relays_the_upstream_and_ends_with_citations(
     assert text == "Invoices are approved by the CFO [1]."
     assert chunks[-1].choices[0].finish_reason == "stop"
     assert (chunks[-1].model_extra or {})["citations"][0]["doc_label"] == "finance"
+
+
+@pytest.mark.parametrize(
+    ("answer", "indexes"),
+    [
+        ("The holidays are in August [2].", [2]),
+        ("Parking is free [3] and invoices wait for the CFO [1][3].", [1, 3]),
+        ("Both [1, 2] say so.", [1, 2]),
+        ("I do not know.", []),
+        ("A marker past the passages [9] cites nothing.", []),
+    ],
+    ids=["one", "adjacent", "comma", "none", "out-of-range"],
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+def test_citations_list_only_the_passages_the_answer_cites(
+    rag_server: ServerProcess, answer: str, indexes: list[int], stream: bool
+) -> None:
+    import anyio
+
+    workspace = "cite-" + uuid.uuid4().hex[:6]
+    tok = token(workspaces=[workspace])
+    docs = {
+        "finance": "Invoices are approved by the CFO.",
+        "holidays": "The office closes for holidays in August.",
+        "parking": "Parking is free on weekends.",
+    }
+    anyio.run(_seed, rag_server.url, tok, workspace, docs)
+    ask = {"model": "triptych-rag", "messages": [{"role": "user", "content": "office ANSWER: " + answer}]}
+    if stream:
+        chunks = list(client(rag_server, tok).chat.completions.create(**ask, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        extra = chunks[-1].model_extra or {}
+    else:
+        response = client(rag_server, tok).chat.completions.create(**ask)
+        text, extra = response.choices[0].message.content or "", response.model_extra or {}
+    assert text == answer
+    assert extra["retrieval"]["passages"] == 3  # every passage was retrieved; not every one is cited
+    assert [c["index"] for c in extra["citations"]] == indexes
 
 
 def test_x_workspace_id_selects_a_granted_workspace_and_refuses_others(

@@ -34,29 +34,63 @@ def _unsigned() -> str:
     return f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(claims)}."
 
 
+INVALID_TOKEN = 'Bearer error="invalid_token"'
+# Every Metronix door behind the bearer JWT: method, path, body, extra headers.
+DOORS = {
+    "mcp": ("POST", "/mcp", INITIALIZE, MCP_HEADERS),
+    "rest-search": ("POST", "/api/v1/memory/search", {"query": "x", "agent_id": "a"}, {}),
+    "rest-me": ("GET", "/api/v1/auth/me", None, {}),
+    "chat-completions": (
+        "POST",
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}]},
+        {},
+    ),
+    "models": ("GET", "/v1/models", None, {}),
+}
+
+
+@pytest.mark.engines("sqlite", "postgresql")  # server mode's /mcp is another endpoint class
+@pytest.mark.parametrize("door", DOORS)
 @pytest.mark.parametrize(
-    "authorization",
+    ("authorization", "challenge"),
     [
-        None,
-        "Basic dXNlcjpwYXNz",
-        "Bearer not-a-jwt",
-        "Bearer "
-        + jwt.encode({"sub": "a", "exp": int(time.time()) + 600}, "wrong-secret-wrong-secret-32bytes!"),
-        "Bearer " + token(ttl=-30),
-        "Bearer " + _unsigned(),
+        # No bearer token at all (RFC 6750 section 3.1: the challenge names no error)...
+        (None, "Bearer"),
+        ("Basic dXNlcjpwYXNz", "Bearer"),
+        # ... and a token that was sent and refused.
+        ("Bearer not-a-jwt", INVALID_TOKEN),
+        (
+            "Bearer "
+            + jwt.encode({"sub": "a", "exp": int(time.time()) + 600}, "wrong-secret-wrong-secret-32bytes!"),
+            INVALID_TOKEN,
+        ),
+        ("Bearer " + token(ttl=-30), INVALID_TOKEN),
+        ("Bearer " + _unsigned(), INVALID_TOKEN),
     ],
     ids=["missing", "basic", "malformed", "bad-signature", "expired", "alg-none"],
 )
-def test_mcp_without_a_valid_bearer_jwt_is_401_with_www_authenticate(
-    auth_server: ServerProcess, authorization: str | None
+def test_every_door_without_a_valid_bearer_jwt_is_401_with_the_references_challenge(
+    auth_server: ServerProcess, door: str, authorization: str | None, challenge: str
 ) -> None:
-    headers = dict(MCP_HEADERS)
-    if authorization:
-        headers["Authorization"] = authorization
-    response = httpx.post(auth_server.url + "/mcp", json=INITIALIZE, headers=headers)
+    method, path, body, extra = DOORS[door]
+    headers = {**extra, **({"Authorization": authorization} if authorization else {})}
+    response = httpx.request(method, auth_server.url + path, json=body, headers=headers)
     assert response.status_code == 401
-    assert response.headers["www-authenticate"].startswith("Bearer")
-    assert response.json()["error"]["code"] == "AUTH_REQUIRED"
+    assert response.headers["www-authenticate"] == challenge
+    error = response.json()["error"]
+    # The chat doors answer in OpenAI's error shape, the others in Metronix's.
+    assert error["code"] == ("invalid_api_key" if path.startswith("/v1/") else "AUTH_REQUIRED")
+
+
+def test_hadron_keeps_its_own_challenge_on_the_same_server(auth_server: ServerProcess) -> None:
+    # Hadron never answers 401 without credentials (an anonymous caller may ask hadron_server_info), and
+    # every 401 it sends is for a header it was given: its challenge stays error="invalid_token".
+    url = auth_server.url + "/hadron/mcp"
+    anonymous = httpx.post(url, json=INITIALIZE, headers=MCP_HEADERS)
+    refused = httpx.post(url, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": "Bearer not-a-jwt"})
+    assert anonymous.status_code == 200
+    assert refused.status_code == 401 and refused.headers["www-authenticate"] == INVALID_TOKEN
 
 
 def test_a_valid_token_opens_the_endpoint(auth_server: ServerProcess) -> None:
@@ -120,10 +154,17 @@ async def test_an_omitted_workspace_selects_the_first_granted_one(auth_server: S
     first, second = "first-" + uuid.uuid4().hex[:6], "second-" + uuid.uuid4().hex[:6]
     async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[first, second]))) as mcp:
         await mcp.call("metronix_store", content="Lands in the first grant.", doc_label="x")
+        # The schema advertises the reference's default "default", but an omitted (or null) workspace
+        # still means the token's first grant, never a workspace "default" it does not grant.
+        await mcp.call("memory_store", content="Also in the first grant.", agent_id="a", workspace_id=None)
         in_first = await mcp.call("metronix_get", doc_label="x", workspace_id=first)
         in_second = await mcp.call("metronix_get", doc_label="x", workspace_id=second)
+        memories = await mcp.call("memory_list", agent_id="a", workspace_id=first)
+        named = await mcp.call("memory_list", agent_id="a", workspace_id="default")
     assert in_first.data["content"] == "Lands in the first grant."
     assert in_second.error_code == "DOCUMENT_NOT_FOUND"
+    assert [r["content"] for r in memories.data["records"]] == ["Also in the first grant."]
+    assert named.error_code == "WORKSPACE_NOT_FOUND"  # naming "default" explicitly is asking for it
 
 
 @pytest.mark.engines("sqlite", "postgresql")  # tenancy holds inside every query of both
@@ -140,8 +181,9 @@ async def test_a_viewer_may_read_but_not_write(auth_server: ServerProcess) -> No
         )
         again = await viewer.call("metronix_get", doc_label="doc", workspace_id=workspace)
     assert read.data["content"] == "Readable by viewers."
-    assert write.error_code == "AUTH_REQUIRED"
-    assert write.data["error"]["details"]["reason"] == "FORBIDDEN"
+    assert write.error_code == "WORKSPACE_NOT_FOUND"
+    assert write.data["error"]["details"] == {"reason": "FORBIDDEN", "role": "viewer"}
+    assert "may read but not write" in write.data["error"]["message"]
     assert again.data["content"] == "Readable by viewers."
 
 

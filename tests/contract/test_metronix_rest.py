@@ -217,6 +217,8 @@ def test_rest_status_codes_for_forbidden_missing_and_invalid(auth_server: Server
         headers=viewer,
     )
     assert write.status_code == 403
+    assert write.json()["error"]["code"] == "WORKSPACE_NOT_FOUND"
+    assert write.json()["error"]["details"] == {"reason": "FORBIDDEN", "role": "viewer"}
     missing = httpx.get(f"{url}/api/v1/memory/records/nope?workspace_id={workspace}", headers=editor)
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "DOCUMENT_NOT_FOUND"
     invalid = httpx.post(

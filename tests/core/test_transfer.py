@@ -45,8 +45,8 @@ def test_table_bars_draw_one_bar_at_a_time_on_stderr(capsys: pytest.CaptureFixtu
     assert bars._bar is None and bars.tables == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "copying table 1: nodes" in captured.err and "0/2" in captured.err
-    assert "copying table 2: edges" in captured.err
+    assert "copying nodes (table 1)" in captured.err and "0/2" in captured.err
+    assert "copying edges (table 2)" in captured.err
     # The last bar erased itself: the command's summary follows on a clean line.
     assert captured.err.endswith("\r")
 

@@ -15,7 +15,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from hadron.world import World, build_world, engine
+from hadron.world import Session, World, build_world, engine
 from harness import SECRET, TRIPTYCH, ServerProcess
 
 from triptych.hadron.cli import TeamAdmin
@@ -74,3 +74,12 @@ def start_team_world(tmp: Path, database_url: str | None = None) -> tuple[World,
     env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET, **engine(database_url)}
     server = ServerProcess(data_dir, env).start()
     return World(server, key, other, database_url=database_url), crew_key
+
+
+async def worker_session(s: Session, app: str, name: str, role: str) -> str:
+    """Cast ``name`` in ``app`` if needed and bind it; the session id."""
+    await s.ok("hadron_set_active_app", app=app)
+    if (await s.call("hadron_get_worker", workerRef=name)).is_error:
+        await s.ok("hadron_cast_worker", name=name, role=role)
+    started = await s.ok("hadron_start_session", description=f"{name} stint", workerRef=name)
+    return str(started.data["sessionId"])

@@ -7,6 +7,7 @@ import pytest
 from triptych.hadron.domain import schema
 from triptych.hadron.domain.loc import (
     MemoryKey,
+    app_short_form,
     check_loc,
     parse_memory_ref,
     parse_node_ref,
@@ -170,3 +171,22 @@ def test_a_bare_key_splits_on_its_last_colon() -> None:
     assert split_bare_key("acme.com::specs") == ("acme.com", "specs")
     assert split_bare_key("0123456789abcdef0123456789abcdef") == ("", "0123456789abcdef0123456789abcdef")
     assert (urn_type("urn:app:a.b:c"), urn_type("a.b:c")) == ("app", None)
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("acme.com:ops", ("acme.com", "ops", False)),  # <org-root>:<slug>, as the CLI writes --app
+        ("acme.com::ops", ("acme.com", "ops", False)),  # the v1 separator
+        ("  acme.com:ops ", ("acme.com", "ops", False)),
+        ("@carol:scratch", ("carol", "scratch", True)),  # a personal App, owner written @handle
+        ("carol:scratch", ("carol", "scratch", False)),
+        ("ops", None),
+        ("acme.com:", None),
+        (":ops", None),
+        ("@:ops", None),
+        ("a:b:c", None),
+    ],
+)
+def test_app_short_forms(ref: str, expected: tuple[str, str, bool] | None) -> None:
+    assert app_short_form(ref) == expected

@@ -4,6 +4,7 @@ embedding on write follows the memory's policy."""
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,7 +206,12 @@ DOCS = [
 
 
 def _fts5_ranking(query_terms: str) -> list[tuple[str, float]]:
-    """The same rows in an FTS5 table ranked by ``bm25(4, 2, 1, 1)``, as Hadron ranked before issue 20."""
+    """The same rows ranked by BM25 as FTS5's ``bm25(4, 2, 1, 1)`` computes it, with Lucene's IDF
+    ``log(1 + (N - n + 0.5) / (n + 0.5))`` in place of FTS5's (which is 1e-6 for a term in half the rows
+    or more).
+
+    FTS5 scores each query term alone; its score divided by FTS5's own IDF for the term is the term's
+    frequency part, which is then weighted by Lucene's IDF and summed over the terms."""
     conn = sqlite3.connect(":memory:")
     conn.execute(
         "CREATE VIRTUAL TABLE f USING fts5(loc UNINDEXED, name, description, content, tags, tokenize = 'porter unicode61')"
@@ -213,12 +219,19 @@ def _fts5_ranking(query_terms: str) -> list[tuple[str, float]]:
     conn.executemany(
         "INSERT INTO f VALUES (?, ?, ?, ?, ?)", [(d[0], d[1], d[2] or "", d[3], d[4] or "") for d in DOCS]
     )
-    match = " OR ".join(f'"{t}"' for t in query_terms.split())
-    rows = conn.execute(
-        "SELECT loc, -bm25(f, 0, 4.0, 2.0, 1.0, 1.0) FROM f WHERE f MATCH ? ORDER BY bm25(f, 0, 4.0, 2.0, 1.0, 1.0)",
-        (match,),
-    ).fetchall()
-    return [(r[0], float(r[1])) for r in rows]
+    total = len(DOCS)
+    scores: dict[str, float] = {}
+    for term in dict.fromkeys(query_terms.split()):
+        rows = conn.execute(
+            "SELECT loc, -bm25(f, 0, 4.0, 2.0, 1.0, 1.0) FROM f WHERE f MATCH ?", (f'"{term}"',)
+        ).fetchall()
+        n = len(rows)
+        fts5_idf = math.log((total - n + 0.5) / (n + 0.5))
+        fts5_idf = fts5_idf if fts5_idf > 0 else 1e-6
+        lucene_idf = math.log1p((total - n + 0.5) / (n + 0.5))
+        for loc, score in rows:
+            scores[loc] = scores.get(loc, 0.0) + float(score) / fts5_idf * lucene_idf
+    return sorted(scores.items(), key=lambda x: (-x[1], x[0]))
 
 
 def _ranking(hadron: Hadron, memory: str, text: str) -> list[tuple[str, float]]:
@@ -239,7 +252,7 @@ def _seed(hadron: Hadron, caller: HadronCaller, memory: str = "specs") -> None:
 
 
 @pytest.mark.parametrize("query", ["deploy", "review change", "night pages", "rollback deploy review"])
-def test_keyword_ranking_equals_fts5_bm25_with_the_column_weights(
+def test_keyword_ranking_equals_fts5_bm25_with_the_column_weights_and_lucene_idf(
     world: tuple[Hadron, HadronCaller, LetterEmbedder], query: str
 ) -> None:
     hadron, caller, _ = world
@@ -320,3 +333,34 @@ def test_an_index_older_than_the_pruned_log_reloads_its_memory(
         tx.execute("INSERT INTO node_text_changes (memory_id, node_rowid) VALUES ('other', 0)")
     assert [loc for loc, _ in _ranking(hadron, specs, "canary")] == ["canary"]
     assert loads == [hadron.admin().memory(specs).id]
+
+
+def test_a_real_match_scores_above_nothing_at_every_memory_size(
+    world: tuple[Hadron, HadronCaller, LetterEmbedder],
+) -> None:
+    """Issue 28: with FTS5's IDF a term in half a memory's nodes or more was worth 1e-6, so in a small
+    memory the node titled "Rollback" scored 0.0 for "deploy rollback" and any minScore dropped it."""
+    hadron, caller, _ = world
+    state = hadron.selections.session(caller, "s", None)
+    admin = hadron.admin()
+    for size in (1, 2, 3, 10):
+        slug = f"size{size}"
+        admin.create_memory(slug, "knowledge", org="acme.com")
+        write(
+            hadron, caller, f"hrn:node:acme.com:{slug}:rollback", name="Rollback", content="Undo a release."
+        )
+        for i in range(1, size):
+            # Every other node says "rollback" too (the term is in all of them), one never matches.
+            text = "Glossary of terms" if i == size - 1 and size > 2 else f"Deploy step {i} and its rollback"
+            write(hadron, caller, f"hrn:node:acme.com:{slug}:n{i}", name=text)
+        found = hadron.search.find_nodes(
+            caller,
+            state,
+            FindQuery(query="deploy rollback", memory_urn=f"hrn:mem:acme.com:{slug}", min_score=0.01),
+        )
+        scores = {hit.node.loc: hit.score for hit in found.hits}
+        assert "rollback" in scores, (size, scores)
+        assert all(score is not None and score >= 0.01 for score in scores.values()), (size, scores)
+        glossary = size > 2  # the last node of a memory of three or more matches neither term
+        assert len(scores) == (size - 1 if glossary else size), (size, scores)
+        assert not glossary or f"n{size - 1}" not in scores, (size, scores)

@@ -4,8 +4,8 @@ memories of every owner kind, and a real `triptych serve` over it (auth on)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from triptych.hadron.sealing import ServerKey
+from triptych.hadron.services.tenancy import TenancyAdmin
 from triptych.hadron.surface import Hadron
 
 # The server key of test worlds: acme.com:vault is an encrypted memory, sealed under it.
@@ -95,6 +96,22 @@ def build_world(data_dir: Path, database_url: str | None = None) -> tuple[str, s
 def engine(database_url: str | None) -> dict[str, str]:
     """The server environment for the engine ``database_url`` selects (none: the embedded SQLite)."""
     return {"TRIPTYCH_DATABASE_URL": database_url} if database_url else {}
+
+
+@contextmanager
+def admin_of(data_dir: Path, database_url: str | None = None) -> Iterator[TenancyAdmin]:
+    """The admin services over a world's stores (what `triptych hadron ...` runs), closed afterwards."""
+    hadron = Hadron.open(data_dir / "hadron.db", database_url=database_url)
+    try:
+        yield hadron.admin()
+    finally:
+        hadron.close()
+
+
+def serve(data_dir: Path, key: str, other: str, database_url: str | None = None) -> World:
+    """A real `triptych serve` (auth on) over a world built in ``data_dir`` (or ``database_url``)."""
+    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET, **engine(database_url)}
+    return World(ServerProcess(data_dir, env).start(), key, other, database_url=database_url)
 
 
 def start_world(tmp: Path, database_url: str | None = None) -> World:

@@ -113,7 +113,8 @@ def test_viewer_may_not_write() -> None:
     assert not viewer.can_write
     with pytest.raises(Forbidden) as refused:
         require_write(viewer)
-    assert refused.value.code == "FORBIDDEN"
+    assert refused.value.code == "WORKSPACE_NOT_FOUND"
+    assert refused.value.details == {"reason": "FORBIDDEN", "role": "viewer"}
 
 
 @pytest.mark.parametrize(

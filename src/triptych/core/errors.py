@@ -14,6 +14,7 @@ that kind (``surface_code``). Nothing else reaches a client: an unexpected excep
     ├── Forbidden          forbidden        FORBIDDEN          403
     ├── Unauthenticated    unauthenticated  UNAUTHENTICATED    401
     │   └── AuthRequired   AUTH_REQUIRED: the bearer JWT (core.auth) Metronix and Hadron both accept
+    │       └── CredentialsMissing   no bearer token sent at all (its 401 challenge names no error)
     ├── Conflict           conflict         CONFLICT           409
     │   └── EmbeddingMismatch   EMBEDDING_MISMATCH: the embedder (core.embed) both surfaces share
     ├── Unavailable        unavailable      UNAVAILABLE        503
@@ -132,6 +133,11 @@ class AuthRequired(
     hint="Send 'Authorization: Bearer <jwt>'; `triptych token --help` mints one",
 ):
     """The bearer token (``core.auth``, one format for Metronix and Hadron) is missing or refused."""
+
+
+class CredentialsMissing(AuthRequired):
+    """No bearer token was sent at all (no Authorization header, or another scheme): the 401's
+    ``WWW-Authenticate`` is a plain ``Bearer`` challenge, with no error code (RFC 6750 section 3.1)."""
 
 
 class EmbeddingMismatch(

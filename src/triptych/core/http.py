@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from triptych.config import Settings
-from triptych.core.errors import AuthRequired, Invalid, TriptychError
+from triptych.core.errors import AuthRequired, CredentialsMissing, Invalid, TriptychError
 from triptych.core.mcp import PRINCIPAL_KEY, guard
 
 Authenticator = Callable[[str | None], Any]
@@ -75,6 +75,12 @@ def jsonrpc_plain_errors(send: Send) -> Send:
 _REPLACED = (b"content-type", b"content-length")
 
 
+def bearer_challenge(exc: TriptychError) -> str:
+    """The ``WWW-Authenticate`` of a 401: a plain ``Bearer`` when no token was sent, and
+    ``error="invalid_token"`` only when one was sent and refused (RFC 6750 section 3.1)."""
+    return "Bearer" if isinstance(exc, CredentialsMissing) else 'Bearer error="invalid_token"'
+
+
 def error_body(exc: TriptychError) -> dict[str, Any]:
     return {"error": exc.to_dict()}
 
@@ -107,7 +113,8 @@ class McpEndpoint:
     """An ASGI endpoint: the Host/Origin guard, then the bearer token, then the MCP session manager.
 
     ``authenticate`` returns the caller (or None when auth is off) and raises ``AuthRequired`` for a
-    missing, malformed, forged or expired token, which becomes HTTP 401 with ``WWW-Authenticate: Bearer``.
+    missing, malformed, forged or expired token, which becomes HTTP 401 with ``WWW-Authenticate``
+    (``bearer_challenge``).
     The caller is put in the request scope under ``caller_key`` for the server's ``Bind``. A surface
     whose transport differs (Hadron's protocol revisions and lost sessions) overrides ``refuse`` and
     ``forward``.
@@ -155,7 +162,7 @@ class McpEndpoint:
         try:
             caller = self._authenticate(headers.get("authorization"))
         except AuthRequired as exc:
-            await send_json(send, 401, error_body(exc), {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+            await send_json(send, 401, error_body(exc), {"WWW-Authenticate": bearer_challenge(exc)})
             return
         if caller is not None:
             scope[self._caller_key] = caller

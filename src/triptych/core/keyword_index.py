@@ -14,7 +14,7 @@ ranking.
 ``idf="fts5"`` floors the IDF of a term in half or more of the partition's documents at 1e-6, as FTS5
 does: in a workspace of two documents, an exact match in one of them then scores nothing.
 ``idf="smooth"`` is Lucene's ``log(1 + (N - n + 0.5) / (n + 0.5))``, positive for every matching term,
-so a match in a small workspace still counts (the knowledge base uses it; docs/decisions.md, issue 21).
+so a match in a small workspace still counts (the knowledge base and Hadron's nodes use it; issues 21 and 28).
 
 The database stays the source of truth, as for ``VectorIndex`` (``PartitionCache``): every write that
 changes indexed text bumps the partition's generation in its transaction. A store that also logs each

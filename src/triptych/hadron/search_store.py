@@ -87,7 +87,12 @@ def _where_function(predicate: Predicate) -> Callable[[str | None, str | None], 
 
 class NodeKeywords:
     """BM25 per memory over name, description, content and tags (``core.keyword_index``: FTS5's porter
-    stems and formula, the memory's own statistics), kept current by the ``node_text_changes`` log.
+    stems and formula with Lucene's IDF, the memory's own statistics), kept current by the
+    ``node_text_changes`` log.
+
+    The IDF is Lucene's ``log(1 + (N - n + 0.5) / (n + 0.5))``, positive for every matching term: with
+    FTS5's own, a term in half or more of a memory's nodes was worth 1e-6, so in a memory of one or two
+    nodes an exact title match scored 0.0 and any ``minScore`` dropped it (issue 28).
 
     Before a search, the memory's index applies the log entries newer than the last one it saw: the
     changed rows are read again and replace their old postings, whichever process wrote them. Loading
@@ -97,7 +102,7 @@ class NodeKeywords:
 
     def __init__(self, db: Database | PortableDatabase) -> None:
         self.db = db
-        self.index = KeywordIndex(self._documents, idf="fts5")
+        self.index = KeywordIndex(self._documents, idf="smooth")
 
     def _documents(self, memory_id: str) -> list[Document]:
         rows = self.db.conn.execute(

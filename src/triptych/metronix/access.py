@@ -16,7 +16,7 @@ from mcp.server import ServerRequestContext
 
 from triptych.config import Settings
 from triptych.core.auth import Principal, TokenVerifier, bearer_token, local_principal
-from triptych.core.errors import AuthRequired
+from triptych.core.errors import CredentialsMissing
 from triptych.core.http import Authenticator
 from triptych.core.mcp import PRINCIPAL_KEY, SessionBind, Tool
 from triptych.metronix.errors import InvalidParams, WorkspaceNotFound, WriteForbidden
@@ -61,7 +61,7 @@ def jwt_authenticator(settings: Settings) -> Authenticator:
     def authenticate(header: str | None) -> Principal:
         token = bearer_token(header)
         if token is None:
-            raise AuthRequired("missing bearer token: send 'Authorization: Bearer <jwt>'")
+            raise CredentialsMissing("missing bearer token: send 'Authorization: Bearer <jwt>'")
         return verifier.verify(token)
 
     return authenticate
@@ -103,4 +103,5 @@ def require_write(principal: Principal) -> None:
         raise WriteForbidden(
             f"Role {principal.role!r} may read but not write",
             hint="Use a token with role editor or admin (`triptych token --role editor ...`)",
+            details={"role": principal.role},
         )

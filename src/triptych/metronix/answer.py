@@ -25,7 +25,9 @@ from triptych.metronix.knowledge import KnowledgeService
 EXTRACTIVE_MODEL = "triptych-extractive"
 RAG_MODEL = "triptych-rag"
 HISTORY_TURNS = 3
-_CITATION = re.compile(r"\[(\d{1,2})\]")
+# A citation marker: [2], [2][3] (what the prompt asks for) or [2, 3] (what models also write). Only
+# the passages an answer cites this way are listed in ``citations`` (decision 0064).
+_CITATION = re.compile(r"\[\s*(\d{1,3}(?:\s*,\s*\d{1,3})*)\s*\]")
 
 SYSTEM_PROMPT = (
     "You answer questions using only the numbered passages below. Cite every claim with the passage "
@@ -88,10 +90,16 @@ def retrieval_query(messages: list[dict[str, Any]]) -> str:
     return " ".join([question, *window[-HISTORY_TURNS:], question]) if window else question
 
 
+def cited_numbers(text: str) -> set[int]:
+    """The passage numbers an answer's citation markers name."""
+    return {int(n) for marker in _CITATION.findall(text) for n in marker.split(",")}
+
+
 def cited(text: str, passages: list[Passage]) -> list[dict[str, Any]]:
-    numbers = sorted({int(n) for n in _CITATION.findall(text)})
-    chosen = [p for p in passages if p.number in numbers] or passages
-    return [p.citation() for p in chosen]
+    """The passages the answer cites, in passage order: none when it cites none (an answer that says it
+    does not know, or an upstream that ignored the instruction), never every passage retrieved."""
+    numbers = cited_numbers(text)
+    return [p.citation() for p in passages if p.number in numbers]
 
 
 def extractive_answer(question: str, passages: list[Passage], sentences: int = 3) -> str:

@@ -4,7 +4,7 @@ code                 class / kind                     http
 INVALID_PARAMS       InvalidParams, or kind invalid   422
 DOCUMENT_NOT_FOUND   DocumentNotFound, or not_found   404
 WORKSPACE_NOT_FOUND  WorkspaceNotFound (forbidden)    403 (never says whether it exists)
-FORBIDDEN            WriteForbidden, or forbidden     403 (MCP: AUTH_REQUIRED, reason FORBIDDEN)
+WORKSPACE_NOT_FOUND  WriteForbidden, or forbidden     403 (details.reason FORBIDDEN: granted for reading only)
 AUTH_REQUIRED        core AuthRequired, or unauthenticated   401
 INGESTION_FAILED     core IngestionFailed             500
 EMBEDDING_MISMATCH   core EmbeddingMismatch           409 (MCP: INTERNAL_ERROR, reason kept)
@@ -20,6 +20,7 @@ import mcp_types as types
 from starlette.responses import JSONResponse
 
 from triptych.core.errors import Forbidden, Invalid, Kind, NotFound, TriptychError, surface_code
+from triptych.core.http import bearer_challenge
 
 # Codes the Metronix contract documents; anything else is rendered as the closest of them, with the
 # precise reason kept in details.reason.
@@ -34,12 +35,13 @@ CONTRACT_CODES = {
     "RATE_LIMITED",
     "INTERNAL_ERROR",
 }
-_NEAREST = {"FORBIDDEN": "AUTH_REQUIRED"}
 # A kind raised as it is (by core, or by a service) reads as this code and hint.
 BY_KIND: dict[Kind, str] = {
     "invalid": "INVALID_PARAMS",
     "not_found": "DOCUMENT_NOT_FOUND",
-    "forbidden": "FORBIDDEN",
+    # The reference's one permission refusal is a workspace the token does not grant (403); AUTH_REQUIRED
+    # is failed key validation, so a refused permission is WORKSPACE_NOT_FOUND (decision 0061).
+    "forbidden": "WORKSPACE_NOT_FOUND",
     "unauthenticated": "AUTH_REQUIRED",
     "internal": "INTERNAL_ERROR",
 }
@@ -69,15 +71,18 @@ class WorkspaceNotFound(
 
 class WriteForbidden(
     Forbidden,
-    code="FORBIDDEN",
+    code="WORKSPACE_NOT_FOUND",
     hint="Your role does not allow this operation; ask an admin for an editor token",
 ):
-    """A viewer's write."""
+    """A viewer's write: the workspace is granted for reading, not for writing (``details.reason``
+    FORBIDDEN tells it apart from a workspace not granted at all)."""
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.details = {"reason": "FORBIDDEN", **self.details}
 
 
-_HINTS = {
-    cls.code: cls.default_hint for cls in (InvalidParams, DocumentNotFound, WorkspaceNotFound, WriteForbidden)
-}
+_HINTS = {cls.code: cls.default_hint for cls in (InvalidParams, DocumentNotFound, WorkspaceNotFound)}
 
 
 def error_body(exc: TriptychError) -> dict[str, Any]:
@@ -92,7 +97,7 @@ def render_error(exc: TriptychError) -> types.CallToolResult:
     body = error_body(exc)
     if body["code"] not in CONTRACT_CODES:
         body["details"] = {**body["details"], "reason": body["code"]}
-        body["code"] = _NEAREST.get(body["code"], "INTERNAL_ERROR")
+        body["code"] = "INTERNAL_ERROR"
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=json.dumps({"error": body}, ensure_ascii=False))],
         structured_content={"error": body},
@@ -102,5 +107,5 @@ def render_error(exc: TriptychError) -> types.CallToolResult:
 
 def error_response(exc: TriptychError) -> JSONResponse:
     """A REST refusal: ``{"error": {...}}`` with the error's HTTP status."""
-    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+    headers = {"WWW-Authenticate": bearer_challenge(exc)} if exc.http_status == 401 else None
     return JSONResponse({"error": error_body(exc)}, status_code=exc.http_status, headers=headers)

@@ -11,7 +11,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -45,6 +45,8 @@ MAX_CONTENT = 100_000
 MAX_TAGS = 50
 MAX_TAG_CHARS = 100
 NOTES_CAP = 1024
+MAX_BATCH = 100  # records per memory_batch_store call
+MAX_TOP_K = 50
 MAX_BATCH_DELETE = 500  # ids per REST batch-delete call, as upstream
 REVIEW_REASONS = ("possible_duplicate", "possible_contradiction", "low_confidence_decision")
 # REST search shows everything an inspector may want except the two terminal statuses.
@@ -233,7 +235,7 @@ class MemoryService:
         return kind
 
     @staticmethod
-    def _statuses(status: list[str] | None, default: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    def _statuses(status: Sequence[str] | None, default: tuple[str, ...] | None) -> tuple[str, ...] | None:
         if status is None:
             return default
         if "all" in status:
@@ -370,9 +372,9 @@ class MemoryService:
         scope_name = self._scope(scope, session_id) or "per_agent"
         if not records:
             raise InvalidParams("records must hold at least one record", details={"field": "records"})
-        if len(records) > 100:
+        if len(records) > MAX_BATCH:
             raise InvalidParams(
-                f"at most 100 records per batch, got {len(records)}", details={"field": "records"}
+                f"at most {MAX_BATCH} records per batch, got {len(records)}", details={"field": "records"}
             )
         if not 0.0 <= importance_score <= 1.0:
             raise InvalidParams(
@@ -546,7 +548,7 @@ class MemoryService:
         tags: list[str] | None = None,
         limit: int = 20,
         offset: int = 0,
-        status: list[str] | None = None,
+        status: Sequence[str] | None = None,
         kind: str | None = None,
         defaults: DoorDefaults = MCP_DEFAULTS,
         session_id: str | None = None,
@@ -629,7 +631,7 @@ class MemoryService:
         tags: list[str] | None = None,
         session_id: str | None = None,
         top_k: int = 5,
-        status: list[str] | None = None,
+        status: Sequence[str] | None = None,
         kind: str | None = None,
         defaults: DoorDefaults = MCP_DEFAULTS,
     ) -> dict[str, Any]:
@@ -639,8 +641,10 @@ class MemoryService:
         agent = self._optional_agent(agent_id)
         if not query or not query.strip():
             raise InvalidParams("query must not be empty", details={"field": "query"})
-        if not 1 <= top_k <= 50:
-            raise InvalidParams(f"top_k must be between 1 and 50, got {top_k}", details={"field": "top_k"})
+        if not 1 <= top_k <= MAX_TOP_K:
+            raise InvalidParams(
+                f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}", details={"field": "top_k"}
+            )
         statuses = self._statuses(status, defaults.statuses)
         view = Visibility(
             workspace_id=workspace,

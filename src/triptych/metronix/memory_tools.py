@@ -4,31 +4,35 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from triptych.core.db import MAX_OFFSET
 from triptych.core.mcp import Tool, ToolArgs
 from triptych.metronix.access import Caller
-from triptych.metronix.errors import InvalidParams
-from triptych.metronix.memory import MemoryService
-
-Scope = Literal["global", "per_agent", "session"]
-Kind = Literal["fact", "preference", "pinned"]
-WORKSPACE = Field(None, description='Target workspace (default: "default", or your first granted workspace)')
-AGENT_ID = "Agent identity (1-64 of A-Z a-z 0-9 . _ -); equal to X-Agent-Id when the connection sends one"
-STATUS = Field(
-    None,
-    description='Lifecycle statuses to include (default ["active"]); ["all"] disables the filter. Valid: active, '
-    "candidate, stale, superseded, archived, conflicted, review_needed, all",
+from triptych.metronix.arguments import (
+    REVIEW_ACTION,
+    ReviewReason,
+    Scope,
+    StatusName,
+    requested_workspace,
+    status_field,
+    workspace_field,
 )
+from triptych.metronix.errors import InvalidParams
+from triptych.metronix.memory import MAX_BATCH, MAX_TOP_K, MCP_DEFAULTS, MemoryService
+
+Kind = Literal["fact", "preference", "pinned"]
+MAX_LIMIT = MCP_DEFAULTS.max_list_limit
+AGENT_ID = "Agent identity (1-64 of A-Z a-z 0-9 . _ -); equal to X-Agent-Id when the connection sends one"
+SCOPE_FILTER = "Filter by scope (global, per_agent, session)"
 
 
 class StoreArgs(ToolArgs):
     content: str = Field(description="Memory content")
     agent_id: str = Field(description=AGENT_ID)
-    workspace_id: str | None = WORKSPACE
-    scope: str = Field("per_agent", description="global, per_agent or session")
-    tags: list[str] = Field(default_factory=list, description="Tags for filtering")
+    workspace_id: str | None = workspace_field()
+    scope: Scope = Field("per_agent", description="global, per_agent or session")
+    tags: list[str] = Field([], description="Tags for filtering")
     importance_score: float = Field(0.5, ge=0.0, le=1.0, description="Importance (0.0-1.0)")
     source_type: str = Field("", description="Free-form origin label")
     session_id: str | None = Field(None, description="Required when scope=session")
@@ -39,29 +43,43 @@ class StoreArgs(ToolArgs):
 class SearchArgs(ToolArgs):
     query: str = Field(description="Natural language query")
     agent_id: str = Field(description=AGENT_ID)
-    workspace_id: str | None = WORKSPACE
-    scope: str | None = Field(None, description="Filter by scope (global, per_agent, session)")
+    workspace_id: str | None = workspace_field()
+    scope: Scope | None = Field(None, description=SCOPE_FILTER)
     tags: list[str] | None = Field(None, description="Filter by tags (intersection)")
     session_id: str | None = Field(None, description="Session ID for the session-boost signal")
-    top_k: int = Field(5, ge=1, le=50, description="Results to return (1-50)")
-    status: list[str] | None = STATUS
+    top_k: int = Field(5, ge=1, le=MAX_TOP_K, description=f"Results to return (1-{MAX_TOP_K})")
+    status: list[StatusName] | None = status_field()
     kind: Kind | None = Field(None, description="Filter by kind")
 
 
 class DeleteArgs(ToolArgs):
     record_id: str = Field(description="Record ID to delete")
-    workspace_id: str | None = WORKSPACE
+    workspace_id: str | None = workspace_field()
+
+
+# What one batch record is. Advertised, not checked by the model: the service checks each record, so one
+# bad record gets its own error and never aborts the batch (the reference's rule).
+BATCH_RECORD: dict[str, JsonValue] = {
+    "type": "object",
+    "properties": {
+        "content": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}, "default": []},
+        "metadata": {"type": "object"},
+    },
+    "required": ["content"],
+}
 
 
 class BatchStoreArgs(ToolArgs):
-    # Records are checked one by one in the service, so one bad record never aborts the batch.
     records: list[Any] = Field(
-        description="Array of {content, tags?} objects (max 100)",
-        json_schema_extra={"items": {"type": "object"}},
+        min_length=1,
+        max_length=MAX_BATCH,
+        description=f"Array of {{content, tags?}} objects (max {MAX_BATCH})",
+        json_schema_extra={"items": BATCH_RECORD},
     )
     agent_id: str = Field(description=AGENT_ID + " (same for all records)")
-    workspace_id: str | None = WORKSPACE
-    scope: str = Field("per_agent", description="Scope for all records")
+    workspace_id: str | None = workspace_field()
+    scope: Scope = Field("per_agent", description="Scope for all records")
     importance_score: float = Field(0.5, ge=0.0, le=1.0, description="Importance for all records (0.0-1.0)")
     source_type: str = Field("", description="Origin label for all records")
     session_id: str | None = Field(None, description="Required when scope=session")
@@ -70,18 +88,18 @@ class BatchStoreArgs(ToolArgs):
 
 class ListArgs(ToolArgs):
     agent_id: str = Field(description=AGENT_ID)
-    workspace_id: str | None = WORKSPACE
-    scope: str | None = Field(None, description="Filter by scope")
+    workspace_id: str | None = workspace_field()
+    scope: Scope | None = Field(None, description=SCOPE_FILTER)
     tags: list[str] | None = Field(None, description="Filter by tags (intersection)")
-    limit: int = Field(20, ge=1, le=100, description="Results per page (1-100)")
+    limit: int = Field(20, ge=1, le=MAX_LIMIT, description=f"Results per page (1-{MAX_LIMIT})")
     offset: int = Field(0, ge=0, le=MAX_OFFSET, description="Pagination offset")
-    status: list[str] | None = STATUS
+    status: list[StatusName] | None = status_field()
     kind: Kind | None = Field(None, description="Filter by kind")
 
 
 class UpdateArgs(ToolArgs):
     record_id: str = Field(description="Record ID to update")
-    workspace_id: str | None = WORKSPACE
+    workspace_id: str | None = workspace_field()
     content: str | None = Field(None, description="New content (triggers re-embedding)")
     tags: list[str] | None = Field(None, description="Replace tags")
     importance_score: float | None = Field(None, ge=0.0, le=1.0, description="New importance (0.0-1.0)")
@@ -89,19 +107,21 @@ class UpdateArgs(ToolArgs):
 
 
 class ReviewListArgs(ToolArgs):
-    workspace_id: str | None = WORKSPACE
-    reason: str | None = Field(
+    workspace_id: str | None = workspace_field()
+    reason: ReviewReason | None = Field(
         None, description="Filter: possible_duplicate / possible_contradiction / low_confidence_decision"
     )
     record_id: str | None = Field(None, description="Filter to review entries for a specific memory record")
-    limit: int = Field(20, ge=1, le=100, description="Page size (1-100)")
+    limit: int = Field(20, ge=1, le=MAX_LIMIT, description=f"Page size (1-{MAX_LIMIT})")
     offset: int = Field(0, ge=0, le=MAX_OFFSET, description="Pagination offset")
 
 
 class ReviewResolveArgs(ToolArgs):
     review_id: str = Field(description="Review entry id")
-    workspace_id: str | None = WORKSPACE
-    action: str = Field(description="keep / archive / merge_into:<record_id> / discard")
+    workspace_id: str | None = workspace_field()
+    action: str = Field(
+        pattern=REVIEW_ACTION, description="keep / archive / merge_into:<record_id> / discard"
+    )
     notes: str | None = Field(None, description="Free-form audit note (capped at 1024 chars)")
 
 
@@ -121,46 +141,50 @@ def agent_of(caller: Caller, argument: str) -> str:
 def memory_tools(service: MemoryService) -> list[Tool[Caller]]:
     def store(caller: Caller, a: StoreArgs) -> dict[str, Any]:
         return service.store_record(
-            caller.principal, workspace_id=a.workspace_id, content=a.content, agent_id=agent_of(caller, a.agent_id),
+            caller.principal, workspace_id=requested_workspace(a), content=a.content, agent_id=agent_of(caller, a.agent_id),
             scope=a.scope, tags=a.tags, importance_score=a.importance_score, source_type=a.source_type,
             session_id=a.session_id, kind=a.kind, metadata=a.metadata,
         )  # fmt: skip
 
     def search(caller: Caller, a: SearchArgs) -> dict[str, Any]:
         return service.search(
-            caller.principal, workspace_id=a.workspace_id, query=a.query, agent_id=agent_of(caller, a.agent_id), scope=a.scope,
+            caller.principal, workspace_id=requested_workspace(a), query=a.query, agent_id=agent_of(caller, a.agent_id), scope=a.scope,
             tags=a.tags, session_id=a.session_id, top_k=a.top_k, status=a.status, kind=a.kind,
         )  # fmt: skip
 
     def delete(caller: Caller, a: DeleteArgs) -> dict[str, Any]:
-        return service.delete(caller.principal, a.workspace_id, a.record_id, caller.agent_id)
+        return service.delete(caller.principal, requested_workspace(a), a.record_id, caller.agent_id)
 
     def batch_store(caller: Caller, a: BatchStoreArgs) -> dict[str, Any]:
         return service.batch_store(
-            caller.principal, workspace_id=a.workspace_id, records=a.records, agent_id=agent_of(caller, a.agent_id),
+            caller.principal, workspace_id=requested_workspace(a), records=a.records, agent_id=agent_of(caller, a.agent_id),
             scope=a.scope, importance_score=a.importance_score, source_type=a.source_type,
             session_id=a.session_id, kind=a.kind,
         )  # fmt: skip
 
     def list_(caller: Caller, a: ListArgs) -> dict[str, Any]:
         return service.list_records(
-            caller.principal, workspace_id=a.workspace_id, agent_id=agent_of(caller, a.agent_id), scope=a.scope, tags=a.tags,
+            caller.principal, workspace_id=requested_workspace(a), agent_id=agent_of(caller, a.agent_id), scope=a.scope, tags=a.tags,
             limit=a.limit, offset=a.offset, status=a.status, kind=a.kind,
         )  # fmt: skip
 
     def update(caller: Caller, a: UpdateArgs) -> dict[str, Any]:
         return service.update(
-            caller.principal, workspace_id=a.workspace_id, record_id=a.record_id, content=a.content,
+            caller.principal, workspace_id=requested_workspace(a), record_id=a.record_id, content=a.content,
             tags=a.tags, importance_score=a.importance_score, kind=a.kind, caller_agent=caller.agent_id,
         )  # fmt: skip
 
     def review_list(caller: Caller, a: ReviewListArgs) -> dict[str, Any]:
-        return service.review_list(caller.principal, a.workspace_id, a.reason, a.record_id, a.limit, a.offset)
+        return service.review_list(
+            caller.principal, requested_workspace(a), a.reason, a.record_id, a.limit, a.offset
+        )
 
     def review_resolve(caller: Caller, a: ReviewResolveArgs) -> dict[str, Any]:
         # The audit event names the agent that resolved the entry, when the connection says which.
         actor = f"agent:{caller.agent_id}" if caller.agent_id else "mcp_caller"
-        return service.review_resolve(caller.principal, a.workspace_id, a.review_id, a.action, a.notes, actor)
+        return service.review_resolve(
+            caller.principal, requested_workspace(a), a.review_id, a.action, a.notes, actor
+        )
 
     specs: list[tuple[str, str, type[ToolArgs], Any, bool]] = [
         (

@@ -20,7 +20,7 @@ from starlette.routing import Route
 from triptych.core import jsonbody
 from triptych.core.auth import Principal, local_principal
 from triptych.core.errors import AuthRequired, TriptychError
-from triptych.core.http import Authenticator
+from triptych.core.http import Authenticator, bearer_challenge
 from triptych.metronix.answer import (
     AnswerService,
     Passage,
@@ -69,6 +69,13 @@ def openai_error(
         }
     }
     return JSONResponse(body, status_code=status)
+
+
+def unauthenticated(exc: AuthRequired) -> JSONResponse:
+    """A 401 in OpenAI's shape, with the challenge every Metronix door sends (``bearer_challenge``)."""
+    response = openai_error(401, exc.message, code="invalid_api_key")
+    response.headers["WWW-Authenticate"] = bearer_challenge(exc)
+    return response
 
 
 def openai_internal_error() -> dict[str, Any]:
@@ -134,7 +141,7 @@ def answer_routes(service: AnswerService, authenticate: Authenticator) -> list[R
         try:
             principal_of(request)
         except AuthRequired as exc:
-            return openai_error(401, exc.message, code="invalid_api_key")
+            return unauthenticated(exc)
         created = now()
         data = [
             {"id": m, "object": "model", "created": created, "owned_by": "triptych"} for m in service.models()
@@ -146,7 +153,7 @@ def answer_routes(service: AnswerService, authenticate: Authenticator) -> list[R
         try:
             principal = principal_of(request)
         except AuthRequired as exc:
-            return openai_error(401, exc.message, code="invalid_api_key")
+            return unauthenticated(exc)
         try:
             try:
                 body = await jsonbody.read_object(request)

@@ -8,29 +8,26 @@ from pydantic import Field
 
 from triptych.core.mcp import Tool, ToolArgs
 from triptych.metronix.access import Caller
+from triptych.metronix.arguments import requested_workspace, workspace_field
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.sync import SyncService
-
-WorkspaceField = Field(
-    None, description='Target workspace (default: "default", or your first granted workspace)'
-)
 
 
 class SearchFastArgs(ToolArgs):
     query: str = Field(description="Natural language query or keyword")
-    workspace_id: str | None = WorkspaceField
+    workspace_id: str | None = workspace_field()
     top_k: int = Field(10, ge=1, le=50, description="Results to return (1-50)")
 
 
 class GetArgs(ToolArgs):
     doc_label: str = Field(description="Document label (e.g. jira:MTRNIX-303, confluence:12345)")
-    workspace_id: str | None = WorkspaceField
+    workspace_id: str | None = workspace_field("Workspace containing the document")
 
 
 class StoreArgs(ToolArgs):
     content: str = Field(description="Document content")
     title: str | None = Field(None, description="Document title")
-    workspace_id: str | None = WorkspaceField
+    workspace_id: str | None = workspace_field()
     doc_label: str | None = Field(None, description="Unique identifier (MEM-{hex} if omitted)")
     metadata: dict[str, Any] | None = Field(
         None, description="Additional key-value metadata (url, date, ...)"
@@ -38,24 +35,29 @@ class StoreArgs(ToolArgs):
 
 
 class StatusArgs(ToolArgs):
-    workspace_id: str | None = WorkspaceField
+    workspace_id: str | None = workspace_field("Workspace to check")
 
 
 def knowledge_tools(service: KnowledgeService) -> list[Tool[Caller]]:
     def search_fast(caller: Caller, args: SearchFastArgs) -> dict[str, Any]:
-        return service.search(caller.principal, args.workspace_id, args.query, args.top_k)
+        return service.search(caller.principal, requested_workspace(args), args.query, args.top_k)
 
     def get(caller: Caller, args: GetArgs) -> dict[str, Any]:
-        return service.get(caller.principal, args.workspace_id, args.doc_label)
+        return service.get(caller.principal, requested_workspace(args), args.doc_label)
 
     def store(caller: Caller, args: StoreArgs) -> dict[str, Any]:
         result = service.store_document(
-            caller.principal, args.workspace_id, args.content, args.title, args.doc_label, args.metadata
+            caller.principal,
+            requested_workspace(args),
+            args.content,
+            args.title,
+            args.doc_label,
+            args.metadata,
         )
         return {"success": True, "doc_label": result.doc_label, "chunks_stored": result.chunks_stored}
 
     def status(caller: Caller, args: StatusArgs) -> dict[str, Any]:
-        return service.status(caller.principal, args.workspace_id)
+        return service.status(caller.principal, requested_workspace(args))
 
     return [
         Tool(
@@ -87,13 +89,13 @@ def knowledge_tools(service: KnowledgeService) -> list[Tool[Caller]]:
 
 class SyncArgs(ToolArgs):
     source: str | None = Field(None, description="Specific MCP server name (syncs all if omitted)")
-    workspace_id: str | None = WorkspaceField
+    workspace_id: str | None = workspace_field()
     force_full: bool = Field(False, description="Force full sync, skip change detection")
 
 
 def sync_tools(service: SyncService) -> list[Tool[Caller]]:
     async def sync(caller: Caller, args: SyncArgs) -> dict[str, Any]:
-        return await service.sync(caller.principal, args.workspace_id, args.source, args.force_full)
+        return await service.sync(caller.principal, requested_workspace(args), args.source, args.force_full)
 
     return [
         Tool(

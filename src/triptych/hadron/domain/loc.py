@@ -129,6 +129,12 @@ def urn_type(value: str) -> str | None:
     return m[1] if m else None
 
 
+def is_other_than_node_urn(value: str) -> bool:
+    """Whether ``value`` is an ``hrn:``/``urn:`` reference of a type that names no node (``hrn:mem:...``)."""
+    word = urn_type(value)
+    return word is not None and word not in _NODE_TYPES
+
+
 def strip_urn_prefix(ref: str, *types: str) -> str:
     """``ref`` (trimmed) without a leading ``hrn:<type>:`` or ``urn:<type>:`` of one of ``types``;
     anything else (a bare root, key or id) as it is."""
@@ -142,6 +148,18 @@ def split_bare_key(bare: str) -> tuple[str, str]:
     """``root:slug`` (or the v1 ``root::slug``) as ``(root, slug)``; ``("", bare)`` without a colon."""
     root, _, slug = bare.replace("::", ":").rpartition(":")
     return root, slug
+
+
+def app_short_form(bare: str) -> tuple[str, str, bool] | None:
+    """``(root, slug, personal)`` of an App written ``<org-root>:<slug>`` (``acme.com:ops``, or v1
+    ``acme.com::ops``) or, for a user-owned App, ``@<handle>:<slug>`` (``personal`` True: only a user's
+    App matches) or ``<handle>:<slug>``; None when ``bare`` is not two non-empty atoms."""
+    root, slug = split_bare_key(bare.strip())
+    personal = root.startswith("@")
+    root = root.removeprefix("@")
+    if not root or not slug or ":" in root:
+        return None
+    return root, slug, personal
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ Canonical forms (tool ``github``): ``owner/repo#371`` (pr, issue), ``owner/repo@
 7-40 hex, lowercased, kept at the given length), ``owner/repo:feat/x`` (branch, case kept),
 ``owner/repo`` (repo). Owner and repo are lowercased. Accepted besides: web URLs with or without
 scheme or ``www.`` (query and fragment stripped, trailing segments after a number or SHA dropped,
-``/pull/N`` and ``/issues/N`` both for pr and issue, everything after ``/tree/`` the branch) and SSH
+``/pull/N`` and ``/issues/N`` both for pr and issue, everything after ``/tree/`` the branch, the path
+percent-decoded: ``/tree/release%25rc`` is the branch ``release%rc``) and SSH
 remotes (``git@github.com:o/r.git``). A bare number is refused: the server never guesses a repo.
 Other tools have no grammar: their refs are stored trimmed and matched byte for byte.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import re
 from typing import Literal
+from urllib.parse import unquote
 
 WorkKind = Literal["pr", "issue", "commit", "branch", "repo"]
 WORK_KINDS: tuple[WorkKind, ...] = ("pr", "issue", "commit", "branch", "repo")
@@ -73,7 +75,10 @@ def _parse(ref: str) -> tuple[str, str]:
     if _URL_HOST.match(text):
         path = _URL_HOST.sub("", text)
         path = re.split(r"[?#]", path, maxsplit=1)[0].strip("/")
-        return _parse_url_path(text, path.split("/"))
+        # A URL's path is percent-encoded: each segment is decoded (after the query and fragment are cut
+        # off, so an encoded '#' or '?' stays part of a branch name), and the URL of a branch lands on
+        # the same stored spelling as its short form.
+        return _parse_url_path(text, [unquote(segment) for segment in path.split("/")])
     m = _CANONICAL.match(text)
     if m is None:
         raise WorkRefError(

@@ -1,12 +1,16 @@
-"""The ``where`` predicate grammar shared by hadron_find_objects (and hadron_find_nodes, next).
+"""The ``where`` predicate grammar shared by hadron_find_nodes and hadron_find_objects.
 
-    leaf:    {"path": "a.b", "<op>": value, "field": "properties" | "data", "as": "text" | "number"
-              | "datetime" | "boolean"}     op: eq ne in lt lte gt gte between exists contains
+    leaf:    {"path": ["a", "b"] | "a.b", "<op>": value, "field": "properties" | "data",
+              "as": "text" | "number" | "datetime" | "boolean"}
+              op: eq ne in lt lte gt gte between exists contains
     branch:  {"and": [...]} | {"or": [...]} | {"not": {...}}
 
-Bounds: depth at most 4, at most 32 leaves, a path of at most 8 segments. ``compile_where`` checks
-a predicate once and returns a function of a node's (properties, data). A leaf whose path is missing
-is false, except ``exists: false`` and ``ne``.
+A path is the list of object keys the real server's ``NodeWhereInput.path`` takes (``["tier"]``; each
+item one key, taken as written, so a key may hold a dot) or, as Triptych accepted first, one string of
+dot-separated keys (``"a.b"``). Both walk nested objects one key per segment; a segment of digits also
+indexes a list, as a JSONB path does. Bounds: depth at most 4, at most 32 leaves, a path of at most 8
+segments. ``compile_where`` checks a predicate once and returns a function of a node's (properties,
+data). A leaf whose path is missing is false, except ``exists: false`` and ``ne``.
 """
 
 from __future__ import annotations
@@ -67,12 +71,7 @@ def _leaf(spec: dict[str, Any], at: str) -> Predicate:
     unknown = set(spec) - {"path", "field", "as", *OPS}
     if unknown:
         raise _refuse(f"unknown key(s) {sorted(unknown)}", at)
-    path = spec.get("path")
-    if not isinstance(path, str) or not path:
-        raise _refuse("a leaf needs a path", at)
-    segments = path.split(".")
-    if len(segments) > MAX_PATH or "" in segments:
-        raise _refuse(f"path {path!r} must be 1-{MAX_PATH} non-empty dot-separated segments", at)
+    segments = _segments(spec.get("path"), at)
     field = spec.get("field", "properties")
     if field not in FIELDS:
         raise _refuse(f"field must be one of {', '.join(FIELDS)}", at)
@@ -115,6 +114,25 @@ def _leaf(spec: dict[str, Any], at: str) -> Predicate:
         return _compare(op, actual, expected)
 
     return test
+
+
+def _segments(path: Any, at: str) -> list[str]:
+    """The keys a leaf's path walks: a list of keys as the server's schema has it, or a dotted string."""
+    if isinstance(path, list):
+        if not path:
+            raise _refuse("a leaf needs a path: a non-empty list of keys", at)
+        if not all(isinstance(key, str) and key for key in path):
+            raise _refuse(f"path {path!r}: every key is a non-empty string", at)
+        segments = list(path)
+    elif isinstance(path, str) and path:
+        segments = path.split(".")
+        if "" in segments:
+            raise _refuse(f"path {path!r} has an empty dot-separated segment", at)
+    else:
+        raise _refuse('a leaf needs a path: a list of keys (["a", "b"]) or a dotted string ("a.b")', at)
+    if len(segments) > MAX_PATH:
+        raise _refuse(f"path {path!r} has {len(segments)} segments; at most {MAX_PATH}", at)
+    return segments
 
 
 def _lookup(bag: Any, segments: list[str]) -> Any:

@@ -57,9 +57,15 @@ class McpToolCaller:
     def call(self, source: Source, tool: str, arguments: dict[str, Any]) -> ToolCallResult:
         """Call ``tool`` on ``source``; runs its own event loop, so call it from a worker thread."""
 
+        # Set once the MCP handshake is done: an error before it means the source is not an MCP server
+        # we can talk to (an HTTP error page, a 501 to the POST), not a tool that answered an error.
+        connected = False
+
         async def go() -> types.CallToolResult:
+            nonlocal connected
             with anyio.fail_after(2 * self.timeout):
                 async with connect(source, self.timeout) as client:
+                    connected = True
                     return await client.call_tool(tool, arguments)
 
         try:
@@ -72,8 +78,10 @@ class McpToolCaller:
                 isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT
             ):
                 return ToolCallResult(False, f"no answer within {self.timeout:g} s", "timeout")
-            if isinstance(exc, MCPError):  # the source refused the call (an unknown tool, bad arguments)
-                return ToolCallResult(False, exc.message, "tool-error")
+            if isinstance(exc, MCPError):
+                if connected:  # the source refused the call (an unknown tool, bad arguments)
+                    return ToolCallResult(False, exc.message, "tool-error")
+                return ToolCallResult(False, f"not an MCP server: {exc.message}", "unreachable")
             log.warning("action tool call %s/%s failed: %s", source.name, tool, exc, exc_info=True)
             return ToolCallResult(False, _describe(exc), "unreachable")
         text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))

@@ -14,6 +14,7 @@ from typing import Any
 
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain import schema as schemas
+from triptych.hadron.domain.edges import edge_urn
 from triptych.hadron.domain.loc import (
     MemoryKey,
     NodeRef,
@@ -21,6 +22,7 @@ from triptych.hadron.domain.loc import (
     is_id,
     leaf,
     node_urn,
+    parent_loc,
     parse_memory_ref,
     parse_node_ref,
     require_qualified_node,
@@ -42,6 +44,15 @@ from triptych.hadron.store import GraphStore, TenancyStore, new_id, utcnow
 
 CHAT_ROOT_TYPES = frozenset(("chat",))
 MAX_EDGES = 500
+MAX_TREE = 2000  # entries one hadron_list_nodes answer holds
+
+
+@dataclass(frozen=True, slots=True)
+class Folder:
+    """A loc in a listing that nodes live under but no node occupies (an implicit folder)."""
+
+    loc: str
+    seq: None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +112,10 @@ class NodeService:
     def _guard(self, memory: Memory, loc: str, containing: bool = False) -> None:
         if self.guard is not None:
             self.guard(memory, loc, containing)
+
+    def check_generic_write(self, memory: Memory, loc: str) -> None:
+        """Refuse (``[loc_protected]``) a generic write at ``loc`` when a Channel's address holds it."""
+        self._guard(memory, loc)
 
     def embedded(self, memory: Memory, nodes: Sequence[NodeRecord]) -> None:
         """After a committed write: embed by the memory's policy (a failure is recorded, never raised)."""
@@ -184,7 +199,7 @@ class NodeService:
             "updatedBy": node.updated_by,
             # The worker session the node was created in, if any (issue 14).
             "sessionId": self.session_of(node.id) if self.session_of is not None else None,
-            "edges": [self.edge_view(caller, e) for e in edges],
+            "edges": [self.edge_view(caller, e, memory) for e in edges],
             "revisions": [
                 {
                     "revision": r.revision,
@@ -199,7 +214,10 @@ class NodeService:
             else [],
         } | {key: value for extra in self.extras for key, value in extra(node).items()}
 
-    def edge_view(self, caller: HadronCaller, edge: EdgeRecord) -> dict[str, Any]:
+    def edge_view(
+        self, caller: HadronCaller, edge: EdgeRecord, source: Memory | None = None
+    ) -> dict[str, Any]:
+        """An edge as the tools show it; ``source`` (the source node's memory) adds its URN."""
         target: dict[str, Any] | None = None
         node = self.graph.node_by_id(edge.target_id) if edge.target_id else None
         if node is None and edge.target_memory_id and edge.target_loc:
@@ -217,10 +235,15 @@ class NodeService:
         elif memory is None and not edge.target_memory_id:
             target = {"id": None, "urn": None, "ref": edge.target_ref}  # a dangling id reference
         return {
+            "id": edge.id,
+            **({"urn": edge_urn(source.root, source.slug, edge.loc)} if source is not None else {}),
             "loc": edge.loc,
             "name": edge.name,
             "description": edge.description,
             "isRunnable": edge.is_runnable,
+            "priority": edge.priority,
+            "condition": edge.condition,
+            "data": edge.data,
             "target": target,  # null when the far end is in a memory you cannot read
             "dangling": node is None,
         }
@@ -449,30 +472,53 @@ class NodeService:
 
     def tree(
         self, caller: HadronCaller, state: SessionState, parent: str | None, memory: str | None, depth: int
-    ) -> tuple[Memory, str, list[tuple[int, NodeRecord]]]:
+    ) -> tuple[Memory, str, list[tuple[int, NodeRecord | Folder]]]:
+        """The tree under ``parent`` (the memory's root without one) to ``depth`` levels, children in
+        seq then loc order, at most 2,000 entries. A loc that something lives under but no node occupies
+        (``tasks`` when only ``tasks:nightly-digest`` was written) is listed as an implicit ``Folder``
+        at its place, at every depth, as the memory's loc tree has it."""
         if parent:
             ref = self.parse_ref(parent)
             mem = self.memory_of(caller, state, ref, memory)
-            if self.graph.node_by_loc(mem.id, ref.loc) is None and not self.graph.children(
-                mem.id, ref.loc, 1
-            ):
-                raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
             root = ref.loc
         else:
             mem = self.memory_of(caller, state, NodeRef(""), memory)
             root = ""
-        out: list[tuple[int, NodeRecord]] = []
+        branches = self.graph.branch_locs(mem.id, root)
+        if root and not branches and self.graph.node_by_loc(mem.id, root) is None:
+            raise NotFound("node", node_urn(mem.root, mem.slug, root))
+        folders = self._implicit_folders(mem.id, root, branches, depth)
+        out: list[tuple[int, NodeRecord | Folder]] = []
 
         def walk(loc: str, level: int) -> None:
-            for child in self.graph.children(mem.id, loc):
-                if len(out) >= 2000:
+            entries: list[NodeRecord | Folder] = [*self.graph.children(mem.id, loc), *folders.get(loc, ())]
+            entries.sort(key=lambda e: (e.seq is None, e.seq or 0, e.loc))
+            for entry in entries:
+                if len(out) >= MAX_TREE:
                     return
-                out.append((level, child))
+                out.append((level, entry))
                 if level < depth:
-                    walk(child.loc, level + 1)
+                    walk(entry.loc, level + 1)
 
         walk(root, 1)
         return mem, root, out
+
+    def _implicit_folders(
+        self, memory_id: str, root: str, branches: Sequence[str], depth: int
+    ) -> dict[str, list[Folder]]:
+        """The implicit folders within ``depth`` levels of ``root``, by the loc they sit under."""
+        base = len(root.split(":")) if root else 0
+        candidates: set[str] = set()
+        for branch in branches:
+            atoms = branch.split(":") if branch else []
+            # Every ancestor of a parent loc, below the root and no deeper than the listing reaches.
+            for end in range(base + 1, min(len(atoms), base + depth) + 1):
+                candidates.add(":".join(atoms[:end]))
+        live = self.graph.live_locs(memory_id, sorted(candidates))
+        folders: dict[str, list[Folder]] = {}
+        for loc in sorted(candidates - set(live)):
+            folders.setdefault(parent_loc(loc), []).append(Folder(loc))
+        return folders
 
     # ── move and delete ────────────────────────────────────────────────────
 

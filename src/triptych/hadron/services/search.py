@@ -32,6 +32,9 @@ from triptych.hadron.store import TenancyStore
 
 MODES = ("keyword", "vector", "hybrid", "regex")
 MAX_REGEX = 500
+# hadron_search's query, in characters: room for the longest node URN (32 loc atoms of 64), far below
+# what an engine refuses (SQLite's LIKE takes patterns of at most 50,000 bytes).
+MAX_SEARCH_QUERY = 4096
 PASSAGE_CHARS = 600
 ENTITY_TYPES = ("organization", "memory", "node", "agent", "app", "aiServiceConfig", "user")
 SEARCH_FIELDS = ("urn", "name", "description", "pk", "content")
@@ -167,13 +170,14 @@ class SearchService:
     # ── find_nodes ──────────────────────────────────────────────────────
 
     def edge_summaries(self, caller: HadronCaller, hits: Sequence[Hit]) -> dict[str, list[dict[str, Any]]]:
-        """Each hit's outgoing edges as (loc, name, target urn), read in one query for the whole page."""
+        """Each hit's outgoing edges as (id, loc, name, target urn), read in one query for the whole page."""
         edges = self.nodes.graph.edges_from([h.node.id for h in hits])
         out: dict[str, list[dict[str, Any]]] = {}
         for node_id, records in edges.items():
             views = [self.nodes.edge_view(caller, edge) for edge in records]
             out[node_id] = [
                 {
+                    "id": v["id"],  # what hadron_update_edge and hadron_delete_edge take
                     "loc": v["loc"],
                     "name": v["name"],
                     "target": v["target"].get("urn") if v["target"] else None,
@@ -327,6 +331,12 @@ class SearchService:
         needle = query.strip()
         if not needle:
             raise BadInput("query must not be empty", details={"field": "query"})
+        if len(needle) > MAX_SEARCH_QUERY:
+            raise BadInput(
+                f"query is {len(needle)} characters; hadron_search takes at most {MAX_SEARCH_QUERY} "
+                "(an id, URN or name)",
+                details={"field": "query", "max": MAX_SEARCH_QUERY},
+            )
         kinds = list(entity_types or ENTITY_TYPES)
         for kind in kinds:
             if kind not in ENTITY_TYPES:

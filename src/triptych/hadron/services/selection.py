@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from triptych.hadron.access import AccessPolicy, require_identity
-from triptych.hadron.domain.loc import is_urn, split_bare_key, strip_urn_prefix, urn_type
+from triptych.hadron.domain.loc import app_short_form, is_urn, strip_urn_prefix, urn_type
 from triptych.hadron.domain.model import App, Memory, Org
 from triptych.hadron.errors import (
     AppAmbiguous,
@@ -180,24 +180,33 @@ class SelectionService:
     # ── apps ───────────────────────────────────────────────────────────────
 
     def resolve_app(self, caller: HadronCaller, ref: str) -> tuple[App, str]:
-        """An app the caller may use, by canonical URN or unique display name."""
+        """An App the caller may use, by canonical URN, id, short form or unique display name.
+
+        Short forms, as the CLI writes them: ``<org-root>:<slug>`` (``acme.com:ops``), and for a
+        user-owned App ``@<handle>:<slug>`` or ``<handle>:<slug>``. A ref that is not a short form of a
+        visible App is tried as an id, a display name (case-insensitive) or a bare slug; naming more
+        than one App is ``app_identifier_ambiguous`` (with the candidates' URNs), none ``app_not_found``.
+        """
         require_identity(caller)
         ref = ref.strip()
         visible = self.access.visible_apps(caller)
+        hint = "hadron_list_apps lists the Apps you can use"
         if is_urn(ref):
-            if urn_type(ref) == "app":
-                root, slug = split_bare_key(strip_urn_prefix(ref, "app"))
-                for app, role in visible:
-                    if (app.root, app.slug) == (root, slug):
-                        return app, role
-            raise NotFound("app", ref, hint="hadron_list_apps lists the Apps you can use")
-        matches = [
-            (a, r) for a, r in visible if a.id == ref or a.name.lower() == ref.lower() or a.slug == ref
-        ]
+            key = app_short_form(strip_urn_prefix(ref, "app")) if urn_type(ref) == "app" else None
+            found = [(a, r) for a, r in visible if key is not None and _is_app(a, *key)]
+            if not found:
+                raise NotFound("app", ref, hint=hint)
+            return found[0]
+        key = app_short_form(ref)
+        matches = [(a, r) for a, r in visible if key is not None and _is_app(a, *key)]
         if not matches:
-            raise NotFound("app", ref, hint="hadron_list_apps lists the Apps you can use")
+            matches = [
+                (a, r) for a, r in visible if a.id == ref or a.name.lower() == ref.lower() or a.slug == ref
+            ]
+        if not matches:
+            raise NotFound("app", ref, hint=hint)
         if len(matches) > 1:
-            urns = [a.urn for a, _ in matches]
+            urns = sorted(a.urn for a, _ in matches)
             raise AppAmbiguous(
                 f"{ref!r} names {len(matches)} Apps: {', '.join(urns)}", details={"candidates": urns}
             )
@@ -283,3 +292,8 @@ class SelectionService:
                 details={"memberships": urns},
             )
         return resolution
+
+
+def _is_app(app: App, root: str, slug: str, personal: bool) -> bool:
+    """Whether ``app`` is the App ``root``:``slug`` (``personal``: written ``@handle``, a user's App only)."""
+    return (app.root, app.slug) == (root, slug) and (not personal or app.owner_user_id is not None)

@@ -10,7 +10,10 @@ from triptych.hadron.tools.base import Ctx, NoArgs, Tool, ToolArgs, ToolOutput
 
 
 class SetActiveAppArgs(ToolArgs):
-    app: str = Field(description="Canonical App URN (hrn:app:<root>:<slug>) or unique display name")
+    app: str = Field(
+        description="Canonical App URN (hrn:app:<root>:<slug>), a short form (<org-root>:<slug>, e.g. "
+        "acme.com:ops; @<handle>:<slug> for a personal App), an id, or a unique display name"
+    )
 
 
 class SetActiveOrgArgs(ToolArgs):
@@ -66,8 +69,9 @@ def app_tools(access: AccessPolicy, selections: SelectionService) -> list[Tool[C
         ),
         Tool(
             "hadron_set_active_app",
-            "Pin an App as the active scope for the rest of the MCP session (canonical URN or unique display "
-            "name). Refusals: [app_not_found], [app_identifier_ambiguous].",
+            "Pin an App as the active scope for the rest of the MCP session (canonical URN, short form "
+            "<org-root>:<slug> or @<handle>:<slug>, or unique display name). Refusals: [app_not_found], "
+            "[app_identifier_ambiguous].",
             SetActiveAppArgs,
             set_active_app,
         ),

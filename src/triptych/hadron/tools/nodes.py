@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from triptych.core.db import SQLITE_MAX_INT
-from triptych.hadron.domain.loc import node_urn
-from triptych.hadron.services.nodes import EdgeInput, NodeFields, NodeService
+from triptych.hadron.domain.loc import leaf, node_urn
+from triptych.hadron.services.nodes import EdgeInput, Folder, NodeFields, NodeService
 from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 LOC = "Loc path inside the memory (a:b:c) or a full node URN (hrn:node:<root>:<memory>:<loc>)"
@@ -161,7 +161,8 @@ def render_node(view: dict[str, Any]) -> str:
             )
             note = " [dangling]" if edge["dangling"] and target is not None else ""
             label = f" ({edge['name']})" if edge["name"] else ""
-            lines.append(f"- {edge['loc']} → {where}{label}{note}")
+            # The id is what hadron_update_edge and hadron_delete_edge take when the edge's URN is ambiguous.
+            lines.append(f"- {edge['loc']} → {where}{label}{note} [edge id {edge['id']}]")
     if view.get("runs"):
         lines += ["", "## runs (newest first)"]
         for run in view["runs"]:
@@ -217,16 +218,35 @@ def node_tools(nodes: NodeService) -> list[Tool[Ctx]]:
 
     def list_nodes(ctx: Ctx, args: ListNodesArgs) -> ToolOutput:
         mem, root, rows = nodes.tree(ctx.caller, ctx.session, args.parentRel, args.memoryUrn, args.depth)
-        items: list[dict[str, Any]] = [
-            {"loc": n.loc, "name": n.name, "description": n.description, "nodeType": n.node_type, "depth": d}
-            for d, n in rows
-        ]
-        head = f"{mem.urn}{':' + root if root else ''} — {len(items)} node(s), depth {args.depth}"
-        lines = [head] + [
-            f"{'  ' * (d - 1)}- {n.loc} — {n.name}" + (f": {n.description}" if n.description else "")
-            for d, n in rows
-        ]
-        return ToolOutput("\n".join(lines), {"memoryUrn": mem.urn, "parent": root or None, "nodes": items})
+        items: list[dict[str, Any]] = []
+        lines = []
+        for d, entry in rows:
+            indent = "  " * (d - 1)
+            if isinstance(entry, Folder):
+                items.append({"loc": entry.loc, "name": leaf(entry.loc), "description": None, "nodeType": None,
+                              "depth": d, "implicit": True})  # fmt: skip
+                lines.append(f"{indent}- {entry.loc} — (implicit folder: no node here, nodes beneath)")
+                continue
+            items.append({"loc": entry.loc, "name": entry.name, "description": entry.description,
+                          "nodeType": entry.node_type, "depth": d, "implicit": False})  # fmt: skip
+            lines.append(
+                f"{indent}- {entry.loc} — {entry.name}"
+                + (f": {entry.description}" if entry.description else "")
+            )
+        # The heading names what was listed: the memory, or the parent node by its node URN.
+        where = node_urn(mem.root, mem.slug, root) if root else mem.urn
+        folders = sum(1 for item in items if item["implicit"])
+        count = f"{len(items) - folders} node(s)" + (f", {folders} implicit folder(s)" if folders else "")
+        head = f"{where} — {count}, depth {args.depth}"
+        return ToolOutput(
+            "\n".join([head, *lines]),
+            {
+                "memoryUrn": mem.urn,
+                "parent": root or None,
+                "parentUrn": where if root else None,
+                "nodes": items,
+            },
+        )
 
     def move_node(ctx: Ctx, args: MoveNodeArgs) -> ToolOutput:
         src, dst, loc, count = nodes.move(
@@ -292,7 +312,8 @@ def node_tools(nodes: NodeService) -> list[Tool[Ctx]]:
         ),
         Tool(
             "hadron_list_nodes",
-            "Browse the tree under a parent: names and descriptions only, optionally to a depth.",
+            "Browse the tree under a parent: names and descriptions only, optionally to a depth. A loc with "
+            "nodes beneath but no node of its own is listed as an implicit folder (implicit: true).",
             ListNodesArgs,
             list_nodes,
         ),

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from triptych.core.db import MAX_OFFSET
-from triptych.hadron.services.scopes import ScopeService
+from triptych.hadron.services.scopes import SCOPE_NAME, ScopeService
 from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 
@@ -22,9 +22,12 @@ class ListScopesArgs(ToolArgs):
 
 class CreateScopeArgs(ToolArgs):
     name: str = Field(
-        description="1-64 characters of [a-z0-9_-], unique per owner; app and global are reserved"
+        pattern=SCOPE_NAME.pattern,
+        description="1-64 characters of [a-z0-9_-], unique per owner; app and global are reserved",
     )
-    memoryUrns: list[str] = Field(description="The memories, in order (at least one; each one you can read)")
+    memoryUrns: list[str] = Field(
+        min_length=1, description="The memories, in order (at least one; each one you can read)"
+    )
     organizationRef: str | None = Field(
         None, description="Owning organization (default: the active App owns it)"
     )
@@ -35,9 +38,11 @@ class CreateScopeArgs(ToolArgs):
 
 class UpdateScopeArgs(ToolArgs):
     scope: str = Field(description="The scope's id")
-    name: str | None = None
+    name: str | None = Field(None, pattern=SCOPE_NAME.pattern, description="New name (1-64 of [a-z0-9_-])")
     description: str | None = None
-    memoryUrns: list[str] | None = Field(None, description="Replaces the memory list (never merges)")
+    memoryUrns: list[str] | None = Field(
+        None, min_length=1, description="Replaces the memory list (never merges)"
+    )
 
 
 class DeleteScopeArgs(ToolArgs):

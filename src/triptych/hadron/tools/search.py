@@ -9,7 +9,14 @@ from pydantic import Field
 
 from triptych.hadron.domain.loc import node_urn
 from triptych.hadron.domain.model import NodeRecord
-from triptych.hadron.services.search import ENTITY_TYPES, FindQuery, FindResult, Hit, SearchService
+from triptych.hadron.services.search import (
+    ENTITY_TYPES,
+    MAX_SEARCH_QUERY,
+    FindQuery,
+    FindResult,
+    Hit,
+    SearchService,
+)
 from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
 
 PREVIEW = 300
@@ -35,8 +42,9 @@ class FindNodesArgs(ToolArgs):
     objectType: str | None = Field(None, description="Only nodes of this schema collection")
     where: dict[str, Any] | None = Field(
         None,
-        description="Predicate over properties/data: leaves {path, <eq|ne|in|lt|lte|gt|gte|between|exists|"
-        "contains>, field, as}, branches and/or/not; depth <= 4, <= 32 leaves, paths <= 8 segments. "
+        description='Predicate over properties/data: leaves {path (a list of keys, ["tier"], or a dotted '
+        "string), <eq|ne|in|lt|lte|gt|gte|between|exists|contains>, field, as}, branches and/or/not; depth <= 4, "
+        "<= 32 leaves, paths <= 8 segments. "
         "It filters first, then the mode ranks the survivors.",
     )
     isRunnable: bool | None = Field(None, description="Only runnable (action) nodes, or only the others")
@@ -52,7 +60,11 @@ class FindNodesArgs(ToolArgs):
 
 
 class SearchArgs(ToolArgs):
-    query: str = Field(description="An id, URN or name (case-insensitive substring; pk is exact)")
+    query: str = Field(
+        max_length=MAX_SEARCH_QUERY,
+        description=f"An id, URN or name (case-insensitive substring; pk is exact), at most {MAX_SEARCH_QUERY} "
+        "characters",
+    )
     entityTypes: list[EntityType] | None = Field(
         None, description=f"Kinds to search: {', '.join(ENTITY_TYPES)}"
     )
