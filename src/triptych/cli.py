@@ -647,6 +647,10 @@ def build_parser() -> argparse.ArgumentParser:
     from triptych.metergraph.cli import register as register_metergraph
 
     register_metergraph(sub)
+
+    from triptych.backup_cli import register as register_backup
+
+    register_backup(sub)
     return parser
 
 
