@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from hadron.llm_server import llm_server  # noqa: E402
 
-from triptych.config import Settings  # noqa: E402
+from triptych.core.config import Settings  # noqa: E402
 from triptych.hadron.domain.abstract import extractive  # noqa: E402
 from triptych.hadron.identity import HadronCaller  # noqa: E402
 from triptych.hadron.services.nodes import NodeFields  # noqa: E402

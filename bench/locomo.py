@@ -1175,7 +1175,7 @@ def build_scale(
     data: Locomo, n: int, data_dir: Path, cached: CachedEmbedder, workspace: str, agent: str
 ) -> dict[str, Any]:
     """``n`` records for one agent in a server data dir, built in-process through ``batch_store``."""
-    from triptych.config import load_settings
+    from triptych.core.config import load_settings
     from triptych.metronix.surface import Metronix
 
     texts = synthetic_records(data, n)
@@ -1213,7 +1213,7 @@ def scale_phase(
     workdir: Path,
     server: bool,
 ) -> dict[str, Any]:
-    from triptych.config import load_settings
+    from triptych.core.config import load_settings
     from triptych.metronix.surface import Metronix
 
     out: dict[str, Any] = {}

@@ -554,7 +554,7 @@ def _truncated_share(embedder: Any, texts: Sequence[str], sample: int = 500) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from triptych.config import Settings
+    from triptych.core.config import Settings
     from triptych.core.embed import LocalEmbedder
 
     facts = common.machine_facts()

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from triptych import __version__
-from triptych.config import Settings
+from triptych.core.config import Settings
 from triptych.core.embed import Embedder
 from triptych.core.lastresort import LastResort
 from triptych.core.metrics import GaugeSampler, metrics_endpoint, register_gauge

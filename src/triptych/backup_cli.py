@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from triptych import __version__
-from triptych.config import Settings, load_settings
+from triptych.core.config import Settings, load_settings
 from triptych.core.datadir import HELP as DATA_DIR_HELP
 
 # metergraph/service.py's COLUMNS_DIR, spelled here: importing that module loads all of Metergraph (1.4 s of

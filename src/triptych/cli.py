@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triptych import __version__
-from triptych.config import Settings, load_settings
+from triptych.core.config import Settings, load_settings
 from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.core.datadir import describe, is_fresh
 from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import socket
 from collections import OrderedDict
 from pathlib import Path
@@ -183,5 +184,9 @@ def forget_socket(path: Path) -> None:
     path.unlink(missing_ok=True)
     supervisor = os.environ.get("TRIPTYCH_SUPERVISOR_PID")
     if supervisor is not None and os.getppid() != int(supervisor):
-        with contextlib.suppress(OSError):  # another worker still has its socket there
+        if any(p.suffix == ".sock" for p in path.parent.iterdir()):
+            return  # another worker still has its socket there: the last one out tidies up
+        # The workers' /metrics files (core/metrics.py) go with the last worker.
+        shutil.rmtree(path.parent / "metrics", ignore_errors=True)
+        with contextlib.suppress(OSError):
             path.parent.rmdir()

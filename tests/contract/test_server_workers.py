@@ -457,7 +457,7 @@ def test_a_kill_9_of_the_supervisor_leaves_no_worker_and_no_socket_behind(own_wo
     run_dir = Path(
         next(v for v in environ if v.startswith(b"TRIPTYCH_WORKER_RUN_DIR=")).split(b"=", 1)[1].decode()
     )
-    assert sorted(p.name for p in run_dir.iterdir()) == ["worker-1.sock", "worker-2.sock"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["metrics", "worker-1.sock", "worker-2.sock"]
     own_workers.process.kill()
     own_workers.process.wait()
     assert _wait(lambda: not any(_alive(pid) for pid in worker_pids(own_workers)), 30)

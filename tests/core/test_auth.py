@@ -15,8 +15,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from triptych.config import Settings
 from triptych.core.auth import Principal, TokenVerifier, bearer_token, mint_token
+from triptych.core.config import Settings
 from triptych.core.errors import AuthRequired
 
 # 64 bytes or more: PyJWT warns (an error here) about HMAC keys shorter than the hash (HS512: 64).

@@ -14,7 +14,7 @@ from hadron.llm_server import llm_server
 from hadron.world import HADRON_KEY, build_world, engine
 from harness import TRIPTYCH
 
-from triptych.config import Settings
+from triptych.core.config import Settings
 from triptych.hadron.domain.abstract import MAX_CHARS, content_hash, extractive
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.services.nodes import NodeFields

@@ -12,7 +12,7 @@ import pytest
 from hadron.world import build_world
 from harness import free_port
 
-from triptych.config import Settings
+from triptych.core.config import Settings
 from triptych.core.mcp_sources import Source, save_sources, sources_path
 from triptych.hadron.domain.action import DepView, render
 from triptych.hadron.errors import ActionRefusal, Forbidden, NotFound

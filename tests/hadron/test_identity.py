@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from harness import SECRET, token
 
-from triptych.config import Settings
+from triptych.core.config import Settings
 from triptych.core.errors import AuthRequired
 from triptych.hadron.identity import LOCAL_HANDLE, authenticator
 from triptych.hadron.surface import Hadron

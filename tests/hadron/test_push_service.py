@@ -13,8 +13,8 @@ import pytest
 from hadron.team_world import build_team
 from harness import SECRET
 
-from triptych.config import Settings
 from triptych.core.auth import mint_token
+from triptych.core.config import Settings
 from triptych.hadron.domain.push import ChatEvent
 from triptych.hadron.identity import HadronCaller, authenticator
 from triptych.hadron.services.push import MENTIONED_META, SEQ_META, PushService, Target

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from postgres import PostgresCluster
 
-from triptych.config import load_settings
+from triptych.core.config import load_settings
 from triptych.core.embed import LocalEmbedder
 from triptych.core.pg import PgDatabase
 from triptych.metronix.entities import extract_entities

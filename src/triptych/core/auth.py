@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import jwt
 
-from triptych.config import Settings
+from triptych.core.config import Settings
 from triptych.core.errors import AuthRequired
 
 Role = Literal["admin", "editor", "viewer"]

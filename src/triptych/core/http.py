@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from triptych.config import Settings
+from triptych.core.config import Settings
 from triptych.core.errors import AuthRequired, CredentialsMissing, Invalid, TriptychError
 from triptych.core.mcp import PRINCIPAL_KEY, guard
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.routing import BaseRoute
 
-from triptych.config import Settings
+from triptych.core.config import Settings
 from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint
 from triptych.core.metrics import Sample

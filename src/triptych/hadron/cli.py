@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from triptych.config import load_settings
+from triptych.core.config import load_settings
 from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.core.errors import TriptychError
 from triptych.hadron.domain.model import ACCESS_LEVELS, MEMORY_CLASSES, ORG_ROLES

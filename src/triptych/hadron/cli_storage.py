@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from triptych.config import load_settings
+from triptych.core.config import load_settings
 from triptych.core.errors import TriptychError
 from triptych.hadron import gitrepo
 from triptych.hadron.sealing import ENV_KEY_FILE, KeyConfigError, ServerKey, load_key, rotate, write_key_file

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from triptych.config import Settings
 from triptych.core.auth import TokenVerifier, bearer_token
+from triptych.core.config import Settings
 from triptych.core.errors import AuthRequired
 from triptych.hadron.domain.loc import user_urn
 from triptych.hadron.domain.model import App, User

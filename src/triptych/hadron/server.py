@@ -21,8 +21,8 @@ from mcp.server import Server, ServerRequestContext
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
-from triptych.config import Settings
 from triptych.core import jsonbody
+from triptych.core.config import Settings
 from triptych.core.http import McpEndpoint, send_json
 from triptych.core.mcp import SessionBind, Tool
 from triptych.core.mcp import build_server as build_mcp_server

@@ -9,7 +9,7 @@ from typing import Any
 from mcp.server import Server
 from starlette.routing import Route
 
-from triptych.config import Settings
+from triptych.core.config import Settings
 from triptych.core.db import Database
 from triptych.core.embed import Embedder
 from triptych.core.lastresort import jsonrpc_internal_error

@@ -11,7 +11,7 @@ from triptych.metergraph.errors import MetergraphError
 
 
 def _open(args: argparse.Namespace) -> Any:
-    from triptych.config import load_settings
+    from triptych.core.config import load_settings
     from triptych.metergraph.service import Metergraph
 
     return Metergraph.open(load_settings(data_dir=getattr(args, "data_dir", None)).data_dir)

@@ -14,8 +14,8 @@ from typing import Any
 
 from mcp.server import ServerRequestContext
 
-from triptych.config import Settings
 from triptych.core.auth import Principal, TokenVerifier, bearer_token, local_principal
+from triptych.core.config import Settings
 from triptych.core.errors import CredentialsMissing
 from triptych.core.http import Authenticator
 from triptych.core.mcp import PRINCIPAL_KEY, SessionBind, Tool

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from triptych.config import Settings
+from triptych.core.config import Settings
 from triptych.core.db import Database
 from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint

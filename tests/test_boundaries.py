@@ -1,0 +1,91 @@
+"""The house's import rules, tested rather than only drawn (ARCHITECTURE.md, section 2): surfaces never import
+each other, ``core`` imports no surface (nor the app or CLI that compose them), and the MCP and REST adapters
+reach the stores only through the services."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "triptych"
+SURFACES = ("metronix", "hadron", "metergraph")
+# Modules above the surfaces: they compose them, so nothing below may import them.
+COMPOSERS = ("triptych.app", "triptych.cli", "triptych.supervisor", "triptych.peers", "triptych.__main__")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every ``triptych`` module a file imports, at any depth (imports inside functions count)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.startswith("triptych"):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("triptych"))
+    return found
+
+
+MODULES = {module_name(p): imports(p) for p in sorted(SRC.rglob("*.py"))}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_the_walk_found_every_layer() -> None:
+    assert {layer(m) for m in MODULES} >= {"core", *SURFACES}
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+def test_a_surface_never_imports_another(surface: str) -> None:
+    crossings = [
+        f"{module} imports {target}"
+        for module, targets in MODULES.items()
+        if layer(module) == surface
+        for target in targets
+        if layer(target) in SURFACES and layer(target) != surface
+    ]
+    assert not crossings, crossings
+
+
+def test_core_imports_no_surface_and_nothing_above_it() -> None:
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in MODULES.items()
+        if layer(module) == "core"
+        for target in targets
+        if target != "triptych" and layer(target) != "core"
+    ]
+    assert not upward, upward
+
+
+def test_nothing_below_the_composers_imports_them() -> None:
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in MODULES.items()
+        if module not in COMPOSERS
+        for target in targets
+        if target in COMPOSERS
+    ]
+    assert not upward, upward
+
+
+def test_adapters_reach_stores_only_through_services() -> None:
+    """A tool or REST module that imports a store module holds persistence, and so rules, of its own."""
+    adapters = {m for m in MODULES if m.split(".")[-1] in {"tools", "rest", "memory_tools"} or ".tools." in m}
+    assert len(adapters) >= 10
+    leaks = [
+        f"{module} imports {target}"
+        for module in sorted(adapters)
+        for target in MODULES[module]
+        if target.split(".")[-1].endswith("store") and layer(target) != "core"
+    ]
+    assert not leaks, leaks
