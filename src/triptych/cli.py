@@ -103,6 +103,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _run_worker(app, settings, sock)
     import uvicorn
 
+    from triptych.supervisor import REQUEST_GRACE
+
     print(
         f"triptych {__version__}: serving on http://{settings.host}:{settings.port} "
         "(Metronix /mcp, Hadron /hadron/mcp, Metergraph /v1/agent/mcp; "
@@ -111,6 +113,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    # SIGTERM: uvicorn stops accepting, lets the requests in flight finish (an open stream is cut after
+    # the grace, so a held Hadron stream cannot keep the process forever), then re-raises the signal:
+    # ending there with 0 tells a service manager the stop was clean.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     uvicorn.run(
         app,
         host=settings.host,
@@ -118,6 +124,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         access_log=False,
         log_config=None,
+        timeout_graceful_shutdown=REQUEST_GRACE,
     )
     return 0
 
@@ -136,7 +143,7 @@ def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
     import uvicorn
 
     from triptych.peers import forget_socket, relayed
-    from triptych.supervisor import GRACE, named_worker, report_ready
+    from triptych.supervisor import REQUEST_GRACE, named_worker, report_ready
 
     class Worker(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
@@ -146,13 +153,12 @@ def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
 
     # Outermost, the relay: a relayed answer keeps the X-Triptych-Worker of the worker that gave it.
     app, own = relayed(named_worker(app))
-    # Open streams (a Hadron GET stream) are cut before the supervisor's grace runs out and it kills.
     config = uvicorn.Config(
         app,
         log_level=settings.log_level,
         access_log=False,
         log_config=None,  # the root logger's format (core/logs.py), text or JSON
-        timeout_graceful_shutdown=int(GRACE) - 2,
+        timeout_graceful_shutdown=REQUEST_GRACE,
     )
     own_path = None if own is None else Path(own.getsockname())  # uvicorn closes the socket itself
     # uvicorn re-raises the stop signal after its graceful shutdown; with the default handler the
