@@ -107,9 +107,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     print(
         f"triptych {__version__}: serving on http://{settings.host}:{settings.port} "
-        "(Metronix /mcp, Hadron /hadron/mcp, Metergraph /v1/agent/mcp; "
-        f"{describe(settings.data_dir, fresh)}; "
-        f"auth {'on' if settings.auth_enabled else 'off'})",
+        f"({_where_data_lives(settings, fresh)}; auth {'on' if settings.auth_enabled else 'off'})",
         file=sys.stderr,
         flush=True,
     )
@@ -127,6 +125,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=REQUEST_GRACE,
     )
     return 0
+
+
+def _where_data_lives(settings: Settings, fresh: bool) -> str:
+    """Each surface's endpoint, engine and where its data is, for the start line: in server mode the
+    data directory holds only what the shared engines do not (it said "new and empty" while every
+    Metronix and Hadron record was in PostgreSQL)."""
+    from triptych.core.pg import redacted
+    from triptych.metergraph.settings import load_metergraph_settings
+
+    clickhouse = load_metergraph_settings().clickhouse_url
+    if not settings.database_url and not clickhouse:
+        return "Metronix /mcp, Hadron /hadron/mcp and Metergraph /v1/agent/mcp on SQLite in the " + describe(
+            settings.data_dir, fresh
+        )
+    if settings.database_url:
+        shared = f"Metronix /mcp and Hadron /hadron/mcp on PostgreSQL {redacted(settings.database_url)}"
+    else:
+        shared = "Metronix /mcp and Hadron /hadron/mcp on SQLite in the data directory"
+    if clickhouse:
+        metergraph = (
+            f"Metergraph /v1/agent/mcp: calls on ClickHouse {redacted(clickhouse)}, keys, routes and reports"
+            " on SQLite in the " + describe(settings.data_dir, fresh, "Metergraph key, route or report")
+        )
+    else:
+        metergraph = "Metergraph /v1/agent/mcp on SQLite in the " + describe(
+            settings.data_dir, fresh, "Metergraph data"
+        )
+    return f"{shared}; {metergraph}"
 
 
 def _app(settings: Settings, worker: bool) -> Any:
@@ -203,13 +229,10 @@ def _serve_workers(args: argparse.Namespace, settings: Settings) -> int:
         print(f"triptych: {line}", file=sys.stderr, flush=True)
 
     def ready(pids: list[int]) -> None:
-        from triptych.core.pg import redacted
-
         say(
             f"{__version__} serving on http://{settings.host}:{settings.port} with {len(pids)} workers"
-            f" (pids {', '.join(map(str, pids))}; Metronix /mcp, Hadron /hadron/mcp, Metergraph"
-            f" /v1/agent/mcp; database {redacted(settings.database_url or '')};"
-            f" {describe(settings.data_dir, fresh)}; auth {'on' if settings.auth_enabled else 'off'})"
+            f" (pids {', '.join(map(str, pids))}; {_where_data_lives(settings, fresh)};"
+            f" auth {'on' if settings.auth_enabled else 'off'})"
         )
 
     command = [
