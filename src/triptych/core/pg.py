@@ -66,6 +66,36 @@ def pool_use() -> list[tuple[list[str], float]]:
     return [([state], float(n)) for state, n in totals.items()]
 
 
+def ensure_extension(conn: psycopg.Connection[TupleRow], url: str, name: str) -> None:
+    """``CREATE EXTENSION IF NOT EXISTS name``, or ``StorageUnavailable`` saying in one line what to run
+    when the server lacks the extension or the user may not create it (pgvector needs a superuser
+    once): a newcomer got a 30-line traceback from both."""
+    try:
+        conn.execute(f'CREATE EXTENSION IF NOT EXISTS "{name}"'.encode())
+    except psycopg.errors.InsufficientPrivilege as exc:
+        user, database = conn.info.user, conn.info.dbname
+        raise StorageUnavailable(
+            f"The PostgreSQL database {redacted(url)} has no {name} extension yet, and its user {user!r} may"
+            f" not create it (CREATE EXTENSION {name} needs a superuser once): nothing was written",
+            hint=f'Run once as a superuser: psql -d {database} -c "CREATE EXTENSION {name}"'
+            " (e.g. sudo -u postgres psql ...), then start triptych again",
+            details={"reason": "extension_needs_superuser", "extension": name},
+        ) from exc
+    except (psycopg.errors.FeatureNotSupported, psycopg.errors.UndefinedFile) as exc:
+        # "extension is not available" (PostgreSQL 15+) or "could not open extension control file"
+        raise StorageUnavailable(
+            f"The PostgreSQL server of {redacted(url)} has no {name} extension installed"
+            f" ({str(exc).splitlines()[0]}): nothing was written",
+            hint=f"Install {EXTENSION_PACKAGES.get(name, name)} on the database server (README: Server mode)"
+            ", then start triptych again",
+            details={"reason": "extension_missing", "extension": name},
+        ) from exc
+
+
+# What to install for an extension the server lacks, as the README names it.
+EXTENSION_PACKAGES = {"vector": "pgvector"}
+
+
 class PgDatabase:
     """One PostgreSQL database. Several stores share it, each with its own ``component`` and migrations."""
 
@@ -96,7 +126,7 @@ class PgDatabase:
             # Two workers running CREATE EXTENSION IF NOT EXISTS at once can both miss it and one fail.
             conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
             try:
-                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                ensure_extension(conn, self.url, "vector")
                 conn.execute(
                     "CREATE TABLE IF NOT EXISTS schema_version"
                     " (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
