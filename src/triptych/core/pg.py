@@ -72,24 +72,27 @@ def ensure_extension(conn: psycopg.Connection[TupleRow], url: str, name: str) ->
     once): a newcomer got a 30-line traceback from both."""
     try:
         conn.execute(f'CREATE EXTENSION IF NOT EXISTS "{name}"'.encode())
+        return
     except psycopg.errors.InsufficientPrivilege as exc:
-        user, database = conn.info.user, conn.info.dbname
-        raise StorageUnavailable(
-            f"The PostgreSQL database {redacted(url)} has no {name} extension yet, and its user {user!r} may"
-            f" not create it (CREATE EXTENSION {name} needs a superuser once): nothing was written",
-            hint=f'Run once as a superuser: psql -d {database} -c "CREATE EXTENSION {name}"'
-            " (e.g. sudo -u postgres psql ...), then start triptych again",
-            details={"reason": "extension_needs_superuser", "extension": name},
-        ) from exc
+        error: psycopg.Error = exc
+        message = (
+            f"The PostgreSQL database {redacted(url)} has no {name} extension yet, and its user"
+            f" {conn.info.user!r} may not create it (CREATE EXTENSION {name} needs a superuser once)"
+        )
+        hint = f'Run once as a superuser: psql -d {conn.info.dbname} -c "CREATE EXTENSION {name}"'
+        hint, reason = hint + " (e.g. sudo -u postgres psql ...)", "extension_needs_superuser"
     except (psycopg.errors.FeatureNotSupported, psycopg.errors.UndefinedFile) as exc:
         # "extension is not available" (PostgreSQL 15+) or "could not open extension control file"
-        raise StorageUnavailable(
-            f"The PostgreSQL server of {redacted(url)} has no {name} extension installed"
-            f" ({str(exc).splitlines()[0]}): nothing was written",
-            hint=f"Install {EXTENSION_PACKAGES.get(name, name)} on the database server (README: Server mode)"
-            ", then start triptych again",
-            details={"reason": "extension_missing", "extension": name},
-        ) from exc
+        error = exc
+        first = str(exc).splitlines()[0]
+        message = f"The PostgreSQL server of {redacted(url)} has no {name} extension installed ({first})"
+        hint = f"Install {EXTENSION_PACKAGES.get(name, name)} on the database server (README: Server mode)"
+        reason = "extension_missing"
+    raise StorageUnavailable(
+        message + ": nothing was written",
+        hint=hint + ", then start triptych again",
+        details={"reason": reason, "extension": name},
+    ) from error
 
 
 # What to install for an extension the server lacks, as the README names it.
