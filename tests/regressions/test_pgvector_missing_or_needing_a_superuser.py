@@ -1,6 +1,6 @@
 """A newcomer's PostgreSQL without pgvector, or a database owned by a normal user (``CREATE EXTENSION
 vector`` needs a superuser), ended ``migrate --to`` and ``serve`` in a 30-line traceback. Now each says
-in one line what is wrong and what to run."""
+in one line what is wrong and what to run; so does a user who may not create tables at all."""
 
 from __future__ import annotations
 
@@ -79,3 +79,26 @@ def test_the_extension_the_server_does_not_have_is_named_with_what_to_install(
     assert "has no triptych_absent extension installed" in refused.value.message
     assert "\n" not in refused.value.message and refused.value.hint is not None
     assert refused.value.details["reason"] == "extension_missing"
+
+
+def test_serve_as_a_user_who_may_not_create_tables_says_what_to_grant(
+    postgres: PostgresCluster, tmp_path: Path
+) -> None:
+    # PostgreSQL 15+: a database the user does not own, its extension created by a superuser, and no
+    # CREATE on the public schema.
+    role = f"reader_{uuid.uuid4().hex[:8]}"
+    url = postgres.create_database("nocreate")
+    database = url.rsplit("/", 1)[1]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN".encode())
+        conn.execute(b"CREATE EXTENSION vector")
+    try:
+        started = run("serve", "--port", "0", env={"TRIPTYCH_DATABASE_URL": url.replace("postgres@", f"{role}@"),
+                                                   "TRIPTYCH_DATA_DIR": str(tmp_path / "data")})  # fmt: skip
+    finally:
+        with psycopg.connect(postgres.url(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {database} WITH (FORCE)".encode())
+            conn.execute(f"DROP ROLE {role}".encode())
+    assert started.returncode == 1 and "Traceback" not in started.stderr, started.stderr
+    assert "may not create tables" in started.stderr
+    assert f'psql -d {database} -c "GRANT CREATE ON SCHEMA public TO {role}"' in started.stderr

@@ -130,10 +130,21 @@ class PgDatabase:
             conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
             try:
                 ensure_extension(conn, self.url, "vector")
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_version"
-                    " (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-                )
+                try:
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS schema_version"
+                        " (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+                    )
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    # PostgreSQL 15+: only the database's owner may create tables in ``public``.
+                    user, database = conn.info.user, conn.info.dbname
+                    raise StorageUnavailable(
+                        f"The PostgreSQL user {user!r} may not create tables in {redacted(self.url)}:"
+                        " nothing was written",
+                        hint=f'Run once as a superuser: psql -d {database} -c "GRANT CREATE ON SCHEMA public TO'
+                        f" {user}\" (or make {user!r} the database's owner), then start triptych again",
+                        details={"reason": "cannot_create_tables"},
+                    ) from exc
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
 
