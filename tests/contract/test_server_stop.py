@@ -8,12 +8,15 @@ says so) when the signal arrives; the body follows once the server has stopped a
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from contract.test_server_workers import start_workers, stop_all
 from harness import ServerProcess
@@ -86,3 +89,52 @@ def test_sigterm_refuses_new_connections_and_the_request_in_flight_completes_wit
     assert answer.startswith(b"HTTP/1.1 200"), answer[:500]
     assert b'"results"' in answer
     assert stoppable.process.wait(timeout=60) == 0, stoppable.log()
+
+
+@pytest.fixture
+def two_workers(postgres: PostgresCluster, tmp_path: Path) -> Iterator[ServerProcess]:
+    env = {"TRIPTYCH_AUTH_ENABLED": "false", "TRIPTYCH_DATABASE_URL": postgres.create_database("kill")}
+    server = start_workers(ServerProcess(tmp_path / "data", env))
+    try:
+        yield server
+    finally:
+        stop_all(server)
+
+
+def _search_head(port: int, expect: bool) -> bytes:
+    extra = "Expect: 100-continue\r\n" if expect else ""
+    return (
+        f"POST /api/v1/memory/search HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(SEARCH)}\r\n{extra}\r\n"
+    ).encode()
+
+
+def test_a_worker_killed_with_9_drops_its_request_without_an_answer_and_the_port_serves_the_retry(
+    two_workers: ServerProcess,
+) -> None:
+    """What README says clients see: the connection the dead worker held closes without an answer (never
+    a 5xx or half a body), and the same request sent again on a new connection is answered."""
+    port, deadline = two_workers.port, time.monotonic() + 60
+    pids = [int(p) for p in re.findall(r"pids ([\d, ]+);", two_workers.log())[0].split(", ")]
+    conn = socket.create_connection(("127.0.0.1", port), timeout=60)
+    try:
+        conn.sendall(_search_head(port, expect=False) + SEARCH)
+        first = _read_until(conn, b"}", deadline)
+        assert first.startswith(b"HTTP/1.1 200"), first[:300]
+        named = re.search(rb"x-triptych-worker: (\d+)", first, re.IGNORECASE)
+        assert named is not None, first[:300]
+        worker = int(named.group(1))
+        conn.sendall(_search_head(port, expect=True))  # the same connection, now in flight on that worker
+        assert b"100 Continue" in _read_until(conn, b"\r\n\r\n", deadline)
+        os.kill(pids[worker - 1], signal.SIGKILL)
+        try:
+            conn.sendall(SEARCH)
+            dropped = _read_until(conn, b"}", deadline)
+        except ConnectionResetError:
+            dropped = b""
+    finally:
+        conn.close()
+    assert dropped == b"", dropped[:300]
+    retry = httpx.post(f"{two_workers.url}/api/v1/memory/search", content=SEARCH,
+                       headers={"Content-Type": "application/json"}, timeout=60)  # fmt: skip
+    assert retry.status_code == 200, retry.text
