@@ -75,3 +75,12 @@ def test_query_and_path_parameters_with_a_nul_are_refused_naming_them() -> None:
     with pytest.raises(nul.NulInText):
         nul.refuse_in_params([], {"record_id": "a\x00"})
     nul.refuse_in_params([("q", "fine")], {"id": "fine"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "may"),
+    [(b'{"a":"plain"}', False), (b'{"a":"caf\\u00e9"}', False), (b'{"a":"x\\u0000"}', True),
+     ('{"a":"x\\u0000"}', True), ('{"a":"\\"q\\""}', False)],
+)  # fmt: skip
+def test_only_a_body_with_the_escape_is_walked(raw: bytes | str, may: bool) -> None:
+    assert nul.json_may_hold_nul(raw) is may

@@ -49,10 +49,8 @@ def parse(
         value = from_json(raw, allow_inf_nan=allow_nan)
     except ValueError as exc:
         raise _refusal(str(exc)) from None
-    # JSON can carry a NUL only as this escape: a body without it is not walked (an ingest batch of
-    # 5,000 rows would be).
-    escaped = nul.JSON_ESCAPE.encode() in raw if isinstance(raw, bytes) else nul.JSON_ESCAPE in raw
-    if escaped and not allow_nul:
+    # A body without the escape is not walked (an ingest batch of 5,000 rows would be).
+    if not allow_nul and nul.json_may_hold_nul(raw):
         field = nul.nul_field(value)
         if field is not None:
             raise JsonRefused("nul_character", nul.message(field))

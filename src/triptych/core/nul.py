@@ -29,6 +29,16 @@ JSON_ESCAPE = "\\u0000"
 HINT = "Remove the NUL character (U+0000): no text here may hold one; send binary data base64-encoded"
 
 
+def json_may_hold_nul(raw: bytes | str) -> bool:
+    """Whether JSON text can hold a NUL: only as the escape ``\\u0000``. A body without a backslash
+    (memchr: 0.01 ms a 1 MB ingest batch) cannot; else the escape is searched from the end, where
+    CPython's search skips on the rare backslash (0.18 ms; forward it skips on the frequent ``0``:
+    0.55 ms, 13% of decoding that batch)."""
+    if isinstance(raw, bytes):
+        return b"\\" in raw and raw.rfind(JSON_ESCAPE.encode()) >= 0
+    return "\\" in raw and raw.rfind(JSON_ESCAPE) >= 0
+
+
 class NulInText(Invalid):
     """A NUL character in a field of a request (``details.field`` names it)."""
 
