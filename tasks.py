@@ -30,6 +30,7 @@ CLIENTS = ROOT / "tests" / "clients"
 INSPECTOR = ROOT / ".inspector"
 INSPECTOR_PACKAGES = ["node@22", "@modelcontextprotocol/inspector@2.12.0"]
 CHROMIUM = "/usr/bin/chromium"  # Debian's package, for the app-page tests (tests/browser.py)
+OLD_CLICKHOUSE = "/usr/sbin/clickhouse-server"  # Debian's 18.16, refused by version (tests/metergraph)
 
 
 def _bin(env: Path, name: str) -> Path:
@@ -78,6 +79,7 @@ def setup(dev: bool) -> None:
             _ensure(ROOT / f".venv-client-{requirements.stem}", [requirements], ["-r", str(requirements)])
         _ensure_inspector()
         _ensure_chromium()
+        _ensure_old_clickhouse()
 
 
 def _ensure_inspector() -> None:
@@ -102,19 +104,30 @@ def _ensure_inspector() -> None:
 
 def _ensure_chromium() -> None:
     """Best effort: Debian's chromium for the app-page tests (tests/browser.py), which skip without it."""
-    if Path(CHROMIUM).exists():
+    _ensure_debian_package("chromium", CHROMIUM, "the browser tests")
+
+
+def _ensure_old_clickhouse() -> None:
+    """Best effort: Debian's clickhouse-server (18.16, too old for Metergraph) for the test that an old
+    server is refused naming its version (tests/metergraph/test_clickhouse_version.py). Installed, it is
+    not started: the test runs its own on 127.0.0.1 (apt's policy here denies service starts)."""
+    _ensure_debian_package("clickhouse-server", OLD_CLICKHOUSE, "the old-ClickHouse test")
+
+
+def _ensure_debian_package(package: str, path: str, tests: str) -> None:
+    if Path(path).exists():
         return
     apt = shutil.which("apt-get")
     if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
-        print(f"tasks.py: {CHROMIUM} missing and apt-get unusable here; the browser tests will be skipped",
-              file=sys.stderr)  # fmt: skip
+        print(f"tasks.py: {path} missing and apt-get unusable here; {tests} will be skipped", file=sys.stderr)
         return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    # No service start from a package's install script (a clickhouse-server on ports 8123 and 9000).
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "RUNLEVEL": "1"}
     try:
         _run(apt, "-qq", "update", env=env)
-        _run(apt, "install", "-y", "-qq", "chromium", env=env)
+        _run(apt, "install", "-y", "-qq", "--no-install-recommends", package, env=env)
     except subprocess.CalledProcessError:
-        print("tasks.py: installing chromium failed; the browser tests will be skipped", file=sys.stderr)
+        print(f"tasks.py: installing {package} failed; {tests} will be skipped", file=sys.stderr)
 
 
 def serve(args: list[str]) -> int:

@@ -103,14 +103,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _run_worker(app, settings, sock)
     import uvicorn
 
+    from triptych.supervisor import REQUEST_GRACE
+
     print(
         f"triptych {__version__}: serving on http://{settings.host}:{settings.port} "
-        "(Metronix /mcp, Hadron /hadron/mcp, Metergraph /v1/agent/mcp; "
-        f"{describe(settings.data_dir, fresh)}; "
-        f"auth {'on' if settings.auth_enabled else 'off'})",
+        f"({_where_data_lives(settings, fresh)}; auth {'on' if settings.auth_enabled else 'off'})",
         file=sys.stderr,
         flush=True,
     )
+    # SIGTERM: uvicorn stops accepting, lets the requests in flight finish (an open stream is cut after
+    # the grace, so a held Hadron stream cannot keep the process forever), then re-raises the signal:
+    # ending there with 0 tells a service manager the stop was clean.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     uvicorn.run(
         app,
         host=settings.host,
@@ -118,8 +122,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         access_log=False,
         log_config=None,
+        timeout_graceful_shutdown=REQUEST_GRACE,
     )
     return 0
+
+
+def _where_data_lives(settings: Settings, fresh: bool) -> str:
+    """Each surface's endpoint, engine and where its data is, for the start line: in server mode the
+    data directory holds only what the shared engines do not (it said "new and empty" while every
+    Metronix and Hadron record was in PostgreSQL)."""
+    from triptych.core.pg import redacted
+    from triptych.metergraph.settings import load_metergraph_settings
+
+    clickhouse = load_metergraph_settings().clickhouse_url
+    if not settings.database_url and not clickhouse:
+        return "Metronix /mcp, Hadron /hadron/mcp and Metergraph /v1/agent/mcp on SQLite in the " + describe(
+            settings.data_dir, fresh
+        )
+    if settings.database_url:
+        shared = f"Metronix /mcp and Hadron /hadron/mcp on PostgreSQL {redacted(settings.database_url)}"
+    else:
+        shared = "Metronix /mcp and Hadron /hadron/mcp on SQLite in the data directory"
+    if clickhouse:
+        metergraph = (
+            f"Metergraph /v1/agent/mcp: calls on ClickHouse {redacted(clickhouse)}, keys, routes and reports"
+            " on SQLite in the " + describe(settings.data_dir, fresh, "Metergraph key, route or report")
+        )
+    else:
+        metergraph = "Metergraph /v1/agent/mcp on SQLite in the " + describe(
+            settings.data_dir, fresh, "Metergraph data"
+        )
+    return f"{shared}; {metergraph}"
 
 
 def _app(settings: Settings, worker: bool) -> Any:
@@ -136,7 +169,7 @@ def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
     import uvicorn
 
     from triptych.peers import forget_socket, relayed
-    from triptych.supervisor import GRACE, named_worker, report_ready
+    from triptych.supervisor import REQUEST_GRACE, named_worker, report_ready
 
     class Worker(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
@@ -146,13 +179,12 @@ def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
 
     # Outermost, the relay: a relayed answer keeps the X-Triptych-Worker of the worker that gave it.
     app, own = relayed(named_worker(app))
-    # Open streams (a Hadron GET stream) are cut before the supervisor's grace runs out and it kills.
     config = uvicorn.Config(
         app,
         log_level=settings.log_level,
         access_log=False,
         log_config=None,  # the root logger's format (core/logs.py), text or JSON
-        timeout_graceful_shutdown=int(GRACE) - 2,
+        timeout_graceful_shutdown=REQUEST_GRACE,
     )
     own_path = None if own is None else Path(own.getsockname())  # uvicorn closes the socket itself
     # uvicorn re-raises the stop signal after its graceful shutdown; with the default handler the
@@ -197,13 +229,10 @@ def _serve_workers(args: argparse.Namespace, settings: Settings) -> int:
         print(f"triptych: {line}", file=sys.stderr, flush=True)
 
     def ready(pids: list[int]) -> None:
-        from triptych.core.pg import redacted
-
         say(
             f"{__version__} serving on http://{settings.host}:{settings.port} with {len(pids)} workers"
-            f" (pids {', '.join(map(str, pids))}; Metronix /mcp, Hadron /hadron/mcp, Metergraph"
-            f" /v1/agent/mcp; database {redacted(settings.database_url or '')};"
-            f" {describe(settings.data_dir, fresh)}; auth {'on' if settings.auth_enabled else 'off'})"
+            f" (pids {', '.join(map(str, pids))}; {_where_data_lives(settings, fresh)};"
+            f" auth {'on' if settings.auth_enabled else 'off'})"
         )
 
     command = [

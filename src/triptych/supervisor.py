@@ -11,8 +11,10 @@ its app has started.
 
 What keeps it robust:
 - Workers run in their own process group, so a terminal's Ctrl-C reaches the supervisor only, which then
-  stops each worker once with SIGTERM (a graceful uvicorn shutdown) and kills what is left after
-  ``GRACE`` seconds. Each worker also asks the kernel for SIGTERM when the supervisor dies
+  closes its listening sockets (new connections are refused, not queued), stops each worker once with
+  SIGTERM (a graceful uvicorn shutdown: the requests in flight finish, for up to ``REQUEST_GRACE``
+  seconds) and kills what is left after ``GRACE`` seconds. Each worker also asks the kernel for SIGTERM
+  when the supervisor dies
   (``PR_SET_PDEATHSIG``), so even a ``kill -9`` of the supervisor leaves no orphan serving the port.
 - The first worker starts alone and the others once it serves, so one process creates or migrates the
   stores.
@@ -49,6 +51,9 @@ READY_FD = "TRIPTYCH_WORKER_READY_FD"
 WORKER_INDEX = "TRIPTYCH_WORKER_INDEX"
 SUPERVISOR_PID = "TRIPTYCH_SUPERVISOR_PID"
 GRACE = 10.0  # seconds a worker has to finish its requests and close its stores after SIGTERM
+# Seconds the requests in flight get after SIGTERM (`serve` alone too): open streams (a Hadron GET stream)
+# are cut then, so a worker closes its stores before the supervisor's grace runs out and it kills.
+REQUEST_GRACE = int(GRACE) - 2
 # A worker crashing this many times within RESTART_WINDOW seconds is not restarted again: something is
 # wrong that a restart does not cure, and a tight restart loop would hide it.
 MAX_RESTARTS = 5
@@ -265,6 +270,13 @@ class Supervisor:
         return 0
 
     def _stop_all(self) -> None:
+        # Stop accepting first: the workers hold the same listening sockets, and while this process kept
+        # its copies open the kernel went on queueing new connections that no worker would accept, each
+        # reset once the grace ran out. Closed here, and by each worker as its shutdown starts, a new
+        # connection is refused at once (a client or balancer retries elsewhere) while the requests in
+        # flight finish.
+        for sock in self.sockets:
+            sock.close()
         running = [w.process for w in self.workers.values() if w.process.poll() is None]
         for process in running:
             with contextlib.suppress(ProcessLookupError):

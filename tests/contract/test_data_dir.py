@@ -8,7 +8,9 @@ import subprocess
 from pathlib import Path
 
 import httpx
+from clickhouse_endpoint import ClickHouseEndpoint
 from harness import TRIPTYCH, ServerProcess, bearer
+from postgres import PostgresCluster
 
 
 def triptych(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -86,3 +88,20 @@ def test_serve_says_when_it_starts_on_an_empty_data_directory(tmp_path: Path) ->
         assert f"data directory {tmp_path / 'data'};" in again.log()
     finally:
         again.stop()
+
+
+def test_serve_in_server_mode_names_each_surfaces_engine_and_where_its_data_is(
+    tmp_path: Path, postgres: PostgresCluster, clickhouse: ClickHouseEndpoint
+) -> None:
+    database, calls = postgres.create_database("startline"), clickhouse.database_url()
+    env = {"TRIPTYCH_DATABASE_URL": database, "TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": calls}
+    server = ServerProcess(tmp_path / "data", env).start()
+    try:
+        line = next(line for line in server.log().splitlines() if "serving on" in line)
+    finally:
+        server.stop()
+    assert f"Metronix /mcp and Hadron /hadron/mcp on PostgreSQL {database}" in line
+    assert f"Metergraph /v1/agent/mcp: calls on ClickHouse {calls}" in line
+    # The data directory is new, but it holds only Metergraph's control data here: the warning says so.
+    assert f"data directory {tmp_path / 'data'} (new and empty: no Metergraph key, route or report" in line
+    assert "nothing was stored here before" not in line

@@ -7,13 +7,28 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
+from clickhouse_endpoint import ClickHouseEndpoint
 from harness import token
+from postgres import PostgresCluster
 from robustness.target import SECRETS, ClientThread, Target, error_code, result_text, start_target
 
+# Every test on the attacked server runs on each engine: the embedded one (SQLite files), and server
+# mode (Metronix and Hadron on PostgreSQL, Metergraph's calls on ClickHouse), where a NUL byte had earned
+# 31 internal errors that the embedded engine never showed.
+TARGET_ENGINES = ("embedded", "server")
 
-@pytest.fixture(scope="package")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    t = start_target(tmp_path_factory.mktemp("robust"))
+
+@pytest.fixture(scope="package", params=TARGET_ENGINES)
+def target(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Target]:
+    engines: dict[str, str] = {}
+    if request.param == "server":
+        cluster: PostgresCluster = request.getfixturevalue("postgres")
+        endpoint: ClickHouseEndpoint = request.getfixturevalue("clickhouse")
+        engines = {
+            "TRIPTYCH_DATABASE_URL": cluster.create_database("robust"),
+            "TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": endpoint.database_url(),
+        }
+    t = start_target(tmp_path_factory.mktemp(f"robust-{request.param}"), engines)
     try:
         _plant_secrets(t)
         yield t

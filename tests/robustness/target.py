@@ -39,13 +39,16 @@ class Target:
         return self.server.url
 
 
-def start_target(tmp: Path) -> Target:
-    """The Hadron world of the contract tests plus Metronix and Metergraph tenants, auth on."""
+def start_target(tmp: Path, engines: dict[str, str] | None = None) -> Target:
+    """The Hadron world of the contract tests plus Metronix and Metergraph tenants, auth on. ``engines``:
+    the server-mode environment (``TRIPTYCH_DATABASE_URL``, ``TRIPTYCH_METERGRAPH_CLICKHOUSE_URL``), or
+    None for the embedded engine."""
     from hadron.world import build_world
 
+    engines = engines or {}
     data_dir = tmp / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    build_world(data_dir)
+    build_world(data_dir, engines.get("TRIPTYCH_DATABASE_URL"))
     mg = Metergraph.open(data_dir, load_metergraph_settings())
     try:
         agent_key = mg.keys.create_agent_key("mg-a", "debug", None)[1]
@@ -53,7 +56,7 @@ def start_target(tmp: Path) -> Target:
         other_app_token = mg.keys.create_app_token("mg-b")[1]
     finally:
         mg.close()
-    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET}
+    env = {"TRIPTYCH_AUTH_ENABLED": "true", "TRIPTYCH_JWT_SECRET": SECRET, **engines}
     server = ServerProcess(data_dir, env).start()
     return Target(
         server,

@@ -31,12 +31,14 @@ def is_fresh(path: Path) -> bool:
         return False
 
 
-def describe(path: Path, fresh: bool) -> str:
-    """One line naming the data directory, and warning when it is new and empty."""
+def describe(path: Path, fresh: bool, holds: str | None = None) -> str:
+    """One line naming the data directory, and warning when it is new and empty. ``holds``: what lives
+    there when it is not everything (server mode keeps only some surfaces' data in it)."""
     where = path.expanduser().resolve()
     if not fresh:
         return f"data directory {where}"
+    before = f"no {holds} was stored here before" if holds else "nothing was stored here before"
     return (
-        f"data directory {where} (new and empty: nothing was stored here before; a server started with "
-        "another data directory will not see what is written here; choose with --data-dir or TRIPTYCH_DATA_DIR)"
+        f"data directory {where} (new and empty: {before}; a server started with another data directory "
+        "will not see what is written here; choose with --data-dir or TRIPTYCH_DATA_DIR)"
     )

@@ -16,13 +16,16 @@ from typing import Any
 from pydantic_core import from_json
 from starlette.requests import Request
 
+from triptych.core import nul
+
 MAX_DEPTH = 200  # jiter's recursion limit: deeper documents are refused by the parser itself
 MAX_NUMBER_DIGITS = 4300  # Python's own int/str conversion limit, which jiter enforces too
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 
 
 class JsonRefused(ValueError):
-    """A body no door accepts. ``reason``: not_json, too_deep, number_too_long, too_large, not_object."""
+    """A body no door accepts. ``reason``: not_json, too_deep, number_too_long, too_large, not_object,
+    nul_character."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -36,12 +39,21 @@ class BodyTooLarge(JsonRefused):
         self.limit = limit
 
 
-def parse(raw: bytes | str, *, want_object: bool = False, allow_nan: bool = False) -> Any:
-    """Decode one JSON document, or raise ``JsonRefused`` saying what is wrong with it."""
+def parse(
+    raw: bytes | str, *, want_object: bool = False, allow_nan: bool = False, allow_nul: bool = False
+) -> Any:
+    """Decode one JSON document, or raise ``JsonRefused`` saying what is wrong with it. A NUL in any
+    string or key is refused naming its field (``core.nul``), unless ``allow_nul``: a JSON-RPC envelope
+    whose tool arguments ``core.mcp.parse_args`` judges, in the tool's own error shape."""
     try:
         value = from_json(raw, allow_inf_nan=allow_nan)
     except ValueError as exc:
         raise _refusal(str(exc)) from None
+    # A body without the escape is not walked (an ingest batch of 5,000 rows would be).
+    if not allow_nul and nul.json_may_hold_nul(raw):
+        field = nul.nul_field(value)
+        if field is not None:
+            raise JsonRefused("nul_character", nul.message(field))
     if want_object and not isinstance(value, dict):
         raise JsonRefused("not_object", f"the body must be one JSON object, not {_kind(value)}")
     return value

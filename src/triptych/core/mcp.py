@@ -34,6 +34,7 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from triptych import __version__
+from triptych.core import nul
 from triptych.core.errors import InternalError, Invalid, Kind, TriptychError, surface_code
 from triptych.core.metrics import observe_tool
 from triptych.core.request_context import REQUEST_ID, SURFACE, TOOL, request_id_of
@@ -140,6 +141,12 @@ def parse_args(model: type[M], arguments: Any, private: Collection[str] = ()) ->
         arguments = {}
     if not isinstance(arguments, Mapping):
         raise ArgumentsInvalid("arguments must be an object", details={"fields": []})
+    field = nul.nul_field(arguments)
+    if field is not None:
+        # Below a private argument (its keys are the caller's data) only the argument is named.
+        top = field.split(".", 1)[0].split("[", 1)[0]
+        named = top if top in private else field
+        raise ArgumentsInvalid(nul.message(named), hint=nul.HINT, details={"fields": [top], "field": named})
     try:
         return model.model_validate(dict(arguments))
     except ValidationError as exc:

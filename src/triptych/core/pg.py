@@ -66,6 +66,39 @@ def pool_use() -> list[tuple[list[str], float]]:
     return [([state], float(n)) for state, n in totals.items()]
 
 
+def ensure_extension(conn: psycopg.Connection[TupleRow], url: str, name: str) -> None:
+    """``CREATE EXTENSION IF NOT EXISTS name``, or ``StorageUnavailable`` saying in one line what to run
+    when the server lacks the extension or the user may not create it (pgvector needs a superuser
+    once): a newcomer got a 30-line traceback from both."""
+    try:
+        conn.execute(f'CREATE EXTENSION IF NOT EXISTS "{name}"'.encode())
+        return
+    except psycopg.errors.InsufficientPrivilege as exc:
+        error: psycopg.Error = exc
+        message = (
+            f"The PostgreSQL database {redacted(url)} has no {name} extension yet, and its user"
+            f" {conn.info.user!r} may not create it (CREATE EXTENSION {name} needs a superuser once)"
+        )
+        hint = f'Run once as a superuser: psql -d {conn.info.dbname} -c "CREATE EXTENSION {name}"'
+        hint, reason = hint + " (e.g. sudo -u postgres psql ...)", "extension_needs_superuser"
+    except (psycopg.errors.FeatureNotSupported, psycopg.errors.UndefinedFile) as exc:
+        # "extension is not available" (PostgreSQL 15+) or "could not open extension control file"
+        error = exc
+        first = str(exc).splitlines()[0]
+        message = f"The PostgreSQL server of {redacted(url)} has no {name} extension installed ({first})"
+        hint = f"Install {EXTENSION_PACKAGES.get(name, name)} on the database server (README: Server mode)"
+        reason = "extension_missing"
+    raise StorageUnavailable(
+        message + ": nothing was written",
+        hint=hint + ", then start triptych again",
+        details={"reason": reason, "extension": name},
+    ) from error
+
+
+# What to install for an extension the server lacks, as the README names it.
+EXTENSION_PACKAGES = {"vector": "pgvector"}
+
+
 class PgDatabase:
     """One PostgreSQL database. Several stores share it, each with its own ``component`` and migrations."""
 
@@ -96,11 +129,22 @@ class PgDatabase:
             # Two workers running CREATE EXTENSION IF NOT EXISTS at once can both miss it and one fail.
             conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
             try:
-                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_version"
-                    " (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-                )
+                ensure_extension(conn, self.url, "vector")
+                try:
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS schema_version"
+                        " (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+                    )
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    # PostgreSQL 15+: only the database's owner may create tables in ``public``.
+                    user, database = conn.info.user, conn.info.dbname
+                    raise StorageUnavailable(
+                        f"The PostgreSQL user {user!r} may not create tables in {redacted(self.url)}:"
+                        " nothing was written",
+                        hint=f'Run once as a superuser: psql -d {database} -c "GRANT CREATE ON SCHEMA public TO'
+                        f" {user}\" (or make {user!r} the database's owner), then start triptych again",
+                        details={"reason": "cannot_create_tables"},
+                    ) from exc
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
 

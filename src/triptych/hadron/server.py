@@ -162,7 +162,7 @@ class HadronEndpoint(McpEndpoint):
             if not message.get("more_body") or len(body) > MAX_REFUSED_BODY:
                 break  # only the id is wanted: past the bound the rest is not read
         try:
-            decoded = jsonbody.parse(body) if body else None
+            decoded = jsonbody.parse(body, allow_nul=True) if body else None
         except jsonbody.JsonRefused:
             decoded = None
         request_id = decoded.get("id") if isinstance(decoded, dict) else None

@@ -43,6 +43,7 @@ from triptych.metergraph.clickhouse_schema import (
     statements,
     ttl_statements,
 )
+from triptych.metergraph.clickhouse_version import refuse_if_too_old
 from triptych.metergraph.import_events import ImportKey
 from triptych.metergraph.scope import DAY_MS
 from triptych.metergraph.store import (
@@ -189,6 +190,7 @@ class ClickHouseTelemetryStore:
         self.columns = None  # no projection: ClickHouse reads one metadata column itself
         options = parse_url(url)
         database = options.pop("database")
+        version = refuse_if_too_old(options)
         try:
             admin = clickhouse_connect.get_client(**options, autogenerate_session_id=False)
             admin.command(f"CREATE DATABASE IF NOT EXISTS `{database.replace('`', '')}`")
@@ -213,7 +215,8 @@ class ClickHouseTelemetryStore:
                     self.client.command(f"INSERT INTO {table} {BACKFILLED[table]()}")
         except Exception as exc:
             raise StorageUnavailable(
-                f"ClickHouse at {options['host']}:{options['port']} is not reachable or refused the schema: {exc}",
+                f"ClickHouse{' ' + version if version else ''} at {options['host']}:{options['port']} is not"
+                f" reachable or refused the schema: {exc}",
                 hint="check TRIPTYCH_METERGRAPH_CLICKHOUSE_URL and that the server is up",
                 details={"reason": "clickhouse_unavailable"},
             ) from exc

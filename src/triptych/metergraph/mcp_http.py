@@ -156,7 +156,7 @@ class StatelessEndpoint:
             )
         version = request.headers.get("mcp-protocol-version")
         try:
-            message = jsonbody.parse(body)
+            message = jsonbody.parse(body, allow_nul=True)  # arguments: parse_args names the field
         except jsonbody.JsonRefused as exc:
             return json_response(_error(None, -32700, f"Parse error: {exc.message}"), 400)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from triptych.core import nul
 from triptych.core.errors import TriptychError
 from triptych.metergraph.errors import InvalidArgument
 from triptych.metergraph.rest import _error_response, agent_principal
@@ -24,6 +25,7 @@ def report_routes(mg: Metergraph) -> list[BaseRoute]:
         try:
             principal = agent_principal(mg, request)
             analysis_id = request.path_params["analysis_id"]
+            nul.refuse_in_params(request.query_params.multi_items(), request.path_params)
             if not 1 <= len(analysis_id) <= MAX_ID:
                 raise InvalidArgument(f"analysis_id must be 1 to {MAX_ID} characters")
             raw, digest = await anyio.to_thread.run_sync(mg.reports.artifact, principal, analysis_id)

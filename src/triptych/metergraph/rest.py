@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from triptych.core import jsonbody
+from triptych.core import jsonbody, nul
 from triptych.core.errors import StorageUnavailable, TriptychError
 from triptych.core.mcp import ArgumentsInvalid
 from triptych.core.metrics import observe_ingest
@@ -146,8 +146,13 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
             content_type = request.headers.get("content-type", "application/x-protobuf").lower()
             try:
                 decoded = otlp.to_rows(otlp.parse_request(body, content_type))
+                # Protobuf strings may hold NUL, which no JSON body can bring past jsonbody: the rows
+                # about to reach the engine are checked instead (core/nul.py).
+                nul.refuse(decoded.rows, "rows")
             except otlp.OtlpDecodeError as exc:
                 raise BadBatch(str(exc)) from None
+            except nul.NulInText as exc:
+                raise BadBatch(exc.message) from None
             if decoded.rows:
                 result = await anyio.to_thread.run_sync(
                     lambda: mg.ingest.ingest_rows(
@@ -186,7 +191,8 @@ def parse_metadata_param(raw: str) -> dict[str, str]:
         return dict(pairs)
 
     try:
-        jsonbody.parse(raw)  # bounded depth and number length before the duplicate-key pass
+        # Bounded depth and number length before the duplicate-key pass; a NUL is named by parse_args.
+        jsonbody.parse(raw, allow_nul=True)
         value = json.loads(raw, object_pairs_hook=no_duplicates)
     except (jsonbody.JsonRefused, json.JSONDecodeError):
         raise InvalidArgument("metadata must be one JSON object of string keys and string values") from None

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from triptych.core import jsonbody
+from triptych.core import jsonbody, nul
 from triptych.core.auth import Principal, local_principal
 from triptych.core.errors import InternalError, TriptychError
 from triptych.core.http import Authenticator
@@ -149,6 +149,7 @@ def memory_routes(
         async def endpoint(request: Request) -> Response:
             try:
                 principal = authenticate(request.headers.get("authorization")) or local_principal()
+                nul.refuse_in_params(request.query_params.multi_items(), request.path_params)
                 return await handler(request, principal)
             except TriptychError as exc:
                 return error_response(exc)
