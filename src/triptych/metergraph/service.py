@@ -31,6 +31,7 @@ from triptych.metergraph.store import SqliteTelemetryStore, TelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
+from triptych.metergraph.webhooks import WebhookService, WebhookSettings, load_webhook_settings
 from triptych.metergraph.workload_store import WorkloadStore
 from triptych.metergraph.workloads import WorkloadService
 from triptych.metergraph.workspace import WorkspaceService
@@ -78,6 +79,7 @@ class Metergraph:
     workloads: WorkloadService
     incidents: IncidentService
     links: AppLinks
+    webhooks: WebhookService
 
     @classmethod
     def open(
@@ -91,6 +93,7 @@ class Metergraph:
         workload_source: WorkloadSource | None = None,
         incident_settings: IncidentSettings | None = None,
         links: AppLinks | None = None,
+        webhook_settings: WebhookSettings | None = None,
     ) -> Metergraph:
         """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
         scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
@@ -135,6 +138,11 @@ class Metergraph:
         incidents = IncidentService(
             store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock
         )
+        # Incident webhooks: endpoints and the outbox live in the incidents' file, written by its saves.
+        webhooks = WebhookService(
+            incidents.store.db, data_dir, webhook_settings or load_webhook_settings(), clock
+        )
+        incidents.store.outbox = webhooks.outbox
         limiter = RateLimiter(settings.agent_rate_per_minute)
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
@@ -175,6 +183,7 @@ class Metergraph:
             workloads,
             incidents,
             links,
+            webhooks,
         )
 
     def close(self) -> None:
@@ -182,6 +191,7 @@ class Metergraph:
         self.report_store.close()
         if self.columns is not None:
             self.columns.close()  # first: its catch-up thread reads through the store
+        self.webhooks.close()  # before the incidents' file it reads
         self.incidents.close()  # so does the detectors' ticker
         self.providers.close()
         self.store.close()
