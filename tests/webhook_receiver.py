@@ -44,6 +44,7 @@ class Receiver:
         self.port = port
         self.status = 200
         self.received: list[Received] = []
+        self.arrived: list[str] = []  # delivery ids as requests arrive, before any answer
         self.hold: threading.Event | None = None  # set: requests wait for it before answering
         self._cond = threading.Condition()
         self._server: ThreadingHTTPServer | None = None
@@ -60,15 +61,21 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 arrived = time.time()
+                with receiver._cond:
+                    receiver.arrived.append(self.headers.get("x-metergraph-delivery", ""))
+                    receiver._cond.notify_all()
                 if receiver.hold is not None:
                     receiver.hold.wait(60)
                 status = receiver.status
                 answer = json.dumps({"ok": status < 300}).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                except OSError:
+                    pass  # the sender is gone (killed mid-delivery): the answer is lost, as in real life
                 with receiver._cond:
                     headers = {k.lower(): v for k, v in self.headers.items()}
                     receiver.received.append(Received(headers, body, arrived, status))
