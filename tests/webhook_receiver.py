@@ -39,6 +39,12 @@ class Received:
         return fresh and hmac.compare_digest("sha256=" + expected, self.headers["x-metergraph-signature"])
 
 
+class _Server(ThreadingHTTPServer):
+    # The standard backlog of 5 drops connections of a burst (the client retries a second later).
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class Receiver:
     def __init__(self, port: int = 0) -> None:
         self.port = port
@@ -84,8 +90,7 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", self.port), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
