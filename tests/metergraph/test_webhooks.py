@@ -259,3 +259,17 @@ def test_backoff_doubles_with_jitter_up_to_the_cap() -> None:
         step = min(60, 2 * 2 ** (n - 1))
         assert step / 2 <= wait <= step
     assert len({round(w, 6) for w in waits}) == len(waits)
+
+
+def test_finished_deliveries_are_forgotten_after_the_history_window(
+    sqlite_world: World, receiver: Receiver
+) -> None:
+    hooks = sqlite_world.mg.webhooks
+    endpoint, _ = hooks.add("w1", receiver.url)
+    hooks.test(endpoint["id"])
+    sqlite_world.cost_episode()  # three pending, no sender
+    [finished] = [d for d in hooks.deliveries("w1") if d["status"] != "pending"]
+    assert hooks.store.prune(int(time.time() * 1000) - 60_000) == 0  # ended a moment ago: kept
+    assert hooks.store.prune(int(time.time() * 1000) + 1) == 1  # pending rows are never pruned
+    assert [d["status"] for d in hooks.deliveries("w1")] == ["pending"] * 3
+    assert finished["event_type"] == "webhook.test"

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from triptych.metergraph.contract import MAX_DAYS
 from triptych.metergraph.webhook_store import Claimed, WebhookStore
 from triptych.metergraph.webhooks import WebhookSettings, post
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from triptych.metergraph.webhooks import WebhookService
 
 log = logging.getLogger(__name__)
+# Finished deliveries are kept as long as resolved incidents (contract.MAX_DAYS), then forgotten.
+HISTORY_MS = MAX_DAYS * 86_400_000
 
 
 def backoff_seconds(attempts: int, settings: WebhookSettings, rng: random.Random) -> float:
@@ -74,8 +77,12 @@ class WebhookSender:
         self._client.close()
 
     def _run(self) -> None:
+        pruned_at = float("-inf")
         while not self._stop.is_set():
             try:
+                if time.monotonic() - pruned_at > 3600:
+                    pruned_at = time.monotonic()
+                    self.store.prune(int(time.time() * 1000) - HISTORY_MS)
                 sent = self.deliver_due()
             except Exception:
                 log.exception("metergraph webhooks: delivering failed; retrying shortly")

@@ -206,6 +206,13 @@ class WebhookStore:
         )
         return [dict(r) for r in rows]
 
+    def prune(self, before_ms: int) -> int:
+        """Forget finished deliveries (delivered, failed, cancelled) that ended before ``before_ms``."""
+        with self.db.transaction() as conn:
+            return conn.execute(
+                "DELETE FROM webhook_deliveries WHERE status != 'pending' AND finished_ms < ?", (before_ms,)
+            ).rowcount
+
     def body(self, delivery_id: str) -> str | None:
         row = self.db.conn.execute(
             "SELECT body FROM webhook_deliveries WHERE id = ?", (delivery_id,)
