@@ -140,6 +140,16 @@ async def test_an_opened_incident_reaches_the_receiver_signed(data_dir: Path, re
         history = settled(data_dir, w.workspace)
         assert [(d["event_type"], d["incident_id"]) for d in history] == [
             ("incident.opened", opened["id"]), ("webhook.test", None)]  # fmt: skip
+        # The workspace's page shows the endpoint (scheme and host only) and its deliveries.
+        with httpx.Client(base_url=server.url, timeout=30) as web:
+            assert web.post("/app/sign-in", data={"key": w.key}).status_code == 303
+            page = web.get(f"/app/w/{w.workspace}/webhooks")
+        assert page.status_code == 200 and endpoint["id"] in page.text
+        assert f"http://127.0.0.1:{receiver.port}/…" in page.text and receiver.url not in page.text
+        assert (
+            body["delivery_id"] in page.text and "incident.opened" in page.text and opened["id"] in page.text
+        )
+        assert "2 delivered, 0 pending, 0 failed" in page.text
         removed = webhook(data_dir, "remove", endpoint["id"])
         assert removed.returncode == 0 and webhook(data_dir, "list").stdout == ""
         assert webhook(data_dir, "remove", endpoint["id"]).returncode == 1
