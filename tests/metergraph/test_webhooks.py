@@ -60,14 +60,22 @@ class World:
             self.sweep(workspace)
 
 
-def settled(hooks: Any, workspace: str, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """The workspace's deliveries once none is pending (the sender records an outcome just after the
+def eventually(read: Any, done: Any, timeout: float = 10.0) -> Any:
+    """``read()`` once ``done`` holds for it (the sender records a batch's outcomes just after the
     receiver has answered)."""
     deadline = time.monotonic() + timeout
-    while (rows := hooks.deliveries(workspace)) and any(d["status"] == "pending" for d in rows):
-        assert time.monotonic() < deadline, rows
+    while not done(value := read()):
+        assert time.monotonic() < deadline, value
         time.sleep(0.02)
-    return list(rows)
+    return value
+
+
+def settled(hooks: Any, workspace: str) -> list[dict[str, Any]]:
+    """The workspace's deliveries once none is pending."""
+    rows: list[dict[str, Any]] = eventually(
+        lambda: hooks.deliveries(workspace), lambda rows: all(d["status"] != "pending" for d in rows)
+    )
+    return rows
 
 
 @pytest.fixture
@@ -273,3 +281,22 @@ def test_finished_deliveries_are_forgotten_after_the_history_window(
     assert hooks.store.prune(int(time.time() * 1000) + 1) == 1  # pending rows are never pruned
     assert [d["status"] for d in hooks.deliveries("w1")] == ["pending"] * 3
     assert finished["event_type"] == "webhook.test"
+
+
+def test_an_endpoint_whose_secret_no_longer_opens_fails_alone(
+    sqlite_world: World, receiver: Receiver, tmp_path: Path
+) -> None:
+    hooks = sqlite_world.mg.webhooks
+    good, secret = hooks.add("w1", receiver.url)
+    broken, _ = hooks.add("w1", receiver.url + "?broken")
+    with sqlite3.connect(tmp_path / DB_FILE) as db:  # sealed under another endpoint's id: it cannot open
+        db.execute("UPDATE webhook_endpoints SET secret = (SELECT secret FROM webhook_endpoints WHERE id = ?)"
+                   " WHERE id = ?", (good["id"], broken["id"]))  # fmt: skip
+    hooks.start()
+    sqlite_world.cost_episode()
+    got = receiver.wait_accepted(3)
+    assert all(r.verifies(secret) for r in got) and len(receiver.received) == 3
+    failing = eventually(
+        lambda: hooks.deliveries(endpoint_id=broken["id"]), lambda rows: all(d["last_error"] for d in rows)
+    )
+    assert len(failing) == 3 and all(d["last_error"].startswith("not sent: InvalidTag") for d in failing)

@@ -115,9 +115,20 @@ class WebhookSender:
         return secret
 
     def _attempt(self, c: Claimed) -> dict[str, Any]:
-        status, error, answer, retry_after = post(
-            self._client, c.url, self._secret(c), c.id, c.event_type, c.body
-        )
+        try:
+            status, error, answer, retry_after = post(
+                self._client, c.url, self._secret(c), c.id, c.event_type, c.body
+            )
+        except Exception as exc:
+            # A secret that no longer opens (the key file replaced), a URL httpx refuses: this delivery
+            # fails and is retried like any other; the rest of the batch goes on.
+            log.warning("metergraph webhooks: delivery %s could not be sent: %s", c.id, exc)
+            status, error, answer, retry_after = (
+                None,
+                f"not sent: {type(exc).__name__}: {exc}"[:500],
+                None,
+                None,
+            )
         now = time.time()
         outcome: dict[str, Any] = {
             "id": c.id, "last_status": status, "last_error": error, "last_response": answer,
