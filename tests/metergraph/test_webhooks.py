@@ -300,3 +300,27 @@ def test_an_endpoint_whose_secret_no_longer_opens_fails_alone(
         lambda: hooks.deliveries(endpoint_id=broken["id"]), lambda rows: all(d["last_error"] for d in rows)
     )
     assert len(failing) == 3 and all(d["last_error"].startswith("not sent: InvalidTag") for d in failing)
+
+
+def test_two_processes_sharing_the_data_directory_send_each_delivery_once(
+    sqlite_world: World, receiver: Receiver, tmp_path: Path
+) -> None:
+    # A second Metergraph on the same data directory stands for another server worker: its own
+    # connections, its own sender polling the same outbox.
+    other = Metergraph.open(
+        tmp_path, load_metergraph_settings(), webhook_settings=load_webhook_settings(**FAST)
+    )
+    try:
+        for workspace in ("w1", "w2"):
+            sqlite_world.mg.webhooks.add(workspace, receiver.url)
+            other.webhooks.add(workspace, receiver.url + "?second")
+        sqlite_world.mg.webhooks.start()
+        other.webhooks.start()
+        sqlite_world.cost_episode("w1")
+        sqlite_world.cost_episode("w2")
+        got = receiver.wait_accepted(12)
+        assert len(receiver.received) == 12 and len({r.delivery_id for r in got}) == 12
+        rows = settled(other.webhooks, "w1") + settled(other.webhooks, "w2")
+        assert [d["attempts"] for d in rows] == [1] * 12
+    finally:
+        other.close()
