@@ -324,3 +324,19 @@ def test_two_processes_sharing_the_data_directory_send_each_delivery_once(
         assert [d["attempts"] for d in rows] == [1] * 12
     finally:
         other.close()
+
+
+def test_names_from_ingest_cannot_ping_a_chat_channel(sqlite_world: World, receiver: Receiver) -> None:
+    hooks = sqlite_world.mg.webhooks
+    hooks.add("w1", receiver.url)
+    hooks.start()
+    for h in range(24):
+        sqlite_world.hour(h, model="<!channel> & <https://evil.example|click>")
+    sqlite_world.hour(24, model="<!channel> & <https://evil.example|click>", input_tokens=60_000)
+    sqlite_world.sweep()
+    body = receiver.wait_accepted(1)[0].json()  # the model has no price: an unpriced_model incident
+    assert "<!channel>" in body["incident"]["title"]  # the data as it is
+    assert (
+        "<" not in body["text"]
+        and "&lt;!channel&gt; &amp; &lt;https://evil.example|click&gt;" in body["text"]
+    )

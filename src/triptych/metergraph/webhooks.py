@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -147,12 +148,18 @@ def _amount(kind: str, value: Any) -> str:
     return f"{value:,.4g}"
 
 
+def _escaped(text: Any) -> str:
+    # Slack's control characters: a route or model name sent to ingest must not become a mention
+    # (<!channel>) or a link in the channel.
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack_text(event_type: str, incident: dict[str, Any]) -> str:
     """A one-message summary in Slack's mrkdwn (an incoming webhook posts it as is)."""
     verb = event_type.split(".", 1)[1]
     diagnosis = incident["diagnosis"]
     kind = incident["kind"]
-    line = f"*Metergraph incident {verb}* [{incident['severity']}] {incident['title']}"
+    line = f"*Metergraph incident {verb}* [{incident['severity']}] {_escaped(incident['title'])}"
     window = f"window {incident['window_start']} to {incident['window_end']}"
     value = f"value {_amount(kind, diagnosis.get('value'))} vs baseline {_amount(kind, diagnosis.get('baseline'))}"
     if kind == "ingestion_failure":
@@ -160,7 +167,7 @@ def slack_text(event_type: str, incident: dict[str, Any]) -> str:
         value = f"{numbers.get('failed_batches')} of the last {numbers.get('recent_batches')} batches failed"
     return (
         f"{line}\n{value}; {window}; occurrences {incident['occurrences']}; status {incident['status']}\n"
-        f"incident `{incident['id']}` ({kind}) in workspace `{incident['workspace']}`"
+        f"incident `{incident['id']}` ({kind}) in workspace `{_escaped(incident['workspace'])}`"
     )
 
 
@@ -174,7 +181,8 @@ def event_body(
 ) -> str:
     if incident is None:
         text = (
-            f"Metergraph test event for workspace `{workspace}`: this endpoint receives its incident events."
+            f"Metergraph test event for workspace `{_escaped(workspace)}`: this endpoint receives its incident"
+            " events."
         )
     else:
         text = slack_text(event_type, {**incident, "workspace": workspace})
@@ -193,22 +201,30 @@ def event_body(
 def post(
     client: httpx.Client, url: str, secret: str, delivery_id: str, event_type: str, body: str
 ) -> tuple[int | None, str | None, str | None, float | None]:
-    """One attempt: (HTTP status, error, the start of the answer, Retry-After seconds)."""
+    """One attempt: (HTTP status, error, the start of the answer, Retry-After seconds). Only the start
+    of the answer is read: a receiver cannot make the sender hold a large answer in memory."""
     raw = body.encode()
+    headers = signed_headers(secret, delivery_id, event_type, raw, time.time())
     try:
-        response = client.post(
-            url, content=raw, headers=signed_headers(secret, delivery_id, event_type, raw, time.time())
-        )
+        with client.stream("POST", url, content=raw, headers=headers) as response:
+            head = b""
+            for chunk in response.iter_bytes():
+                head += chunk
+                if len(head) >= RESPONSE_KEPT * 4:
+                    break
+            status, retry = response.status_code, response.headers.get("retry-after", "")
     except httpx.HTTPError as exc:
         return None, f"{type(exc).__name__}: {exc}"[:RESPONSE_KEPT], None, None
     retry_after: float | None = None
     try:
-        retry_after = float(response.headers.get("retry-after", ""))
+        retry_after = float(retry)
     except ValueError:
         pass
-    text = response.text[:RESPONSE_KEPT]
-    error = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
-    return response.status_code, error, text, retry_after
+    if retry_after is not None and not (math.isfinite(retry_after) and retry_after >= 0):
+        retry_after = None
+    text = head.decode("utf-8", "replace")[:RESPONSE_KEPT]
+    error = None if 200 <= status < 300 else f"HTTP {status}"
+    return status, error, text, retry_after
 
 
 # -- the service -----------------------------------------------------------------------------------
