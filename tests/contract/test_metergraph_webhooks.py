@@ -164,8 +164,13 @@ async def test_kill_9_between_commit_and_delivery_loses_nothing(data_dir: Path, 
         added = webhook(data_dir, "add", receiver.url, "--workspace", w.workspace)
         secret = added.stdout.strip()
         opened = await w.spike()  # committed with its delivery; the receiver is not listening yet
-        [pending] = deliveries(data_dir, w.workspace)
+        deadline = time.monotonic() + 30
+        while not (pending := deliveries(data_dir, w.workspace)[0])["last_error"]:
+            assert time.monotonic() < deadline, pending
+            time.sleep(0.1)
+        # The failure shows in the CLI: refused, to be retried.
         assert (pending["status"], pending["incident_id"]) == ("pending", opened["id"])
+        assert pending["last_error"].startswith("ConnectError") and pending["next_attempt_at"] is not None
     finally:
         assert server.process is not None
         server.process.kill()  # SIGKILL: no shutdown hook runs
