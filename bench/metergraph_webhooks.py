@@ -10,7 +10,9 @@ one transaction); the server's sender thread delivers them, with the default set
 
 1. Latency: ``--latency`` incidents opened one at a time, each after the previous one was received;
    latency = arrival at the receiver (body read) minus the return of the committing ``save``. Baseline:
-   the round trip of a signed POST of one such body on a keep-alive client, arrival minus send.
+   the round trip of a signed POST of one such body on a keep-alive client, arrival minus send. Then
+   ``--cross`` incidents committed through a second Metergraph on the same data directory (as another
+   server worker would): no wake-up reaches the sender, which finds them by polling.
 2. Burst: ``--burst`` incidents opened in one transaction (as one sweep opening many); throughput =
    events / (last arrival - commit). Baseline: the same bodies POSTed by ``MG_WEBHOOK_CONCURRENCY`` threads
    on one keep-alive client, as fast as they go.
@@ -86,6 +88,7 @@ def main() -> None:
     )
     parser.add_argument("--latency", type=int, default=200, help="incidents opened one at a time")
     parser.add_argument("--burst", type=int, default=1000, help="incidents opened in one transaction")
+    parser.add_argument("--cross", type=int, default=20, help="incidents committed by another Metergraph")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     started = machine_facts()
@@ -108,6 +111,21 @@ def main() -> None:
             assert got.json()["incident"]["id"] == item.id
             latencies.append(got.arrived - committed)
         results["latency_commit_to_receiver"] = summary_ms(latencies)
+
+        # 1b. Committed by another process's connections (another worker, no wake-up): found by polling.
+        other = Metergraph.open(tmp, load_metergraph_settings(), webhook_settings=settings)
+        try:
+            polled: list[float] = []
+            for n in range(args.cross):
+                item = incident(50_000 + n, int(time.time() * 1000))
+                other.incidents.store.save("bench", "model", None, [item], {item.id})
+                committed = time.time()
+                got = receiver.wait_accepted(args.latency + n + 1)[-1]
+                assert got.json()["incident"]["id"] == item.id
+                polled.append(got.arrived - committed)
+        finally:
+            other.close()
+        results["latency_commit_elsewhere_to_receiver"] = summary_ms(polled)
 
         # Baseline: a signed POST of the same kind of body, straight to the receiver.
         body = event_body("incident.opened", "evt_b", "whd_b", "bench", None, int(time.time() * 1000))
