@@ -426,32 +426,40 @@ def _holds_hadron_data(path: Path) -> bool:
 
 
 def cmd_kb_import(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    import time
 
     from triptych.core.auth import local_principal
+    from triptych.core.progress import ImportBar
     from triptych.metronix.importer import import_paths
     from triptych.metronix.surface import Metronix
 
     settings = _settings(args)
     _log_to_stderr("warning")
-    metronix = Metronix.open(settings)
-
-    def progress(items: Any, total: int) -> Any:
-        return tqdm(items, total=total, unit="file", desc="importing", file=sys.stderr)
-
+    # Nothing here serves requests: the bulk embedding may use every core (a server keeps one for its
+    # requests). An operator who imports beside a running server sets TRIPTYCH_EMBED_BULK_THREADS.
+    threads = settings.embed_bulk_threads or os.cpu_count() or 1
+    metronix = Metronix.open(settings.model_copy(update={"embed_bulk_threads": threads}))
+    bar = ImportBar()
     try:
         summary = import_paths(
-            metronix.knowledge, local_principal(), args.workspace, [Path(p) for p in args.paths], progress
+            metronix.knowledge, local_principal(), args.workspace, [Path(p) for p in args.paths], bar
         )
     except FileNotFoundError as exc:
         print(f"triptych: {exc}", file=sys.stderr)
         return 2
     finally:
+        bar.close()
         metronix.close()
     head, *details = summary.report(args.workspace)
     print(head)
     for line in details:
         print(line, file=sys.stderr)
+    if bar.embedded:
+        seconds = time.monotonic() - bar.started
+        print(
+            f"embedded {bar.embedded:,} chunks in {seconds:.1f} s ({bar.rate():.1f} chunks/s, {threads} threads)",
+            file=sys.stderr,
+        )
     # A failure, or nothing importable at all, is worth a non-zero exit for a script.
     return 1 if summary.failed or not (summary.stored or summary.unchanged) else 0
 

@@ -127,3 +127,27 @@ async def test_an_encrypted_memory_reads_back_through_either_worker(workers: lis
         assert "launch codes" not in stored and stored.startswith(PREFIX)
     finally:
         hadron.close()
+
+
+async def test_a_memory_lock_and_an_edge_change_through_one_worker_hold_on_the_other(
+    workers: list[World],
+) -> None:
+    """Issue 28: the lock is a database row, and edges are read from the database on every call."""
+    one, two = workers
+    loc = fresh()
+    async with as_user(one, "carol") as carol_one, as_user(two, "alice") as alice_two:
+        await carol_one.ok("hadron_create_node", loc=node(TEAM, f"{loc}:t"), name="T")
+        await carol_one.ok("hadron_create_node", loc=node(TEAM, loc), name="Source")
+        made = await carol_one.ok(
+            "hadron_create_edge", sourceUrn=node(TEAM, loc), targetUrn=node(TEAM, f"{loc}:t")
+        )
+        locked = await carol_one.ok("hadron_lock_memory", memoryUrn=TEAM, ttlSeconds=300)
+        assert locked.data["locked"]
+        refused = await alice_two.refused(
+            "hadron_delete_edge", "MEMORY_LOCKED", edgeRef=made.data["edge"]["id"]
+        )
+        assert refused.data["error"]["data"]["lockedBy"] == "hrn:user:carol"
+        assert not (await alice_two.ok("hadron_lock_memory", memoryUrn=TEAM)).data["locked"]
+        await carol_one.ok("hadron_unlock_memory", memoryUrn=TEAM)
+        await alice_two.ok("hadron_delete_edge", edgeRef=made.data["edge"]["id"])
+        assert (await carol_one.ok("hadron_get_node", loc=node(TEAM, loc))).data["edges"] == []

@@ -188,7 +188,9 @@ def test_missing_or_invalid_credentials_are_401_and_app_tokens_cannot_read(env: 
         ("metergraph_get_usage_aggregates", {"route": [f"r{i}" for i in range(21)]}),
         ("metergraph_query_traces", {"sample": "newest"}),
         ("metergraph_query_traces", {"route": "x" * 513}),
-        ("metergraph_query_traces", {"trace_id": "abc"}),
+        ("metergraph_query_traces", {"trace_id": ""}),
+        ("metergraph_query_traces", {"request_id": "r" * 201}),
+        ("metergraph_query_traces", {"trace": "abc"}),
         ("metergraph_get_trace", {}),
         ("metergraph_get_report_evidence", {"analysis_id": "a", "workload_id": "w", "limit": 51}),
     ],
@@ -229,6 +231,8 @@ def test_every_contract_error_code_is_reachable(env: Env) -> None:
         == "invalid_argument"
     )
     assert code(debug, "metergraph_get_trace", trace_id="no-such-trace") == "not_found"
+    assert code(debug, "metergraph_query_traces", sample="spread", trace_id="t") == "invalid_argument"
+    assert code(debug, "metergraph_query_traces", sample="spread", request_id="r") == "invalid_argument"
     assert code(prod_only, "metergraph_query_traces", environment=["dev"]) == "forbidden"
     assert code(env.mint(workspace, "metadata"), "metergraph_get_trace", trace_id="x") == "forbidden"
     assert code(debug, "metergraph_replay_trace", trace_id="x") == "forbidden"
@@ -297,9 +301,9 @@ def test_environment_allowlists_apply_to_broad_queries(env: Env) -> None:
 async def test_a_full_investigation_through_the_official_client(env: Env) -> None:
     workspace = ws()
     app = env.app_token(workspace)
-    rows = [row(tags={"prompt_id": f"p-{i % 3}"}, route=f"r{i % 2}") for i in range(9)] + [
-        row(model="mystery-1")
-    ]
+    rows = [
+        row(tags={"prompt_id": f"p-{i % 3}"}, route=f"r{i % 2}", request_id=f"req-{i}") for i in range(9)
+    ] + [row(model="mystery-1")]
     assert env.ingest(app, rows).json() == {"accepted": 10, "ignored": 0}
     async with mcp_session(env.url, {"Authorization": f"Bearer {env.mint(workspace, 'metadata')}"}) as mcp:
         grouped = (
@@ -310,6 +314,18 @@ async def test_a_full_investigation_through_the_official_client(env: Env) -> Non
         usage = (await mcp.call("metergraph_get_usage", days=1)).data
         health = (await mcp.call("metergraph_get_ingestion_health")).data
         sample = (await mcp.call("metergraph_query_traces", sample="spread", limit=3)).data
+        # The skill's exact-identifier reads: one trace by its id, the calls of one provider request id.
+        one = (await mcp.call("metergraph_query_traces", trace_id=rows[0]["trace_id"], limit=1)).data
+        by_request = (await mcp.call("metergraph_query_traces", request_id="req-1", limit=1)).data
+    assert [t["trace_id"] for t in one["traces"]] == [rows[0]["trace_id"]]
+    assert [t["trace_id"] for t in by_request["traces"]] == [rows[1]["trace_id"]]
+    assert by_request["attribution"]["cost_basis"] == "matching_calls"
+    rest = httpx.get(env.server.url + "/v1/agent/traces", params={"request_id": "req-1", "limit": 1},
+                     headers={"Authorization": f"Bearer {env.mint(workspace, 'metadata')}"})  # fmt: skip
+    assert [t["trace_id"] for t in rest.json()["traces"]] == [rows[1]["trace_id"]]
+    refused = httpx.get(env.server.url + "/v1/agent/traces", params={"sample": "spread", "trace_id": "t"},
+                        headers={"Authorization": f"Bearer {env.mint(workspace, 'metadata')}"})  # fmt: skip
+    assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_argument")
     assert grouped["totals"]["calls"] == 10 and grouped["coverage"]["completeness"] == "partial"
     assert grouped["pricing"]["cost"] == "lower_bound" and grouped["pricing"]["unpriced_calls"] == 1
     assert sum(i["calls"] for i in usage["items"]) == 10

@@ -117,3 +117,37 @@ def test_hard_delete_removes_edges_and_embeddings(
     )
     graph.hard_delete([node.id])
     assert graph.edges_from([node.id]) == {} and graph.node_by_id(node.id) is None
+
+
+def test_an_edge_is_read_updated_and_found_by_loc_only_while_its_source_is_live(
+    stores: tuple[SqliteTenancyStore, SqliteGraphStore, Memory],
+) -> None:
+    tenancy, graph, memory = stores
+    other = tenancy.add_memory(
+        Memory(new_id(), "acme.com", "team", "Team", "", "knowledge", memory.org_id, None, None)
+    )
+    a, b, twin = make(memory, "a"), make(memory, "b"), make(other, "a")
+    for node in (a, b, twin):
+        graph.insert_node(node)
+    first = graph.upsert_edge(
+        EdgeRecord(new_id(), a.id, "to-b", None, None, b.id, memory.id, "b", "b", False, 0)
+    )
+    second = graph.upsert_edge(
+        EdgeRecord(new_id(), b.id, "to-b", None, None, b.id, memory.id, "b", "b", False, 0)
+    )
+    assert graph.edge_by_id(first.id) == first and first.priority == 0 and first.data is None
+    assert [e.id for e in graph.edges_at(memory.id, "to-b")] == [first.id, second.id]
+    changed = EdgeRecord(
+        first.id, a.id, "needs-b", "needs", "why", b.id, memory.id, "b", "b", True, first.position,
+        priority=-7, condition={"and": [True, {"var": "x"}]}, data={"n": 1, "s": "é"},
+    )  # fmt: skip
+    graph.update_edge(changed)
+    assert graph.edge_by_id(first.id) == changed
+    assert graph.edges_from([a.id])[a.id] == [changed]
+    assert graph.edges_at(memory.id, "to-b") == [second]
+    assert [n.memory_id for n in graph.nodes_at([memory.id, other.id], "a")] == sorted([memory.id, other.id])
+    graph.soft_delete([a.id], "t2")
+    assert graph.edge_by_id(first.id) is None and graph.edges_at(memory.id, "needs-b") == []
+    assert [n.memory_id for n in graph.nodes_at([memory.id, other.id], "a")] == [other.id]
+    graph.delete_edges([second.id])
+    assert graph.edge_by_id(second.id) is None and graph.edges_from([b.id]) == {}

@@ -9,6 +9,7 @@ import pytest
 
 from triptych.metergraph import cli
 from triptych.metergraph.errors import ForbiddenError, Unauthenticated
+from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
 
@@ -91,20 +92,23 @@ def test_retention_and_route_config(tmp_path: Path) -> None:
             "--workspace",
             "w",
             "--config",
-            '{"model": "gpt-4o-mini"}',
+            '{"model": "gpt-4o-mini", "constraints": {"max_cost_usd": 0.01}}',
             "--data-dir",
             data,
         )
         == 0
     )
-    assert (
-        run("metergraph", "route", "set", "bad", "--workspace", "w", "--config", "[1]", "--data-dir", data)
-        == 2
-    )
+    for bad in ("[1]", '{"constraints": ["max 1 cent"]}', "{"):
+        assert (
+            run("metergraph", "route", "set", "bad", "--workspace", "w", "--config", bad, "--data-dir", data)
+            == 2
+        )
     mg = Metergraph.open(tmp_path, load_metergraph_settings())
     try:
         assert mg.store.workspace("w")["retain_content"] == 1  # type: ignore[index]
         assert mg.store.route_config("w") == {"support": {"model": "gpt-4o-mini"}}
+        [route] = mg.workspace.routes(AgentPrincipal("w", "metadata", "cli"))["routes"]
+        assert (route["route"], route["constraints"]) == ("support", {"max_cost_usd": 0.01})
     finally:
         mg.close()
 

@@ -52,6 +52,32 @@ def test_calls_and_rollups_older_than_the_retention_window_expire(
         short.close()
 
 
+def test_a_shorter_retention_set_later_applies_to_the_tables_that_exist(
+    clickhouse: ClickHouseEndpoint, tmp_path: Path
+) -> None:
+    url = clickhouse.database_url()
+    first = open_ch(tmp_path / "first", url)  # created with the default: ten years
+    try:
+        first.store.set_retain_content("w1", True, NOW.isoformat())
+        first.ingest.ingest_document(app(), {"rows": [
+            row(minutes_ago=40 * 24 * 60, trace_id="t-old", request_json="old"),
+            row(minutes_ago=60, trace_id="t-new", request_json="new"),
+        ]})  # fmt: skip
+    finally:
+        first.close()
+    later = open_ch(tmp_path / "later", url, retention_days=30)  # the same tables, MG_RETENTION_DAYS=30
+    try:
+        store = later.store
+        assert isinstance(store, ClickHouseTelemetryStore)
+        for table in ("calls", "call_content", "rollups", "rollup_meta_daily", "trace_bounds"):
+            store.client.command(f"OPTIMIZE TABLE {table} FINAL")  # merges apply the new TTL now
+        assert store.count_calls("w1") == 1
+        assert store.client.command("SELECT count() FROM call_content") == 1
+        assert store.client.command("SELECT count() FROM trace_bounds") == 1
+    finally:
+        later.close()
+
+
 def test_a_database_from_before_the_metadata_rollup_and_trace_bounds_gets_them_filled(
     clickhouse: ClickHouseEndpoint, tmp_path: Path
 ) -> None:

@@ -141,3 +141,37 @@ def test_route_and_workload_must_both_match(mg: Metergraph) -> None:
     assert [t["trace_id"] for t in mg.traces.query(agent(), workload="plan")["traces"]] == ["a"]
     assert [t["trace_id"] for t in mg.traces.query(agent(), route="plan", workload="plan")["traces"]] == ["a"]
     assert mg.traces.query(agent(), route="plan", workload="answer")["traces"] == []
+
+
+def test_a_trace_id_selects_that_whole_trace_and_a_request_id_the_calls_that_carry_it(mg: Metergraph) -> None:
+    mg.ingest.ingest_document(app(), {"rows": [
+        row(minutes_ago=3, trace_id="t1", request_id="req-a", route="plan"),
+        row(minutes_ago=2, trace_id="t1", request_id="req-b", route="answer"),
+        row(minutes_ago=1, trace_id="t2", request_id="req-c"),
+        row(minutes_ago=4, request_id="req-lone"),  # no trace id: a trace of its own
+    ]})  # fmt: skip
+    whole = mg.traces.query(agent(), trace_id="t1")
+    assert [(t["trace_id"], t["span_count"]) for t in whole["traces"]] == [("t1", 2)]
+    assert whole["attribution"]["cost_basis"] == "trace_total"  # a trace id selects whole traces
+    assert whole["coverage"]["filters"]["trace_id"] == "t1"
+    by_request = mg.traces.query(agent(), request_id="req-b")
+    assert [(t["trace_id"], t["span_count"], t["routes"]) for t in by_request["traces"]] == [
+        ("t1", 1, ["answer"])
+    ]
+    assert by_request["attribution"]["cost_basis"] == "matching_calls"  # a request id selects calls
+    lone = mg.traces.query(agent(), request_id="req-lone")["traces"]
+    assert len(lone) == 1 and lone[0]["trace_id"].startswith("call:")
+    # The key a trace read lists for a call without a trace id finds that call again.
+    assert [t["trace_id"] for t in mg.traces.query(agent(), trace_id=lone[0]["trace_id"])["traces"]] == [
+        lone[0]["trace_id"]
+    ]
+    assert mg.traces.query(agent(), trace_id="t1", request_id="req-c")["traces"] == []  # both must match
+    assert mg.traces.query(agent(), trace_id="nope")["traces"] == []
+    assert mg.traces.query(agent("w2"), trace_id="t1")["traces"] == []  # never another workspace's
+    assert mg.traces.query(agent(environments=("prod",)), trace_id="t1")["traces"] == []  # untagged
+
+
+@pytest.mark.parametrize("name", ["cursor", "trace_id", "request_id"])
+def test_a_spread_sample_takes_no_cursor_trace_id_or_request_id(mg: Metergraph, name: str) -> None:
+    with pytest.raises(InvalidArgument, match=f"takes no {name}"):
+        mg.traces.query(agent(), sample="spread", **{name: "x"})

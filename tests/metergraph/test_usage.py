@@ -88,21 +88,25 @@ def test_unpriced_models_make_the_cost_a_lower_bound(mg: Metergraph) -> None:
     assert out["pricing"]["cost"] == "lower_bound"
     assert out["pricing"]["unpriced_calls"] == 1
     by_model = {i["model"]: i for i in out["items"]}
-    # A group with no priced call has no cost (null, like a trace's), never $0.00.
+    # A group with no priced call costs 0 as a number, as the product gives it, and its pricing says that
+    # is a lower bound: no call of it has a price.
     unpriced = by_model["in-house-model-7"]
-    assert unpriced["cost_usd"] is None and unpriced["cost_per_call_usd"] is None
+    assert unpriced["cost_usd"] == 0 and unpriced["cost_per_call_usd"] == 0
     assert unpriced["pricing"] == {**unpriced["pricing"], "cost": "lower_bound", "priced_calls": 0}
     assert by_model["gpt-4o"]["cost_usd"] == pytest.approx(1000 * 2.5e-6 + 100 * 10e-6)
     assert out["totals"]["cost_usd"] == by_model["gpt-4o"]["cost_usd"]
 
 
-def test_a_free_model_costs_zero_and_a_window_of_unpriced_calls_costs_null(mg: Metergraph) -> None:
+def test_a_free_model_costs_an_exact_zero_and_unpriced_calls_a_lower_bound_of_zero(mg: Metergraph) -> None:
     mg.ingest.ingest_document(app(), {"rows": [row(model="in-house-model-7", route="r1")]})
-    assert aggregates(mg)["totals"]["cost_usd"] is None
+    totals = aggregates(mg)["totals"]
+    assert (totals["cost_usd"], totals["pricing"]["cost"]) == (0, "lower_bound")
+    usage = mg.usage.usage(agent(), 7, 100, None)
+    assert (usage["items"][0]["cost_usd"], usage["items"][0]["pricing"]["cost"]) == (0, "lower_bound")
     mg.ingest.ingest_document(app(), {"rows": [row(route="r2", reported_cost_usd=0)]})
     by_route = {i["route"]: i for i in aggregates(mg, group_by=["route"])["items"]}
-    assert by_route["r1"]["cost_usd"] is None
-    assert by_route["r2"]["cost_usd"] == 0  # priced at zero: a real $0.00
+    assert (by_route["r1"]["cost_usd"], by_route["r1"]["pricing"]["cost"]) == (0, "lower_bound")
+    assert (by_route["r2"]["cost_usd"], by_route["r2"]["pricing"]["cost"]) == (0, "exact")  # a real $0.00
 
 
 @pytest.mark.parametrize(
@@ -310,7 +314,7 @@ def test_weekly_rollups_answer_exactly_what_a_raw_scan_answers(mg: Metergraph, d
         assert got.keys() == expected.keys()
         for key, (calls, errors, cost, p95) in expected.items():
             assert got[key][:2] == (calls, errors) and got[key][3] == p95
-            assert got[key][2] == (None if cost is None else pytest.approx(cost))
+            assert got[key][2] == pytest.approx(cost)
 
 
 def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path: Path) -> None:

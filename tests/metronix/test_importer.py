@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +13,7 @@ import pytest
 from triptych.core.auth import Principal, local_principal
 from triptych.core.embed import Matrix
 from triptych.metronix.importer import LINKED_FOLDER, discover, extract, import_paths, label_for
-from triptych.metronix.knowledge import KnowledgeService
+from triptych.metronix.knowledge import EMBED_SLICE, KnowledgeService
 from triptych.metronix.store import SqliteKnowledgeStore
 
 LOCAL = local_principal()
@@ -245,18 +245,54 @@ def test_discover_lists_visible_files_in_a_stable_order_and_reports_hidden_ones(
     assert sorted(Path(o.path).name for o in skipped) == [".draft.md", ".obsidian"]
 
 
-def test_import_reports_every_file_to_the_progress_wrapper(service: KnowledgeService, folder: Path) -> None:
-    seen: list[int] = []
+class Recorder:
+    """An ``ImportProgress`` that writes down what it is told."""
 
-    def progress(files: Sequence[Path], total: int) -> Iterable[Path]:
-        seen.append(total)
-        return files
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object, object]] = []
 
+    def start(self, files: int, total_bytes: int) -> None:
+        self.events.append(("start", files, total_bytes))
+
+    def file(self, path: Path, size: int) -> None:
+        self.events.append(("file", path.name, size))
+
+    def chunks(self, done: int, total: int) -> None:
+        self.events.append(("chunks", done, total))
+
+    def done(self, path: Path) -> None:
+        self.events.append(("done", path.name, None))
+
+
+def test_import_reports_every_file_and_its_bytes_to_the_progress(
+    service: KnowledgeService, folder: Path
+) -> None:
+    progress = Recorder()
     summary = import_paths(service, LOCAL, "default", [folder], progress=progress)
 
-    assert seen == [5]
+    files, _ = discover([folder])
+    assert progress.events[0] == ("start", 5, sum(f.stat().st_size for f in files))
+    begun = [e[1] for e in progress.events if e[0] == "file"]
+    ended = [e[1] for e in progress.events if e[0] == "done"]
+    assert begun == ended == [f.name for f in files]  # each file, skipped or failed ones too, begins and ends
     # Every candidate is accounted for: stored, unchanged, skipped (2 of the skips are hidden entries).
     assert summary.stored + summary.unchanged + len(summary.skipped) - 2 + len(summary.failed) == 5
+
+
+def test_a_long_file_reports_its_chunks_as_they_are_embedded(
+    service: KnowledgeService, tmp_path: Path
+) -> None:
+    long = tmp_path / "changelog.md"
+    long.write_text(
+        "\n\n".join(f"Release {i}: fixed bug number {i} in the parser module." * 12 for i in range(150))
+    )
+    progress = Recorder()
+    summary = import_paths(service, LOCAL, "default", [long], progress=progress)
+
+    reports = [(e[1], e[2]) for e in progress.events if e[0] == "chunks"]
+    assert summary.new == 1 and summary.chunks > EMBED_SLICE
+    assert len(reports) == -(-summary.chunks // EMBED_SLICE) >= 2  # a report per slice, before the file ends
+    assert reports[0] == (EMBED_SLICE, summary.chunks) and reports[-1] == (summary.chunks, summary.chunks)
 
 
 def test_import_as_a_viewer_stores_nothing_and_reports_every_file(

@@ -48,6 +48,13 @@ class LinearPattern:
         except UnicodeEncodeError:
             return False  # stored text never holds a lone surrogate; nothing to match in one
 
+    def finditer(self, text: str) -> Any:
+        """The non-overlapping matches in ``text`` (``re.Match``-like: ``start``, ``end``, ``group``)."""
+        try:
+            return list(self._compiled.finditer(text))
+        except UnicodeEncodeError:
+            return []
+
     def count(self, text: str) -> int:
         """How many non-overlapping matches ``text`` holds."""
         try:

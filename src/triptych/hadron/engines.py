@@ -14,6 +14,7 @@ from triptych.hadron import pg_store
 from triptych.hadron.abstract_store import AbstractStore, SqliteAbstractStore
 from triptych.hadron.action_store import ActionRunStore, SqliteActionRunStore
 from triptych.hadron.git_store import GitStore, SqliteGitStore
+from triptych.hadron.lock_store import LockStore, PgLockStore, SqliteLockStore
 from triptych.hadron.pg_abstract_store import PgAbstractStore
 from triptych.hadron.pg_action_store import PgActionRunStore
 from triptych.hadron.pg_git_store import PgGitStore
@@ -38,6 +39,7 @@ class Stores:
     actions: ActionRunStore
     abstracts: AbstractStore
     git: GitStore
+    locks: LockStore
     pg: PgDatabase | None = None
 
     @property
@@ -64,6 +66,7 @@ def open_stores(path: Path, database_url: str | None, dim: int | None, model: st
         SqliteActionRunStore(db),
         SqliteAbstractStore(db),
         SqliteGitStore(db),
+        SqliteLockStore(db),
     )
 
 
@@ -80,6 +83,7 @@ def _postgres(url: str, dim: int | None, model: str | None) -> Stores:
             PgActionRunStore(db),
             PgAbstractStore(db),
             PgGitStore(db),
+            PgLockStore(db),
             pg,
         )
     except BaseException:

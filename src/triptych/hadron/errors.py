@@ -19,8 +19,10 @@ reads as Hadron's code for that kind (``BY_KIND``).
     ├── OrgRequired              ORG_REQUIRED               invalid
     ├── UrnNotQualified          URN_NOT_QUALIFIED          invalid
     ├── UrnAlreadyExists         URN_ALREADY_EXISTS         conflict
+    ├── AmbiguousNodeLoc         AMBIGUOUS_NODE_LOC         invalid (hadron_read_node: a bare loc in several memories)
     ├── SchemaViolation          SCHEMA_VIOLATION           invalid ("Schema violation: ...")
     ├── Conflict                 CONFLICT                   conflict (e.g. descendants without recursive)
+    ├── MemoryLocked             MEMORY_LOCKED              conflict (a write to a memory another holder locked)
     ├── LocProtected             [loc_protected]            conflict (a generic node write on a Channel's address)
     ├── EncryptionKeyMissing     ENCRYPTION_KEY_MISSING     unavailable (an encrypted memory, no server key)
     ├── EncryptionKeyMismatch    ENCRYPTION_KEY_MISMATCH    unavailable (sealed under another key; never garbage)
@@ -143,8 +145,27 @@ class UrnAlreadyExists(HadronError, core.Conflict, code="URN_ALREADY_EXISTS", st
     """A create whose URN is taken."""
 
 
+class AmbiguousNodeLoc(
+    HadronError,
+    core.Invalid,
+    code="AMBIGUOUS_NODE_LOC",
+    hint="Pass memoryRef, or the node's full URN (the candidates are in data)",
+):
+    """A bare loc that names a live node in more than one readable memory."""
+
+
 class Conflict(HadronError, core.Conflict, code="CONFLICT", status=409):
     """A change the stored graph does not allow (e.g. deleting descendants without ``recursive``)."""
+
+
+class MemoryLocked(
+    HadronError,
+    core.Conflict,
+    code="MEMORY_LOCKED",
+    status=409,
+    hint="Wait until the lock expires or its holder calls hadron_unlock_memory; reads are not affected",
+):
+    """A write to a memory that another principal holds the lock of (hadron_lock_memory)."""
 
 
 class SchemaViolation(HadronError, core.Invalid, code="SCHEMA_VIOLATION"):

@@ -16,6 +16,7 @@ import sqlite3
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -344,6 +345,10 @@ class GraphStore(Protocol):
     def replace_edges(self, source_id: str, edges: Sequence[EdgeRecord]) -> None: ...
     def upsert_edge(self, edge: EdgeRecord) -> EdgeRecord: ...
     def edges_from(self, source_ids: Sequence[str]) -> dict[str, list[EdgeRecord]]: ...
+    def edge_by_id(self, edge_id: str) -> EdgeRecord | None: ...
+    def nodes_at(self, memory_ids: Sequence[str], loc: str) -> list[NodeRecord]: ...
+    def edges_at(self, memory_id: str, loc: str) -> list[EdgeRecord]: ...
+    def update_edge(self, edge: EdgeRecord) -> None: ...
     def add_revision(self, node: NodeRecord, operation: str, actor: str, reason: str | None) -> None: ...
     def add_revisions(
         self, items: Sequence[tuple[NodeRecord, str | None]], operation: str, actor: str, *, full: bool = True
@@ -649,8 +654,22 @@ _NODE_COLUMNS = (
 )
 _EDGE_COLUMNS = (
     "id, source_id, loc, name, description, target_id, target_memory_id, target_loc, target_ref, "
-    "is_runnable, position"
+    "is_runnable, position, priority, condition_json, data_json"
 )
+_EDGE_WIDTH = len(_EDGE_COLUMNS.split(", "))
+_EDGE_MARKS = ", ".join("?" * _EDGE_WIDTH)
+_EDGE_COLUMNS_OF_E = ", ".join(f"e.{c}" for c in _EDGE_COLUMNS.split(", "))  # joined with its source node
+# The edge fields of the live server (priority, condition, data), added after the graph's own schema: a
+# migration component of their own, written in the SQL both engines share.
+EDGE_COMPONENT = "hadron-edges"
+EDGE_MIGRATIONS = [
+    """
+    ALTER TABLE edges ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE edges ADD COLUMN condition_json TEXT;
+    ALTER TABLE edges ADD COLUMN data_json TEXT;
+    CREATE INDEX edges_by_loc ON edges (loc);
+    """
+]
 
 
 def _node(row: Sequence[Any]) -> NodeRecord:
@@ -667,7 +686,8 @@ def _edge(row: Sequence[Any]) -> EdgeRecord:
     return EdgeRecord(
         id=row[0], source_id=row[1], loc=row[2], name=row[3], description=row[4], target_id=row[5],
         target_memory_id=row[6], target_loc=row[7], target_ref=row[8], is_runnable=bool(row[9]),
-        position=row[10],
+        position=row[10], priority=row[11], condition=json.loads(row[12]) if row[12] is not None else None,
+        data=json.loads(row[13]) if row[13] is not None else None,
     )  # fmt: skip
 
 
@@ -693,6 +713,10 @@ def _upper(loc: str) -> str:
 class SqliteGraphStore(_SqliteBase):
     # Seals the nodes of encrypted memories on write and opens them on read (sealing.py); None: clear.
     codec: NodeCodec | None = None
+
+    def __init__(self, db: Database | PortableDatabase) -> None:
+        super().__init__(db)
+        db.migrate(EDGE_COMPONENT, EDGE_MIGRATIONS)
 
     def node_by_loc(self, memory_id: str, loc: str) -> NodeRecord | None:
         row = self.conn.execute(
@@ -736,7 +760,7 @@ class SqliteGraphStore(_SqliteBase):
         with self.atomic() as tx:
             tx.execute("DELETE FROM edges WHERE source_id = ?", (source_id,))
             tx.executemany(
-                f"INSERT INTO edges ({_EDGE_COLUMNS}) VALUES ({', '.join('?' * 11)})",
+                f"INSERT INTO edges ({_EDGE_COLUMNS}) VALUES ({_EDGE_MARKS})",
                 [_edge_values(e) for e in edges],
             )
 
@@ -751,11 +775,47 @@ class SqliteGraphStore(_SqliteBase):
             position = tx.execute(
                 "SELECT COALESCE(MAX(position), -1) + 1 FROM edges WHERE source_id = ?", (edge.source_id,)
             ).fetchone()[0]
-            values = _edge_values(edge)[:10]
-            tx.execute(
-                f"INSERT INTO edges ({_EDGE_COLUMNS}) VALUES ({', '.join('?' * 11)})", (*values, position)
-            )
-        return _edge((*values, position))
+            edge = replace(edge, position=position)
+            tx.execute(f"INSERT INTO edges ({_EDGE_COLUMNS}) VALUES ({_EDGE_MARKS})", _edge_values(edge))
+        return edge
+
+    def nodes_at(self, memory_ids: Sequence[str], loc: str) -> list[NodeRecord]:
+        """The live nodes at ``loc`` in any of ``memory_ids`` (a bare loc read across memories)."""
+        out: list[NodeRecord] = []
+        for chunk in _chunks(list(memory_ids)):
+            rows = self.conn.execute(
+                f"SELECT {_NODE_COLUMNS} FROM nodes WHERE loc = ? AND deleted_at IS NULL "
+                f"AND memory_id IN ({', '.join('?' * len(chunk))}) ORDER BY memory_id",
+                (loc, *chunk),
+            ).fetchall()
+            out.extend(self._read(r) for r in rows)
+        return out
+
+    def edge_by_id(self, edge_id: str) -> EdgeRecord | None:
+        """An edge whose source node is live (an edge of a deleted node is gone with it)."""
+        row = self.conn.execute(
+            f"SELECT {_EDGE_COLUMNS_OF_E} FROM edges e JOIN nodes n ON n.id = e.source_id "
+            "WHERE e.id = ? AND n.deleted_at IS NULL",
+            (edge_id,),
+        ).fetchone()
+        return _edge(row) if row else None
+
+    def edges_at(self, memory_id: str, loc: str) -> list[EdgeRecord]:
+        """The edges with loc ``loc`` whose live source node is in ``memory_id`` (an edge URN's candidates)."""
+        rows = self.conn.execute(
+            f"SELECT {_EDGE_COLUMNS_OF_E} FROM edges e JOIN nodes n ON n.id = e.source_id "
+            "WHERE e.loc = ? AND n.memory_id = ? AND n.deleted_at IS NULL ORDER BY n.loc, e.id",
+            (loc, memory_id),
+        ).fetchall()
+        return [_edge(r) for r in rows]
+
+    def update_edge(self, edge: EdgeRecord) -> None:
+        """Rewrite one edge's fields (its source and position stay)."""
+        columns = _EDGE_COLUMNS.split(", ")[2:]
+        values = _edge_values(edge)[2:]
+        assignments = ", ".join(f"{c} = ?" for c in columns)
+        with self.atomic() as tx:
+            tx.execute(f"UPDATE edges SET {assignments} WHERE id = ?", (*values, edge.id))
 
     def edges_from(self, source_ids: Sequence[str]) -> dict[str, list[EdgeRecord]]:
         out: dict[str, list[EdgeRecord]] = {}
@@ -899,14 +959,13 @@ class SqliteGraphStore(_SqliteBase):
     def incoming_edges(self, node_ids: Sequence[str]) -> list[tuple[EdgeRecord, str]]:
         """Edges targeting any of ``node_ids``, each with its source node's memory id."""
         out: list[tuple[EdgeRecord, str]] = []
-        cols = ", ".join(f"e.{c}" for c in _EDGE_COLUMNS.split(", "))
         for chunk in _chunks(list(node_ids)):
             rows = self.conn.execute(
-                f"SELECT {cols}, n.memory_id FROM edges e JOIN nodes n ON n.id = e.source_id "
+                f"SELECT {_EDGE_COLUMNS_OF_E}, n.memory_id FROM edges e JOIN nodes n ON n.id = e.source_id "
                 f"WHERE e.target_id IN ({', '.join('?' * len(chunk))})",
                 tuple(chunk),
             ).fetchall()
-            out.extend((_edge(r), r[11]) for r in rows)
+            out.extend((_edge(r), r[_EDGE_WIDTH]) for r in rows)
         return out
 
     def delete_edges(self, edge_ids: Sequence[str]) -> None:
@@ -941,5 +1000,6 @@ class SqliteGraphStore(_SqliteBase):
 def _edge_values(e: EdgeRecord) -> tuple[Any, ...]:
     return (
         e.id, e.source_id, e.loc, e.name, e.description, e.target_id, e.target_memory_id, e.target_loc,
-        e.target_ref, int(e.is_runnable), e.position,
+        e.target_ref, int(e.is_runnable), e.position, e.priority,
+        _json(e.condition) if e.condition is not None else None, _json(e.data) if e.data is not None else None,
     )  # fmt: skip

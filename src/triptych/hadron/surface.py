@@ -29,12 +29,16 @@ from triptych.hadron.services.abstracts import AbstractService, LlmSummarizer
 from triptych.hadron.services.actions import ActionService
 from triptych.hadron.services.agents import AgentService
 from triptych.hadron.services.channels import ChannelService
+from triptych.hadron.services.edges import EdgeService
 from triptych.hadron.services.embedding import NodeEmbedder
 from triptych.hadron.services.gitsync import GitSyncService
+from triptych.hadron.services.locks import LockService
 from triptych.hadron.services.mcp_calls import McpToolCaller
+from triptych.hadron.services.node_reads import NodeReadService
 from triptych.hadron.services.nodes import NodeService
 from triptych.hadron.services.objects import ObjectService
 from triptych.hadron.services.registers import RegisterService
+from triptych.hadron.services.replace import ReplaceService
 from triptych.hadron.services.scopes import ScopeService
 from triptych.hadron.services.search import SearchService
 from triptych.hadron.services.selection import SelectionService, SessionState
@@ -51,10 +55,13 @@ from triptych.hadron.tools.base import Ctx, Tool
 from triptych.hadron.tools.chat import chat_tools
 from triptych.hadron.tools.edges import edge_tools
 from triptych.hadron.tools.gitsync import gitsync_tools
+from triptych.hadron.tools.locks import lock_tools
 from triptych.hadron.tools.memories import memory_tools
+from triptych.hadron.tools.node_reads import node_read_tools
 from triptych.hadron.tools.nodes import node_tools
 from triptych.hadron.tools.objects import object_tools
 from triptych.hadron.tools.registers import register_tools
+from triptych.hadron.tools.replace import replace_tools
 from triptych.hadron.tools.scopes import scope_tools
 from triptych.hadron.tools.search import search_tools
 from triptych.hadron.tools.server_info import server_info_tools
@@ -93,6 +100,7 @@ class Hadron:
     team: Team
     derived: Derived
     gitsync: GitSyncService
+    live: LiveServer
     key: ServerKey | None = None
 
     @classmethod
@@ -113,7 +121,7 @@ class Hadron:
             path, url, embedder.dim if embedder else None, embedder.name if embedder else None
         )
         tenancy = stores.tenancy
-        access = AccessPolicy(tenancy)
+        access = AccessPolicy(tenancy, stores.locks)
         graph = stores.graph
         sealer = NodeSealer(key, lambda memory_id: bool((m := tenancy.memory(memory_id)) and m.encrypted))
         graph.codec = sealer
@@ -153,6 +161,7 @@ class Hadron:
             team,
             derived,
             gitsync,
+            LiveServer.build(nodes, selections, stores),
             key,
         )
 
@@ -165,7 +174,10 @@ class Hadron:
             *app_tools(self.access, self.selections),
             *server_info_tools(self.selections, [*self.derived.capabilities(), *self.capabilities()]),
             *node_tools(self.nodes),
-            *edge_tools(self.nodes),
+            *edge_tools(self.nodes, self.live.edges),
+            *node_read_tools(self.live.reads),
+            *replace_tools(self.live.replace),
+            *lock_tools(self.live.locks),
             *object_tools(self.objects),
             *validate_tools(self.validator),
             *search_tools(self.search, self.derived.abstracts.views),
@@ -200,6 +212,26 @@ class Hadron:
     def db(self) -> Database | PortableDatabase:
         """The database every store of this surface writes through (``hadron.db`` or PostgreSQL)."""
         return self.stores.db
+
+
+@dataclass
+class LiveServer:
+    """The live server's tools beyond the contract (docs/hadron.md): first-class edges, batch and uniform
+    node reads, text replacement and memory locks."""
+
+    edges: EdgeService
+    reads: NodeReadService
+    replace: ReplaceService
+    locks: LockService
+
+    @classmethod
+    def build(cls, nodes: NodeService, selections: SelectionService, stores: Stores) -> LiveServer:
+        return cls(
+            EdgeService(nodes),
+            NodeReadService(nodes),
+            ReplaceService(nodes),
+            LockService(nodes.access, selections, stores.locks),
+        )
 
 
 @dataclass

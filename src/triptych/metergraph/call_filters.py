@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 # Value kinds a placeholder may carry (ClickHouse's names; SQLite ignores them).
 TEXT = "String"
 INT = "Int64"
+# A call without a trace id is a trace of its own, keyed ``call:<id>``.
+CALL_KEY_PREFIX = "call:"
 
 
 class Dialect(Protocol):
@@ -62,6 +64,14 @@ def workload_clause(match: WorkloadMatch, d: Dialect) -> str:
     return f"({route} AND {keys} AND {shapes})"
 
 
+def trace_clause(trace_key: str, d: Dialect) -> str:
+    """The calls of one trace: its trace id, or for ``call:<id>`` (the key of a call without a trace id,
+    as trace reads list it) that one call."""
+    if trace_key.startswith(CALL_KEY_PREFIX) and trace_key[len(CALL_KEY_PREFIX) :].isdigit():
+        return f"(trace_id IS NULL AND id = {d.param(int(trace_key[len(CALL_KEY_PREFIX) :]), INT)})"
+    return f"trace_id = {d.param(trace_key, TEXT)}"
+
+
 def filter_clauses(f: CallFilter, d: Dialect) -> list[str]:
     """Every clause of ``f`` over the calls table, in SQL order."""
     clauses = [
@@ -72,6 +82,8 @@ def filter_clauses(f: CallFilter, d: Dialect) -> list[str]:
     ]
     if f.status is not None:
         clauses.append(f"status = {d.param(f.status, TEXT)}")
+    if f.trace_id is not None:
+        clauses.append(trace_clause(f.trace_id, d))
     if f.request_id is not None:
         clauses.append(f"request_id = {d.param(f.request_id, TEXT)}")
     if f.workload is not None:

@@ -94,18 +94,19 @@ def cmd_retain_content(args: argparse.Namespace) -> int:
 
 def cmd_route_set(args: argparse.Namespace) -> int:
     from triptych.metergraph.keys import _now
+    from triptych.metergraph.workspace import route_settings
 
     try:
-        config = json.loads(args.config) if args.config else {}
+        constraints, config = route_settings(json.loads(args.config) if args.config else {})
     except json.JSONDecodeError:
         print("triptych: --config must be a JSON object", file=sys.stderr)
         return 2
-    if not isinstance(config, dict):
-        print("triptych: --config must be a JSON object", file=sys.stderr)
+    except MetergraphError as exc:
+        print(f"triptych: {exc.message}", file=sys.stderr)
         return 2
     mg = _open(args)
     try:
-        mg.store.set_route(args.workspace, args.route, args.description, config, _now())
+        mg.store.set_route(args.workspace, args.route, args.description, config, _now(), constraints)
     finally:
         mg.close()
     return 0
@@ -186,7 +187,11 @@ def register(subparsers: Any) -> None:
     route_set.add_argument("route")
     route_set.add_argument("--workspace", required=True)
     route_set.add_argument("--description")
-    route_set.add_argument("--config", help='JSON object, e.g. \'{"model": "gpt-4o-mini"}\'')
+    route_set.add_argument(
+        "--config",
+        help='JSON object, e.g. \'{"model": "gpt-4o-mini", "constraints": {"max_cost_usd": 0.01}}\'; its '
+        "constraints (an object) and evaluation_contract are what metergraph_list_routes returns",
+    )
     route_set.add_argument("--data-dir", **data_dir)
     route_set.set_defaults(func=cmd_route_set)
 

@@ -65,13 +65,35 @@ def calls_ddl(retention_days: int) -> str:
 ) ENGINE = MergeTree
 PARTITION BY toDate(intDiv(ts_ms, 1000))
 ORDER BY (workspace, ts_ms, id)
-TTL toDateTime(intDiv(ts_ms, 1000)) + INTERVAL {int(retention_days)} DAY"""
+TTL {ttls(retention_days)["calls"]}"""
 
 
 CONTENT_DDL = """CREATE TABLE IF NOT EXISTS call_content (
   workspace LowCardinality(String), call_id UInt64, ts_ms Int64,
   request_text Nullable(String), response_text Nullable(String), tool_calls Nullable(String)
 ) ENGINE = MergeTree ORDER BY (workspace, call_id)"""
+
+
+def ttls(retention_days: int) -> dict[str, str]:
+    """Each table's TTL expression for a retention of ``retention_days``: a call with its time, a rollup
+    row with its bucket's end plus the window (plus a day, as a window may start mid-bucket), a trace's
+    bounds with its last call, retained content with its call."""
+    days = int(retention_days)
+    starts = f"toDateTime(bucket * if(grain = {_HOURLY}, 3600, 86400))"
+    return {
+        "calls": f"toDateTime(intDiv(ts_ms, 1000)) + INTERVAL {days} DAY",
+        "call_content": f"toDateTime(intDiv(ts_ms, 1000)) + INTERVAL {days} DAY",
+        ROLLUP_TABLE: f"addDays({starts}, if(grain = {_HOURLY}, {days + 1}, {days + 2}))",
+        META_ROLLUP: f"toDateTime(bucket * 86400) + INTERVAL {days + 2} DAY",
+        TRACE_BOUNDS: f"toDateTime(intDiv(last_ms, 1000)) + INTERVAL {days + 1} DAY",
+    }
+
+
+def ttl_statements(retention_days: int) -> list[str]:
+    """The TTLs of ``ttls`` set on tables that exist (created with another retention, or none): run with
+    ``materialize_ttl_after_modify = 0``, they only change metadata; merges expire the rows."""
+    return [f"ALTER TABLE {table} MODIFY TTL {expr}" for table, expr in ttls(retention_days).items()]
+
 
 _INT_SUM = "SimpleAggregateFunction(sum, Int64)"
 _FLOAT_SUM = "SimpleAggregateFunction(sum, Float64)"
@@ -127,7 +149,6 @@ def rollups_ddl(retention_days: int) -> list[str]:
         f"{name} {_FLOAT_SUM if name in ('cost_usd', 'latency_sum') else _INT_SUM}" for name in SUMS
     )
     keys = ", ".join(f"{k} LowCardinality(String)" for k in _KEY)
-    starts = f"toDateTime(bucket * if(grain = {_HOURLY}, 3600, 86400))"
     return [
         f"""CREATE TABLE IF NOT EXISTS {ROLLUP_TABLE} (
   workspace LowCardinality(String), grain UInt8, bucket Int64, {keys},
@@ -135,7 +156,7 @@ def rollups_ddl(retention_days: int) -> list[str]:
   hist {_HIST_TYPE}
 ) ENGINE = AggregatingMergeTree
 ORDER BY (workspace, grain, bucket, {", ".join(_KEY)})
-TTL addDays({starts}, if(grain = {_HOURLY}, {int(retention_days) + 1}, {int(retention_days) + 2}))""",
+TTL {ttls(retention_days)[ROLLUP_TABLE]}""",
         f"CREATE MATERIALIZED VIEW IF NOT EXISTS {ROLLUP_TABLE}_mv TO {ROLLUP_TABLE} AS {rollups_select()}",
     ]
 
@@ -193,7 +214,7 @@ def meta_rollup_ddl(retention_days: int) -> list[str]:
   hist {_HIST_TYPE}
 ) ENGINE = AggregatingMergeTree
 ORDER BY (workspace, key, bucket, {", ".join(_META_KEY[:-3])}, cls, value)
-TTL toDateTime(bucket * 86400) + INTERVAL {int(retention_days) + 2} DAY""",
+TTL {ttls(retention_days)[META_ROLLUP]}""",
         f"CREATE MATERIALIZED VIEW IF NOT EXISTS {META_ROLLUP}_mv TO {META_ROLLUP} AS {meta_rollup_select()}",
     ]
 
@@ -223,7 +244,7 @@ def trace_bounds_ddl(retention_days: int) -> list[str]:
   first_ms SimpleAggregateFunction(min, Int64), last_ms SimpleAggregateFunction(max, Int64)
 ) ENGINE = AggregatingMergeTree
 ORDER BY (workspace, trace_id)
-TTL toDateTime(intDiv(last_ms, 1000)) + INTERVAL {int(retention_days) + 1} DAY""",
+TTL {ttls(retention_days)[TRACE_BOUNDS]}""",
         f"CREATE MATERIALIZED VIEW IF NOT EXISTS {TRACE_BOUNDS}_mv TO {TRACE_BOUNDS} AS {trace_bounds_select()}",
     ]
 

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -39,10 +40,12 @@ from triptych.metergraph.clickhouse_schema import (
     ROLLUP_TABLE,
     TRACE_BOUNDS,
     statements,
+    ttl_statements,
 )
 from triptych.metergraph.scope import DAY_MS
 from triptych.metergraph.store import (
     CALL_COLUMNS,
+    DEFAULT_RETENTION_DAYS,
     ELIGIBLE_CHARS,
     RETAINED_FIELDS,
     ROLLUPS,
@@ -167,7 +170,7 @@ def _schema_lock(path: Path) -> Iterator[None]:
 class ClickHouseTelemetryStore:
     """``TelemetryStore`` on ClickHouse; metadata (keys, sessions, routes, batches) in ``meta``."""
 
-    def __init__(self, url: str, meta: SqliteTelemetryStore, retention_days: int = 3650) -> None:
+    def __init__(self, url: str, meta: SqliteTelemetryStore, retention_days: int | None = None) -> None:
         try:
             import clickhouse_connect
             import clickhouse_connect.driver.exceptions
@@ -177,6 +180,8 @@ class ClickHouseTelemetryStore:
                 details={"reason": "clickhouse_client_missing"},
             ) from None
         self.meta = meta
+        # The tables' TTL: the setting, or ten years (a TTL needs a number).
+        self.retention_days: int | None = retention_days or DEFAULT_RETENTION_DAYS
         self._data_error: type[Exception] = clickhouse_connect.driver.exceptions.DataError
         self._unreachable: type[Exception] = clickhouse_connect.driver.exceptions.OperationalError
         self.columns = None  # no projection: ClickHouse reads one metadata column itself
@@ -194,8 +199,11 @@ class ClickHouseTelemetryStore:
             # tables there and backfills nothing, so an upgrade never counts the stored calls twice.
             with _schema_lock(meta.db.path.parent / SCHEMA_LOCK):
                 missing = [table for table in BACKFILLED if not self._exists(table)]
-                for statement in statements(retention_days):
+                for statement in statements(self.retention_days):
                     self.client.command(statement)
+                # Tables created with another retention take this one (metadata only: merges expire).
+                for statement in ttl_statements(self.retention_days):
+                    self.client.command(statement, settings={"materialize_ttl_after_modify": 0})
                 for table in missing:
                     # A database from before this table: its view feeds it from now on, the calls
                     # already stored go in once (upgrade with ingest paused: a batch in flight may count
@@ -256,6 +264,10 @@ class ClickHouseTelemetryStore:
         for table, select in BACKFILLED.items():
             self._command(f"INSERT INTO {table} {select()}")
 
+    def purge_expired(self, now: datetime) -> int:
+        """Nothing to do: the tables' TTL expires old rows as parts merge (reads clip to the window)."""
+        return 0
+
     def close(self) -> None:
         self.client.close()
         self.meta.close()
@@ -298,9 +310,15 @@ class ClickHouseTelemetryStore:
         return self.meta.route_config(workspace)
 
     def set_route(
-        self, workspace: str, route: str, description: str | None, config: dict[str, Any], now_iso: str
+        self,
+        workspace: str,
+        route: str,
+        description: str | None,
+        config: dict[str, Any],
+        now_iso: str,
+        constraints: dict[str, Any] | None = None,
     ) -> None:
-        self.meta.set_route(workspace, route, description, config, now_iso)
+        self.meta.set_route(workspace, route, description, config, now_iso, constraints)
 
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]:
         return self.meta.batch_health(workspace, since_ms)
@@ -397,14 +415,7 @@ class ClickHouseTelemetryStore:
         the raw calls only at its edges, unless a filter the rollups do not hold (metadata pairs,
         status, request id, a saved workload) asks for the calls themselves."""
         first, last = -(-f.since_ms // DAY_MS), f.until_ms // DAY_MS
-        if (
-            meta_key is None
-            or f.metadata
-            or f.status is not None
-            or f.request_id is not None
-            or f.workload is not None
-            or first >= last
-        ):
+        if meta_key is None or f.selects_calls or first >= last:
             return self._scan(f, dims, meta_key)
         out = self._meta_days(f, first, last, dims, meta_key)
         for lo, hi in ((f.since_ms, first * DAY_MS), (last * DAY_MS, f.until_ms)):

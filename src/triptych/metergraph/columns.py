@@ -534,8 +534,8 @@ class ColumnProjection:
         self, f: CallFilter, dims: Sequence[str], meta_key: str | None
     ) -> dict[tuple[Any, ...], AggRow] | None:
         """What ``aggregate_raw`` answers, from the columns; None when the SQL scan must answer (another
-        process owns the projection, it is far behind, or the filter has a request id)."""
-        if f.request_id is not None:
+        process owns the projection, it is far behind, or the filter has a trace or request id)."""
+        if f.request_id is not None or f.trace_id is not None:
             return None
         with self._lock:  # while the background thread loads the files (seconds), a read waits for them
             if not self._open_locked():

@@ -12,16 +12,22 @@ from typing import Any
 
 CONTRACT_VERSION = "metergraph.agent-access/v1"
 TRACE_DEBUG_VERSION = "metergraph.trace-debug/v1"
-DEPLOYMENT_PROFILE = "triptych"
+# The product's profile of a self-hosted server with every capability (its customer-local deployment;
+# "oss" is its content-blind server, "byoc-core" withholds content and replay): decision 0045.
+DEPLOYMENT_PROFILE = "local"
 
 MAX_DAYS = 90
 MAX_ROWS = 200
 MAX_RESPONSE_BYTES = 5 * 1024 * 1024
 
-# Scopes. A Debug key also holds the metadata scope; a Replay key holds all three.
+# Scopes a key holds. A Debug key also holds the metadata scope; a Replay key holds all three.
 SCOPE_METADATA = "agent:metadata"
 SCOPE_READ = "agent:read"
 SCOPE_REPLAY = "agent:replay"
+# The scope capability discovery reports a tool needs, in the product's vocabulary (its published capability
+# schema knows agent:read and agent:replay only): agent:read is any read, agent:replay a replay. Which role
+# reads what is the tool's privacy class (and ``required_role``); a key holds the scopes of its role.
+REQUIRED_SCOPES = (SCOPE_READ, SCOPE_REPLAY)
 ROLE_SCOPES: dict[str, tuple[str, ...]] = {
     "metadata": (SCOPE_METADATA,),
     "debug": (SCOPE_METADATA, SCOPE_READ),
@@ -50,7 +56,7 @@ class ToolContract:
     name: str
     capability: str
     privacy_class: str  # metadata | content | replay
-    required_scope: str
+    key_scope: str  # the scope a key must hold to call it
     schema: str
     available: bool
     external_calls: bool = False
@@ -59,6 +65,16 @@ class ToolContract:
     @property
     def content(self) -> bool:
         return self.privacy_class != "metadata"
+
+    @property
+    def required_scope(self) -> str:
+        """The scope capability discovery reports, in the product's vocabulary."""
+        return SCOPE_REPLAY if self.key_scope == SCOPE_REPLAY else SCOPE_READ
+
+    @property
+    def required_role(self) -> str:
+        """The least role whose keys hold ``key_scope``."""
+        return next(role for role, scopes in ROLE_SCOPES.items() if self.key_scope in scopes)
 
 
 def _t(name: str, capability: str, privacy: str, scope: str, schema: str, available: bool) -> ToolContract:

@@ -29,6 +29,7 @@ class Window:
     since: datetime
     until: datetime
     days: int | None  # set for a days=N window (whole UTC days), None for an exact since/until
+    clipped: bool = False  # its start moved up to the retention window's (``clip_to_retention``)
 
     @property
     def since_ms(self) -> int:
@@ -73,6 +74,17 @@ def resolve_window(days: int | None, since: str | None, until: str | None, now: 
     if end - start > timedelta(days=MAX_DAYS):
         raise InvalidArgument(f"the window must be at most {MAX_DAYS} days")
     return Window(start, end, None)
+
+
+def clip_to_retention(window: Window, retention_days: int | None, now: datetime) -> Window:
+    """The part of ``window`` the retention keeps: no read reaches calls older than ``retention_days``,
+    whether or not the engine has deleted them yet (a window wholly older reads nothing)."""
+    if retention_days is None:
+        return window
+    horizon = now - timedelta(days=retention_days)
+    if window.since >= horizon:
+        return window
+    return Window(min(horizon, window.until), window.until, window.days, clipped=True)
 
 
 def environment_scope(principal: AgentPrincipal, requested: Sequence[str] | None) -> list[str] | None:

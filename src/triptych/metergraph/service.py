@@ -101,7 +101,7 @@ class Metergraph:
         settings = settings or load_metergraph_settings()
         # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
         links = links or AppLinks(public_base(settings.public_url, "", 0))
-        sqlite = SqliteTelemetryStore(data_dir / DB_FILE)
+        sqlite = SqliteTelemetryStore(data_dir / DB_FILE, settings.retention_days)
         sqlite.folder.pending_rows = settings.rollup_fold_rows
         sqlite.folder.idle_s = settings.rollup_fold_idle_ms / 1000
         store: TelemetryStore = sqlite
@@ -110,9 +110,7 @@ class Metergraph:
             from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
 
             # Calls and rollups in ClickHouse; keys, sessions, routes and batch records stay in SQLite.
-            store = ClickHouseTelemetryStore(
-                settings.clickhouse_url, sqlite, settings.clickhouse_retention_days
-            )
+            store = ClickHouseTelemetryStore(settings.clickhouse_url, sqlite, settings.retention_days)
         else:
             # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
             # process at a time maintains it (the others scan SQL).

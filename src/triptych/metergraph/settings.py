@@ -42,15 +42,18 @@ class MetergraphSettings(BaseSettings):
     clickhouse_url: str | None = Field(
         None, validation_alias=AliasChoices("TRIPTYCH_METERGRAPH_CLICKHOUSE_URL", "clickhouse_url")
     )
-    # How long ClickHouse keeps calls and rollups (the tables' TTL), in days; the embedded engine keeps
-    # everything, so the default is long enough not to differ from it in practice.
-    clickhouse_retention_days: int = Field(
-        3650,
+    # How many days calls (their metadata, content and rollups) are kept, on either engine: reads never
+    # reach further back, the embedded engine deletes older calls, ClickHouse expires them by TTL.
+    # Unset: the embedded engine keeps everything, ClickHouse ten years (its TTL needs a number).
+    # MG_RETENTION_DAYS is the upstream self-hosted server's name; the ClickHouse-only name still works.
+    retention_days: int | None = Field(
+        None,
         ge=1,
         validation_alias=AliasChoices(
-            "TRIPTYCH_METERGRAPH_CLICKHOUSE_RETENTION_DAYS", "clickhouse_retention_days"
+            "MG_RETENTION_DAYS", "TRIPTYCH_METERGRAPH_RETENTION_DAYS",
+            "TRIPTYCH_METERGRAPH_CLICKHOUSE_RETENTION_DAYS", "retention_days", "clickhouse_retention_days",
         ),
-    )
+    )  # fmt: skip
     # The embedded engine folds committed calls into its rollups in the background once this many are
     # pending, or once no ingest batch came for this long (reads fold what is still pending first).
     rollup_fold_rows: int = Field(

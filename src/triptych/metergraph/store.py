@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -262,7 +263,18 @@ MIGRATIONS.append(
     # Whole batches folded above the watermark (a process folds its own batches from memory).
     "\nCREATE TABLE rollup_folded (first_id INTEGER PRIMARY KEY, last_id INTEGER NOT NULL);"
 )
+# 6: a route's constraints in their own column: ``route set --config`` kept them inside the config, where
+# no read looked (``metergraph_list_routes`` answered {}), so they move out of it.
+MIGRATIONS.append(
+    "UPDATE routes SET constraints = json_extract(config, '$.constraints'),"
+    " config = json_remove(config, '$.constraints') WHERE json_type(config, '$.constraints') = 'object';"
+)
 DIMENSIONS = ("provider", "model", "route", "day")
+# ClickHouse's TTL when no retention is set (a TTL needs a number): ten years.
+DEFAULT_RETENTION_DAYS = 3650
+# The embedded engine deletes expired calls this often (and when it opens), this many per transaction.
+PURGE_EVERY_S = 3600.0
+PURGE_CHUNK = 10_000
 UNTAGGED = ""
 _UNTAGGED_SQL = "(environment IS NULL OR trim(environment) = '')"
 
@@ -315,8 +327,17 @@ class CallFilter:
     environments: Sequence[str] | None = None
     metadata: Sequence[tuple[str, str]] = ()
     status: str | None = None
+    trace_id: str | None = None  # a trace key: a trace id, or ``call:<id>`` for a call without one
     request_id: str | None = None
     workload: WorkloadMatch | None = None  # a saved workload's calls (``workload_match.py``)
+
+    @property
+    def selects_calls(self) -> bool:
+        """A filter the rollups do not hold: the raw calls answer it."""
+        return bool(
+            self.metadata or self.status is not None or self.trace_id is not None
+            or self.request_id is not None or self.workload is not None
+        )  # fmt: skip
 
 
 @dataclass
@@ -412,7 +433,11 @@ class TelemetryStore(Protocol):
     ``clickhouse_store.ClickHouseTelemetryStore`` (server mode) implement it. Services read calls only
     through these methods; a new read over calls is a new method here, implemented by both engines."""
 
+    # Days calls are kept (``MetergraphSettings.retention_days``); None: kept for good.
+    retention_days: int | None
+
     def close(self) -> None: ...
+    def purge_expired(self, now: datetime) -> int: ...
     def workspace(self, workspace: str) -> dict[str, Any] | None: ...
     def set_retain_content(self, workspace: str, retain: bool, now_iso: str) -> None: ...
     def insert_key(
@@ -458,7 +483,13 @@ class TelemetryStore(Protocol):
     def routes(self, f: CallFilter) -> list[dict[str, Any]]: ...
     def route_config(self, workspace: str) -> dict[str, Any]: ...
     def set_route(
-        self, workspace: str, route: str, description: str | None, config: dict[str, Any], now_iso: str
+        self,
+        workspace: str,
+        route: str,
+        description: str | None,
+        config: dict[str, Any],
+        now_iso: str,
+        constraints: dict[str, Any] | None = None,
     ) -> None: ...
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]: ...
     def count_calls(self, workspace: str) -> int: ...
@@ -472,13 +503,17 @@ class TelemetryStore(Protocol):
 
 
 class SqliteTelemetryStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, retention_days: int | None = None) -> None:
         # Durable before the 202: the WAL is synced at every commit. An ingest batch writes a few MB of
         # WAL, so the background checkpoint runs after every commit (``core.db.Checkpointer``).
         self.db = Database(
             path, MIGRATIONS, synchronous="FULL", background_checkpoints=True, checkpoint_every=1
         )
         self._write_lock = threading.Lock()
+        self.retention_days = retention_days
+        # The last purge of expired calls: none yet, so the server's folder thread purges on its first round
+        # (a CLI command, which starts no folder, never waits for one).
+        self._purged_at = float("-inf")
         # The columnar projection of the calls (``columns.py``), attached by the service wiring.
         self.columns: RawAggregator | None = None
         # Folds the rollups in the background soon after ingest commits (the server starts it); while it
@@ -597,7 +632,36 @@ class SqliteTelemetryStore:
         elif now - self._stuck[1] >= self.stuck_s:
             done += self.fold_rollups(stop)
             self._stuck = None
+        if self.retention_days is not None and now - self._purged_at >= PURGE_EVERY_S:
+            self.purge_expired(datetime.now(UTC))
         return done
+
+    def purge_expired(self, now: datetime) -> int:
+        """Delete the calls older than the retention window, their content and their rollup rows, a chunk
+        per transaction; returns how many calls went. The newest call (largest id) always stays: ids are
+        one more than the largest, so a later call can never take an id the rollups have folded."""
+        self._purged_at = time.monotonic()
+        if self.retention_days is None:
+            return 0
+        horizon = int(now.timestamp() * 1000) - self.retention_days * 86_400_000
+        gone = 0
+        while True:
+            with self._write_lock, self.db.transaction() as conn:
+                ids = [r[0] for r in conn.execute(
+                    "SELECT id FROM calls WHERE ts_ms < ? AND id < (SELECT MAX(id) FROM calls) LIMIT ?",
+                    (horizon, PURGE_CHUNK),
+                )]  # fmt: skip
+                if ids:
+                    marks = _placeholders(ids)
+                    conn.execute(f"DELETE FROM call_content WHERE call_id IN ({marks})", ids)
+                    conn.execute(f"DELETE FROM calls WHERE id IN ({marks})", ids)
+                if len(ids) < PURGE_CHUNK:
+                    # A rollup row goes once its whole bucket is older than the window.
+                    for table, (width, _) in ROLLUPS.items():
+                        conn.execute(f"DELETE FROM {table} WHERE (bucket + 1) * ? <= ?", (width, horizon))
+            gone += len(ids)
+            if len(ids) < PURGE_CHUNK:
+                return gone
 
     def _with_unfolded(self, table: str) -> str:
         """``table`` with the calls not folded yet added, for a read when the fold cannot write (a full
@@ -1110,15 +1174,23 @@ class SqliteTelemetryStore:
         return {r["route"]: json.loads(r["config"]) for r in rows}
 
     def set_route(
-        self, workspace: str, route: str, description: str | None, config: dict[str, Any], now_iso: str
+        self,
+        workspace: str,
+        route: str,
+        description: str | None,
+        config: dict[str, Any],
+        now_iso: str,
+        constraints: dict[str, Any] | None = None,
     ) -> None:
         with self.db.transaction() as conn:
             conn.execute(
-                "INSERT INTO routes (workspace, route, description, config, updated_at) VALUES (?, ?, ?, ?, ?)"
+                "INSERT INTO routes (workspace, route, description, constraints, config, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (workspace, route) DO UPDATE SET description = excluded.description,"
-                " config = excluded.config, updated_at = excluded.updated_at",
-                (workspace, route, description, json.dumps(config, sort_keys=True), now_iso),
-            )
+                " constraints = excluded.constraints, config = excluded.config, updated_at = excluded.updated_at",
+                (workspace, route, description, json.dumps(constraints or {}, sort_keys=True),
+                 json.dumps(config, sort_keys=True), now_iso),
+            )  # fmt: skip
 
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]:
         row = self.db.conn.execute(

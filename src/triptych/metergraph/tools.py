@@ -80,6 +80,8 @@ class TracesArgs(Args):
     route: Value512 | None = None
     status: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
     workload: Id200 | None = None
+    trace_id: Id200 | None = None
+    request_id: Id200 | None = None
     environment: (
         Annotated[list[Env], Field(min_length=1, max_length=20, json_schema_extra={"uniqueItems": True})]
         | None
@@ -199,8 +201,9 @@ def build_tools(
 
     def query_traces(p: AgentPrincipal, a: TracesArgs) -> dict[str, Any]:
         return traces.query(
-            p, route=a.route, status=a.status, workload=a.workload, environment=a.environment,
-            metadata=a.metadata, cursor=a.cursor, days=a.days, limit=a.limit, sample=a.sample,
+            p, route=a.route, status=a.status, workload=a.workload, trace_id=a.trace_id,
+            request_id=a.request_id, environment=a.environment, metadata=a.metadata, cursor=a.cursor,
+            days=a.days, limit=a.limit, sample=a.sample,
         )  # fmt: skip
 
     def start_analysis(p: AgentPrincipal, a: StartAnalysisArgs) -> dict[str, Any]:
@@ -253,7 +256,9 @@ def build_tools(
          reading("metergraph_list_incidents", lambda p, a: incidents.list(p, a.limit), incidents)),  # type: ignore[union-attr]
         ("metergraph_query_traces", "Query Metergraph trace metadata",
          "Content-free trace metadata, newest first with an opaque cursor, or a spread sample across the "
-         "window: tokens, cost, latency, status, routes, providers, models and environment.", TracesArgs,
+         "window: tokens, cost, latency, status, routes, providers, models and environment. An exact "
+         "trace_id selects that trace; an exact request_id selects the calls with that provider request id.",
+         TracesArgs,
          query_traces),
         ("metergraph_list_analysis_runs", "List Metergraph analysis runs",
          "A page of the workspace's analysis runs, newest first, with progress and report availability. "

@@ -12,7 +12,7 @@ from typing import Any
 from triptych.metergraph.contract import SCOPE_READ, TRACE_DEBUG_VERSION, envelope, warning
 from triptych.metergraph.errors import ForbiddenError, InvalidArgument, NotFoundError
 from triptych.metergraph.keys import AgentPrincipal
-from triptych.metergraph.scope import environment_scope, metadata_pairs, resolve_window
+from triptych.metergraph.scope import clip_to_retention, environment_scope, metadata_pairs, resolve_window
 from triptych.metergraph.store import CallFilter, TelemetryStore
 from triptych.metergraph.workload_match import WorkloadMatch
 
@@ -75,6 +75,7 @@ class TraceService:
         route: str | None = None,
         status: str | None = None,
         workload: str | None = None,
+        trace_id: str | None = None,
         request_id: str | None = None,
         environment: Sequence[str] | None = None,
         metadata: dict[str, str] | None = None,
@@ -84,7 +85,8 @@ class TraceService:
         sample: str | None = None,
     ) -> dict[str, Any]:
         now = self.clock()
-        window = resolve_window(days, None, None, now)
+        requested = resolve_window(days, None, None, now)
+        window = clip_to_retention(requested, self.store.retention_days, now)
         pairs = metadata_pairs(metadata)
         envs = environment_scope(principal, environment)
         # A workload is a saved analysis workload when one has that id, otherwise a route. Route and
@@ -100,6 +102,7 @@ class TraceService:
             environments=envs,
             metadata=pairs,
             status=status,
+            trace_id=trace_id,
             request_id=request_id,
             workload=match,
         )
@@ -109,10 +112,10 @@ class TraceService:
         reasons: list[str] = []
         sample_info: dict[str, Any] | None = None
         if sample is not None:
-            if cursor is not None:
-                raise InvalidArgument("a spread sample takes no cursor")
-            if request_id is not None:
-                raise InvalidArgument("a spread sample takes no request_id")
+            # The contract: "A sample takes no cursor, trace_id or request_id".
+            for name, value in (("cursor", cursor), ("trace_id", trace_id), ("request_id", request_id)):
+                if value is not None:
+                    raise InvalidArgument(f"a spread sample takes no {name}")
             slices = min(limit, MAX_SAMPLE_SLICES)
             span = (window.until_ms - window.since_ms) / slices
             bounds = [
@@ -130,7 +133,7 @@ class TraceService:
             shape, page_limit = "sample", slices
         else:
             fingerprint = _fingerprint(
-                principal.workspace, route, status, workload, request_id, envs, pairs, days
+                principal.workspace, route, status, workload, trace_id, request_id, envs, pairs, days
             )
             position = decode_cursor(cursor, fingerprint) if cursor is not None else None
             summaries = self.store.trace_page(f, envs, position, limit + 1)
@@ -148,6 +151,8 @@ class TraceService:
                 )
             shape, page_limit = "page", limit
         traces = [self._trace_out(s, cost_basis) for s in summaries]
+        if window.clipped:
+            reasons.append("retention_clipped")
         body = envelope(
             principal.workspace,
             now,
@@ -165,14 +170,18 @@ class TraceService:
                     "limit": page_limit,
                     "truncated": truncated,
                 },
-                "completeness": "partial" if (truncated or sample is not None) else "complete",
+                "completeness": "partial"
+                if (truncated or sample is not None or window.clipped)
+                else "complete",
                 "reasons": reasons,
-                "requested_window": window.as_dict(),
+                "requested_window": requested.as_dict(),
                 "effective_window": window.as_dict(),
                 "filters": {
                     "route": route,
                     "status": status,
                     "workload": workload,
+                    "trace_id": trace_id,
+                    "request_id": request_id,
                     "environment": envs if envs is not None else [],
                     "metadata": [{"key": k, "value": v} for k, v in pairs],
                 },

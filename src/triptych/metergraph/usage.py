@@ -22,6 +22,7 @@ from triptych.metergraph.scope import (
     HOUR_MS,
     Window,
     check_metadata_key,
+    clip_to_retention,
     environment_scope,
     metadata_pairs,
     resolve_window,
@@ -59,16 +60,15 @@ def pricing_summary(agg: AggRow) -> dict[str, Any]:
 
 def measures(agg: AggRow) -> dict[str, Any]:
     calls = int(agg.get("calls"))
-    # A group where no call has a price (not even a partial or a zero one) has no cost to report: null,
-    # as a trace's cost is, never 0.0 (a dashboard would show $0.00 for calls it cannot price).
-    priced = int(agg.get("priced")) + int(agg.get("partial")) + int(agg.get("zero"))
-    cost = round(agg.get("cost_usd"), 10) if priced or not calls else None
+    # Always a number, as the product's schema requires: the cost of the calls that have a price. Where
+    # some have none it is a lower bound, and the group's ``pricing.cost`` says so (``pricing_summary``).
+    cost = round(agg.get("cost_usd"), 10)
     latency_count = agg.get("latency_count")
     return {
         "calls": calls,
         "errors": int(agg.get("errors")),
         "cost_usd": cost,
-        "cost_per_call_usd": round(cost / calls, 10) if calls and cost is not None else None,
+        "cost_per_call_usd": round(cost / calls, 10) if calls else None,
         "input_tokens": int(agg.get("input_tokens")),
         "output_tokens": int(agg.get("output_tokens")),
         "cache_read_tokens": int(agg.get("cache_read_tokens")),
@@ -198,7 +198,8 @@ class UsageService:
         if len(set(group_by)) != len(group_by):
             raise InvalidArgument("group_by entries must be distinct")
         now = self.clock()
-        window = resolve_window(days, since, until, now)
+        requested = resolve_window(days, since, until, now)
+        window = clip_to_retention(requested, self.store.retention_days, now)
         pairs = metadata_pairs(metadata)
         envs = environment_scope(principal, environments)
         f = CallFilter(
@@ -299,7 +300,9 @@ class UsageService:
                 else:
                     message = "at least half of the window's calls or cost carry no usable value for this key"
                 warnings.append(warning("metadata_key_mostly_missing", message))
-        completeness = "partial" if truncated else "complete"
+        if window.clipped:
+            reasons.append("retention_clipped")
+        completeness = "partial" if truncated or window.clipped else "complete"
         coverage = {
             "rows": {
                 "shape": "top_n",
@@ -311,7 +314,7 @@ class UsageService:
             "totals_scope": "population",
             "completeness": completeness,
             "reasons": reasons,
-            "requested_window": window.as_dict(),
+            "requested_window": requested.as_dict(),
             "effective_window": window.as_dict(),
             "filters": _filters_echo(routes, providers, models, envs, pairs),
         }
@@ -340,7 +343,8 @@ class UsageService:
         self, principal: AgentPrincipal, days: int, limit: int, metadata: dict[str, str] | None
     ) -> dict[str, Any]:
         now = self.clock()
-        window = resolve_window(days, None, None, now)
+        requested = resolve_window(days, None, None, now)
+        window = clip_to_retention(requested, self.store.retention_days, now)
         pairs = metadata_pairs(metadata)
         envs = environment_scope(principal, None)
         f = CallFilter(
@@ -397,9 +401,9 @@ class UsageService:
                     "matched": len(ordered),
                 },
                 "totals_scope": "population",
-                "completeness": "partial" if truncated else "complete",
-                "reasons": ["row_limit"] if truncated else [],
-                "requested_window": window.as_dict(),
+                "completeness": "partial" if truncated or window.clipped else "complete",
+                "reasons": ["row_limit"] * truncated + ["retention_clipped"] * window.clipped,
+                "requested_window": requested.as_dict(),
                 "effective_window": window.as_dict(),
                 "filters": _filters_echo(None, None, None, envs, pairs),
             },  # fmt: skip

@@ -24,7 +24,7 @@ from typing import Any
 from triptych.metergraph.contract import SCOPE_READ, envelope, warning
 from triptych.metergraph.errors import ForbiddenError
 from triptych.metergraph.keys import AgentPrincipal
-from triptych.metergraph.scope import resolve_window
+from triptych.metergraph.scope import clip_to_retention, resolve_window
 from triptych.metergraph.store import CallFilter, TelemetryStore
 from triptych.metergraph.workload_match import WorkloadMatch, matches, shape_label, signature_keys
 from triptych.metergraph.workload_store import WorkloadStore
@@ -230,7 +230,7 @@ class WorkloadService:
                 "classification covers the whole workspace: use a key without an environment allowlist"
             )
         now = self.clock()
-        window = resolve_window(days, None, None, now)
+        window = clip_to_retention(resolve_window(days, None, None, now), self.telemetry.retention_days, now)
         run: dict[str, Any] = {
             "run_id": str(uuid.uuid4()), "workspace": principal.workspace, "status": "running",
             "created_at": now.isoformat(), "started_at": now.isoformat(), "finished_at": None,

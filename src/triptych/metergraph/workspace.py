@@ -21,7 +21,7 @@ from triptych.metergraph.contract import (
     TRACE_DEBUG_VERSION,
     envelope,
 )
-from triptych.metergraph.errors import ForbiddenError, UnsupportedCapability
+from triptych.metergraph.errors import ForbiddenError, InvalidArgument, UnsupportedCapability
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.scope import (
     MAX_KEY_LEN,
@@ -51,18 +51,30 @@ def evaluation_contract(config: dict[str, Any] | None) -> tuple[Any, int | str |
     return contract, version, "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def route_settings(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A route's ``--config`` split into its constraints (the ``constraints`` member: route governance
+    that ``metergraph_list_routes`` returns) and the rest (served to SDKs at ``/v1/config``)."""
+    if not isinstance(config, dict):
+        raise InvalidArgument("a route's config must be a JSON object")
+    rest = dict(config)
+    constraints = rest.pop("constraints", {})
+    if not isinstance(constraints, dict):
+        raise InvalidArgument("a route's constraints must be a JSON object")
+    return constraints, rest
+
+
 def tool_visible(principal: AgentPrincipal, tool_name: str) -> bool:
     """Metadata-role keys do not see content or replay tools in tools/list."""
     contract = TOOLS_BY_NAME[tool_name]
-    return contract.privacy_class == "metadata" or principal.has(contract.required_scope)
+    return contract.privacy_class == "metadata" or principal.has(contract.key_scope)
 
 
 def refuse_unavailable(principal: AgentPrincipal, tool_name: str) -> NoReturn:
     """A contract tool this deployment does not build: ``forbidden`` without its scope, otherwise
     ``unsupported_capability`` (capability discovery says the same)."""
     contract = TOOLS_BY_NAME[tool_name]
-    if not principal.has(contract.required_scope):
-        raise ForbiddenError(f"{tool_name} needs {contract.required_scope}")
+    if not principal.has(contract.key_scope):
+        raise ForbiddenError(f"{tool_name} needs the {contract.required_role} role ({contract.key_scope})")
     raise UnsupportedCapability(f"{tool_name} ({contract.capability}) is not available in this deployment")
 
 
@@ -90,7 +102,11 @@ class WorkspaceService:
                 "name": principal.workspace,
                 "created_at": row.get("created_at"),
             },
-            retention={"metadata_days": None, "content_retained": bool(row.get("retain_content"))},
+            # The days calls are kept (MG_RETENTION_DAYS; null: kept for good), whatever the key.
+            retention={
+                "metadata_days": self.store.retention_days,
+                "content_retained": bool(row.get("retain_content")),
+            },
             content={"captured": bool(row.get("retain_content")), "included": False},
             access={
                 "scopes": list(principal.scopes),
@@ -103,13 +119,14 @@ class WorkspaceService:
         agent: dict[str, Any] = {}
         works = {t.name: t.available and not self.not_configured(t.name) for t in TOOL_CONTRACT}
         for tool in TOOL_CONTRACT:
-            allowed = principal.has(tool.required_scope)
+            allowed = principal.has(tool.key_scope)
             entry: dict[str, Any] = {
                 "available": works[tool.name] and allowed,
                 "content": tool.content,
                 "mutates": tool.mutates,
                 "privacy_class": tool.privacy_class,
                 "required_scope": tool.required_scope,
+                "required_role": tool.required_role,
                 "schema": tool.schema,
                 "external_calls": tool.external_calls,
                 "capability": tool.capability,

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from selectolax.lexbor import LexborHTMLParser
 
@@ -154,34 +155,63 @@ def title_and_text(found: TextFile) -> tuple[str, str]:
     return stem, found.text
 
 
+class ImportProgress(Protocol):
+    """What ``import_paths`` tells as it goes: the total size first, then each file and its chunks."""
+
+    def start(self, files: int, total_bytes: int) -> None: ...
+    def file(self, path: Path, size: int) -> None: ...
+    def chunks(self, done: int, total: int) -> None: ...
+    def done(self, path: Path) -> None: ...
+
+
 def import_paths(
     service: KnowledgeService,
     principal: Principal,
     workspace: str,
     paths: Iterable[Path],
-    progress: Callable[[Sequence[Path], int], Iterable[Path]] | None = None,
+    progress: ImportProgress | None = None,
 ) -> ImportSummary:
     """Import every candidate file; the summary counts what was stored and why anything else was not."""
     files, skipped = discover(paths)
     summary = ImportSummary(skipped=skipped)
-    for file in progress(files, len(files)) if progress else files:
+    sizes = [_size(file) for file in files]
+    if progress:
+        progress.start(len(files), sum(sizes))
+    for file, size in zip(files, sizes, strict=True):
+        if progress:
+            progress.file(file, size)
         try:
-            outcome = _import_one(service, principal, workspace, file, summary)
+            outcome = _import_one(service, principal, workspace, file, summary, progress)
         except NotText as exc:
             outcome = exc.reason
         except (TriptychError, OSError) as exc:
             reason = exc.message if isinstance(exc, TriptychError) else (exc.strerror or str(exc))
             summary.failed.append(Outcome(str(file), reason))
             log.warning("import of %s failed: %s", file, reason)
-            continue
+            outcome = None
+        finally:
+            if progress:
+                progress.done(file)
         if outcome is not None:
             summary.skipped.append(Outcome(str(file), outcome))
     summary.workspace_documents = service.store.count_documents(service.workspace(principal, workspace))
     return summary
 
 
+def _size(file: Path) -> int:
+    try:
+        return file.stat().st_size
+    except OSError:  # gone since discovery: its import reports why
+        return 0
+
+
 def _import_one(
-    service: KnowledgeService, principal: Principal, workspace: str, file: Path, summary: ImportSummary
+    service: KnowledgeService,
+    principal: Principal,
+    workspace: str,
+    file: Path,
+    summary: ImportSummary,
+    progress: ImportProgress | None = None,
 ) -> str | None:
     """Store one file; the reason it was skipped, or None when it was stored or unchanged."""
     title, text = extract(file)
@@ -208,6 +238,7 @@ def _import_one(
         metadata={"path": path},
         source_type="file",
         skip_unchanged=True,
+        on_chunks=progress.chunks if progress else None,
     )
     if result.unchanged:
         summary.unchanged += 1

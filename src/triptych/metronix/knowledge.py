@@ -30,6 +30,8 @@ from triptych.metronix.store import MAX_DUPLICATE_LABELS, ChunkHit, KnowledgeSto
 log = logging.getLogger(__name__)
 
 MAX_CONTENT_CHARS = 5_000_000
+# Chunks embedded between two progress reports: a few seconds' work, far above a batch's size.
+EMBED_SLICE = 64
 # The largest request body /mcp reads: a metronix_store of MAX_CONTENT_CHARS characters, each escaped
 # as \uXXXX (6 bytes; clients that send ASCII-only JSON do), still fits, so a document over the limit
 # is refused in-band by the rule above, in the contract's error shape, not by the transport.
@@ -102,7 +104,10 @@ class KnowledgeService:
         metadata: dict[str, Any] | None = None,
         source_type: str | None = None,
         skip_unchanged: bool = False,
+        on_chunks: Callable[[int, int], None] | None = None,
     ) -> StoreResult:
+        """Chunk, embed and store a document. ``on_chunks(done, total)`` is told as its chunks are embedded
+        (``kb import``'s progress inside a long file)."""
         workspace = self.workspace(principal, workspace_id)
         require_write(principal)
         if not content or not content.strip():
@@ -127,8 +132,16 @@ class KnowledgeService:
         chunks = [c.text for c in chunk_text(content, self.chunk_tokens)]
         if not chunks:
             raise InvalidParams("content has no text to index", details={"field": "content"})
+        texts = [embedding_text(title, c) for c in chunks]
         try:
-            vectors = self.embedder.embed([embedding_text(title, c) for c in chunks])
+            if on_chunks is None:
+                vectors = self.embedder.embed(texts)
+            else:  # in slices, so a long document's progress shows while it is embedded
+                parts = []
+                for start in range(0, len(texts), EMBED_SLICE):
+                    parts.append(self.embedder.embed(texts[start : start + EMBED_SLICE]))
+                    on_chunks(min(start + EMBED_SLICE, len(texts)), len(texts))
+                vectors = np.concatenate(parts)
         except TriptychError:
             raise
         except Exception as exc:

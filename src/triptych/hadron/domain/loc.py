@@ -129,6 +129,12 @@ def urn_type(value: str) -> str | None:
     return m[1] if m else None
 
 
+def is_other_than_node_urn(value: str) -> bool:
+    """Whether ``value`` is an ``hrn:``/``urn:`` reference of a type that names no node (``hrn:mem:...``)."""
+    word = urn_type(value)
+    return word is not None and word not in _NODE_TYPES
+
+
 def strip_urn_prefix(ref: str, *types: str) -> str:
     """``ref`` (trimmed) without a leading ``hrn:<type>:`` or ``urn:<type>:`` of one of ``types``;
     anything else (a bare root, key or id) as it is."""

@@ -116,6 +116,11 @@ class EdgeRecord:
     target_ref: str  # what the writer passed, for a dangling target
     is_runnable: bool
     position: int
+    # The live server's edge fields (hadron_update_edge): order among a node's edges, a JSONLogic gate
+    # and a data bag; stored by the ``hadron-edges`` migration component.
+    priority: int = 0
+    condition: Any = None
+    data: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain import schema as schemas
+from triptych.hadron.domain.edges import edge_urn
 from triptych.hadron.domain.loc import (
     MemoryKey,
     NodeRef,
@@ -112,6 +113,10 @@ class NodeService:
         if self.guard is not None:
             self.guard(memory, loc, containing)
 
+    def check_generic_write(self, memory: Memory, loc: str) -> None:
+        """Refuse (``[loc_protected]``) a generic write at ``loc`` when a Channel's address holds it."""
+        self._guard(memory, loc)
+
     def embedded(self, memory: Memory, nodes: Sequence[NodeRecord]) -> None:
         """After a committed write: embed by the memory's policy (a failure is recorded, never raised)."""
         if self.embedder is not None:
@@ -194,7 +199,7 @@ class NodeService:
             "updatedBy": node.updated_by,
             # The worker session the node was created in, if any (issue 14).
             "sessionId": self.session_of(node.id) if self.session_of is not None else None,
-            "edges": [self.edge_view(caller, e) for e in edges],
+            "edges": [self.edge_view(caller, e, memory) for e in edges],
             "revisions": [
                 {
                     "revision": r.revision,
@@ -209,7 +214,10 @@ class NodeService:
             else [],
         } | {key: value for extra in self.extras for key, value in extra(node).items()}
 
-    def edge_view(self, caller: HadronCaller, edge: EdgeRecord) -> dict[str, Any]:
+    def edge_view(
+        self, caller: HadronCaller, edge: EdgeRecord, source: Memory | None = None
+    ) -> dict[str, Any]:
+        """An edge as the tools show it; ``source`` (the source node's memory) adds its URN."""
         target: dict[str, Any] | None = None
         node = self.graph.node_by_id(edge.target_id) if edge.target_id else None
         if node is None and edge.target_memory_id and edge.target_loc:
@@ -227,10 +235,15 @@ class NodeService:
         elif memory is None and not edge.target_memory_id:
             target = {"id": None, "urn": None, "ref": edge.target_ref}  # a dangling id reference
         return {
+            "id": edge.id,
+            **({"urn": edge_urn(source.root, source.slug, edge.loc)} if source is not None else {}),
             "loc": edge.loc,
             "name": edge.name,
             "description": edge.description,
             "isRunnable": edge.is_runnable,
+            "priority": edge.priority,
+            "condition": edge.condition,
+            "data": edge.data,
             "target": target,  # null when the far end is in a memory you cannot read
             "dangling": node is None,
         }

@@ -170,13 +170,14 @@ class SearchService:
     # ── find_nodes ──────────────────────────────────────────────────────
 
     def edge_summaries(self, caller: HadronCaller, hits: Sequence[Hit]) -> dict[str, list[dict[str, Any]]]:
-        """Each hit's outgoing edges as (loc, name, target urn), read in one query for the whole page."""
+        """Each hit's outgoing edges as (id, loc, name, target urn), read in one query for the whole page."""
         edges = self.nodes.graph.edges_from([h.node.id for h in hits])
         out: dict[str, list[dict[str, Any]]] = {}
         for node_id, records in edges.items():
             views = [self.nodes.edge_view(caller, edge) for edge in records]
             out[node_id] = [
                 {
+                    "id": v["id"],  # what hadron_update_edge and hadron_delete_edge take
                     "loc": v["loc"],
                     "name": v["name"],
                     "target": v["target"].get("urn") if v["target"] else None,

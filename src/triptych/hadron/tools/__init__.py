@@ -62,5 +62,21 @@ ISSUE_14_TOOLS = SESSION_TOOLS + WORKER_TOOLS + CHAT_TOOLS + WORKLOG_TOOLS + CHA
 ACTION_TOOLS = ("hadron_run_action",)
 # Git-backed memories (issue 18).
 GIT_TOOLS = ("hadron_sync_graph",)
+# The live server's tools the reference does not name (issue 28): the hosted server's generated tool list,
+# shipped in the official CLI (hadron-memory/hadron-cli, internal/cmd/spec/mcp-tools.txt, 2026-08-06),
+# with the argument names and result fields of its GraphQL schema. docs/hadron.md documents them.
+LIVE_SERVER_TOOLS = (
+    "hadron_update_edge",
+    "hadron_delete_edge",
+    "hadron_get_nodes",
+    "hadron_read_node",
+    "hadron_replace_text",
+    "hadron_lock_memory",
+    "hadron_unlock_memory",
+)
+# Names on that list this build does not serve, and why (docs/decisions/0059-hadron-run-task-not-served.md).
+NOT_SERVED = {
+    "hadron_run_task": "runner-internal: executing a task mints a headless LLM run on the hosted runner",
+}
 # Everything this build registers.
-TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS + ISSUE_14_TOOLS + ACTION_TOOLS + GIT_TOOLS
+TOOLS = ISSUE_5_TOOLS + ISSUE_6_TOOLS + ISSUE_14_TOOLS + ACTION_TOOLS + GIT_TOOLS + LIVE_SERVER_TOOLS

@@ -161,7 +161,8 @@ def render_node(view: dict[str, Any]) -> str:
             )
             note = " [dangling]" if edge["dangling"] and target is not None else ""
             label = f" ({edge['name']})" if edge["name"] else ""
-            lines.append(f"- {edge['loc']} → {where}{label}{note}")
+            # The id is what hadron_update_edge and hadron_delete_edge take when the edge's URN is ambiguous.
+            lines.append(f"- {edge['loc']} → {where}{label}{note} [edge id {edge['id']}]")
     if view.get("runs"):
         lines += ["", "## runs (newest first)"]
         for run in view["runs"]:

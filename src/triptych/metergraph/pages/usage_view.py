@@ -13,7 +13,7 @@ from triptych.metergraph import histogram
 from triptych.metergraph.contract import MAX_DAYS, MAX_ROWS
 from triptych.metergraph.errors import InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
-from triptych.metergraph.scope import DAY_MS, environment_scope, resolve_window
+from triptych.metergraph.scope import DAY_MS, clip_to_retention, environment_scope, resolve_window
 from triptych.metergraph.store import AggRow, CallFilter
 from triptych.metergraph.usage import UNKNOWN, UNROUTED, UsageService, measures
 
@@ -53,7 +53,8 @@ def overview(usage: UsageService, principal: AgentPrincipal, days: int, by: str)
     # Charted: the top groups by cost that a filter can name ("(unknown)" / "(unrouted)" go to "other").
     charted = [item[by] for item in table["items"] if item[by] not in (UNKNOWN, UNROUTED)][:CHARTED]
 
-    window = resolve_window(days, None, None, usage.clock())
+    now = usage.clock()
+    window = clip_to_retention(resolve_window(days, None, None, now), usage.store.retention_days, now)
     envs = environment_scope(principal, None)
     whole = CallFilter(principal.workspace, window.since_ms, window.until_ms, environments=envs)
     # Two rollup reads: the charted groups by day, and every call by day; "other" is the difference
