@@ -340,3 +340,29 @@ def test_names_from_ingest_cannot_ping_a_chat_channel(sqlite_world: World, recei
         "<" not in body["text"]
         and "&lt;!channel&gt; &amp; &lt;https://evil.example|click&gt;" in body["text"]
     )
+
+
+def test_which_writes_are_events() -> None:
+    from dataclasses import replace
+
+    from triptych.metergraph.incident_store import Incident, transition
+
+    base = Incident("inc_1", "w1", "cost_spike", "model", "[]", None, None, None, None, "open", "warning", "t",
+                    0, 1, 0, 0, None, 1, 1, 0, 0, {})  # fmt: skip
+
+    def stored(status: str = "open", severity: str = "warning", occurrences: int = 1) -> sqlite3.Row:
+        db = sqlite3.connect(":memory:")
+        db.row_factory = sqlite3.Row
+        row: sqlite3.Row = db.execute(
+            "SELECT ? AS status, ? AS severity, ? AS occurrences", (status, severity, occurrences)
+        ).fetchone()
+        return row
+
+    assert transition(None, base, written=True) == "incident.opened"
+    assert transition(None, base, written=False) is None  # another worker opened it first
+    assert transition(stored(), replace(base, occurrences=2), True) == "incident.updated"
+    assert transition(stored(), replace(base, severity="critical"), True) == "incident.updated"
+    assert transition(stored(), replace(base, generation=2, clear_windows=1), True) is None  # a clear window
+    assert transition(stored(), replace(base, generation=2), True) is None  # the same window re-judged
+    assert transition(stored(), replace(base, status="resolved"), True) == "incident.resolved"
+    assert transition(stored("resolved"), replace(base, status="resolved"), True) is None
