@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -116,7 +117,11 @@ def main() -> None:
         other = Metergraph.open(tmp, load_metergraph_settings(), webhook_settings=settings)
         try:
             polled: list[float] = []
+            rng = random.Random(5)
             for n in range(args.cross):
+                # Arriving at a random moment, not in step with the sender's last delivery (right after
+                # which it claims once more and would catch the commit without polling).
+                time.sleep(rng.uniform(0.2, 1.2))
                 item = incident(50_000 + n, int(time.time() * 1000))
                 other.incidents.store.save("bench", "model", None, [item], {item.id})
                 committed = time.time()
