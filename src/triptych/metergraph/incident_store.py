@@ -128,6 +128,9 @@ class IncidentStore:
     def __init__(self, path: Path) -> None:
         self.db = Database(path, MIGRATIONS, component="incidents")
         self.outbox: Outbox | None = None
+        # Called after a commit that wrote events: the sender wakes once the rows are visible (woken
+        # inside the transaction, it would wait on the write lock in SQLite's busy back-off).
+        self.outbox_committed: Callable[[], None] | None = None
 
     def close(self) -> None:
         self.db.close()
@@ -156,6 +159,7 @@ class IncidentStore:
     ) -> None:
         """The sweep's changed incidents and its new cursor, together or not at all. An incident in
         ``created`` is new: if another worker opened the same episode a moment ago, its row stays."""
+        announced = False
         with self.db.transaction() as conn:
             for incident in incidents:
                 sql = _INSERT_NEW if incident.id in created else _UPSERT
@@ -168,12 +172,15 @@ class IncidentStore:
                 event = transition(before, incident, written) if self.outbox is not None else None
                 if event is not None and self.outbox is not None:
                     self.outbox(conn, event, incident)
+                    announced = True
             if cursor is not None:
                 conn.execute(
                     "INSERT INTO incident_cursors VALUES (?, ?, ?, ?) ON CONFLICT (workspace, grain) DO UPDATE"
                     " SET anchor_bucket = excluded.anchor_bucket, evaluated_through = excluded.evaluated_through",
                     (workspace, grain, *cursor),
                 )
+        if announced and self.outbox_committed is not None:
+            self.outbox_committed()
 
     def for_workspace(
         self, workspace: str, environments: Sequence[str] | None = None, limit: int = -1

@@ -141,6 +141,7 @@ class Metergraph:
             incidents.store.db, data_dir, webhook_settings or load_webhook_settings(), clock
         )
         incidents.store.outbox = webhooks.outbox
+        incidents.store.outbox_committed = webhooks.committed
         limiter = RateLimiter(settings.agent_rate_per_minute)
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)

@@ -339,7 +339,10 @@ class WebhookService:
                 "body": event_body(event_type, event_id, delivery_id, incident.workspace, rendered, now),
             })  # fmt: skip
         self.store.enqueue(conn, rows)
-        self.wake.set()  # the sender's claim waits for this transaction's commit (BEGIN IMMEDIATE)
+
+    def committed(self) -> None:
+        """``IncidentStore``'s hook after a commit that wrote deliveries: the sender claims them now."""
+        self.wake.set()
 
     # -- the sender -------------------------------------------------------------------------------
 
