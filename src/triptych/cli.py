@@ -304,12 +304,14 @@ def settings_sections(data_dir: Path | None = None) -> list[tuple[str, list[Any]
     from triptych.metergraph.detectors import load_incident_settings
     from triptych.metergraph.providers import load_provider_settings
     from triptych.metergraph.settings import load_metergraph_settings
+    from triptych.metergraph.webhooks import load_webhook_settings
 
     return [
         ("server", rows(load_settings(data_dir=data_dir), {"data_dir": data_dir})),
         ("process", other_rows(OtherSetting(*other) for other in OTHER_ENVIRONMENT)),
         ("metergraph", rows(load_metergraph_settings())),
         ("metergraph incidents", rows(load_incident_settings())),
+        ("metergraph webhooks", rows(load_webhook_settings())),
         ("metergraph replay", rows(load_provider_settings())),
     ]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from triptych.core.datadir import HELP as DATA_DIR_HELP
-from triptych.metergraph import report_cli
+from triptych.metergraph import report_cli, webhook_cli
 from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
 from triptych.metergraph.contract import ROLES
 from triptych.metergraph.errors import MetergraphError
@@ -204,6 +204,7 @@ def register(subparsers: Any) -> None:
     classify.add_argument("--data-dir", **data_dir)
     classify.set_defaults(func=cmd_classify)
     report_cli.register(sub, data_dir)
+    webhook_cli.register(sub, data_dir)
 
     bridge = subparsers.add_parser(
         "metergraph-mcp",

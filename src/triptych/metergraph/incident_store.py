@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,9 +102,35 @@ _INSERT_NEW = (
 )
 
 
+# Called inside ``save``'s transaction with each transition (``incident.opened|updated|resolved``): the
+# webhook outbox (webhooks.py), so an event commits, or not, with the change it announces.
+Outbox = Callable[[sqlite3.Connection, str, Incident], None]
+
+
+def transition(before: sqlite3.Row | None, after: Incident, written: bool) -> str | None:
+    """The event a write of ``after`` over the stored ``before`` is, if any. Updated means the signal was
+    seen in a new window or escalated; a re-judged window or a clear window counted is no event. Read
+    under the write lock, so two workers saving the same change announce it once."""
+    if not written:
+        return None  # another worker opened this episode a moment ago
+    if before is None:
+        return "incident.opened" if after.status == "open" else None
+    if before["status"] != "open":
+        return None
+    if after.status == "resolved":
+        return "incident.resolved"
+    if after.occurrences > before["occurrences"] or after.severity != before["severity"]:
+        return "incident.updated"
+    return None
+
+
 class IncidentStore:
     def __init__(self, path: Path) -> None:
         self.db = Database(path, MIGRATIONS, component="incidents")
+        self.outbox: Outbox | None = None
+        # Called after a commit that wrote events: the sender wakes once the rows are visible (woken
+        # inside the transaction, it would wait on the write lock in SQLite's busy back-off).
+        self.outbox_committed: Callable[[], None] | None = None
 
     def close(self) -> None:
         self.db.close()
@@ -133,16 +159,28 @@ class IncidentStore:
     ) -> None:
         """The sweep's changed incidents and its new cursor, together or not at all. An incident in
         ``created`` is new: if another worker opened the same episode a moment ago, its row stays."""
+        announced = False
         with self.db.transaction() as conn:
             for incident in incidents:
                 sql = _INSERT_NEW if incident.id in created else _UPSERT
-                conn.execute(sql, incident.params())
+                before = None
+                if self.outbox is not None:
+                    before = conn.execute(
+                        "SELECT status, severity, occurrences FROM incidents WHERE id = ?", (incident.id,)
+                    ).fetchone()
+                written = conn.execute(sql, incident.params()).rowcount > 0
+                event = transition(before, incident, written) if self.outbox is not None else None
+                if event is not None and self.outbox is not None:
+                    self.outbox(conn, event, incident)
+                    announced = True
             if cursor is not None:
                 conn.execute(
                     "INSERT INTO incident_cursors VALUES (?, ?, ?, ?) ON CONFLICT (workspace, grain) DO UPDATE"
                     " SET anchor_bucket = excluded.anchor_bucket, evaluated_through = excluded.evaluated_through",
                     (workspace, grain, *cursor),
                 )
+        if announced and self.outbox_committed is not None:
+            self.outbox_committed()
 
     def for_workspace(
         self, workspace: str, environments: Sequence[str] | None = None, limit: int = -1

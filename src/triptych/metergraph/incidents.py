@@ -548,3 +548,7 @@ def _render(i: Incident) -> dict[str, Any]:
         "resolved_at": _iso(i.resolved_ms),
         "occurrences": i.occurrences,
     }
+
+
+# The webhook body carries the same object the incident tools list.
+render_incident = _render

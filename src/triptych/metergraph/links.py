@@ -39,6 +39,10 @@ def usage_path(workspace: str) -> str:
     return workspace_path(workspace) + "/usage"
 
 
+def webhooks_path(workspace: str) -> str:
+    return workspace_path(workspace) + "/webhooks"
+
+
 def analysis_path(workspace: str) -> str:
     return workspace_path(workspace) + "/analysis"
 

@@ -33,6 +33,7 @@ from triptych.metergraph.store import SqliteTelemetryStore, TelemetryStore
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
+from triptych.metergraph.webhooks import WebhookService, WebhookSettings, load_webhook_settings
 from triptych.metergraph.workload_store import WorkloadStore
 from triptych.metergraph.workloads import WorkloadService
 from triptych.metergraph.workspace import WorkspaceService
@@ -81,6 +82,7 @@ class Metergraph:
     incidents: IncidentService
     links: AppLinks
     import_sync: ImportSyncService
+    webhooks: WebhookService
 
     @classmethod
     def open(
@@ -94,6 +96,7 @@ class Metergraph:
         workload_source: WorkloadSource | None = None,
         incident_settings: IncidentSettings | None = None,
         links: AppLinks | None = None,
+        webhook_settings: WebhookSettings | None = None,
     ) -> Metergraph:
         """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
         scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
@@ -136,6 +139,12 @@ class Metergraph:
         incidents = IncidentService(
             store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock
         )
+        # Incident webhooks: endpoints and the outbox live in the incidents' file, written by its saves.
+        webhooks = WebhookService(
+            incidents.store.db, data_dir, webhook_settings or load_webhook_settings(), clock
+        )
+        incidents.store.outbox = webhooks.outbox
+        incidents.store.outbox_committed = webhooks.committed
         limiter = RateLimiter(settings.agent_rate_per_minute)
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
@@ -183,6 +192,7 @@ class Metergraph:
                 clock=lambda: clock().timestamp(),
                 lease_seconds=settings.import_lease_seconds,
             ),
+            webhooks,
         )
 
     def close(self) -> None:
@@ -190,6 +200,7 @@ class Metergraph:
         self.report_store.close()
         if self.columns is not None:
             self.columns.close()  # first: its catch-up thread reads through the store
+        self.webhooks.close()  # before the incidents' file it reads
         self.incidents.close()  # so does the detectors' ticker
         self.providers.close()
         self.store.close()

@@ -46,6 +46,7 @@ def open_metergraph(shared: Shared) -> Metergraph:
     if isinstance(mg.store, SqliteTelemetryStore):
         mg.store.folder.start()  # and folds ingested calls into the rollups soon after they commit
     mg.incidents.start()  # and sweeps the incident detectors over the workspaces that received calls
+    mg.webhooks.start()  # and posts their events to the workspaces' webhooks (pending ones first)
     # Runs a stopped server left queued or running can never finish (their thread is gone).
     mg.analysis.fail_abandoned()
     return mg

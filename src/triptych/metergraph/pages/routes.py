@@ -21,10 +21,11 @@ from starlette.routing import BaseRoute, Route
 from triptych.core.errors import TriptychError
 from triptych.metergraph.errors import Unauthenticated
 from triptych.metergraph.keys import AgentPrincipal, token_hash
-from triptych.metergraph.links import APP_PREFIX, analysis_path, usage_path
+from triptych.metergraph.links import APP_PREFIX, analysis_path, usage_path, webhooks_path
 from triptych.metergraph.pages import report_view, usage_view
 from triptych.metergraph.pages.render import STATIC_DIR, page
 from triptych.metergraph.pages.session import COOKIE, CookieSigner, load_secret
+from triptych.metergraph.pages.webhooks_view import webhooks_page
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.web import BodyTooLarge, read_body
 
@@ -92,7 +93,13 @@ class App:
             "workspace": ws,
             "role": ROLE_NAMES.get(principal.role, principal.role) if principal else None,
             "environments": list(principal.environments or []) if principal else [],
-            "nav": [("Usage", usage_path(ws)), ("Analysis", analysis_path(ws))] if ws is not None else [],
+            "nav": [
+                ("Usage", usage_path(ws)),
+                ("Analysis", analysis_path(ws)),
+                ("Webhooks", webhooks_path(ws)),
+            ]
+            if ws is not None
+            else [],
             "sign_out": SIGN_OUT,
             "can_read_content": principal is not None and principal.has("agent:read"),
         }
@@ -225,6 +232,7 @@ def page_routes(mg: Metergraph, data_dir: Path) -> list[BaseRoute]:
         Route(STATIC + "/{name}", app.static, methods=["GET"]),
         Route(ws + "/usage", app.workspace_page(usage_page), methods=["GET"]),
         Route(ws + "/analysis", app.workspace_page(report_view.analysis_page), methods=["GET"]),
+        Route(ws + "/webhooks", app.workspace_page(webhooks_page), methods=["GET"]),
         Route(report, app.workspace_page(report_view.report_page), methods=["GET"]),
         Route(workload, app.workspace_page(report_view.workload_page), methods=["GET"]),
         Route(workload + "/comparison", app.workspace_page(report_view.comparison_page), methods=["GET"]),
