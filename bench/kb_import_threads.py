@@ -2,7 +2,7 @@
 
 Writes the first ``--docs`` SciFact abstracts as text files into a scratch folder, then for each round and
 each thread count imports them with ``TRIPTYCH_EMBED_BULK_THREADS=N`` into a fresh data directory and reads
-the command's own closing line ("embedded N chunks in T s (R chunks/s, K threads)"). Prints each run and the
+the command's own closing line ("embedded N chunks in T s (R chunks/s)"). Prints each run and the
 median chunks/s per thread count as JSON; the load average is recorded beside every run, since a second
 thread only pays when the second core is free.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from common import load_scifact
 
 TRIPTYCH = str(Path(sys.executable).parent / "triptych")
-LINE = re.compile(r"embedded ([\d,]+) chunks in ([\d.]+) s \(([\d.]+) chunks/s, (\d+) threads\)")
+LINE = re.compile(r"embedded ([\d,]+) chunks in ([\d.]+) s \(([\d.]+) chunks/s\)")
 
 
 def main() -> None:

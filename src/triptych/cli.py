@@ -464,10 +464,9 @@ def cmd_kb_import(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _log_to_stderr("warning")
-    # Nothing here serves requests: the bulk embedding may use every core (a server keeps one for its
-    # requests). An operator who imports beside a running server sets TRIPTYCH_EMBED_BULK_THREADS.
-    threads = settings.embed_bulk_threads or os.cpu_count() or 1
-    metronix = Metronix.open(settings.model_copy(update={"embed_bulk_threads": threads}))
+    # The bulk embedding keeps its default threads (all cores but one): a second thread on one batch did
+    # not pay for ~200-token chunks (bench/kb_import_threads.py, docs/benchmarks.md, 2026-12-04).
+    metronix = Metronix.open(settings)
     bar = ImportBar()
     try:
         summary = import_paths(
@@ -486,7 +485,7 @@ def cmd_kb_import(args: argparse.Namespace) -> int:
     if bar.embedded:
         seconds = time.monotonic() - bar.started
         print(
-            f"embedded {bar.embedded:,} chunks in {seconds:.1f} s ({bar.rate():.1f} chunks/s, {threads} threads)",
+            f"embedded {bar.embedded:,} chunks in {seconds:.1f} s ({bar.rate():.1f} chunks/s)",
             file=sys.stderr,
         )
     # A failure, or nothing importable at all, is worth a non-zero exit for a script.
