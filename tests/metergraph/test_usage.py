@@ -99,7 +99,10 @@ def test_unpriced_models_make_the_cost_a_lower_bound(mg: Metergraph) -> None:
 def test_a_free_model_costs_zero_and_a_window_of_unpriced_calls_costs_null(mg: Metergraph) -> None:
     mg.ingest.ingest_document(app(), {"rows": [row(model="in-house-model-7", route="r1")]})
     assert aggregates(mg)["totals"]["cost_usd"] is None
-    mg.ingest.ingest_document(app(), {"rows": [row(route="r2", reported_cost_usd=0)]})
+    # A qualified gateway's charge of $0 (pricing.py): the call costs a real zero.
+    free = row(route="r2", reported_cost_usd=0, gateway="openrouter", endpoint="chat.completions",
+               reported_cost_source="openrouter.usage.cost")  # fmt: skip
+    mg.ingest.ingest_document(app(), {"rows": [free]})
     by_route = {i["route"]: i for i in aggregates(mg, group_by=["route"])["items"]}
     assert by_route["r1"]["cost_usd"] is None
     assert by_route["r2"]["cost_usd"] == 0  # priced at zero: a real $0.00
@@ -316,7 +319,7 @@ def test_weekly_rollups_answer_exactly_what_a_raw_scan_answers(mg: Metergraph, d
 def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path: Path) -> None:
     from triptych.metergraph.ingest import IngestService
     from triptych.metergraph.pricing import Pricer
-    from triptych.metergraph.store import SqliteTelemetryStore
+    from triptych.metergraph.store import PRICING_COLUMNS, SqliteTelemetryStore
 
     store = SqliteTelemetryStore(tmp_path / "metergraph.db")
     rows = [row(minutes_ago=60 * 24 * d + 5, latency_ms=100 + d) for d in range(40)]
@@ -328,6 +331,8 @@ def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path:
         conn.execute("DROP TABLE rollup_weekly_coarse")
         conn.execute("DROP TABLE rollup_watermark")
         conn.execute("DROP TABLE rollup_folded")
+        for column in PRICING_COLUMNS:  # migration 6's
+            conn.execute(f"ALTER TABLE calls DROP COLUMN {column}")
         conn.execute("UPDATE schema_version SET version = 3 WHERE component = 'main'")
     store.close()
     store = SqliteTelemetryStore(tmp_path / "metergraph.db")

@@ -36,7 +36,6 @@ from triptych.metergraph import histogram
 from triptych.metergraph.errors import BadBatch
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
-from triptych.metergraph.scope import DAY_MS
 from triptych.metergraph.store import CallBatch, Content, TelemetryStore
 
 SCHEMA_VERSIONS = (1,)
@@ -45,8 +44,12 @@ _STR_FIELDS = (
     "route", "provider", "model", "endpoint", "request_id", "status", "status_code", "finish_reason",
     "error_type", "session_id", "conversation_id", "trace_id", "span_id", "parent_span_id", "trace_name",
     "template_hash", "unit_name", "func", "module", "sdk", "sdk_version", "runtime", "environment", "operation",
+    "gateway", "reported_cost_source",  # who reported a cost, and the field it was read from (pricing.py)
 )  # fmt: skip
-_INT_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+_INT_FIELDS = (
+    "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+    "cache_write_5m_tokens", "cache_write_1h_tokens",
+)  # fmt: skip
 _FLOAT_FIELDS = ("latency_ms", "ttft_ms", "unit_count")
 # Where each check sits in a row's order of checks: the first refusal in that order is the one reported.
 _POSITION = {
@@ -434,21 +437,9 @@ class IngestService:
         columns["stream"] = _flags(fields["stream"])
         columns["batch"] = _flags(fields["batch"])
         columns["tags"] = tags
-        days = [t // DAY_MS for t in ts_ms]
-        price = self.pricer.price_columns(
-            columns["provider"],
-            columns["model"],
-            days,
-            [columns[name] for name in _INT_FIELDS],
-            reported,
-        )
-        columns["cost_usd"] = price.cost_usd
-        columns["computed_cost_usd"] = price.computed_cost_usd
+        # The catalogue price, the charged cost and their provenance (pricing.py).
+        columns.update(self.pricer.price_columns(columns, reported).stored())
         columns["reported_cost_usd"] = reported
-        columns["cost_status"] = price.status
-        columns["cost_unknown"] = price.unknown
-        columns["missing_rates"] = price.missing_rates
-        columns["price_source"] = price.source_json
 
         contents, content_dropped = self._contents(
             kept,

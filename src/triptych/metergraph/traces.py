@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -289,6 +289,7 @@ class TraceService:
             "reasoning_tokens": s["reasoning_tokens"],
             "cost_usd": s["cost_usd"],
             "cost_status": s["cost_status"],
+            "pricing": pricing_provenance(s),
             "latency_ms": s["latency_ms"],
             "ttft_ms": s["ttft_ms"],
             "status": s["status"],
@@ -302,3 +303,19 @@ class TraceService:
             "tool_calls": tool_calls if isinstance(tool_calls, list) else [],
             "replay_eligible": replay_eligible,
         }
+
+
+def pricing_provenance(call: Mapping[str, Any]) -> dict[str, Any]:
+    """Which catalogue and entry priced a call, and whether its cost is that price or a gateway's charge
+    (pricing.py); null fields for a call stored before they were recorded."""
+    return {
+        "catalog": call.get("price_catalog"),
+        "price_id": call.get("price_id"),
+        "model": call.get("canonical_model"),
+        "cost_provenance": call.get("cost_provenance"),
+        "catalog_cost_usd": call.get("computed_cost_usd"),
+        "reported_cost_usd": call.get("reported_cost_usd"),
+        "gateway": call.get("gateway"),
+        "cache_write_5m_tokens": call.get("cache_write_5m_tokens"),
+        "cache_write_1h_tokens": call.get("cache_write_1h_tokens"),
+    }
