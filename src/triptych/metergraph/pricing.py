@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,11 +35,14 @@ from triptych.metergraph import pricing_core
 from triptych.metergraph.pricing_core import CORE_VERSION, CoreCatalogue, CoreEntry
 from triptych.metergraph.pricing_genai import LIBRARY as GENAI_LIBRARY
 from triptych.metergraph.pricing_genai import GenaiPricer, ResolvedRate
+from triptych.metergraph.pricing_genai import PricedColumns as GenaiColumns
 
 # The price catalogues /healthz reports: the primary one, then the fallback.
 CATALOG_VERSION = f"metergraph-core-{CORE_VERSION}"
 DAY_MS = 86_400_000
-_STATUS_NAMES = np.array(["priced", "zero"], dtype=object)
+_STATUS_NAMES = np.array(["priced", "zero", "partial", "unpriced"], dtype=object)
+_STATUS_CODES = {name: i for i, name in enumerate(_STATUS_NAMES.tolist())}
+_PROVENANCE = np.array(["none", "catalog"], dtype=object)
 
 # The token columns a price depends on, in the order ``price_columns`` reads them.
 TOKEN_COLUMNS = (
@@ -77,6 +81,22 @@ class PricedColumns:
     canonical_model: list[str | None]
     cost_provenance: list[str]
 
+    def set(
+        self,
+        i: int,
+        cost: float | None,
+        status: str,
+        catalog: str | None,
+        price_id: str | None,
+        model: str | None,
+        source: str | None,
+    ) -> None:
+        """Call ``i``'s catalogue price and where it came from."""
+        self.cost_usd[i] = self.computed_cost_usd[i] = cost
+        self.status[i], self.price_catalog[i], self.price_id[i] = status, catalog, price_id
+        self.canonical_model[i], self.source_json[i] = model, source
+        self.cost_provenance[i] = "none" if cost is None else "catalog"
+
     def stored(self) -> dict[str, list[Any]]:
         """The stored columns by name."""
         return {
@@ -91,13 +111,6 @@ def _status(status: str, cost: Decimal | float | None) -> str:
     return "zero" if status == "priced" and cost == 0 else status
 
 
-def _summary(catalog: str, price_id: str | None, model: str | None, provenance: str, **extra: Any) -> str:
-    return json.dumps(
-        {"catalog": catalog, "price_id": price_id, "model": model, "provenance": provenance, **extra},
-        sort_keys=True,
-    )
-
-
 class Pricer:
     """Prices calls (module docstring); each catalogue is consulted once per (provider, model, UTC day)."""
 
@@ -105,10 +118,7 @@ class Pricer:
         self.core = CoreCatalogue()
         self.genai = GenaiPricer()
         self.core_name = pricing_core.catalogue_name()
-        self._group_json: dict[tuple[CoreEntry, bool], str] = {}
-        self._genai_entries: dict[
-            tuple[str | None, bool], tuple[str | None, str | None, str | None, str]
-        ] = {}
+        self._genai_entries: dict[str | None, tuple[str | None, str | None, str | None]] = {}
 
     @property
     def lookups(self) -> int:
@@ -155,7 +165,9 @@ class Pricer:
         is all None) and its reported costs.
 
         Calls the catalogue can price by their counts alone go over whole columns
-        (``pricing_core.linear_costs``); the others, and every call with a reported cost, call by call.
+        (``pricing_core.linear_costs``), the calls metergraph-core does not know over genai-prices'
+        columns; the others, and every call with a reported cost, call by call. The results are built
+        as NumPy object arrays, written group by group, and listed once.
         """
         provider, model, ts_ms = columns["provider"], columns["model"], columns["ts_ms"]
         n = len(model)
@@ -163,28 +175,30 @@ class Pricer:
         tokens = {name: columns.get(name) or none for name in TOKEN_COLUMNS}
         endpoint = columns.get("endpoint") or none
         batch = columns.get("batch") or none
-        # None -> NaN, in C; counts below 2**53 come back exactly.
-        floats = {name: np.array(col, dtype=np.float64) for name, col in tokens.items()}
-        present = {name: ~np.isnan(f) for name, f in floats.items()}
+        zeros, absent = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        ints: dict[str, np.ndarray] = {}
+        present: dict[str, np.ndarray] = {}
+        for name, col in tokens.items():
+            if col.count(None) == n:
+                ints[name], present[name] = zeros, absent
+                continue
+            f = np.array(col, dtype=np.float64)  # None -> NaN, in C; counts below 2**53 exactly
+            present[name] = ~np.isnan(f)
+            # Counts past int64 are capped (such a call is priced call by call, and refused by the store).
+            ints[name] = np.minimum(np.nan_to_num(f, nan=0.0), 2.0**62).astype(np.int64)
         has_usage = np.logical_or.reduce(list(present.values()))
-        has_model = np.array([bool(m) for m in model], dtype=bool)
-        # Counts past int64 are capped (such a call is priced call by call, and refused by the store).
-        ints = {
-            name: np.minimum(np.nan_to_num(f, nan=0.0), 2.0**62).astype(np.int64)
-            for name, f in floats.items()
-        }
+        has_model = np.fromiter(map(bool, model), dtype=bool, count=n)
         # Gemini's native thinking tokens bill as output (pricing_core.THINKING_OUTSIDE_OUTPUT).
-        billed_output: list[Any] = list(tokens["output_tokens"])
-        thinking = [
-            i for i, e in enumerate(endpoint)
-            if e in pricing_core.THINKING_OUTSIDE_OUTPUT and tokens["reasoning_tokens"][i]
-        ]  # fmt: skip
-        if thinking:
+        billed_output: Sequence[Any] = tokens["output_tokens"]
+        if not pricing_core.THINKING_OUTSIDE_OUTPUT.isdisjoint(endpoint):
+            billed = list(billed_output)
             ints["output_tokens"] = ints["output_tokens"].copy()
-            for i in thinking:
-                if billed_output[i] is not None:
-                    billed_output[i] += tokens["reasoning_tokens"][i]
-                    ints["output_tokens"][i] = billed_output[i]
+            thinking = tokens["reasoning_tokens"]
+            for i, e in enumerate(endpoint):
+                if e in pricing_core.THINKING_OUTSIDE_OUTPUT and thinking[i] and billed[i] is not None:
+                    billed[i] += thinking[i]
+                    ints["output_tokens"][i] = billed[i]
+            billed_output = billed
 
         days = [t // DAY_MS for t in ts_ms]
         keys = list(zip(provider, model, days, strict=True))
@@ -198,70 +212,93 @@ class Pricer:
         ]
         linear = np.array([e.linear for e in entries], dtype=bool)
         candidates = linear[codes] & has_usage & has_model
-        if any(v is not None for v in reported):
-            candidates &= np.fromiter((v is None for v in reported), bool, n)
+        if list(reported).count(None) != n:
+            candidates &= np.fromiter((v is None for v in reported), dtype=bool, count=n)
         if any(batch):
-            candidates &= np.fromiter((not b for b in batch), bool, n)
+            candidates &= np.fromiter((not b for b in batch), dtype=bool, count=n)
         order = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
                  "cache_write_5m_tokens", "cache_write_1h_tokens")  # fmt: skip
         units, done = pricing_core.linear_costs(
             entries, codes, [ints[c] for c in order], [present[c] for c in order], candidates
         )
 
-        cost: list[float | None] = (units / 1e8).tolist()
-        zero = units == 0
-        status: list[str] = _STATUS_NAMES[zero.astype(np.int64)].tolist()
-        group_json = [self._entry_json(e) if e.linear else None for e in entries]
-        source_json: list[str | None] = [group_json[c] for c in codes.tolist()]
-        price_id: list[str | None] = [entries[c].price_id for c in codes.tolist()]
-        canonical: list[str | None] = [entries[c].canonical_model for c in codes.tolist()]
-        catalog: list[str | None] = [self.core_name] * n
-        provenance = ["catalog"] * n
-        computed = list(cost)
-        unknown = [0] * n
-        missing: list[str | None] = [None] * n
-
         known = has_model & has_usage
-        found = np.array([e.found for e in entries], dtype=bool)[codes]
-        # Not in metergraph-core at all: straight to genai-prices, which overwrites every column.
-        fallback: list[int] = np.flatnonzero(known & ~found).tolist()
-        results: dict[int, CostResult] = {}
+        found = np.array([e.found for e in entries], dtype=bool)
+        # Each group's catalogue, entry and model id: metergraph-core's, or genai-prices' for a model it
+        # does not know (priced below over genai-prices' columns).
+        group_catalog = _objects([self.core_name if e.found else None for e in entries])
+        group_id = _objects([e.price_id for e in entries])
+        group_model = _objects([e.canonical_model for e in entries])
+        for (p, m, d), g in groups.items():
+            if m and wanted[g] and not found[g]:
+                resolved = self.genai.resolve_day(p, m, d)
+                if resolved.found:
+                    group_catalog[g], group_model[g] = GENAI_LIBRARY, resolved.model_id
+                    group_id[g] = f"{resolved.provider_id}/{resolved.model_id}"
+        fallback = np.flatnonzero(known & ~found[codes])
+        cost = np.where(done, units / 1e8, np.nan)
+        status = np.where(units == 0, 1, 0)
+        missing: list[str | None] = [None] * n
+        if len(fallback):
+            priced = self._fallback(fallback, columns, tokens, billed_output, ts_ms, present)
+            cost[fallback] = np.array(priced.cost_usd, dtype=np.float64)
+            status[fallback] = [_STATUS_CODES[x] for x in priced.status]
+            for i, value in zip(fallback.tolist(), priced.missing_rates, strict=True):
+                if value is not None:
+                    missing[i] = value
+        has_cost = ~np.isnan(cost)
+        costs: list[float | None] = cost.tolist()
+        for i in np.flatnonzero(~has_cost).tolist():
+            costs[i] = None
+        out = PricedColumns(
+            costs, list(costs), _STATUS_NAMES[status].tolist(), [0] * n, missing, [None] * n,
+            group_catalog[codes].tolist(), group_id[codes].tolist(), group_model[codes].tolist(),
+            _PROVENANCE[has_cost.astype(np.int64)].tolist(),
+        )  # fmt: skip
+        if any(e.ended for e in entries):
+            ended = np.array([e.ended for e in entries], dtype=bool)[codes] & done
+            for i in np.flatnonzero(ended).tolist():
+                out.source_json[i] = _ENDED
         for i in np.flatnonzero(~known).tolist():
-            cost[i] = computed[i] = source_json[i] = price_id[i] = canonical[i] = catalog[i] = None
-            status[i], provenance[i], unknown[i] = "unpriced", "none", 1
-        for i in np.flatnonzero(known & found & ~done).tolist():
+            out.set(i, None, "unpriced", None, None, None, None)
+            out.unknown[i] = 1
+
+        results: dict[int, CostResult] = {}
+        late: list[int] = []
+        for i in np.flatnonzero(known & found[codes] & ~done).tolist():
             row = (tokens["input_tokens"][i], billed_output[i], tokens["cache_read_tokens"][i],
                    tokens["cache_write_tokens"][i], tokens["cache_write_5m_tokens"][i],
                    tokens["cache_write_1h_tokens"][i])  # fmt: skip
             result = self.core.cost(provider[i], model[i], ts_ms[i], row, bool(batch[i]))
             if result.status == "unpriced":
-                fallback.append(i)  # not priced at this time of the day
+                late.append(i)  # not priced at this time of the day
                 continue
             results[i] = result
-            value = result.cost_usd
-            cost[i] = computed[i] = None if value is None else float(value)
-            status[i] = _status(result.status, value)
-            reasons = [r for r in result.reasons if r != "price_ended"]
-            missing[i] = json.dumps(reasons) if result.status == "partial" and reasons else None
-            price_id[i], canonical[i], catalog[i] = result.price_id, result.canonical_model, self.core_name
-            provenance[i] = "catalog" if value is not None else "none"
-            source_json[i] = _summary("metergraph-core", result.price_id, result.canonical_model, provenance[i],
-                                      reasons=list(result.reasons))  # fmt: skip
-        if fallback:
-            fallback.sort()
-            self._fallback(fallback, columns, tokens, billed_output, ts_ms,
-                           (cost, computed, status, missing, source_json, price_id, canonical, catalog,
-                            provenance))  # fmt: skip
+            price = None if result.cost_usd is None else float(result.cost_usd)
+            reasons = list(result.reasons)
+            partial = [r for r in reasons if r != "price_ended"]
+            out.set(i, price, _status(result.status, result.cost_usd), self.core_name, result.price_id,
+                    result.canonical_model, json.dumps({"reasons": reasons}) if reasons else None)  # fmt: skip
+            out.missing_rates[i] = json.dumps(partial) if result.status == "partial" and partial else None
+        if late:
+            idx = np.array(late, dtype=np.int64)
+            priced = self._fallback(idx, columns, tokens, billed_output, ts_ms, present)
+            for j, i in enumerate(late):
+                entry = self._genai_entry(priced.source_json[j])
+                out.set(i, priced.cost_usd[j], priced.status[j], entry[2], entry[0], entry[1], None)
+                out.missing_rates[i] = priced.missing_rates[j]
 
-        if any(v is not None for v in reported):
+        if list(reported).count(None) != n:
             gateway = columns.get("gateway") or none
             cost_source = columns.get("reported_cost_source") or none
             for i, value in enumerate(reported):
                 if value is None:
                     continue
+                computed = out.computed_cost_usd[i]
+                state = out.status[i]
                 result = results.get(i) or CostResult(
-                    canonical[i], price_id[i], None if computed[i] is None else Decimal(repr(computed[i])),
-                    "priced" if status[i] == "zero" else status[i],
+                    out.canonical_model[i], out.price_id[i], None if computed is None else Decimal(repr(computed)),
+                    "priced" if state == "zero" else state,
                 )  # fmt: skip
                 evidence = normalize_gateway_evidence({
                     "gateway": gateway[i], "endpoint": endpoint[i], "reported_cost_usd": value,
@@ -272,84 +309,70 @@ class Pricer:
                 if decision.cost_provenance != "gateway_reported":
                     continue  # the catalogue's price stands; the figure is kept as reported_cost_usd
                 charged = decision.cost_usd
-                cost[i] = None if charged is None else float(charged)
-                status[i], provenance[i] = _status("priced", charged), "gateway_reported"
-                source_json[i] = _summary(
-                    catalog[i] or "none",
-                    price_id[i],
-                    canonical[i],
-                    "gateway_reported",
-                    gateway=evidence.gateway,
-                    reported_cost_source=evidence.reported_cost_source,
-                    reasons=list(decision.catalog_reasons),
-                )
-        return PricedColumns(cost, computed, status, unknown, missing, source_json, catalog, price_id, canonical,
-                             provenance)  # fmt: skip
-
-    def _entry_json(self, entry: CoreEntry) -> str:
-        key = (entry, entry.ended)
-        found = self._group_json.get(key)
-        if found is None:
-            extra = {"reasons": ["price_ended"]} if entry.ended else {}
-            found = self._group_json[key] = _summary(
-                "metergraph-core", entry.price_id, entry.canonical_model, "catalog", **extra
-            )
-        return found
+                out.cost_usd[i] = None if charged is None else float(charged)
+                out.status[i], out.cost_provenance[i] = _status("priced", charged), "gateway_reported"
+                reasons = list(decision.catalog_reasons)
+                out.source_json[i] = json.dumps({"reasons": reasons}) if reasons else None
+        return out
 
     def _fallback(
         self,
-        rows: list[int],
+        idx: np.ndarray,
         columns: Mapping[str, Sequence[Any]],
         tokens: Mapping[str, Sequence[Any]],
-        billed_output: list[Any],
+        billed_output: Sequence[Any],
         ts_ms: Sequence[int],
-        out: tuple[list[Any], ...],
-    ) -> None:
-        """The calls metergraph-core does not price, priced by genai-prices over their columns. Its input
-        count includes cache reads and writes: they are added back for a provider whose input leaves them
-        out (Anthropic's)."""
-        cost, computed, status, missing, source_json, price_id, canonical, catalog, provenance = out
-        provider = [columns["provider"][i] for i in rows]
-        used_in = [tokens["input_tokens"][i] for i in rows]
-        read = [tokens["cache_read_tokens"][i] for i in rows]
-        write = [tokens["cache_write_tokens"][i] for i in rows]
-        five = [tokens["cache_write_5m_tokens"][i] for i in rows]
-        hour = [tokens["cache_write_1h_tokens"][i] for i in rows]
-        if five.count(None) != len(rows) or hour.count(None) != len(rows):
-            for j, (w5, w1) in enumerate(zip(five, hour, strict=True)):
-                if w5 is not None or w1 is not None:
-                    write[j] = (w5 if w5 is not None else (write[j] or 0)) + (w1 or 0)
-        for j, p in enumerate(provider):
-            if used_in[j] is not None and (read[j] or write[j]) and not _input_counts_cache(p):
-                used_in[j] += (read[j] or 0) + (write[j] or 0)
-        priced = self.genai.price_columns(
-            provider, [columns["model"][i] for i in rows], [ts_ms[i] // DAY_MS for i in rows],
-            [used_in, [billed_output[i] for i in rows], read, write, [tokens["reasoning_tokens"][i] for i in rows]],
-            [None] * len(rows),
-        )  # fmt: skip
-        for j, i in enumerate(rows):
-            value, state = priced.cost_usd[j], priced.status[j]
-            cost[i] = computed[i] = value
-            status[i] = state
-            missing[i] = priced.missing_rates[j]
-            entry = self._genai_entry(priced.source_json[j], value is not None)
-            price_id[i], canonical[i], catalog[i], source_json[i] = entry
-            provenance[i] = "catalog" if value is not None else "none"
+        present: Mapping[str, np.ndarray],
+    ) -> GenaiColumns:
+        """The calls ``idx`` metergraph-core does not price, priced by genai-prices over their columns.
+        Its input count includes cache reads and writes: they are added back for a provider whose input
+        leaves them out (Anthropic's)."""
+        rows = idx.tolist()
+        pick = operator.itemgetter(*rows)
 
-    def _genai_entry(
-        self, source: str | None, priced: bool
-    ) -> tuple[str | None, str | None, str | None, str]:
-        """(price id, model id, catalogue, summary) of a genai-prices source, once per entry."""
-        key = (source, priced)
-        found = self._genai_entries.get(key)
+        def take(column: Sequence[Any]) -> list[Any]:
+            return [column[rows[0]]] if len(rows) == 1 else list(pick(column))
+
+        provider, used_in, read = (
+            take(columns["provider"]),
+            take(tokens["input_tokens"]),
+            take(tokens["cache_read_tokens"]),
+        )
+        write = take(tokens["cache_write_tokens"])
+        cached = (present["cache_read_tokens"] | present["cache_write_tokens"] | present["cache_write_5m_tokens"]
+                  | present["cache_write_1h_tokens"])[idx]  # fmt: skip
+        if cached.any():
+            five, hour = take(tokens["cache_write_5m_tokens"]), take(tokens["cache_write_1h_tokens"])
+            for j in np.flatnonzero(cached).tolist():
+                if five[j] is not None or hour[j] is not None:  # the split, as metergraph-core reads it
+                    write[j] = (five[j] if five[j] is not None else (write[j] or 0)) + (hour[j] or 0)
+                if used_in[j] is not None and not _input_counts_cache(provider[j]):
+                    used_in[j] += (read[j] or 0) + (write[j] or 0)
+        return self.genai.price_columns(
+            provider, take(columns["model"]), [ts_ms[i] // DAY_MS for i in rows],
+            [used_in, take(billed_output), read, write, take(tokens["reasoning_tokens"])], [None] * len(rows),
+        )  # fmt: skip
+
+    def _genai_entry(self, source: str | None) -> tuple[str | None, str | None, str | None]:
+        """(price id, model id, catalogue) of a genai-prices source, once per entry."""
+        found = self._genai_entries.get(source)
         if found is None:
             parsed = json.loads(source) if source else {}
-            model = parsed.get("model")
+            model: str | None = parsed.get("model")
             entry_id = f"{parsed.get('provider')}/{model}" if model else None
-            catalog = GENAI_LIBRARY if model else None
-            summary = _summary(GENAI_LIBRARY, entry_id, model, "catalog" if priced else "none")
-            found = self._genai_entries[key] = (entry_id, model, catalog, summary)
+            found = self._genai_entries[source] = (entry_id, model, GENAI_LIBRARY if model else None)
         return found
+
+
+# A price that ended and was not replaced still prices its calls; the catalogue says so.
+_ENDED = json.dumps({"reasons": ["price_ended"]})
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray:
+    """``values`` as a one-dimensional object array (never a two-dimensional one)."""
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
 
 
 @functools.lru_cache(maxsize=1024)

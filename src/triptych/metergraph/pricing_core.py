@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
 
 import numpy as np
 from metergraph_core import (
@@ -57,7 +56,7 @@ def catalog() -> LoadedCatalog:
 
 
 def catalogue_name() -> str:
-    return f"metergraph-core {CORE_VERSION} (prices {catalog().version})"
+    return f"metergraph-core {CORE_VERSION}"  # its bundled prices are the release's (0.7.4: of 2026-10-25)
 
 
 def input_counts_cache(provider: str | None) -> bool:
@@ -233,7 +232,3 @@ def linear_costs(
     divisor = np.power(10, np.maximum(shift, 0))
     units = np.where(ok, (total * up + divisor // 2) // divisor, 0)
     return units, ok
-
-
-def as_dict(entry: CoreEntry) -> dict[str, Any]:
-    return {"catalog": "metergraph-core", "price_id": entry.price_id, "model": entry.canonical_model}
