@@ -206,8 +206,7 @@ def _normalize(
     call["price_source"] = price.source_json
     call["price_catalog"] = price.catalog
     call["price_id"] = price.price_id
-    call["canonical_model"] = price.canonical_model
-    call["cost_provenance"] = price.provenance
+    call["cost_provenance"] = price.provenance if price.provenance == "gateway_reported" else None
     return call
 
 

@@ -47,7 +47,7 @@ CALL_TYPES: dict[str, str] = {
     "cost_status": "LowCardinality(String)", "cost_unknown": "UInt8", "missing_rates": _DIM,
     "price_source": _STR, "has_content": "UInt8",
     "cache_write_5m_tokens": _INT, "cache_write_1h_tokens": _INT, "gateway": _DIM, "reported_cost_source": _DIM,
-    "price_catalog": _DIM, "price_id": _DIM, "canonical_model": _DIM, "cost_provenance": _DIM,
+    "price_catalog": _DIM, "price_id": _DIM, "cost_provenance": _DIM,
 }  # fmt: skip
 # Columns a calls table of an earlier version lacks, added when a store opens it (NULL for its calls).
 ADDED = tuple(

@@ -12,9 +12,11 @@
    with the source field the gateway's figure is read from, and not disputed by the catalogue for that
    publisher. Any other reported figure (an observability tool's estimate, a client's own number) is kept
    as ``reported_cost_usd`` and the catalogue price stands (decision 0037).
-3. **Provenance.** Every call records the catalogue (``price_catalog``), its entry (``price_id``, and the
-   catalogue's model id, ``canonical_model``) and where its cost came from (``cost_provenance``:
-   ``catalog``, ``gateway_reported`` or ``none``), plus a JSON summary in ``price_source``.
+3. **Provenance.** Every call records the catalogue (``price_catalog``), its entry (``price_id``, which
+   starts with the catalogue's model id) and where its cost came from (``cost_provenance``: ``catalog``,
+   ``gateway_reported`` or ``none``, stored only when it is ``gateway_reported``: decision 0036);
+   ``price_source`` holds the catalogue's reasons where there are some (a partial or ended price, a
+   gateway's charge declined or disputed).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from triptych.metergraph.pricing_genai import PricedColumns as GenaiColumns
 # The price catalogues /healthz reports: the primary one, then the fallback.
 CATALOG_VERSION = f"metergraph-core-{CORE_VERSION}"
 DAY_MS = 86_400_000
+GATEWAY_REPORTED = "gateway_reported"
 _STATUS_NAMES = np.array(["priced", "zero", "partial", "unpriced"], dtype=object)
 _STATUS_CODES = {name: i for i, name in enumerate(_STATUS_NAMES.tolist())}
 _PROVENANCE = np.array(["none", "catalog"], dtype=object)
@@ -98,12 +101,18 @@ class PricedColumns:
         self.cost_provenance[i] = "none" if cost is None else "catalog"
 
     def stored(self) -> dict[str, list[Any]]:
-        """The stored columns by name."""
+        """The stored columns by name. The catalogue's model id is not stored (the price id starts with
+        it), nor a provenance the other columns imply: only ``gateway_reported`` is
+        (``traces.pricing_provenance`` reads them back)."""
+        provenance: list[str | None] = [None] * len(self.cost_provenance)
+        if GATEWAY_REPORTED in self.cost_provenance:
+            for i, value in enumerate(self.cost_provenance):
+                if value == GATEWAY_REPORTED:
+                    provenance[i] = value
         return {
             "cost_usd": self.cost_usd, "computed_cost_usd": self.computed_cost_usd, "cost_status": self.status,
             "cost_unknown": self.unknown, "missing_rates": self.missing_rates, "price_source": self.source_json,
-            "price_catalog": self.price_catalog, "price_id": self.price_id,
-            "canonical_model": self.canonical_model, "cost_provenance": self.cost_provenance,
+            "price_catalog": self.price_catalog, "price_id": self.price_id, "cost_provenance": provenance,
         }  # fmt: skip
 
 
@@ -166,8 +175,9 @@ class Pricer:
 
         Calls the catalogue can price by their counts alone go over whole columns
         (``pricing_core.linear_costs``), the calls metergraph-core does not know over genai-prices'
-        columns; the others, and every call with a reported cost, call by call. The results are built
-        as NumPy object arrays, written group by group, and listed once.
+        columns; the others, and every call with a reported cost, call by call. Each group's catalogue,
+        entry and model id are gathered onto its calls by their group codes (one pass per column), and
+        only the calls priced one by one are written individually.
         """
         provider, model, ts_ms = columns["provider"], columns["model"], columns["ts_ms"]
         n = len(model)

@@ -187,9 +187,11 @@ ROLLUPS: dict[str, tuple[int, bool]] = {
 WEEK_DAYS = 7
 
 # What priced each call (pricing.py), added by migration 6.
+# The catalogue's model id is the price id's first part, and ``cost_provenance`` is stored only when it is
+# not what the rest says (``traces.pricing_provenance``): each bound value costs every ingested row.
 PRICING_COLUMNS = (
     "cache_write_5m_tokens", "cache_write_1h_tokens", "gateway", "reported_cost_source", "price_catalog",
-    "price_id", "canonical_model", "cost_provenance",
+    "price_id", "cost_provenance",
 )  # fmt: skip
 CALL_COLUMNS = (
     "workspace", "app", "source", "ts_ms", "route", "provider", "model", "environment", "operation",
@@ -270,7 +272,7 @@ MIGRATIONS.append(
 )
 # 6: what priced each call (pricing.py): the catalogue, its entry and model id, where the cost came from,
 # the cache-write split and the gateway evidence it was decided on. Calls stored before keep NULL there.
-_PRICING_TYPES = ("INTEGER", "INTEGER", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT")
+_PRICING_TYPES = ("INTEGER", "INTEGER", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT")
 MIGRATIONS.append(
     "\n".join(
         f"ALTER TABLE calls ADD COLUMN {c} {t};" for c, t in zip(PRICING_COLUMNS, _PRICING_TYPES, strict=True)

@@ -307,12 +307,29 @@ class TraceService:
 
 def pricing_provenance(call: Mapping[str, Any]) -> dict[str, Any]:
     """Which catalogue and entry priced a call, and whether its cost is that price or a gateway's charge
-    (pricing.py); null fields for a call stored before they were recorded."""
+    (pricing.py); null fields for a call stored before they were recorded.
+
+    The store keeps the catalogue's model id inside the price id (metergraph-core's ids are
+    ``model:channel:region:date``, genai-prices' ``provider/model``) and ``cost_provenance`` only for a
+    gateway's charge: a call with a catalogue entry cost its catalogue price (or nothing), a call without
+    one and without a cost has none, and a call without one but with a cost was stored before provenance.
+    """
+    catalog, price_id, cost = call.get("price_catalog"), call.get("price_id"), call.get("cost_usd")
+    model = None
+    if price_id:
+        model = (
+            price_id.split("/", 1)[-1]
+            if catalog and catalog.startswith("genai-prices")
+            else price_id.split(":")[0]
+        )
+    provenance = call.get("cost_provenance")
+    if provenance is None:
+        provenance = "none" if cost is None else ("catalog" if catalog else None)
     return {
-        "catalog": call.get("price_catalog"),
-        "price_id": call.get("price_id"),
-        "model": call.get("canonical_model"),
-        "cost_provenance": call.get("cost_provenance"),
+        "catalog": catalog,
+        "price_id": price_id,
+        "model": model,
+        "cost_provenance": provenance,
         "catalog_cost_usd": call.get("computed_cost_usd"),
         "reported_cost_usd": call.get("reported_cost_usd"),
         "gateway": call.get("gateway"),
