@@ -54,7 +54,7 @@ from metergraph_bench import generate
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import CALL_COLUMNS, MIGRATIONS, SqliteTelemetryStore
+from triptych.metergraph.store import CALL_COLUMNS, MIGRATIONS, PRICING_COLUMNS, SqliteTelemetryStore
 
 ROOT = Path(__file__).resolve().parent.parent
 # The figures are at 10,000,000 calls; loading them in-process takes 100,000-row ingest calls
@@ -246,6 +246,8 @@ def sqlite_raw_insert(work: Path, rows: int, stream: int) -> dict[str, Any]:
     conn.execute("PRAGMA synchronous=FULL")
     ddl = MIGRATIONS[0]
     conn.executescript(ddl[ddl.index("CREATE TABLE calls") : ddl.index("-- Retained prompt")])
+    for column in PRICING_COLUMNS:  # added by a later migration
+        conn.execute(f"ALTER TABLE calls ADD COLUMN {column}")
     sql = f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
     started = time.perf_counter()
     for batch_rows in captured:

@@ -26,8 +26,12 @@ _STR_FIELDS = (
     "route", "provider", "model", "endpoint", "request_id", "status", "status_code", "finish_reason",
     "error_type", "session_id", "conversation_id", "trace_id", "span_id", "parent_span_id", "trace_name",
     "template_hash", "unit_name", "func", "module", "sdk", "sdk_version", "runtime", "environment", "operation",
+    "gateway", "reported_cost_source",
 )  # fmt: skip
-_INT_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+_INT_FIELDS = (
+    "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+    "cache_write_5m_tokens", "cache_write_1h_tokens",
+)  # fmt: skip
 _FLOAT_FIELDS = ("latency_ms", "ttft_ms", "unit_count")
 
 
@@ -181,16 +185,24 @@ def _normalize(
     call["tags"] = _tags_json(tags) if tags else None
     reported = get("reported_cost_usd", get("cost_usd"))
     reported_f = parse_cost(reported, "cost", index)
-    price = pricer.price_on_day(
+    # Only a call with a model and some usage is looked up at its time (a day past year 9999 fails there).
+    priced = call["model"] and any(call[name] is not None for name in _INT_FIELDS)
+    price = pricer.price(
         call["provider"],
         call["model"],
-        ts_ms // 86_400_000,
+        datetime.fromtimestamp(ts_ms / 1000 if priced else 0, UTC),
         call["input_tokens"],
         call["output_tokens"],
         call["cache_read_tokens"],
         call["cache_write_tokens"],
         call["reasoning_tokens"],
         reported_f,
+        cache_write_5m_tokens=call["cache_write_5m_tokens"],
+        cache_write_1h_tokens=call["cache_write_1h_tokens"],
+        endpoint=call["endpoint"],
+        batch=call["batch"],
+        gateway=call["gateway"],
+        reported_cost_source=call["reported_cost_source"],
     )
     call["cost_usd"] = price.cost_usd
     call["computed_cost_usd"] = price.computed_cost_usd
@@ -199,6 +211,9 @@ def _normalize(
     call["cost_unknown"] = int(price.unknown)
     call["missing_rates"] = json.dumps(list(price.missing_rates)) if price.missing_rates else None
     call["price_source"] = price.source_json
+    call["price_catalog"] = price.catalog
+    call["price_id"] = price.price_id
+    call["cost_provenance"] = price.provenance if price.provenance == "gateway_reported" else None
     return call
 
 

@@ -26,7 +26,11 @@ def test_accepted_rows_are_stored_priced_and_outcomes_ignored(mg: Metergraph) ->
     [stored] = mg.store.raw_calls("w1")
     assert stored["cost_status"] == "priced"
     assert stored["cost_usd"] == pytest.approx(1000 * 2.5e-6 + 100 * 10e-6)
-    assert json.loads(stored["price_source"])["model"] == "gpt-4o"
+    assert stored["price_source"] is None  # nothing to add to the columns below (no partial or ended price)
+    # Priced by the product's own catalogue, and the entry that did it recorded with the call.
+    assert stored["price_catalog"].startswith("metergraph-core 0.7.4")
+    assert stored["price_id"] == "openai/gpt-4o:openai-api:global:2024-08-06"
+    assert stored["cost_provenance"] is None  # stored only for a gateway's charge: it is the catalogue's
     assert json.loads(stored["tags"]) == {"prompt_id": "p-1"}
 
 

@@ -24,7 +24,14 @@ from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.service import DB_FILE, Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import HIST_COLUMNS, ROLLUP_KEY, ROLLUPS, SUMS, SqliteTelemetryStore
+from triptych.metergraph.store import (
+    HIST_COLUMNS,
+    PRICING_COLUMNS,
+    ROLLUP_KEY,
+    ROLLUPS,
+    SUMS,
+    SqliteTelemetryStore,
+)
 
 _FLOATS = {SUMS.index("cost_usd"), SUMS.index("latency_sum")}
 
@@ -241,6 +248,8 @@ def test_the_upgrade_counts_existing_rollups_as_folded(tmp_path: Path) -> None:
     with store.db.transaction() as conn:  # the database as it was before migration 5
         conn.execute("DROP TABLE rollup_watermark")
         conn.execute("DROP TABLE rollup_folded")
+        for column in PRICING_COLUMNS:  # migration 6's
+            conn.execute(f"ALTER TABLE calls DROP COLUMN {column}")
         conn.execute("UPDATE schema_version SET version = 4 WHERE component = 'main'")
     store.close()
     store = SqliteTelemetryStore(tmp_path / DB_FILE)

@@ -103,7 +103,10 @@ def test_a_free_model_costs_an_exact_zero_and_unpriced_calls_a_lower_bound_of_ze
     assert (totals["cost_usd"], totals["pricing"]["cost"]) == (0, "lower_bound")
     usage = mg.usage.usage(agent(), 7, 100, None)
     assert (usage["items"][0]["cost_usd"], usage["items"][0]["pricing"]["cost"]) == (0, "lower_bound")
-    mg.ingest.ingest_document(app(), {"rows": [row(route="r2", reported_cost_usd=0)]})
+    # A qualified gateway's charge of $0 (pricing.py): the call costs a real zero.
+    free = row(route="r2", reported_cost_usd=0, gateway="openrouter", endpoint="chat.completions",
+               reported_cost_source="openrouter.usage.cost")  # fmt: skip
+    mg.ingest.ingest_document(app(), {"rows": [free]})
     by_route = {i["route"]: i for i in aggregates(mg, group_by=["route"])["items"]}
     assert (by_route["r1"]["cost_usd"], by_route["r1"]["pricing"]["cost"]) == (0, "lower_bound")
     assert (by_route["r2"]["cost_usd"], by_route["r2"]["pricing"]["cost"]) == (0, "exact")  # a real $0.00
@@ -320,7 +323,7 @@ def test_weekly_rollups_answer_exactly_what_a_raw_scan_answers(mg: Metergraph, d
 def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path: Path) -> None:
     from triptych.metergraph.ingest import IngestService
     from triptych.metergraph.pricing import Pricer
-    from triptych.metergraph.store import SqliteTelemetryStore
+    from triptych.metergraph.store import PRICING_COLUMNS, SqliteTelemetryStore
 
     store = SqliteTelemetryStore(tmp_path / "metergraph.db")
     rows = [row(minutes_ago=60 * 24 * d + 5, latency_ms=100 + d) for d in range(40)]
@@ -332,6 +335,8 @@ def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path:
         conn.execute("DROP TABLE rollup_weekly_coarse")
         conn.execute("DROP TABLE rollup_watermark")
         conn.execute("DROP TABLE rollup_folded")
+        for column in PRICING_COLUMNS:  # migration 6's
+            conn.execute(f"ALTER TABLE calls DROP COLUMN {column}")
         conn.execute("UPDATE schema_version SET version = 3 WHERE component = 'main'")
     store.close()
     store = SqliteTelemetryStore(tmp_path / "metergraph.db")

@@ -19,11 +19,12 @@ provider, model or environment in rollup keys, as there.
 
 from __future__ import annotations
 
-from triptych.metergraph.store import ELIGIBLE_CHARS, ROLLUPS, SUMS
+from triptych.metergraph.store import ELIGIBLE_CHARS, PRICING_COLUMNS, ROLLUPS, SUMS
 
 # 5: the rollups without metadata are grains of one table fed by one view (``GRAINS``), and the weekly
 # ones are read from daily rows: three views and four parts fewer per INSERT (``RETIRED``).
-SCHEMA_VERSION = 5
+# 6: the calls' pricing provenance (``store.PRICING_COLUMNS``), added to an older table (``ADDED``).
+SCHEMA_VERSION = 6
 
 _STR = "Nullable(String)"
 _DIM = "LowCardinality(Nullable(String))"
@@ -45,7 +46,13 @@ CALL_TYPES: dict[str, str] = {
     "cost_usd": _FLOAT, "computed_cost_usd": _FLOAT, "reported_cost_usd": _FLOAT,
     "cost_status": "LowCardinality(String)", "cost_unknown": "UInt8", "missing_rates": _DIM,
     "price_source": _STR, "has_content": "UInt8",
+    "cache_write_5m_tokens": _INT, "cache_write_1h_tokens": _INT, "gateway": _DIM, "reported_cost_source": _DIM,
+    "price_catalog": _DIM, "price_id": _DIM, "cost_provenance": _DIM,
 }  # fmt: skip
+# Columns a calls table of an earlier version lacks, added when a store opens it (NULL for its calls).
+ADDED = tuple(
+    f"ALTER TABLE calls ADD COLUMN IF NOT EXISTS {name} {CALL_TYPES[name]}" for name in PRICING_COLUMNS
+)
 
 # The tags object's (key, raw JSON value) pairs: string values go to the map, the other keys to a list.
 _PAIRS = "JSONExtractKeysAndValuesRaw(ifNull(tags, '{}'))"
@@ -276,7 +283,7 @@ RETIRED = tuple(
 def statements(retention_days: int) -> list[str]:
     """Every statement that brings a database (new, or of an earlier version) to this schema, in order
     (each is idempotent)."""
-    out = [*RETIRED, calls_ddl(retention_days), CONTENT_DDL]
+    out = [*RETIRED, calls_ddl(retention_days), *ADDED, CONTENT_DDL]
     ddl = {ROLLUP_TABLE: rollups_ddl(retention_days), META_ROLLUP: meta_rollup_ddl(retention_days)}
     ddl[TRACE_BOUNDS] = trace_bounds_ddl(retention_days)
     out.extend(table_ddl for table_ddl, _ in ddl.values())

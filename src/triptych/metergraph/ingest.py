@@ -44,7 +44,6 @@ from triptych.metergraph.errors import BadBatch
 from triptych.metergraph.import_events import ImportKey
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
-from triptych.metergraph.scope import DAY_MS
 from triptych.metergraph.store import CallBatch, Content, TelemetryStore
 
 SCHEMA_VERSIONS = (1,)
@@ -53,8 +52,12 @@ _STR_FIELDS = (
     "route", "provider", "model", "endpoint", "request_id", "status", "status_code", "finish_reason",
     "error_type", "session_id", "conversation_id", "trace_id", "span_id", "parent_span_id", "trace_name",
     "template_hash", "unit_name", "func", "module", "sdk", "sdk_version", "runtime", "environment", "operation",
+    "gateway", "reported_cost_source",  # who reported a cost, and the field it was read from (pricing.py)
 )  # fmt: skip
-_INT_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+_INT_FIELDS = (
+    "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+    "cache_write_5m_tokens", "cache_write_1h_tokens",
+)  # fmt: skip
 _FLOAT_FIELDS = ("latency_ms", "ttft_ms", "unit_count")
 _IMPORT_FIELDS = ("import_source", "import_source_scope", "import_event_id")
 _MAX_IMPORT_TEXT = 512  # an import identity part, after stripping: as the relay validates it
@@ -496,7 +499,6 @@ class IngestService:
             checked.keys,
         )
         n = len(kept)
-        ts_ms = columns["ts_ms"]
         columns["lat_bucket"] = histogram.buckets_of(columns["latency_ms"])
         errors = fields["error"]
         status_error = {s: s is not None and s.lower() == "error" for s in set(columns["status"])}
@@ -522,21 +524,9 @@ class IngestService:
         )
         columns["stream"] = _flags(fields["stream"])
         columns["batch"] = _flags(fields["batch"])
-        days = [t // DAY_MS for t in ts_ms]
-        price = self.pricer.price_columns(
-            columns["provider"],
-            columns["model"],
-            days,
-            [columns[name] for name in _INT_FIELDS],
-            reported,
-        )
-        columns["cost_usd"] = price.cost_usd
-        columns["computed_cost_usd"] = price.computed_cost_usd
+        # The catalogue price, the charged cost and their provenance (pricing.py).
+        columns.update(self.pricer.price_columns(columns, reported).stored())
         columns["reported_cost_usd"] = reported
-        columns["cost_status"] = price.status
-        columns["cost_unknown"] = price.unknown
-        columns["missing_rates"] = price.missing_rates
-        columns["price_source"] = price.source_json
 
         contents, content_dropped = self._contents(
             kept,

@@ -1,89 +1,72 @@
-"""Pricing with the bundled ``genai-prices`` data, one library lookup per (provider, model, UTC day).
+"""What a call costs, and which catalogue entry says so: the product's rules in one place.
 
-The library is asked once per key for the model's price table; each call is then priced from that
-cached rate with the library's own rules: input tokens include cache reads and writes (each priced at
-its own rate when the table has one, else at the input rate), reasoning tokens are part of output
-(priced at a reasoning rate only when the table has one), tiered rates are chosen by the call's total
-input tokens. ``tests/metergraph/test_pricing.py`` checks this against ``genai_prices.calc_price``.
+1. **The catalogue price.** ``metergraph-core`` (the product's own catalogue, ``pricing_core.py``) prices
+   every model it knows, as the product's ingest does; ``genai-prices`` (``pricing_genai.py``) prices
+   only the models it does not know (decision 0035). Token semantics are each provider's own, as the
+   SDK and the relay send them: Anthropic's input count leaves cache reads and writes out, OpenAI's and
+   Google's include cache reads (metergraph-core takes them out where that provider's input counts them);
+   5-minute and 1-hour cache writes are priced at their own rates; Gemini's native thinking tokens are
+   billed as output (``pricing_core.THINKING_OUTSIDE_OUTPUT``).
+2. **The charged cost.** A cost reported with the call is the charged cost only where metergraph-core's
+   ``resolve_billing`` accepts it: a qualified gateway (OpenRouter, Portkey) on one of its endpoints,
+   with the source field the gateway's figure is read from, and not disputed by the catalogue for that
+   publisher. Any other reported figure (an observability tool's estimate, a client's own number) is kept
+   as ``reported_cost_usd`` and the catalogue price stands (decision 0037).
+3. **Provenance.** Every call records the catalogue (``price_catalog``), its entry (``price_id``, which
+   starts with the catalogue's model id) and where its cost came from (``cost_provenance``: ``catalog``,
+   ``gateway_reported`` or ``none``, stored only when it is ``gateway_reported``: decision 0036);
+   ``price_source`` holds the catalogue's reasons where there are some (a partial or ended price, a
+   gateway's charge declined or disputed).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import threading
-from collections.abc import Sequence
+import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-import genai_prices
 import numpy as np
-from genai_prices import data_snapshot, types
+from metergraph_core import CostResult, normalize_gateway_evidence, resolve_billing
 
-LIBRARY = f"genai-prices {genai_prices.__version__}"
-# The price catalogue /healthz reports: the genai-prices release whose bundled snapshot prices calls.
-CATALOG_VERSION = f"genai-prices-{genai_prices.__version__}"
+from triptych.metergraph import pricing_core
+from triptych.metergraph.pricing_core import CORE_VERSION, CoreCatalogue, CoreEntry
+from triptych.metergraph.pricing_genai import LIBRARY as GENAI_LIBRARY
+from triptych.metergraph.pricing_genai import GenaiPricer, ResolvedRate
+from triptych.metergraph.pricing_genai import PricedColumns as GenaiColumns
 
-# Common spellings of providers that genai-prices knows under another id.
-_PROVIDER_ALIASES = {
-    "gemini": "google",
-    "google_genai": "google",
-    "google-genai": "google",
-    "vertex_ai": "google",
-    "vertexai": "google",
-    "gcp.gemini": "google",
-    "gcp.vertex_ai": "google",
-    "azure.ai.openai": "azure",
-    "az.ai.openai": "azure",
-    "aws.bedrock": "aws",
-    "bedrock": "aws",
-    "mistralai": "mistral",
-    "x_ai": "x-ai",
-    "xai": "x-ai",
-}
+# The price catalogues /healthz reports: the primary one, then the fallback.
+CATALOG_VERSION = f"metergraph-core-{CORE_VERSION}"
+DAY_MS = 86_400_000
+GATEWAY_REPORTED = "gateway_reported"
+_STATUS_NAMES = np.array(["priced", "zero", "partial", "unpriced"], dtype=object)
+_STATUS_CODES = {name: i for i, name in enumerate(_STATUS_NAMES.tolist())}
+_PROVENANCE = np.array(["none", "catalog"], dtype=object)
 
-Rate = Decimal | types.TieredPrices | None
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedRate:
-    """A model's per-million-token rates for one day, or why there is none."""
-
-    provider_id: str | None
-    model_id: str | None
-    input: Rate = None
-    output: Rate = None
-    cache_read: Rate = None
-    cache_write: Rate = None
-    reasoning: Rate = None
-    per_request: Decimal | None = None
-    # Per-token float rates (input, output, cache_read, cache_write, reasoning, per_request) when no
-    # rate is tiered: the hot path then prices a call with a few float multiplications.
-    fast: tuple[float | None, ...] | None = None
-
-    @property
-    def found(self) -> bool:
-        return self.model_id is not None
-
-    @property
-    def source(self) -> dict[str, Any]:
-        return {"library": LIBRARY, "provider": self.provider_id, "model": self.model_id}
-
-    @property
-    def source_json(self) -> str:
-        return json.dumps(self.source, sort_keys=True)
+# The token columns a price depends on, in the order ``price_columns`` reads them.
+TOKEN_COLUMNS = (
+    "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+    "cache_write_5m_tokens", "cache_write_1h_tokens",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class Price:
     cost_usd: float | None
-    computed_cost_usd: float | None
+    computed_cost_usd: float | None  # the catalogue's price, whatever was charged
     status: str  # priced | partial | unpriced | zero
-    missing_rates: tuple[str, ...]
+    missing_rates: tuple[str, ...]  # why a price is partial (the catalogue's reasons)
     source: dict[str, Any] | None
     unknown: bool  # no model or no usage at all: the call cannot be told apart
     source_json: str | None = None
+    catalog: str | None = None
+    price_id: str | None = None
+    canonical_model: str | None = None
+    provenance: str = "none"  # catalog | gateway_reported | none
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,134 +77,66 @@ class PricedColumns:
     computed_cost_usd: list[float | None]
     status: list[str]
     unknown: list[int]
-    missing_rates: list[str | None]  # JSON list of the token kinds without a rate
+    missing_rates: list[str | None]  # JSON list of the catalogue's reasons for a partial price
     source_json: list[str | None]
+    price_catalog: list[str | None]
+    price_id: list[str | None]
+    canonical_model: list[str | None]
+    cost_provenance: list[str]
+
+    def set(
+        self,
+        i: int,
+        cost: float | None,
+        status: str,
+        catalog: str | None,
+        price_id: str | None,
+        model: str | None,
+        source: str | None,
+    ) -> None:
+        """Call ``i``'s catalogue price and where it came from."""
+        self.cost_usd[i] = self.computed_cost_usd[i] = cost
+        self.status[i], self.price_catalog[i], self.price_id[i] = status, catalog, price_id
+        self.canonical_model[i], self.source_json[i] = model, source
+        self.cost_provenance[i] = "none" if cost is None else "catalog"
+
+    def stored(self) -> dict[str, list[Any]]:
+        """The stored columns by name. The catalogue's model id is not stored (the price id starts with
+        it), nor a provenance the other columns imply: only ``gateway_reported`` is
+        (``traces.pricing_provenance`` reads them back)."""
+        provenance: list[str | None] = [None] * len(self.cost_provenance)
+        if GATEWAY_REPORTED in self.cost_provenance:
+            for i, value in enumerate(self.cost_provenance):
+                if value == GATEWAY_REPORTED:
+                    provenance[i] = value
+        return {
+            "cost_usd": self.cost_usd, "computed_cost_usd": self.computed_cost_usd, "cost_status": self.status,
+            "cost_unknown": self.unknown, "missing_rates": self.missing_rates, "price_source": self.source_json,
+            "price_catalog": self.price_catalog, "price_id": self.price_id, "cost_provenance": provenance,
+        }  # fmt: skip
 
 
-# Float64 holds every integer up to 2**53 exactly: token counts below it price the same in NumPy as in
-# Python's int * float; a batch with a larger count goes row by row.
-_EXACT_INT = 2**53
-_KINDS = ("input", "cache_read", "cache_write", "reasoning", "output")
-_STATUS_NAMES = np.array(["priced", "zero", "partial"], dtype=object)
-
-
-def _rate_per_token(rate: Rate, total_input: int) -> Decimal | None:
-    if rate is None:
-        return None
-    if isinstance(rate, types.TieredPrices):
-        applicable = rate.base
-        for tier in reversed(rate.tiers):
-            if total_input > tier.start:
-                applicable = tier.price
-                break
-        return applicable / 1_000_000
-    return rate / 1_000_000
-
-
-def _fast_compute(
-    fast: tuple[float | None, ...],
-    input_t: int,
-    output_t: int,
-    cache_read: int,
-    cache_write: int,
-    reasoning: int,
-) -> tuple[float, tuple[str, ...]]:
-    """``Pricer._compute`` with float rates (no tiers): the same rules, a few multiplications."""
-    rate_in, rate_out, rate_read, rate_write, rate_reasoning, per_request = fast
-    missing: list[str] = []
-    total = 0.0
-    uncached = max(0, input_t - cache_read - cache_write)
-    for count, own, fallback, kind in (
-        (uncached, rate_in, None, "input"),
-        (cache_read, rate_read, rate_in, "cache_read"),
-        (cache_write, rate_write, rate_in, "cache_write"),
-        (reasoning if rate_reasoning is not None else 0, rate_reasoning, rate_out, "reasoning"),
-        (max(0, output_t - reasoning) if rate_reasoning is not None else output_t, rate_out, None, "output"),
-    ):
-        if count <= 0:
-            continue
-        per = own if own is not None else fallback
-        if per is None:
-            missing.append(kind)
-        else:
-            total += per * count
-    if per_request is not None:
-        total += per_request
-    return total, tuple(missing)
-
-
-def _per_request(rate: Rate) -> Decimal | None:
-    if isinstance(rate, Decimal):
-        return rate / 1000
-    return None
+def _status(status: str, cost: Decimal | float | None) -> str:
+    return "zero" if status == "priced" and cost == 0 else status
 
 
 class Pricer:
-    """Prices calls; the library is consulted once per (provider, model, day) and the rate cached."""
+    """Prices calls (module docstring); each catalogue is consulted once per (provider, model, UTC day)."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, str, int], ResolvedRate] = {}
-        self._exact: dict[tuple[str | None, str, int], ResolvedRate] = {}
-        self._json_cache: dict[int, str] = {}
-        self._lock = threading.Lock()
-        self.lookups = 0  # library consultations, for tests and the benchmark
+        self.core = CoreCatalogue()
+        self.genai = GenaiPricer()
+        self.core_name = pricing_core.catalogue_name()
+        self._genai_entries: dict[str | None, tuple[str | None, str | None, str | None]] = {}
+
+    @property
+    def lookups(self) -> int:
+        """Catalogue consultations (both catalogues), for tests and the benchmark."""
+        return self.core.lookups + self.genai.lookups
 
     def resolve(self, provider: str | None, model: str, ts: datetime) -> ResolvedRate:
-        return self.resolve_day(provider, model, int(ts.timestamp() // 86_400))
-
-    def resolve_day(self, provider: str | None, model: str, day: int) -> ResolvedRate:
-        """The rate of (provider, model) on a UTC day (days since the epoch)."""
-        exact = self._exact.get((provider, model, day))
-        if exact is not None:
-            return exact  # the spelling seen before: no case folding on the hot path
-        key = ((provider or "").lower(), model.lower(), day)
-        cached = self._cache.get(key)
-        if cached is None:
-            with self._lock:
-                cached = self._cache.get(key)
-                if cached is None:
-                    cached = self._lookup(provider, model, datetime.fromtimestamp(day * 86_400 + 43_200, UTC))
-                    self._cache[key] = cached
-        self._exact[(provider, model, day)] = cached
-        return cached
-
-    def _lookup(self, provider: str | None, model: str, when: datetime) -> ResolvedRate:
-        self.lookups += 1
-        snapshot = data_snapshot.get_snapshot()
-        provider_id = _PROVIDER_ALIASES.get((provider or "").lower(), provider or None)
-        try:
-            found_provider, found_model = snapshot.find_provider_model(model, None, provider_id, None)
-        except LookupError:
-            if provider_id is None:
-                return ResolvedRate(None, None)
-            try:  # an unknown provider name: let the model name find its provider
-                found_provider, found_model = snapshot.find_provider_model(model, None, None, None)
-            except LookupError:
-                return ResolvedRate(None, None)
-        prices = found_model.get_prices(when)
-
-        def rate(name: str) -> Rate:
-            value = getattr(prices, name, None)
-            return value if isinstance(value, Decimal | types.TieredPrices) else None
-
-        rates = [rate(k) for k in ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok",
-                                       "output_reasoning_mtok")]  # fmt: skip
-        per_request = _per_request(rate("requests_kcount"))
-        fast: tuple[float | None, ...] | None = None
-        if not any(isinstance(r, types.TieredPrices) for r in rates):
-            fast = (*(float(r) / 1_000_000 if isinstance(r, Decimal) else None for r in rates),
-                    None if per_request is None else float(per_request))  # fmt: skip
-        return ResolvedRate(
-            found_provider.id,
-            found_model.id,
-            input=rates[0],
-            output=rates[1],
-            cache_read=rates[2],
-            cache_write=rates[3],
-            reasoning=rates[4],
-            per_request=per_request,
-            fast=fast,
-        )
+        """The genai-prices entry of a model: its provider, for choosing an API (replay, analysis)."""
+        return self.genai.resolve(provider, model, ts)
 
     def price(
         self,
@@ -234,213 +149,242 @@ class Pricer:
         cache_write_tokens: int | None = None,
         reasoning_tokens: int | None = None,
         reported_cost_usd: float | None = None,
+        **call: Any,
     ) -> Price:
-        return self.price_on_day(
-            provider,
-            model,
-            int(ts.timestamp() // 86_400),
-            input_tokens,
-            output_tokens,
-            cache_read_tokens,
-            cache_write_tokens,
-            reasoning_tokens,
-            reported_cost_usd,
-        )
+        """One call's price; ``call`` takes the other columns ``price_columns`` reads (``endpoint``,
+        ``cache_write_5m_tokens``, ``gateway``, ``reported_cost_source``, ...)."""
+        columns: dict[str, list[Any]] = {
+            "provider": [provider], "model": [model], "ts_ms": [int(ts.timestamp() * 1000)],
+            "input_tokens": [input_tokens], "output_tokens": [output_tokens],
+            "cache_read_tokens": [cache_read_tokens], "cache_write_tokens": [cache_write_tokens],
+            "reasoning_tokens": [reasoning_tokens], **{k: [v] for k, v in call.items()},
+        }  # fmt: skip
+        out = self.price_columns(columns, [reported_cost_usd])
+        source_json = out.source_json[0]
+        reasons = json.loads(out.missing_rates[0]) if out.missing_rates[0] else []
+        return Price(
+            out.cost_usd[0], out.computed_cost_usd[0], out.status[0], tuple(reasons),
+            json.loads(source_json) if source_json else None, bool(out.unknown[0]), source_json,
+            out.price_catalog[0], out.price_id[0], out.canonical_model[0], out.cost_provenance[0],
+        )  # fmt: skip
 
-    def price_on_day(
-        self,
-        provider: str | None,
-        model: str | None,
-        day: int,
-        input_tokens: int | None,
-        output_tokens: int | None,
-        cache_read_tokens: int | None = None,
-        cache_write_tokens: int | None = None,
-        reasoning_tokens: int | None = None,
-        reported_cost_usd: float | None = None,
-    ) -> Price:
-        """``price`` for a call on a UTC day (days since the epoch): the form ingest uses."""
-        has_usage = not (
-            input_tokens is None
-            and output_tokens is None
-            and cache_read_tokens is None
-            and cache_write_tokens is None
-            and reasoning_tokens is None
-        )
-        computed: Decimal | None = None
-        missing: tuple[str, ...] = ()
-        status = "unpriced"
-        source: dict[str, Any] | None = None
-        source_json: str | None = None
-        if model and has_usage:
-            resolved = self.resolve_day(provider, model, day)
-            source = resolved.source
-            source_json = self._source_json(resolved)
-            if resolved.found and resolved.fast is not None:
-                cost, missing = _fast_compute(
-                    resolved.fast,
-                    input_tokens or 0,
-                    output_tokens or 0,
-                    cache_read_tokens or 0,
-                    cache_write_tokens or 0,
-                    reasoning_tokens or 0,
-                )
-                status = "partial" if missing else ("zero" if cost == 0 else "priced")
-                if reported_cost_usd is None:
-                    return Price(cost, cost, status, missing, source, False, source_json)
-                computed = Decimal(repr(cost))
-            elif resolved.found:
-                computed, missing = self._compute(
-                    resolved,
-                    input_tokens or 0,
-                    output_tokens or 0,
-                    cache_read_tokens or 0,
-                    cache_write_tokens or 0,
-                    reasoning_tokens or 0,
-                )
-                status = "partial" if missing else ("zero" if computed == 0 else "priced")
-        computed_f = float(computed) if computed is not None else None
-        if reported_cost_usd is not None:
-            # A cost reported with the call is the provider's own figure: kept and preferred.
-            status = "zero" if reported_cost_usd == 0 else "priced"
-            source = {**(source or {}), "reported": True}
-            return Price(
-                reported_cost_usd,
-                computed_f,
-                status,
-                missing,
-                source,
-                False,
-                json.dumps(source, sort_keys=True),
-            )
-        return Price(computed_f, computed_f, status, missing, source, not (model and has_usage), source_json)
+    def price_columns(self, columns: Mapping[str, Sequence[Any]], reported: Sequence[Any]) -> PricedColumns:
+        """The prices of a batch from its stored columns (``provider``, ``model``, ``ts_ms``, the
+        ``TOKEN_COLUMNS``, ``endpoint``, ``batch``, ``gateway``, ``reported_cost_source``; a missing one
+        is all None) and its reported costs.
 
-    def price_columns(
-        self,
-        provider: Sequence[str | None],
-        model: Sequence[str | None],
-        day: Sequence[int],
-        tokens: Sequence[Sequence[int | None]],
-        reported_cost_usd: Sequence[float | None],
-    ) -> PricedColumns:
-        """``price_on_day`` for a whole batch, column by column, with the same results.
-
-        ``tokens`` holds the input, output, cache read, cache write and reasoning columns. Calls with a
-        model, some usage, no reported cost and untiered rates (nearly all) are priced over NumPy arrays,
-        term by term in ``_fast_compute``'s order, so every float comes out bit for bit the same; the
-        others go through ``price_on_day`` one by one.
+        Calls the catalogue can price by their counts alone go over whole columns
+        (``pricing_core.linear_costs``), the calls metergraph-core does not know over genai-prices'
+        columns; the others, and every call with a reported cost, call by call. Each group's catalogue,
+        entry and model id are gathered onto its calls by their group codes (one pass per column), and
+        only the calls priced one by one are written individually.
         """
+        provider, model, ts_ms = columns["provider"], columns["model"], columns["ts_ms"]
         n = len(model)
-        keys = list(zip(provider, model, day, strict=True))
+        none: list[Any] = [None] * n
+        tokens = {name: columns.get(name) or none for name in TOKEN_COLUMNS}
+        endpoint = columns.get("endpoint") or none
+        batch = columns.get("batch") or none
+        zeros, absent = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        ints: dict[str, np.ndarray] = {}
+        present: dict[str, np.ndarray] = {}
+        for name, col in tokens.items():
+            if col.count(None) == n:
+                ints[name], present[name] = zeros, absent
+                continue
+            f = np.array(col, dtype=np.float64)  # None -> NaN, in C; counts below 2**53 exactly
+            present[name] = ~np.isnan(f)
+            # Counts past int64 are capped (such a call is priced call by call, and refused by the store).
+            ints[name] = np.minimum(np.nan_to_num(f, nan=0.0), 2.0**62).astype(np.int64)
+        has_usage = np.logical_or.reduce(list(present.values()))
+        has_model = np.fromiter(map(bool, model), dtype=bool, count=n)
+        # Gemini's native thinking tokens bill as output (pricing_core.THINKING_OUTSIDE_OUTPUT).
+        billed_output: Sequence[Any] = tokens["output_tokens"]
+        if not pricing_core.THINKING_OUTSIDE_OUTPUT.isdisjoint(endpoint):
+            billed = list(billed_output)
+            ints["output_tokens"] = ints["output_tokens"].copy()
+            thinking = tokens["reasoning_tokens"]
+            for i, e in enumerate(endpoint):
+                if e in pricing_core.THINKING_OUTSIDE_OUTPUT and thinking[i] and billed[i] is not None:
+                    billed[i] += thinking[i]
+                    ints["output_tokens"][i] = billed[i]
+            billed_output = billed
+
+        days = [t // DAY_MS for t in ts_ms]
+        keys = list(zip(provider, model, days, strict=True))
         groups = {key: i for i, key in enumerate(dict.fromkeys(keys))}
         codes = np.fromiter(map(groups.__getitem__, keys), dtype=np.int64, count=n)
-        counts = [np.array(column, dtype=np.float64) for column in tokens]  # None -> NaN
-        has_usage = np.logical_or.reduce([~np.isnan(c) for c in counts])
-        for c in counts:
-            np.nan_to_num(c, copy=False, nan=0.0)
-        # As price_on_day: the library is consulted only for a model some call with usage names.
         wanted = np.zeros(len(groups), dtype=bool)
-        wanted[codes[has_usage]] = True
-        rates = np.full((len(groups), 6), np.nan)
-        vector_group = np.zeros(len(groups), dtype=bool)
-        sources: list[str | None] = []
-        for (p, m, d), g in groups.items():
-            resolved = self.resolve_day(p, m, d) if m and wanted[g] else None
-            sources.append(self._source_json(resolved) if resolved is not None else None)
-            if resolved is not None and resolved.found and resolved.fast is not None:
-                vector_group[g] = True
-                rates[g] = [np.nan if r is None else r for r in resolved.fast]
-        vector = vector_group[codes] & has_usage
-        if None not in reported_cost_usd:
-            vector[:] = False
-        elif any(v is not None for v in reported_cost_usd):
-            vector &= np.array([v is None for v in reported_cost_usd], dtype=bool)
-        if any(float(c.max(initial=0.0)) >= _EXACT_INT for c in counts):
-            vector[:] = False
-        input_t, output_t, cache_read, cache_write, reasoning = counts
-        r_in, r_out, r_read, r_write, r_reason, r_request = rates[codes].T
-        has_reason = ~np.isnan(r_reason)
-        terms = (
-            (np.maximum(0.0, input_t - cache_read - cache_write), r_in),
-            (cache_read, np.where(np.isnan(r_read), r_in, r_read)),
-            (cache_write, np.where(np.isnan(r_write), r_in, r_write)),
-            (np.where(has_reason, reasoning, 0.0), r_reason),
-            (np.where(has_reason, np.maximum(0.0, output_t - reasoning), output_t), r_out),
+        wanted[codes[has_usage & has_model]] = True
+        entries = [
+            self.core.entry(p, m, d) if m and wanted[g] else CoreEntry(False)
+            for (p, m, d), g in groups.items()
+        ]
+        linear = np.array([e.linear for e in entries], dtype=bool)
+        candidates = linear[codes] & has_usage & has_model
+        if list(reported).count(None) != n:
+            candidates &= np.fromiter((v is None for v in reported), dtype=bool, count=n)
+        if any(batch):
+            candidates &= np.fromiter((not b for b in batch), dtype=bool, count=n)
+        order = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+                 "cache_write_5m_tokens", "cache_write_1h_tokens")  # fmt: skip
+        units, done = pricing_core.linear_costs(
+            entries, codes, [ints[c] for c in order], [present[c] for c in order], candidates
         )
-        total = np.zeros(n)
-        missing = []
-        for count, per in terms:
-            active = count > 0
-            rated = ~np.isnan(per)
-            missing.append(active & ~rated)
-            total = np.where(active & rated, total + per * count, total)
-        total = np.where(np.isnan(r_request), total, total + r_request)
-        any_missing = np.logical_or.reduce(missing)
-        status = np.where(any_missing, 2, np.where(total == 0, 1, 0))
-        cost: list[float | None] = list(total.tolist())
-        computed = list(cost)
-        statuses: list[str] = _STATUS_NAMES[status].tolist()
-        unknown = [0] * n
-        missing_rates: list[str | None] = [None] * n
-        for i in np.flatnonzero(any_missing & vector).tolist():
-            missing_rates[i] = json.dumps([k for k, m in zip(_KINDS, missing, strict=True) if m[i]])
-        source_json: list[str | None] = np.array(sources, dtype=object)[codes].tolist()
-        for i in np.flatnonzero(~vector).tolist():
-            used_in, used_out, used_read, used_write, used_reasoning = (column[i] for column in tokens)
-            price = self.price_on_day(
-                provider[i],
-                model[i],
-                day[i],
-                used_in,
-                used_out,
-                used_read,
-                used_write,
-                used_reasoning,
-                reported_cost_usd[i],
-            )
-            cost[i], computed[i], statuses[i] = price.cost_usd, price.computed_cost_usd, price.status
-            unknown[i] = int(price.unknown)
-            missing_rates[i] = json.dumps(list(price.missing_rates)) if price.missing_rates else None
-            source_json[i] = price.source_json
-        return PricedColumns(cost, computed, statuses, unknown, missing_rates, source_json)
 
-    def _source_json(self, resolved: ResolvedRate) -> str:
-        # Resolved rates live in self._cache for the process's lifetime, so their ids are stable keys.
-        cached = self._json_cache.get(id(resolved))
-        if cached is None:
-            cached = self._json_cache[id(resolved)] = resolved.source_json
-        return cached
+        known = has_model & has_usage
+        found = np.array([e.found for e in entries], dtype=bool)
+        # Each group's catalogue, entry and model id: metergraph-core's, or genai-prices' for a model it
+        # does not know (priced below over genai-prices' columns).
+        group_catalog = _objects([self.core_name if e.found else None for e in entries])
+        group_id = _objects([e.price_id for e in entries])
+        group_model = _objects([e.canonical_model for e in entries])
+        for (p, m, d), g in groups.items():
+            if m and wanted[g] and not found[g]:
+                resolved = self.genai.resolve_day(p, m, d)
+                if resolved.found:
+                    group_catalog[g], group_model[g] = GENAI_LIBRARY, resolved.model_id
+                    group_id[g] = f"{resolved.provider_id}/{resolved.model_id}"
+        fallback = np.flatnonzero(known & ~found[codes])
+        cost = np.where(done, units / 1e8, np.nan)
+        status = np.where(units == 0, 1, 0)
+        missing: list[str | None] = [None] * n
+        if len(fallback):
+            priced = self._fallback(fallback, columns, tokens, billed_output, ts_ms, present)
+            cost[fallback] = np.array(priced.cost_usd, dtype=np.float64)
+            status[fallback] = [_STATUS_CODES[x] for x in priced.status]
+            for i, value in zip(fallback.tolist(), priced.missing_rates, strict=True):
+                if value is not None:
+                    missing[i] = value
+        has_cost = ~np.isnan(cost)
+        costs: list[float | None] = cost.tolist()
+        for i in np.flatnonzero(~has_cost).tolist():
+            costs[i] = None
+        out = PricedColumns(
+            costs, list(costs), _STATUS_NAMES[status].tolist(), [0] * n, missing, [None] * n,
+            group_catalog[codes].tolist(), group_id[codes].tolist(), group_model[codes].tolist(),
+            _PROVENANCE[has_cost.astype(np.int64)].tolist(),
+        )  # fmt: skip
+        if any(e.ended for e in entries):
+            ended = np.array([e.ended for e in entries], dtype=bool)[codes] & done
+            for i in np.flatnonzero(ended).tolist():
+                out.source_json[i] = _ENDED
+        for i in np.flatnonzero(~known).tolist():
+            out.set(i, None, "unpriced", None, None, None, None)
+            out.unknown[i] = 1
 
-    @staticmethod
-    def _compute(
-        rate: ResolvedRate, input_t: int, output_t: int, cache_read: int, cache_write: int, reasoning: int
-    ) -> tuple[Decimal, tuple[str, ...]]:
-        missing: list[str] = []
-        input_rate = _rate_per_token(rate.input, input_t)
-        uncached = max(0, input_t - cache_read - cache_write)
-        total = Decimal(0)
+        results: dict[int, CostResult] = {}
+        late: list[int] = []
+        for i in np.flatnonzero(known & found[codes] & ~done).tolist():
+            row = (tokens["input_tokens"][i], billed_output[i], tokens["cache_read_tokens"][i],
+                   tokens["cache_write_tokens"][i], tokens["cache_write_5m_tokens"][i],
+                   tokens["cache_write_1h_tokens"][i])  # fmt: skip
+            result = self.core.cost(provider[i], model[i], ts_ms[i], row, bool(batch[i]))
+            if result.status == "unpriced":
+                late.append(i)  # not priced at this time of the day
+                continue
+            results[i] = result
+            price = None if result.cost_usd is None else float(result.cost_usd)
+            reasons = list(result.reasons)
+            partial = [r for r in reasons if r != "price_ended"]
+            out.set(i, price, _status(result.status, result.cost_usd), self.core_name, result.price_id,
+                    result.canonical_model, json.dumps({"reasons": reasons}) if reasons else None)  # fmt: skip
+            out.missing_rates[i] = json.dumps(partial) if result.status == "partial" and partial else None
+        if late:
+            idx = np.array(late, dtype=np.int64)
+            priced = self._fallback(idx, columns, tokens, billed_output, ts_ms, present)
+            for j, i in enumerate(late):
+                entry = self._genai_entry(priced.source_json[j])
+                out.set(i, priced.cost_usd[j], priced.status[j], entry[2], entry[0], entry[1], None)
+                out.missing_rates[i] = priced.missing_rates[j]
 
-        def add(count: int, own: Rate, fallback: Decimal | None, kind: str) -> None:
-            nonlocal total
-            if count <= 0:
-                return
-            per = _rate_per_token(own, input_t)
-            if per is None:
-                per = fallback
-            if per is None:
-                missing.append(kind)
-                return
-            total += per * count
+        if list(reported).count(None) != n:
+            gateway = columns.get("gateway") or none
+            cost_source = columns.get("reported_cost_source") or none
+            for i, value in enumerate(reported):
+                if value is None:
+                    continue
+                computed = out.computed_cost_usd[i]
+                state = out.status[i]
+                result = results.get(i) or CostResult(
+                    out.canonical_model[i], out.price_id[i], None if computed is None else Decimal(repr(computed)),
+                    "priced" if state == "zero" else state,
+                )  # fmt: skip
+                evidence = normalize_gateway_evidence({
+                    "gateway": gateway[i], "endpoint": endpoint[i], "reported_cost_usd": value,
+                    "reported_cost_source": cost_source[i],
+                })  # fmt: skip
+                at = datetime.fromtimestamp(ts_ms[i] / 1000, UTC)
+                decision = resolve_billing(result, evidence, disputes=self.core.catalog.disputes, at=at)
+                if decision.cost_provenance != "gateway_reported":
+                    continue  # the catalogue's price stands; the figure is kept as reported_cost_usd
+                charged = decision.cost_usd
+                out.cost_usd[i] = None if charged is None else float(charged)
+                out.status[i], out.cost_provenance[i] = _status("priced", charged), "gateway_reported"
+                reasons = list(decision.catalog_reasons)
+                out.source_json[i] = json.dumps({"reasons": reasons}) if reasons else None
+        return out
 
-        add(uncached, rate.input, None, "input")
-        add(cache_read, rate.cache_read, input_rate, "cache_read")
-        add(cache_write, rate.cache_write, input_rate, "cache_write")
-        output_rate = _rate_per_token(rate.output, input_t)
-        if rate.reasoning is not None:
-            add(reasoning, rate.reasoning, output_rate, "reasoning")
-            add(max(0, output_t - reasoning), rate.output, None, "output")
-        else:
-            add(output_t, rate.output, None, "output")
-        if rate.per_request is not None:
-            total += rate.per_request
-        return total, tuple(missing)
+    def _fallback(
+        self,
+        idx: np.ndarray,
+        columns: Mapping[str, Sequence[Any]],
+        tokens: Mapping[str, Sequence[Any]],
+        billed_output: Sequence[Any],
+        ts_ms: Sequence[int],
+        present: Mapping[str, np.ndarray],
+    ) -> GenaiColumns:
+        """The calls ``idx`` metergraph-core does not price, priced by genai-prices over their columns.
+        Its input count includes cache reads and writes: they are added back for a provider whose input
+        leaves them out (Anthropic's)."""
+        rows = idx.tolist()
+        pick = operator.itemgetter(*rows)
+
+        def take(column: Sequence[Any]) -> list[Any]:
+            return [column[rows[0]]] if len(rows) == 1 else list(pick(column))
+
+        provider, used_in, read = (
+            take(columns["provider"]),
+            take(tokens["input_tokens"]),
+            take(tokens["cache_read_tokens"]),
+        )
+        write = take(tokens["cache_write_tokens"])
+        cached = (present["cache_read_tokens"] | present["cache_write_tokens"] | present["cache_write_5m_tokens"]
+                  | present["cache_write_1h_tokens"])[idx]  # fmt: skip
+        if cached.any():
+            five, hour = take(tokens["cache_write_5m_tokens"]), take(tokens["cache_write_1h_tokens"])
+            for j in np.flatnonzero(cached).tolist():
+                if five[j] is not None or hour[j] is not None:  # the split, as metergraph-core reads it
+                    write[j] = (five[j] if five[j] is not None else (write[j] or 0)) + (hour[j] or 0)
+                if used_in[j] is not None and not _input_counts_cache(provider[j]):
+                    used_in[j] += (read[j] or 0) + (write[j] or 0)
+        return self.genai.price_columns(
+            provider, take(columns["model"]), [ts_ms[i] // DAY_MS for i in rows],
+            [used_in, take(billed_output), read, write, take(tokens["reasoning_tokens"])], [None] * len(rows),
+        )  # fmt: skip
+
+    def _genai_entry(self, source: str | None) -> tuple[str | None, str | None, str | None]:
+        """(price id, model id, catalogue) of a genai-prices source, once per entry."""
+        found = self._genai_entries.get(source)
+        if found is None:
+            parsed = json.loads(source) if source else {}
+            model: str | None = parsed.get("model")
+            entry_id = f"{parsed.get('provider')}/{model}" if model else None
+            found = self._genai_entries[source] = (entry_id, model, GENAI_LIBRARY if model else None)
+        return found
+
+
+# A price that ended and was not replaced still prices its calls; the catalogue says so.
+_ENDED = json.dumps({"reasons": ["price_ended"]})
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray:
+    """``values`` as a one-dimensional object array (never a two-dimensional one)."""
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+@functools.lru_cache(maxsize=1024)
+def _input_counts_cache(provider: str | None) -> bool:
+    return pricing_core.input_counts_cache(provider)

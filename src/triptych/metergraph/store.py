@@ -188,6 +188,13 @@ ROLLUPS: dict[str, tuple[int, bool]] = {
 }
 WEEK_DAYS = 7
 
+# What priced each call (pricing.py), added by migration 6.
+# The catalogue's model id is the price id's first part, and ``cost_provenance`` is stored only when it is
+# not what the rest says (``traces.pricing_provenance``): each bound value costs every ingested row.
+PRICING_COLUMNS = (
+    "cache_write_5m_tokens", "cache_write_1h_tokens", "gateway", "reported_cost_source", "price_catalog",
+    "price_id", "cost_provenance",
+)  # fmt: skip
 CALL_COLUMNS = (
     "workspace", "app", "source", "ts_ms", "route", "provider", "model", "environment", "operation",
     "latency_ms", "ttft_ms", "lat_bucket", "input_tokens", "output_tokens", "cache_read_tokens",
@@ -196,6 +203,7 @@ CALL_COLUMNS = (
     "trace_name", "template_hash", "unit_name", "unit_count", "tool_names", "tool_call_count", "stream",
     "batch", "func", "module", "tags", "sdk", "sdk_version", "runtime", "cost_usd", "computed_cost_usd",
     "reported_cost_usd", "cost_status", "cost_unknown", "missing_rates", "price_source", "has_content",
+    *PRICING_COLUMNS,
 )  # fmt: skip
 
 
@@ -269,6 +277,14 @@ MIGRATIONS.append(
 MIGRATIONS.append(
     "UPDATE routes SET constraints = json_extract(config, '$.constraints'),"
     " config = json_remove(config, '$.constraints') WHERE json_type(config, '$.constraints') = 'object';"
+)
+# 7: what priced each call (pricing.py): the catalogue, its entry and model id, where the cost came from,
+# the cache-write split and the gateway evidence it was decided on. Calls stored before keep NULL there.
+_PRICING_TYPES = ("INTEGER", "INTEGER", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT")
+MIGRATIONS.append(
+    "\n".join(
+        f"ALTER TABLE calls ADD COLUMN {c} {t};" for c, t in zip(PRICING_COLUMNS, _PRICING_TYPES, strict=True)
+    )
 )
 DIMENSIONS = ("provider", "model", "route", "day")
 # ClickHouse's TTL when no retention is set (a TTL needs a number): ten years.

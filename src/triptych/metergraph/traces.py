@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -298,6 +298,7 @@ class TraceService:
             "reasoning_tokens": s["reasoning_tokens"],
             "cost_usd": s["cost_usd"],
             "cost_status": s["cost_status"],
+            "pricing": pricing_provenance(s),
             "latency_ms": s["latency_ms"],
             "ttft_ms": s["ttft_ms"],
             "status": s["status"],
@@ -311,3 +312,36 @@ class TraceService:
             "tool_calls": tool_calls if isinstance(tool_calls, list) else [],
             "replay_eligible": replay_eligible,
         }
+
+
+def pricing_provenance(call: Mapping[str, Any]) -> dict[str, Any]:
+    """Which catalogue and entry priced a call, and whether its cost is that price or a gateway's charge
+    (pricing.py); null fields for a call stored before they were recorded.
+
+    The store keeps the catalogue's model id inside the price id (metergraph-core's ids are
+    ``model:channel:region:date``, genai-prices' ``provider/model``) and ``cost_provenance`` only for a
+    gateway's charge: a call with a catalogue entry cost its catalogue price (or nothing), a call without
+    one and without a cost has none, and a call without one but with a cost was stored before provenance.
+    """
+    catalog, price_id, cost = call.get("price_catalog"), call.get("price_id"), call.get("cost_usd")
+    model = None
+    if price_id:
+        model = (
+            price_id.split("/", 1)[-1]
+            if catalog and catalog.startswith("genai-prices")
+            else price_id.split(":")[0]
+        )
+    provenance = call.get("cost_provenance")
+    if provenance is None:
+        provenance = "none" if cost is None else ("catalog" if catalog else None)
+    return {
+        "catalog": catalog,
+        "price_id": price_id,
+        "model": model,
+        "cost_provenance": provenance,
+        "catalog_cost_usd": call.get("computed_cost_usd"),
+        "reported_cost_usd": call.get("reported_cost_usd"),
+        "gateway": call.get("gateway"),
+        "cache_write_5m_tokens": call.get("cache_write_5m_tokens"),
+        "cache_write_1h_tokens": call.get("cache_write_1h_tokens"),
+    }
