@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from contract.test_hadron_clients import MCP1_PYTHON, run_1x
 from hadron.llm_server import LlmServer, llm_server
-from hadron.world import World, as_app, as_user, build_world, engine, user_headers
+from hadron.world import World, as_app, as_user, build_world, engine, node, user_headers
 from harness import SECRET, TRIPTYCH, ServerProcess, free_port, http_server
 
 from triptych.core.mcp_sources import Source, load_sources, save_sources, sources_path
@@ -30,10 +30,6 @@ PLANS = "hrn:mem:globex.com:plans"
 JOURNAL = "hrn:mem:alice:journal"
 
 pytestmark = pytest.mark.engines("sqlite", "postgresql")
-
-
-def node(memory: str, loc: str) -> str:
-    return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
 
 
 def fresh() -> str:

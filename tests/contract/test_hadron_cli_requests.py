@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from hadron.team_world import CREW, OPS, build_team, worker_session
-from hadron.world import World, admin_of, as_user, serve
+from hadron.world import World, admin_of, as_user, node, serve
 
 SPECS = "hrn:mem:acme.com:specs"
 CATALOG = "hrn:mem:acme.com:catalog"
@@ -35,10 +35,6 @@ def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | N
     w = serve(data_dir, key, other, module_database_url)
     yield w
     w.server.stop()
-
-
-def node(memory: str, loc: str) -> str:
-    return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
 
 
 # ── 1. where paths as lists of keys ─────────────────────────────────────────

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hadron.gitrepos import Repo
 from hadron.test_cli import hadron as hadron_cli
-from hadron.world import HADRON_KEY, World, as_app, as_user, build_world, start_world
+from hadron.world import HADRON_KEY, World, as_app, as_user, build_world, node, start_world
 from harness import SECRET as JWT_SECRET
 from harness import ServerProcess
 from postgres import database_files
@@ -35,10 +35,6 @@ PLANS = "hrn:mem:globex.com:plans"
 GUIDES = "hrn:mem:acme.com:guides"
 WORD = "OCELOT-PARSEC-9182"  # the plaintext that must never reach the disk
 DATA_WORD = "TUNDRA-KESTREL-5520"
-
-
-def node(memory: str, loc: str) -> str:
-    return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
 
 
 @contextmanager

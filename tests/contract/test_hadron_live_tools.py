@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from hadron.world import Session, World, as_app, as_user, start_world
+from hadron.world import Session, World, as_app, as_user, fresh, node, start_world
 
 SPECS = "hrn:mem:acme.com:specs"
 TEAM = "hrn:mem:acme.com:team"
@@ -24,14 +24,6 @@ def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | N
     w = start_world(tmp_path_factory.mktemp("hadron-live"), module_database_url)
     yield w
     w.server.stop()
-
-
-def fresh() -> str:
-    return "t" + uuid.uuid4().hex[:10]
-
-
-def node(memory: str, loc: str) -> str:
-    return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
 
 
 def edge(memory: str, loc: str) -> str:

@@ -3,11 +3,10 @@ roles and an app key: who can read and write what, revisions, edges, moves and d
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from hadron.world import World, as_app, as_user, start_world
+from hadron.world import World, as_app, as_user, fresh, node, start_world
 
 SPECS = "hrn:mem:acme.com:specs"
 TEAM = "hrn:mem:acme.com:team"
@@ -24,14 +23,6 @@ def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | N
     w = start_world(tmp_path_factory.mktemp("hadron-nodes"), module_database_url)
     yield w
     w.server.stop()
-
-
-def fresh() -> str:
-    return "t" + uuid.uuid4().hex[:10]
-
-
-def node(memory: str, loc: str) -> str:
-    return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
 
 
 async def test_create_get_update_keep_revisions(world: World) -> None:

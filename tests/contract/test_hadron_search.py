@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hadron.world import Result, World, admin_of, as_app, as_user, build_world, serve
+from hadron.world import Result, World, admin_of, as_app, as_user, build_world, node, serve
 
 SPECS = "hrn:mem:acme.com:specs"
 TEAM = "hrn:mem:acme.com:team"
@@ -44,10 +44,6 @@ def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | N
 
 def fresh() -> str:
     return "s" + uuid.uuid4().hex[:10]
-
-
-def node(memory: str, loc: str) -> str:
-    return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
 
 
 def locs(result: Result) -> list[str]:

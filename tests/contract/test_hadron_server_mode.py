@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from hadron.world import HADRON_KEY, World, as_user, build_world, engine
+from hadron.world import HADRON_KEY, World, as_user, build_world, engine, node
 from harness import SECRET, ServerProcess, run_threads
 from postgres import PostgresCluster
 
@@ -53,10 +53,6 @@ def workers(postgres: PostgresCluster, tmp_path_factory: pytest.TempPathFactory)
 
 def fresh() -> str:
     return "w" + uuid.uuid4().hex[:10]
-
-
-def node(memory: str, loc: str) -> str:
-    return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
 
 
 async def test_a_write_through_one_worker_is_found_by_the_other_on_its_next_call(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hadron.world import build_world
+from hadron.world import build_world, node
 from harness import free_port
 
 from triptych.core.config import Settings
@@ -72,10 +72,6 @@ def refusal(hadron: Hadron, handle: str, urn: str, args: dict[str, Any] | None =
     with pytest.raises(ActionRefusal) as caught:
         run(hadron, handle, urn, args)
     return caught.value
-
-
-def node(memory: str, loc: str) -> str:
-    return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
 
 
 GREETING = {

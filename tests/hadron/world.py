@@ -4,6 +4,7 @@ memories of every owner kind, and a real `triptych serve` over it (auth on)."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -186,3 +187,13 @@ async def as_user(world: World, user: str, client_id: str | None = None) -> Asyn
 async def as_app(world: World, key: str | None = None) -> AsyncIterator[Session]:
     async with connect(world, {"Authorization": f"Bearer {key or world.app_key}"}) as session:
         yield session
+
+
+def fresh() -> str:
+    """A loc segment no other test uses."""
+    return "t" + uuid.uuid4().hex[:10]
+
+
+def node(memory: str, loc: str) -> str:
+    """The node URN of ``loc`` in the memory whose URN is ``memory``."""
+    return memory.replace("hrn:mem:", "hrn:node:") + ":" + loc
