@@ -211,9 +211,9 @@ class Toolbox(Generic[C]):
         finally:
             seconds = time.perf_counter() - started
             observe_tool(self.surface, label, seconds, outcome)
-            tool_log.info(
-                "%s %s", label, outcome, extra={"duration_ms": round(seconds * 1000, 2), "outcome": outcome}
-            )
+            if tool_log.isEnabledFor(logging.INFO):  # off by default: no record built per call
+                extra = {"duration_ms": round(seconds * 1000, 2), "outcome": outcome}
+                tool_log.info("%s %s", label, outcome, extra=extra)
             TOOL.reset(token)
 
     async def _run(self, name: str, arguments: Any, bind: Bind[C]) -> Any:

@@ -26,6 +26,7 @@ SURFACE: ContextVar[str | None] = ContextVar("triptych_surface", default=None)
 TOOL: ContextVar[str | None] = ContextVar("triptych_tool", default=None)
 
 HEADER = "x-request-id"
+_HEADER_BYTES = HEADER.encode()
 STATE_KEY = "request_id"
 _USABLE = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
@@ -64,8 +65,8 @@ class RequestContext:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        rid = request_id(headers)
+        given = next((v for k, v in scope.get("headers", []) if k.lower() == _HEADER_BYTES), b"")
+        rid = request_id({HEADER: given.decode("latin-1")})
         scope.setdefault("state", {})[STATE_KEY] = rid
         surface = self.surface_of(scope.get("path", ""))
         tokens = (REQUEST_ID.set(rid), SURFACE.set(surface))
@@ -76,8 +77,8 @@ class RequestContext:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 message["headers"] = [
-                    *(h for h in message.get("headers", []) if h[0].lower() != HEADER.encode()),
-                    (HEADER.encode(), rid.encode()),
+                    *(h for h in message.get("headers", []) if h[0].lower() != _HEADER_BYTES),
+                    (_HEADER_BYTES, rid.encode()),
                 ]
             await send(message)
 
@@ -87,12 +88,8 @@ class RequestContext:
             seconds = time.perf_counter() - started
             method = scope.get("method", "GET")
             observe_request(surface, method, status["code"], seconds)
-            log.info(
-                "%s %s %d",
-                method,
-                scope.get("path", ""),
-                status["code"],
-                extra={"duration_ms": round(seconds * 1000, 2), "outcome": status["code"]},
-            )
+            if log.isEnabledFor(logging.INFO):  # off by default: no record built per request
+                extra = {"duration_ms": round(seconds * 1000, 2), "outcome": status["code"]}
+                log.info("%s %s %d", method, scope.get("path", ""), status["code"], extra=extra)
             SURFACE.reset(tokens[1])
             REQUEST_ID.reset(tokens[0])
