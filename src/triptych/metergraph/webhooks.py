@@ -14,7 +14,6 @@ import hmac
 import ipaddress
 import json
 import math
-import sqlite3
 import threading
 import time
 import uuid
@@ -29,11 +28,13 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableDatabase
+from triptych.metergraph.control_sql import Connection
 from triptych.metergraph.errors import InvalidArgument, NotFoundError
 from triptych.metergraph.incident_store import Incident
 from triptych.metergraph.incidents import render_incident
 from triptych.metergraph.webhook_secrets import SecretBox, new_secret
-from triptych.metergraph.webhook_store import WebhookStore
+from triptych.metergraph.webhook_store import webhook_store
 
 EVENT_TYPES = ("incident.opened", "incident.updated", "incident.resolved")
 TEST_EVENT = "webhook.test"
@@ -234,9 +235,13 @@ class WebhookService:
     """Endpoints, the outbox hook and delivery history over the incidents' database (``db``)."""
 
     def __init__(
-        self, db: Database, data_dir: Path, settings: WebhookSettings, clock: Callable[[], datetime]
+        self,
+        db: Database | PortableDatabase,
+        data_dir: Path,
+        settings: WebhookSettings,
+        clock: Callable[[], datetime],
     ) -> None:
-        self.store = WebhookStore(db)
+        self.store = webhook_store(db)
         self.box = SecretBox(data_dir)
         self.settings = settings
         self.clock = clock
@@ -319,7 +324,7 @@ class WebhookService:
 
     # -- the outbox -------------------------------------------------------------------------------
 
-    def outbox(self, conn: sqlite3.Connection, event_type: str, incident: Incident) -> None:
+    def outbox(self, conn: Connection, event_type: str, incident: Incident) -> None:
         """``IncidentStore``'s hook, inside the transaction that changes ``incident``: one pending delivery
         per endpoint of its workspace (nothing when it has none)."""
         endpoints = self.store.workspace_endpoints(conn, incident.workspace)
