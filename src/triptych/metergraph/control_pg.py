@@ -11,7 +11,7 @@ Metergraph's migration components are versioned apart from the other surfaces'.
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
@@ -25,7 +25,8 @@ def schema_url(url: str) -> str:
     parts = urlsplit(url)
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "options"]
     query.append(("options", f"-c search_path={SCHEMA},public"))
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    # libpq decodes %20, not "+", as a space.
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
 def create_schema(url: str) -> None:
