@@ -138,7 +138,11 @@ def transition(before: Any, after: Incident, written: bool) -> str | None:
 class IncidentStore(Protocol):
     """Incidents and the detectors' cursors of one engine."""
 
-    db: Database | PortableDatabase  # the webhook store shares it: deliveries commit with the change
+    @property
+    def db(self) -> Database | PortableDatabase:
+        """The database the webhook store shares: deliveries commit with the change they announce."""
+        ...
+
     outbox: Outbox | None
     outbox_committed: Callable[[], None] | None
 
@@ -266,6 +270,7 @@ class SqliteIncidentStore(_IncidentSql):
     """Incidents in their own SQLite file."""
 
     dialect = SQLITE
+    db: Database
 
     def __init__(self, path: Path) -> None:
         super().__init__()

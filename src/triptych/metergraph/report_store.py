@@ -352,6 +352,7 @@ class SqliteReportStore(_ReportSql):
     """Reports and runs in their own SQLite file."""
 
     dialect = SQLITE
+    db: Database
 
     def __init__(self, path: Path) -> None:
         self.db = Database(path, MIGRATIONS, component=COMPONENT)

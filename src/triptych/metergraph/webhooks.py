@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from triptych.core.db import Database
@@ -33,7 +33,7 @@ from triptych.metergraph.control_sql import Connection
 from triptych.metergraph.errors import InvalidArgument, NotFoundError
 from triptych.metergraph.incident_store import Incident
 from triptych.metergraph.incidents import render_incident
-from triptych.metergraph.webhook_secrets import SecretBox, new_secret
+from triptych.metergraph.webhook_secrets import SecretBox, new_secret, valid_key
 from triptych.metergraph.webhook_store import webhook_store
 
 EVENT_TYPES = ("incident.opened", "incident.updated", "incident.resolved")
@@ -68,6 +68,16 @@ class WebhookSettings(BaseSettings):
     poll_seconds: float = Field(1.0, gt=0, validation_alias=_env("poll_seconds"))
     # Deliveries in flight at once (per server process).
     concurrency: int = Field(8, ge=1, le=64, validation_alias=_env("concurrency"))
+    # The key endpoint secrets are sealed with (base64 of 32 bytes), else a key file in the data directory:
+    # servers on several machines (server mode) set the same one everywhere (decision record 0161).
+    key: str | None = Field(None, validation_alias=_env("key"), repr=False)
+
+    @field_validator("key")
+    @classmethod
+    def _a_256_bit_key(cls, value: str | None) -> str | None:
+        if value is not None and not valid_key(value):
+            raise ValueError("MG_WEBHOOK_KEY must be the base64 of 32 bytes (e.g. `openssl rand -base64 32`)")
+        return value
 
 
 def load_webhook_settings(**overrides: Any) -> WebhookSettings:
@@ -242,7 +252,7 @@ class WebhookService:
         clock: Callable[[], datetime],
     ) -> None:
         self.store = webhook_store(db)
-        self.box = SecretBox(data_dir)
+        self.box = SecretBox(data_dir, settings.key)
         self.settings = settings
         self.clock = clock
         # Set by the sender thread (webhook_delivery.py) so a commit in this process wakes it at once.
