@@ -143,14 +143,23 @@ def _where_data_lives(settings: Settings, fresh: bool) -> str:
         shared = f"Metronix /mcp and Hadron /hadron/mcp on PostgreSQL {redacted(settings.database_url)}"
     else:
         shared = "Metronix /mcp and Hadron /hadron/mcp on SQLite in the data directory"
+    # With the database, Metergraph's incidents, webhooks, runs, reports, workloads and leases are there.
+    control = " (incidents, webhooks, analysis runs and reports, workloads, import sync on PostgreSQL)"
+    control = control if settings.database_url else ""
     if clickhouse:
+        held, what = (
+            ("keys and routes", "key or route")
+            if control
+            else ("keys, routes and reports", "key, route or report")
+        )
         metergraph = (
-            f"Metergraph /v1/agent/mcp: calls on ClickHouse {redacted(clickhouse)}, keys, routes and reports"
-            " on SQLite in the " + describe(settings.data_dir, fresh, "Metergraph key, route or report")
+            f"Metergraph /v1/agent/mcp: calls on ClickHouse {redacted(clickhouse)}{control}, {held} on SQLite in"
+            " the " + describe(settings.data_dir, fresh, f"Metergraph {what}")
         )
     else:
-        metergraph = "Metergraph /v1/agent/mcp on SQLite in the " + describe(
-            settings.data_dir, fresh, "Metergraph data"
+        metergraph = (
+            f"Metergraph /v1/agent/mcp{control}: calls, keys and routes on SQLite in the "
+            + describe(settings.data_dir, fresh, "Metergraph data")
         )
     return f"{shared}; {metergraph}"
 

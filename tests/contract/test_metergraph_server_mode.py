@@ -7,17 +7,14 @@ control table (decision record 0160). Keys, routes and batch records are the tel
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import closing
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +23,13 @@ import psycopg
 import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
 from hadron.world import HADRON_KEY
-from harness import SECRET, TRIPTYCH, McpSession, ServerProcess, mcp_session
+from harness import SECRET, TRIPTYCH, ServerProcess, mcp_session
 from postgres import PostgresCluster
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from provider_server import ProviderServer  # noqa: E402
+from test_metergraph_analysis import Env, follow  # noqa: E402
 from test_server_workers import WORKER, start_workers, stop_all  # noqa: E402
 
 from triptych.metergraph.migrate import TABLES  # noqa: E402
@@ -41,27 +39,10 @@ CONTROL_FILES = ("metergraph-incidents.db", "metergraph-analysis.db", "metergrap
                  "metergraph-webhooks.key")  # fmt: skip
 
 
-class Site:
-    def __init__(self, server: ServerProcess, url: str, clickhouse: str) -> None:
-        self.server = server
-        self.database_url = url
-        self.clickhouse_url = clickhouse
-
-    def metergraph(self) -> Any:
-        from triptych.metergraph.service import Metergraph
-        from triptych.metergraph.settings import load_metergraph_settings
-
-        return Metergraph.open(
-            self.server.data_dir,
-            load_metergraph_settings(clickhouse_url=self.clickhouse_url),
-            database_url=self.database_url,
-        )
-
-
 @pytest.fixture(scope="module")
 def site(
     postgres: PostgresCluster, clickhouse: ClickHouseEndpoint, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Site]:
+) -> Iterator[Env]:
     url = postgres.create_database("mgserver")
     with ProviderServer() as provider:
         env = {
@@ -74,7 +55,7 @@ def site(
         server = ServerProcess(tmp_path_factory.mktemp("mg-server") / "data", env)
         start_workers(server)
         try:
-            yield Site(server, url, clickhouse.database_url())
+            yield Env(server, provider)
         finally:
             stop_all(server)
 
@@ -90,50 +71,19 @@ def _each_worker(request: Any) -> dict[str, httpx.Response]:
     raise AssertionError(f"only workers {sorted(answers)} answered")
 
 
-def _traffic(site: Site, workspace: str, n: int) -> None:
-    mg = site.metergraph()
-    try:
-        mg.store.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
-        token = mg.keys.create_app_token(workspace)[1]
-    finally:
-        mg.close()
-    rows = []
-    for i in range(n):
-        question = f"support question {i}: when does the store open?"
-        rows.append({"ts": datetime.now(UTC).isoformat(), "route": "support", "provider": "openai",
-                     "model": "gpt-4o", "input_tokens": 300, "output_tokens": 40, "latency_ms": 800,
-                     "trace_id": uuid.uuid4().hex, "response_text": f"replayed: {question}",
-                     "request_json": {"messages": [{"role": "user", "content": question}]}})  # fmt: skip
-    response = httpx.post(site.server.url + "/v1/ingest", json={"schema_version": 1, "rows": rows},
-                          headers={"Authorization": f"Bearer {token}"}, timeout=30)  # fmt: skip
-    assert response.status_code == 202, response.text
-
-
-async def _follow(mcp: McpSession, run_id: str, timeout: float = 180) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        run: dict[str, Any] = (await mcp.call("metergraph_get_analysis_run", run_id=run_id)).data["run"]
-        if run["status"] in ("succeeded", "failed", "cancelled") or time.monotonic() > deadline:
-            return run
-        await asyncio.sleep(0.5)
-
-
-async def test_control_data_is_in_postgres_and_both_workers_answer_from_it(site: Site) -> None:
+async def test_control_data_is_in_postgres_and_both_workers_answer_from_it(site: Env) -> None:
     workspace = "srv-" + uuid.uuid4().hex[:8]
     data_dir = site.server.data_dir
-    _traffic(site, workspace, 6)
-    mg = site.metergraph()
-    try:
-        key = mg.keys.create_agent_key(workspace, "debug", None)[1]
-    finally:
-        mg.close()
+    database_url = site.server.env["TRIPTYCH_DATABASE_URL"]
+    site.traffic(workspace, "support", 6)
+    key = site.mint(workspace)
 
     # A webhook added by the CLI (which reaches the database the same way the server does).
     added = subprocess.run(
         [TRIPTYCH, "metergraph", "webhook", "add", "https://hooks.example.test/mg", "--workspace", workspace,
          "--data-dir", str(data_dir)],
         capture_output=True, text=True, timeout=120,
-        env={**os.environ, "TRIPTYCH_DATABASE_URL": site.database_url, "MG_WEBHOOK_KEY": WEBHOOK_KEY},
+        env={**os.environ, "TRIPTYCH_DATABASE_URL": database_url, "MG_WEBHOOK_KEY": WEBHOOK_KEY},
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
 
@@ -141,7 +91,7 @@ async def test_control_data_is_in_postgres_and_both_workers_answer_from_it(site:
     async with mcp_session(site.server.url + "/v1/agent/mcp", {"Authorization": f"Bearer {key}"}) as mcp:
         started = await mcp.call("metergraph_start_analysis", candidates=["gpt-4o-mini"], samples_per_workload=5,
                                  min_samples=5)  # fmt: skip
-        run = await _follow(mcp, started.data["run"]["run_id"])
+        run = await follow(mcp, started.data["run"]["run_id"])
     assert run["status"] == "succeeded", run
     headers = {"Authorization": f"Bearer {key}"}
     runs = _each_worker(lambda: httpx.get(f"{site.server.url}/v1/agent/analysis-runs/{run['run_id']}",
@@ -162,7 +112,7 @@ async def test_control_data_is_in_postgres_and_both_workers_answer_from_it(site:
     assert all(p.status_code == 200 and run["analysis_id"] in p.text for p in reports.values())
 
     # The rows are PostgreSQL's ...
-    with psycopg.connect(site.database_url) as conn:
+    with psycopg.connect(database_url) as conn:
         conn.execute("SET search_path = metergraph")
         held = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE workspace = %s".encode(), (workspace,))
                 .fetchone()[0] for t in ("webhook_endpoints", "analysis_runs", "reports")}  # fmt: skip
