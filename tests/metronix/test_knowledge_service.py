@@ -20,7 +20,7 @@ from triptych.core.errors import EmbeddingMismatch, Forbidden, IngestionFailed, 
 from triptych.core.pg import PgDatabase
 from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
 from triptych.metronix.knowledge import KnowledgeService
-from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore
 
 LOCAL = local_principal()
@@ -94,7 +94,7 @@ def open_service(
         chosen: Embedder = using if using is not None else embedder
         store: KnowledgeStore
         if url is not None:
-            store = PgKnowledgeStore(PgDatabase(url, max_size=4), chosen.dim)
+            store = PostgresKnowledgeStore(PgDatabase(url, max_size=4), chosen.dim)
         else:
             store = SqliteKnowledgeStore(tmp_path / "metronix.db", chosen.dim)
         stores.append(store)
@@ -116,7 +116,7 @@ def _labels(result: dict[str, Any]) -> list[str]:
 
 def _chunk_ids(service: KnowledgeService, workspace: str, label: str) -> set[int]:
     store = service.store
-    if isinstance(store, PgKnowledgeStore):
+    if isinstance(store, PostgresKnowledgeStore):
         with store.db.connection() as conn:
             found = conn.execute(
                 "SELECT c.id FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"

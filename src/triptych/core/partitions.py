@@ -10,6 +10,7 @@ never serve stale data.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,14 +23,63 @@ class Partition(Protocol):
 
 P = TypeVar("P", bound=Partition)
 
+log = logging.getLogger(__name__)
+
 
 class PartitionCache(Generic[P]):
     def __init__(self) -> None:
         self._parts: dict[str, P] = {}
         self._lock = threading.RLock()
+        self._loading: set[str] = set()  # keys with a ``load_in_background`` running
 
     def _load(self, key: str, generation: int) -> P:
         raise NotImplementedError
+
+    def _fetch(self, key: str, generation: int) -> P:
+        """The partition as ``load_in_background`` reads it, outside the lock (default: ``_load``)."""
+        return self._load(key, generation)
+
+    def _adopted(self, key: str, part: P) -> None:
+        """Called under the lock when ``load_in_background`` installs ``part``."""
+
+    def current(self, key: str, generation: int) -> bool:
+        """Whether the partition is cached as of ``generation`` or later: a search then waits for no load.
+        Reads without the lock (a stale answer only sends one search down the slower path)."""
+        part = self._parts.get(key)
+        return part is not None and part.generation >= generation
+
+    def loading(self, key: str) -> bool:
+        return key in self._loading
+
+    def load_in_background(self, key: str, generation: int) -> None:
+        """``preload`` in a thread of its own: searches meanwhile answer without the partition."""
+        if key not in self._loading:
+            threading.Thread(
+                target=self.preload, args=(key, generation), name=f"load-{key}", daemon=True
+            ).start()
+
+    def preload(self, key: str, generation: int) -> None:
+        """Load the partition outside the lock, once at a time per key (a second caller returns at once),
+        so other partitions' searches and writes go on, and install it unless something as new got there
+        first (a write applies to what is cached, so one landing during the load is in the rows read or
+        leaves the load's generation behind, and the next search reloads). Failures are logged: the next
+        search tries again."""
+        with self._lock:
+            if key in self._loading or self.current(key, generation):
+                return
+            self._loading.add(key)
+        try:
+            part = self._fetch(key, generation)
+            with self._lock:
+                cached = self._parts.get(key)
+                if cached is None or cached.generation < part.generation:
+                    self._parts[key] = part
+                    self._adopted(key, part)
+        except Exception:
+            log.warning("loading partition %s failed", key, exc_info=True)
+        finally:
+            with self._lock:
+                self._loading.discard(key)
 
     def sync(self, key: str, generation: int) -> P:
         """The partition as of ``generation`` or later.
