@@ -241,7 +241,10 @@ class KnowledgeService:
         generation = self.store.generation(workspace)
         keyword_side = self.store.keyword_candidates(workspace, query, n, generation)
         vector = pending.result()[0]
-        dense_side = self.store.dense_candidates(workspace, vector, n, generation)
+        # With the keyword side still loading, the vectors are loaded in the search rather than answer
+        # with nothing (seconds at 100,000 chunks, against a minute for the keyword index).
+        loading = keyword_side.method == "loading"
+        dense_side = self.store.dense_candidates(workspace, vector, n, generation, wait=loading)
         retrieval = {"dense": dense_side.method, "keyword": keyword_side.method}
         keyword, dense = keyword_side.hits, dense_side.hits
         fused = convex([dense, keyword], [0.5, 0.5])

@@ -27,7 +27,8 @@ from psycopg.rows import TupleRow, dict_row
 from triptych.core.keyword_index import Changes, Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PgDatabase, one
-from triptych.core.search import HNSW_THRESHOLD, PATCH_LIMIT, Vector, VectorIndex
+from triptych.core.search import PATCH_LIMIT, Vector, VectorIndex
+from triptych.metronix import store as embedded
 from triptych.metronix.store import (
     CHUNK_HIT_COLUMNS,
     DOCUMENT_COLUMNS,
@@ -366,10 +367,12 @@ class PostgresKnowledgeStore:
             return Candidates([], "loading")
         return Candidates(self.keywords.search(workspace_id, generation, query, limit), "bm25")
 
-    def dense_candidates(self, workspace_id: str, query: Vector, limit: int, generation: int) -> Candidates:
+    def dense_candidates(
+        self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False
+    ) -> Candidates:
         """Dense candidates from the in-process mirror ("hnsw", or "exact" below the graph's threshold)
         when it is current, else from pgvector's HNSW index ("pgvector"), which PostgreSQL keeps on
-        disk: a restarted worker answers from it while its mirror loads."""
+        disk: a restarted worker answers from it while its mirror loads (so ``wait`` changes nothing)."""
         if limit <= 0:
             return Candidates([], "pgvector")
         if self._mirror:
@@ -386,9 +389,9 @@ class PostgresKnowledgeStore:
         """Whether loading the workspace's keyword index is too slow for a search to wait for."""
         found = self._scalar(
             "SELECT count(*) FROM (SELECT 1 FROM kb_chunks WHERE workspace_id = %s LIMIT %s) AS c",
-            (workspace_id, HNSW_THRESHOLD),
+            (workspace_id, embedded.BACKGROUND_LOAD_CHUNKS),
         )
-        return found >= HNSW_THRESHOLD
+        return found >= embedded.BACKGROUND_LOAD_CHUNKS
 
     def _mirror_apply(
         self, workspace_id: str, before: int, added: list[tuple[int, Vector]], removed: list[int]

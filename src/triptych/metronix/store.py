@@ -22,8 +22,12 @@ import numpy as np
 from triptych.core.db import Database
 from triptych.core.keyword_index import Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
-from triptych.core.search import HNSW_THRESHOLD, Vector, VectorIndex
+from triptych.core.search import Vector, VectorIndex
 from triptych.core.vector_files import Fingerprint, VectorFiles
+
+# A workspace with this many chunks loads its indexes in the background after a start, and its searches
+# answer without them meanwhile (saying so); a smaller one loads in the search, in well under a second.
+BACKGROUND_LOAD_CHUNKS = 20_000
 
 # BM25 column weights: the title counts twice as much as the body (as bm25(chunks_fts, 0, 2, 1) did).
 TITLE_WEIGHT = 2.0
@@ -223,7 +227,7 @@ class KnowledgeStore(Protocol):
         self, workspace_id: str, query: str, limit: int, generation: int
     ) -> Candidates: ...
     def dense_candidates(
-        self, workspace_id: str, query: Vector, limit: int, generation: int
+        self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False
     ) -> Candidates: ...
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]: ...
     def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]: ...
@@ -442,11 +446,15 @@ class SqliteKnowledgeStore:
             return Candidates([], "loading")
         return Candidates(self.keywords.search(workspace_id, generation, query, limit), "bm25")
 
-    def dense_candidates(self, workspace_id: str, query: Vector, limit: int, generation: int) -> Candidates:
+    def dense_candidates(
+        self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False
+    ) -> Candidates:
         """Dense candidates: from the HNSW graph, or exactly while it builds (or below its threshold),
-        or none ("loading") while a large workspace's vectors load in the background."""
+        or none ("loading") while a large workspace's vectors load in the background. ``wait``: load
+        them in the search rather than answer with nothing (when the keyword side is loading too; the
+        vectors load in seconds, the keyword index of the same workspace in a minute)."""
         self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
-        if not self.index.current(workspace_id, generation) and self._large(workspace_id):
+        if not wait and not self.index.current(workspace_id, generation) and self._large(workspace_id):
             self.index.load_in_background(workspace_id, generation)
             return Candidates([], "loading")
         hits, method = self.index.search_with_method(workspace_id, generation, query, limit)
@@ -457,9 +465,9 @@ class SqliteKnowledgeStore:
         ``chunks_by_workspace`` index: a few milliseconds at 100,000 chunks, asked only when not loaded)."""
         row = self.db.conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM chunks WHERE workspace_id = ? LIMIT ?)",
-            (workspace_id, HNSW_THRESHOLD),
+            (workspace_id, BACKGROUND_LOAD_CHUNKS),
         ).fetchone()
-        return int(row[0]) >= HNSW_THRESHOLD
+        return int(row[0]) >= BACKGROUND_LOAD_CHUNKS
 
     def _fingerprint(self, workspace_id: str) -> Fingerprint | None:
         """What a saved vector index of the workspace must match now (None: no model recorded yet)."""
