@@ -294,7 +294,13 @@ class VectorIndex(PartitionCache[_Partition]):
         """Save a graph built (or patched) as of ``generation`` with its vectors, if files are kept."""
         if self._files is None or self._describe is None:
             return False
-        described = self._describe(key)
+        try:
+            described = self._describe(key)
+        except Exception:  # the database closed under a build finishing at shutdown: nothing saved
+            log.warning(
+                "reading the fingerprint of %s failed: its vector index is not saved", key, exc_info=True
+            )
+            return False
         if described is None:
             return False
         fingerprint = replace(described, generation=generation, count=len(ids), max_id=max(ids, default=0))
