@@ -358,14 +358,9 @@ class PostgresKnowledgeStore:
         return self.keywords.search(workspace_id, generation, query, limit)
 
     def keyword_candidates(self, workspace_id: str, query: str, limit: int, generation: int) -> Candidates:
-        """BM25 candidates, or none ("loading") while a large workspace's keyword index loads in the
-        background (a worker's first search after its start must not wait a minute for it)."""
         self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
         self._catch_up(workspace_id, generation)
-        if not self.keywords.current(workspace_id, generation) and self._large(workspace_id):
-            self.keywords.load_in_background(workspace_id, generation)
-            return Candidates([], "loading")
-        return Candidates(self.keywords.search(workspace_id, generation, query, limit), "bm25")
+        return embedded.bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
 
     def dense_candidates(
         self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False

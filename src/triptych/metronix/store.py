@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -438,13 +438,8 @@ class SqliteKnowledgeStore:
         return self.index.search(workspace_id, generation, query, limit)
 
     def keyword_candidates(self, workspace_id: str, query: str, limit: int, generation: int) -> Candidates:
-        """BM25 candidates, or none ("loading") while a large workspace's keyword index loads in the
-        background: building it from 100,000 chunks took 61 s, which no search should wait for."""
         self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
-        if not self.keywords.current(workspace_id, generation) and self._large(workspace_id):
-            self.keywords.load_in_background(workspace_id, generation)
-            return Candidates([], "loading")
-        return Candidates(self.keywords.search(workspace_id, generation, query, limit), "bm25")
+        return bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
 
     def dense_candidates(
         self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False
@@ -543,6 +538,22 @@ class SqliteKnowledgeStore:
     def close(self) -> None:
         self.index.save_all()  # the next start loads the graphs instead of building them
         self.db.close()
+
+
+def bm25_candidates(
+    keywords: KeywordIndex,
+    workspace_id: str,
+    query: str,
+    limit: int,
+    generation: int,
+    large: Callable[[str], bool],
+) -> Candidates:
+    """BM25 candidates, or none ("loading") while a large workspace's keyword index loads in the
+    background: building it from 100,000 chunks took 61 s, which no search should wait for."""
+    if not keywords.current(workspace_id, generation) and large(workspace_id):
+        keywords.load_in_background(workspace_id, generation)
+        return Candidates([], "loading")
+    return Candidates(keywords.search(workspace_id, generation, query, limit), "bm25")
 
 
 def keyword_columns(title: str | None, text: str) -> list[tuple[str, float]]:
