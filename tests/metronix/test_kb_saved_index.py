@@ -261,3 +261,43 @@ def test_with_neither_index_loaded_the_search_loads_the_vectors_rather_than_answ
     finally:
         release.set()
     assert builds == [120]
+
+
+def test_a_search_that_must_wait_for_the_vectors_waits_for_the_load_in_flight_not_a_second_one(
+    open_service: Open, builds: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = open_service()
+    _fill(first)
+    first.store.close()  # no graph was built: nothing saved, the vectors come from the database
+    service = open_service()
+    store = service.store
+    assert isinstance(store, SqliteKnowledgeStore)
+    hold_keywords, hold_vectors = threading.Event(), threading.Event()
+    real_keywords, real_vectors = store._load_keyword_documents, store._load_vectors
+    loads: list[str] = []
+
+    def vectors(key: str) -> tuple[list[int], np.ndarray]:
+        loads.append(key)
+        hold_vectors.wait(30)
+        return real_vectors(key)
+
+    monkeypatch.setattr(
+        store.keywords, "_loader", lambda key: (hold_keywords.wait(30), real_keywords(key))[1]
+    )
+    monkeypatch.setattr(store.index, "_loader", vectors)
+    store.index.load_in_background(WS, store.generation(WS))  # the start's warm-up, still reading
+    answer: list[dict[str, str]] = []
+    searching = threading.Thread(
+        target=lambda: answer.append(service.hybrid_with_retrieval(WS, "zebra", 5)[1])
+    )
+    try:
+        searching.start()
+        searching.join(0.5)
+        assert searching.is_alive() and not answer  # waiting for the vectors in flight
+        hold_vectors.set()
+        searching.join(30)
+        assert answer == [{"dense": "exact", "keyword": "loading"}]
+        assert loads == [WS]  # read once
+    finally:
+        hold_vectors.set()
+        hold_keywords.set()

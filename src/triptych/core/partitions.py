@@ -30,7 +30,8 @@ class PartitionCache(Generic[P]):
     def __init__(self) -> None:
         self._parts: dict[str, P] = {}
         self._lock = threading.RLock()
-        self._loading: set[str] = set()  # keys with a ``load_in_background`` running
+        self._loading: set[str] = set()  # keys with a ``preload`` running
+        self._loaded = threading.Condition(self._lock)  # notified when a ``preload`` ends
 
     def _load(self, key: str, generation: int) -> P:
         raise NotImplementedError
@@ -52,10 +53,11 @@ class PartitionCache(Generic[P]):
         return key in self._loading
 
     def load_in_background(self, key: str, generation: int) -> None:
-        """``preload`` in a thread of its own: searches meanwhile answer without the partition."""
-        if key not in self._loading:
+        """``preload`` in a thread of its own: searches meanwhile answer without the partition. The key
+        is marked loading before the thread starts, so ``await_load`` right after this waits for it."""
+        if self._claim(key, generation):
             threading.Thread(
-                target=self.preload, args=(key, generation), name=f"load-{key}", daemon=True
+                target=self._load_claimed, args=(key, generation), name=f"load-{key}", daemon=True
             ).start()
 
     def preload(self, key: str, generation: int) -> None:
@@ -64,10 +66,17 @@ class PartitionCache(Generic[P]):
         first (a write applies to what is cached, so one landing during the load is in the rows read or
         leaves the load's generation behind, and the next search reloads). Failures are logged: the next
         search tries again."""
+        if self._claim(key, generation):
+            self._load_claimed(key, generation)
+
+    def _claim(self, key: str, generation: int) -> bool:
         with self._lock:
             if key in self._loading or self.current(key, generation):
-                return
+                return False
             self._loading.add(key)
+            return True
+
+    def _load_claimed(self, key: str, generation: int) -> None:
         try:
             part = self._fetch(key, generation)
             with self._lock:
@@ -80,6 +89,13 @@ class PartitionCache(Generic[P]):
         finally:
             with self._lock:
                 self._loading.discard(key)
+                self._loaded.notify_all()
+
+    def await_load(self, key: str, timeout: float = 600.0) -> None:
+        """Wait for a ``preload`` of the partition in progress, if any: a caller about to load it in
+        its own path then finds it loaded instead of reading it a second time."""
+        with self._lock:
+            self._loaded.wait_for(lambda: key not in self._loading, timeout)
 
     def sync(self, key: str, generation: int) -> P:
         """The partition as of ``generation`` or later.

@@ -449,7 +449,9 @@ class SqliteKnowledgeStore:
         them in the search rather than answer with nothing (when the keyword side is loading too; the
         vectors load in seconds, the keyword index of the same workspace in a minute)."""
         self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
-        if not wait and not self.index.current(workspace_id, generation) and self._large(workspace_id):
+        if wait:
+            self.index.await_load(workspace_id)  # the start's warm-up may be reading them already
+        elif not self.index.current(workspace_id, generation) and self._large(workspace_id):
             self.index.load_in_background(workspace_id, generation)
             return Candidates([], "loading")
         hits, method = self.index.search_with_method(workspace_id, generation, query, limit)
