@@ -2,283 +2,28 @@
 the graph (nodes, edges, revisions) in one SQLite file, ``hadron.db``, or in PostgreSQL (server mode).
 
 ``TenancyStore`` and ``GraphStore`` are the engine-neutral interfaces the services use (protocols
-below). ``SqliteTenancyStore`` and ``SqliteGraphStore`` are written in the SQL SQLite 3.35+ and
-PostgreSQL share: on the embedded default they run on a ``core.db.Database``, in server mode on a
-``core.pg.PortableDatabase`` over the schema of ``pg_store.PG_MIGRATIONS`` (``pg_store.py``). Every
-multi-row write runs inside one transaction; the services open it through ``atomic()``.
+below). ``TenancySql`` and ``GraphSql`` hold their SQL once, in the dialect SQLite 3.35+ and PostgreSQL
+share (``dialect.py``); ``SqliteTenancyStore``/``SqliteGraphStore`` run it on a ``core.db.Database`` over
+``sqlite_schema``, ``PostgresTenancyStore``/``PostgresGraphStore`` on a ``core.pg.PortableDatabase`` over
+``pg_schema``. Every multi-row write runs inside one transaction; the services open it through ``atomic()``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableConnection, PortableDatabase
+from triptych.core.pg import PortableDatabase
+from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 from triptych.hadron.domain.model import App, EdgeRecord, Memory, NodeRecord, Org, Revision, User
-
-MIGRATIONS = [
-    """
-    CREATE TABLE orgs (
-        id TEXT PRIMARY KEY, root TEXT NOT NULL UNIQUE, name TEXT NOT NULL, created_at TEXT NOT NULL
-    );
-    CREATE TABLE users (
-        id TEXT PRIMARY KEY, handle TEXT NOT NULL UNIQUE, name TEXT NOT NULL, created_at TEXT NOT NULL
-    );
-    CREATE TABLE org_members (
-        org_id TEXT NOT NULL REFERENCES orgs(id), user_id TEXT NOT NULL REFERENCES users(id),
-        role TEXT NOT NULL CHECK (role IN ('OWNER', 'ADMIN', 'CONTRIBUTOR', 'READER')),
-        PRIMARY KEY (org_id, user_id)
-    );
-    CREATE INDEX org_members_by_user ON org_members (user_id);
-    CREATE TABLE apps (
-        id TEXT PRIMARY KEY, slug TEXT NOT NULL, name TEXT NOT NULL,
-        org_id TEXT REFERENCES orgs(id), owner_user_id TEXT REFERENCES users(id),
-        root TEXT NOT NULL, created_at TEXT NOT NULL,
-        CHECK ((org_id IS NULL) != (owner_user_id IS NULL)),
-        UNIQUE (root, slug)
-    );
-    CREATE TABLE app_members (
-        app_id TEXT NOT NULL REFERENCES apps(id), user_id TEXT NOT NULL REFERENCES users(id),
-        role TEXT NOT NULL CHECK (role IN ('OWNER', 'ADMIN', 'CONTRIBUTOR', 'READER')),
-        PRIMARY KEY (app_id, user_id)
-    );
-    CREATE INDEX app_members_by_user ON app_members (user_id);
-    CREATE TABLE app_keys (
-        id TEXT PRIMARY KEY, app_id TEXT NOT NULL REFERENCES apps(id), key_hash TEXT NOT NULL UNIQUE,
-        preview TEXT NOT NULL, label TEXT, created_at TEXT NOT NULL, revoked_at TEXT
-    );
-    CREATE TABLE memories (
-        id TEXT PRIMARY KEY, root TEXT NOT NULL, slug TEXT NOT NULL, name TEXT NOT NULL,
-        description TEXT NOT NULL DEFAULT '',
-        class TEXT NOT NULL CHECK (class IN ('app', 'group', 'knowledge', 'personal', 'private', 'system')),
-        org_id TEXT REFERENCES orgs(id), app_id TEXT REFERENCES apps(id), user_id TEXT REFERENCES users(id),
-        encrypted INTEGER NOT NULL DEFAULT 0,
-        schema_json TEXT,
-        -- How nodes are embedded on write (issue 6 reads it); 'none' until then.
-        embedding_policy TEXT NOT NULL DEFAULT 'none',
-        created_at TEXT NOT NULL, deleted_at TEXT,
-        CHECK ((org_id IS NOT NULL) + (app_id IS NOT NULL) + (user_id IS NOT NULL) = 1),
-        UNIQUE (root, slug)
-    );
-    -- Explicit per-principal access: a user (share, group membership) or an app (its key).
-    CREATE TABLE memory_access (
-        memory_id TEXT NOT NULL REFERENCES memories(id),
-        principal_type TEXT NOT NULL CHECK (principal_type IN ('user', 'app')),
-        principal_id TEXT NOT NULL,
-        access TEXT NOT NULL CHECK (access IN ('read-only', 'read-write')),
-        PRIMARY KEY (memory_id, principal_type, principal_id)
-    );
-    CREATE INDEX memory_access_by_principal ON memory_access (principal_type, principal_id);
-    -- Memories attached to an app, in order: the `app` rung of the search ladder (issue 6).
-    CREATE TABLE app_memories (
-        app_id TEXT NOT NULL REFERENCES apps(id), memory_id TEXT NOT NULL REFERENCES memories(id),
-        position INTEGER NOT NULL, PRIMARY KEY (app_id, memory_id)
-    );
-    CREATE TABLE client_selections (
-        user_id TEXT NOT NULL, client_id TEXT NOT NULL,
-        app_id TEXT, memory_id TEXT, org_id TEXT, scope_id TEXT,
-        session_id TEXT, updated_at TEXT NOT NULL,
-        PRIMARY KEY (user_id, client_id)
-    );
-    CREATE TABLE nodes (
-        id TEXT PRIMARY KEY, memory_id TEXT NOT NULL REFERENCES memories(id),
-        loc TEXT NOT NULL, parent_loc TEXT NOT NULL, name TEXT NOT NULL,
-        node_type TEXT NOT NULL, object_type TEXT, description TEXT, content TEXT, seq INTEGER,
-        tags TEXT NOT NULL DEFAULT '[]', properties TEXT NOT NULL DEFAULT '{}', data TEXT,
-        llm_model TEXT, ai_agent TEXT, revision INTEGER NOT NULL DEFAULT 1,
-        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, created_by TEXT NOT NULL,
-        updated_by TEXT NOT NULL, deleted_at TEXT
-    );
-    CREATE UNIQUE INDEX nodes_live_loc ON nodes (memory_id, loc) WHERE deleted_at IS NULL;
-    CREATE INDEX nodes_children ON nodes (memory_id, parent_loc, seq) WHERE deleted_at IS NULL;
-    CREATE INDEX nodes_objects ON nodes (memory_id, object_type) WHERE deleted_at IS NULL;
-    CREATE TABLE edges (
-        id TEXT PRIMARY KEY, source_id TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
-        loc TEXT NOT NULL, name TEXT, description TEXT,
-        target_id TEXT, target_memory_id TEXT, target_loc TEXT, target_ref TEXT NOT NULL,
-        is_runnable INTEGER NOT NULL DEFAULT 0, position INTEGER NOT NULL,
-        UNIQUE (source_id, loc)
-    );
-    CREATE INDEX edges_by_target ON edges (target_id);
-    CREATE TABLE node_revisions (
-        id INTEGER PRIMARY KEY AUTOINCREMENT, node_id TEXT NOT NULL, revision INTEGER NOT NULL,
-        operation TEXT NOT NULL, actor TEXT NOT NULL, at TEXT NOT NULL, reason TEXT, snapshot TEXT NOT NULL
-    );
-    CREATE INDEX node_revisions_by_node ON node_revisions (node_id, revision);
-    -- Vectors per node, written by the embedding policy (issue 6); keyed by node id, so they travel
-    -- with a moved node. status 'failed' rows are what hadron_validate reports.
-    CREATE TABLE node_embeddings (
-        node_id TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
-        model TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB, status TEXT NOT NULL, error TEXT,
-        updated_at TEXT NOT NULL
-    );
-    """,
-    # Search (issue 6): stemmed full text kept in step with live nodes by triggers, a per-memory vector
-    # generation bumped by triggers whenever the memory's live vectors change (several workers never
-    # serve stale vectors), and search scopes.
-    """
-    ALTER TABLE node_embeddings ADD COLUMN text_hash TEXT;
-    CREATE VIRTUAL TABLE nodes_fts USING fts5(name, description, content, tags, tokenize = 'porter unicode61');
-    INSERT INTO nodes_fts (rowid, name, description, content, tags)
-        SELECT rowid, name, coalesce(description, ''), coalesce(content, ''), tags FROM nodes
-        WHERE deleted_at IS NULL;
-    CREATE TRIGGER nodes_fts_insert AFTER INSERT ON nodes WHEN new.deleted_at IS NULL BEGIN
-        INSERT INTO nodes_fts (rowid, name, description, content, tags)
-        VALUES (new.rowid, new.name, coalesce(new.description, ''), coalesce(new.content, ''), new.tags);
-    END;
-    CREATE TRIGGER nodes_fts_delete AFTER DELETE ON nodes BEGIN
-        DELETE FROM nodes_fts WHERE rowid = old.rowid;
-    END;
-    CREATE TRIGGER nodes_fts_update AFTER UPDATE OF name, description, content, tags, deleted_at ON nodes
-    WHEN old.name IS NOT new.name OR old.description IS NOT new.description OR old.content IS NOT new.content
-        OR old.tags IS NOT new.tags OR old.deleted_at IS NOT new.deleted_at
-    BEGIN
-        DELETE FROM nodes_fts WHERE rowid = old.rowid;
-        INSERT INTO nodes_fts (rowid, name, description, content, tags)
-        SELECT new.rowid, new.name, coalesce(new.description, ''), coalesce(new.content, ''), new.tags
-        WHERE new.deleted_at IS NULL;
-    END;
-    CREATE TABLE vector_generations (memory_id TEXT PRIMARY KEY, generation INTEGER NOT NULL);
-    CREATE TRIGGER embeddings_gen_insert AFTER INSERT ON node_embeddings BEGIN
-        INSERT INTO vector_generations (memory_id, generation) SELECT memory_id, 1 FROM nodes
-        WHERE id = new.node_id ON CONFLICT (memory_id) DO UPDATE SET generation = generation + 1;
-    END;
-    CREATE TRIGGER embeddings_gen_update AFTER UPDATE ON node_embeddings BEGIN
-        INSERT INTO vector_generations (memory_id, generation) SELECT memory_id, 1 FROM nodes
-        WHERE id = new.node_id ON CONFLICT (memory_id) DO UPDATE SET generation = generation + 1;
-    END;
-    CREATE TRIGGER embeddings_gen_delete AFTER DELETE ON node_embeddings BEGIN
-        INSERT INTO vector_generations (memory_id, generation) SELECT memory_id, 1 FROM nodes
-        WHERE id = old.node_id ON CONFLICT (memory_id) DO UPDATE SET generation = generation + 1;
-    END;
-    CREATE TRIGGER nodes_gen_update AFTER UPDATE OF memory_id, deleted_at ON nodes
-    WHEN (old.memory_id IS NOT new.memory_id OR old.deleted_at IS NOT new.deleted_at)
-        AND EXISTS (SELECT 1 FROM node_embeddings WHERE node_id = new.id)
-    BEGIN
-        INSERT INTO vector_generations (memory_id, generation) VALUES (old.memory_id, 1)
-        ON CONFLICT (memory_id) DO UPDATE SET generation = generation + 1;
-        INSERT INTO vector_generations (memory_id, generation) VALUES (new.memory_id, 1)
-        ON CONFLICT (memory_id) DO UPDATE SET generation = generation + 1;
-    END;
-    CREATE TABLE scopes (
-        id TEXT PRIMARY KEY, name TEXT NOT NULL, description TEXT,
-        owner_type TEXT NOT NULL CHECK (owner_type IN ('organization', 'app', 'agent')),
-        owner_id TEXT NOT NULL, memory_ids TEXT NOT NULL, created_by TEXT NOT NULL,
-        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, deleted_at TEXT
-    );
-    CREATE UNIQUE INDEX scopes_live_name ON scopes (owner_type, owner_id, name) WHERE deleted_at IS NULL;
-    """,
-    # Team coordination (issue 14): agents, AI service configs, workers, worker sessions and what they
-    # touched, channels with their messages (seq assigned in the posting transaction), registers, the
-    # worklog. Messages are rows under their channel's chat-root node, not nodes: a channel of 100,000
-    # messages must read its tail by an index range.
-    """
-    CREATE TABLE agents (
-        id TEXT PRIMARY KEY, app_id TEXT NOT NULL REFERENCES apps(id), slug TEXT NOT NULL, name TEXT NOT NULL,
-        persona_role TEXT, system_prompt TEXT NOT NULL, is_team_agent INTEGER NOT NULL DEFAULT 0,
-        memory_id TEXT REFERENCES memories(id), created_at TEXT NOT NULL, UNIQUE (app_id, slug)
-    );
-    CREATE TABLE ai_service_configs (
-        id TEXT PRIMARY KEY, app_id TEXT NOT NULL REFERENCES apps(id), name TEXT NOT NULL,
-        provider TEXT NOT NULL, model TEXT NOT NULL, created_at TEXT NOT NULL, UNIQUE (app_id, name)
-    );
-    CREATE TABLE workers (
-        id TEXT PRIMARY KEY, app_id TEXT NOT NULL REFERENCES apps(id), agent_id TEXT NOT NULL REFERENCES agents(id),
-        name TEXT NOT NULL, name_key TEXT NOT NULL, slug TEXT NOT NULL, role TEXT NOT NULL,
-        prompt_override TEXT, held_by TEXT REFERENCES users(id), retired_at TEXT,
-        created_at TEXT NOT NULL, created_by TEXT NOT NULL,
-        UNIQUE (app_id, name_key)
-    );
-    CREATE UNIQUE INDEX workers_by_slug ON workers (app_id, slug);
-    CREATE TABLE work_sessions (
-        id TEXT PRIMARY KEY, app_id TEXT NOT NULL REFERENCES apps(id), user_id TEXT REFERENCES users(id),
-        worker_id TEXT REFERENCES workers(id), description TEXT NOT NULL, type TEXT NOT NULL,
-        repo TEXT, branch TEXT, pr_number INTEGER, language TEXT, llm_model TEXT,
-        parent_session_id TEXT, prev_session_id TEXT, started_at TEXT NOT NULL, last_active_at TEXT NOT NULL,
-        ended_at TEXT, end_reason TEXT, expires_at TEXT, summary TEXT, handoff TEXT,
-        error_count INTEGER, turn_count INTEGER, input_tokens INTEGER, output_tokens INTEGER
-    );
-    CREATE INDEX work_sessions_by_worker ON work_sessions (worker_id, started_at);
-    CREATE INDEX work_sessions_by_user ON work_sessions (user_id, started_at);
-    CREATE INDEX work_sessions_by_app ON work_sessions (app_id, started_at);
-    -- What a session did on the platform (usage events): the fallback for an auto-expired session.
-    CREATE TABLE session_events (session_id TEXT NOT NULL, at TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT);
-    CREATE INDEX session_events_by_session ON session_events (session_id, at);
-    CREATE TABLE session_nodes (node_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, at TEXT NOT NULL);
-    CREATE TABLE channels (
-        id TEXT PRIMARY KEY, memory_id TEXT NOT NULL REFERENCES memories(id), loc TEXT NOT NULL,
-        name TEXT NOT NULL, app_id TEXT REFERENCES apps(id), last_seq INTEGER NOT NULL DEFAULT 0,
-        created_at TEXT NOT NULL, created_by TEXT NOT NULL, UNIQUE (memory_id, loc)
-    );
-    CREATE INDEX channels_by_app ON channels (app_id);
-    CREATE TABLE channel_messages (
-        channel_id TEXT NOT NULL REFERENCES channels(id), seq INTEGER NOT NULL, body TEXT NOT NULL,
-        author TEXT NOT NULL, session_id TEXT, reply_to_seq INTEGER, mentions TEXT NOT NULL,
-        created_at TEXT NOT NULL, PRIMARY KEY (channel_id, seq)
-    ) WITHOUT ROWID;
-    CREATE TABLE message_mentions (
-        channel_id TEXT NOT NULL, ref TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (channel_id, ref, seq)
-    ) WITHOUT ROWID;
-    CREATE TABLE registers (
-        id TEXT PRIMARY KEY, owner_app_id TEXT NOT NULL REFERENCES apps(id),
-        channel_id TEXT NOT NULL REFERENCES channels(id), attendee TEXT, role TEXT,
-        mention_only INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL, created_by TEXT NOT NULL
-    );
-    CREATE INDEX registers_by_channel ON registers (channel_id);
-    CREATE TABLE work_items (
-        n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, app_id TEXT NOT NULL REFERENCES apps(id),
-        session_id TEXT NOT NULL REFERENCES work_sessions(id), user_id TEXT, worker_id TEXT,
-        tool TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL, action TEXT NOT NULL, detail TEXT,
-        created_at TEXT NOT NULL
-    );
-    CREATE INDEX work_items_by_ref ON work_items (app_id, ref);
-    CREATE INDEX work_items_by_session ON work_items (app_id, session_id);
-    CREATE INDEX work_items_by_app ON work_items (app_id);
-    """,
-    # Keyword search in process (issue 20): FTS5 kept one index, and one set of BM25 statistics, for every
-    # organization (one org's documents shifted another's ranking) and its OR-query took 30 ms at 100,000
-    # nodes. Each memory now has an in-process BM25 index (``search_store.NodeKeywords``) that follows a
-    # log of changed nodes written by these triggers: every process applies exactly the rows that
-    # changed since it last looked, its own writes and other workers' alike. The log keeps its last
-    # 50,000 entries; an index older than that reloads its memory.
-    """
-    DROP TRIGGER nodes_fts_insert;
-    DROP TRIGGER nodes_fts_delete;
-    DROP TRIGGER nodes_fts_update;
-    DROP TABLE nodes_fts;
-    CREATE TABLE node_text_changes (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT, memory_id TEXT NOT NULL, node_rowid INTEGER NOT NULL
-    );
-    CREATE INDEX node_text_changes_by_memory ON node_text_changes (memory_id, seq);
-    CREATE TRIGGER node_text_changes_prune AFTER INSERT ON node_text_changes BEGIN
-        DELETE FROM node_text_changes WHERE seq <= new.seq - 50000;
-    END;
-    CREATE TRIGGER nodes_text_insert AFTER INSERT ON nodes WHEN new.deleted_at IS NULL BEGIN
-        INSERT INTO node_text_changes (memory_id, node_rowid) VALUES (new.memory_id, new.rowid);
-    END;
-    CREATE TRIGGER nodes_text_delete AFTER DELETE ON nodes BEGIN
-        INSERT INTO node_text_changes (memory_id, node_rowid) VALUES (old.memory_id, old.rowid);
-    END;
-    CREATE TRIGGER nodes_text_update AFTER UPDATE OF name, description, content, tags, deleted_at, memory_id
-    ON nodes
-    WHEN old.name IS NOT new.name OR old.description IS NOT new.description OR old.content IS NOT new.content
-        OR old.tags IS NOT new.tags OR old.deleted_at IS NOT new.deleted_at OR old.memory_id IS NOT new.memory_id
-    BEGIN
-        INSERT INTO node_text_changes (memory_id, node_rowid) VALUES (old.memory_id, old.rowid);
-        INSERT INTO node_text_changes (memory_id, node_rowid)
-            SELECT new.memory_id, new.rowid WHERE new.memory_id IS NOT old.memory_id;
-    END;
-    """,
-]
 
 
 def utcnow() -> str:
@@ -377,34 +122,17 @@ class NodeCodec(Protocol):
     def open(self, node: NodeRecord) -> NodeRecord: ...
 
 
-# ─── SQLite ──────────────────────────────────────────────────────────────────
-
-
-class _SqliteBase:
-    def __init__(self, db: Database | PortableDatabase) -> None:
-        self.db = db
-
-    @property
-    def conn(self) -> sqlite3.Connection | PortableConnection:
-        """A ``sqlite3.Connection``, or on PostgreSQL its stand-in (``core.pg.PortableConnection``)."""
-        return self.db.conn
-
-    @contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection | PortableConnection]:
-        """One transaction; nested calls join the outer one."""
-        conn = self.conn
-        if conn.in_transaction:
-            yield conn
-            return
-        with self.db.transaction() as tx:
-            yield tx
+# ─── The SQL both engines share, and a class per engine ─────────────────────────
 
 
 def open_database(path: Path) -> Database:
-    return Database(path, MIGRATIONS)
+    """``hadron.db`` at ``path``, migrated (component "main"; the stores migrate their own components)."""
+    return Database(path, sqlite_schema.HADRON)
 
 
-class SqliteTenancyStore(_SqliteBase):
+class TenancySql(EngineStore):
+    """The tenancy SQL both engines run."""
+
     def __init__(self, db: Database | PortableDatabase, clock: Callable[[], str] = utcnow) -> None:
         super().__init__(db)
         self.clock = clock
@@ -648,6 +376,14 @@ class SqliteTenancyStore(_SqliteBase):
             )  # fmt: skip
 
 
+class SqliteTenancyStore(TenancySql):
+    dialect = SQLITE
+
+
+class PostgresTenancyStore(TenancySql):
+    dialect = POSTGRES
+
+
 _NODE_COLUMNS = (
     "id, memory_id, loc, name, node_type, object_type, description, content, seq, tags, properties, data, "
     "llm_model, ai_agent, revision, created_at, updated_at, created_by, updated_by, deleted_at"
@@ -659,17 +395,7 @@ _EDGE_COLUMNS = (
 _EDGE_WIDTH = len(_EDGE_COLUMNS.split(", "))
 _EDGE_MARKS = ", ".join("?" * _EDGE_WIDTH)
 _EDGE_COLUMNS_OF_E = ", ".join(f"e.{c}" for c in _EDGE_COLUMNS.split(", "))  # joined with its source node
-# The edge fields of the live server (priority, condition, data), added after the graph's own schema: a
-# migration component of their own, written in the SQL both engines share.
 EDGE_COMPONENT = "hadron-edges"
-EDGE_MIGRATIONS = [
-    """
-    ALTER TABLE edges ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
-    ALTER TABLE edges ADD COLUMN condition_json TEXT;
-    ALTER TABLE edges ADD COLUMN data_json TEXT;
-    CREATE INDEX edges_by_loc ON edges (loc);
-    """
-]
 
 
 def _node(row: Sequence[Any]) -> NodeRecord:
@@ -710,13 +436,11 @@ def _upper(loc: str) -> str:
     return loc + ";"
 
 
-class SqliteGraphStore(_SqliteBase):
+class GraphSql(EngineStore):
+    """The graph SQL both engines run."""
+
     # Seals the nodes of encrypted memories on write and opens them on read (sealing.py); None: clear.
     codec: NodeCodec | None = None
-
-    def __init__(self, db: Database | PortableDatabase) -> None:
-        super().__init__(db)
-        db.migrate(EDGE_COMPONENT, EDGE_MIGRATIONS)
 
     def node_by_loc(self, memory_id: str, loc: str) -> NodeRecord | None:
         row = self.conn.execute(
@@ -1003,3 +727,13 @@ def _edge_values(e: EdgeRecord) -> tuple[Any, ...]:
         e.target_ref, int(e.is_runnable), e.position, e.priority,
         _json(e.condition) if e.condition is not None else None, _json(e.data) if e.data is not None else None,
     )  # fmt: skip
+
+
+class SqliteGraphStore(GraphSql):
+    dialect = SQLITE
+    schema = ((EDGE_COMPONENT, sqlite_schema.EDGES),)
+
+
+class PostgresGraphStore(GraphSql):
+    dialect = POSTGRES
+    schema = ((EDGE_COMPONENT, pg_schema.EDGES),)

@@ -50,7 +50,7 @@ from triptych.hadron.services.validate import ValidateService
 from triptych.hadron.services.workers import WorkerService
 from triptych.hadron.services.worklog import WorklogService
 from triptych.hadron.store import GraphStore, TenancyStore
-from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron.team_store import TeamSql
 from triptych.hadron.tools.actions import action_tools
 from triptych.hadron.tools.apps import app_tools
 from triptych.hadron.tools.base import Ctx, Tool
@@ -306,7 +306,7 @@ class Derived:
 class Team:
     """The team-coordination services (issue 14), over the same database."""
 
-    store: SqliteTeamStore
+    store: TeamSql
     agents: AgentService
     sessions: SessionService
     workers: WorkerService
@@ -317,7 +317,7 @@ class Team:
     @classmethod
     def build(
         cls,
-        store: SqliteTeamStore,
+        store: TeamSql,
         tenancy: TenancyStore,
         graph: GraphStore,
         access: AccessPolicy,
