@@ -9,11 +9,14 @@ knowledge memory (``Seed``)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
+from postgres import PostgresCluster
 
 from triptych.hadron.domain.model import App, Memory, NodeRecord, Org, User
 from triptych.hadron.engines import Stores, open_stores
@@ -48,9 +51,31 @@ def node(memory: Memory, loc: str, **fields: object) -> NodeRecord:
     return NodeRecord(**values)  # type: ignore[arg-type]
 
 
+@pytest.fixture(scope="session")
+def migrated_template(postgres: PostgresCluster, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A PostgreSQL database holding every Hadron migration and no rows: each test's database is a copy
+    (``CREATE DATABASE ... TEMPLATE``), which spares each test the migrations (about a second each)."""
+    url = postgres.create_database("hadron_template")
+    open_stores(tmp_path_factory.mktemp("template") / "hadron.db", url, 4, "letters").close()
+    return url.rsplit("/", 1)[1]
+
+
 @pytest.fixture
-def seed(tmp_path: Path, database_url: str | None) -> Iterator[Seed]:
-    stores = open_stores(tmp_path / "hadron.db", database_url, 4, "letters")
+def contract_database_url(request: pytest.FixtureRequest, storage_engine: str) -> str | None:
+    """None on SQLite (a temporary ``hadron.db``); on PostgreSQL a fresh copy of ``migrated_template``."""
+    if storage_engine == "sqlite":
+        return None
+    postgres: PostgresCluster = request.getfixturevalue("postgres")
+    template = request.getfixturevalue("migrated_template")
+    name = f"c_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres.url(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'.encode())
+    return postgres.url(name)
+
+
+@pytest.fixture
+def seed(tmp_path: Path, contract_database_url: str | None) -> Iterator[Seed]:
+    stores = open_stores(tmp_path / "hadron.db", contract_database_url, 4, "letters")
     try:
         tenancy = stores.tenancy
         org = tenancy.add_org("acme.com", "Acme")

@@ -66,8 +66,8 @@ def _org(stores: Stores, root: str, user: str) -> Org:
 
 
 @pytest.fixture
-def orgs(tmp_path: Path, database_url: str | None) -> Iterator[tuple[Stores, Org, Org]]:
-    stores = open_stores(tmp_path / "hadron.db", database_url, None, None)
+def orgs(tmp_path: Path, contract_database_url: str | None) -> Iterator[tuple[Stores, Org, Org]]:
+    stores = open_stores(tmp_path / "hadron.db", contract_database_url, None, None)
     try:
         yield stores, _org(stores, "acme.com", "alice"), _org(stores, "globex.com", "dave")
     finally:
