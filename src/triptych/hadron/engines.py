@@ -26,18 +26,12 @@ from triptych.hadron import pg_schema
 from triptych.hadron.abstract_store import AbstractStore, PostgresAbstractStore, SqliteAbstractStore
 from triptych.hadron.action_store import ActionRunStore, PostgresActionRunStore, SqliteActionRunStore
 from triptych.hadron.git_store import GitStore, PostgresGitStore, SqliteGitStore
+from triptych.hadron.graph_store import GraphSql, PostgresGraphStore, SqliteGraphStore
 from triptych.hadron.lock_store import LockStore, PostgresLockStore, SqliteLockStore
 from triptych.hadron.search_store import PostgresSearchStore, SearchSql, SqliteSearchStore
-from triptych.hadron.store import (
-    GraphSql,
-    PostgresGraphStore,
-    PostgresTenancyStore,
-    SqliteGraphStore,
-    SqliteTenancyStore,
-    TenancyStore,
-    open_database,
-)
+from triptych.hadron.store import TenancyStore, open_database
 from triptych.hadron.team_store import PostgresTeamStore, SqliteTeamStore, TeamSql
+from triptych.hadron.tenancy_store import PostgresTenancyStore, SqliteTenancyStore
 
 # PostgreSQL's migration component of the tenancy, graph, search and selection tables (SQLite's: "main").
 PG_COMPONENT = "hadron"
