@@ -954,7 +954,7 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
     # returned met a connection the caller had closed (a segfault in CI's teardown).
     store(service, "The ferry leaves at noon")
     finished: list[bool] = []
-    search = service._neighbours
+    search = service.lifecycle._neighbours
 
     def slow(record: Any, vector: Any) -> Any:
         time.sleep(0.2)
@@ -962,7 +962,7 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
         finished.append(True)
         return found
 
-    monkeypatch.setattr(service, "_neighbours", slow)
+    monkeypatch.setattr(service.lifecycle, "_neighbours", slow)
     again = store(service, "The ferry leaves at noon", scope="global")  # a new record: checked
     assert finished == [True] and not again["deduped"]
     finished.clear()
