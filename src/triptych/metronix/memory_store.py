@@ -130,7 +130,7 @@ class SqliteMemoryStore(_EngineStore):
     def __init__(self, db: Database, dim: int) -> None:
         db.migrate("memory", memory_schema_sqlite.MIGRATIONS)
         super().__init__(db, dim)
-        self.reviews = SqliteReviewStore(db, self._gate, self.caches)
+        self.reviews = SqliteReviewStore(db, self._gate, self.caches, self.writing)
 
     def warm(self) -> None:
         """Load the vector, keyword, adjacency and attribute caches of every workspace that holds records
@@ -146,7 +146,7 @@ class SqliteMemoryStore(_EngineStore):
         if not seqs:
             return
         marks = ",".join("?" * len(seqs))
-        with self.db.transaction() as conn:
+        with self.writing(workspace_id) as conn:
             touched = [
                 int(r[0])
                 for r in conn.execute(
@@ -163,8 +163,13 @@ class SqliteMemoryStore(_EngineStore):
 
 class PostgresMemoryStore(_EngineStore):
     """Server mode: the same tables on PostgreSQL, shared by every worker (each with its own caches,
-    kept current by the counters). Every write goes through ``self.db``, whose transactions and batched
-    statements take ``WRITE_LOCK`` first: the one place writers are ordered."""
+    kept current by the counters).
+
+    Writers are ordered by one advisory lock, ``WRITE_LOCK``, chosen here only: ``self.db`` takes it
+    first in each transaction ``writing`` opens and in each one-round-trip write (``memory_pg``). Each
+    write already names its workspace (``writing(workspace_id)``, ``record.workspace_id``), so issue 30's
+    per-workspace ordering is a lock key per workspace in those two places (``PortableDatabase`` taking
+    the key per call), with ``writing(None)`` (the model record, a re-embedding) keeping the store-wide one."""
 
     unique_violation = (psycopg.errors.UniqueViolation,)
     db: PortableDatabase
@@ -173,7 +178,7 @@ class PostgresMemoryStore(_EngineStore):
         db = PortableDatabase(pg, write_lock=WRITE_LOCK)
         db.migrate("memory", memory_schema_pg.MIGRATIONS)
         super().__init__(db, dim)
-        self.reviews = PostgresReviewStore(db, self._gate, self.caches)
+        self.reviews = PostgresReviewStore(db, self._gate, self.caches, self.writing)
 
     def warm(self) -> None:
         """``SqliteMemoryStore.warm``: best effort, a server closing meanwhile ends it."""

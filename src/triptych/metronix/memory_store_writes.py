@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -54,8 +55,14 @@ class MemoryWrites(MemoryReads):
         the neutral path below (the embedded engine always; PostgreSQL when the record has a twin)."""
         return None
 
+    def writing(self, workspace_id: str | None) -> AbstractContextManager[Any]:
+        """The transaction of a write to ``workspace_id``'s records (None: to the whole store). Every
+        write of this store and of its review store opens it here: the one place an engine orders its
+        writers (``PostgresMemoryStore`` explains how)."""
+        return self.db.transaction()
+
     def set_embedding_model(self, name: str, dim: int) -> None:
-        with self.db.transaction() as conn:
+        with self.writing(None) as conn:
             conn.executemany(
                 "INSERT INTO memory_meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 [("embedding_model", name), ("embedding_dim", str(dim))],
@@ -64,7 +71,7 @@ class MemoryWrites(MemoryReads):
     @gated
     def replace_embeddings(self, vectors: Sequence[tuple[int, Vector]]) -> None:
         """New vectors for existing records (a re-embedding); the touched workspaces reload their index."""
-        with self.db.transaction() as conn:
+        with self.writing(None) as conn:
             conn.executemany(
                 "UPDATE memory_records SET embedding = ? WHERE seq = ?",
                 [(np.ascontiguousarray(vec, dtype=np.float32).tobytes(), seq) for seq, vec in vectors],
@@ -99,7 +106,7 @@ class MemoryWrites(MemoryReads):
         if done is not None:
             return done, False
         caches = self.caches
-        with self.db.transaction() as conn:
+        with self.writing(record.workspace_id) as conn:
             found = self.find_duplicate(
                 record.workspace_id, record.agent_id, record.scope, record.session_id, record.content_hash
             )  # read inside the transaction: ``db.conn`` is this thread's ``conn``
@@ -196,7 +203,7 @@ class MemoryWrites(MemoryReads):
             updated.workspace_id, updated.agent_id, updated.scope, updated.session_id, updated.content_hash
         )
         caches = self.caches
-        with self.db.transaction() as conn:
+        with self.writing(record.workspace_id) as conn:
             before = caches.generation(record.workspace_id)
             attrs_before, attrs_after = caches.attribute_write(conn, record.workspace_id)
             conn.execute(
@@ -260,7 +267,7 @@ class MemoryWrites(MemoryReads):
     @gated
     def delete(self, workspace_id: str, record_id: str) -> bool:
         caches = self.caches
-        with self.db.transaction() as conn:
+        with self.writing(workspace_id) as conn:
             row = conn.execute(
                 "SELECT seq FROM memory_records WHERE workspace_id = ? AND id = ?", (workspace_id, record_id)
             ).fetchone()

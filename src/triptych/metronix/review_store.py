@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import secrets
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from triptych.core.db import Database
@@ -23,6 +25,9 @@ from triptych.core.pg import PortableDatabase
 from triptych.metronix.memory_caches import MemoryCaches
 from triptych.metronix.memory_model import Filing, MemoryRecord, Resolution, ReviewEntry, review_from_row
 from triptych.metronix.store import utcnow
+
+# The record store's ``writing(workspace_id)``: every write here opens its transaction through it.
+Writing = Callable[[str | None], AbstractContextManager[Any]]
 
 
 class ReviewStore(Protocol):
@@ -47,9 +52,12 @@ class ReviewStore(Protocol):
 class ReviewQueue:
     """Both engines' review store: the statements below run on either."""
 
-    def __init__(self, db: Database | PortableDatabase, gate: WriteGate, caches: MemoryCaches) -> None:
+    def __init__(
+        self, db: Database | PortableDatabase, gate: WriteGate, caches: MemoryCaches, writing: Writing
+    ) -> None:
         self.db = db
         self._gate = gate
+        self._writing = writing
         self.attributes = caches.attributes
         self._attribute_write = caches.attribute_write
 
@@ -71,7 +79,7 @@ class ReviewQueue:
                 self.db.conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
             return False
         created, attrs, changes, linked = False, None, {}, []
-        with self.db.transaction() as conn:
+        with self._writing(record.workspace_id) as conn:
             if filing is not None:
                 cursor = conn.execute(
                     "INSERT INTO review_entries (id, workspace_id, target_id, target_kind, reason,"
@@ -89,7 +97,7 @@ class ReviewQueue:
                         utcnow(),
                     ),
                 )
-                created = cursor.rowcount > 0
+                created = bool(cursor.rowcount > 0)
                 if created and filing.status is not None:
                     conn.execute(
                         "UPDATE memory_records SET status = ? WHERE seq = ?", (filing.status, record.seq)
@@ -146,7 +154,7 @@ class ReviewQueue:
         )
         event_id = "evt_" + secrets.token_hex(12)
         now = utcnow()
-        with self.db.transaction() as conn:
+        with self._writing(record.workspace_id) as conn:
             gone = conn.execute("DELETE FROM review_entries WHERE id = ?", (review.id,)).rowcount == 0
             if gone:  # a concurrent caller resolved it first
                 return None
@@ -206,19 +214,19 @@ class ReviewQueue:
 
     @gated
     def check_done(self, record_id: str) -> None:
-        with self.db.transaction() as conn:
+        with self._writing(None) as conn:
             conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
 
 
 class SqliteReviewStore(ReviewQueue):
     """The embedded engine's review store (``metronix.db``, beside the records)."""
 
-    def __init__(self, db: Database, gate: WriteGate, caches: MemoryCaches) -> None:
-        super().__init__(db, gate, caches)
+    def __init__(self, db: Database, gate: WriteGate, caches: MemoryCaches, writing: Writing) -> None:
+        super().__init__(db, gate, caches, writing)
 
 
 class PostgresReviewStore(ReviewQueue):
     """Server mode's review store: its writes take the memory store's write lock (``db``'s)."""
 
-    def __init__(self, db: PortableDatabase, gate: WriteGate, caches: MemoryCaches) -> None:
-        super().__init__(db, gate, caches)
+    def __init__(self, db: PortableDatabase, gate: WriteGate, caches: MemoryCaches, writing: Writing) -> None:
+        super().__init__(db, gate, caches, writing)
