@@ -1042,3 +1042,33 @@ def test_a_search_through_another_worker_returns_the_record_as_another_worker_la
     )
     stored = writer.get_record(LOCAL, WS, first["id"])  # read from the database
     assert record == {key: stored[key] for key in record}
+
+
+def test_a_search_asks_the_store_for_its_first_stage_once(db: Database, embedder: LocalEmbedder) -> None:
+    """Issue 29: BM25 and dense candidates in one store call; each later step one call (5 reads in all)."""
+    inner = open_memory_store(db, embedder.dim)
+    calls: list[str] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            value = getattr(inner, name)
+            if not callable(value):
+                return value
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                calls.append(name)
+                return value(*args, **kwargs)
+
+            return counted
+
+    service = MemoryService(Counting(), embedder)  # type: ignore[arg-type]
+    store(service, "The ferry to the island leaves at noon")
+    store(service, "Tickets for the ferry are sold at the harbour", agent="other", scope="global")
+    calls.clear()
+    found = service.search(LOCAL, workspace_id=WS, query="when does the ferry leave", agent_id="hermes")
+    assert found["count"] == 2
+    reads = [c for c in calls if c not in ("snapshot", "touch")]
+    assert reads.count("first_stage") == 1
+    assert not {"keyword_search", "dense_search", "links"} & set(reads)
+    assert len(reads) <= 5, reads
+    service.close()
