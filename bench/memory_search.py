@@ -42,8 +42,9 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 DIM = 384
 WORKSPACE = "bench"
-# Methods of the store that are not reads of records: the snapshot bracket and the TTL slide (a write).
-NOT_READS = {"snapshot", "pinned", "touch", "reviews"}
+# Methods of the store that are not reads of records: the snapshot bracket, the TTL slide (a write) and
+# the model check of a service's first call.
+NOT_READS = {"snapshot", "pinned", "touch", "reviews", "embedding_model", "set_embedding_model"}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
