@@ -100,6 +100,8 @@ def raw_record(content: str, agent: str = "hermes", status: str = "active", **fi
 # -- dedup ----------------------------------------------------------------------------------
 
 
+# On every engine: test_memory_store_contract.py::test_the_same_dedup_key_returns_the_stored_record_and_writes_nothing
+@pytest.mark.engines("sqlite")
 def test_storing_the_same_content_again_returns_the_existing_id_with_deduped_true(
     service: MemoryService,
 ) -> None:
@@ -134,6 +136,8 @@ def test_a_duplicate_store_still_validates_every_argument(service: MemoryService
         store(service, "The release train leaves on Thursdays.", kind="bogus")
 
 
+# On every engine: test_memory_store_contract.py::test_the_same_dedup_key_returns_the_stored_record_and_writes_nothing
+@pytest.mark.engines("sqlite")
 def test_dedup_is_keyed_by_workspace_agent_scope_and_session(service: MemoryService) -> None:
     text = "Standups happen at nine."
     base = store(service, text)
@@ -260,6 +264,8 @@ def test_updating_content_to_another_records_content_is_invalid_params_not_a_cra
     ]
 
 
+# On every engine: test_memory_store_contract.py::test_tenancy_another_workspace_sees_nothing
+@pytest.mark.engines("sqlite")
 def test_updating_a_record_of_another_workspace_is_not_found(service: MemoryService) -> None:
     stored = store(service, "Only in the first workspace.")
     with pytest.raises(NotFound):
@@ -339,6 +345,8 @@ def test_a_check_queued_before_a_crash_is_run_by_the_next_service_and_files_the_
         second_db.close()
 
 
+# On every engine: test_memory_store_contract.py::test_delete_removes_the_record_its_queued_check_and_its_reviews
+@pytest.mark.engines("sqlite")
 def test_deleting_a_record_drops_its_queued_check(service: MemoryService, embedder: LocalEmbedder) -> None:
     record = raw_record("Ephemeral thought about the roadmap.")
     service.store.insert(record, embedder.embed([record.content])[0], set(), True)
@@ -348,12 +356,16 @@ def test_deleting_a_record_drops_its_queued_check(service: MemoryService, embedd
     assert service.store.reviews.pending_checks() == []
 
 
+# On every engine: test_memory_store_contract.py::test_a_check_without_a_filing_is_dequeued
+@pytest.mark.engines("sqlite")
 def test_a_completed_write_leaves_nothing_queued(service: MemoryService) -> None:
     store(service, "User prefers dark mode")
     store(service, "User prefers light mode")
     assert service.store.reviews.pending_checks() == []
 
 
+# On every engine: test_memory_store_contract.py::test_a_filing_is_filed_once_changes_the_status_and_links_the_records
+@pytest.mark.engines("sqlite")
 def test_filing_the_same_review_twice_keeps_one_entry(service: MemoryService) -> None:
     old = store(service, "User prefers dark mode")
     new = store(service, "User prefers light mode")
@@ -388,6 +400,8 @@ def test_unrelated_records_file_no_review(service: MemoryService) -> None:
     assert service.review_list(LOCAL, WS)["total"] == 0
 
 
+# On every engine: test_memory_store_contract.py::test_resolving_applies_the_resolution_once_and_records_the_event
+@pytest.mark.engines("sqlite")
 def test_review_resolution_writes_an_audit_event_with_capped_notes(service: MemoryService) -> None:
     store(service, "User prefers dark mode")
     new = store(service, "User prefers light mode")
@@ -629,6 +643,8 @@ def _crowded_store(db: Database, dim: int) -> SqliteMemoryStore:
     return st
 
 
+# On every engine: test_memory_store_contract.py::test_a_selective_filter_still_finds_every_visible_record
+@pytest.mark.engines("sqlite")
 @pytest.mark.parametrize("max_probe", [4096, 40])
 def test_post_filtered_dense_and_keyword_search_equal_a_search_of_the_visible_set(
     db: Database, embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch, max_probe: int
@@ -666,6 +682,8 @@ def test_a_record_gains_context_from_the_turn_stored_just_before_it(service: Mem
     assert all(r["record"]["agent_id"] == "hermes" for r in found["results"])
 
 
+# On every engine: test_memory_store_contract.py::test_records_written_in_turn_lend_each_other_context
+@pytest.mark.engines("sqlite")
 def test_records_written_far_apart_or_by_another_agent_are_not_adjacent(
     db: Database, embedder: LocalEmbedder
 ) -> None:
@@ -838,6 +856,8 @@ def _views() -> list[Visibility]:
     ]
 
 
+# On every engine: test_memory_store_contract.py::test_every_read_applies_the_same_visibility
+@pytest.mark.engines("sqlite")
 def test_the_cached_visibility_rule_equals_the_sql_one_for_every_filter(
     db: Database, embedder: LocalEmbedder
 ) -> None:
