@@ -106,6 +106,8 @@ class _EngineStore(MemoryWrites):
     """What both engines' constructors share: the caches over the database, and the review store."""
 
     reviews: ReviewStore
+    # What the engine raises once its connections close (a server stopping while ``warm`` runs).
+    closed_errors: tuple[type[Exception], ...] = ()
 
     def __init__(self, db: Database | PortableDatabase, dim: int) -> None:
         self.db = db
@@ -121,24 +123,26 @@ class _EngineStore(MemoryWrites):
     def pinned(self) -> dict[str, tuple[int, int]]:
         return self.caches.pinned()
 
+    def warm(self) -> None:
+        """Load the vector, keyword, adjacency and attribute caches of every workspace that holds records
+        (best effort: a server closing meanwhile ends it, and a search loads whatever is missing itself)."""
+        errors: tuple[type[Exception], ...] = (*self.closed_errors, ValueError)
+        try:
+            self.caches.warm(self.workspaces())
+        except errors:
+            return
+
 
 class SqliteMemoryStore(_EngineStore):
     """The embedded engine: ``metronix.db`` (its ``memory`` component), one writer at a time."""
 
     unique_violation = (sqlite3.IntegrityError,)
+    closed_errors = (sqlite3.Error,)
 
     def __init__(self, db: Database, dim: int) -> None:
         db.migrate("memory", memory_schema_sqlite.MIGRATIONS)
         super().__init__(db, dim)
         self.reviews = SqliteReviewStore(db, self._gate, self.caches, self.writing)
-
-    def warm(self) -> None:
-        """Load the vector, keyword, adjacency and attribute caches of every workspace that holds records
-        (best effort: a server closing meanwhile ends it, and a search loads whatever is missing itself)."""
-        try:
-            self.caches.warm(self.workspaces())
-        except (sqlite3.Error, ValueError):
-            return
 
     @gated
     def touch(self, workspace_id: str, seqs: Sequence[int], ttl_expires_at: str) -> None:
@@ -172,6 +176,7 @@ class PostgresMemoryStore(_EngineStore):
     the key per call), with ``writing(None)`` (the model record, a re-embedding) keeping the store-wide one."""
 
     unique_violation = (psycopg.errors.UniqueViolation,)
+    closed_errors = (psycopg.Error,)
     db: PortableDatabase
 
     def __init__(self, pg: PgDatabase, dim: int) -> None:
@@ -179,13 +184,6 @@ class PostgresMemoryStore(_EngineStore):
         db.migrate("memory", memory_schema_pg.MIGRATIONS)
         super().__init__(db, dim)
         self.reviews = PostgresReviewStore(db, self._gate, self.caches, self.writing)
-
-    def warm(self) -> None:
-        """``SqliteMemoryStore.warm``: best effort, a server closing meanwhile ends it."""
-        try:
-            self.caches.warm(self.workspaces())
-        except (psycopg.Error, ValueError):
-            return
 
     def _insert_at_once(
         self, record: MemoryRecord, vec: Vector, key: str, entities: set[str], enqueue: bool
