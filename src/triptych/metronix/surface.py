@@ -29,7 +29,7 @@ from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import MemoryStore, PostgresMemoryStore, SqliteMemoryStore
 from triptych.metronix.memory_tools import MEMORY_TOOLS
 from triptych.metronix.openai_api import OPENAI_PATHS, answer_routes, openai_internal_error
-from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.rest import memory_routes
 from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, utcnow
 from triptych.metronix.sync import SyncService
@@ -71,7 +71,7 @@ class Metronix:
         if settings.database_url:
             # Server mode: the knowledge base and agent memory in PostgreSQL, shared by every worker.
             pg = PgDatabase(settings.database_url)
-            store = PgKnowledgeStore(pg, embedder.dim)
+            store = PostgresKnowledgeStore(pg, embedder.dim)
             memory_store = PostgresMemoryStore(pg, embedder.dim)
         else:
             sqlite_store = SqliteKnowledgeStore(settings.metronix_db, embedder.dim)
