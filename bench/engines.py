@@ -44,10 +44,10 @@ from psycopg import sql
 from triptych.core.auth import local_principal
 from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
-from triptych.core.pg import PgDatabase, PortableDatabase
+from triptych.core.pg import PgDatabase
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.memory import MemoryService
-from triptych.metronix.memory_store import SqliteMemoryStore
+from triptych.metronix.memory_store import open_memory_store
 from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, body_hash
 
@@ -237,7 +237,7 @@ def run_memory(
 ) -> list[dict[str, Any]]:
     """Fill each engine with all but the last ``timed`` records, then time the last stores and the
     searches on both engines in turn, call by call (same load for both)."""
-    services = [MemoryService(SqliteMemoryStore(db, embedder.dim), embedder) for db in dbs]  # type: ignore[arg-type]
+    services = [MemoryService(open_memory_store(db, embedder.dim), embedder) for db in dbs]
     fill, last = texts[: len(texts) - timed], texts[len(texts) - timed :]
 
     def store(service: MemoryService, i: int, text: str) -> Any:
@@ -330,8 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 queries = list(data.queries.values())
                 sqlite_db = Database(Path(tmp) / "memory.db", [])
                 pg = PgDatabase(cluster.create_database("memory"))
-                portable = PortableDatabase(pg, write_lock="metronix-memory")
-                memory = run_memory([sqlite_db, portable], embedder, memory_texts, queries, args.timed)
+                memory = run_memory([sqlite_db, pg], embedder, memory_texts, queries, args.timed)
                 sqlite_db.close()
                 pg.close()
         finally:

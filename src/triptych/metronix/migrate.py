@@ -22,7 +22,7 @@ from psycopg import Connection, sql
 
 from triptych.core.db import Database
 from triptych.core.errors import Invalid
-from triptych.core.pg import PgDatabase, PortableDatabase, one, redacted
+from triptych.core.pg import PgDatabase, one, redacted
 from triptych.core.transfer import Copied, Progress, remove_database, snapshot
 from triptych.metronix import memory_store, store
 from triptych.metronix.pg_store import PostgresKnowledgeStore
@@ -177,7 +177,7 @@ def migrate_to_postgres(data_dir: Path, url: str, progress: Progress, default_di
         try:
             dim = _dimension(source) or default_dim
             PostgresKnowledgeStore(pg, dim)  # creates (or checks) the schema and its vector index
-            memory_store.SqliteMemoryStore(PortableDatabase(pg), dim)
+            memory_store.PostgresMemoryStore(pg, dim)  # creates the memory schema
             copied = Copied(redacted(url), _summary)
             with pg.transaction() as conn:
                 _ensure_empty(conn, url)
