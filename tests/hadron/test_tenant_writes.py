@@ -11,13 +11,12 @@ would have skipped it). Two writes to one memory still queue. Waiting is read fr
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
+from lock_waits import STUCK, advisory_waiters, in_thread, until
 
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.search_store import NodeFilter
@@ -26,9 +25,6 @@ from triptych.hadron.surface import Hadron
 
 pytestmark = pytest.mark.engines("postgresql")
 
-STUCK = (
-    60.0  # a thread that should finish does so in milliseconds; a stuck one fails here, not in CI's timeout
-)
 ORGS = ("acme.com", "globex.com")
 
 
@@ -71,29 +67,6 @@ def names(hadron: Hadron, root: str, word: str) -> list[str]:
     return sorted(n.name for n in store.nodes_by_rowid(rowids).values())
 
 
-def waiting_for_locks(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def until(condition: Callable[[], bool]) -> None:
-    pause = threading.Event()
-    for _ in range(int(STUCK / 0.02)):
-        if condition():
-            return
-        pause.wait(0.02)
-    raise AssertionError("the condition never held")
-
-
-def in_thread(work: Callable[[], Any]) -> threading.Thread:
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    return thread
-
-
 class HeldWrite:
     """A node rename in the org's memory through ``GraphStore.atomic(memory)``, as ``NodeService`` opens
     it, stopped before its commit until ``release``."""
@@ -111,7 +84,7 @@ class HeldWrite:
                 self.began.set()
                 self.release.wait(STUCK)
 
-        self.thread = in_thread(run)
+        self.thread, _ = in_thread(run)
         assert self.began.wait(STUCK)
 
     def commit(self) -> None:
@@ -128,10 +101,10 @@ def test_a_write_to_another_memory_commits_meanwhile_and_a_late_commit_is_not_mi
     assert names(second, "acme.com", "lantern") == ["acme lantern"]  # the follower's index of A is loaded
     held = HeldWrite(first, "acme.com", "deal", "acme beacon")  # A's log entry numbered, not committed
     try:
-        b = in_thread(lambda: write(second, "globex.com", "deal", "globex beacon"))
+        b, _ = in_thread(lambda: write(second, "globex.com", "deal", "globex beacon"))
         b.join(STUCK)
         assert not b.is_alive(), "a write to memory B waited for memory A's open write"
-        assert waiting_for_locks(database_url) == 0
+        assert advisory_waiters(database_url) == 0
         # B is found by the other worker at once; A's index, brought up meanwhile, still shows A as committed.
         assert names(first, "globex.com", "beacon") == ["globex beacon"]
         assert names(second, "acme.com", "lantern") == ["acme lantern"]
@@ -150,8 +123,8 @@ def test_two_writes_to_one_memory_still_queue(workers: tuple[Hadron, Hadron], da
     write(first, "acme.com", "deal", "acme lantern")
     held = HeldWrite(first, "acme.com", "deal", "acme beacon")
     try:
-        other = in_thread(lambda: write(second, "acme.com", "terms", "acme harbour"))
-        until(lambda: waiting_for_locks(database_url) == 1)
+        other, _ = in_thread(lambda: write(second, "acme.com", "terms", "acme harbour"))
+        until(lambda: advisory_waiters(database_url) == 1)
         assert other.is_alive()
     finally:
         held.commit()
@@ -168,8 +141,8 @@ def test_a_store_wide_write_waits_for_a_memory_write_in_progress(
     write(first, "acme.com", "deal", "acme lantern")
     held = HeldWrite(first, "acme.com", "deal", "acme beacon")
     try:
-        admin = in_thread(lambda: second.admin().create_org("initech.com"))
-        until(lambda: waiting_for_locks(database_url) == 1)
+        admin, _ = in_thread(lambda: second.admin().create_org("initech.com"))
+        until(lambda: advisory_waiters(database_url) == 1)
         assert admin.is_alive()
     finally:
         held.commit()

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import numpy as np
 import pytest
+from lock_waits import STUCK, advisory_waiters, in_thread, until
 
 from triptych.core.pg import PgDatabase
 from triptych.metronix.attributes import Visibility
@@ -27,9 +28,6 @@ from triptych.metronix.store import utcnow
 pytestmark = pytest.mark.engines("postgresql")
 
 DIM = 8
-# Generous: a thread that should finish does so in milliseconds; one that is stuck fails the test here
-# instead of hanging CI.
-STUCK = 60.0
 
 
 @pytest.fixture
@@ -84,36 +82,6 @@ def found(store: PostgresMemoryStore, workspace: str, word: str) -> list[int]:
     return [seq for seq, _ in store.keyword_search(view, word, 10)]
 
 
-def waiting_for_locks(observer: PgDatabase) -> int:
-    """How many backends wait for an advisory lock right now."""
-    with observer.connection() as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def until(condition: Callable[[], bool]) -> None:
-    """Poll a database condition another backend's progress sets (no event to await across processes)."""
-    done = threading.Event()
-    for _ in range(int(STUCK / 0.02)):
-        if condition():
-            return
-        done.wait(0.02)
-    raise AssertionError("the condition never held")
-
-
-def in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
-    out: list[Any] = []
-
-    def run() -> None:
-        out.append(work())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, out
-
-
 @contextmanager
 def held_open(store: PostgresMemoryStore, workspace: str) -> Iterator[threading.Event]:
     """A write to ``workspace`` begun (lock held, a row updated) and not committed until the block ends,
@@ -151,7 +119,7 @@ def test_another_workspaces_write_commits_and_is_found_while_one_is_held_open(
         assert not deduped
         # Visible to the other worker's search while A is still open.
         assert found(st, "ws-b", "harbour") == [stored.seq]
-        assert waiting_for_locks(workers[2]) == 0
+        assert advisory_waiters(workers[2].url) == 0
     assert before == []
 
 
@@ -163,7 +131,7 @@ def test_two_writes_to_one_workspace_still_queue(
         writer, out = in_thread(
             lambda: other.insert(record("the bridge closes at ten", "ws-a"), vec(2), set())
         )
-        until(lambda: waiting_for_locks(workers[2]) == 1)  # the second write to A waits for the first
+        until(lambda: advisory_waiters(workers[2].url) == 1)  # the second write to A waits for the first
         assert writer.is_alive() and out == []
         release.set()
         writer.join(STUCK)
@@ -179,7 +147,7 @@ def test_a_store_wide_write_waits_for_every_workspace_write_in_progress(
 ) -> None:
     with held_open(st, "ws-a") as release:
         writer, out = in_thread(lambda: other.set_embedding_model("model-b", DIM))
-        until(lambda: waiting_for_locks(workers[2]) == 1)
+        until(lambda: advisory_waiters(workers[2].url) == 1)
         assert writer.is_alive()
         release.set()
         writer.join(STUCK)
