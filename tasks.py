@@ -3,7 +3,8 @@
 
     python3 tasks.py serve [triptych serve flags]   # set up .venv, start the server on 127.0.0.1:8000
     python3 tasks.py test [pytest args]             # set up .venv and .venv-mcp1, lint, type-check, run tests
-                                                     # (the whole suite reports coverage, with a floor)
+                                                     # (the whole suite reports coverage, with a floor),
+                                                     # one pytest-xdist worker per core (TRIPTYCH_TEST_WORKERS)
     python3 tasks.py bench NAME [options]            # run a benchmark (see bench/README.md)
 
 Both setup steps are idempotent: packages are (re)installed only when pyproject.toml or a
@@ -175,7 +176,21 @@ def test(args: list[str]) -> int:
     # some tests (a path or -k) does not measure, since a part cannot meet the whole's floor.
     some = "-k" in args or any((ROOT / a.split("::")[0]).exists() for a in args if not a.startswith("-"))
     coverage = [] if some else ["--cov", "--cov-report=term:skip-covered"]
-    return subprocess.run([str(python), "-m", "pytest", *coverage, *args], cwd=ROOT).returncode
+    return subprocess.run(
+        [str(python), "-m", "pytest", *coverage, *_workers(args), *args], cwd=ROOT
+    ).returncode
+
+
+def _workers(args: list[str]) -> list[str]:
+    """pytest-xdist's options: one worker per core, at most 4 (``TRIPTYCH_TEST_WORKERS`` overrides; 1 runs
+    in this process), unless the arguments choose. A whole file goes to one worker (``loadfile``), so a
+    module's server starts once, as in a serial run; each worker has its own session servers."""
+    chosen = ("-n", "--numprocesses", "--dist", "-pno:xdist", "no:xdist")
+    if any(a.startswith(chosen) for a in args):
+        return []
+    configured = os.environ.get("TRIPTYCH_TEST_WORKERS")
+    workers = int(configured) if configured else min(os.cpu_count() or 1, 4)
+    return ["--numprocesses", str(workers), "--dist", "loadfile"] if workers > 1 else []
 
 
 def bench(args: list[str]) -> int:
