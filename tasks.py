@@ -4,7 +4,7 @@
     python3 tasks.py serve [triptych serve flags]   # set up .venv, start the server on 127.0.0.1:8000
     python3 tasks.py test [pytest args]             # set up .venv and .venv-mcp1, lint, type-check, run tests
                                                      # (the whole suite reports coverage, with a floor),
-                                                     # one pytest-xdist worker per core (TRIPTYCH_TEST_WORKERS)
+                                                     # on one pytest-xdist worker per core (TRIPTYCH_TEST_WORKERS)
     python3 tasks.py bench NAME [options]            # run a benchmark (see bench/README.md)
 
 Both setup steps are idempotent: packages are (re)installed only when pyproject.toml or a
@@ -176,9 +176,10 @@ def test(args: list[str]) -> int:
     # some tests (a path or -k) does not measure, since a part cannot meet the whole's floor.
     some = "-k" in args or any((ROOT / a.split("::")[0]).exists() for a in args if not a.startswith("-"))
     coverage = [] if some else ["--cov", "--cov-report=term:skip-covered"]
-    return subprocess.run(
-        [str(python), "-m", "pytest", *coverage, *_workers(args), *args], cwd=ROOT
-    ).returncode
+    # Workers for the whole suite only: each costs a collection and session servers of its own (about 40 s
+    # of CPU), which a part of the suite does not earn back (docs/decisions/0150).
+    workers = [] if some else _workers(args)
+    return subprocess.run([str(python), "-m", "pytest", *coverage, *workers, *args], cwd=ROOT).returncode
 
 
 def _workers(args: list[str]) -> list[str]:
