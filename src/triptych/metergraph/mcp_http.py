@@ -1,9 +1,9 @@
 """The stateless remote MCP endpoint ``/v1/agent/mcp``, served by the official SDK like the other
-surfaces: ``core.mcp.build_server`` answers ``initialize``, ``ping``, ``tools/list`` and ``tools/call``
-through the SDK's stateless session manager in JSON mode (decision 0100).
+surfaces: the SDK server ``core.mcp.build_server`` makes answers ``initialize``, ``ping``, ``tools/list``
+and ``tools/call``, one stateless JSON exchange per POST (``core.mcp_exchange``; decisions 0100, 0101).
 
-What the contract fixes and the SDK transport answers otherwise is checked here, before the message
-reaches the SDK (each refusal in the contract's words): a foreign ``Host`` is 421 and a foreign
+What the contract fixes and the SDK's transport would answer otherwise is checked here, before the
+message reaches the SDK (each refusal in the contract's words): a foreign ``Host`` is 421 and a foreign
 ``Origin`` 403; only POST is served (405); bodies over 1 MiB are 413 with -32700; a missing or refused
 key is the contract's 401/403 document; the body is decoded through the guarded ``core.jsonbody``
 (-32700); anything but one JSON-RPC 2.0 object is -32600; an ``MCP-Protocol-Version`` header naming a
@@ -25,15 +25,16 @@ from typing import Any
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp_types import RequestId
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from triptych.core import jsonbody
 from triptych.core.config import Settings
 from triptych.core.errors import TriptychError
-from triptych.core.http import McpEndpoint
 from triptych.core.mcp import PRINCIPAL_KEY, ArgumentsInvalid, UnknownTool, build_server, guard
+from triptych.core.mcp_exchange import StatelessExchange
 from triptych.metergraph.errors import (
     BY_KIND,
     ForbiddenError,
@@ -125,28 +126,9 @@ def build_mcp_server(tools: Sequence[MetergraphTool]) -> Server[Any]:
     )
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """The request's receive with its body, already read here, handed back once to the SDK."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()  # a disconnect, if any
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
-
-
-# The SDK transport's media-type checks (406, 415) are not the contract's: the body is JSON by now.
-_JSON_HEADERS = ((b"content-type", b"application/json"), (b"accept", b"application/json"))
-_REPLACED = frozenset(name for name, _ in _JSON_HEADERS) | {b"content-length"}
-
-
-class StatelessEndpoint(McpEndpoint):
+class StatelessEndpoint:
     """``/v1/agent/mcp``: the guard, the method, the body bound, the key, the message's envelope and
-    revision (the contract's answers), then the SDK's stateless session manager in JSON mode."""
+    revision (the contract's answers), then the SDK's server answers the message (``core.mcp_exchange``)."""
 
     def __init__(
         self,
@@ -155,24 +137,25 @@ class StatelessEndpoint(McpEndpoint):
         authenticate: Authenticate,
         max_body: int = 1024 * 1024,
     ) -> None:
-        super().__init__(server, settings, lambda header: None, stateless=True, json_response=True,
-                         max_body=max_body)  # fmt: skip
-        self._authenticate_request = authenticate
+        self.manager = StatelessExchange(server)  # the app enters its ``run()`` with the session managers
+        self._authenticate = authenticate
+        self.max_body = max_body
+        self._allowed_hosts = list(settings.allowed_hosts)
+        self._allowed_origins = list(settings.allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await self._refusal(scope, receive)
-        if isinstance(response, Response):
-            await response(scope, receive, send)
-            return
-        principal, body = response
-        headers = [(k, v) for k, v in scope["headers"] if k not in _REPLACED]
-        headers += [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
-        scope = {**scope, "headers": headers, PRINCIPAL_KEY: principal}
-        await self.manager.handle_request(scope, _replay(body, receive), send)
-
-    async def _refusal(self, scope: Scope, receive: Receive) -> Response | tuple[AgentPrincipal, bytes]:
-        """The contract's answer to a request the SDK must not see, or the caller and the body to pass on."""
         request = Request(scope, receive)
+        outcome = await self._refusal(request)
+        if isinstance(outcome, Response):
+            response = outcome
+        else:
+            principal, msg_id, method, params = outcome
+            scope[PRINCIPAL_KEY] = principal
+            response = json_response(await self.manager.answer(request, msg_id, method, params))
+        await response(scope, receive, send)
+
+    async def _refusal(self, request: Request) -> Response | tuple[AgentPrincipal, RequestId, str, Any]:
+        """The contract's answer to a request the SDK must not see, or the caller and the request."""
         # DNS-rebinding guard, as on the other MCP endpoints: unknown Host 421, foreign Origin 403.
         refused = guard(request.headers, self._allowed_hosts, self._allowed_origins)
         if refused == "host":
@@ -187,7 +170,7 @@ class StatelessEndpoint(McpEndpoint):
         except BodyTooLarge:
             return json_response(_error(None, -32700, "Message exceeds 1 MiB"), 413)
         try:
-            principal = self._authenticate_request(request)
+            principal = self._authenticate(request)
         except MetergraphError as exc:
             status = 403 if exc.code == "forbidden" else 401
             return json_response(
@@ -218,12 +201,12 @@ class StatelessEndpoint(McpEndpoint):
         method = message["method"]
         # JSON-RPC ids are strings or numbers (the SDK's are strings or integers).
         valid_id = isinstance(msg_id, str | int) and not isinstance(msg_id, bool)
-        if not isinstance(method, str) or not valid_id:
+        if not isinstance(method, str) or not isinstance(msg_id, str | int) or not valid_id:
             return json_response(_error(msg_id if valid_id else None, -32600, "Invalid Request"), 400)
         params = message.get("params")
         if params is not None and not isinstance(params, dict):
             return json_response(_error(msg_id, INVALID_PARAMS, "params must be an object"))
         if method == "initialize" and params and params.get("protocolVersion") not in ACCEPTED_REVISIONS:
             # The SDK would agree to any revision it knows (2024-11-05 too); the contract offers its latest.
-            body = json.dumps({**message, "params": {**params, "protocolVersion": LATEST}}).encode()
-        return principal, body
+            params = {**params, "protocolVersion": LATEST}
+        return principal, msg_id, method, params
