@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -95,7 +94,6 @@ async def measure(
                 await step()
         for values in server_ms.values():
             values.clear()
-        on_timed()
         for _ in range(calls):
             for name, step in steps.items():
                 started = time.perf_counter()
@@ -120,8 +118,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=400, help="timed rounds (one call per endpoint each)")
     parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--profile", type=Path, help="write a py-spy speedscope profile of the server here")
-    parser.add_argument("--py-spy", default="py-spy", help="the py-spy executable (for --profile)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="mcp-overhead-") as tmp:
@@ -129,24 +125,8 @@ def main() -> None:
         data_dir.mkdir()
         key = agent_key(data_dir)
         env = {"TRIPTYCH_AUTH_ENABLED": "false", "TRIPTYCH_DATA_DIR": str(data_dir)}
-        spy: list[subprocess.Popen[bytes]] = []
         with Server(data_dir, env=env) as server:
-            assert server.proc is not None
-            pid = server.proc.pid
-
-            def start_profile() -> None:
-                if args.profile is not None:
-                    args.profile.mkdir(parents=True, exist_ok=True)
-                    out = args.profile / "server.speedscope.json"
-                    cmd = [args.py_spy, "record", "--pid", str(pid), "--rate", "1000", "--format", "speedscope",
-                           "--output", str(out), "--nonblocking"]  # fmt: skip
-                    spy.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-                    time.sleep(1.0)  # attached before the first timed call
-
-            report = asyncio.run(measure(server.url, key, args.calls, args.warmup, start_profile))
-            for proc in spy:
-                proc.send_signal(2)  # py-spy writes its profile on SIGINT
-                proc.wait(timeout=60)
+            report = asyncio.run(measure(server.url, key, args.calls, args.warmup))
     result = {"calls": args.calls, "warmup": args.warmup, "cpus": os.cpu_count(), "endpoints": report}
     print(json.dumps(result, indent=2))
     log("endpoint                      p50 ms   p95 ms   server p50   x /health")
