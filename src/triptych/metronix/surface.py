@@ -18,7 +18,7 @@ from triptych.core.db import Database
 from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint
 from triptych.core.lastresort import jsonrpc_internal_error
-from triptych.core.mcp import Tool, build_server
+from triptych.core.mcp import Tool, build_server, register
 from triptych.core.mcp_sources import sources_path
 from triptych.core.pg import PgDatabase, PortableDatabase
 from triptych.core.surface import Mounted, Shared
@@ -28,13 +28,13 @@ from triptych.metronix.errors import BY_KIND, error_body, render_error
 from triptych.metronix.knowledge import MAX_REQUEST_BYTES, KnowledgeService
 from triptych.metronix.memory import MemoryService, MemorySettings
 from triptych.metronix.memory_store import SqliteMemoryStore
-from triptych.metronix.memory_tools import memory_tools
+from triptych.metronix.memory_tools import MEMORY_TOOLS
 from triptych.metronix.openai_api import OPENAI_PATHS, answer_routes, openai_internal_error
 from triptych.metronix.pg_store import PgKnowledgeStore
 from triptych.metronix.rest import memory_routes
 from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, utcnow
 from triptych.metronix.sync import SyncService
-from triptych.metronix.tools import knowledge_tools, sync_tools
+from triptych.metronix.tools import KNOWLEDGE_TOOLS, SYNC_TOOLS
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,11 @@ class Metronix:
         return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm), pg=pg)
 
     def tools(self) -> list[Tool[Caller]]:
-        return knowledge_tools(self.knowledge) + sync_tools(self.sync) + memory_tools(self.memory)
+        return [
+            *register(KNOWLEDGE_TOOLS, self.knowledge),
+            *register(SYNC_TOOLS, self.sync),
+            *register(MEMORY_TOOLS, self.memory),
+        ]
 
     def start(self) -> None:
         """Warm the model and finish any freshness check a crash interrupted."""
