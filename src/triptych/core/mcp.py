@@ -136,11 +136,6 @@ def input_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def definition_json(tool: Tool[Any]) -> dict[str, Any]:
-    """A definition as ``tools/list`` sends it, for an endpoint that writes JSON-RPC itself."""
-    return tool.definition().model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
 class UnknownTool(Invalid):
     """A call to a name the surface does not serve."""
 
