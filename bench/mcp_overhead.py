@@ -60,9 +60,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(
-    url: str, key: str, calls: int, warmup: int, on_timed: Callable[[], None]
-) -> dict[str, Any]:
+async def measure(url: str, key: str, calls: int, warmup: int) -> dict[str, Any]:
     timings: dict[str, list[float]] = {name: [] for name in ("health", *TOOLS)}
     server_ms: dict[str, list[float]] = {name: [] for name in TOOLS}
     async with AsyncExitStack() as stack:
