@@ -144,12 +144,17 @@ class ServerProcess:
 
 
 def open_metergraph(server: ServerProcess) -> Any:
-    """The Metergraph services on a server's data directory and engine (its ClickHouse URL, if any)."""
+    """The Metergraph services on a server's data directory and engines (its ClickHouse and PostgreSQL
+    URLs, if any)."""
     from triptych.metergraph.service import Metergraph
     from triptych.metergraph.settings import load_metergraph_settings
 
     url = server.env.get("TRIPTYCH_METERGRAPH_CLICKHOUSE_URL")
-    return Metergraph.open(server.data_dir, load_metergraph_settings(clickhouse_url=url))
+    return Metergraph.open(
+        server.data_dir,
+        load_metergraph_settings(clickhouse_url=url),
+        database_url=server.env.get("TRIPTYCH_DATABASE_URL"),  # server mode: the control data is there
+    )
 
 
 def metergraph_key(data_dir: Path, workspace: str, role: str = "debug", app: bool = False) -> str:

@@ -51,7 +51,7 @@ from triptych.hadron.services.validate import ValidateService
 from triptych.hadron.services.workers import WorkerService
 from triptych.hadron.services.worklog import WorklogService
 from triptych.hadron.store import GraphStore, TenancyStore
-from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron.team_store import TeamSql
 from triptych.hadron.tools.base import Ctx, Services, Tool
 from triptych.hadron.tools.catalog import DECLARED
 
@@ -293,7 +293,7 @@ class Derived:
 class Team:
     """The team-coordination services (issue 14), over the same database."""
 
-    store: SqliteTeamStore
+    store: TeamSql
     agents: AgentService
     sessions: SessionService
     workers: WorkerService
@@ -304,7 +304,7 @@ class Team:
     @classmethod
     def build(
         cls,
-        store: SqliteTeamStore,
+        store: TeamSql,
         tenancy: TenancyStore,
         graph: GraphStore,
         access: AccessPolicy,

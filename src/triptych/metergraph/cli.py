@@ -22,7 +22,7 @@ def _open(args: argparse.Namespace) -> Any:
     from triptych.metergraph.service import Metergraph
 
     settings = load_settings(data_dir=getattr(args, "data_dir", None))
-    return Metergraph.open(settings.data_dir)
+    return Metergraph.open(settings.data_dir, database_url=settings.database_url)
 
 
 def cmd_key_create(args: argparse.Namespace) -> int:

@@ -40,7 +40,13 @@ def open_metergraph(shared: Shared) -> Metergraph:
     mg_settings = load_metergraph_settings()
     links = AppLinks(public_base(mg_settings.public_url, shared.settings.host, shared.settings.port))
     # Analysis runs score with the shared embedding model, loaded the first time a run needs it.
-    mg = Metergraph.open(shared.settings.data_dir, mg_settings, embedder=lambda: shared.embedder, links=links)
+    mg = Metergraph.open(
+        shared.settings.data_dir,
+        mg_settings,
+        embedder=lambda: shared.embedder,
+        links=links,
+        database_url=shared.settings.database_url,
+    )
     if mg.columns is not None:
         mg.columns.start()  # the server keeps the metadata projection caught up in the background
     if isinstance(mg.store, SqliteTelemetryStore):
