@@ -158,7 +158,7 @@ def hadron_missing(server: ServerProcess, acked: list[Any]) -> list[Any]:
 def metergraph_missing(server: ServerProcess, acked: list[Any]) -> list[Any]:
     mg = Metergraph.open(server.data_dir, load_metergraph_settings())
     try:
-        stored = {row["request_id"] for row in mg.store.raw_calls("crash")}
+        stored = {row["request_id"] for row in mg.calls.raw_calls("crash")}
     finally:
         mg.close()
     return [r for r in acked if r not in stored]

@@ -8,11 +8,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from triptych.core.db import Database
 from triptych.core.embed import Embedder
 from triptych.metergraph.analysis import AnalysisService
 from triptych.metergraph.analysis_replay import ProviderReplayer
 from triptych.metergraph.analysis_runner import AnalysisRunner
 from triptych.metergraph.analysis_sources import Replayer, StoreWorkloads, WorkloadSource
+from triptych.metergraph.call_store import CallStore
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.detectors import IncidentSettings, load_incident_settings
 from triptych.metergraph.import_sync import ImportSyncService
@@ -22,6 +24,7 @@ from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
 from triptych.metergraph.links import AppLinks, public_base
+from triptych.metergraph.metadata_store import MetadataStore, SqliteMetadataStore
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.providers import Providers, ProviderSettings
 from triptych.metergraph.ratelimit import RateLimiter
@@ -29,7 +32,8 @@ from triptych.metergraph.replay import ReplayService
 from triptych.metergraph.report_store import ReportStore
 from triptych.metergraph.reports import ReportService
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
-from triptych.metergraph.store import SqliteTelemetryStore, TelemetryStore
+from triptych.metergraph.sqlite_call_store import SqliteCallStore
+from triptych.metergraph.sqlite_schema import open_database
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
@@ -64,7 +68,8 @@ class ClassificationRunDocuments:
 @dataclass
 class Metergraph:
     settings: MetergraphSettings
-    store: TelemetryStore
+    calls: CallStore
+    metadata: MetadataStore
     keys: KeyService
     ingest: IngestService
     workspace: WorkspaceService
@@ -83,6 +88,9 @@ class Metergraph:
     links: AppLinks
     import_sync: ImportSyncService
     webhooks: WebhookService
+    # The data directory's metergraph file (workloads, import sync; the embedded engine's calls; the
+    # metadata unless it is on PostgreSQL), closed last.
+    sqlite: Database
 
     @classmethod
     def open(
@@ -97,37 +105,51 @@ class Metergraph:
         incident_settings: IncidentSettings | None = None,
         links: AppLinks | None = None,
         webhook_settings: WebhookSettings | None = None,
+        database_url: str | None = None,
     ) -> Metergraph:
         """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
         scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
-        classification, else one workload per route."""
+        classification, else one workload per route. With ``database_url`` (``TRIPTYCH_DATABASE_URL``)
+        keys, sessions, routes and batch records are in that PostgreSQL database, shared by every worker
+        of every machine; else in the data directory's metergraph file."""
         settings = settings or load_metergraph_settings()
         # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
         links = links or AppLinks(public_base(settings.public_url, "", 0))
-        sqlite = SqliteTelemetryStore(data_dir / DB_FILE, settings.retention_days)
-        sqlite.folder.pending_rows = settings.rollup_fold_rows
-        sqlite.folder.idle_s = settings.rollup_fold_idle_ms / 1000
-        store: TelemetryStore = sqlite
+        db = open_database(data_dir / DB_FILE)
+        metadata: MetadataStore = SqliteMetadataStore(db)
+        if database_url:
+            from triptych.metergraph.postgres_metadata_store import (
+                PostgresMetadataStore,
+                open_metadata_database,
+            )
+
+            metadata = PostgresMetadataStore(open_metadata_database(database_url))
+        store: CallStore
         columns: ColumnProjection | None = None
         if settings.clickhouse_url:
-            from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
+            from triptych.metergraph.clickhouse_call_store import ClickHouseCallStore
 
-            # Calls and rollups in ClickHouse; keys, sessions, routes and batch records stay in SQLite.
-            store = ClickHouseTelemetryStore(settings.clickhouse_url, sqlite, settings.retention_days)
+            # Calls and rollups in ClickHouse.
+            store = ClickHouseCallStore(settings.clickhouse_url, metadata, data_dir, settings.retention_days)
         else:
+            sqlite = SqliteCallStore(db, metadata, settings.retention_days)
+            sqlite.folder.pending_rows = settings.rollup_fold_rows
+            sqlite.folder.idle_s = settings.rollup_fold_idle_ms / 1000
             # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
             # process at a time maintains it (the others scan SQL).
             columns = ColumnProjection(data_dir / COLUMNS_DIR, sqlite)
             sqlite.columns = columns
+            store = sqlite
         pricer = Pricer()
         providers = Providers(provider_settings)
-        replay = ReplayService(store, pricer, providers, clock)
+        replay = ReplayService(store, metadata, pricer, providers, clock)
         # Workloads and their classification runs live in the SQLite metadata file on both engines; the
         # calls they are classified from are read through the engine's store.
-        workloads = WorkloadService(WorkloadStore(sqlite.db), store, clock, links.analysis)
+        workloads = WorkloadService(WorkloadStore(db), store, clock, links.analysis)
         # Replay, and analysis runs (which replay), need a configured provider.
         workspace = WorkspaceService(
             store,
+            metadata,
             clock,
             lambda name: (
                 (name == "metergraph_replay_trace" and not replay.available)
@@ -135,9 +157,9 @@ class Metergraph:
             ),
         )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock, workloads.match, workloads.classifications)
+        traces = TraceService(store, metadata, clock, workloads.match, workloads.classifications)
         incidents = IncidentService(
-            store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock
+            store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock, metadata
         )
         # Incident webhooks: endpoints and the outbox live in the incidents' file, written by its saves.
         webhooks = WebhookService(
@@ -149,7 +171,7 @@ class Metergraph:
         report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(
-            workload_source or StoreWorkloads(store, workloads),
+            workload_source or StoreWorkloads(store, metadata, workloads),
             replayer or ProviderReplayer(replay),
             pricer,
             embedder,
@@ -163,13 +185,16 @@ class Metergraph:
         return cls(
             settings,
             store,
-            KeyService(store, settings),
+            metadata,
+            KeyService(metadata, settings),
             IngestService(
                 store,
+                metadata,
                 pricer,
                 settings.max_rows,
                 clock=lambda: clock().timestamp(),
                 on_batch=incidents.note_batch,
+                on_refused=incidents.note_failure,
             ),
             workspace,
             usage,
@@ -188,11 +213,12 @@ class Metergraph:
             # Import-sync streams and leases live in the SQLite metadata file on both engines, so every
             # worker of a server (and every process on the file) sees one holder per stream.
             ImportSyncService(
-                SqliteImportSyncStore(sqlite.db),
+                SqliteImportSyncStore(db),
                 clock=lambda: clock().timestamp(),
                 lease_seconds=settings.import_lease_seconds,
             ),
             webhooks,
+            db,
         )
 
     def close(self) -> None:
@@ -203,4 +229,6 @@ class Metergraph:
         self.webhooks.close()  # before the incidents' file it reads
         self.incidents.close()  # so does the detectors' ticker
         self.providers.close()
-        self.store.close()
+        self.calls.close()
+        self.metadata.close()
+        self.sqlite.close()

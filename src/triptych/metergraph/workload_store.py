@@ -1,6 +1,6 @@
 """Persistence of workloads and classification runs in the telemetry store's SQLite metadata file (its
 own migration component, ``workloads``), on both engines. The calls classification reads come from the
-``TelemetryStore`` (``workload_features``), so they are read wherever the engine keeps them.
+``CallStore`` (``workload_features``), so they are read wherever the engine keeps them.
 """
 
 from __future__ import annotations
