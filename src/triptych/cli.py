@@ -143,10 +143,17 @@ def _where_data_lives(settings: Settings, fresh: bool) -> str:
         shared = f"Metronix /mcp and Hadron /hadron/mcp on PostgreSQL {redacted(settings.database_url)}"
     else:
         shared = "Metronix /mcp and Hadron /hadron/mcp on SQLite in the data directory"
-    if clickhouse:
-        metergraph = (
-            f"Metergraph /v1/agent/mcp: calls on ClickHouse {redacted(clickhouse)}, keys, routes and reports"
-            " on SQLite in the " + describe(settings.data_dir, fresh, "Metergraph key, route or report")
+    # Keys, routes and batch records follow TRIPTYCH_DATABASE_URL; the calls, ClickHouse's URL.
+    engines = [f"calls on ClickHouse {redacted(clickhouse)}"] if clickhouse else []
+    if settings.database_url:
+        engines.append("keys, routes and batch records on PostgreSQL")
+        local = "reports" if clickhouse else "calls and reports"
+    else:
+        local = "keys, routes and reports"
+    if engines:
+        what = {"reports": "Metergraph report", "calls and reports": "Metergraph call or report"}
+        metergraph = f"Metergraph /v1/agent/mcp: {', '.join(engines)}, {local} on SQLite in the " + describe(
+            settings.data_dir, fresh, what.get(local, "Metergraph key, route or report")
         )
     else:
         metergraph = "Metergraph /v1/agent/mcp on SQLite in the " + describe(
