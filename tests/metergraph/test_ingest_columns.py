@@ -87,7 +87,7 @@ def _compare(rows: list[Any], retain: bool) -> str:
         expected = reference_ingest.normalize_rows(Pricer(), app(), rows, "sdk", retain)
     except Exception as exc:  # BadBatch, or what the previous code let through (a year past 9999)
         expected_error = (type(exc), str(exc))
-    service = IngestService(None, None.metadata, Pricer(), 5000)  # type: ignore[arg-type]  # normalize() needs no store
+    service = IngestService(None, None, Pricer(), 5000)  # type: ignore[arg-type]  # normalize() needs no store
     try:
         got = service.normalize(app(), rows, "sdk", retain)
     except Exception as exc:
@@ -193,7 +193,7 @@ def test_the_timestamp_column_fast_path_answers_as_the_row_by_row_rules(values: 
 
 
 def test_a_column_of_decimal_string_costs_is_read_as_each_value_alone() -> None:
-    service = IngestService(None, None.metadata, Pricer(), 5000)  # type: ignore[arg-type]  # normalize() needs no store
+    service = IngestService(None, None, Pricer(), 5000)  # type: ignore[arg-type]  # normalize() needs no store
     sent: list[Any] = ["0.0438", None, "1E-7", "1000000", ".5", "0.1000000000000000055511151231257827"]
     odd: list[Any] = ["1\n2", "1000000.0000001", "1e99999", "+1", "1_000", "0x10", "", "Infinity", 1e300]
     rows = [{"ts": "2026-11-01T10:00:00Z", "reported_cost_usd": v} for v in [*sent, *odd]]
