@@ -272,3 +272,14 @@ def test_a_pending_import_claim_is_retaken_once_stale_and_kept_once_confirmed(tm
         assert import_events.claim(conn, "w1", [key]) == [False]  # stored: never again
         import_events.release(conn, "w1", [key])  # a release touches pending claims only
         assert import_events.claim(conn, "w1", [key]) == [False]
+
+
+@embedded_only
+def test_a_refused_batch_is_a_permanent_failure_the_incident_detectors_hear_of(mg: Metergraph) -> None:
+    assert mg.ingest.on_refused == mg.incidents.note_failure  # the wiring the doors rely on
+    heard: list[str] = []
+    mg.ingest.on_refused = heard.append
+    mg.ingest.refuse(app(), "otlp")
+    health = mg.metadata.batch_health("w1", 0)
+    assert (health["failed"], health["permanent"], health["processed"]) == (1, 1, 0)
+    assert heard == ["w1"]
