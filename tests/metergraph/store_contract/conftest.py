@@ -9,7 +9,7 @@ PostgreSQL (tests/postgres.py: a fresh database of the session's cluster per tes
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,19 +24,33 @@ METADATA_ENGINES = ("sqlite", "postgresql")
 
 
 @pytest.fixture(params=METADATA_ENGINES)
-def metadata_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MetadataStore]:
+def open_metadata(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], MetadataStore]]:
+    """Opens a ``MetadataStore`` on one fresh database of the engine (each call: another process's
+    store on the same data), closing them all at the end."""
+    opened: list[MetadataStore] = []
     if request.param == "sqlite":
-        store = SqliteMetadataStore(open_database(tmp_path / "metergraph.db"))
-        yield store
-        store.close()
-        return
-    from triptych.metergraph.postgres_metadata_store import PostgresMetadataStore, open_metadata_database
 
-    pg_store = PostgresMetadataStore(
-        open_metadata_database(request.getfixturevalue("postgres").create_database())
-    )
-    yield pg_store
-    pg_store.close()
+        def opener() -> MetadataStore:
+            opened.append(SqliteMetadataStore(open_database(tmp_path / "metergraph.db")))
+            return opened[-1]
+
+    else:
+        from triptych.metergraph.postgres_metadata_store import PostgresMetadataStore, open_metadata_database
+
+        url = request.getfixturevalue("postgres").create_database()
+
+        def opener() -> MetadataStore:
+            opened.append(PostgresMetadataStore(open_metadata_database(url)))
+            return opened[-1]
+
+    yield opener
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def metadata_store(open_metadata: Callable[[], MetadataStore]) -> MetadataStore:
+    return open_metadata()
 
 
 @pytest.fixture(params=CALL_ENGINES)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
 from mg_support import NOW
 
@@ -106,6 +107,27 @@ def test_call_ids_are_consecutive_and_never_handed_out_twice(metadata_store: Met
         t.join()
     ranges = sorted(got)
     assert all(b - a >= 5 for a, b in zip(ranges, ranges[1:], strict=False)) and ranges[0] >= first + 5
+
+
+def test_two_stores_on_one_database_never_hand_out_the_same_call_id(
+    open_metadata: Callable[[], MetadataStore],
+) -> None:
+    # Two workers (each its own store and connections) drawing ids at once, as ClickHouse ingest does.
+    stores = [open_metadata(), open_metadata()]
+    got: list[tuple[int, int]] = []
+
+    def reserve(store: MetadataStore) -> None:
+        for n in range(1, 16):
+            got.append((store.reserve_call_ids(n), n))
+
+    threads = [threading.Thread(target=reserve, args=(s,)) for s in stores for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ranges = sorted(got)
+    assert all(first + n <= following for (first, n), (following, _) in zip(ranges, ranges[1:], strict=False))
+    assert len(ranges) == 60
 
 
 def test_an_import_identity_is_claimed_once_released_on_failure_and_confirmed_with_the_record(
