@@ -153,7 +153,7 @@ def test_batches_folded_above_an_unfolded_one_are_recorded_and_the_watermark_fol
         assert second.fold_rollups() == 40
         assert pending(first) == 0 and not first.db.conn.execute("SELECT * FROM rollup_folded").fetchall()
         # The first store's batches were folded by the other: it forgets them, folding nothing twice.
-        assert first.fold_rollups(own_only=True) == 0 and not first._unfolded
+        assert first.fold_rollups(own_only=True) == 0 and not first.rollups.unfolded
         assert_rollups_hold_every_call(first, ["w1"])
     finally:
         first.close()

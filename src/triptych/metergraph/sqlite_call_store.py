@@ -99,6 +99,10 @@ class SqliteCallStore(SqliteTraceReads):
     def rollups_pending(self) -> int:
         return self.rollups.pending()
 
+    def catch_up_rollups(self) -> None:
+        """Fold what is pending, if anything: what every rollup read does first."""
+        self.rollups.catch_up()
+
     def fold_in_background(self, stop: Callable[[], bool]) -> int:
         """The folder's fold: this process's batches in memory; and every pending call, read back, once
         the watermark has waited ``stuck_s`` seconds on calls no process folds (another process
