@@ -44,11 +44,11 @@ from psycopg import sql
 from triptych.core.auth import local_principal
 from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
-from triptych.core.pg import PgDatabase, PortableDatabase
+from triptych.core.pg import PgDatabase
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.memory import MemoryService
-from triptych.metronix.memory_store import SqliteMemoryStore
-from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.memory_store import open_memory_store
+from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, body_hash
 
 sys.path.insert(0, str(common.REPO / "tests"))
@@ -141,7 +141,7 @@ def run_kb(
     return results
 
 
-def bulk_load(store: PgKnowledgeStore, corpus: Any, bar: Any) -> None:
+def bulk_load(store: PostgresKnowledgeStore, corpus: Any, bar: Any) -> None:
     """The rows ``put_document`` writes, loaded in bulk (COPY, then one HNSW build): a chunk at a time
     with its HNSW insert would take most of an hour at 100,000 chunks on these cores. The store's caches
     load from these rows on the first search, as after any other worker's write."""
@@ -198,7 +198,7 @@ def run_kb_scale(
         started = time.perf_counter()
         corpus = replica_documents(data.docs, chunks, 200, 0.02, 42, embedder.inner, embedder.cache)
         with common.progress(total=chunks, desc=f"{name}: load", unit="chunk") as bar:
-            if isinstance(store, PgKnowledgeStore):
+            if isinstance(store, PostgresKnowledgeStore):
                 bulk_load(store, corpus, bar)
             else:
                 for document, count, _ in corpus:
@@ -209,7 +209,7 @@ def run_kb_scale(
     # A third store on the PostgreSQL database: the same rows searched through pgvector's index only
     # (what a worker does while its in-process mirror catches up), timed beside the other two.
     names = [*ENGINES, "postgresql-pgvector-only"]
-    stores = [*stores, PgKnowledgeStore(PgDatabase(stores[1].db.url), embedder.dim, mirror=False)]
+    stores = [*stores, PostgresKnowledgeStore(PgDatabase(stores[1].db.url), embedder.dim, mirror=False)]
     builds.append(0.0)
     services = [KnowledgeService(store, embedder) for store in stores]
     for service in services:  # the first search loads the caches (and starts the in-process HNSW builds)
@@ -237,7 +237,7 @@ def run_memory(
 ) -> list[dict[str, Any]]:
     """Fill each engine with all but the last ``timed`` records, then time the last stores and the
     searches on both engines in turn, call by call (same load for both)."""
-    services = [MemoryService(SqliteMemoryStore(db, embedder.dim), embedder) for db in dbs]  # type: ignore[arg-type]
+    services = [MemoryService(open_memory_store(db, embedder.dim), embedder) for db in dbs]
     fill, last = texts[: len(texts) - timed], texts[len(texts) - timed :]
 
     def store(service: MemoryService, i: int, text: str) -> Any:
@@ -313,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.kb_chunks:
                 scale_stores: list[Any] = [
                     SqliteKnowledgeStore(Path(tmp) / "metronix.db", local.dim),
-                    PgKnowledgeStore(PgDatabase(cluster.create_database("bench")), local.dim),
+                    PostgresKnowledgeStore(PgDatabase(cluster.create_database("bench")), local.dim),
                 ]
                 scale = run_kb_scale(scale_stores, embedder, data, args.kb_chunks, args.repeat)
                 for kb_store in scale_stores:
@@ -321,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif not args.skip_kb:
                 kb: list[KnowledgeStore] = [
                     SqliteKnowledgeStore(Path(tmp) / "metronix.db", local.dim),
-                    PgKnowledgeStore(PgDatabase(cluster.create_database("bench")), local.dim),
+                    PostgresKnowledgeStore(PgDatabase(cluster.create_database("bench")), local.dim),
                 ]
                 results = run_kb(kb, embedder, data, args.repeat)
                 for kb_store in kb:
@@ -330,8 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 queries = list(data.queries.values())
                 sqlite_db = Database(Path(tmp) / "memory.db", [])
                 pg = PgDatabase(cluster.create_database("memory"))
-                portable = PortableDatabase(pg, write_lock="metronix-memory")
-                memory = run_memory([sqlite_db, portable], embedder, memory_texts, queries, args.timed)
+                memory = run_memory([sqlite_db, pg], embedder, memory_texts, queries, args.timed)
                 sqlite_db.close()
                 pg.close()
         finally:

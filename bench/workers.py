@@ -42,7 +42,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from triptych.core.pg import PgDatabase
-from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.store import NewDocument
 
 sys.path.insert(0, str(common.REPO / "tests"))
@@ -292,8 +292,8 @@ def keyword_catch_up_ms(url: str, samples: int = 15) -> dict[str, float]:
     the workspace reloaded whole (how every store through another worker was followed before the change
     log) vs the log's entries applied (now). In process, on the seeded database, idle."""
     dim = 384  # the bundled model's: the tables' vectors are that size
-    reader = PgKnowledgeStore(PgDatabase(url, max_size=2), dim)
-    writer = PgKnowledgeStore(PgDatabase(url, max_size=2), dim)  # the other worker
+    reader = PostgresKnowledgeStore(PgDatabase(url, max_size=2), dim)
+    writer = PostgresKnowledgeStore(PgDatabase(url, max_size=2), dim)  # the other worker
     rng = random.Random(11)
     workspace = WORKSPACES[0]
     reload, follow = [], []

@@ -144,8 +144,8 @@ class ServerProcess:
 
 
 def open_metergraph(server: ServerProcess) -> Any:
-    """The Metergraph services on a server's data directory and engines (its ClickHouse URL for the
-    calls and its PostgreSQL URL for keys and routes, if any)."""
+    """The Metergraph services on a server's data directory and engines (its ClickHouse and PostgreSQL
+    URLs, if any)."""
     from triptych.metergraph.service import Metergraph
     from triptych.metergraph.settings import load_metergraph_settings
 
@@ -153,6 +153,7 @@ def open_metergraph(server: ServerProcess) -> Any:
     return Metergraph.open(
         server.data_dir,
         load_metergraph_settings(clickhouse_url=url),
+        # Server mode: the keys, routes and control data are there.
         database_url=server.env.get("TRIPTYCH_DATABASE_URL"),
     )
 

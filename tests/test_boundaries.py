@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,3 +139,109 @@ def import_circles() -> list[set[str]]:
 def test_no_modules_import_each_other_in_a_circle() -> None:
     new = [sorted(c) for c in import_circles() if c not in KNOWN_CIRCLES]
     assert not new, new
+
+
+# -- adapters hold no rules (issue 29, item 5; docs/decisions/0141-tools-declared-at-module-level.md) ------
+
+# The MCP tool modules of Metronix and Hadron (Metergraph's follow when its tools are declared the same way).
+TOOL_MODULES = sorted(
+    m
+    for m in MODULES
+    if m in {"triptych.metronix.tools", "triptych.metronix.memory_tools"}
+    or m.startswith("triptych.hadron.tools.")
+)
+# What a tool module may import: the tool layer and the argument bounds, its surface's services, its argument
+# declarations and errors, the module that declares its handlers' context, the domain's values (URNs, records)
+# and the other tool modules. Anything else (a store, an engine, the database, the access policy, the
+# settings) is a rule or a resource that belongs behind a service.
+TOOL_IMPORTS = {
+    "metronix": (
+        "triptych.metronix.knowledge", "triptych.metronix.memory", "triptych.metronix.sync",  # services
+        "triptych.metronix.arguments", "triptych.metronix.errors",
+        "triptych.metronix.access",  # Caller and the X-Agent-Id rule the handlers apply
+        "triptych.metronix.tools",
+    ),
+    "hadron": (
+        "triptych.hadron.services.", "triptych.hadron.errors", "triptych.hadron.identity",
+        "triptych.hadron.domain.", "triptych.hadron.tools", "triptych.hadron.tools.",
+    ),
+}  # fmt: skip
+SHARED_TOOL_IMPORTS = ("triptych.core.mcp", "triptych.core.bounds")
+
+
+def allowed_in_a_tool_module(surface: str, target: str) -> bool:
+    if target == "triptych" or target in SHARED_TOOL_IMPORTS:  # the package root: __version__
+        return True
+    return any(
+        target == prefix or (prefix.endswith(".") and target.startswith(prefix))
+        for prefix in TOOL_IMPORTS[surface]
+    )
+
+
+def test_tool_modules_import_only_services_arguments_and_errors() -> None:
+    assert len(TOOL_MODULES) >= 20, TOOL_MODULES
+    leaks = [
+        f"{module} imports {target}"
+        for module in TOOL_MODULES
+        for target in sorted(MODULES[module])
+        if not allowed_in_a_tool_module(layer(module), target)
+    ]
+    assert not leaks, leaks
+
+
+def test_a_tool_module_nests_no_function_so_every_handler_is_a_module_level_name() -> None:
+    nested = []
+    for module in TOOL_MODULES:
+        path = SRC.parent / (module.replace(".", "/") + ".py")
+        if not path.exists():
+            path = path.with_suffix("") / "__init__.py"
+        for top in ast.parse(path.read_text()).body:
+            if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner = [
+                    n
+                    for n in ast.walk(top)
+                    if n is not top and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                ]
+                nested += [f"{module}.{top.name} defines a function at line {n.lineno}" for n in inner]
+    assert not nested, nested
+
+
+def declared(modules: list[Any]) -> dict[str, tuple[Any, str]]:
+    """Every ``DeclaredTool`` a module-level name of ``modules`` holds, alone or in a list: tool name ->
+    (tool, where)."""
+    from triptych.core.mcp import DeclaredTool
+
+    found: dict[str, tuple[Any, str]] = {}
+    for module in modules:
+        for attr, value in vars(module).items():
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(item, DeclaredTool) and item.name not in found:
+                    found[item.name] = (item, f"{module.__name__}.{attr}")
+    return found
+
+
+def test_every_registered_tool_is_a_module_level_declaration_with_its_handler_beside_it() -> None:
+    """Walked without building a surface: each tool the surfaces register is a name in its tool module,
+    and so is its handler."""
+    import importlib
+
+    from triptych.hadron.tools import TOOLS as HADRON_TOOLS
+    from triptych.hadron.tools.catalog import DECLARED
+    from triptych.metronix.memory_tools import MEMORY_TOOLS
+    from triptych.metronix.tools import KNOWLEDGE_TOOLS, SYNC_TOOLS
+
+    modules = [importlib.import_module(m) for m in TOOL_MODULES]
+    walked = declared(modules)
+    metronix = [*KNOWLEDGE_TOOLS, *SYNC_TOOLS, *MEMORY_TOOLS]
+    for registered in (metronix, DECLARED):
+        names = [tool.name for tool in registered]
+        assert len(names) == len(set(names)), names
+        for tool in registered:
+            assert tool.name in walked, f"{tool.name} is not a module-level name of a tool module"
+            handler = tool.handler
+            home = importlib.import_module(handler.__module__)
+            assert getattr(home, handler.__name__) is handler, (
+                f"{tool.name}: handler {handler.__qualname__} is nested"
+            )
+    assert sorted(t.name for t in DECLARED) == sorted(HADRON_TOOLS)
+    assert set(walked) == {t.name for t in metronix} | set(HADRON_TOOLS)

@@ -28,6 +28,7 @@ def layout(settings: Settings) -> Any:
     """Where the surfaces keep what, relative to the data directory (``core.backup.Layout``)."""
     from triptych.core.backup import Layout
     from triptych.metergraph.pages.session import SECRET_FILE
+    from triptych.metronix.store import vectors_dir
 
     skipped = {
         # A fetch cache and work trees of the sources' repositories (hadron/services/gitsync.py): the
@@ -41,6 +42,9 @@ def layout(settings: Settings) -> Any:
         inside = _inside(Path(key_file), settings.data_dir)
         if inside is not None:
             skipped[inside] = "the Hadron encryption key: never in a backup"
+    vectors = _inside(vectors_dir(settings.metronix_db), settings.data_dir)
+    if vectors is not None:
+        skipped[vectors] = "the knowledge base's saved vector index: a cache of metronix.db, rebuilt from it"
     # The projection's state file is replaced atomically after the appends it counts (metergraph/columns.py).
     return Layout(append_only={COLUMNS_DIR: "state.json"}, skipped=skipped)
 

@@ -143,22 +143,23 @@ def _where_data_lives(settings: Settings, fresh: bool) -> str:
         shared = f"Metronix /mcp and Hadron /hadron/mcp on PostgreSQL {redacted(settings.database_url)}"
     else:
         shared = "Metronix /mcp and Hadron /hadron/mcp on SQLite in the data directory"
-    # Keys, routes and batch records follow TRIPTYCH_DATABASE_URL; the calls, ClickHouse's URL.
-    engines = [f"calls on ClickHouse {redacted(clickhouse)}"] if clickhouse else []
-    if settings.database_url:
-        engines.append("keys, routes and batch records on PostgreSQL")
-        local = "reports" if clickhouse else "calls and reports"
-    else:
-        local = "keys, routes and reports"
-    if engines:
-        what = {"reports": "Metergraph report", "calls and reports": "Metergraph call or report"}
-        metergraph = f"Metergraph /v1/agent/mcp: {', '.join(engines)}, {local} on SQLite in the " + describe(
-            settings.data_dir, fresh, what.get(local, "Metergraph key, route or report")
+    # Keys, routes, batch records and the control data (incidents, webhooks, analysis runs and reports,
+    # workloads, import sync) follow TRIPTYCH_DATABASE_URL; the calls, ClickHouse's URL.
+    on_pg = (
+        "keys, routes, incidents, webhooks, analysis runs and reports, workloads, import sync on PostgreSQL"
+    )
+    on_ch = f"calls on ClickHouse {redacted(clickhouse)}" if clickhouse else ""
+    if not settings.database_url:
+        metergraph = (
+            f"Metergraph /v1/agent/mcp: {on_ch}, keys, routes and reports on SQLite in the "
+            + describe(settings.data_dir, fresh, "Metergraph key, route or report")
+        )
+    elif not clickhouse:
+        metergraph = f"Metergraph /v1/agent/mcp: {on_pg}, calls on SQLite in the " + describe(
+            settings.data_dir, fresh, "Metergraph call"
         )
     else:
-        metergraph = "Metergraph /v1/agent/mcp on SQLite in the " + describe(
-            settings.data_dir, fresh, "Metergraph data"
-        )
+        metergraph = f"Metergraph /v1/agent/mcp: {on_ch}, {on_pg}"
     return f"{shared}; {metergraph}"
 
 
@@ -386,6 +387,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from triptych.core.pg import redacted
     from triptych.core.progress import TableBars
     from triptych.hadron import migrate as hadron_migrate
+    from triptych.metergraph import migrate as metergraph_migrate
     from triptych.metronix import migrate as metronix_migrate
 
     settings = _settings(args)
@@ -397,9 +399,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         has_hadron = _holds_hadron_data(settings.data_dir / "hadron.db")
         no_metronix = None if (settings.data_dir / "metronix.db").is_file() else "no metronix.db"
         hadron = partial(hadron_migrate.migrate_to_postgres, settings.data_dir, args.to, progress)
+        has_metergraph = metergraph_migrate.holds_data(settings.data_dir)
+        metergraph = partial(metergraph_migrate.migrate_to_postgres, settings.data_dir, args.to, progress)
         following = (
             f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory was only"
-            " read; Metergraph stays in it)"
+            " read; Metergraph's keys, routes and telemetry stay in it)"
         )
     else:
         source = redacted(args.source)
@@ -407,14 +411,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         missing = metronix_migrate.missing_table(args.source)
         no_metronix = None if missing is None else f"no table {missing}"
         hadron = partial(hadron_migrate.migrate_to_embedded, args.source, settings.data_dir, progress)
+        has_metergraph = metergraph_migrate.holds_postgres_data(args.source)
+        metergraph = partial(metergraph_migrate.migrate_to_embedded, args.source, settings.data_dir, progress)
         following = (
             f"start the server with --data-dir {settings.data_dir}, TRIPTYCH_DATABASE_URL unset and the same"
             f" Hadron key, if any ({redacted(args.source)} was only read)"
         )
 
-    alone = has_hadron and no_metronix is not None
+    alone = (has_hadron or has_metergraph) and no_metronix is not None
     if alone:
-        print(f"{source} holds no Metronix data ({no_metronix}): copying Hadron's alone")
+        which = " and ".join(
+            n for n, has in (("Hadron's", has_hadron), ("Metergraph's", has_metergraph)) if has
+        )
+        print(f"{source} holds no Metronix data ({no_metronix}): copying {which} alone")
     else:
         try:
             if args.to:
@@ -438,6 +447,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             then = "" if alone else f" Then copy Hadron alone: triptych hadron migrate {flag} URL"
             done = "" if alone else "Metronix's data was copied, Hadron's was not: "
             print(f"triptych: {done}{exc.message}. {exc.hint or ''}{then}".rstrip(), file=sys.stderr)
+            return 1
+        finally:
+            progress.close()
+    if has_metergraph:
+        try:
+            print(metergraph().report())
+        except TriptychError as exc:
+            done = (
+                ""
+                if alone and not has_hadron
+                else "the other surfaces' data was copied, Metergraph's was not: "
+            )
+            print(f"triptych: {done}{exc.message}. {exc.hint or ''}".rstrip(), file=sys.stderr)
             return 1
         finally:
             progress.close()

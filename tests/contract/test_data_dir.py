@@ -102,6 +102,7 @@ def test_serve_in_server_mode_names_each_surfaces_engine_and_where_its_data_is(
         server.stop()
     assert f"Metronix /mcp and Hadron /hadron/mcp on PostgreSQL {database}" in line
     assert f"Metergraph /v1/agent/mcp: calls on ClickHouse {calls}" in line
-    # The data directory is new, but it holds only Metergraph's control data here: the warning says so.
-    assert f"data directory {tmp_path / 'data'} (new and empty: no Metergraph key, route or report" in line
+    assert "incidents, webhooks, analysis runs and reports, workloads, import sync on PostgreSQL" in line
+    # The data directory is new, but it holds only Metergraph's keys and routes here: the warning says so.
+    assert f"data directory {tmp_path / 'data'} (new and empty: no Metergraph key or route" in line
     assert "nothing was stored here before" not in line

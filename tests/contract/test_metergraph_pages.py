@@ -5,6 +5,7 @@ client) with its charts drawn, escaping, roles, environments and workspace isola
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -542,3 +543,109 @@ def test_a_real_analysis_run_opens_from_its_links_with_its_progress_report_and_e
         assert article.locator("pre.candidate").text_content() == case["candidate_response"]["text"]
         assert "<b>store</b>" in article.locator("pre.question").text_content()  # shown as text
     assert tab.locator("b:text('store')").count() == 0
+
+
+# -- the usage charts as drawn: axes, UTC days in any browser time zone, unpriced days ----------------
+
+UNPRICED_MODEL = "no-such-model-xyz"  # not in any price table: its calls are unpriced, never $0
+CHART_DAYS = (0, 3, 20)  # days ago with calls: today, inside 7 days, inside 30 days
+
+
+@pytest.fixture(scope="module")
+def charted(site: Site) -> tuple[str, str]:
+    workspace = "charts-" + uuid.uuid4().hex[:6]
+    rows = []
+    for day in CHART_DAYS:
+        rows += [call(day, latency_ms=500 + 100 * i) for i in range(4)]
+        rows.append(call(day, status="error", latency_ms=3000))
+        rows += [call(day, model=UNPRICED_MODEL) for _ in range(2)]  # the only calls of its series
+    site.ingest(workspace, rows)
+    return workspace, site.mint(workspace, "metadata")
+
+
+def in_time_zone(tab: Any, zone: str) -> None:
+    """Chromium's own time-zone emulation (what a Playwright context's ``timezone_id`` sets), per tab."""
+    tab.context.new_cdp_session(tab).send("Emulation.setTimezoneOverride", {"timezoneId": zone})
+
+
+def hover(tab: Any, metric: str, x: int) -> dict[str, str]:
+    """Moves the real mouse onto day ``x``'s point of one chart and reads its legend, series by series."""
+    figure = tab.locator(f"figure[data-metric={metric}]")
+    lo, hi = json_attr(figure, "data-x-range")
+    figure.scroll_into_view_if_needed()
+    box = figure.locator(".u-over").bounding_box()
+    tab.mouse.move(box["x"] + box["width"] * (x - lo) / (hi - lo), box["y"] + box["height"] / 2)
+    rows = figure.locator(".u-legend tr.u-series")
+    return {
+        (rows.nth(i).locator("th").text_content() or "").strip(): rows.nth(i)
+        .locator(".u-value")
+        .text_content()
+        or ""
+        for i in range(rows.count())
+    }
+
+
+def json_attr(locator: Any, name: str) -> Any:
+    return json.loads(locator.get_attribute(name))
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Los_Angeles"])
+@pytest.mark.parametrize("days", [1, 7, 30])
+def test_usage_charts_draw_utc_days_a_data_scaled_axis_and_unpriced_days_as_gaps(
+    site: Site, tab: Any, charted: tuple[str, str], days: int, zone: str
+) -> None:
+    workspace, key = charted
+    in_time_zone(tab, zone)
+    sign_in(tab, site, key, f"/app/w/{workspace}/usage?by=model&days={days}")
+    offset = 0 if zone == "UTC" else 420  # minutes behind UTC (PDT) or 480 (PST): either way not UTC
+    assert tab.evaluate("Intl.DateTimeFormat().resolvedOptions().timeZone") == zone
+    assert (tab.evaluate("new Date().getTimezoneOffset()") == 0) == (offset == 0)
+    tab.wait_for_function("document.querySelectorAll('figure.chart[data-drawn=true]').length === 4")
+    tool = site.tool(key, "metergraph_get_usage_aggregates", group_by=["model"], days=days)
+
+    # The x axis: one point per UTC day of the window, each centred in a one-day slot (at 1 day: a
+    # one-day window around today, not years), labelled with its UTC date in any browser time zone.
+    first = datetime.fromisoformat(tool["window"]["since"]).astimezone(UTC).date()
+    dates = [first + timedelta(days=i) for i in range(days)]
+    data = tab.evaluate("JSON.parse(document.getElementById('usage-data').textContent)")
+    midnights = [int(datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()) for d in dates]
+    assert data["x"] == midnights and data["days"] == [d.isoformat() for d in dates]
+    labels = [f"{d:%b} {d.day}" for d in dates]
+    for metric in ("cost_usd", "calls", "errors", "p95_latency_ms"):
+        figure = tab.locator(f"figure[data-metric={metric}]")
+        assert json_attr(figure, "data-x-range") == [midnights[0] - 43_200, midnights[-1] + 43_200]
+        drawn = json_attr(figure, "data-x-labels")
+        assert drawn and drawn[0] == labels[0] and set(drawn) <= set(labels), drawn
+        assert [labels.index(label) for label in drawn] == sorted(labels.index(label) for label in drawn)
+        assert drawn == labels if days == 1 else len(drawn) <= 10
+    # The errors axis: counts from zero to just above the busiest day, not 0-100.
+    errors = [v for s in data["series"] for v in s["errors"]]
+    low, high = json_attr(tab.locator("figure[data-metric=errors]"), "data-y-range")
+    assert low == 0 and max(errors) <= high <= max(errors) * 1.1 + 1 and high < 100, (low, high)
+
+    # Unpriced days: the unpriced model's cost is a gap, never $0, and the note counts its calls.
+    shown = [d for d in CHART_DAYS if d < days]
+    unpriced = next(s for s in data["series"] if s["name"] == UNPRICED_MODEL)
+    priced = next(s for s in data["series"] if s["name"] == "gpt-4o")
+    for ago in shown:
+        i = days - 1 - ago
+        assert unpriced["cost_usd"][i] is None and unpriced["calls"][i] == 2 and unpriced["unpriced"][i] == 2
+        assert priced["cost_usd"][i] > 0
+    note = tab.text_content("#unpriced-note") or ""
+    n = len(shown)
+    assert f"{2 * n} calls on {n} day{'s' if n != 1 else ''} had no price" in note, note
+
+    # Hovers: the UTC day and every series' value, never blank (a gap says why, an empty day says so).
+    for ago in sorted({*shown, days - 1}):
+        i = days - 1 - ago
+        legend = hover(tab, "cost_usd", midnights[i])
+        assert legend["Day (UTC)"] == dates[i].isoformat(), legend
+        if ago in shown:
+            assert legend[UNPRICED_MODEL] == "no price (2 unpriced calls)", legend
+            assert legend["gpt-4o"] == f"${priced['cost_usd'][i]:,.4f}", legend
+        else:
+            assert legend[UNPRICED_MODEL] == "$0.0000" and legend["gpt-4o"] == "$0.0000", legend
+        assert all(value.strip() for value in legend.values()), legend
+        latency = hover(tab, "p95_latency_ms", midnights[i])
+        assert latency["Day (UTC)"] == dates[i].isoformat()
+        assert latency["gpt-4o"].endswith(" ms") if ago in shown else latency["gpt-4o"] == "no calls"

@@ -13,7 +13,7 @@ from postgres import PostgresCluster
 from triptych.core.errors import StorageUnavailable
 from triptych.core.pg import PgDatabase, redacted
 from triptych.metronix import pg_store
-from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.store import KnowledgeStore, NewDocument, SqliteKnowledgeStore
 
 FIRST = "CREATE TABLE notes (id BIGINT PRIMARY KEY, body TEXT NOT NULL);"
@@ -93,7 +93,7 @@ def test_workers_starting_at_once_on_an_empty_database_migrate_it_exactly_once(
 def test_the_knowledge_store_schema_is_current_and_indexes_vectors_with_hnsw(
     postgres: PostgresCluster,
 ) -> None:
-    store = PgKnowledgeStore(PgDatabase(postgres.create_database()), dim=4)
+    store = PostgresKnowledgeStore(PgDatabase(postgres.create_database()), dim=4)
     try:
         assert store.db.version(pg_store.COMPONENT) == len(pg_store.MIGRATIONS)
         with store.db.connection() as conn:
@@ -104,7 +104,7 @@ def test_the_knowledge_store_schema_is_current_and_indexes_vectors_with_hnsw(
 
 
 def test_vector_search_never_returns_another_workspace_s_chunks(postgres: PostgresCluster) -> None:
-    store = PgKnowledgeStore(PgDatabase(postgres.create_database()), dim=4)
+    store = PostgresKnowledgeStore(PgDatabase(postgres.create_database()), dim=4)
     try:
         rng = np.random.default_rng(7)
         for workspace in ("acme", "globex"):
@@ -148,7 +148,7 @@ def test_keyword_ranking_on_postgresql_is_the_embedded_engine_s_to_the_score(
     rng = np.random.default_rng(3)
     stores: list[KnowledgeStore] = [
         SqliteKnowledgeStore(tmp_path / "metronix.db", dim),
-        PgKnowledgeStore(PgDatabase(postgres.create_database()), dim),
+        PostgresKnowledgeStore(PgDatabase(postgres.create_database()), dim),
     ]
     try:
         for doc in docs:

@@ -1,4 +1,4 @@
-"""The access policy, decided in one place: every caller kind against every memory kind, on both engines."""
+"""The access policy, decided in one place: every caller kind against every memory kind."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ MEMORIES = (
 ).split()
 RW, RO, NO = "read-write", "read-only", None
 
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+# Engine-neutral rules over the tenancy store: tests/hadron/store_contract/test_tenancy_store.py proves
+# that store on every engine, so these run on the embedded one.
+pytestmark = pytest.mark.engines("sqlite")
 
 # What each caller gets on each memory, in MEMORIES order.
 EXPECTED = {

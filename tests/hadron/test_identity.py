@@ -13,8 +13,9 @@ from triptych.core.errors import AuthRequired
 from triptych.hadron.identity import LOCAL_HANDLE, authenticator
 from triptych.hadron.surface import Hadron
 
-# App keys and users are looked up in the tenancy store: the same answers on both engines.
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+# Engine-neutral rules over the tenancy store: tests/hadron/store_contract/test_tenancy_store.py proves
+# that store on every engine, so these run on the embedded one.
+pytestmark = pytest.mark.engines("sqlite")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Server mode's fan-out of chat posts: ``PgTeamStore.announce`` NOTIFYs in the post's transaction and
+"""Server mode's fan-out of chat posts: ``PostgresTeamStore.announce`` NOTIFYs in the post's transaction and
 every worker's ``PgChatListener`` hears it at commit, never for a post rolled back."""
 
 from __future__ import annotations

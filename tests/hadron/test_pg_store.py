@@ -13,9 +13,10 @@ from hadron.letters import LetterEmbedder
 
 from triptych.core.regex import LinearPattern
 from triptych.hadron.domain.where import compile_where
+from triptych.hadron.engines import PG_COMPONENT as COMPONENT
 from triptych.hadron.engines import open_stores
 from triptych.hadron.identity import HadronCaller
-from triptych.hadron.pg_store import COMPONENT, PG_MIGRATIONS
+from triptych.hadron.pg_schema import HADRON as PG_MIGRATIONS
 from triptych.hadron.search_store import NodeFilter
 from triptych.hadron.services.nodes import NodeFields
 from triptych.hadron.surface import Hadron

@@ -57,6 +57,7 @@ def keyword(hadron: Hadron, memory: str, text: str) -> list[str]:
     return sorted(n.loc for n in hadron.search.store.nodes_by_rowid([r for r, _ in rows]).values())
 
 
+@pytest.mark.engines("sqlite")  # the store on every engine: store_contract/test_search_store.py
 def test_full_text_follows_create_update_move_and_delete(
     world: tuple[Hadron, HadronCaller, LetterEmbedder],
 ) -> None:
@@ -112,6 +113,7 @@ def test_embedding_follows_the_policy_and_generations_follow_the_vectors(
     assert store.generation(specs.id) > before and store.vector_count(specs.id) == 1
 
 
+@pytest.mark.engines("sqlite")  # the store on every engine: store_contract/test_search_store.py
 def test_where_and_filters_run_inside_the_query(world: tuple[Hadron, HadronCaller, LetterEmbedder]) -> None:
     hadron, caller, _ = world
     for i in range(30):
@@ -131,6 +133,7 @@ def test_where_and_filters_run_inside_the_query(world: tuple[Hadron, HadronCalle
     assert [h.node.loc for h in hits] == ["p:n03"]
 
 
+@pytest.mark.engines("sqlite")  # the store on every engine: store_contract/test_search_store.py
 def test_regex_scores_by_the_best_field_matched_and_ties_go_by_loc(
     world: tuple[Hadron, HadronCaller, LetterEmbedder],
 ) -> None:

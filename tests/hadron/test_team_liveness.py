@@ -24,7 +24,7 @@ from triptych.hadron.services.selection import SelectionService, SessionState
 from triptych.hadron.services.sessions import SessionEnd, SessionService, SessionStart
 from triptych.hadron.services.tenancy import TenancyAdmin
 from triptych.hadron.services.workers import WorkerService
-from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron.team_store import TeamSql
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -43,7 +43,7 @@ class Clock:
 @dataclass
 class Team:
     clock: Clock
-    store: SqliteTeamStore
+    store: TeamSql
     sessions: SessionService
     workers: WorkerService
     alice: HadronCaller

@@ -1,11 +1,14 @@
 """Import sync, the service under ``/v1/import-sync``: windows that resume where the last completed one
-ended, one lease per stream, expiry and takeover, renew/complete/abandon, and every refusal."""
+ended, one lease per stream, expiry and takeover, renew/complete/abandon, and every refusal. The import
+sync store's contract: every test runs on SQLite and on PostgreSQL (server mode), and on each engine
+processes racing for one stream get exactly one lease."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,7 @@ from typing import Any
 import pytest
 
 from triptych.core.db import Database
+from triptych.metergraph.control_pg import close_control_database, open_control_database
 from triptych.metergraph.errors import (
     InitialSinceRequired,
     LeaseEnded,
@@ -22,7 +26,7 @@ from triptych.metergraph.errors import (
     SyncInvalid,
 )
 from triptych.metergraph.import_sync import ImportSyncService
-from triptych.metergraph.import_sync_store import SqliteImportSyncStore
+from triptych.metergraph.import_sync_store import PostgresImportSyncStore, SqliteImportSyncStore
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC).timestamp()
 HOUR = 3600.0
@@ -41,9 +45,15 @@ def clock() -> Clock:
     return Clock(T0 + 10 * HOUR)
 
 
-@pytest.fixture
-def sync(tmp_path: Path, clock: Clock) -> ImportSyncService:
-    return ImportSyncService(SqliteImportSyncStore(Database(tmp_path / "metergraph.db", [])), clock=clock)
+@pytest.fixture(params=("sqlite", "postgres"))
+def sync(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> Iterator[ImportSyncService]:
+    """The service over each engine's store in turn, empty."""
+    if request.param == "sqlite":
+        yield ImportSyncService(SqliteImportSyncStore(Database(tmp_path / "metergraph.db", [])), clock=clock)
+        return
+    db = open_control_database(request.getfixturevalue("postgres").create_database("mgsync"))
+    yield ImportSyncService(PostgresImportSyncStore(db), clock=clock)
+    close_control_database(db)
 
 
 def body(**fields: Any) -> dict[str, Any]:
@@ -215,12 +225,17 @@ _RACER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from triptych.core.db import Database
+    from triptych.metergraph.control_pg import open_control_database
     from triptych.metergraph.errors import LeaseHeld
     from triptych.metergraph.import_sync import ImportSyncService
-    from triptych.metergraph.import_sync_store import SqliteImportSyncStore
+    from triptych.metergraph.import_sync_store import PostgresImportSyncStore, SqliteImportSyncStore
 
-    path, go = Path(sys.argv[1]), Path(sys.argv[2])
-    sync = ImportSyncService(SqliteImportSyncStore(Database(path, [])))
+    target, go = sys.argv[1], Path(sys.argv[2])
+    if target.startswith("postgresql://"):
+        store = PostgresImportSyncStore(open_control_database(target))
+    else:
+        store = SqliteImportSyncStore(Database(Path(target), []))
+    sync = ImportSyncService(store)
     print("ready", flush=True)
     while not go.exists():
         time.sleep(0.001)
@@ -234,17 +249,55 @@ _RACER = textwrap.dedent(
 )
 
 
-def test_processes_acquiring_one_stream_at_once_get_one_lease(tmp_path: Path) -> None:
-    path, go = tmp_path / "metergraph.db", tmp_path / "go"
-    SqliteImportSyncStore(Database(path, []))  # migrated once, so the racers meet at the acquire
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+def test_processes_acquiring_one_stream_at_once_get_one_lease(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    """Each racer is its own process with its own connections (on PostgreSQL: as on separate machines)."""
+    go = tmp_path / "go"
+    if engine == "sqlite":
+        target = str(tmp_path / "metergraph.db")
+        SqliteImportSyncStore(Database(Path(target), []))  # migrated once, so the racers meet at the acquire
+    else:
+        target = request.getfixturevalue("postgres").create_database("mgrace")
+        close_control_database(open_control_database(target))
     racers = [
-        subprocess.Popen(
-            [sys.executable, "-c", _RACER, str(path), str(go)], stdout=subprocess.PIPE, text=True
-        )
+        subprocess.Popen([sys.executable, "-c", _RACER, target, str(go)], stdout=subprocess.PIPE, text=True)
         for _ in range(4)
     ]
-    for racer in racers:  # every racer has opened the file and spins on the start file
+    for racer in racers:  # every racer has opened its store and spins on the start file
         assert racer.stdout is not None and racer.stdout.readline().strip() == "ready"
     go.touch()
     outcomes = sorted(r.communicate(timeout=60)[0].strip() for r in racers)
     assert outcomes == ["busy", "busy", "busy", "won"]
+
+
+def test_streams_acquired_at_once_on_postgres_never_wait_for_each_other(
+    request: pytest.FixtureRequest, clock: Clock
+) -> None:
+    """The lock is the stream's, not the store's: while one transaction holds stream A, stream B is
+    acquired through another connection."""
+    import threading
+
+    db = open_control_database(request.getfixturevalue("postgres").create_database("mgscope"))
+    try:
+        store = PostgresImportSyncStore(db)
+        sync = ImportSyncService(store, clock=clock)
+        holding, release = threading.Event(), threading.Event()
+
+        def hold_a() -> None:
+            with store.transaction() as tx:
+                tx.stream("w1", "phoenix", "a")  # takes stream a's lock until the transaction ends
+                holding.set()
+                release.wait(30)
+
+        holder = threading.Thread(target=hold_a)
+        holder.start()
+        assert holding.wait(30)
+        got = sync.acquire("w1", body(source_scope="b", initial_since=SINCE))
+        still_holding = holder.is_alive()  # a store-wide lock would have waited for the holder to end
+        release.set()
+        holder.join()
+        assert still_holding and got.lease is not None and got.lease.scope == "b"
+    finally:
+        close_control_database(db)

@@ -3,6 +3,8 @@ to the tool's totals, with "(other)"'s p95 read from its own calls' histogram.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from mg_support import agent, app, row
 
@@ -48,3 +50,21 @@ def test_the_page_query_is_checked() -> None:
     ):
         with pytest.raises(InvalidArgument):
             usage_view.parse_query(days, by)
+
+
+def test_a_day_with_only_unpriced_calls_is_a_gap_and_the_days_are_utc_dates(mg: Metergraph) -> None:
+    rows = [row(minutes_ago=5, model="gpt-4o"), row(minutes_ago=5, model="no-such-model-xyz")]
+    rows += [row(minutes_ago=2 * 1440 + 5, model="no-such-model-xyz") for _ in range(3)]
+    rows.append(row(minutes_ago=2 * 1440 + 5, model=None))  # unknown: no price either
+    mg.ingest.ingest_rows(app(), rows, "sdk")
+    chart = usage_view.overview(mg.usage, agent(), 7, "provider")["chart"]
+    (openai,) = chart["series"]
+    today, two_ago = 6, 4
+    assert openai["cost_usd"][today] > 0 and openai["unpriced"][today] == 1  # a lower bound: drawn
+    assert openai["cost_usd"][two_ago] is None and openai["unpriced"][two_ago] == 4  # nothing priced: a gap
+    assert openai["cost_usd"][today - 1] == 0 and openai["calls"][today - 1] == 0  # no calls: $0, drawn
+    assert chart["unpriced"] == {"calls": 4, "days": 1}
+    now = mg.usage.clock()
+    assert chart["days"][today] == now.astimezone(UTC).date().isoformat()
+    assert chart["x"][today] == int(datetime(now.year, now.month, now.day, tzinfo=UTC).timestamp())
+    assert chart["labels"][today] == f"{now:%b} {now.day}"

@@ -15,7 +15,7 @@ from triptych.metronix.pg_store import (
     KEYWORD_LOG_KEEP,
     MIGRATIONS,
     SAME_TEXT_READ,
-    PgKnowledgeStore,
+    PostgresKnowledgeStore,
 )
 from triptych.metronix.store import NewDocument
 
@@ -24,24 +24,27 @@ DIM = 8
 
 
 @pytest.fixture
-def store(database_url: str) -> Iterator[PgKnowledgeStore]:
+def store(database_url: str) -> Iterator[PostgresKnowledgeStore]:
     # One pooled connection: every statement of the test meets whatever a search left on it. pgvector's
     # index only (no in-process mirror): this is the path a worker takes while its mirror catches up.
-    opened = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM, mirror=False)
+    opened = PostgresKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM, mirror=False)
     yield opened
     opened.close()
 
 
 @pytest.fixture
-def workers(database_url: str) -> Iterator[tuple[PgKnowledgeStore, PgKnowledgeStore]]:
+def workers(database_url: str) -> Iterator[tuple[PostgresKnowledgeStore, PostgresKnowledgeStore]]:
     """Two stores on one database, as two server workers hold them, each with its own mirror."""
-    pair = (PgKnowledgeStore(PgDatabase(database_url), DIM), PgKnowledgeStore(PgDatabase(database_url), DIM))
+    pair = (
+        PostgresKnowledgeStore(PgDatabase(database_url), DIM),
+        PostgresKnowledgeStore(PgDatabase(database_url), DIM),
+    )
     yield pair
     for opened in pair:
         opened.close()
 
 
-def _put(store: PgKnowledgeStore, workspace: str, label: str, vectors: np.ndarray) -> None:
+def _put(store: PostgresKnowledgeStore, workspace: str, label: str, vectors: np.ndarray) -> None:
     chunks = [f"{label} chunk {i}" for i in range(len(vectors))]
     store.put_document(
         NewDocument(workspace, label, None, " ".join(chunks), "doc", None, None, {}, label, chunks, vectors)
@@ -53,7 +56,7 @@ def _unit(rows: int, seed: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def test_vector_search_settings_hold_for_its_query_and_end_with_it(store: PgKnowledgeStore) -> None:
+def test_vector_search_settings_hold_for_its_query_and_end_with_it(store: PostgresKnowledgeStore) -> None:
     _put(store, "big", "big-doc", _unit(300, seed=1))
     _put(store, "small", "small-doc", _unit(5, seed=2))
     query = _unit(1, seed=3)[0]
@@ -79,7 +82,7 @@ def _ids(hits: list[tuple[int, float]]) -> list[int]:
 
 
 def test_the_mirror_answers_as_pgvector_s_index_and_follows_its_own_writes_in_place(
-    workers: tuple[PgKnowledgeStore, PgKnowledgeStore],
+    workers: tuple[PostgresKnowledgeStore, PostgresKnowledgeStore],
 ) -> None:
     store, _ = workers
     vectors = _unit(60, seed=4)
@@ -108,7 +111,7 @@ def test_the_mirror_answers_as_pgvector_s_index_and_follows_its_own_writes_in_pl
 
 
 def test_a_write_through_another_worker_is_found_on_the_next_search_then_mirrored(
-    workers: tuple[PgKnowledgeStore, PgKnowledgeStore], monkeypatch: pytest.MonkeyPatch
+    workers: tuple[PostgresKnowledgeStore, PostgresKnowledgeStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reader, writer = workers
     _put(writer, "ws", "doc-a", _unit(30, seed=6))
@@ -139,7 +142,7 @@ def test_a_write_through_another_worker_is_found_on_the_next_search_then_mirrore
 
 
 def test_re_embedding_through_another_worker_reloads_the_mirror_whole(
-    workers: tuple[PgKnowledgeStore, PgKnowledgeStore],
+    workers: tuple[PostgresKnowledgeStore, PostgresKnowledgeStore],
 ) -> None:
     reader, writer = workers
     vectors = _unit(12, seed=8)
@@ -159,7 +162,7 @@ def test_re_embedding_through_another_worker_reloads_the_mirror_whole(
 
 
 def test_hits_bring_the_labels_of_their_identical_documents_when_the_list_is_short(
-    store: PgKnowledgeStore,
+    store: PostgresKnowledgeStore,
 ) -> None:
     def copy_of(text: str, label: str, seed: int, workspace: str = "ws") -> None:
         store.put_document(
@@ -201,7 +204,7 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def _write(store: PgKnowledgeStore, workspace: str, label: str, rng: random.Random) -> None:
+def _write(store: PostgresKnowledgeStore, workspace: str, label: str, rng: random.Random) -> None:
     chunks = [_text(rng, rng.randint(3, 12)) for _ in range(rng.randint(1, 3))]
     store.put_document(
         NewDocument(
@@ -213,7 +216,7 @@ def _write(store: PgKnowledgeStore, workspace: str, label: str, rng: random.Rand
 
 def _reloaded(database_url: str, workspace: str, query: str) -> list[tuple[int, float]]:
     """The ranking a worker that has just started (a full load of the workspace) gives."""
-    fresh = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
+    fresh = PostgresKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
     try:
         return fresh.keyword_search(workspace, query, 1000)
     finally:
@@ -221,9 +224,9 @@ def _reloaded(database_url: str, workspace: str, query: str) -> list[tuple[int, 
 
 
 def test_a_worker_follows_another_workers_writes_from_the_log_with_a_reloads_ranking(
-    store: PgKnowledgeStore, database_url: str
+    store: PostgresKnowledgeStore, database_url: str
 ) -> None:
-    other = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)  # a second worker
+    other = PostgresKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)  # a second worker
     try:
         rng = random.Random(5)
         for i in range(12):
@@ -252,8 +255,8 @@ def test_a_worker_follows_another_workers_writes_from_the_log_with_a_reloads_ran
         other.close()
 
 
-def test_a_gap_in_the_log_reloads_the_workspace(store: PgKnowledgeStore, database_url: str) -> None:
-    other = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
+def test_a_gap_in_the_log_reloads_the_workspace(store: PostgresKnowledgeStore, database_url: str) -> None:
+    other = PostgresKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
     try:
         rng = random.Random(9)
         _write(store, "w", "a", rng)
@@ -273,9 +276,9 @@ def test_a_gap_in_the_log_reloads_the_workspace(store: PgKnowledgeStore, databas
 
 
 def test_re_embedding_steps_every_keyword_index_over_its_generation(
-    store: PgKnowledgeStore, database_url: str
+    store: PostgresKnowledgeStore, database_url: str
 ) -> None:
-    other = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
+    other = PostgresKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
     try:
         rng = random.Random(3)
         for workspace in ("w1", "w2"):
@@ -309,9 +312,9 @@ def test_the_log_arrives_by_migration_over_a_previous_versions_database(database
             " 'old harbour', %s)",
             (one(document)[0], _unit(1, seed=1)[0]),
         )
-    store = PgKnowledgeStore(db, DIM)  # migrates
+    store = PostgresKnowledgeStore(db, DIM)  # migrates
     try:
-        other = PgKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
+        other = PostgresKnowledgeStore(PgDatabase(database_url, min_size=1, max_size=1), DIM)
         try:
             assert [i for i, _ in other.keyword_search("w", "harbour", 10)] == [1]
             loaded = other.keywords.sync("w", 0)
@@ -328,7 +331,9 @@ def test_the_log_arrives_by_migration_over_a_previous_versions_database(database
         store.close()
 
 
-def test_re_embeddings_prune_the_change_log_at_every_hundredth_generation(store: PgKnowledgeStore) -> None:
+def test_re_embeddings_prune_the_change_log_at_every_hundredth_generation(
+    store: PostgresKnowledgeStore,
+) -> None:
     # A long re-embedding steps each workspace's generation once per batch and writes no document: the
     # log must still be pruned when a batch lands on a hundredth generation.
     _write(store, "w", "a", random.Random(5))

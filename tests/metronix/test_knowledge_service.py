@@ -20,12 +20,15 @@ from triptych.core.errors import EmbeddingMismatch, Forbidden, IngestionFailed, 
 from triptych.core.pg import PgDatabase
 from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
 from triptych.metronix.knowledge import KnowledgeService
-from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore
 
 LOCAL = local_principal()
-# The service's rules hold on both engines; tests of one engine's internals say so.
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+# The service's rules are the same over any store: they are tested on SQLite, and what the service needs
+# of a store is tested on every engine by tests/metronix/test_knowledge_store.py. The tests kept on both
+# engines here check an engine's part in a rule (a failed write leaving nothing, a change log followed,
+# a model change) through the service.
+BOTH = pytest.mark.engines("sqlite", "postgresql")
 
 ZEBRA = "Zebras graze on the savanna grass. Their stripes confuse biting flies."
 QUBIT = "Quantum computers store information in qubits. Superposition makes them powerful."
@@ -94,7 +97,7 @@ def open_service(
         chosen: Embedder = using if using is not None else embedder
         store: KnowledgeStore
         if url is not None:
-            store = PgKnowledgeStore(PgDatabase(url, max_size=4), chosen.dim)
+            store = PostgresKnowledgeStore(PgDatabase(url, max_size=4), chosen.dim)
         else:
             store = SqliteKnowledgeStore(tmp_path / "metronix.db", chosen.dim)
         stores.append(store)
@@ -116,7 +119,7 @@ def _labels(result: dict[str, Any]) -> list[str]:
 
 def _chunk_ids(service: KnowledgeService, workspace: str, label: str) -> set[int]:
     store = service.store
-    if isinstance(store, PgKnowledgeStore):
+    if isinstance(store, PostgresKnowledgeStore):
         with store.db.connection() as conn:
             found = conn.execute(
                 "SELECT c.id FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
@@ -294,6 +297,7 @@ def _assert_zebra_intact(service: KnowledgeService) -> None:
 
 
 @pytest.mark.parametrize("failure", ["raise", "too_few"])
+@BOTH
 def test_failed_store_leaves_the_previous_version_intact_and_searchable(
     open_service: OpenService, embedder: LocalEmbedder, failure: str
 ) -> None:
@@ -309,6 +313,7 @@ def test_failed_store_leaves_the_previous_version_intact_and_searchable(
 
 
 @pytest.mark.parametrize("warm_index", [False, True], ids=["cold-index", "warm-index"])
+@BOTH
 def test_store_with_wrong_dimension_vectors_fails_and_leaves_the_previous_version_intact(
     open_service: OpenService, embedder: LocalEmbedder, warm_index: bool
 ) -> None:
@@ -432,6 +437,7 @@ def test_a_worker_sees_documents_another_worker_stored_or_replaced(open_service:
     assert {r["content"] for r in results} == {QUBIT, "Penguins huddle together in Antarctic winters."}
 
 
+@BOTH
 def test_keyword_search_follows_another_worker_s_stores_replacements_and_deletes(
     open_service: OpenService,
 ) -> None:
@@ -519,6 +525,7 @@ def test_without_skip_unchanged_an_identical_document_is_stored_again(service: K
 # -- embedding model changes --------------------------------------------------------------------
 
 
+@BOTH
 def test_index_built_with_another_model_refuses_store_and_search_until_reindexed(
     open_service: OpenService,
 ) -> None:
@@ -570,7 +577,6 @@ def test_empty_index_adopts_the_configured_model(open_service: OpenService) -> N
     assert _labels(switched.search(LOCAL, None, "zebra")) == ["zebra"]
 
 
-@pytest.mark.engines("sqlite")
 def test_concurrent_stores_and_searches_never_reload_the_vector_or_keyword_index(
     service: KnowledgeService,
 ) -> None:
@@ -597,7 +603,6 @@ def test_concurrent_stores_and_searches_never_reload_the_vector_or_keyword_index
     assert service.search(LOCAL, None, "qubits superposition lab", top_k=50)["count"] >= 24
 
 
-@pytest.mark.engines("sqlite")
 def test_a_database_of_the_previous_version_migrates_and_its_documents_stay_searchable(
     tmp_path: Path, embedder: LocalEmbedder, open_service: OpenService
 ) -> None:

@@ -20,8 +20,8 @@ from triptych.core.auth import Principal, local_principal
 from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
 from triptych.core.errors import EmbeddingMismatch, Forbidden, NotFound
-from triptych.core.pg import PgDatabase, PortableDatabase
-from triptych.metronix import memory_model, memory_store
+from triptych.core.pg import PgDatabase
+from triptych.metronix import memory_model, memory_store, memory_store_reads
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
@@ -35,7 +35,7 @@ from triptych.metronix.freshness import (
 )
 from triptych.metronix.memory import REST_DEFAULTS, MemoryService, MemorySettings, content_hash
 from triptych.metronix.memory_model import Filing, MemoryRecord, Resolution
-from triptych.metronix.memory_store import SqliteMemoryStore
+from triptych.metronix.memory_store import SqliteMemoryStore, open_memory_store
 from triptych.metronix.store import utcnow
 
 LOCAL = local_principal()
@@ -57,7 +57,7 @@ def db(tmp_path: Path, storage_engine: str, request: pytest.FixtureRequest) -> I
     """The memory database: a SQLite file, or (server mode) a fresh PostgreSQL database."""
     if storage_engine == "postgresql":
         pg = PgDatabase(request.getfixturevalue("postgres").create_database(), max_size=4)
-        yield PortableDatabase(pg, write_lock="metronix-memory")  # type: ignore[misc]
+        yield pg  # type: ignore[misc]
         pg.close()
         return
     database = Database(tmp_path / "metronix.db", [])
@@ -67,7 +67,7 @@ def db(tmp_path: Path, storage_engine: str, request: pytest.FixtureRequest) -> I
 
 @pytest.fixture
 def service(db: Database, embedder: LocalEmbedder) -> MemoryService:
-    return MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
+    return MemoryService(open_memory_store(db, embedder.dim), embedder)
 
 
 def store(service: MemoryService, content: str, agent: str = "hermes", **kwargs: Any) -> dict[str, Any]:
@@ -100,6 +100,8 @@ def raw_record(content: str, agent: str = "hermes", status: str = "active", **fi
 # -- dedup ----------------------------------------------------------------------------------
 
 
+# On every engine: test_memory_store_contract.py::test_the_same_dedup_key_returns_the_stored_record_and_writes_nothing
+@pytest.mark.engines("sqlite")
 def test_storing_the_same_content_again_returns_the_existing_id_with_deduped_true(
     service: MemoryService,
 ) -> None:
@@ -134,6 +136,8 @@ def test_a_duplicate_store_still_validates_every_argument(service: MemoryService
         store(service, "The release train leaves on Thursdays.", kind="bogus")
 
 
+# On every engine: test_memory_store_contract.py::test_the_same_dedup_key_returns_the_stored_record_and_writes_nothing
+@pytest.mark.engines("sqlite")
 def test_dedup_is_keyed_by_workspace_agent_scope_and_session(service: MemoryService) -> None:
     text = "Standups happen at nine."
     base = store(service, text)
@@ -226,7 +230,7 @@ def test_rest_search_defaults_exclude_only_archived_and_superseded(
 
 def test_configured_weights_compose_the_score(db: Database, embedder: LocalEmbedder) -> None:
     settings = MemorySettings(dense_weight=0.2, graph_weight=0.5, session_weight=0.3)
-    service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder, settings)
+    service = MemoryService(open_memory_store(db, embedder.dim), embedder, settings)
     store(service, "Priya reviews every pull request for MTRNIX-77.", scope="session", session_id="s9")
     store(service, "The coffee machine on floor two is broken.")
     found = service.search(
@@ -260,6 +264,8 @@ def test_updating_content_to_another_records_content_is_invalid_params_not_a_cra
     ]
 
 
+# On every engine: test_memory_store_contract.py::test_tenancy_another_workspace_sees_nothing
+@pytest.mark.engines("sqlite")
 def test_updating_a_record_of_another_workspace_is_not_found(service: MemoryService) -> None:
     stored = store(service, "Only in the first workspace.")
     with pytest.raises(NotFound):
@@ -269,7 +275,7 @@ def test_updating_a_record_of_another_workspace_is_not_found(service: MemoryServ
 def test_an_expired_session_record_is_gone_for_update_too(db: Database, embedder: LocalEmbedder) -> None:
     now = [datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)]
     service = MemoryService(
-        SqliteMemoryStore(db, embedder.dim), embedder, MemorySettings(session_ttl=60), clock=lambda: now[0]
+        open_memory_store(db, embedder.dim), embedder, MemorySettings(session_ttl=60), clock=lambda: now[0]
     )
     stored = store(service, "Scratch note for this session only.", scope="session", session_id="s1")
     now[0] += timedelta(seconds=59)
@@ -315,7 +321,7 @@ def test_a_check_queued_before_a_crash_is_run_by_the_next_service_and_files_the_
 ) -> None:
     path = tmp_path / "crash.db"
     first_db = Database(path, [])
-    first = MemoryService(SqliteMemoryStore(first_db, embedder.dim), embedder)
+    first = MemoryService(open_memory_store(first_db, embedder.dim), embedder)
     old = store(first, "User prefers dark mode")
     record = raw_record("User prefers light mode")
     # The write commits with its queued check, then the process "dies" before running the check.
@@ -326,7 +332,7 @@ def test_a_check_queued_before_a_crash_is_run_by_the_next_service_and_files_the_
 
     second_db = Database(path, [])
     try:
-        second = MemoryService(SqliteMemoryStore(second_db, embedder.dim), embedder)
+        second = MemoryService(open_memory_store(second_db, embedder.dim), embedder)
         assert second.run_pending_checks() == 1
         reviews = second.review_list(LOCAL, WS)
         assert [(e["target_id"], e["related_record_id"], e["reason"]) for e in reviews["entries"]] == [
@@ -339,6 +345,8 @@ def test_a_check_queued_before_a_crash_is_run_by_the_next_service_and_files_the_
         second_db.close()
 
 
+# On every engine: test_memory_store_contract.py::test_delete_removes_the_record_its_queued_check_and_its_reviews
+@pytest.mark.engines("sqlite")
 def test_deleting_a_record_drops_its_queued_check(service: MemoryService, embedder: LocalEmbedder) -> None:
     record = raw_record("Ephemeral thought about the roadmap.")
     service.store.insert(record, embedder.embed([record.content])[0], set(), True)
@@ -348,12 +356,16 @@ def test_deleting_a_record_drops_its_queued_check(service: MemoryService, embedd
     assert service.store.reviews.pending_checks() == []
 
 
+# On every engine: test_memory_store_contract.py::test_a_check_without_a_filing_is_dequeued
+@pytest.mark.engines("sqlite")
 def test_a_completed_write_leaves_nothing_queued(service: MemoryService) -> None:
     store(service, "User prefers dark mode")
     store(service, "User prefers light mode")
     assert service.store.reviews.pending_checks() == []
 
 
+# On every engine: test_memory_store_contract.py::test_a_filing_is_filed_once_changes_the_status_and_links_the_records
+@pytest.mark.engines("sqlite")
 def test_filing_the_same_review_twice_keeps_one_entry(service: MemoryService) -> None:
     old = store(service, "User prefers dark mode")
     new = store(service, "User prefers light mode")
@@ -388,6 +400,8 @@ def test_unrelated_records_file_no_review(service: MemoryService) -> None:
     assert service.review_list(LOCAL, WS)["total"] == 0
 
 
+# On every engine: test_memory_store_contract.py::test_resolving_applies_the_resolution_once_and_records_the_event
+@pytest.mark.engines("sqlite")
 def test_review_resolution_writes_an_audit_event_with_capped_notes(service: MemoryService) -> None:
     store(service, "User prefers dark mode")
     new = store(service, "User prefers light mode")
@@ -617,7 +631,7 @@ def test_turns_that_share_only_a_date_are_confident_new_memories() -> None:
 
 def _crowded_store(db: Database, dim: int) -> SqliteMemoryStore:
     """300 records: agent "rare" owns 6 (three of them archived), agent "busy" the rest."""
-    st = SqliteMemoryStore(db, dim)
+    st = open_memory_store(db, dim)
     rng = np.random.default_rng(11)
     for i in range(300):
         agent = "rare" if i % 50 == 0 else "busy"
@@ -629,17 +643,19 @@ def _crowded_store(db: Database, dim: int) -> SqliteMemoryStore:
     return st
 
 
+# On every engine: test_memory_store_contract.py::test_a_selective_filter_still_finds_every_visible_record
+@pytest.mark.engines("sqlite")
 @pytest.mark.parametrize("max_probe", [4096, 40])
 def test_post_filtered_dense_and_keyword_search_equal_a_search_of_the_visible_set(
     db: Database, embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch, max_probe: int
 ) -> None:
     # max_probe 40: the probe cannot widen enough for the rare agent and falls back to the visible set.
-    monkeypatch.setattr(memory_store, "MAX_PROBE", max_probe)
+    monkeypatch.setattr(memory_store_reads, "MAX_PROBE", max_probe)
     st = _crowded_store(db, embedder.dim)
     view = Visibility(workspace_id=WS, agent_id="rare", statuses=("active",))
     visible = st.visible_seqs(view)
     assert len(visible) == 3
-    generation = st._generation(WS)
+    generation = st.caches.generation(WS)
     rng = np.random.default_rng(12)
 
     for _ in range(5):
@@ -666,10 +682,12 @@ def test_a_record_gains_context_from_the_turn_stored_just_before_it(service: Mem
     assert all(r["record"]["agent_id"] == "hermes" for r in found["results"])
 
 
+# On every engine: test_memory_store_contract.py::test_records_written_in_turn_lend_each_other_context
+@pytest.mark.engines("sqlite")
 def test_records_written_far_apart_or_by_another_agent_are_not_adjacent(
     db: Database, embedder: LocalEmbedder
 ) -> None:
-    st = SqliteMemoryStore(db, embedder.dim)
+    st = open_memory_store(db, embedder.dim)
     vec = np.ones(embedder.dim, dtype=np.float32) / np.sqrt(embedder.dim)
     old = datetime.now(UTC) - timedelta(hours=3)
     first, _ = st.insert(replace(raw_record("old note"), created_at=old.isoformat()), vec, set())
@@ -684,7 +702,7 @@ def test_records_written_far_apart_or_by_another_agent_are_not_adjacent(
     assert st.delete(WS, second.id)
     assert st.adjacent(WS, [second.seq, fourth.seq]) == {}
     fifth, _ = st.insert(raw_record("last note"), vec, set())
-    assert SqliteMemoryStore(db, embedder.dim).adjacent(WS, [fourth.seq, fifth.seq]) == st.adjacent(
+    assert open_memory_store(db, embedder.dim).adjacent(WS, [fourth.seq, fifth.seq]) == st.adjacent(
         WS, [fourth.seq, fifth.seq]
     )
 
@@ -717,7 +735,7 @@ def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
     old.close()
 
     db = Database(tmp_path / "m.db", [])
-    service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
+    service = MemoryService(open_memory_store(db, embedder.dim), embedder)
     assert service.store.adjacent(WS, [1, 2]) == {1: {2}, 2: {1}}
     # Nothing recorded which model embedded those records: searching them waits for a reindex.
     with pytest.raises(EmbeddingMismatch, match="before Triptych recorded"):
@@ -734,7 +752,7 @@ def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
 def test_purging_expired_session_records_reads_the_expiry_index_not_the_table(
     db: Database, embedder: LocalEmbedder
 ) -> None:
-    st = SqliteMemoryStore(db, embedder.dim)
+    st = open_memory_store(db, embedder.dim)
     plan = db.conn.execute(
         "EXPLAIN QUERY PLAN SELECT workspace_id, id FROM memory_records"
         " WHERE scope = 'session' AND ttl_expires_at <= ?",
@@ -748,7 +766,7 @@ def test_purging_expired_session_records_reads_the_expiry_index_not_the_table(
 def test_keyword_search_follows_updates_deletes_and_another_process_s_writes(
     db: Database, embedder: LocalEmbedder
 ) -> None:
-    first = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
+    first = MemoryService(open_memory_store(db, embedder.dim), embedder)
     view = Visibility(workspace_id=WS, agent_id="hermes", statuses=None)
 
     def keyword(st: SqliteMemoryStore, query: str) -> set[str]:
@@ -767,7 +785,7 @@ def test_keyword_search_follows_updates_deletes_and_another_process_s_writes(
     # A second process over the same database: its writes reach the first one's cached index.
     other = Database(db.path, [])
     try:
-        second = MemoryService(SqliteMemoryStore(other, embedder.dim), embedder)
+        second = MemoryService(open_memory_store(other, embedder.dim), embedder)
         c = store(second, "A lighthouse stands on the northern cape")["id"]
         second.delete(LOCAL, WS, b)
     finally:
@@ -779,10 +797,10 @@ def test_keyword_search_follows_updates_deletes_and_another_process_s_writes(
 def test_warming_loads_every_workspace_s_indexes_before_the_first_search(
     db: Database, embedder: LocalEmbedder
 ) -> None:
-    writer = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
+    writer = MemoryService(open_memory_store(db, embedder.dim), embedder)
     store(writer, "The ferry leaves at noon", workspace_id="w1")
     store(writer, "The bakery opens at six", workspace_id="w2")
-    fresh = SqliteMemoryStore(db, embedder.dim)  # as a restarted server: nothing cached
+    fresh = open_memory_store(db, embedder.dim)  # as a restarted server: nothing cached
     assert not fresh.keywords._parts and not fresh.index._parts
     fresh.warm()
     assert (
@@ -796,7 +814,7 @@ def test_warming_loads_every_workspace_s_indexes_before_the_first_search(
 
 def _mixed_store(db: Database, dim: int) -> tuple[SqliteMemoryStore, list[int]]:
     """120 records over two agents, every scope, status and kind, some tags, live and expired sessions."""
-    st = SqliteMemoryStore(db, dim)
+    st = open_memory_store(db, dim)
     rng = np.random.default_rng(5)
     past = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
@@ -838,6 +856,8 @@ def _views() -> list[Visibility]:
     ]
 
 
+# On every engine: test_memory_store_contract.py::test_every_read_applies_the_same_visibility
+@pytest.mark.engines("sqlite")
 def test_the_cached_visibility_rule_equals_the_sql_one_for_every_filter(
     db: Database, embedder: LocalEmbedder
 ) -> None:
@@ -868,7 +888,7 @@ def test_the_visibility_cache_follows_status_changes_ttl_slides_and_another_proc
     coherent()  # cached now
     other = Database(db.path, [])
     try:
-        second = SqliteMemoryStore(other, embedder.dim)
+        second = open_memory_store(other, embedder.dim)
         entry = second.reviews.list_reviews(WS, None, plain.id, 1, 0)[0][0]
         # Each write of another process, one at a time, reaches this process's cache.
         writes = [
@@ -907,7 +927,7 @@ def test_concurrent_writes_and_searches_never_reload_a_cache(db: Database, embed
     # Writes commit and then hand their change to the caches. Searches that read the counters in
     # between, or writes applied out of commit order, used to find a cache a generation behind and
     # reload it from the database; with one process writing, nothing should ever reload.
-    service = MemoryService(SqliteMemoryStore(db, embedder.dim), embedder)
+    service = MemoryService(open_memory_store(db, embedder.dim), embedder)
     service.batch_store(
         LOCAL,
         workspace_id=WS,
@@ -954,7 +974,7 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
     # returned met a connection the caller had closed (a segfault in CI's teardown).
     store(service, "The ferry leaves at noon")
     finished: list[bool] = []
-    search = service._neighbours
+    search = service.lifecycle._neighbours
 
     def slow(record: Any, vector: Any) -> Any:
         time.sleep(0.2)
@@ -962,7 +982,7 @@ def test_a_write_returns_only_after_its_neighbour_search_even_when_deduped(
         finished.append(True)
         return found
 
-    monkeypatch.setattr(service, "_neighbours", slow)
+    monkeypatch.setattr(service.lifecycle, "_neighbours", slow)
     again = store(service, "The ferry leaves at noon", scope="global")  # a new record: checked
     assert finished == [True] and not again["deduped"]
     finished.clear()
@@ -984,14 +1004,14 @@ def workers(
     dbs: list[Any]
     if storage_engine == "postgresql":
         url = request.getfixturevalue("postgres").create_database()
-        dbs = [PortableDatabase(PgDatabase(url, max_size=4), write_lock="metronix-memory") for _ in range(2)]
+        dbs = [PgDatabase(url, max_size=4) for _ in range(2)]
     else:
         dbs = [Database(tmp_path / "metronix.db", []) for _ in range(2)]
     try:
-        yield [MemoryService(SqliteMemoryStore(db, embedder.dim), embedder) for db in dbs]
+        yield [MemoryService(open_memory_store(db, embedder.dim), embedder) for db in dbs]
     finally:
         for db in dbs:
-            (db.pg if isinstance(db, PortableDatabase) else db).close()
+            db.close()
 
 
 def test_two_workers_recovering_the_same_queued_checks_file_each_review_once(
@@ -1042,3 +1062,33 @@ def test_a_search_through_another_worker_returns_the_record_as_another_worker_la
     )
     stored = writer.get_record(LOCAL, WS, first["id"])  # read from the database
     assert record == {key: stored[key] for key in record}
+
+
+def test_a_search_asks_the_store_for_its_first_stage_once(db: Database, embedder: LocalEmbedder) -> None:
+    """Issue 29: BM25 and dense candidates in one store call; each later step one call (5 reads in all)."""
+    inner = open_memory_store(db, embedder.dim)
+    calls: list[str] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            value = getattr(inner, name)
+            if not callable(value):
+                return value
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                calls.append(name)
+                return value(*args, **kwargs)
+
+            return counted
+
+    service = MemoryService(Counting(), embedder)  # type: ignore[arg-type]
+    store(service, "The ferry to the island leaves at noon")
+    store(service, "Tickets for the ferry are sold at the harbour", agent="other", scope="global")
+    calls.clear()
+    found = service.search(LOCAL, workspace_id=WS, query="when does the ferry leave", agent_id="hermes")
+    assert found["count"] == 2
+    reads = [c for c in calls if c not in ("snapshot", "touch")]
+    assert reads.count("first_stage") == 1
+    assert not {"keyword_search", "dense_search", "links"} & set(reads)
+    assert len(reads) <= 5, reads
+    service.close()

@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from triptych.core.bounds import MAX_OFFSET as MAX_OFFSET  # re-exported: callers read them here too
+from triptych.core.bounds import SQLITE_MAX_INT as SQLITE_MAX_INT
 from triptych.core.errors import StorageUnavailable
 
 Migration = str  # one SQL script; its position in the list is its version
@@ -26,11 +28,6 @@ FALLBACK_AUTOCHECKPOINT = 10_000
 # at p50 (the checkpoint's sync competes with the next request); a few dozen small commits fill a few
 # hundred WAL pages, under SQLite's own threshold of 1,000.
 CHECKPOINT_EVERY = 32
-# SQLite integers are signed 64-bit: a larger Python int fails inside the query (OverflowError), so
-# every integer a caller sends is bounded before it gets there. Offsets stop far below (a page past
-# a billion rows is a mistake, and offset + limit must not overflow either).
-SQLITE_MAX_INT = 2**63 - 1
-MAX_OFFSET = 1_000_000_000
 
 
 class Checkpointer:

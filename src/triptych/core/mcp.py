@@ -19,11 +19,12 @@ What differs per surface is a hook, not a copy of this module:
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -92,6 +93,36 @@ class Tool(Generic[C]):
             input_schema=input_schema(self.args),
             annotations=types.ToolAnnotations(read_only_hint=self.read_only, open_world_hint=self.open_world),
         )
+
+
+# What a surface hands its tools when it registers them: the services their handlers call.
+S = TypeVar("S")
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredTool(Generic[S, C]):
+    """A tool declared at module level, so it can be imported, referenced and walked on its own: a ``Tool``
+    whose handler also takes the services it calls, ``(services, context, args)``. A surface registers
+    it (``register``) with its services, which makes the ``Tool`` a ``Toolbox`` serves."""
+
+    name: str
+    description: str
+    args: type[BaseModel]
+    handler: Callable[[S, C, Any], Any]
+    read_only: bool = True
+    title: str | None = None
+    open_world: bool | None = None
+    public: bool = False
+
+    def bind(self, services: S) -> Tool[C]:
+        # partial keeps a coroutine handler a coroutine function (Toolbox runs it on the loop).
+        return Tool(self.name, self.description, self.args, functools.partial(self.handler, services),
+                    self.read_only, self.title, self.open_world, self.public)  # fmt: skip
+
+
+def register(declared: Iterable[DeclaredTool[S, C]], services: S) -> list[Tool[C]]:
+    """The surface's tools: every declaration bound to the same services."""
+    return [tool.bind(services) for tool in declared]
 
 
 def input_schema(model: type[BaseModel]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ never serve stale data.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,14 +23,79 @@ class Partition(Protocol):
 
 P = TypeVar("P", bound=Partition)
 
+log = logging.getLogger(__name__)
+
 
 class PartitionCache(Generic[P]):
     def __init__(self) -> None:
         self._parts: dict[str, P] = {}
         self._lock = threading.RLock()
+        self._loading: set[str] = set()  # keys with a ``preload`` running
+        self._loaded = threading.Condition(self._lock)  # notified when a ``preload`` ends
 
     def _load(self, key: str, generation: int) -> P:
         raise NotImplementedError
+
+    def _fetch(self, key: str, generation: int) -> P:
+        """The partition as ``load_in_background`` reads it, outside the lock (default: ``_load``)."""
+        return self._load(key, generation)
+
+    def _adopted(self, key: str, part: P) -> None:
+        """Called under the lock when ``load_in_background`` installs ``part``."""
+
+    def current(self, key: str, generation: int) -> bool:
+        """Whether the partition is cached as of ``generation`` or later: a search then waits for no load.
+        Reads without the lock (a stale answer only sends one search down the slower path)."""
+        part = self._parts.get(key)
+        return part is not None and part.generation >= generation
+
+    def loading(self, key: str) -> bool:
+        return key in self._loading
+
+    def load_in_background(self, key: str, generation: int) -> None:
+        """``preload`` in a thread of its own: searches meanwhile answer without the partition. The key
+        is marked loading before the thread starts, so ``await_load`` right after this waits for it."""
+        if self._claim(key, generation):
+            threading.Thread(
+                target=self._load_claimed, args=(key, generation), name=f"load-{key}", daemon=True
+            ).start()
+
+    def preload(self, key: str, generation: int) -> None:
+        """Load the partition outside the lock, once at a time per key (a second caller returns at once),
+        so other partitions' searches and writes go on, and install it unless something as new got there
+        first (a write applies to what is cached, so one landing during the load is in the rows read or
+        leaves the load's generation behind, and the next search reloads). Failures are logged: the next
+        search tries again."""
+        if self._claim(key, generation):
+            self._load_claimed(key, generation)
+
+    def _claim(self, key: str, generation: int) -> bool:
+        with self._lock:
+            if key in self._loading or self.current(key, generation):
+                return False
+            self._loading.add(key)
+            return True
+
+    def _load_claimed(self, key: str, generation: int) -> None:
+        try:
+            part = self._fetch(key, generation)
+            with self._lock:
+                cached = self._parts.get(key)
+                if cached is None or cached.generation < part.generation:
+                    self._parts[key] = part
+                    self._adopted(key, part)
+        except Exception:
+            log.warning("loading partition %s failed", key, exc_info=True)
+        finally:
+            with self._lock:
+                self._loading.discard(key)
+                self._loaded.notify_all()
+
+    def await_load(self, key: str, timeout: float = 600.0) -> None:
+        """Wait for a ``preload`` of the partition in progress, if any: a caller about to load it in
+        its own path then finds it loaded instead of reading it a second time."""
+        with self._lock:
+            self._loaded.wait_for(lambda: key not in self._loading, timeout)
 
     def sync(self, key: str, generation: int) -> P:
         """The partition as of ``generation`` or later.

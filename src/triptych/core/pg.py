@@ -9,9 +9,10 @@ version and the others find it applied.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -258,6 +259,10 @@ class Result:
         return iter(self.fetchall())
 
 
+# A ``:name`` placeholder of SQLite's named style, not the second colon of a ``::type`` cast.
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
 class PortableConnection:
     """What a store written against SQLite's ``conn.execute(sql, params)`` needs, on PostgreSQL: ``?``
     placeholders become ``%s``, rows read by name. Inside ``PortableDatabase.transaction()`` statements
@@ -277,26 +282,33 @@ class PortableConnection:
         return getattr(self._db._local, "conn", None) is not None
 
     @staticmethod
-    def _sql(query: str) -> bytes:
-        return query.replace("%", "%%").replace("?", "%s").encode()
+    def _sql(query: str, named: bool = False) -> bytes:
+        escaped = query.replace("%", "%%")
+        if named:  # SQLite's ``:name`` placeholders (a dict of parameters); ``::type`` casts stay
+            return _NAMED.sub(r"%(\1)s", escaped).encode()
+        return escaped.replace("?", "%s").encode()
 
-    def execute(self, query: str, params: Sequence[Any] = ()) -> Result:
+    @staticmethod
+    def _params(params: Sequence[Any] | Mapping[str, Any]) -> tuple[Any, ...] | Mapping[str, Any]:
+        return params if isinstance(params, Mapping) else tuple(params)
+
+    def execute(self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Result:
         def run(conn: psycopg.Connection[Any]) -> Result:
             with conn.cursor(row_factory=_row_factory) as cursor:
-                cursor.execute(self._sql(query), tuple(params))
+                cursor.execute(self._sql(query, isinstance(params, Mapping)), self._params(params))
                 rows = cursor.fetchall() if cursor.description is not None else []
                 return Result(rows, cursor.rowcount)
 
         return self._db.run(run)
 
-    def executemany(self, query: str, params: Iterable[Sequence[Any]]) -> Result:
-        batch = [tuple(p) for p in params]
+    def executemany(self, query: str, params: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Result:
+        batch = [self._params(p) for p in params]
 
         def run(conn: psycopg.Connection[Any]) -> Result:
             if not batch:
                 return Result([], 0)
             with conn.cursor() as cursor:
-                cursor.executemany(self._sql(query), batch)
+                cursor.executemany(self._sql(query, isinstance(batch[0], Mapping)), batch)
                 return Result([], cursor.rowcount)
 
         return self._db.run(run)

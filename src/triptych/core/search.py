@@ -15,13 +15,15 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from triptych.core import embed as _embed  # noqa: F401  (onnxruntime before usearch, see embed.py)
 from triptych.core.partitions import PartitionCache
+from triptych.core.vector_files import Fingerprint, VectorFiles
 
 Vector = npt.NDArray[np.float32]
 
@@ -224,45 +226,112 @@ class _Partition:
     buffer: Vector | None = None
     # Ids added or removed while the graph was being built: patched into it when the build ends.
     touched: set[int] = field(default_factory=set)
+    saved: int = -1  # the generation last saved to (or loaded from) the partition's file
+
+
+# How a dense search was answered: from the HNSW graph (approximate), exactly (numpy, while the graph
+# builds or below HNSW_THRESHOLD), or not at all (the vectors were still loading).
+DenseMethod = Literal["hnsw", "exact", "none"]
 
 
 class VectorIndex(PartitionCache[_Partition]):
     """In-memory dense indexes, one per partition, rebuilt from the database when stale
     (``PartitionCache``: generations keep it coherent with the database)."""
 
-    def __init__(self, dim: int, loader: Callable[[str], tuple[list[int], Vector]]) -> None:
+    def __init__(
+        self,
+        dim: int,
+        loader: Callable[[str], tuple[list[int], Vector]],
+        files: VectorFiles | None = None,
+        describe: Callable[[str], Fingerprint | None] | None = None,
+    ) -> None:
+        """``files`` and ``describe`` (the partition's fingerprint as the database has it now) save each
+        built graph with its vectors and load it back instead of rebuilding (core/vector_files.py)."""
         super().__init__()
         self.dim = dim
         self._loader = loader
+        self._files = files
+        self._describe = describe
         self._building: set[str] = set()  # keys with a graph build running: one at a time per key
 
     def _load(self, key: str, generation: int) -> _Partition:
-        ids, matrix = self._loader(key)
-        part = self._partition(ids, matrix, generation)
-        if len(part.ids) >= HNSW_THRESHOLD:
-            self._build_in_background(key, part)
+        part = self._fetch(key, generation)
+        self._adopted(key, part)
         return part
 
-    def _partition(self, ids: Sequence[int], matrix: Vector, generation: int) -> _Partition:
+    def _read(self, key: str) -> tuple[list[int], Vector, object | None, int]:
+        """The partition's ids, vectors, graph and generation from its saved file if that is current,
+        else its ids and vectors from the database (no graph, generation -1)."""
+        if self._files is not None and self._describe is not None:
+            fingerprint = self._describe(key)
+            saved = self._files.load(partition_token(key), fingerprint) if fingerprint else None
+            if saved is not None and fingerprint is not None:
+                return saved.ids, saved.matrix, saved.graph, fingerprint.generation
+        ids, matrix = self._loader(key)
+        return ids, matrix, None, -1
+
+    def _partition(
+        self, ids: Sequence[int], matrix: Vector, generation: int, graph: object | None = None
+    ) -> _Partition:
         columns = np.ascontiguousarray(matrix.reshape(len(ids), self.dim).T, dtype=np.float32)
-        part = _Partition(ids=list(ids), columns=columns)
+        part = _Partition(ids=list(ids), columns=columns, hnsw=graph)
         part.position = {item: i for i, item in enumerate(part.ids)}
         part.generation = generation
+        if graph is not None:
+            part.saved = generation
         return part
 
-    def install(self, key: str, generation: int, ids: Sequence[int], matrix: Vector) -> None:
+    def _fetch(self, key: str, generation: int) -> _Partition:
+        ids, matrix, graph, saved = self._read(key)
+        # A saved file is exactly as of its own generation, which may be newer than the one asked for.
+        return self._partition(ids, matrix, max(generation, saved), graph)
+
+    def _adopted(self, key: str, part: _Partition) -> None:
+        if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
+            self._build_in_background(key, part)
+
+    def _save(self, key: str, generation: int, ids: list[int], matrix: Vector, graph: object) -> bool:
+        """Save a graph built (or patched) as of ``generation`` with its vectors, if files are kept."""
+        if self._files is None or self._describe is None:
+            return False
+        try:
+            described = self._describe(key)
+        except Exception:  # the database closed under a build finishing at shutdown: nothing saved
+            log.warning(
+                "reading the fingerprint of %s failed: its vector index is not saved", key, exc_info=True
+            )
+            return False
+        if described is None:
+            return False
+        fingerprint = replace(described, generation=generation, count=len(ids), max_id=max(ids, default=0))
+        return self._files.save(partition_token(key), fingerprint, ids, matrix, graph)
+
+    def save_all(self) -> None:
+        """Save every partition whose graph changed since it was last saved (at a clean stop: the next
+        start loads them instead of rebuilding). Under the lock, so no write changes a graph mid-save."""
+        with self._lock:
+            for key, part in list(self._parts.items()):
+                if part.hnsw is not None and part.saved != part.generation and not part.building:
+                    if self._save(
+                        key, part.generation, list(part.ids), np.ascontiguousarray(part.columns.T), part.hnsw
+                    ):
+                        part.saved = part.generation
+
+    def install(
+        self, key: str, generation: int, ids: Sequence[int], matrix: Vector, graph: object | None = None
+    ) -> None:
         """Adopt a partition its caller loaded as of ``generation``, unless one as new is cached.
 
         For loads made outside the lock: ``sync`` loads under it, so a load of 100,000 vectors from a
         database server would hold up every search of every partition meanwhile.
         """
-        part = self._partition(ids, matrix, generation)
+        part = self._partition(ids, matrix, generation, graph)
         with self._lock:
             current = self._parts.get(key)
             if current is not None and current.generation >= generation:
                 return
             self._parts[key] = part
-            if len(part.ids) >= HNSW_THRESHOLD:
+            if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
                 self._build_in_background(key, part)
 
     def serves(self, key: str, generation: int) -> bool:
@@ -296,7 +365,7 @@ class VectorIndex(PartitionCache[_Partition]):
         part.building = True
         part.touched = set()
         self._building.add(key)
-        ids, matrix = list(part.ids), np.ascontiguousarray(part.columns.T)
+        ids, matrix, generation = list(part.ids), np.ascontiguousarray(part.columns.T), part.generation
 
         def build() -> None:
             with BUILDS:
@@ -305,6 +374,10 @@ class VectorIndex(PartitionCache[_Partition]):
                 except Exception:  # the exact path keeps serving; a later change retries
                     log.warning("building the vector graph of %s failed", key, exc_info=True)
                     graph = None
+            # Saved before it is adopted (nothing else holds it yet), as of the copy it was built from:
+            # minutes of work the next start loads in a second. Writes since then make the file stale
+            # until the next save (``save_all`` at a clean stop).
+            saved = graph is not None and self._save(key, generation, ids, matrix, graph)
             with self._lock:
                 part.building = False
                 self._building.discard(key)
@@ -320,6 +393,8 @@ class VectorIndex(PartitionCache[_Partition]):
                     # unchanged would never be adopted.
                     self._patch(graph, part, touched)
                     part.hnsw = graph
+                    if saved and not touched:
+                        part.saved = generation
                 elif part.hnsw is None and graph is not None:
                     self._build_in_background(key, part)  # too much changed: start over
 
@@ -414,7 +489,8 @@ class VectorIndex(PartitionCache[_Partition]):
         while time.monotonic() < deadline:
             with self._lock:
                 part = self._parts.get(key)
-                if part is None or (not part.building and key not in self._building):
+                idle = key not in self._loading and key not in self._building
+                if idle and (part is None or not part.building):
                     return True
             time.sleep(0.01)
         return False
@@ -435,10 +511,17 @@ class VectorIndex(PartitionCache[_Partition]):
 
     def search(self, key: str, generation: int, query: Vector, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest ids by cosine similarity (vectors are L2-normalised), best first."""
+        return self.search_with_method(key, generation, query, k)[0]
+
+    def search_with_method(
+        self, key: str, generation: int, query: Vector, k: int
+    ) -> tuple[list[tuple[int, float]], DenseMethod]:
+        """``search`` and how it was answered: from the graph ("hnsw") or exactly ("exact")."""
         ids, columns, _, hnsw = self._snapshot(key, generation)
         n = columns.shape[1]
+        method: DenseMethod = "hnsw" if hnsw is not None else "exact"
         if n == 0 or k <= 0:
-            return []
+            return [], method
         k = min(k, n)
         if hnsw is not None:
             matches = hnsw.search(query.astype(np.float32), k)  # type: ignore[attr-defined]
@@ -446,11 +529,11 @@ class VectorIndex(PartitionCache[_Partition]):
             return [
                 (int(key_), 1.0 - float(dist))
                 for key_, dist in zip(matches.keys, matches.distances, strict=False)
-            ]
+            ], method
         scores = query.astype(np.float32) @ columns
         top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
         top = top[np.argsort(-scores[top])]
-        return [(ids[i], float(scores[i])) for i in top]
+        return [(ids[i], float(scores[i])) for i in top], method
 
     def search_subset(
         self, key: str, generation: int, query: Vector, ids: Sequence[int], k: int

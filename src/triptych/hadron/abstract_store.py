@@ -1,7 +1,6 @@
 """Node abstracts: one row per node (summary, content hash, how it was made), in their own migration
-component (``hadron-abstracts``). ``AbstractStore`` is the engine-neutral interface; ``SqliteAbstractStore``
-holds the SQL for both engines, in ``hadron.db`` or, with its own schema, as
-``pg_abstract_store.PgAbstractStore`` on PostgreSQL."""
+component (``hadron-abstracts``). ``AbstractStore`` is the engine-neutral interface; ``AbstractSql`` holds
+the SQL of both engines, ``SqliteAbstractStore`` and ``PostgresAbstractStore`` their schemas."""
 
 from __future__ import annotations
 
@@ -9,19 +8,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from triptych.core.db import Database
-from triptych.core.pg import Migration, PortableDatabase
-from triptych.hadron.store import _SqliteBase
+from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 
 COMPONENT = "hadron-abstracts"
-MIGRATIONS = [
-    """
-    CREATE TABLE node_abstracts (
-        node_id TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
-        abstract TEXT NOT NULL, content_hash TEXT NOT NULL, method TEXT NOT NULL, updated_at TEXT NOT NULL
-    );
-    """
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +33,8 @@ class AbstractStore(Protocol):
 _COLUMNS = "node_id, abstract, content_hash, method, updated_at"
 
 
-class SqliteAbstractStore(_SqliteBase):
-    migrations: list[Migration] = MIGRATIONS
-
-    def __init__(self, db: Database | PortableDatabase) -> None:
-        super().__init__(db)
-        db.migrate(COMPONENT, self.migrations)
+class AbstractSql(EngineStore):
+    """The SQL both engines run."""
 
     def put(self, abstract: Abstract) -> None:
         with self.atomic() as tx:
@@ -91,3 +77,13 @@ class SqliteAbstractStore(_SqliteBase):
         )
         for row in cursor:
             yield row[0], row[1], row[2], Abstract(*row[3:])
+
+
+class SqliteAbstractStore(AbstractSql):
+    dialect = SQLITE
+    schema = ((COMPONENT, sqlite_schema.ABSTRACTS),)
+
+
+class PostgresAbstractStore(AbstractSql):
+    dialect = POSTGRES
+    schema = ((COMPONENT, pg_schema.ABSTRACTS),)

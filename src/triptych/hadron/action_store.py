@@ -1,7 +1,7 @@
 """The record of every hadron_run_action run: who, when, which node revision, the arguments, the outcome
 and the duration. Its own migration component (``hadron-actions``); ``ActionRunStore`` is the
-engine-neutral interface; ``SqliteActionRunStore`` holds the SQL for both engines, the embedded default in
-``hadron.db`` and, with its own schema, ``pg_action_store.PgActionRunStore`` on PostgreSQL."""
+engine-neutral interface; ``ActionRunSql`` holds the SQL of both engines, ``SqliteActionRunStore`` and
+``PostgresActionRunStore`` their schemas (a tie of ``started_at`` goes by ``Dialect.insertion_order``)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from triptych.core.db import Database
-from triptych.core.pg import Migration, PortableDatabase
-from triptych.hadron.store import _SqliteBase
+from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 
 COMPONENT = "hadron-actions"
-MIGRATIONS = [
-    """
-    CREATE TABLE action_runs (
-        id TEXT PRIMARY KEY, node_id TEXT NOT NULL, memory_id TEXT NOT NULL, node_revision INTEGER NOT NULL,
-        kind TEXT NOT NULL, actor TEXT NOT NULL, work_session_id TEXT, parent_run_id TEXT,
-        started_at TEXT NOT NULL, duration_ms REAL NOT NULL, args TEXT NOT NULL,
-        outcome TEXT NOT NULL, error TEXT, output_chars INTEGER, output_sha256 TEXT
-    );
-    CREATE INDEX action_runs_by_node ON action_runs (node_id, started_at);
-    """
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +62,8 @@ _COLUMNS = (
 )
 
 
-class SqliteActionRunStore(_SqliteBase):
-    migrations: list[Migration] = MIGRATIONS
-    # What breaks a tie of ``started_at``: the order rows were inserted in (SQLite's rowid).
-    insertion_order = "rowid"
-
-    def __init__(self, db: Database | PortableDatabase) -> None:
-        super().__init__(db)
-        db.migrate(COMPONENT, self.migrations)
+class ActionRunSql(EngineStore):
+    """The SQL both engines run."""
 
     def add_run(self, run: ActionRun) -> None:
         values = (
@@ -95,7 +77,7 @@ class SqliteActionRunStore(_SqliteBase):
     def runs(self, node_id: str, limit: int = 10) -> list[ActionRun]:
         rows = self.conn.execute(
             f"SELECT {_COLUMNS} FROM action_runs WHERE node_id = ? "
-            f"ORDER BY started_at DESC, {self.insertion_order} DESC LIMIT ?",
+            f"ORDER BY started_at DESC, {self.dialect.insertion_order} DESC LIMIT ?",
             (node_id, limit),
         ).fetchall()
         return [_run(r) for r in rows]
@@ -107,3 +89,13 @@ def _run(row: Any) -> ActionRun:
         work_session_id=row[6], parent_run_id=row[7], started_at=row[8], duration_ms=row[9],
         args=json.loads(row[10]), outcome=row[11], error=row[12], output_chars=row[13], output_sha256=row[14],
     )  # fmt: skip
+
+
+class SqliteActionRunStore(ActionRunSql):
+    dialect = SQLITE
+    schema = ((COMPONENT, sqlite_schema.ACTIONS),)
+
+
+class PostgresActionRunStore(ActionRunSql):
+    dialect = POSTGRES
+    schema = ((COMPONENT, pg_schema.ACTIONS),)

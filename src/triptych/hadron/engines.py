@@ -1,6 +1,18 @@
 """Which engine Hadron's stores run on: ``hadron.db`` in the data directory (the embedded default) or
 the PostgreSQL database ``TRIPTYCH_DATABASE_URL`` names (server mode). The services get the stores
 through their protocols and never learn which.
+
+Each store protocol has one class per engine (``SqliteGraphStore``, ``PostgresGraphStore``...), both
+subclasses of the aggregate's engine-neutral SQL (``GraphSql``...; ``dialect.py``), never of each other.
+
+**The write lock lives here, and only here.** On PostgreSQL every Hadron write transaction first takes one
+transaction-scoped advisory lock, ``WRITE_LOCK`` (``PortableDatabase(write_lock=...)``, opened once in
+``_open_postgres``): Hadron writers go one at a time across every worker, as SQLite's single writer does.
+Two things rely on it: the sequence numbers the triggers hand out (``node_text_changes.seq``, the
+identity columns that break timestamp ties) are taken in commit order, so a worker's in-process BM25
+that has read up to N has seen every change before N; and the stores' read-then-write steps (vector
+generations before and after ``put_embeddings``, a Channel's next ``seq``, a lock's holder) see no
+concurrent writer. Issue 30 item 1 replaces it with per-tenant ordering (docs/decisions/0120).
 """
 
 from __future__ import annotations
@@ -10,18 +22,21 @@ from pathlib import Path
 
 from triptych.core.db import Database
 from triptych.core.pg import PgDatabase, PortableDatabase
-from triptych.hadron import pg_store
-from triptych.hadron.abstract_store import AbstractStore, SqliteAbstractStore
-from triptych.hadron.action_store import ActionRunStore, SqliteActionRunStore
-from triptych.hadron.git_store import GitStore, SqliteGitStore
-from triptych.hadron.lock_store import LockStore, PgLockStore, SqliteLockStore
-from triptych.hadron.pg_abstract_store import PgAbstractStore
-from triptych.hadron.pg_action_store import PgActionRunStore
-from triptych.hadron.pg_git_store import PgGitStore
-from triptych.hadron.pg_team_store import PgTeamStore
-from triptych.hadron.search_store import SqliteSearchStore
-from triptych.hadron.store import SqliteGraphStore, SqliteTenancyStore, TenancyStore, open_database
-from triptych.hadron.team_store import SqliteTeamStore
+from triptych.hadron import pg_schema
+from triptych.hadron.abstract_store import AbstractStore, PostgresAbstractStore, SqliteAbstractStore
+from triptych.hadron.action_store import ActionRunStore, PostgresActionRunStore, SqliteActionRunStore
+from triptych.hadron.git_store import GitStore, PostgresGitStore, SqliteGitStore
+from triptych.hadron.graph_store import GraphSql, PostgresGraphStore, SqliteGraphStore
+from triptych.hadron.lock_store import LockStore, PostgresLockStore, SqliteLockStore
+from triptych.hadron.search_store import PostgresSearchStore, SearchSql, SqliteSearchStore
+from triptych.hadron.store import TenancyStore, open_database
+from triptych.hadron.team_store import PostgresTeamStore, SqliteTeamStore, TeamSql
+from triptych.hadron.tenancy_store import PostgresTenancyStore, SqliteTenancyStore
+
+# PostgreSQL's migration component of the tenancy, graph, search and selection tables (SQLite's: "main").
+PG_COMPONENT = "hadron"
+# One Hadron writer at a time across workers: the advisory lock every Hadron write transaction takes.
+WRITE_LOCK = "hadron"
 
 
 @dataclass
@@ -31,11 +46,10 @@ class Stores:
 
     db: Database | PortableDatabase
     tenancy: TenancyStore
-    # The concrete classes: both engines run them (the search store's PostgreSQL twin is a subclass),
-    # and the surface sets their codec (sealing.py).
-    graph: SqliteGraphStore
-    search: SqliteSearchStore
-    team: SqliteTeamStore
+    # The aggregates' SQL classes: the surface sets their codec (sealing.py) whichever engine runs them.
+    graph: GraphSql
+    search: SearchSql
+    team: TeamSql
     actions: ActionRunStore
     abstracts: AbstractStore
     git: GitStore
@@ -70,20 +84,28 @@ def open_stores(path: Path, database_url: str | None, dim: int | None, model: st
     )
 
 
+def _open_postgres(pg: PgDatabase) -> PortableDatabase:
+    """Hadron's handle on ``pg``, migrated: one per process, shared by every Hadron store so that the
+    writes of one service call (graph, team, search) join one transaction, each under ``WRITE_LOCK``."""
+    db = PortableDatabase(pg, write_lock=WRITE_LOCK)
+    db.migrate(PG_COMPONENT, pg_schema.HADRON)
+    return db
+
+
 def _postgres(url: str, dim: int | None, model: str | None) -> Stores:
     pg = PgDatabase(url)
     try:
-        db = pg_store.open_database(pg)  # first: the other components' foreign keys point at its tables
+        db = _open_postgres(pg)  # first: the other components' foreign keys point at its tables
         return Stores(
             db,
-            SqliteTenancyStore(db),
-            SqliteGraphStore(db),
-            pg_store.PgSearchStore(db, dim, model),
-            PgTeamStore(db),
-            PgActionRunStore(db),
-            PgAbstractStore(db),
-            PgGitStore(db),
-            PgLockStore(db),
+            PostgresTenancyStore(db),
+            PostgresGraphStore(db),
+            PostgresSearchStore(db, dim, model),
+            PostgresTeamStore(db),
+            PostgresActionRunStore(db),
+            PostgresAbstractStore(db),
+            PostgresGitStore(db),
+            PostgresLockStore(db),
             pg,
         )
     except BaseException:

@@ -3,8 +3,8 @@ last synced) and, per synced file, the node it became, its blob SHA and the node
 left (a later revision means the node was edited in Hadron since: a conflict the next sync reports).
 
 Same database as the graph (its own migration component, ``hadron-git``), so a sync writes nodes
-and bookkeeping in one transaction. ``SqliteGitStore`` holds the SQL for both engines, in ``hadron.db`` or,
-with its own schema, as ``pg_git_store.PgGitStore`` on PostgreSQL.
+and bookkeeping in one transaction. ``GitSql`` holds the SQL of both engines, ``SqliteGitStore`` and
+``PostgresGitStore`` their schemas.
 """
 
 from __future__ import annotations
@@ -13,24 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from triptych.core.db import Database
-from triptych.core.pg import Migration, PortableDatabase
-from triptych.hadron.store import _SqliteBase, utcnow
+from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
+from triptych.hadron.store import utcnow
 
 COMPONENT = "hadron-git"
-MIGRATIONS = [
-    """
-    CREATE TABLE git_sources (
-        memory_id TEXT PRIMARY KEY REFERENCES memories(id), url TEXT NOT NULL, branch TEXT,
-        commit_sha TEXT, synced_at TEXT, attached_at TEXT NOT NULL, last_error TEXT
-    );
-    CREATE TABLE git_files (
-        memory_id TEXT NOT NULL, path TEXT NOT NULL, node_id TEXT NOT NULL, blob TEXT NOT NULL,
-        revision INTEGER NOT NULL, PRIMARY KEY (memory_id, path)
-    );
-    CREATE INDEX git_files_by_node ON git_files (node_id);
-    """
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +52,8 @@ class GitStore(Protocol):
     def synced(self, memory_id: str, commit: str | None, error: str | None) -> None: ...
 
 
-class SqliteGitStore(_SqliteBase):
-    migrations: list[Migration] = MIGRATIONS
-
-    def __init__(self, db: Database | PortableDatabase) -> None:
-        super().__init__(db)
-        db.migrate(COMPONENT, self.migrations)
+class GitSql(EngineStore):
+    """The SQL both engines run."""
 
     def source(self, memory_id: str) -> GitSource | None:
         row = self.conn.execute(
@@ -145,3 +128,13 @@ class SqliteGitStore(_SqliteBase):
                 )
             else:
                 tx.execute("UPDATE git_sources SET last_error = ? WHERE memory_id = ?", (error, memory_id))
+
+
+class SqliteGitStore(GitSql):
+    dialect = SQLITE
+    schema = ((COMPONENT, sqlite_schema.GIT),)
+
+
+class PostgresGitStore(GitSql):
+    dialect = POSTGRES
+    schema = ((COMPONENT, pg_schema.GIT),)

@@ -1,7 +1,7 @@
 """Memory locks (hadron_lock_memory): at most one holder per memory, with an expiry, kept in the database so
 that every worker process sees the same lock. Its own migration component (``hadron-locks``);
-``LockStore`` is the engine-neutral interface, ``SqliteLockStore`` holds the SQL of both engines and
-``PgLockStore`` its PostgreSQL schema (text compared byte-wise, as on SQLite).
+``LockStore`` is the engine-neutral interface, ``LockSql`` holds the SQL of both engines,
+``SqliteLockStore`` and ``PostgresLockStore`` their schemas.
 
 Acquire and release read and write the row inside one write transaction (SQLite's single writer, the
 Hadron advisory lock on PostgreSQL), so two workers racing for one memory never both get it.
@@ -12,20 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from triptych.core.db import Database
-from triptych.core.pg import Migration, PortableDatabase
-from triptych.hadron.pg_schema import binary_text
-from triptych.hadron.store import _SqliteBase
+from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 
 COMPONENT = "hadron-locks"
-_DDL = """
-    CREATE TABLE memory_locks (
-        memory_id TEXT PRIMARY KEY REFERENCES memories(id), holder TEXT NOT NULL, locked_by TEXT NOT NULL,
-        reason TEXT, locked_at TEXT NOT NULL, expires_at TEXT NOT NULL
-    );
-"""
-MIGRATIONS: list[Migration] = [_DDL]
-PG_MIGRATIONS: list[Migration] = [binary_text(_DDL)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +37,8 @@ class LockStore(Protocol):
 _COLUMNS = "memory_id, holder, locked_by, reason, locked_at, expires_at"
 
 
-class SqliteLockStore(_SqliteBase):
-    migrations: list[Migration] = MIGRATIONS
-
-    def __init__(self, db: Database | PortableDatabase) -> None:
-        super().__init__(db)
-        db.migrate(COMPONENT, self.migrations)
+class LockSql(EngineStore):
+    """The SQL both engines run."""
 
     def lock(self, memory_id: str, now: str) -> MemoryLock | None:
         """The memory's lock unless it has expired."""
@@ -102,5 +88,11 @@ class SqliteLockStore(_SqliteBase):
         return removed
 
 
-class PgLockStore(SqliteLockStore):
-    migrations = PG_MIGRATIONS
+class SqliteLockStore(LockSql):
+    dialect = SQLITE
+    schema = ((COMPONENT, sqlite_schema.LOCKS),)
+
+
+class PostgresLockStore(LockSql):
+    dialect = POSTGRES
+    schema = ((COMPONENT, pg_schema.LOCKS),)

@@ -1,6 +1,6 @@
 """Server mode: every worker hears every chat post through PostgreSQL ``LISTEN``/``NOTIFY``.
 
-A post ``NOTIFY``s in its own transaction (``PgTeamStore.announce``), so PostgreSQL delivers it at
+A post ``NOTIFY``s in its own transaction (``PostgresTeamStore.announce``), so PostgreSQL delivers it at
 commit, to every worker at once (the poster's own included), and never for a post rolled back. Each
 worker holds one connection of its own, outside the pool, that does nothing but ``LISTEN``: a thread
 waits on it and hands each event to push (``PushService.publish``), which never blocks.

@@ -11,8 +11,9 @@ tools agree on every operator and cast).
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,6 +24,7 @@ from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PortableDatabase
 from triptych.core.regex import LinearPattern
 from triptych.core.search import Vector, VectorIndex
+from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 from triptych.hadron.domain.model import NodeRecord, Scope
 from triptych.hadron.domain.where import Predicate
 from triptych.hadron.sealing import PREFIX as SEALED_PREFIX
@@ -183,7 +185,7 @@ def _document(row: Sequence[Any]) -> Document:
 
 class SearchStore(Protocol):
     """What the search, scope and embedding services need; ``SqliteSearchStore`` (embedded) and
-    ``pg_store.PgSearchStore`` (server mode) implement it."""
+    ``PostgresSearchStore`` (server mode) implement it."""
 
     index: VectorIndex | None
 
@@ -213,11 +215,15 @@ class SearchStore(Protocol):
     def scopes_of(self, owner_type: str, owner_id: str) -> list[Scope]: ...
 
 
-class SqliteSearchStore:
+class SearchSql(EngineStore):
+    """The search SQL both engines run; each engine's class adds how it evaluates a ``where`` predicate
+    and a regex (SQLite: functions registered on the connection; PostgreSQL: Python over the rows the
+    other conditions select)."""
+
     def __init__(
         self, db: Database | PortableDatabase, dim: int | None = None, model: str | None = None
     ) -> None:
-        self.db = db
+        super().__init__(db)
         self.model = model
         self.index = VectorIndex(dim, self._load_vectors) if dim else None
         self.keywords = NodeKeywords(db)
@@ -229,16 +235,9 @@ class SqliteSearchStore:
         node = _node(row)
         return self.codec.open(node) if self.codec is not None else node
 
-    @property
-    def conn(self) -> Any:
-        """A ``sqlite3.Connection``, or on PostgreSQL its stand-in (``core.pg.PortableConnection``)."""
-        return self.db.conn
-
     def _prepare(self, f: NodeFilter) -> Any:
-        conn = self.conn
-        if f.where is not None:
-            conn.create_function("hadron_where", 2, _where_function(f.where), deterministic=True)
-        return conn
+        """The connection a select over ``f`` runs on (an engine may register ``f``'s functions first)."""
+        return self.conn
 
     def _select(
         self,
@@ -326,20 +325,7 @@ class SqliteSearchStore:
 
     def regex(self, f: NodeFilter, pattern: LinearPattern, limit: int) -> list[tuple[int, float]]:
         """Nodes whose name (score 1.0), description (0.67) or content (0.33) matches, best field first."""
-        conn = self._prepare(f)
-        conn.create_function("hadron_regex", 1, lambda text: int(text is not None and pattern.search(text)))
-        cond, params = _conditions(f)
-        points = " ".join(
-            f"WHEN hadron_regex(n.{field}) THEN {len(REGEX_FIELDS) - i}"
-            for i, field in enumerate(REGEX_FIELDS)
-        )
-        rows = conn.execute(
-            "SELECT rowid, s FROM (SELECT n.rowid AS rowid, n.memory_id AS m, n.loc AS loc, "
-            f"CASE {points} ELSE 0 END AS s "
-            f"FROM nodes n WHERE {cond}) WHERE s > 0 ORDER BY s DESC, loc LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return [regex_hit(r[0], r[1]) for r in rows]
+        raise NotImplementedError  # each engine's class
 
     def filter_rowids(self, f: NodeFilter, rowids: Sequence[int]) -> set[int]:
         """Which of ``rowids`` pass the filter."""
@@ -571,3 +557,80 @@ class SqliteSearchStore:
             (owner_type, owner_id),
         ).fetchall()
         return [self._scope(r) for r in rows]
+
+
+class SqliteSearchStore(SearchSql):
+    """The search store on SQLite: ``where`` and the regex run as SQL functions registered on the
+    connection, inside the query."""
+
+    dialect = SQLITE
+
+    def _prepare(self, f: NodeFilter) -> Any:
+        conn = self.conn
+        assert isinstance(conn, sqlite3.Connection)  # this class runs on a core.db.Database
+        if f.where is not None:
+            conn.create_function("hadron_where", 2, _where_function(f.where), deterministic=True)
+        return conn
+
+    def regex(self, f: NodeFilter, pattern: LinearPattern, limit: int) -> list[tuple[int, float]]:
+        """Nodes whose name (score 1.0), description (0.67) or content (0.33) matches, best field first."""
+        conn = self._prepare(f)
+        conn.create_function("hadron_regex", 1, lambda text: int(text is not None and pattern.search(text)))
+        cond, params = _conditions(f)
+        points = " ".join(
+            f"WHEN hadron_regex(n.{field}) THEN {len(REGEX_FIELDS) - i}"
+            for i, field in enumerate(REGEX_FIELDS)
+        )
+        rows = conn.execute(
+            "SELECT rowid, s FROM (SELECT n.rowid AS rowid, n.memory_id AS m, n.loc AS loc, "
+            f"CASE {points} ELSE 0 END AS s "
+            f"FROM nodes n WHERE {cond}) WHERE s > 0 ORDER BY s DESC, loc LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [regex_hit(r[0], r[1]) for r in rows]
+
+
+class PostgresSearchStore(SearchSql):
+    """The search store on PostgreSQL: the same SQL, except the two SQLite functions it registers
+    (``hadron_where`` over properties/data, ``hadron_regex`` over the text columns), which run here in
+    Python over the rows the other conditions select, in the same order, before the limit."""
+
+    dialect = POSTGRES
+
+    def _select(
+        self,
+        f: NodeFilter,
+        columns: str,
+        tail: str = "",
+        tail_params: Sequence[Any] = (),
+        limit: int | None = None,
+    ) -> list[Sequence[Any]]:
+        if f.where is None:
+            return super()._select(f, columns, tail, tail_params, limit)
+        cond, params = _conditions(replace(f, where=None))
+        rows = self.conn.execute(
+            f"SELECT {columns}, n.properties, n.data FROM nodes n WHERE {cond}{tail}", (*params, *tail_params)
+        ).fetchall()
+        test = _where_function(f.where)  # the embedded engine's SQL function, called here
+        kept: list[Sequence[Any]] = []
+        for row in rows:
+            if test(row[-2], row[-1]):
+                kept.append(tuple(row)[:-2])
+                if limit is not None and len(kept) >= limit:
+                    break
+        return kept
+
+    def regex(self, f: NodeFilter, pattern: LinearPattern, limit: int) -> list[tuple[int, float]]:
+        """``SearchSql.regex``: the fields tested here, best field first, ties by loc."""
+
+        def score(row: Sequence[Any]) -> int:
+            for i, text in enumerate(row[2:]):
+                if text is not None and pattern.search(text):
+                    return len(REGEX_FIELDS) - i
+            return 0
+
+        fields = ", ".join(f"n.{field}" for field in REGEX_FIELDS)
+        rows = self._select(f, f"n.rowid, n.loc, {fields}")
+        scored = [(int(r[0]), r[1], s) for r in rows if (s := score(r)) > 0]
+        scored.sort(key=lambda x: (-x[2], x[1]))
+        return [regex_hit(rowid, s) for rowid, _, s in scored[:limit]]

@@ -13,6 +13,7 @@ from triptych.core.config import Settings
 from triptych.core.db import Database
 from triptych.core.embed import Embedder
 from triptych.core.lastresort import jsonrpc_internal_error
+from triptych.core.mcp import register
 from triptych.core.mcp_sources import sources_path
 from triptych.core.pg import PortableDatabase
 from triptych.core.surface import Mounted, Shared
@@ -50,27 +51,9 @@ from triptych.hadron.services.validate import ValidateService
 from triptych.hadron.services.workers import WorkerService
 from triptych.hadron.services.worklog import WorklogService
 from triptych.hadron.store import GraphStore, TenancyStore
-from triptych.hadron.team_store import SqliteTeamStore
-from triptych.hadron.tools.actions import action_tools
-from triptych.hadron.tools.apps import app_tools
-from triptych.hadron.tools.base import Ctx, Tool
-from triptych.hadron.tools.chat import chat_tools
-from triptych.hadron.tools.edges import edge_tools
-from triptych.hadron.tools.gitsync import gitsync_tools
-from triptych.hadron.tools.locks import lock_tools
-from triptych.hadron.tools.memories import memory_tools
-from triptych.hadron.tools.node_reads import node_read_tools
-from triptych.hadron.tools.nodes import node_tools
-from triptych.hadron.tools.objects import object_tools
-from triptych.hadron.tools.registers import register_tools
-from triptych.hadron.tools.replace import replace_tools
-from triptych.hadron.tools.scopes import scope_tools
-from triptych.hadron.tools.search import search_tools
-from triptych.hadron.tools.server_info import server_info_tools
-from triptych.hadron.tools.sessions import session_tools
-from triptych.hadron.tools.validate import validate_tools
-from triptych.hadron.tools.workers import worker_tools
-from triptych.hadron.tools.worklog import worklog_tools
+from triptych.hadron.team_store import TeamSql
+from triptych.hadron.tools.base import Ctx, Services, Tool
+from triptych.hadron.tools.catalog import DECLARED
 
 __all__ = ["Hadron", "mount", "render_error"]
 
@@ -177,27 +160,31 @@ class Hadron:
         return TenancyAdmin(self.tenancy)
 
     def tools(self) -> list[Tool[Ctx]]:
-        return [
-            *memory_tools(self.access, self.selections),
-            *app_tools(self.access, self.selections),
-            *server_info_tools(self.selections, [*self.derived.capabilities(), *self.capabilities()]),
-            *node_tools(self.nodes),
-            *edge_tools(self.nodes, self.live.edges),
-            *node_read_tools(self.live.reads),
-            *replace_tools(self.live.replace),
-            *lock_tools(self.live.locks),
-            *object_tools(self.objects),
-            *validate_tools(self.validator),
-            *search_tools(self.search, self.derived.abstracts.views),
-            *scope_tools(self.scopes),
-            *session_tools(self.team.sessions, self.team.workers, self.selections),
-            *worker_tools(self.team.workers),
-            *chat_tools(self.team.channels),
-            *register_tools(self.team.registers),
-            *worklog_tools(self.team.worklog),
-            *action_tools(self.derived.actions),
-            *gitsync_tools(self.gitsync),
-        ]
+        return register(DECLARED, self.services())
+
+    def services(self) -> Services:
+        """What Hadron's tools call, handed to every tool declaration when the surface registers it."""
+        return Services(
+            selections=self.selections,
+            nodes=self.nodes,
+            edges=self.live.edges,
+            reads=self.live.reads,
+            replace=self.live.replace,
+            locks=self.live.locks,
+            objects=self.objects,
+            validator=self.validator,
+            search=self.search,
+            scopes=self.scopes,
+            sessions=self.team.sessions,
+            workers=self.team.workers,
+            channels=self.team.channels,
+            registers=self.team.registers,
+            worklog=self.team.worklog,
+            actions=self.derived.actions,
+            gitsync=self.gitsync,
+            abstracts=self.derived.abstracts.views,
+            capabilities=[*self.derived.capabilities(), *self.capabilities()],
+        )
 
     def capabilities(self) -> list[str]:
         """The tokens of issue 18's and 32's features, each advertised only when it works on this deployment."""
@@ -306,7 +293,7 @@ class Derived:
 class Team:
     """The team-coordination services (issue 14), over the same database."""
 
-    store: SqliteTeamStore
+    store: TeamSql
     agents: AgentService
     sessions: SessionService
     workers: WorkerService
@@ -317,7 +304,7 @@ class Team:
     @classmethod
     def build(
         cls,
-        store: SqliteTeamStore,
+        store: TeamSql,
         tenancy: TenancyStore,
         graph: GraphStore,
         access: AccessPolicy,

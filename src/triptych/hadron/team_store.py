@@ -1,7 +1,8 @@
 """Team persistence: agents, AI service configs, workers, worker sessions and their events, channels and
-messages, registers and the worklog. ``TeamStore`` is the engine-neutral interface; ``SqliteTeamStore``
-holds the SQL, written once for both engines like ``store.py``'s: over ``hadron.db`` (tables from the
-third migration in ``store.py``), or as ``pg_team_store.PgTeamStore`` on PostgreSQL. A channel's ``seq``
+messages, registers and the worklog. ``TeamStore`` is the engine-neutral interface; ``TeamSql`` (with
+``channel_store.ChannelSql``) holds the SQL, written once for both engines; ``SqliteTeamStore`` runs it
+over ``hadron.db`` (tables from the third migration in ``sqlite_schema.HADRON``), ``PostgresTeamStore``
+over ``pg_schema.TEAM`` and announces posts to the other workers. A channel's ``seq``
 is taken inside the posting transaction (``UPDATE ... RETURNING`` holds the channel's row, under
 ``BEGIN IMMEDIATE`` on SQLite and the Hadron write lock on PostgreSQL), so it is gap-free and strictly
 increasing under concurrent posters, in one process or several."""
@@ -10,13 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, Protocol
 
-from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
+from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron.channel_store import RECEIPTS_COMPONENT, ChannelSql, _dumps
+from triptych.hadron.dialect import POSTGRES, SQLITE
 from triptych.hadron.domain.loc import agent_urn, ai_config_urn, worker_urn
-from triptych.hadron.domain.push import ChatEvent
+from triptych.hadron.domain.push import NOTIFY_CHANNEL, ChatEvent
 from triptych.hadron.domain.team import (
     Agent,
     AiServiceConfig,
@@ -27,13 +28,6 @@ from triptych.hadron.domain.team import (
     WorkItem,
     WorkSession,
 )
-from triptych.hadron.sealing import PREFIX as SEALED_PREFIX
-from triptych.hadron.store import _SqliteBase
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
 
 _AGENT = (
     "SELECT g.id, g.app_id, g.slug, g.name, g.persona_role, g.system_prompt, g.is_team_agent, g.memory_id, "
@@ -44,13 +38,12 @@ _WORKER = (
     "w.created_at, a.root, a.slug FROM workers w "
     "JOIN apps a ON a.id = w.app_id"
 )
+TEAM_COMPONENT = "hadron-team"  # PostgreSQL's team tables (SQLite's are in the "main" component)
 _SESSION_COLUMNS = (
     "id, app_id, user_id, worker_id, description, type, repo, branch, pr_number, language, llm_model, "
     "parent_session_id, prev_session_id, started_at, last_active_at, ended_at, end_reason, expires_at, "
     "summary, handoff, error_count, turn_count, input_tokens, output_tokens"
 )
-_CHANNEL = "SELECT id, memory_id, loc, name, app_id, last_seq, created_at FROM channels"
-_MESSAGE = "SELECT channel_id, seq, body, author, session_id, reply_to_seq, mentions, created_at FROM channel_messages"
 _ITEM = "SELECT id, app_id, session_id, user_id, worker_id, tool, kind, ref, action, detail, created_at FROM work_items"
 
 
@@ -66,21 +59,13 @@ def _session(r: Sequence[Any]) -> WorkSession:
     return WorkSession(*r)
 
 
-def _channel(r: Sequence[Any]) -> Channel:
-    return Channel(*r)
-
-
-def _message(r: Sequence[Any]) -> Message:
-    return Message(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], json.loads(r[6]), r[7])
-
-
 def _item(r: Sequence[Any]) -> WorkItem:
     detail = json.loads(r[9]) if r[9] else None
     return WorkItem(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], detail, r[10])
 
 
 class TeamStore(Protocol):
-    """What the team services need of a store (the SQLite one is ``SqliteTeamStore``)."""
+    """What the team services need of a store (``SqliteTeamStore``, ``PostgresTeamStore``)."""
 
     def atomic(self) -> Any: ...
     def add_agent(self, agent: Agent, at: str) -> None: ...
@@ -160,42 +145,15 @@ class TeamStore(Protocol):
     ) -> tuple[list[WorkItem], int]: ...
 
 
-class TextCodec(Protocol):
-    """Seals a Channel message body of an encrypted memory and opens it again (``sealing.NodeSealer``)."""
+class TeamSql(ChannelSql):
+    """The team SQL both engines run: agents, workers, sessions and the worklog here, Channels, messages,
+    receipts and registers in ``ChannelSql``. A tie of timestamps between sessions or worklog items goes
+    by insertion order (``Dialect.insertion_order``), so both engines list ties alike (a fixed clock or
+    one millisecond makes ties)."""
 
-    def seal_text(self, memory_id: str, owner: str, field: str, text: str) -> str: ...
-    def open_text(self, memory_id: str, owner: str, field: str, text: str) -> str: ...
-
-
-# Read receipts (issue 32): per Channel, the highest seq each worker has read. A migration component of
-# its own, in the SQL both engines share (no foreign keys: it may be created before the team tables).
-RECEIPTS_COMPONENT = "hadron-receipts"
-RECEIPTS_MIGRATIONS = [
-    """
-    CREATE TABLE channel_receipts (
-        channel_id TEXT NOT NULL, reader TEXT NOT NULL, seq BIGINT NOT NULL, at TEXT NOT NULL,
-        PRIMARY KEY (channel_id, reader)
-    );
-    """
-]
-
-
-class SqliteTeamStore(_SqliteBase):
-    # What breaks a tie of timestamps between sessions: the order they were inserted in (SQLite's rowid).
-    # Explicit, so both engines list ties alike (a fixed clock or one millisecond makes ties).
-    insertion_order = "rowid"
-    # Seals the message bodies of Channels hosted in encrypted memories (issue 18); None: clear.
-    codec: TextCodec | None = None
-
-    def __init__(self, db: Database | PortableDatabase) -> None:
-        super().__init__(db)
-        db.migrate(RECEIPTS_COMPONENT, RECEIPTS_MIGRATIONS)
-
-    def _message(self, memory_id: str, r: Sequence[Any]) -> Message:
-        message = _message(r)
-        if self.codec is None or not r[2].startswith(SEALED_PREFIX):
-            return message  # clear text opens to itself: no need to ask whether the memory is encrypted
-        return replace(message, body=self.codec.open_text(memory_id, f"{r[0]}#{r[1]}", "body", r[2]))
+    def announce(self, event: ChatEvent) -> None:
+        """Tell the other processes serving this database that a message landed: each engine's class."""
+        raise NotImplementedError
 
     # ── agents and AI service configs ──────────────────────────────────────
 
@@ -348,7 +306,7 @@ class SqliteTeamStore(_SqliteBase):
     def worker_sessions(self, worker_id: str) -> list[WorkSession]:
         rows = self.conn.execute(
             f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? "
-            f"ORDER BY started_at, {self.insertion_order}",
+            f"ORDER BY started_at, {self.dialect.insertion_order}",
             (worker_id,),
         ).fetchall()
         return [_session(r) for r in rows]
@@ -357,7 +315,7 @@ class SqliteTeamStore(_SqliteBase):
         row = self.conn.execute(
             f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? AND handoff IS NOT NULL "
             # NULLS LAST: SQLite's order for a NULL, which PostgreSQL sorts first when descending.
-            f"ORDER BY ended_at DESC NULLS LAST, {self.insertion_order} DESC LIMIT 1",
+            f"ORDER BY ended_at DESC NULLS LAST, {self.dialect.insertion_order} DESC LIMIT 1",
             (worker_id,),
         ).fetchone()
         return _session(row) if row else None
@@ -375,7 +333,7 @@ class SqliteTeamStore(_SqliteBase):
             where += " AND ended_at IS NULL"
         rows = self.conn.execute(
             f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE {where} "
-            f"ORDER BY started_at DESC, {self.insertion_order} DESC LIMIT ?",
+            f"ORDER BY started_at DESC, {self.dialect.insertion_order} DESC LIMIT ?",
             (*args, limit),
         ).fetchall()
         return [_session(r) for r in rows]
@@ -402,185 +360,6 @@ class SqliteTeamStore(_SqliteBase):
             "SELECT session_id FROM session_nodes WHERE node_id = ?", (node_id,)
         ).fetchone()
         return str(row[0]) if row else None
-
-    # ── channels and messages ────────────────────────────────────────────────
-
-    def add_channel(self, channel: Channel, created_by: str) -> None:
-        with self.atomic() as tx:
-            tx.execute(
-                "INSERT INTO channels VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
-                (channel.id, channel.memory_id, channel.loc, channel.name, channel.app_id, channel.created_at,
-                 created_by),
-            )  # fmt: skip
-
-    def channel(self, channel_id: str) -> Channel | None:
-        row = self.conn.execute(_CHANNEL + " WHERE id = ?", (channel_id,)).fetchone()
-        return _channel(row) if row else None
-
-    def channel_at(self, memory_id: str, loc: str) -> Channel | None:
-        row = self.conn.execute(_CHANNEL + " WHERE memory_id = ? AND loc = ?", (memory_id, loc)).fetchone()
-        return _channel(row) if row else None
-
-    def channels(self, *, app_id: str | None = None, memory_id: str | None = None) -> list[Channel]:
-        if memory_id is not None:
-            rows = self.conn.execute(_CHANNEL + " WHERE memory_id = ? ORDER BY loc", (memory_id,)).fetchall()
-        else:
-            query = _CHANNEL + " WHERE app_id = ? ORDER BY loc, memory_id"  # an App may host several memories
-            rows = self.conn.execute(query, (app_id,)).fetchall()
-        return [_channel(r) for r in rows]
-
-    def channel_overlapping(self, memory_id: str, loc: str, *, containing: bool) -> Channel | None:
-        """A channel whose address is ``loc`` or lies above it; with ``containing`` also one below it."""
-        sql = _CHANNEL + " WHERE memory_id = ? AND (loc = ? OR substr(?, 1, length(loc) + 1) = loc || ':'"
-        args: list[Any] = [memory_id, loc, loc]
-        if containing:
-            sql += " OR (loc > ? AND loc < ?)"
-            args += [loc + ":", loc + ";"]
-        row = self.conn.execute(sql + ") LIMIT 1", tuple(args)).fetchone()
-        return _channel(row) if row else None
-
-    def post(
-        self,
-        channel_id: str,
-        body: str,
-        author: dict[str, Any],
-        session_id: str | None,
-        reply_to_seq: int | None,
-        mentions: list[dict[str, Any]],
-        mention_refs: Sequence[str],
-        at: str,
-    ) -> int:
-        """Append a message; its ``seq`` is the channel's next, taken under the write lock."""
-        with self.atomic() as tx:
-            taken = tx.execute(
-                "UPDATE channels SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq, memory_id",
-                (channel_id,),
-            ).fetchone()
-            seq = int(taken[0])
-            if self.codec is not None:
-                body = self.codec.seal_text(taken[1], f"{channel_id}#{seq}", "body", body)
-            tx.execute(
-                "INSERT INTO channel_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (channel_id, seq, body, _dumps(author), session_id, reply_to_seq, _dumps(mentions), at),
-            )
-            tx.executemany(
-                "INSERT INTO message_mentions VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                [(channel_id, r, seq) for r in mention_refs],
-            )
-        return seq
-
-    def announce(self, event: ChatEvent) -> None:
-        """Tell the other processes a message landed (PostgreSQL: ``PgTeamStore``). Here nothing: on the
-        embedded engine one process serves, and ``ChannelService.posted`` tells it."""
-
-    def acknowledge(self, channel_id: str, reader: str, seq: int, at: str) -> None:
-        """Raise ``reader``'s receipt to ``seq`` (never lowers it: an older page re-read is no news)."""
-        held = self.conn.execute(
-            "SELECT seq FROM channel_receipts WHERE channel_id = ? AND reader = ?", (channel_id, reader)
-        ).fetchone()
-        if held is not None and int(held[0]) >= seq:
-            return  # no write (and on PostgreSQL no wait for the writers' lock) for a page already read
-        with self.atomic() as tx:
-            tx.execute(
-                "INSERT INTO channel_receipts VALUES (?, ?, ?, ?) ON CONFLICT (channel_id, reader) DO UPDATE "
-                "SET seq = excluded.seq, at = excluded.at WHERE excluded.seq > channel_receipts.seq",
-                (channel_id, reader, seq, at),
-            )
-
-    def receipts(self, channel_id: str) -> list[tuple[str, int, str]]:
-        """(reader, seq, at) of a Channel, highest seq first."""
-        rows = self.conn.execute(
-            "SELECT reader, seq, at FROM channel_receipts WHERE channel_id = ? ORDER BY seq DESC, reader",
-            (channel_id,),
-        ).fetchall()
-        return [(str(r[0]), int(r[1]), str(r[2])) for r in rows]
-
-    def has_message(self, channel_id: str, seq: int) -> bool:
-        row = self.conn.execute(
-            "SELECT 1 FROM channel_messages WHERE channel_id = ? AND seq = ?", (channel_id, seq)
-        ).fetchone()
-        return row is not None
-
-    def read(
-        self,
-        channel: Channel,
-        since: int | None,
-        before: int | None,
-        mention_ref: str | None,
-        limit: int,
-        offset: int,
-    ) -> tuple[list[Message], int]:
-        """Oldest first. With only ``before``, the page just before it (the tail of what precedes it)."""
-        low = since if since is not None else 0
-        high = before if before is not None else channel.last_seq + 1
-        if mention_ref is None:
-            total = channel.last_seq  # gap-free: the count is the last seq
-            if before is not None and since is None:
-                rows = self.conn.execute(
-                    _MESSAGE + " WHERE channel_id = ? AND seq < ? ORDER BY seq DESC LIMIT ? OFFSET ?",
-                    (channel.id, high, limit, offset),
-                ).fetchall()
-                rows.reverse()
-            else:
-                rows = self.conn.execute(
-                    _MESSAGE + " WHERE channel_id = ? AND seq > ? AND seq < ? ORDER BY seq LIMIT ? OFFSET ?",
-                    (channel.id, low, high, limit, offset),
-                ).fetchall()
-            return [self._message(channel.memory_id, r) for r in rows], total
-        total = self.conn.execute(
-            "SELECT COUNT(*) FROM message_mentions WHERE channel_id = ? AND ref = ?",
-            (channel.id, mention_ref),
-        ).fetchone()[0]
-        order = "DESC" if before is not None and since is None else ""
-        seqs = self.conn.execute(
-            "SELECT seq FROM message_mentions WHERE channel_id = ? AND ref = ? AND seq > ? AND seq < ? "
-            f"ORDER BY seq {order} LIMIT ? OFFSET ?",
-            (channel.id, mention_ref, low, high, limit, offset),
-        ).fetchall()
-        wanted = sorted(r[0] for r in seqs)
-        if not wanted:
-            return [], int(total)
-        rows = self.conn.execute(
-            _MESSAGE + f" WHERE channel_id = ? AND seq IN ({', '.join('?' * len(wanted))}) ORDER BY seq",
-            (channel.id, *wanted),
-        ).fetchall()
-        return [self._message(channel.memory_id, r) for r in rows], int(total)
-
-    # ── registers ───────────────────────────────────────────────────────────
-
-    def add_register(self, entry: RegisterEntry, created_by: str) -> None:
-        with self.atomic() as tx:
-            tx.execute(
-                "INSERT INTO registers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (entry.id, entry.owner_app_id, entry.channel_id, entry.attendee, entry.role,
-                 int(entry.mention_only), entry.created_at, created_by),
-            )  # fmt: skip
-
-    def register_entry(self, entry_id: str) -> RegisterEntry | None:
-        row = self.conn.execute(
-            "SELECT id, owner_app_id, channel_id, attendee, role, mention_only, created_at FROM registers "
-            "WHERE id = ?",
-            (entry_id,),
-        ).fetchone()
-        return RegisterEntry(row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6]) if row else None
-
-    def registers(self, owner_app_ids: Sequence[str], channel_id: str | None) -> list[RegisterEntry]:
-        if not owner_app_ids:
-            return []
-        sql = (
-            "SELECT id, owner_app_id, channel_id, attendee, role, mention_only, created_at FROM registers "
-            f"WHERE owner_app_id IN ({', '.join('?' * len(owner_app_ids))})"
-        )
-        args: list[Any] = list(owner_app_ids)
-        if channel_id is not None:
-            sql += " AND channel_id = ?"
-            args.append(channel_id)
-        rows = self.conn.execute(sql + " ORDER BY created_at, id", tuple(args)).fetchall()
-        return [RegisterEntry(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6]) for r in rows]
-
-    def remove_register(self, entry_id: str) -> None:
-        with self.atomic() as tx:
-            tx.execute("DELETE FROM registers WHERE id = ?", (entry_id,))
 
     # ── worklog ─────────────────────────────────────────────────────────────
 
@@ -616,7 +395,7 @@ class SqliteTeamStore(_SqliteBase):
                 args.append(value)
         # SQLite's planner, seeing ORDER BY n, would walk the whole App newest first and filter; the ref
         # (or session) index finds the few matches directly, and sorting them is cheap. PostgreSQL's
-        # indexes end in n (pg_team_store), so its planner walks the matches already in order.
+        # indexes end in n (pg_schema.TEAM), so its planner walks the matches already in order.
         index = (
             "work_items_by_ref"
             if refs is not None
@@ -624,7 +403,7 @@ class SqliteTeamStore(_SqliteBase):
             if session_id
             else "work_items_by_app"
         )
-        table = "work_items" if isinstance(self.db, PortableDatabase) else f"work_items INDEXED BY {index}"
+        table = self.dialect.indexed("work_items", index)
         # The total rides along as an uncorrelated scalar subquery (evaluated once): one round trip, not two,
         # on PostgreSQL; a page past the end has no row to carry it, so it is counted on its own.
         count = f"SELECT COUNT(*) FROM {table} WHERE {where}"
@@ -637,3 +416,25 @@ class SqliteTeamStore(_SqliteBase):
             return [_item(r) for r in rows], int(rows[0][11])
         total = self.conn.execute(count, tuple(args)).fetchone()[0] if offset else 0
         return [], int(total)
+
+
+class SqliteTeamStore(TeamSql):
+    dialect = SQLITE
+    schema = ((RECEIPTS_COMPONENT, sqlite_schema.RECEIPTS),)
+
+    def announce(self, event: ChatEvent) -> None:
+        """Nothing: on the embedded engine one process serves, and ``ChannelService.posted`` tells it."""
+
+
+class PostgresTeamStore(TeamSql):
+    """The team store on PostgreSQL: its tables are a migration component of their own (``hadron-team``),
+    created after the graph's (they reference apps, users and memories)."""
+
+    dialect = POSTGRES
+    schema = ((RECEIPTS_COMPONENT, pg_schema.RECEIPTS), (TEAM_COMPONENT, pg_schema.TEAM))
+
+    def announce(self, event: ChatEvent) -> None:
+        """``NOTIFY`` every worker (``pg_listen``), in the post's own transaction: PostgreSQL delivers it
+        at commit, and never for a post rolled back."""
+        with self.atomic() as tx:
+            tx.execute("SELECT pg_notify(?, ?)", (NOTIFY_CHANNEL, event.payload()))

@@ -37,7 +37,7 @@ from triptych.metergraph.errors import (
     LeaseNotFound,
     SyncInvalid,
 )
-from triptych.metergraph.import_sync_store import Lease, SqliteImportSyncStore, Stream
+from triptych.metergraph.import_sync_store import ImportSyncStore, Lease, Stream
 
 LEASE_SECONDS = 900
 OVERLAP_MS = 5 * 60 * 1000
@@ -89,7 +89,7 @@ class Acquired:
 class ImportSyncService:
     def __init__(
         self,
-        store: SqliteImportSyncStore,
+        store: ImportSyncStore,
         clock: Callable[[], float] = time.time,
         lease_seconds: int = LEASE_SECONDS,
     ) -> None:

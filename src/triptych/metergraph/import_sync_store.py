@@ -1,22 +1,28 @@
-"""Persistence of import-sync streams and their leases, in the SQLite metadata file (its own migration
-component, ``import_sync``) on both engines: the ClickHouse engine keeps its metadata there too, and every
-worker of a server shares that file.
+"""Persistence of import-sync streams and their leases (migration component ``import_sync``). Embedded, and
+with ClickHouse telemetry on one machine: the SQLite metadata file every worker of the server shares
+(``SqliteImportSyncStore``). Server mode (``TRIPTYCH_DATABASE_URL``): Metergraph's PostgreSQL schema,
+shared by every worker of every machine (``PostgresImportSyncStore``). Both run the SQL of ``StreamTx``.
 
 A stream is one (workspace, source, scope): its checkpoint (the end of the last completed window), a
 version counting completions, and the lease holding it now, if any. Every change happens in one write
 transaction (``BEGIN IMMEDIATE``) that reads the stream, lets the service decide, and writes, so two
-workers (or two processes) acquiring at once are serialized by SQLite, and a partial unique index
-refuses a second active lease on one stream whatever the code above does.
+workers (or two processes) acquiring at once are serialized: by SQLite's single writer, or on PostgreSQL
+by a transaction advisory lock of that one stream, taken before the transaction reads it (two streams
+never wait for each other). A partial unique index refuses a second active lease on one stream whatever
+the code above does.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableDatabase
+from triptych.metergraph.control_pg import pg_ddl
+from triptych.metergraph.control_sql import POSTGRES, SQLITE, Connection, Dialect
 
 COMPONENT = "import_sync"
 MIGRATIONS = [
@@ -49,6 +55,7 @@ MIGRATIONS = [
         WHERE status = 'active';
     """,
 ]
+PG_MIGRATIONS = [pg_ddl(MIGRATIONS[0])]
 
 
 @dataclass(frozen=True)
@@ -79,12 +86,21 @@ class Lease:
 
 
 class StreamTx:
-    """One write transaction over the import-sync tables (``SqliteImportSyncStore.transaction``)."""
+    """One write transaction over the import-sync tables (``ImportSyncStore.transaction``), or, with
+    ``locking`` off, reads outside any."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection, dialect: Dialect = SQLITE, locking: bool = True) -> None:
         self.conn = conn
+        self.dialect = dialect
+        self.locking = locking
+
+    def _lock(self, workspace: str, source: str, scope: str) -> None:
+        """Hold this stream's lock to the end of the transaction (every change reads the stream first)."""
+        if self.locking:
+            self.dialect.lock(self.conn, "metergraph-import-sync", f"{workspace}\x1f{source}\x1f{scope}")
 
     def stream(self, workspace: str, source: str, scope: str) -> Stream | None:
+        self._lock(workspace, source, scope)
         row = self.conn.execute(
             "SELECT workspace, source, scope, seed_ms, checkpoint_ms, checkpoint_version, completed_ms, lease_id"
             " FROM import_sync_streams WHERE workspace = ? AND source = ? AND scope = ?",
@@ -93,6 +109,14 @@ class StreamTx:
         return None if row is None else Stream(*row)
 
     def lease(self, workspace: str, lease_id: str) -> Lease | None:
+        lease = self._lease(workspace, lease_id)
+        if lease is None or not (self.locking and self.dialect.scoped_locks):
+            return lease
+        # The stream's lock first, then the lease as it stands under it (one lock order everywhere).
+        self._lock(lease.workspace, lease.source, lease.scope)
+        return self._lease(workspace, lease_id)
+
+    def _lease(self, workspace: str, lease_id: str) -> Lease | None:
         row = self.conn.execute(
             "SELECT lease_id, workspace, source, scope, window_start_ms, window_end_ms, checkpoint_version,"
             " acquired_ms, expires_ms, status, ended_ms FROM import_sync_leases"
@@ -142,20 +166,46 @@ class StreamTx:
         )
 
 
-class SqliteImportSyncStore:
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        db.migrate(COMPONENT, MIGRATIONS)
+class ImportSyncStore(Protocol):
+    """Import-sync streams and leases of one engine."""
+
+    def transaction(self) -> AbstractContextManager[StreamTx]: ...
+    def stream(self, workspace: str, source: str, scope: str) -> tuple[Stream | None, Lease | None]: ...
+
+
+class _ImportSyncSql:
+    dialect: Dialect
+    db: Database | PortableDatabase
 
     @contextmanager
     def transaction(self) -> Iterator[StreamTx]:
         """A write transaction: what the service reads in it cannot change before it commits."""
         with self.db.transaction() as conn:
-            yield StreamTx(conn)
+            yield StreamTx(conn, self.dialect)
 
     def stream(self, workspace: str, source: str, scope: str) -> tuple[Stream | None, Lease | None]:
         """A stream and its holder's lease (maybe expired), read outside any write."""
-        tx = StreamTx(self.db.conn)
+        tx = StreamTx(self.db.conn, self.dialect, locking=False)
         stream = tx.stream(workspace, source, scope)
         lease = tx.lease(workspace, stream.lease_id) if stream is not None and stream.lease_id else None
         return stream, lease
+
+
+class SqliteImportSyncStore(_ImportSyncSql):
+    """Streams and leases in the SQLite metadata file, with their own migrations."""
+
+    dialect = SQLITE
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.migrate(COMPONENT, MIGRATIONS)
+
+
+class PostgresImportSyncStore(_ImportSyncSql):
+    """Streams and leases in Metergraph's PostgreSQL schema, shared by every worker of every machine."""
+
+    dialect = POSTGRES
+
+    def __init__(self, db: PortableDatabase) -> None:
+        self.db = db
+        db.migrate(COMPONENT, PG_MIGRATIONS)

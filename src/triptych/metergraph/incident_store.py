@@ -1,20 +1,29 @@
-"""Incident persistence: one SQLite file (``metergraph-incidents.db``) apart from the telemetry store, so
-detector writes never queue behind ingest transactions and a telemetry engine swap leaves them alone.
+"""Incident persistence. Embedded: one SQLite file (``metergraph-incidents.db``) apart from the telemetry
+store, so detector writes never queue behind ingest transactions and a telemetry engine swap leaves them
+alone (``SqliteIncidentStore``). Server mode: the ``metergraph`` schema of the PostgreSQL database
+(``PostgresIncidentStore``, decision record 0160). Both run the SQL of ``_IncidentSql``; where the
+engines differ they ask the dialect (``control_sql.py``).
 
 At most one incident per (workspace, kind, grain, series) is open at a time (a partial unique index), so
-two workers sweeping the same workspace cannot open the same episode twice.
+two workers sweeping the same workspace cannot open the same episode twice. A save holds its workspace's
+lock (SQLite's single writer; an advisory lock of that workspace on PostgreSQL), so the event a change
+announces is judged against the row as the previous save left it.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableDatabase
+from triptych.metergraph.control_pg import pg_ddl
+from triptych.metergraph.control_sql import POSTGRES, SQLITE, Connection, Dialect, limit_clause, limit_params
+
+COMPONENT = "incidents"
 
 MIGRATIONS = [
     """
@@ -50,6 +59,7 @@ MIGRATIONS = [
     );
     """,
 ]
+PG_MIGRATIONS = [pg_ddl(MIGRATIONS[0])]
 
 
 @dataclass
@@ -78,7 +88,7 @@ class Incident:
     diagnosis: dict[str, Any]
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Incident:
+    def from_row(cls, row: Any) -> Incident:
         values = dict(row)
         values["diagnosis"] = json.loads(values["diagnosis"])
         return cls(**values)
@@ -98,16 +108,17 @@ _UPSERT = (
 
 
 _INSERT_NEW = (
-    f"INSERT OR IGNORE INTO incidents ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})"
+    f"INSERT INTO incidents ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})"
+    " ON CONFLICT DO NOTHING"
 )
 
 
 # Called inside ``save``'s transaction with each transition (``incident.opened|updated|resolved``): the
 # webhook outbox (webhooks.py), so an event commits, or not, with the change it announces.
-Outbox = Callable[[sqlite3.Connection, str, Incident], None]
+Outbox = Callable[[Connection, str, Incident], None]
 
 
-def transition(before: sqlite3.Row | None, after: Incident, written: bool) -> str | None:
+def transition(before: Any, after: Incident, written: bool) -> str | None:
     """The event a write of ``after`` over the stored ``before`` is, if any. Updated means the signal was
     seen in a new window or escalated; a re-judged window or a clear window counted is no event. Read
     under the write lock, so two workers saving the same change announce it once."""
@@ -124,16 +135,46 @@ def transition(before: sqlite3.Row | None, after: Incident, written: bool) -> st
     return None
 
 
-class IncidentStore:
-    def __init__(self, path: Path) -> None:
-        self.db = Database(path, MIGRATIONS, component="incidents")
+class IncidentStore(Protocol):
+    """Incidents and the detectors' cursors of one engine."""
+
+    @property
+    def db(self) -> Database | PortableDatabase:
+        """The database the webhook store shares: deliveries commit with the change they announce."""
+        ...
+
+    outbox: Outbox | None
+    outbox_committed: Callable[[], None] | None
+
+    def close(self) -> None: ...
+    def cursor(self, workspace: str, grain: str) -> tuple[int, int] | None: ...
+    def open_incidents(self, workspace: str, grain: str) -> list[Incident]: ...
+    def save(
+        self,
+        workspace: str,
+        grain: str,
+        cursor: tuple[int, int] | None,
+        incidents: Sequence[Incident],
+        created: set[str],
+    ) -> None: ...
+    def for_workspace(
+        self, workspace: str, environments: Sequence[str] | None = None, limit: int = -1
+    ) -> list[Incident]: ...
+    def counts(self, workspace: str, environments: Sequence[str] | None) -> tuple[int, int, int]: ...
+    def prune(self, before_ms: int) -> None: ...
+
+
+class _IncidentSql:
+    """The incident SQL both engines run, over ``db`` (a ``Database`` or a ``PortableDatabase``)."""
+
+    dialect: Dialect
+    db: Any
+
+    def __init__(self) -> None:
         self.outbox: Outbox | None = None
         # Called after a commit that wrote events: the sender wakes once the rows are visible (woken
         # inside the transaction, it would wait on the write lock in SQLite's busy back-off).
         self.outbox_committed: Callable[[], None] | None = None
-
-    def close(self) -> None:
-        self.db.close()
 
     def cursor(self, workspace: str, grain: str) -> tuple[int, int] | None:
         row = self.db.conn.execute(
@@ -161,6 +202,7 @@ class IncidentStore:
         ``created`` is new: if another worker opened the same episode a moment ago, its row stays."""
         announced = False
         with self.db.transaction() as conn:
+            self.dialect.lock(conn, "metergraph-incidents", workspace)
             for incident in incidents:
                 sql = _INSERT_NEW if incident.id in created else _UPSERT
                 before = None
@@ -189,8 +231,9 @@ class IncidentStore:
         only those environments' and the workspace-wide (no series) ones."""
         where, params = self._visible(workspace, environments)
         rows = self.db.conn.execute(
-            f"SELECT * FROM incidents WHERE {where} ORDER BY status = 'open' DESC, last_seen_ms DESC, id LIMIT ?",
-            [*params, limit],
+            f"SELECT * FROM incidents WHERE {where} ORDER BY status = 'open' DESC, last_seen_ms DESC, id"
+            + limit_clause(limit),
+            [*params, *limit_params(limit)],
         )
         return [Incident.from_row(r) for r in rows]
 
@@ -198,8 +241,9 @@ class IncidentStore:
         """(all, open, open and critical) incidents ``for_workspace`` would list."""
         where, params = self._visible(workspace, environments)
         row = self.db.conn.execute(
-            "SELECT COUNT(*), COALESCE(SUM(status = 'open'), 0),"
-            f" COALESCE(SUM(status = 'open' AND severity = 'critical'), 0) FROM incidents WHERE {where}",
+            "SELECT COUNT(*), COALESCE(SUM(CASE WHEN status = 'open' THEN 1 ELSE 0 END), 0),"
+            " COALESCE(SUM(CASE WHEN status = 'open' AND severity = 'critical' THEN 1 ELSE 0 END), 0)"
+            f" FROM incidents WHERE {where}",
             params,
         ).fetchone()
         return int(row[0]), int(row[1]), int(row[2])
@@ -220,3 +264,31 @@ class IncidentStore:
         """Forget incidents resolved before ``before_ms`` (older than any window a read may ask for)."""
         with self.db.transaction() as conn:
             conn.execute("DELETE FROM incidents WHERE status = 'resolved' AND resolved_ms < ?", (before_ms,))
+
+
+class SqliteIncidentStore(_IncidentSql):
+    """Incidents in their own SQLite file."""
+
+    dialect = SQLITE
+    db: Database
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.db = Database(path, MIGRATIONS, component=COMPONENT)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class PostgresIncidentStore(_IncidentSql):
+    """Incidents in Metergraph's PostgreSQL schema, shared by every worker of every machine."""
+
+    dialect = POSTGRES
+
+    def __init__(self, db: PortableDatabase) -> None:
+        super().__init__()
+        self.db = db
+        db.migrate(COMPONENT, PG_MIGRATIONS)
+
+    def close(self) -> None:
+        """Nothing: the database belongs to the ``Metergraph`` that opened it."""

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from triptych.metergraph import detectors
@@ -97,14 +96,14 @@ class IncidentService:
     def __init__(
         self,
         store: CallStore,
-        path: Path,
+        incidents: IncidentStore,
         settings: IncidentSettings,
         clock: Callable[[], datetime],
         metadata: MetadataStore,
     ) -> None:
         self.telemetry = store
         self.metadata = metadata  # the ingest batch records
-        self.store = IncidentStore(path)
+        self.store = incidents
         self.settings = settings
         self.clock = clock
         self._dirty: dict[str, int | None] = {}  # workspace -> newest call time seen (ms), if any
@@ -146,10 +145,10 @@ class IncidentService:
                 self.store.prune(int(self.clock().timestamp() * 1000) - MAX_DAYS * DAY_MS)
 
     def close(self) -> None:
+        """Stops the ticker; the store is closed by its owner (``ControlStores``)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        self.store.close()
 
     def sweep(self, workspace: str | None = None) -> None:
         """Judge the noted workspaces (or just ``workspace``, when it is noted)."""

@@ -2,22 +2,18 @@
 ``metadata_store.MetadataSql`` over a ``core.pg.PortableDatabase``, and this DDL.
 
 The tables keep their SQLite names inside the ``metergraph`` schema, so none collides with another
-surface's in ``public``; every statement names the schema through the connection's ``search_path``
-(``open_metadata_database``). Text compares and sorts byte-wise (``COLLATE "C"``, SQLite's BINARY), times
-are 64-bit milliseconds, counts 32-bit integers (their sums stay integers), and the call-id sequence
-starts with its row, so one ``UPDATE ... RETURNING`` moves it whatever the number of workers.
+surface's in ``public``: the connections search it first (``control_pg.open_control_database``, the
+database the control stores share). Text compares and sorts byte-wise (``COLLATE "C"``, SQLite's
+BINARY), times are 64-bit milliseconds, counts 32-bit integers (their sums stay integers), and the
+call-id sequence starts with its row, so one ``UPDATE ... RETURNING`` moves it whatever the number of
+workers.
 """
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
-
-import psycopg
-
-from triptych.core.pg import MIGRATION_LOCK, PgDatabase, PortableDatabase, unavailable
+from triptych.core.pg import PortableDatabase
 from triptych.metergraph.metadata_store import MetadataSql
 
-SCHEMA = "metergraph"
 COMPONENT = "metergraph_metadata"
 _TEXT = 'TEXT COLLATE "C"'
 MIGRATIONS = [
@@ -88,36 +84,9 @@ MIGRATIONS = [
 ]
 
 
-def schema_url(url: str) -> str:
-    """``url`` with connections that find Metergraph's tables (then ``public``'s) by their bare names."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "options"]
-    query.append(("options", f"-c search_path={SCHEMA},public"))
-    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))  # libpq reads %20, not +
-
-
-def open_metadata_database(url: str, max_size: int = 4) -> PortableDatabase:
-    """The database at ``url`` with the ``metergraph`` schema created (under the migrations' lock: two
-    workers may start at once) and connections searching it first; ``close_metadata_database`` closes
-    it."""
-    try:
-        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
-            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
-            try:
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}".encode())
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
-    except (psycopg.OperationalError, OSError) as exc:
-        raise unavailable(url, exc) from exc
-    return PortableDatabase(PgDatabase(schema_url(url), max_size=max_size))
-
-
-def close_metadata_database(db: PortableDatabase) -> None:
-    db.pg.close()
-
-
 class PostgresMetadataStore(MetadataSql):
-    """``MetadataStore`` in PostgreSQL's ``metergraph`` schema (``db``: ``open_metadata_database``)."""
+    """``MetadataStore`` in PostgreSQL's ``metergraph`` schema (``db``: ``control_pg.open_control_database``,
+    shared with the control stores, and closed by whoever opened it)."""
 
     key_order = "created_at, seq"
 
@@ -127,4 +96,4 @@ class PostgresMetadataStore(MetadataSql):
         db.migrate(COMPONENT, MIGRATIONS)
 
     def close(self) -> None:
-        close_metadata_database(self.db)
+        """Nothing: the database is the control stores' (``ControlStores.close``)."""

@@ -14,7 +14,8 @@ def _open(args: argparse.Namespace) -> Any:
     from triptych.core.config import load_settings
     from triptych.metergraph.service import Metergraph
 
-    return Metergraph.open(load_settings(data_dir=getattr(args, "data_dir", None)).data_dir)
+    settings = load_settings(data_dir=getattr(args, "data_dir", None))
+    return Metergraph.open(settings.data_dir, database_url=settings.database_url)
 
 
 def cmd_report_import(args: argparse.Namespace) -> int:

@@ -1,8 +1,11 @@
 """Persistence of report artifacts and analysis runs, per workspace.
 
-Its own SQLite file (``metergraph-analysis.db``) next to the telemetry: the telemetry store may move to
-another engine, and a report import or a run's progress never waits on the ingest writer's lock. The
-workspace is part of every key, so one workspace can never read another's rows.
+Embedded: its own SQLite file (``metergraph-analysis.db``) next to the telemetry, so a report import or a
+run's progress never waits on the ingest writer's lock (``SqliteReportStore``). Server mode: Metergraph's
+PostgreSQL schema (``PostgresReportStore``), where every worker of every machine sees every run: a run
+started through one worker is listed, cancelled and read through any other. Both run the SQL of
+``_ReportSql``. The workspace is part of every key, so one workspace can never read another's rows; the
+numbering of a workspace's reports and runs (``seq``) is taken under that workspace's lock only.
 """
 
 from __future__ import annotations
@@ -10,9 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableDatabase
+from triptych.metergraph.control_pg import pg_ddl
+from triptych.metergraph.control_sql import POSTGRES, SQLITE, Dialect
+
+COMPONENT = "analysis"
 
 MIGRATIONS = [
     """
@@ -58,6 +66,7 @@ MIGRATIONS = [
     # whose heartbeat stopped, not those another worker is running.
     "ALTER TABLE analysis_runs ADD COLUMN heartbeat_ms INTEGER;",
 ]
+PG_MIGRATIONS = [pg_ddl(m) for m in MIGRATIONS]
 
 _REPORT_COLUMNS = (
     "analysis_id, schema_version, generated_at, imported_at, import_source, outcome, environment, sha256, bytes,"
@@ -88,12 +97,52 @@ class ReportExists(Exception):
     """A workspace already holds a different report under this analysis id."""
 
 
-class ReportStore:
-    def __init__(self, path: Path) -> None:
-        self.db = Database(path, MIGRATIONS, component="analysis")
+class ReportStore(Protocol):
+    """Report artifacts and analysis runs of one engine."""
 
-    def close(self) -> None:
-        self.db.close()
+    def close(self) -> None: ...
+    def insert_report(self, workspace: str, report: StoredReport, artifact: bytes) -> bool: ...
+    def list_reports(
+        self,
+        workspace: str,
+        limit: int,
+        before_seq: int | None = None,
+        environments: tuple[str, ...] | None = None,
+    ) -> list[StoredReport]: ...
+    def report(self, workspace: str, analysis_id: str) -> StoredReport | None: ...
+    def artifact(self, workspace: str, analysis_id: str) -> bytes | None: ...
+    def insert_run(self, workspace: str, run: dict[str, Any]) -> None: ...
+    def run(self, workspace: str, run_id: str) -> dict[str, Any] | None: ...
+    def run_by_request_key(self, workspace: str, request_key: str) -> dict[str, Any] | None: ...
+    def active_run(self, workspace: str, kind: str) -> dict[str, Any] | None: ...
+    def list_runs(
+        self, workspace: str, limit: int, before: tuple[str, int] | None = None
+    ) -> list[dict[str, Any]]: ...
+    def update_run(self, workspace: str, run_id: str, **fields: Any) -> None: ...
+    def start_run(self, workspace: str, run_id: str, started_at: str) -> None: ...
+    def end_active_run(
+        self,
+        workspace: str,
+        run_id: str,
+        status: str,
+        code: str,
+        finished_at: str,
+        message: str | None = None,
+    ) -> None: ...
+    def request_cancel(self, workspace: str, run_id: str) -> bool: ...
+    def cancel_requested(self, workspace: str, run_id: str) -> bool: ...
+    def finish_run_with_report(
+        self, workspace: str, run_id: str, finished_at: str, report: StoredReport, artifact: bytes
+    ) -> None: ...
+    def heartbeat(self, workspace: str, run_id: str, now_ms: int) -> None: ...
+    def fail_abandoned_runs(self, finished_at: str, stale_before_ms: int) -> int: ...
+
+
+class _ReportSql:
+    """The report and run SQL both engines run, over ``db``."""
+
+    dialect: Dialect
+    db: Any
 
     # -- reports ---------------------------------------------------------------------------------
 
@@ -104,6 +153,7 @@ class ReportStore:
             return self._insert_report(conn, workspace, report, artifact)
 
     def _insert_report(self, conn: Any, workspace: str, report: StoredReport, artifact: bytes) -> bool:
+        self.dialect.lock(conn, "metergraph-reports", workspace)  # one numbering (seq) at a time
         row = conn.execute(
             "SELECT sha256 FROM reports WHERE workspace = ? AND analysis_id = ?",
             (workspace, report.analysis_id),
@@ -133,7 +183,12 @@ class ReportStore:
         sql = f"SELECT {_REPORT_COLUMNS} FROM reports WHERE workspace = ?"
         params: list[Any] = [workspace]
         if environments is not None:
-            sql += f" AND environment IN ({', '.join('?' * len(environments))})"
+            # An empty allowlist matches nothing (PostgreSQL has no empty ``IN ()``).
+            sql += (
+                f" AND environment IN ({', '.join('?' * len(environments))})"
+                if environments
+                else " AND 1 = 0"
+            )
             params.extend(environments)
         if before_seq is not None:
             sql += " AND seq < ?"
@@ -159,6 +214,7 @@ class ReportStore:
 
     def insert_run(self, workspace: str, run: dict[str, Any]) -> None:
         with self.db.transaction() as conn:
+            self.dialect.lock(conn, "metergraph-runs", workspace)  # one numbering (seq) at a time
             seq = conn.execute(
                 "SELECT COALESCE(MAX(seq), 0) + 1 FROM analysis_runs WHERE workspace = ?", (workspace,)
             ).fetchone()[0]
@@ -248,12 +304,12 @@ class ReportStore:
                 " WHERE workspace = ? AND run_id = ? AND status IN ('queued', 'running')",
                 (workspace, run_id),
             )
-            return cursor.rowcount > 0
+            return int(cursor.rowcount) > 0
 
     def cancel_requested(self, workspace: str, run_id: str) -> bool:
         """True once the run was asked to stop, or was ended elsewhere (failed as abandoned)."""
         row = self.db.conn.execute(
-            "SELECT cancel_requested OR status NOT IN ('queued', 'running') FROM analysis_runs"
+            "SELECT cancel_requested <> 0 OR status NOT IN ('queued', 'running') FROM analysis_runs"
             " WHERE workspace = ? AND run_id = ?",
             (workspace, run_id),
         ).fetchone()
@@ -289,7 +345,33 @@ class ReportStore:
                 " WHERE status IN ('queued', 'running') AND COALESCE(heartbeat_ms, 0) < ?",
                 (finished_at, stale_before_ms),
             )
-            return cursor.rowcount
+            return int(cursor.rowcount)
+
+
+class SqliteReportStore(_ReportSql):
+    """Reports and runs in their own SQLite file."""
+
+    dialect = SQLITE
+    db: Database
+
+    def __init__(self, path: Path) -> None:
+        self.db = Database(path, MIGRATIONS, component=COMPONENT)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class PostgresReportStore(_ReportSql):
+    """Reports and runs in Metergraph's PostgreSQL schema, shared by every worker of every machine."""
+
+    dialect = POSTGRES
+
+    def __init__(self, db: PortableDatabase) -> None:
+        self.db = db
+        db.migrate(COMPONENT, PG_MIGRATIONS)
+
+    def close(self) -> None:
+        """Nothing: the database belongs to the ``Metergraph`` that opened it."""
 
 
 def _run_row(row: Any) -> dict[str, Any]:

@@ -16,10 +16,9 @@ from triptych.metergraph.analysis_runner import AnalysisRunner
 from triptych.metergraph.analysis_sources import Replayer, StoreWorkloads, WorkloadSource
 from triptych.metergraph.call_store import CallStore
 from triptych.metergraph.columns import ColumnProjection
+from triptych.metergraph.control_stores import ANALYSIS_FILE, ControlStores
 from triptych.metergraph.detectors import IncidentSettings, load_incident_settings
 from triptych.metergraph.import_sync import ImportSyncService
-from triptych.metergraph.import_sync_store import SqliteImportSyncStore
-from triptych.metergraph.incidents import DB_FILE as INCIDENTS_FILE
 from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
@@ -38,13 +37,12 @@ from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
 from triptych.metergraph.webhooks import WebhookService, WebhookSettings, load_webhook_settings
-from triptych.metergraph.workload_store import WorkloadStore
 from triptych.metergraph.workloads import WorkloadService
 from triptych.metergraph.workspace import WorkspaceService
 
 DB_FILE = "metergraph.db"
 COLUMNS_DIR = "metergraph.columns"
-ANALYSIS_DB_FILE = "metergraph-analysis.db"
+ANALYSIS_DB_FILE = ANALYSIS_FILE
 
 
 def utc_now() -> datetime:
@@ -88,8 +86,9 @@ class Metergraph:
     links: AppLinks
     import_sync: ImportSyncService
     webhooks: WebhookService
-    # The data directory's metergraph file (workloads, import sync; the embedded engine's calls; the
-    # metadata unless it is on PostgreSQL), closed last.
+    control: ControlStores
+    # The data directory's metergraph file (the embedded engine's calls; the metadata, workloads and
+    # import sync unless they are on PostgreSQL), closed last.
     sqlite: Database
 
     @classmethod
@@ -110,20 +109,22 @@ class Metergraph:
         """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
         scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
         classification, else one workload per route. With ``database_url`` (``TRIPTYCH_DATABASE_URL``)
-        keys, sessions, routes and batch records are in that PostgreSQL database, shared by every worker
-        of every machine; else in the data directory's metergraph file."""
+        keys, sessions, routes and batch records and the control data (incidents, webhooks, reports and
+        runs, workloads, import sync) are in that PostgreSQL database, shared by every worker of every
+        machine; else in the data directory."""
         settings = settings or load_metergraph_settings()
         # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
         links = links or AppLinks(public_base(settings.public_url, "", 0))
         db = open_database(data_dir / DB_FILE)
-        metadata: MetadataStore = SqliteMetadataStore(db)
-        if database_url:
-            from triptych.metergraph.postgres_metadata_store import (
-                PostgresMetadataStore,
-                open_metadata_database,
-            )
+        control = ControlStores.open(data_dir, database_url, db)
+        metadata: MetadataStore
+        if control.pg is not None:
+            from triptych.metergraph.postgres_metadata_store import PostgresMetadataStore
 
-            metadata = PostgresMetadataStore(open_metadata_database(database_url))
+            # Keys, routes and batch records in the control stores' schema of the same database.
+            metadata = PostgresMetadataStore(control.pg)
+        else:
+            metadata = SqliteMetadataStore(db)
         store: CallStore
         columns: ColumnProjection | None = None
         if settings.clickhouse_url:
@@ -143,9 +144,8 @@ class Metergraph:
         pricer = Pricer()
         providers = Providers(provider_settings)
         replay = ReplayService(store, metadata, pricer, providers, clock)
-        # Workloads and their classification runs live in the SQLite metadata file on both engines; the
-        # calls they are classified from are read through the engine's store.
-        workloads = WorkloadService(WorkloadStore(db), store, clock, links.analysis)
+        # The calls workloads are classified from are read through the telemetry engine's store.
+        workloads = WorkloadService(control.workloads, store, clock, links.analysis)
         # Replay, and analysis runs (which replay), need a configured provider.
         workspace = WorkspaceService(
             store,
@@ -159,16 +159,16 @@ class Metergraph:
         usage = UsageService(store, clock)
         traces = TraceService(store, metadata, clock, workloads.match, workloads.classifications)
         incidents = IncidentService(
-            store, data_dir / INCIDENTS_FILE, incident_settings or load_incident_settings(), clock, metadata
+            store, control.incidents, incident_settings or load_incident_settings(), clock, metadata
         )
-        # Incident webhooks: endpoints and the outbox live in the incidents' file, written by its saves.
+        # Incident webhooks: endpoints and the outbox live in the incidents' database, written by its saves.
         webhooks = WebhookService(
             incidents.store.db, data_dir, webhook_settings or load_webhook_settings(), clock
         )
         incidents.store.outbox = webhooks.outbox
         incidents.store.outbox_committed = webhooks.committed
         limiter = RateLimiter(settings.agent_rate_per_minute)
-        report_store = ReportStore(data_dir / ANALYSIS_DB_FILE)
+        report_store = control.reports
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(
             workload_source or StoreWorkloads(store, metadata, workloads),
@@ -210,20 +210,20 @@ class Metergraph:
             workloads,
             incidents,
             links,
-            # Import-sync streams and leases live in the SQLite metadata file on both engines, so every
-            # worker of a server (and every process on the file) sees one holder per stream.
+            # Import-sync streams and leases are in one place every worker (and, on PostgreSQL, every
+            # machine) shares, so all see one holder per stream.
             ImportSyncService(
-                SqliteImportSyncStore(db),
+                control.import_sync,
                 clock=lambda: clock().timestamp(),
                 lease_seconds=settings.import_lease_seconds,
             ),
             webhooks,
+            control,
             db,
         )
 
     def close(self) -> None:
         self.analysis.close()  # first: a running analysis reads through both stores
-        self.report_store.close()
         if self.columns is not None:
             self.columns.close()  # first: its catch-up thread reads through the store
         self.webhooks.close()  # before the incidents' file it reads
@@ -231,4 +231,5 @@ class Metergraph:
         self.providers.close()
         self.calls.close()
         self.metadata.close()
+        self.control.close()  # after the metadata store, which may use its database
         self.sqlite.close()

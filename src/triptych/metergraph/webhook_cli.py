@@ -15,18 +15,21 @@ from triptych.metergraph.errors import MetergraphError
 
 @contextmanager
 def _webhooks(args: argparse.Namespace) -> Iterator[Any]:
-    """The webhook service on the data directory's incidents file (no sender: the server sends)."""
+    """The webhook service on the server's incident store: the data directory's incidents file, or the
+    PostgreSQL database in server mode (no sender: the server sends)."""
     from triptych.core.config import load_settings
-    from triptych.metergraph.incident_store import IncidentStore
-    from triptych.metergraph.incidents import DB_FILE
+    from triptych.metergraph.control_stores import control_database, incident_store
     from triptych.metergraph.webhooks import WebhookService, load_webhook_settings
 
-    data_dir = load_settings(data_dir=getattr(args, "data_dir", None)).data_dir
-    store = IncidentStore(data_dir / DB_FILE)
-    try:
-        yield WebhookService(store.db, data_dir, load_webhook_settings(), lambda: datetime.now(UTC))
-    finally:
-        store.close()
+    settings = load_settings(data_dir=getattr(args, "data_dir", None))
+    with control_database(settings.database_url) as pg:
+        store = incident_store(settings.data_dir, pg)
+        try:
+            yield WebhookService(
+                store.db, settings.data_dir, load_webhook_settings(), lambda: datetime.now(UTC)
+            )
+        finally:
+            store.close()
 
 
 def _guarded(command: Callable[[argparse.Namespace, Any], int]) -> Callable[[argparse.Namespace], int]:

@@ -1,7 +1,8 @@
-"""Webhook signing secrets at rest: sealed (AES-256-GCM) with a key kept in its own file in the data
-directory (``metergraph-webhooks.key``, mode 0600), so a copy of the SQLite file alone (a backup, a
-support bundle) does not give away the secrets. The secret must be recoverable to sign, so it cannot be
-stored hashed as agent keys are. Decision record 0076.
+"""Webhook signing secrets at rest: sealed (AES-256-GCM) with a key kept apart from the database, so a copy
+of the database alone (a backup, a support bundle) does not give away the secrets: ``MG_WEBHOOK_KEY``
+when set (server mode on several machines sets the same one everywhere, decision record 0161), else a
+key file in the data directory (``metergraph-webhooks.key``, mode 0600). The secret must be recoverable
+to sign, so it cannot be stored hashed as agent keys are. Decision record 0076.
 """
 
 from __future__ import annotations
@@ -22,11 +23,20 @@ def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)
 
 
+def valid_key(text: str) -> bool:
+    """Whether ``text`` is the base64 of a 256-bit key."""
+    try:
+        return len(base64.b64decode(text, validate=True)) == 32
+    except ValueError:
+        return False
+
+
 class SecretBox:
     """Seals and opens endpoint secrets; the associated data binds a sealed secret to its endpoint id."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, configured: str | None = None) -> None:
         self.path = data_dir / KEY_FILE
+        self._configured = configured
         self._cipher: AESGCM | None = None
 
     def _aead(self) -> AESGCM:
@@ -35,6 +45,8 @@ class SecretBox:
         return self._cipher
 
     def _key(self) -> bytes:
+        if self._configured is not None:
+            return base64.b64decode(self._configured)
         # O_EXCL: two processes creating the key at once agree on the one that won.
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -1,20 +1,26 @@
-"""Incident webhooks' persistence: the endpoints and the delivery outbox, in the incidents' SQLite file
-(``metergraph-incidents.db``) so a delivery row commits in the same transaction as the incident change it
-announces (``IncidentStore.save`` calls the outbox hook with its open connection).
+"""Incident webhooks' persistence: the endpoints and the delivery outbox, in the incidents' database (the
+SQLite file ``metergraph-incidents.db``, or Metergraph's PostgreSQL schema in server mode) so a delivery
+row commits in the same transaction as the incident change it announces (``IncidentStore.save`` calls
+the outbox hook with its open connection). ``SqliteWebhookStore`` and ``PostgresWebhookStore`` run the
+SQL of ``_WebhookSql``; where the engines differ they ask the dialect (``control_sql.py``).
 
 A delivery is one event for one endpoint: its body is stored as the exact bytes sent, so every attempt
 (and a resend after a restart) carries the same ``delivery_id``. Senders claim due rows with a lease
-(``lease_until_ms``) under the write lock, so several workers sharing the file never send a row at the
-same time; a lease left by a process that died expires and the row is sent again.
+(``lease_until_ms``): under SQLite's single writer, or skipping the rows another PostgreSQL transaction is
+claiming, so several workers never send a row at the same time; a lease left by a process that died expires and the row is sent again.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableDatabase
+from triptych.metergraph.control_pg import pg_ddl
+from triptych.metergraph.control_sql import POSTGRES, SQLITE, Connection, Dialect
+
+COMPONENT = "webhooks"
 
 MIGRATIONS = [
     """
@@ -51,6 +57,7 @@ MIGRATIONS = [
     CREATE INDEX webhook_deliveries_by_workspace ON webhook_deliveries (workspace, seq);
     """,
 ]
+PG_MIGRATIONS = [pg_ddl(MIGRATIONS[0])]
 
 _ENDPOINT_COLUMNS = "id, workspace, url, description, created_ms"
 
@@ -69,12 +76,33 @@ class Claimed:
     created_ms: int
 
 
-class WebhookStore:
-    """Endpoints and deliveries in the incident store's database (``db``), with their own migrations."""
+class WebhookStore(Protocol):
+    """Webhook endpoints and the delivery outbox of one engine."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        db.migrate("webhooks", MIGRATIONS)
+    def add_endpoint(
+        self, endpoint_id: str, workspace: str, url: str, description: str | None, sealed: str, now_ms: int
+    ) -> None: ...
+    def endpoints(self, workspace: str | None = None) -> list[dict[str, Any]]: ...
+    def endpoint(self, endpoint_id: str) -> tuple[dict[str, Any], str] | None: ...
+    def remove_endpoint(self, endpoint_id: str, now_ms: int) -> int | None: ...
+    def workspace_endpoints(self, conn: Connection, workspace: str) -> list[str]: ...
+    def enqueue(self, conn: Connection, rows: list[dict[str, Any]]) -> None: ...
+    def record(self, row: dict[str, Any]) -> None: ...
+    def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[Claimed]: ...
+    def finish(self, outcomes: list[dict[str, Any]]) -> None: ...
+    def next_due_ms(self) -> int | None: ...
+    def deliveries(
+        self, workspace: str | None, endpoint_id: str | None, status: str | None, limit: int
+    ) -> list[dict[str, Any]]: ...
+    def prune(self, before_ms: int) -> int: ...
+    def body(self, delivery_id: str) -> str | None: ...
+
+
+class _WebhookSql:
+    """The webhook SQL both engines run, over the incident store's database ``db``."""
+
+    dialect: Dialect
+    db: Any
 
     # -- endpoints --------------------------------------------------------------------------------
 
@@ -110,22 +138,24 @@ class WebhookStore:
         with self.db.transaction() as conn:
             if conn.execute("DELETE FROM webhook_endpoints WHERE id = ?", (endpoint_id,)).rowcount == 0:
                 return None
-            return conn.execute(
-                "UPDATE webhook_deliveries SET status = 'cancelled', finished_ms = ?, lease_until_ms = 0"
-                " WHERE endpoint_id = ? AND status = 'pending'",
-                (now_ms, endpoint_id),
-            ).rowcount
+            return int(
+                conn.execute(
+                    "UPDATE webhook_deliveries SET status = 'cancelled', finished_ms = ?, lease_until_ms = 0"
+                    " WHERE endpoint_id = ? AND status = 'pending'",
+                    (now_ms, endpoint_id),
+                ).rowcount
+            )
 
     # -- the outbox -------------------------------------------------------------------------------
 
     @staticmethod
-    def workspace_endpoints(conn: sqlite3.Connection, workspace: str) -> list[str]:
+    def workspace_endpoints(conn: Connection, workspace: str) -> list[str]:
         """Inside the incident transaction: the ids of the endpoints an event of ``workspace`` goes to."""
         rows = conn.execute("SELECT id FROM webhook_endpoints WHERE workspace = ? ORDER BY id", (workspace,))
         return [str(r[0]) for r in rows]
 
     @staticmethod
-    def enqueue(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
+    def enqueue(conn: Connection, rows: list[dict[str, Any]]) -> None:
         """Inside the caller's transaction: pending deliveries, due at once."""
         conn.executemany(
             "INSERT INTO webhook_deliveries (id, endpoint_id, workspace, event_type, incident_id, body, status,"
@@ -152,7 +182,7 @@ class WebhookStore:
                 "SELECT d.id, d.endpoint_id, e.url, e.secret, d.body, d.event_type, d.attempts, d.created_ms"
                 " FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id"
                 " WHERE d.status = 'pending' AND d.next_attempt_ms <= ? AND d.lease_until_ms <= ?"
-                " ORDER BY d.next_attempt_ms, d.seq LIMIT ?",
+                " ORDER BY d.next_attempt_ms, d.seq LIMIT ?" + self.dialect.skip_locked("d"),
                 (now_ms, now_ms, limit),
             ).fetchall()
             conn.executemany(
@@ -180,7 +210,8 @@ class WebhookStore:
     def next_due_ms(self) -> int | None:
         """When the earliest pending delivery (leased or not) may be attempted."""
         row = self.db.conn.execute(
-            "SELECT MIN(MAX(next_attempt_ms, lease_until_ms)) FROM webhook_deliveries WHERE status = 'pending'"
+            f"SELECT MIN({self.dialect.greatest('next_attempt_ms', 'lease_until_ms')}) FROM webhook_deliveries"
+            " WHERE status = 'pending'"
         ).fetchone()
         return None if row[0] is None else int(row[0])
 
@@ -209,12 +240,40 @@ class WebhookStore:
     def prune(self, before_ms: int) -> int:
         """Forget finished deliveries (delivered, failed, cancelled) that ended before ``before_ms``."""
         with self.db.transaction() as conn:
-            return conn.execute(
-                "DELETE FROM webhook_deliveries WHERE status != 'pending' AND finished_ms < ?", (before_ms,)
-            ).rowcount
+            return int(
+                conn.execute(
+                    "DELETE FROM webhook_deliveries WHERE status != 'pending' AND finished_ms < ?",
+                    (before_ms,),
+                ).rowcount
+            )
 
     def body(self, delivery_id: str) -> str | None:
         row = self.db.conn.execute(
             "SELECT body FROM webhook_deliveries WHERE id = ?", (delivery_id,)
         ).fetchone()
         return None if row is None else str(row[0])
+
+
+class SqliteWebhookStore(_WebhookSql):
+    """Endpoints and deliveries in the incidents' SQLite file, with their own migrations."""
+
+    dialect = SQLITE
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.migrate(COMPONENT, MIGRATIONS)
+
+
+class PostgresWebhookStore(_WebhookSql):
+    """Endpoints and deliveries in Metergraph's PostgreSQL schema, shared by every worker."""
+
+    dialect = POSTGRES
+
+    def __init__(self, db: PortableDatabase) -> None:
+        self.db = db
+        db.migrate(COMPONENT, PG_MIGRATIONS)
+
+
+def webhook_store(db: Database | PortableDatabase) -> WebhookStore:
+    """The webhook store of the incident store's database, on its engine."""
+    return PostgresWebhookStore(db) if isinstance(db, PortableDatabase) else SqliteWebhookStore(db)

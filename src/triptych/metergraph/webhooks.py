@@ -14,7 +14,6 @@ import hmac
 import ipaddress
 import json
 import math
-import sqlite3
 import threading
 import time
 import uuid
@@ -25,15 +24,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableDatabase
+from triptych.metergraph.control_sql import Connection
 from triptych.metergraph.errors import InvalidArgument, NotFoundError
 from triptych.metergraph.incident_store import Incident
 from triptych.metergraph.incidents import render_incident
-from triptych.metergraph.webhook_secrets import SecretBox, new_secret
-from triptych.metergraph.webhook_store import WebhookStore
+from triptych.metergraph.webhook_secrets import SecretBox, new_secret, valid_key
+from triptych.metergraph.webhook_store import webhook_store
 
 EVENT_TYPES = ("incident.opened", "incident.updated", "incident.resolved")
 TEST_EVENT = "webhook.test"
@@ -67,6 +68,16 @@ class WebhookSettings(BaseSettings):
     poll_seconds: float = Field(1.0, gt=0, validation_alias=_env("poll_seconds"))
     # Deliveries in flight at once (per server process).
     concurrency: int = Field(8, ge=1, le=64, validation_alias=_env("concurrency"))
+    # The key endpoint secrets are sealed with (base64 of 32 bytes), else a key file in the data directory:
+    # servers on several machines (server mode) set the same one everywhere (decision record 0161).
+    key: str | None = Field(None, validation_alias=_env("key"), repr=False)
+
+    @field_validator("key")
+    @classmethod
+    def _a_256_bit_key(cls, value: str | None) -> str | None:
+        if value is not None and not valid_key(value):
+            raise ValueError("MG_WEBHOOK_KEY must be the base64 of 32 bytes (e.g. `openssl rand -base64 32`)")
+        return value
 
 
 def load_webhook_settings(**overrides: Any) -> WebhookSettings:
@@ -234,10 +245,14 @@ class WebhookService:
     """Endpoints, the outbox hook and delivery history over the incidents' database (``db``)."""
 
     def __init__(
-        self, db: Database, data_dir: Path, settings: WebhookSettings, clock: Callable[[], datetime]
+        self,
+        db: Database | PortableDatabase,
+        data_dir: Path,
+        settings: WebhookSettings,
+        clock: Callable[[], datetime],
     ) -> None:
-        self.store = WebhookStore(db)
-        self.box = SecretBox(data_dir)
+        self.store = webhook_store(db)
+        self.box = SecretBox(data_dir, settings.key)
         self.settings = settings
         self.clock = clock
         # Set by the sender thread (webhook_delivery.py) so a commit in this process wakes it at once.
@@ -319,7 +334,7 @@ class WebhookService:
 
     # -- the outbox -------------------------------------------------------------------------------
 
-    def outbox(self, conn: sqlite3.Connection, event_type: str, incident: Incident) -> None:
+    def outbox(self, conn: Connection, event_type: str, incident: Incident) -> None:
         """``IncidentStore``'s hook, inside the transaction that changes ``incident``: one pending delivery
         per endpoint of its workspace (nothing when it has none)."""
         endpoints = self.store.workspace_endpoints(conn, incident.workspace)

@@ -1,15 +1,21 @@
-"""Persistence of workloads and classification runs in the telemetry store's SQLite metadata file (its
-own migration component, ``workloads``), on both engines. The calls classification reads come from the
-``CallStore`` (``workload_features``), so they are read wherever the engine keeps them.
+"""Persistence of workloads and classification runs (migration component ``workloads``). Embedded, and
+with ClickHouse telemetry on one machine: the metergraph SQLite file (``SqliteWorkloadStore``). Server
+mode (``TRIPTYCH_DATABASE_URL``): Metergraph's PostgreSQL schema (``PostgresWorkloadStore``). Both run
+the SQL of ``_WorkloadSql``. The calls classification reads come from the ``CallStore``
+(``workload_features``), so they are read wherever the engine keeps them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from triptych.core.db import Database
+from triptych.core.pg import PortableDatabase
+from triptych.metergraph.control_pg import pg_ddl
+
+COMPONENT = "workloads"
 
 MIGRATIONS = [
     """
@@ -43,12 +49,28 @@ MIGRATIONS = [
     CREATE INDEX classification_runs_by_workspace ON classification_runs (workspace, created_at);
     """
 ]
+PG_MIGRATIONS = [pg_ddl(MIGRATIONS[0])]
 
 
-class WorkloadStore:
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        db.migrate("workloads", MIGRATIONS)
+class WorkloadStore(Protocol):
+    """Saved workloads and classification runs of one engine."""
+
+    def replace_workloads(
+        self, workspace: str, run_id: str, rows: Sequence[dict[str, Any]], run: dict[str, Any]
+    ) -> None: ...
+    def insert_run(self, run: dict[str, Any]) -> None: ...
+    def workloads(
+        self, workspace: str, routes: Sequence[str | None] | None = None
+    ) -> list[dict[str, Any]]: ...
+    def workload(self, workspace: str, workload_id: str) -> dict[str, Any] | None: ...
+    def runs(self, workspace: str, limit: int) -> list[dict[str, Any]]: ...
+    def run(self, workspace: str, run_id: str) -> dict[str, Any] | None: ...
+
+
+class _WorkloadSql:
+    """The workload SQL both engines run, over ``db``."""
+
+    db: Any
 
     # -- workloads ---------------------------------------------------------------------------
 
@@ -93,7 +115,7 @@ class WorkloadStore:
             clauses = [f"route IN ({', '.join('?' * len(named))})"] if named else []
             if None in routes:
                 clauses.append("route IS NULL")
-            sql += f" AND ({' OR '.join(clauses) or '0'})"
+            sql += f" AND ({' OR '.join(clauses) or '1 = 0'})"
             params.extend(named)
         rows = self.db.conn.execute(sql + " ORDER BY calls DESC, workload_id", params)
         return [_workload(r) for r in rows]
@@ -117,6 +139,22 @@ class WorkloadStore:
             "SELECT * FROM classification_runs WHERE workspace = ? AND run_id = ?", (workspace, run_id)
         ).fetchone()
         return None if row is None else dict(row)
+
+
+class SqliteWorkloadStore(_WorkloadSql):
+    """Workloads in the telemetry store's SQLite metadata file, with their own migrations."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.migrate(COMPONENT, MIGRATIONS)
+
+
+class PostgresWorkloadStore(_WorkloadSql):
+    """Workloads in Metergraph's PostgreSQL schema, shared by every worker of every machine."""
+
+    def __init__(self, db: PortableDatabase) -> None:
+        self.db = db
+        db.migrate(COMPONENT, PG_MIGRATIONS)
 
 
 def _workload(row: Any) -> dict[str, Any]:

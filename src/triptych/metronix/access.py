@@ -75,6 +75,24 @@ def valid_agent_id(value: str | None) -> str | None:
     return value if _AGENT_ID.fullmatch(value) else None
 
 
+def acting_agent(caller: Caller, argument: str) -> str:
+    """The call's agent: the ``agent_id`` argument, which the contract keeps required. A connection that
+    names its agent (``X-Agent-Id``, or ``TRIPTYCH_AGENT_ID`` over stdio) may act only as that agent, so
+    what it writes and reads is attributed to the agent the header names."""
+    if caller.agent_id is not None and argument != caller.agent_id:
+        raise InvalidParams(
+            f"agent_id {argument!r} differs from this connection's agent {caller.agent_id!r}",
+            hint="Send the same value as agent_id and in X-Agent-Id (TRIPTYCH_AGENT_ID over stdio)",
+            details={"field": "agent_id", "connection_agent_id": caller.agent_id},
+        )
+    return argument
+
+
+def review_actor(caller: Caller) -> str:
+    """Who a review audit event names: the connection's agent when it says which, else the MCP caller."""
+    return f"agent:{caller.agent_id}" if caller.agent_id else "mcp_caller"
+
+
 def resolve_workspace(principal: Principal, requested: str | None, default: str) -> str:
     """The workspace a call acts on, refused before any data access when it is not granted.
 

@@ -64,7 +64,7 @@ class Visibility:
     source_types: tuple[str, ...] = ()  # empty: any source type
 
     def admits(self, a: Attributes) -> bool:
-        """Whether the record may be seen: the rule of ``SqliteMemoryStore._where``, restated."""
+        """Whether the record may be seen: the rule of ``memory_store_reads.visibility_where``, restated."""
         # Global records are the workspace's; the rest are their agent's, and session records only while
         # their TTL runs (and only the session asked for, when one is).
         if a.scope != "global":

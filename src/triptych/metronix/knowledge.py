@@ -212,28 +212,41 @@ class KnowledgeService:
         if not 1 <= top_k <= 50:
             raise InvalidParams(f"top_k must be between 1 and 50, got {top_k}", details={"field": "top_k"})
         self._model_guard.check()
-        results = self.hybrid(workspace, query, top_k)
+        results, retrieval = self.hybrid_with_retrieval(workspace, query, top_k)
         return {
             "results": results,
             "count": len(results),
             "latency_ms": round((time.perf_counter() - started) * 1000),
+            "retrieval": retrieval,
         }
 
     def hybrid(self, workspace: str, query: str, top_k: int) -> list[dict[str, Any]]:
-        """BM25 and dense candidates from the workspace only, fused; one result per distinct text.
+        return self.hybrid_with_retrieval(workspace, query, top_k)[0]
+
+    def hybrid_with_retrieval(
+        self, workspace: str, query: str, top_k: int
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """BM25 and dense candidates from the workspace only, fused; one result per distinct text; and
+        how each side answered (``retrieval``: docs/decisions/0131-search-says-how-it-answered.md).
 
         A document is represented by its best chunk, and documents with identical text by the best of
         them: the others' labels go in ``duplicate_labels``, so five copies of one file take one place in
-        ``top_k``, not five.
+        ``top_k``, not five. Right after a start, a large workspace's indexes load in the background and
+        the search answers from the side that is ready (``"loading"`` names the other).
         """
         n = max(self.candidates, top_k * 5)
         pending = self._query_embedding.submit(self.embedder.embed, [query])
         # Both sides answer as of one read of the workspace's generation: one round trip on a server
         # engine, and the two candidate lists describe the same state of the workspace.
         generation = self.store.generation(workspace)
-        keyword = self.store.keyword_search(workspace, query, n, generation)
+        keyword_side = self.store.keyword_candidates(workspace, query, n, generation)
         vector = pending.result()[0]
-        dense = self.store.vector_search(workspace, vector, n, generation)
+        # With the keyword side still loading, the vectors are loaded in the search rather than answer
+        # with nothing (seconds at 100,000 chunks, against a minute for the keyword index).
+        loading = keyword_side.method == "loading"
+        dense_side = self.store.dense_candidates(workspace, vector, n, generation, wait=loading)
+        retrieval = {"dense": dense_side.method, "keyword": keyword_side.method}
+        keyword, dense = keyword_side.hits, dense_side.hits
         fused = convex([dense, keyword], [0.5, 0.5])
         dense_scores = dict(dense)
         keyword_scores = dict(keyword)
@@ -264,7 +277,7 @@ class KnowledgeService:
                 break
         unread = [hit.body_hash for hit in best if hit.same_text is None]
         same_text = self.store.labels_by_body(workspace, unread) if unread else {}
-        return [
+        results = [
             {
                 "doc_label": hit.doc_label,
                 "title": hit.title,
@@ -285,6 +298,7 @@ class KnowledgeService:
             }
             for hit in best
         ]
+        return results, retrieval
 
     def reindex(self, progress: Callable[[int], None] | None = None) -> int:
         """Re-embed every stored chunk with the configured model; returns how many were re-embedded."""

@@ -125,6 +125,7 @@ class RankingRow(NamedTuple):
     importance_score: float
     created_at: str
     entities: frozenset[str]
+    links: frozenset[str] = frozenset()  # the record ids it is explicitly related to (``memory_links``)
 
 
 # The record's fields stored as they are, under the same name in a database row, in ``MemoryRecord`` and

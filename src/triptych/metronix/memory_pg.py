@@ -1,9 +1,10 @@
 """Agent memory's hot write on PostgreSQL: a new record, its side tables and both cache counters in one
 statement, sent with its write lock as one round trip (``PortableDatabase.batched``).
 
-The engine-neutral ``SqliteMemoryStore.insert`` takes 14 statements; on SQLite each costs microseconds,
-on PostgreSQL each is a round trip to another process (milliseconds on a busy machine), so this engine
-folds them into one data-modifying ``WITH``: what it writes is exactly what the neutral path writes.
+The engine-neutral ``MemoryWrites.insert`` (``memory_store_writes``) takes 14 statements; on SQLite each
+costs microseconds, on PostgreSQL each is a round trip to another process (milliseconds on a busy machine),
+so ``PostgresMemoryStore`` folds them into one data-modifying ``WITH``: what it writes is exactly what
+the neutral path writes.
 A dedup-key conflict inserts nothing (every part hangs off the inserted row) and returns no row; the
 caller then takes the neutral path, which finds the twin and slides its TTL as before.
 """
@@ -84,7 +85,7 @@ def insert_record(
     enqueue: bool,
     window_seconds: float,
 ) -> Inserted | None:
-    """Insert ``record`` as ``SqliteMemoryStore.insert`` would, in one round trip; None if a record with
+    """Insert ``record`` as ``MemoryWrites.insert`` would, in one round trip; None if a record with
     its dedup key exists (nothing was written)."""
     params: dict[str, Any] = {
         "id": record.id,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
-from triptych.core.db import MAX_OFFSET
-from triptych.core.mcp import Tool, ToolArgs
-from triptych.metronix.access import Caller
+from triptych.core.bounds import MAX_OFFSET
+from triptych.core.mcp import DeclaredTool, ToolArgs
+from triptych.metronix.access import Caller, acting_agent, review_actor
 from triptych.metronix.arguments import (
     REVIEW_ACTION,
     ReviewReason,
@@ -18,7 +19,6 @@ from triptych.metronix.arguments import (
     status_field,
     workspace_field,
 )
-from triptych.metronix.errors import InvalidParams
 from triptych.metronix.memory import MAX_BATCH, MAX_TOP_K, MCP_DEFAULTS, MemoryService
 
 Kind = Literal["fact", "preference", "pinned"]
@@ -125,118 +125,117 @@ class ReviewResolveArgs(ToolArgs):
     notes: str | None = Field(None, description="Free-form audit note (capped at 1024 chars)")
 
 
-def agent_of(caller: Caller, argument: str) -> str:
-    """The call's agent: the ``agent_id`` argument, which the contract keeps required. A connection that
-    names its agent (``X-Agent-Id``, or ``TRIPTYCH_AGENT_ID`` over stdio) may act only as that agent, so
-    what it writes and reads is attributed to the agent the header names."""
-    if caller.agent_id is not None and argument != caller.agent_id:
-        raise InvalidParams(
-            f"agent_id {argument!r} differs from this connection's agent {caller.agent_id!r}",
-            hint="Send the same value as agent_id and in X-Agent-Id (TRIPTYCH_AGENT_ID over stdio)",
-            details={"field": "agent_id", "connection_agent_id": caller.agent_id},
-        )
-    return argument
+def store(service: MemoryService, caller: Caller, a: StoreArgs) -> dict[str, Any]:
+    return service.store_record(
+        caller.principal, workspace_id=requested_workspace(a), content=a.content, agent_id=acting_agent(caller, a.agent_id),
+        scope=a.scope, tags=a.tags, importance_score=a.importance_score, source_type=a.source_type,
+        session_id=a.session_id, kind=a.kind, metadata=a.metadata,
+    )  # fmt: skip
 
 
-def memory_tools(service: MemoryService) -> list[Tool[Caller]]:
-    def store(caller: Caller, a: StoreArgs) -> dict[str, Any]:
-        return service.store_record(
-            caller.principal, workspace_id=requested_workspace(a), content=a.content, agent_id=agent_of(caller, a.agent_id),
-            scope=a.scope, tags=a.tags, importance_score=a.importance_score, source_type=a.source_type,
-            session_id=a.session_id, kind=a.kind, metadata=a.metadata,
-        )  # fmt: skip
+def search(service: MemoryService, caller: Caller, a: SearchArgs) -> dict[str, Any]:
+    return service.search(
+        caller.principal, workspace_id=requested_workspace(a), query=a.query, agent_id=acting_agent(caller, a.agent_id), scope=a.scope,
+        tags=a.tags, session_id=a.session_id, top_k=a.top_k, status=a.status, kind=a.kind,
+    )  # fmt: skip
 
-    def search(caller: Caller, a: SearchArgs) -> dict[str, Any]:
-        return service.search(
-            caller.principal, workspace_id=requested_workspace(a), query=a.query, agent_id=agent_of(caller, a.agent_id), scope=a.scope,
-            tags=a.tags, session_id=a.session_id, top_k=a.top_k, status=a.status, kind=a.kind,
-        )  # fmt: skip
 
-    def delete(caller: Caller, a: DeleteArgs) -> dict[str, Any]:
-        return service.delete(caller.principal, requested_workspace(a), a.record_id, caller.agent_id)
+def delete(service: MemoryService, caller: Caller, a: DeleteArgs) -> dict[str, Any]:
+    return service.delete(caller.principal, requested_workspace(a), a.record_id, caller.agent_id)
 
-    def batch_store(caller: Caller, a: BatchStoreArgs) -> dict[str, Any]:
-        return service.batch_store(
-            caller.principal, workspace_id=requested_workspace(a), records=a.records, agent_id=agent_of(caller, a.agent_id),
-            scope=a.scope, importance_score=a.importance_score, source_type=a.source_type,
-            session_id=a.session_id, kind=a.kind,
-        )  # fmt: skip
 
-    def list_(caller: Caller, a: ListArgs) -> dict[str, Any]:
-        return service.list_records(
-            caller.principal, workspace_id=requested_workspace(a), agent_id=agent_of(caller, a.agent_id), scope=a.scope, tags=a.tags,
-            limit=a.limit, offset=a.offset, status=a.status, kind=a.kind,
-        )  # fmt: skip
+def batch_store(service: MemoryService, caller: Caller, a: BatchStoreArgs) -> dict[str, Any]:
+    return service.batch_store(
+        caller.principal, workspace_id=requested_workspace(a), records=a.records, agent_id=acting_agent(caller, a.agent_id),
+        scope=a.scope, importance_score=a.importance_score, source_type=a.source_type,
+        session_id=a.session_id, kind=a.kind,
+    )  # fmt: skip
 
-    def update(caller: Caller, a: UpdateArgs) -> dict[str, Any]:
-        return service.update(
-            caller.principal, workspace_id=requested_workspace(a), record_id=a.record_id, content=a.content,
-            tags=a.tags, importance_score=a.importance_score, kind=a.kind, caller_agent=caller.agent_id,
-        )  # fmt: skip
 
-    def review_list(caller: Caller, a: ReviewListArgs) -> dict[str, Any]:
-        return service.review_list(
-            caller.principal, requested_workspace(a), a.reason, a.record_id, a.limit, a.offset
-        )
+def list_(service: MemoryService, caller: Caller, a: ListArgs) -> dict[str, Any]:
+    return service.list_records(
+        caller.principal, workspace_id=requested_workspace(a), agent_id=acting_agent(caller, a.agent_id), scope=a.scope, tags=a.tags,
+        limit=a.limit, offset=a.offset, status=a.status, kind=a.kind,
+    )  # fmt: skip
 
-    def review_resolve(caller: Caller, a: ReviewResolveArgs) -> dict[str, Any]:
-        # The audit event names the agent that resolved the entry, when the connection says which.
-        actor = f"agent:{caller.agent_id}" if caller.agent_id else "mcp_caller"
-        return service.review_resolve(
-            caller.principal, requested_workspace(a), a.review_id, a.action, a.notes, actor
-        )
 
-    specs: list[tuple[str, str, type[ToolArgs], Any, bool]] = [
-        (
-            "memory_store",
-            "Persist an agent memory record; deduplicates by content hash.",
-            StoreArgs,
-            store,
-            False,
-        ),
-        (
-            "memory_search",
-            "Hybrid search over agent memory: dense + keyword first stage, entity graph and session recency. "
-            "score = 0.6*dense_score + 0.3*graph_score + 0.1*session_boost.",
-            SearchArgs,
-            search,
-            True,
-        ),
-        ("memory_delete", "Delete a persistent (non-session) memory record.", DeleteArgs, delete, False),
-        (
-            "memory_batch_store",
-            "Persist up to 100 memory records in order; one bad record never aborts the batch.",
-            BatchStoreArgs,
-            batch_store,
-            False,
-        ),
-        ("memory_list", "Enumerate an agent's memory records with honest pagination.", ListArgs, list_, True),
-        (
-            "memory_update",
-            "Update a memory record in place; only the fields passed change.",
-            UpdateArgs,
-            update,
-            False,
-        ),
-        (
-            "memory_review_list",
-            "Pending memory review-queue entries (possible duplicates, contradictions, low-confidence decisions).",
-            ReviewListArgs,
-            review_list,
-            True,
-        ),
-        (
-            "memory_review_resolve",
-            "Resolve one review entry: keep, archive, merge_into:<record_id> or discard (soft; nothing is deleted).",
-            ReviewResolveArgs,
-            review_resolve,
-            False,
-        ),
-    ]
-    tools = [Tool(name, text, args, handler, read_only) for name, text, args, handler, read_only in specs]
-    # The upstream product's own clients and guides call the same tools by these names.
-    aliases = [
-        Tool("metronix_" + t.name, t.description + f" (alias of {t.name})", t.args, t.handler, t.read_only)
-        for t in tools
-    ]
-    return tools + aliases
+def update(service: MemoryService, caller: Caller, a: UpdateArgs) -> dict[str, Any]:
+    return service.update(
+        caller.principal, workspace_id=requested_workspace(a), record_id=a.record_id, content=a.content,
+        tags=a.tags, importance_score=a.importance_score, kind=a.kind, caller_agent=caller.agent_id,
+    )  # fmt: skip
+
+
+def review_list(service: MemoryService, caller: Caller, a: ReviewListArgs) -> dict[str, Any]:
+    return service.review_list(
+        caller.principal, requested_workspace(a), a.reason, a.record_id, a.limit, a.offset
+    )
+
+
+def review_resolve(service: MemoryService, caller: Caller, a: ReviewResolveArgs) -> dict[str, Any]:
+    return service.review_resolve(
+        caller.principal, requested_workspace(a), a.review_id, a.action, a.notes, review_actor(caller)
+    )
+
+
+MemoryTool = DeclaredTool[MemoryService, Caller]
+STORE = DeclaredTool(
+    "memory_store", "Persist an agent memory record; deduplicates by content hash.", StoreArgs, store, False
+)
+SEARCH = DeclaredTool(
+    "memory_search",
+    "Hybrid search over agent memory: dense + keyword first stage, entity graph and session recency. "
+    "score = 0.6*dense_score + 0.3*graph_score + 0.1*session_boost.",
+    SearchArgs,
+    search,
+)
+DELETE = DeclaredTool(
+    "memory_delete", "Delete a persistent (non-session) memory record.", DeleteArgs, delete, False
+)
+BATCH_STORE = DeclaredTool(
+    "memory_batch_store",
+    "Persist up to 100 memory records in order; one bad record never aborts the batch.",
+    BatchStoreArgs,
+    batch_store,
+    False,
+)
+LIST = DeclaredTool(
+    "memory_list", "Enumerate an agent's memory records with honest pagination.", ListArgs, list_
+)
+UPDATE = DeclaredTool(
+    "memory_update",
+    "Update a memory record in place; only the fields passed change.",
+    UpdateArgs,
+    update,
+    False,
+)
+REVIEW_LIST = DeclaredTool(
+    "memory_review_list",
+    "Pending memory review-queue entries (possible duplicates, contradictions, low-confidence decisions).",
+    ReviewListArgs,
+    review_list,
+)
+REVIEW_RESOLVE = DeclaredTool(
+    "memory_review_resolve",
+    "Resolve one review entry: keep, archive, merge_into:<record_id> or discard (soft; nothing is deleted).",
+    ReviewResolveArgs,
+    review_resolve,
+    False,
+)
+CONTRACT_TOOLS: list[MemoryTool] = [
+    STORE,
+    SEARCH,
+    DELETE,
+    BATCH_STORE,
+    LIST,
+    UPDATE,
+    REVIEW_LIST,
+    REVIEW_RESOLVE,
+]
+# The upstream product's own clients and guides call the same tools by these names.
+ALIASES = [
+    replace(t, name="metronix_" + t.name, description=t.description + f" (alias of {t.name})")
+    for t in CONTRACT_TOOLS
+]
+# The agent-memory tools, registered with the surface's ``MemoryService``.
+MEMORY_TOOLS: list[MemoryTool] = CONTRACT_TOOLS + ALIASES

@@ -22,10 +22,10 @@ from psycopg import Connection, sql
 
 from triptych.core.db import Database
 from triptych.core.errors import Invalid
-from triptych.core.pg import PgDatabase, PortableDatabase, one, redacted
+from triptych.core.pg import PgDatabase, one, redacted
 from triptych.core.transfer import Copied, Progress, remove_database, snapshot
 from triptych.metronix import memory_store, store
-from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.pg_store import PostgresKnowledgeStore
 
 # Rows read and written per batch: bounded memory whatever the size of the data directory.
 BATCH = 1_000
@@ -176,8 +176,8 @@ def migrate_to_postgres(data_dir: Path, url: str, progress: Progress, default_di
         pg = PgDatabase(url)
         try:
             dim = _dimension(source) or default_dim
-            PgKnowledgeStore(pg, dim)  # creates (or checks) the schema and its vector index
-            memory_store.SqliteMemoryStore(PortableDatabase(pg), dim)
+            PostgresKnowledgeStore(pg, dim)  # creates (or checks) the schema and its vector index
+            memory_store.PostgresMemoryStore(pg, dim)  # creates the memory schema
             copied = Copied(redacted(url), _summary)
             with pg.transaction() as conn:
                 _ensure_empty(conn, url)

@@ -28,10 +28,12 @@ from triptych.core.keyword_index import Changes, Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PgDatabase, one
 from triptych.core.search import PATCH_LIMIT, Vector, VectorIndex
+from triptych.metronix import store as embedded
 from triptych.metronix.store import (
     CHUNK_HIT_COLUMNS,
     DOCUMENT_COLUMNS,
     MAX_DUPLICATE_LABELS,
+    Candidates,
     ChunkHit,
     DocumentRecord,
     NewDocument,
@@ -113,7 +115,7 @@ EF_SEARCH = 128
 SAME_TEXT_READ = MAX_DUPLICATE_LABELS + 1
 
 
-class PgKnowledgeStore:
+class PostgresKnowledgeStore:
     def __init__(self, db: PgDatabase, dim: int, mirror: bool = True) -> None:
         """``mirror=False`` searches vectors through pgvector's index only (tests of that path)."""
         self.db = db
@@ -199,7 +201,7 @@ class PgKnowledgeStore:
             "INSERT INTO kb_keyword_changes VALUES (%s, %s, %s, %s)",
             (workspace_id, generation, added, removed),
         )
-        PgKnowledgeStore._prune_log(conn, [(workspace_id, generation)])
+        PostgresKnowledgeStore._prune_log(conn, [(workspace_id, generation)])
 
     @staticmethod
     def _prune_log(conn: Conn, written: Sequence[tuple[str, int]]) -> None:
@@ -355,6 +357,37 @@ class PgKnowledgeStore:
         self._catch_up(workspace_id, generation)
         return self.keywords.search(workspace_id, generation, query, limit)
 
+    def keyword_candidates(self, workspace_id: str, query: str, limit: int, generation: int) -> Candidates:
+        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
+        self._catch_up(workspace_id, generation)
+        return embedded.bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
+
+    def dense_candidates(
+        self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False
+    ) -> Candidates:
+        """Dense candidates from the in-process mirror ("hnsw", or "exact" below the graph's threshold)
+        when it is current, else from pgvector's HNSW index ("pgvector"), which PostgreSQL keeps on
+        disk: a restarted worker answers from it while its mirror loads (so ``wait`` changes nothing)."""
+        if limit <= 0:
+            return Candidates([], "pgvector")
+        if self._mirror:
+            self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
+            if self.index.serves(workspace_id, generation):
+                hits, method = self.index.search_with_method(workspace_id, generation, query, limit)
+                return Candidates(hits, method)
+            cached = self.index.cached(workspace_id)
+            if cached is None or cached[0] < generation:
+                self._refresh_in_background(workspace_id)
+        return Candidates(self.hnsw_search(workspace_id, query, limit), "pgvector")
+
+    def _large(self, workspace_id: str) -> bool:
+        """Whether loading the workspace's keyword index is too slow for a search to wait for."""
+        found = self._scalar(
+            "SELECT count(*) FROM (SELECT 1 FROM kb_chunks WHERE workspace_id = %s LIMIT %s) AS c",
+            (workspace_id, embedded.BACKGROUND_LOAD_CHUNKS),
+        )
+        return found >= embedded.BACKGROUND_LOAD_CHUNKS
+
     def _mirror_apply(
         self, workspace_id: str, before: int, added: list[tuple[int, Vector]], removed: list[int]
     ) -> None:
@@ -410,9 +443,9 @@ class PgKnowledgeStore:
         with self.db.connection() as conn:
             workspaces = conn.execute("SELECT id, generation FROM kb_workspaces").fetchall()
         for workspace, generation in workspaces:
-            self.keywords.sync(str(workspace), int(generation))
             if self._mirror:
                 self._refresh_in_background(str(workspace))
+            self.keywords.preload(str(workspace), int(generation))
 
     def vector_search(
         self, workspace_id: str, query: Vector, limit: int, generation: int | None = None
@@ -648,3 +681,7 @@ class PgKnowledgeStore:
         for thread in running:  # a load in flight holds a pooled connection
             thread.join(30)
         self.db.close()
+
+
+# The name it had before issue 29 ("one implementation per engine, named after its engine").
+PgKnowledgeStore = PostgresKnowledgeStore

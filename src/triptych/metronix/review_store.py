@@ -1,10 +1,13 @@
-"""Agent memory's review queue, audit events and freshness queue (the embedded engine).
+"""Agent memory's review queue, audit events and freshness queue: the ``ReviewStore`` protocol and one
+implementation per engine (``SqliteReviewStore``, ``PostgresReviewStore``).
 
 Split from ``memory_store.py`` (issue 16): the job of filing what freshness checks find, resolving it,
 recording machine events and tracking queued checks. Its tables live in the memory component's
-migrations (``memory_store.MIGRATIONS``), in the same database as the records, because a filing changes
-a record's status in the same transaction; the record store hands this one its database, write gate
-and attribute cache so those changes reach the caches exactly as a record write does.
+migrations (``memory_schema_sqlite``, ``memory_schema_pg``), in the same database as the records,
+because a filing changes a record's status in the same transaction; the record store hands this one its
+database, write gate and caches so those changes reach the caches exactly as a record write does. The
+SQL is written once, in the dialect both engines speak (``ReviewQueue``); neither engine needs its own
+statements today, so the engine classes differ only in the database they take.
 """
 
 from __future__ import annotations
@@ -13,17 +16,18 @@ import json
 import secrets
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from triptych.core.db import Database
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PortableDatabase
-from triptych.metronix.attributes import AttributeIndex
+from triptych.metronix.memory_caches import MemoryCaches
 from triptych.metronix.memory_model import Filing, MemoryRecord, Resolution, ReviewEntry, review_from_row
 from triptych.metronix.store import utcnow
 
-# Inside a write transaction: the attribute generation before it and after bumping it.
-AttributeWrite = Callable[[Any, str], tuple[int, int]]
+# The record store's ``writing(workspace_id)``: every write here opens its transaction through it.
+Writing = Callable[[str | None], AbstractContextManager[Any]]
 
 
 class ReviewStore(Protocol):
@@ -45,18 +49,17 @@ class ReviewStore(Protocol):
     def check_done(self, record_id: str) -> None: ...
 
 
-class SqliteReviewStore:
+class ReviewQueue:
+    """Both engines' review store: the statements below run on either."""
+
     def __init__(
-        self,
-        db: Database | PortableDatabase,
-        gate: WriteGate,
-        attributes: AttributeIndex,
-        attribute_write: AttributeWrite,
+        self, db: Database | PortableDatabase, gate: WriteGate, caches: MemoryCaches, writing: Writing
     ) -> None:
         self.db = db
         self._gate = gate
-        self.attributes = attributes
-        self._attribute_write = attribute_write
+        self._writing = writing
+        self.attributes = caches.attributes
+        self._attribute_write = caches.attribute_write
 
     # -- review queue and audit -----------------------------------------------------------
 
@@ -76,7 +79,7 @@ class SqliteReviewStore:
                 self.db.conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
             return False
         created, attrs, changes, linked = False, None, {}, []
-        with self.db.transaction() as conn:
+        with self._writing(record.workspace_id) as conn:
             if filing is not None:
                 cursor = conn.execute(
                     "INSERT INTO review_entries (id, workspace_id, target_id, target_kind, reason,"
@@ -94,7 +97,7 @@ class SqliteReviewStore:
                         utcnow(),
                     ),
                 )
-                created = cursor.rowcount > 0
+                created = bool(cursor.rowcount > 0)
                 if created and filing.status is not None:
                     conn.execute(
                         "UPDATE memory_records SET status = ? WHERE seq = ?", (filing.status, record.seq)
@@ -151,7 +154,7 @@ class SqliteReviewStore:
         )
         event_id = "evt_" + secrets.token_hex(12)
         now = utcnow()
-        with self.db.transaction() as conn:
+        with self._writing(record.workspace_id) as conn:
             gone = conn.execute("DELETE FROM review_entries WHERE id = ?", (review.id,)).rowcount == 0
             if gone:  # a concurrent caller resolved it first
                 return None
@@ -211,5 +214,19 @@ class SqliteReviewStore:
 
     @gated
     def check_done(self, record_id: str) -> None:
-        with self.db.transaction() as conn:
+        with self._writing(None) as conn:
             conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
+
+
+class SqliteReviewStore(ReviewQueue):
+    """The embedded engine's review store (``metronix.db``, beside the records)."""
+
+    def __init__(self, db: Database, gate: WriteGate, caches: MemoryCaches, writing: Writing) -> None:
+        super().__init__(db, gate, caches, writing)
+
+
+class PostgresReviewStore(ReviewQueue):
+    """Server mode's review store: its writes take the memory store's write lock (``db``'s)."""
+
+    def __init__(self, db: PortableDatabase, gate: WriteGate, caches: MemoryCaches, writing: Writing) -> None:
+        super().__init__(db, gate, caches, writing)

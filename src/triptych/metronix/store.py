@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +23,11 @@ from triptych.core.db import Database
 from triptych.core.keyword_index import Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.search import Vector, VectorIndex
+from triptych.core.vector_files import Fingerprint, VectorFiles
+
+# A workspace with this many chunks loads its indexes in the background after a start, and its searches
+# answer without them meanwhile (saying so); a smaller one loads in the search, in well under a second.
+BACKGROUND_LOAD_CHUNKS = 20_000
 
 # BM25 column weights: the title counts twice as much as the body (as bm25(chunks_fts, 0, 2, 1) did).
 TITLE_WEIGHT = 2.0
@@ -184,6 +189,21 @@ def chunk_hit_from_row(row: Any, same_text: Sequence[str] | None = None) -> Chun
     )
 
 
+def vectors_dir(db_path: Path) -> Path:
+    """Where the embedded store saves its workspaces' vector indexes: beside its database, a cache of it
+    (rebuilt from the database when missing or stale; backups leave it out)."""
+    return db_path.with_name(db_path.stem + "-vectors")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """One retriever's candidates (chunk id, score; best first) and how it answered: what a search
+    reports in ``retrieval`` (docs/decisions/0131-search-says-how-it-answered.md)."""
+
+    hits: list[tuple[int, float]]
+    method: str
+
+
 class KnowledgeStore(Protocol):
     def embedding_model(self) -> tuple[str, int] | None: ...
     def set_embedding_model(self, name: str, dim: int) -> None: ...
@@ -203,6 +223,12 @@ class KnowledgeStore(Protocol):
     def vector_search(
         self, workspace_id: str, query: Vector, limit: int, generation: int | None = None
     ) -> list[tuple[int, float]]: ...
+    def keyword_candidates(
+        self, workspace_id: str, query: str, limit: int, generation: int
+    ) -> Candidates: ...
+    def dense_candidates(
+        self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False
+    ) -> Candidates: ...
     def chunk_hits(self, workspace_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkHit]: ...
     def labels_by_body(self, workspace_id: str, hashes: Sequence[str]) -> dict[str, list[str]]: ...
     def warm(self) -> None: ...
@@ -215,7 +241,7 @@ class SqliteKnowledgeStore:
     def __init__(self, path: Path, dim: int) -> None:
         # WAL checkpoints off the request path: a memory write that checkpointed took 80 ms, not 20.
         self.db = Database(path, MIGRATIONS, background_checkpoints=True)
-        self.index = VectorIndex(dim, self._load_vectors)
+        self.index = VectorIndex(dim, self._load_vectors, VectorFiles(vectors_dir(path)), self._fingerprint)
         self.keywords = KeywordIndex(self._load_keyword_documents, idf="smooth")
         self._gate = WriteGate()
         self._hash_bodies()
@@ -391,12 +417,15 @@ class SqliteKnowledgeStore:
         return [(int(r[0]), keyword_columns(r[1], r[2])) for r in rows]
 
     def warm(self) -> None:
-        """Load every workspace's keyword and vector indexes (best effort: a search loads what is missing)."""
+        """Load every workspace's vector and keyword indexes (best effort: a search loads what is missing).
+
+        Outside the caches' locks and vectors first (from the saved file, about a second at 100,000
+        chunks): a search meanwhile answers with what is loaded instead of waiting, and says so."""
         try:
             for (workspace,) in self.db.conn.execute("SELECT id FROM workspaces").fetchall():
                 generation = self._generation(workspace)
-                self.keywords.sync(workspace, generation)
-                self.index.sync(workspace, generation)
+                self.index.preload(workspace, generation)
+                self.keywords.preload(workspace, generation)
         except (sqlite3.Error, ValueError):
             return
 
@@ -407,6 +436,45 @@ class SqliteKnowledgeStore:
             generation = self._generation(workspace_id)
         self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
         return self.index.search(workspace_id, generation, query, limit)
+
+    def keyword_candidates(self, workspace_id: str, query: str, limit: int, generation: int) -> Candidates:
+        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
+        return bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
+
+    def dense_candidates(
+        self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False
+    ) -> Candidates:
+        """Dense candidates: from the HNSW graph, or exactly while it builds (or below its threshold),
+        or none ("loading") while a large workspace's vectors load in the background. ``wait``: load
+        them in the search rather than answer with nothing (when the keyword side is loading too; the
+        vectors load in seconds, the keyword index of the same workspace in a minute)."""
+        self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
+        if wait:
+            self.index.await_load(workspace_id)  # the start's warm-up may be reading them already
+        elif not self.index.current(workspace_id, generation) and self._large(workspace_id):
+            self.index.load_in_background(workspace_id, generation)
+            return Candidates([], "loading")
+        hits, method = self.index.search_with_method(workspace_id, generation, query, limit)
+        return Candidates(hits, method)
+
+    def _large(self, workspace_id: str) -> bool:
+        """Whether loading the workspace's indexes is too slow for a search to wait for (from the
+        ``chunks_by_workspace`` index: a few milliseconds at 100,000 chunks, asked only when not loaded)."""
+        row = self.db.conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM chunks WHERE workspace_id = ? LIMIT ?)",
+            (workspace_id, BACKGROUND_LOAD_CHUNKS),
+        ).fetchone()
+        return int(row[0]) >= BACKGROUND_LOAD_CHUNKS
+
+    def _fingerprint(self, workspace_id: str) -> Fingerprint | None:
+        """What a saved vector index of the workspace must match now (None: no model recorded yet)."""
+        model = self.embedding_model()
+        if model is None:
+            return None
+        count, max_id = self.db.conn.execute(
+            "SELECT count(*), coalesce(max(id), 0) FROM chunks WHERE workspace_id = ?", (workspace_id,)
+        ).fetchone()
+        return Fingerprint(model[0], model[1], self._generation(workspace_id), int(count), int(max_id))
 
     def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
         rows = self.db.conn.execute(
@@ -470,7 +538,24 @@ class SqliteKnowledgeStore:
             conn.execute("UPDATE workspaces SET generation = generation + 1")
 
     def close(self) -> None:
+        self.index.save_all()  # the next start loads the graphs instead of building them
         self.db.close()
+
+
+def bm25_candidates(
+    keywords: KeywordIndex,
+    workspace_id: str,
+    query: str,
+    limit: int,
+    generation: int,
+    large: Callable[[str], bool],
+) -> Candidates:
+    """BM25 candidates, or none ("loading") while a large workspace's keyword index loads in the
+    background: building it from 100,000 chunks took 61 s, which no search should wait for."""
+    if not keywords.current(workspace_id, generation) and large(workspace_id):
+        keywords.load_in_background(workspace_id, generation)
+        return Candidates([], "loading")
+    return Candidates(keywords.search(workspace_id, generation, query, limit), "bm25")
 
 
 def keyword_columns(title: str | None, text: str) -> list[tuple[str, float]]:

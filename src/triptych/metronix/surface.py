@@ -14,27 +14,26 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from triptych.core.config import Settings
-from triptych.core.db import Database
 from triptych.core.embed import Embedder, build_embedder
 from triptych.core.http import McpEndpoint
 from triptych.core.lastresort import jsonrpc_internal_error
-from triptych.core.mcp import Tool, build_server
+from triptych.core.mcp import Tool, build_server, register
 from triptych.core.mcp_sources import sources_path
-from triptych.core.pg import PgDatabase, PortableDatabase
+from triptych.core.pg import PgDatabase
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
 from triptych.metronix.answer import AnswerService, LlmClient
 from triptych.metronix.errors import BY_KIND, error_body, render_error
 from triptych.metronix.knowledge import MAX_REQUEST_BYTES, KnowledgeService
 from triptych.metronix.memory import MemoryService, MemorySettings
-from triptych.metronix.memory_store import SqliteMemoryStore
-from triptych.metronix.memory_tools import memory_tools
+from triptych.metronix.memory_store import MemoryStore, PostgresMemoryStore, SqliteMemoryStore
+from triptych.metronix.memory_tools import MEMORY_TOOLS
 from triptych.metronix.openai_api import OPENAI_PATHS, answer_routes, openai_internal_error
-from triptych.metronix.pg_store import PgKnowledgeStore
+from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.rest import memory_routes
 from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, utcnow
 from triptych.metronix.sync import SyncService
-from triptych.metronix.tools import knowledge_tools, sync_tools
+from triptych.metronix.tools import KNOWLEDGE_TOOLS, SYNC_TOOLS
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +66,16 @@ class Metronix:
             settings.embed_bulk_threads,
         )
         store: KnowledgeStore
-        memory_db: Database | PortableDatabase
+        memory_store: MemoryStore
         pg: PgDatabase | None = None
         if settings.database_url:
             # Server mode: the knowledge base and agent memory in PostgreSQL, shared by every worker.
             pg = PgDatabase(settings.database_url)
-            store = PgKnowledgeStore(pg, embedder.dim)
-            memory_db = PortableDatabase(pg, write_lock="metronix-memory")
+            store = PostgresKnowledgeStore(pg, embedder.dim)
+            memory_store = PostgresMemoryStore(pg, embedder.dim)
         else:
             sqlite_store = SqliteKnowledgeStore(settings.metronix_db, embedder.dim)
-            store, memory_db = sqlite_store, sqlite_store.db
+            store, memory_store = sqlite_store, SqliteMemoryStore(sqlite_store.db, embedder.dim)
         knowledge = KnowledgeService(
             store, embedder, default_workspace=settings.default_workspace, chunk_tokens=settings.chunk_tokens
         )
@@ -88,9 +87,7 @@ class Metronix:
             reconciler_threshold=settings.reconciler_threshold,
             decision_threshold=settings.decision_threshold,
         )
-        memory = MemoryService(
-            SqliteMemoryStore(memory_db, embedder.dim), embedder, memory_settings, settings.default_workspace
-        )
+        memory = MemoryService(memory_store, embedder, memory_settings, settings.default_workspace)
         sources = sources_path(settings.data_dir, settings.mcp_sources)
         sync = SyncService(knowledge, sources, settings.sync_timeout)
         llm = (
@@ -103,7 +100,11 @@ class Metronix:
         return cls(settings, embedder, knowledge, memory, sync, AnswerService(knowledge, llm), pg=pg)
 
     def tools(self) -> list[Tool[Caller]]:
-        return knowledge_tools(self.knowledge) + sync_tools(self.sync) + memory_tools(self.memory)
+        return [
+            *register(KNOWLEDGE_TOOLS, self.knowledge),
+            *register(SYNC_TOOLS, self.sync),
+            *register(MEMORY_TOOLS, self.memory),
+        ]
 
     def start(self) -> None:
         """Warm the model and finish any freshness check a crash interrupted."""

@@ -1,4 +1,4 @@
-"""Metronix MCP tools: argument models (the contract as data) and thin adapters onto the services."""
+"""Metronix knowledge-base and sync MCP tools, declared at module level: argument models (the contract as\ndata) and thin adapters onto the services; the surface registers them with its services."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from triptych.core.mcp import Tool, ToolArgs
+from triptych.core.mcp import DeclaredTool, ToolArgs
 from triptych.metronix.access import Caller
 from triptych.metronix.arguments import requested_workspace, workspace_field
 from triptych.metronix.knowledge import KnowledgeService
@@ -38,53 +38,52 @@ class StatusArgs(ToolArgs):
     workspace_id: str | None = workspace_field("Workspace to check")
 
 
-def knowledge_tools(service: KnowledgeService) -> list[Tool[Caller]]:
-    def search_fast(caller: Caller, args: SearchFastArgs) -> dict[str, Any]:
-        return service.search(caller.principal, requested_workspace(args), args.query, args.top_k)
+def search_fast(service: KnowledgeService, caller: Caller, args: SearchFastArgs) -> dict[str, Any]:
+    return service.search(caller.principal, requested_workspace(args), args.query, args.top_k)
 
-    def get(caller: Caller, args: GetArgs) -> dict[str, Any]:
-        return service.get(caller.principal, requested_workspace(args), args.doc_label)
 
-    def store(caller: Caller, args: StoreArgs) -> dict[str, Any]:
-        result = service.store_document(
-            caller.principal,
-            requested_workspace(args),
-            args.content,
-            args.title,
-            args.doc_label,
-            args.metadata,
-        )
-        return {"success": True, "doc_label": result.doc_label, "chunks_stored": result.chunks_stored}
+def get(service: KnowledgeService, caller: Caller, args: GetArgs) -> dict[str, Any]:
+    return service.get(caller.principal, requested_workspace(args), args.doc_label)
 
-    def status(caller: Caller, args: StatusArgs) -> dict[str, Any]:
-        return service.status(caller.principal, requested_workspace(args))
 
-    return [
-        Tool(
-            "metronix_search_fast",
-            "Low-latency hybrid search (BM25 + dense vectors, fused) over the knowledge base. Returns raw "
-            "document chunks without LLM synthesis; use it as the default search tool.",
-            SearchFastArgs,
-            search_fast,
-        ),
-        Tool(
-            "metronix_get",
-            "Retrieve a specific document by its unique label "
-            "(get doc_label values from metronix_search_fast).",
-            GetArgs,
-            get,
-        ),
-        Tool(
-            "metronix_store",
-            "Index a new document into the knowledge base "
-            "(chunking, embedding, vector and keyword indexing). "
-            "Storing an existing doc_label replaces that document atomically.",
-            StoreArgs,
-            store,
-            read_only=False,
-        ),
-        Tool("metronix_status", "Workspace health check and document statistics.", StatusArgs, status),
-    ]
+def store(service: KnowledgeService, caller: Caller, args: StoreArgs) -> dict[str, Any]:
+    result = service.store_document(
+        caller.principal, requested_workspace(args), args.content, args.title, args.doc_label, args.metadata
+    )
+    return {"success": True, "doc_label": result.doc_label, "chunks_stored": result.chunks_stored}
+
+
+def status(service: KnowledgeService, caller: Caller, args: StatusArgs) -> dict[str, Any]:
+    return service.status(caller.principal, requested_workspace(args))
+
+
+SEARCH_FAST = DeclaredTool(
+    "metronix_search_fast",
+    "Low-latency hybrid search (BM25 + dense vectors, fused) over the knowledge base. Returns raw "
+    "document chunks without LLM synthesis; use it as the default search tool.",
+    SearchFastArgs,
+    search_fast,
+)
+GET = DeclaredTool(
+    "metronix_get",
+    "Retrieve a specific document by its unique label (get doc_label values from metronix_search_fast).",
+    GetArgs,
+    get,
+)
+STORE = DeclaredTool(
+    "metronix_store",
+    "Index a new document into the knowledge base "
+    "(chunking, embedding, vector and keyword indexing). "
+    "Storing an existing doc_label replaces that document atomically.",
+    StoreArgs,
+    store,
+    read_only=False,
+)
+STATUS = DeclaredTool(
+    "metronix_status", "Workspace health check and document statistics.", StatusArgs, status
+)
+# The knowledge-base tools, registered with the surface's ``KnowledgeService``.
+KNOWLEDGE_TOOLS: list[DeclaredTool[KnowledgeService, Caller]] = [SEARCH_FAST, GET, STORE, STATUS]
 
 
 class SyncArgs(ToolArgs):
@@ -93,17 +92,16 @@ class SyncArgs(ToolArgs):
     force_full: bool = Field(False, description="Force full sync, skip change detection")
 
 
-def sync_tools(service: SyncService) -> list[Tool[Caller]]:
-    async def sync(caller: Caller, args: SyncArgs) -> dict[str, Any]:
-        return await service.sync(caller.principal, requested_workspace(args), args.source, args.force_full)
+async def sync(service: SyncService, caller: Caller, args: SyncArgs) -> dict[str, Any]:
+    return await service.sync(caller.principal, requested_workspace(args), args.source, args.force_full)
 
-    return [
-        Tool(
-            "metronix_sync",
-            "Sync documents from the MCP sources registered in .metronix/mcp_servers.json: each resource "
-            "becomes the document mcp:<source>:<uri>; unchanged ones are skipped, vanished ones removed.",
-            SyncArgs,
-            sync,
-            read_only=False,
-        )
-    ]
+
+SYNC = DeclaredTool(
+    "metronix_sync",
+    "Sync documents from the MCP sources registered in .metronix/mcp_servers.json: each resource "
+    "becomes the document mcp:<source>:<uri>; unchanged ones are skipped, vanished ones removed.",
+    SyncArgs,
+    sync,
+    read_only=False,
+)
+SYNC_TOOLS: list[DeclaredTool[SyncService, Caller]] = [SYNC]

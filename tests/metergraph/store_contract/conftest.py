@@ -28,6 +28,7 @@ def open_metadata(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
     """Opens a ``MetadataStore`` on one fresh database of the engine (each call: another process's
     store on the same data), closing them all at the end."""
     opened: list[MetadataStore] = []
+    closing: list[Callable[[], None]] = []
     if request.param == "sqlite":
 
         def opener() -> MetadataStore:
@@ -35,17 +36,22 @@ def open_metadata(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
             return opened[-1]
 
     else:
-        from triptych.metergraph.postgres_metadata_store import PostgresMetadataStore, open_metadata_database
+        from triptych.metergraph.control_pg import close_control_database, open_control_database
+        from triptych.metergraph.postgres_metadata_store import PostgresMetadataStore
 
         url = request.getfixturevalue("postgres").create_database()
 
         def opener() -> MetadataStore:
-            opened.append(PostgresMetadataStore(open_metadata_database(url)))
+            db = open_control_database(url)
+            closing.append(lambda: close_control_database(db))
+            opened.append(PostgresMetadataStore(db))
             return opened[-1]
 
     yield opener
     for store in opened:
         store.close()
+    for close in closing:
+        close()
 
 
 @pytest.fixture

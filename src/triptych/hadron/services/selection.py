@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain.loc import app_short_form, is_urn, strip_urn_prefix, urn_type
-from triptych.hadron.domain.model import App, Memory, Org
+from triptych.hadron.domain.model import AccessLevel, App, Memory, Org
 from triptych.hadron.errors import (
     AppAmbiguous,
     BadInput,
@@ -65,6 +65,15 @@ class OrgResolution:
     org: Org | None
     rung: str  # call | active-app | active-org | app-key | single-membership | personal | unresolved
     memberships: tuple[Org, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReachableMemory:
+    """A memory the caller may read (``hadron_list_memories``)."""
+
+    memory: Memory
+    access: AccessLevel
+    in_active_app: bool  # the session's active App owns it or has it attached
 
 
 class SelectionService:
@@ -165,6 +174,22 @@ class SelectionService:
         self._save(caller, state)
         return memory
 
+    def reachable_memories(self, caller: HadronCaller, state: SessionState) -> list[ReachableMemory]:
+        """Every memory the caller may read, with its access level and whether it is in the active App."""
+        require_identity(caller)
+        readable = self.access.readable(caller)
+        app = self.access.tenancy.app(state.app_id) if state.app_id else None
+        attached = set(self.access.tenancy.attached_memories(app.id)) if app else set()
+        return [
+            ReachableMemory(
+                memory, level, app is not None and (memory.app_id == app.id or memory.id in attached)
+            )
+            for memory, level in readable
+        ]
+
+    def memory_level(self, caller: HadronCaller, memory: Memory) -> AccessLevel | None:
+        return self.access.memory_level(caller, memory)
+
     def active_memory(self, caller: HadronCaller, state: SessionState) -> Memory:
         """The session's memory, re-authorized now; ``[no_active_memory]`` when none is bound."""
         require_identity(caller)
@@ -178,6 +203,11 @@ class SelectionService:
         return memory
 
     # ── apps ───────────────────────────────────────────────────────────────
+
+    def visible_apps(self, caller: HadronCaller) -> list[tuple[App, str]]:
+        """The Apps the caller may see, each with the caller's role in it."""
+        require_identity(caller)
+        return self.access.visible_apps(caller)
 
     def resolve_app(self, caller: HadronCaller, ref: str) -> tuple[App, str]:
         """An App the caller may use, by canonical URN, id, short form or unique display name.

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from triptych.hadron.access import AccessPolicy, require_identity
-from triptych.hadron.services.selection import SelectionService
-from triptych.hadron.tools.base import Ctx, NoArgs, Tool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import (
+    Ctx,
+    DeclaredTool,
+    HadronTool,
+    NoArgs,
+    Services,
+    ToolArgs,
+    ToolOutput,
+)
 
 
 class SetActiveAppArgs(ToolArgs):
@@ -21,65 +27,66 @@ class SetActiveOrgArgs(ToolArgs):
     clear: bool = Field(False, description="Drop the active organization")
 
 
-def app_tools(access: AccessPolicy, selections: SelectionService) -> list[Tool[Ctx]]:
-    def list_apps(ctx: Ctx, args: NoArgs) -> ToolOutput:
-        require_identity(ctx.caller)
-        rows = [
-            {
-                "urn": app.urn,
-                "id": app.id,
-                "name": app.name,
-                "role": role,
-                "active": app.id == ctx.session.app_id,
-            }
-            for app, role in access.visible_apps(ctx.caller)
-        ]
-        if not rows:
-            text = "No Apps: your identity is not a member of any App or of an organization that owns one."
-        else:
-            lines = [f"{len(rows)} Apps (URN — your role — name):"]
-            lines += [
-                f"- {r['urn']} — {r['role']} — {r['name']}{' [active]' if r['active'] else ''}" for r in rows
-            ]
-            text = "\n".join(lines)
-        return ToolOutput(text, {"apps": rows, "count": len(rows)})
-
-    def set_active_app(ctx: Ctx, args: SetActiveAppArgs) -> ToolOutput:
-        app, role = selections.set_active_app(ctx.caller, ctx.session, args.app)
-        return ToolOutput(
-            f"Active App: {app.urn} ({app.name}); your role: {role}",
-            {"appUrn": app.urn, "id": app.id, "name": app.name, "role": role},
-        )
-
-    def set_active_org(ctx: Ctx, args: SetActiveOrgArgs) -> ToolOutput:
-        org = selections.set_active_org(ctx.caller, ctx.session, args.org, args.clear)
-        if org is None:
-            return ToolOutput("Active organization cleared.", {"orgUrn": None, "cleared": True})
-        return ToolOutput(
-            f"Active organization: {org.urn} ({org.name})",
-            {"orgUrn": org.urn, "id": org.id, "cleared": False},
-        )
-
-    return [
-        Tool(
-            "hadron_list_apps",
-            "List the Hadron Apps the caller has access to, each with its canonical URN and the caller's role.",
-            NoArgs,
-            list_apps,
-        ),
-        Tool(
-            "hadron_set_active_app",
-            "Pin an App as the active scope for the rest of the MCP session (canonical URN, short form "
-            "<org-root>:<slug> or @<handle>:<slug>, or unique display name). Refusals: [app_not_found], "
-            "[app_identifier_ambiguous].",
-            SetActiveAppArgs,
-            set_active_app,
-        ),
-        Tool(
-            "hadron_set_active_org",
-            "Set — or with clear: true drop — the active organization: the tenancy an org-scoped read runs "
-            "against. Persisted per client instance. Not available to App keys.",
-            SetActiveOrgArgs,
-            set_active_org,
-        ),
+def list_apps(svc: Services, ctx: Ctx, args: NoArgs) -> ToolOutput:
+    rows = [
+        {
+            "urn": app.urn,
+            "id": app.id,
+            "name": app.name,
+            "role": role,
+            "active": app.id == ctx.session.app_id,
+        }
+        for app, role in svc.selections.visible_apps(ctx.caller)
     ]
+    if not rows:
+        text = "No Apps: your identity is not a member of any App or of an organization that owns one."
+    else:
+        lines = [f"{len(rows)} Apps (URN — your role — name):"]
+        lines += [
+            f"- {r['urn']} — {r['role']} — {r['name']}{' [active]' if r['active'] else ''}" for r in rows
+        ]
+        text = "\n".join(lines)
+    return ToolOutput(text, {"apps": rows, "count": len(rows)})
+
+
+def set_active_app(svc: Services, ctx: Ctx, args: SetActiveAppArgs) -> ToolOutput:
+    app, role = svc.selections.set_active_app(ctx.caller, ctx.session, args.app)
+    return ToolOutput(
+        f"Active App: {app.urn} ({app.name}); your role: {role}",
+        {"appUrn": app.urn, "id": app.id, "name": app.name, "role": role},
+    )
+
+
+def set_active_org(svc: Services, ctx: Ctx, args: SetActiveOrgArgs) -> ToolOutput:
+    org = svc.selections.set_active_org(ctx.caller, ctx.session, args.org, args.clear)
+    if org is None:
+        return ToolOutput("Active organization cleared.", {"orgUrn": None, "cleared": True})
+    return ToolOutput(
+        f"Active organization: {org.urn} ({org.name})",
+        {"orgUrn": org.urn, "id": org.id, "cleared": False},
+    )
+
+
+TOOLS: list[HadronTool] = [
+    DeclaredTool(
+        "hadron_list_apps",
+        "List the Hadron Apps the caller has access to, each with its canonical URN and the caller's role.",
+        NoArgs,
+        list_apps,
+    ),
+    DeclaredTool(
+        "hadron_set_active_app",
+        "Pin an App as the active scope for the rest of the MCP session (canonical URN, short form "
+        "<org-root>:<slug> or @<handle>:<slug>, or unique display name). Refusals: [app_not_found], "
+        "[app_identifier_ambiguous].",
+        SetActiveAppArgs,
+        set_active_app,
+    ),
+    DeclaredTool(
+        "hadron_set_active_org",
+        "Set — or with clear: true drop — the active organization: the tenancy an org-scoped read runs "
+        "against. Persisted per client instance. Not available to App keys.",
+        SetActiveOrgArgs,
+        set_active_org,
+    ),
+]

@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import Field
 
 from triptych.hadron.domain.team import Message
-from triptych.hadron.services.channels import ChannelService, Page
-from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
+from triptych.hadron.services.channels import Page
+from triptych.hadron.tools.base import Ctx, DeclaredTool, HadronTool, Services, ToolArgs, ToolOutput
 
 MAX_BODY = 65_536
 
@@ -104,117 +104,125 @@ def page_output(page: Page | None, address: str | None) -> ToolOutput:
     )  # fmt: skip
 
 
-def chat_tools(channels: ChannelService) -> list[Tool[Ctx]]:
-    def posted(address: str, channel_id: str, seq: int, author: dict[str, Any], found: list[dict[str, Any]],
-               at: str, session: str | None) -> ToolOutput:  # fmt: skip
-        text = f"Posted seq {seq} to {address} as {_who(author)}."
-        if session is None:
-            text += " (No session passed: the message is authored by you, not by a worker.)"
-        if found:
-            text += " Mentions: " + ", ".join(m.get("name") or "@" + str(m.get("handle")) for m in found)
-        return ToolOutput(text, {"seq": seq, "channelId": channel_id, "address": address, "author": author,
-                                 "mentions": found, "createdAt": at})  # fmt: skip
+def posted(address: str, channel_id: str, seq: int, author: dict[str, Any], found: list[dict[str, Any]],
+           at: str, session: str | None) -> ToolOutput:  # fmt: skip
+    text = f"Posted seq {seq} to {address} as {_who(author)}."
+    if session is None:
+        text += " (No session passed: the message is authored by you, not by a worker.)"
+    if found:
+        text += " Mentions: " + ", ".join(m.get("name") or "@" + str(m.get("handle")) for m in found)
+    return ToolOutput(text, {"seq": seq, "channelId": channel_id, "address": address, "author": author,
+                             "mentions": found, "createdAt": at})  # fmt: skip
 
-    def team_post(ctx: Ctx, args: TeamChatPostArgs) -> ToolOutput:
-        channel, seq, author, found, at = channels.post_team(
-            ctx.caller, ctx.session, args.app, args.session, args.body, args.replyToSeq
-        )
-        return posted(channels.address(channel), channel.id, seq, author, found, at, args.session)
 
-    def team_read(ctx: Ctx, args: TeamChatReadArgs) -> ToolOutput:
-        page = channels.read_team(
-            ctx.caller,
-            ctx.session,
-            args.app,
-            args.session,
-            args.sinceSeq,
-            args.mentions,
-            args.limit,
-            args.offset,
-        )
-        channels.acknowledge(ctx.caller, args.session, page)
-        return page_output(page, channels.address(page.channel) if page else None)
-
-    def list_channels(ctx: Ctx, args: ListChannelsArgs) -> ToolOutput:
-        found = channels.list_channels(ctx.caller, ctx.session, args.app, args.memory)
-        rows = [{"id": c.id, "address": channels.address(c), "name": c.name, "memoryUrn": m.urn,
-                 "lastSeq": c.last_seq} for c, m in found]  # fmt: skip
-        if not rows:
-            return ToolOutput("No Channels you may read here.", {"channels": [], "count": 0})
-        lines = [f"{len(rows)} Channel(s) (address — name — last seq — id):"]
-        lines += [f"- {r['address']} — {r['name']} — {r['lastSeq']} — {r['id']}" for r in rows]
-        return ToolOutput("\n".join(lines), {"channels": rows, "count": len(rows)})
-
-    def create_channel(ctx: Ctx, args: CreateChannelArgs) -> ToolOutput:
-        memory, channel = channels.create_channel(ctx.caller, args.memory, args.loc, args.name)
-        address = channels.address(channel)
-        return ToolOutput(f"Created Channel {channel.name!r} at {address} (id {channel.id}).",
-                          {"id": channel.id, "address": address, "name": channel.name, "memoryUrn": memory.urn})  # fmt: skip
-
-    def channel_read(ctx: Ctx, args: ChannelReadArgs) -> ToolOutput:
-        if args.session:
-            channels.sessions.touch(ctx.caller, args.session)
-        channel, memory = channels.resolve(ctx.caller, args.channel)
-        page = channels.read(ctx.caller, channel, memory, args.sinceSeq, args.beforeSeq, args.mentions,
-                             args.limit, args.offset)  # fmt: skip
-        channels.acknowledge(ctx.caller, args.session, page)
-        return page_output(page, channels.address(channel))
-
-    def channel_post(ctx: Ctx, args: ChannelPostArgs) -> ToolOutput:
-        channel, memory = channels.resolve(ctx.caller, args.channel)
-        seq, author, found, at = channels.post(
-            ctx.caller, channel, memory, args.body, args.session, args.replyToSeq
-        )
-        return posted(channels.address(channel), channel.id, seq, author, found, at, args.session)
-
-    refusals = (
-        "Refusals: SESSION_NOT_WORKER_BOUND, SESSION_ENDED, WORKER_RETIRED, CHANNEL_HOST_NOT_WRITABLE, FORBIDDEN. "
-        "Omitting session is not refused: the message is then authored by you, not by the worker."
+def team_post(svc: Services, ctx: Ctx, args: TeamChatPostArgs) -> ToolOutput:
+    channel, seq, author, found, at = svc.channels.post_team(
+        ctx.caller, ctx.session, args.app, args.session, args.body, args.replyToSeq
     )
-    return [
-        Tool(
-            "hadron_team_chat_post",
-            "Post to the team App's chat (chats:team in the Team Agent's shared app memory, created by the first "
-            "post). Mentions (@worker-name, @handle, a multiword name by its slug) are extracted server-side. "
-            "Returns the message's seq. " + refusals,
-            TeamChatPostArgs,
-            team_post,
-            read_only=False,
-        ),
-        Tool(
-            "hadron_team_chat_read",
-            "Read the team chat, oldest first by seq, with the total count. Poll with sinceSeq (the last seq you "
-            "saw). Passing session keeps it live.",
-            TeamChatReadArgs,
-            team_read,
-        ),
-        Tool(
-            "hadron_list_channels",
-            "The Channels whose host memory you may read (defaults to the active App's), each with its address "
-            "(the chat-root URN) and last seq.",
-            ListChannelsArgs,
-            list_channels,
-        ),
-        Tool(
-            "hadron_create_channel",
-            "Create a named Channel with its chat root at loc, in an app-class memory you may write. Its address "
-            "is then protected from generic node writes ([loc_protected]).",
-            CreateChannelArgs,
-            create_channel,
-            read_only=False,
-        ),
-        Tool(
-            "hadron_channel_read",
-            "Read a Channel, oldest first by seq, with the total: sinceSeq / beforeSeq (alone: the page just before "
-            "it), mentions. A Channel you may not read is [channel_not_found], like one that does not exist.",
-            ChannelReadArgs,
-            channel_read,
-        ),
-        Tool(
-            "hadron_channel_post",
-            "Post into a Channel (its host memory decides who may write). " + refusals,
-            ChannelPostArgs,
-            channel_post,
-            read_only=False,
-        ),
-    ]
+    return posted(svc.channels.address(channel), channel.id, seq, author, found, at, args.session)
+
+
+def team_read(svc: Services, ctx: Ctx, args: TeamChatReadArgs) -> ToolOutput:
+    page = svc.channels.read_team(
+        ctx.caller,
+        ctx.session,
+        args.app,
+        args.session,
+        args.sinceSeq,
+        args.mentions,
+        args.limit,
+        args.offset,
+    )
+    svc.channels.acknowledge(ctx.caller, args.session, page)
+    return page_output(page, svc.channels.address(page.channel) if page else None)
+
+
+def list_channels(svc: Services, ctx: Ctx, args: ListChannelsArgs) -> ToolOutput:
+    found = svc.channels.list_channels(ctx.caller, ctx.session, args.app, args.memory)
+    rows = [{"id": c.id, "address": svc.channels.address(c), "name": c.name, "memoryUrn": m.urn,
+             "lastSeq": c.last_seq} for c, m in found]  # fmt: skip
+    if not rows:
+        return ToolOutput("No Channels you may read here.", {"channels": [], "count": 0})
+    lines = [f"{len(rows)} Channel(s) (address — name — last seq — id):"]
+    lines += [f"- {r['address']} — {r['name']} — {r['lastSeq']} — {r['id']}" for r in rows]
+    return ToolOutput("\n".join(lines), {"channels": rows, "count": len(rows)})
+
+
+def create_channel(svc: Services, ctx: Ctx, args: CreateChannelArgs) -> ToolOutput:
+    memory, channel = svc.channels.create_channel(ctx.caller, args.memory, args.loc, args.name)
+    address = svc.channels.address(channel)
+    return ToolOutput(f"Created Channel {channel.name!r} at {address} (id {channel.id}).",
+                      {"id": channel.id, "address": address, "name": channel.name, "memoryUrn": memory.urn})  # fmt: skip
+
+
+def channel_read(svc: Services, ctx: Ctx, args: ChannelReadArgs) -> ToolOutput:
+    if args.session:
+        svc.channels.sessions.touch(ctx.caller, args.session)
+    channel, memory = svc.channels.resolve(ctx.caller, args.channel)
+    page = svc.channels.read(ctx.caller, channel, memory, args.sinceSeq, args.beforeSeq, args.mentions,
+                         args.limit, args.offset)  # fmt: skip
+    svc.channels.acknowledge(ctx.caller, args.session, page)
+    return page_output(page, svc.channels.address(channel))
+
+
+def channel_post(svc: Services, ctx: Ctx, args: ChannelPostArgs) -> ToolOutput:
+    channel, memory = svc.channels.resolve(ctx.caller, args.channel)
+    seq, author, found, at = svc.channels.post(
+        ctx.caller, channel, memory, args.body, args.session, args.replyToSeq
+    )
+    return posted(svc.channels.address(channel), channel.id, seq, author, found, at, args.session)
+
+
+REFUSALS = (
+    "Refusals: SESSION_NOT_WORKER_BOUND, SESSION_ENDED, WORKER_RETIRED, CHANNEL_HOST_NOT_WRITABLE, FORBIDDEN. "
+    "Omitting session is not refused: the message is then authored by you, not by the worker."
+)
+
+
+TOOLS: list[HadronTool] = [
+    DeclaredTool(
+        "hadron_team_chat_post",
+        "Post to the team App's chat (chats:team in the Team Agent's shared app memory, created by the first "
+        "post). Mentions (@worker-name, @handle, a multiword name by its slug) are extracted server-side. "
+        "Returns the message's seq. " + REFUSALS,
+        TeamChatPostArgs,
+        team_post,
+        read_only=False,
+    ),
+    DeclaredTool(
+        "hadron_team_chat_read",
+        "Read the team chat, oldest first by seq, with the total count. Poll with sinceSeq (the last seq you "
+        "saw). Passing session keeps it live.",
+        TeamChatReadArgs,
+        team_read,
+    ),
+    DeclaredTool(
+        "hadron_list_channels",
+        "The Channels whose host memory you may read (defaults to the active App's), each with its address "
+        "(the chat-root URN) and last seq.",
+        ListChannelsArgs,
+        list_channels,
+    ),
+    DeclaredTool(
+        "hadron_create_channel",
+        "Create a named Channel with its chat root at loc, in an app-class memory you may write. Its address "
+        "is then protected from generic node writes ([loc_protected]).",
+        CreateChannelArgs,
+        create_channel,
+        read_only=False,
+    ),
+    DeclaredTool(
+        "hadron_channel_read",
+        "Read a Channel, oldest first by seq, with the total: sinceSeq / beforeSeq (alone: the page just before "
+        "it), mentions. A Channel you may not read is [channel_not_found], like one that does not exist.",
+        ChannelReadArgs,
+        channel_read,
+    ),
+    DeclaredTool(
+        "hadron_channel_post",
+        "Post into a Channel (its host memory decides who may write). " + REFUSALS,
+        ChannelPostArgs,
+        channel_post,
+        read_only=False,
+    ),
+]

@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from triptych.core.db import SQLITE_MAX_INT
+from triptych.core.bounds import SQLITE_MAX_INT
 from triptych.hadron.domain.loc import leaf, node_urn
-from triptych.hadron.services.nodes import EdgeInput, Folder, NodeFields, NodeService
-from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
+from triptych.hadron.services.nodes import EdgeInput, Folder, NodeFields
+from triptych.hadron.tools.base import Ctx, DeclaredTool, HadronTool, Services, ToolArgs, ToolOutput
 
 LOC = "Loc path inside the memory (a:b:c) or a full node URN (hrn:node:<root>:<memory>:<loc>)"
 
@@ -174,163 +174,171 @@ def render_node(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def node_tools(nodes: NodeService) -> list[Tool[Ctx]]:
-    def written(ctx: Ctx, mem: Any, node: Any, verb: str) -> ToolOutput:
-        view = nodes.view(ctx.caller, mem, node, revisions=1)
-        return ToolOutput(f"{verb} {view['urn']} (revision {node.revision})", view)
+def written(svc: Services, ctx: Ctx, mem: Any, node: Any, verb: str) -> ToolOutput:
+    view = svc.nodes.view(ctx.caller, mem, node, revisions=1)
+    return ToolOutput(f"{verb} {view['urn']} (revision {node.revision})", view)
 
-    def create_node(ctx: Ctx, args: CreateNodeArgs) -> ToolOutput:
-        fields = _fields(args, ("name", "nodeType", "objectType", *_BODY), always=("name",))
-        edges = [e.as_input() for e in args.edges] if args.edges is not None else None
-        mem, node, created = nodes.create(ctx.caller, ctx.session, args.loc, fields, edges, args.memoryId)
-        return written(ctx, mem, node, "Created" if created else "Updated (upsert)")
 
-    def create_parent_node(ctx: Ctx, args: CreateParentArgs) -> ToolOutput:
-        values = {"name": args.name, "nodeType": "parent", "description": args.description, "seq": args.seq,
-                  "tags": args.tags}  # fmt: skip
-        present = frozenset({"name", "nodeType"} | (args.model_fields_set & {"description", "seq", "tags"}))
-        mem, node, created = nodes.create(
-            ctx.caller, ctx.session, args.loc, NodeFields(values, present), None, args.memoryId
+def create_node(svc: Services, ctx: Ctx, args: CreateNodeArgs) -> ToolOutput:
+    fields = _fields(args, ("name", "nodeType", "objectType", *_BODY), always=("name",))
+    edges = [e.as_input() for e in args.edges] if args.edges is not None else None
+    mem, node, created = svc.nodes.create(ctx.caller, ctx.session, args.loc, fields, edges, args.memoryId)
+    return written(svc, ctx, mem, node, "Created" if created else "Updated (upsert)")
+
+
+def create_parent_node(svc: Services, ctx: Ctx, args: CreateParentArgs) -> ToolOutput:
+    values = {"name": args.name, "nodeType": "parent", "description": args.description, "seq": args.seq,
+              "tags": args.tags}  # fmt: skip
+    present = frozenset({"name", "nodeType"} | (args.model_fields_set & {"description", "seq", "tags"}))
+    mem, node, created = svc.nodes.create(
+        ctx.caller, ctx.session, args.loc, NodeFields(values, present), None, args.memoryId
+    )
+    return written(svc, ctx, mem, node, "Created parent" if created else "Updated parent (upsert)")
+
+
+def update_node(svc: Services, ctx: Ctx, args: UpdateNodeArgs) -> ToolOutput:
+    fields = _fields(args, ("name", "nodeType", "objectType", *_BODY))
+    edges = [e.as_input() for e in args.edges] if args.edges is not None else None
+    mem, node = svc.nodes.update(ctx.caller, ctx.session, args.loc, fields, edges, args.reason)
+    return written(svc, ctx, mem, node, "Updated")
+
+
+def update_node_data(svc: Services, ctx: Ctx, args: UpdateNodeDataArgs) -> ToolOutput:
+    mem, node = svc.nodes.merge_data(ctx.caller, ctx.session, args.nodeUrn, args.data)
+    return written(svc, ctx, mem, node, "Merged data into")
+
+
+def get_node(svc: Services, ctx: Ctx, args: GetNodeArgs) -> ToolOutput:
+    mem, node = svc.nodes.find(ctx.caller, ctx.session, args.loc)
+    view = svc.nodes.view(ctx.caller, mem, node)
+    return ToolOutput(render_node(view), view)
+
+
+def get_next_node(svc: Services, ctx: Ctx, args: GetNextNodeArgs) -> ToolOutput:
+    mem, node = svc.nodes.next_node(ctx.caller, ctx.session, args.parent, args.current)
+    if node is None:
+        return ToolOutput("No next node: that was the last child.", {"node": None})
+    view = svc.nodes.view(ctx.caller, mem, node)
+    return ToolOutput(render_node(view), {"node": view})
+
+
+def list_nodes(svc: Services, ctx: Ctx, args: ListNodesArgs) -> ToolOutput:
+    mem, root, rows = svc.nodes.tree(ctx.caller, ctx.session, args.parentRel, args.memoryUrn, args.depth)
+    items: list[dict[str, Any]] = []
+    lines = []
+    for d, entry in rows:
+        indent = "  " * (d - 1)
+        if isinstance(entry, Folder):
+            items.append({"loc": entry.loc, "name": leaf(entry.loc), "description": None, "nodeType": None,
+                          "depth": d, "implicit": True})  # fmt: skip
+            lines.append(f"{indent}- {entry.loc} — (implicit folder: no node here, nodes beneath)")
+            continue
+        items.append({"loc": entry.loc, "name": entry.name, "description": entry.description,
+                      "nodeType": entry.node_type, "depth": d, "implicit": False})  # fmt: skip
+        lines.append(
+            f"{indent}- {entry.loc} — {entry.name}" + (f": {entry.description}" if entry.description else "")
         )
-        return written(ctx, mem, node, "Created parent" if created else "Updated parent (upsert)")
+    # The heading names what was listed: the memory, or the parent node by its node URN.
+    where = node_urn(mem.root, mem.slug, root) if root else mem.urn
+    folders = sum(1 for item in items if item["implicit"])
+    count = f"{len(items) - folders} node(s)" + (f", {folders} implicit folder(s)" if folders else "")
+    head = f"{where} — {count}, depth {args.depth}"
+    return ToolOutput(
+        "\n".join([head, *lines]),
+        {
+            "memoryUrn": mem.urn,
+            "parent": root or None,
+            "parentUrn": where if root else None,
+            "nodes": items,
+        },
+    )
 
-    def update_node(ctx: Ctx, args: UpdateNodeArgs) -> ToolOutput:
-        fields = _fields(args, ("name", "nodeType", "objectType", *_BODY))
-        edges = [e.as_input() for e in args.edges] if args.edges is not None else None
-        mem, node = nodes.update(ctx.caller, ctx.session, args.loc, fields, edges, args.reason)
-        return written(ctx, mem, node, "Updated")
 
-    def update_node_data(ctx: Ctx, args: UpdateNodeDataArgs) -> ToolOutput:
-        mem, node = nodes.merge_data(ctx.caller, ctx.session, args.nodeUrn, args.data)
-        return written(ctx, mem, node, "Merged data into")
+def move_node(svc: Services, ctx: Ctx, args: MoveNodeArgs) -> ToolOutput:
+    src, dst, loc, count = svc.nodes.move(
+        ctx.caller, ctx.session, args.urn, args.targetUrn, args.overwrite, args.renameToLeaf
+    )
+    urn = node_urn(dst.root, dst.slug, loc)
+    kind = "cross-memory move" if src.id != dst.id else "move"
+    return ToolOutput(
+        f"Moved {count} node(s) to {urn} ({kind})",
+        {"urn": urn, "moved": count, "crossMemory": src.id != dst.id, "fromMemoryUrn": src.urn},
+    )
 
-    def get_node(ctx: Ctx, args: GetNodeArgs) -> ToolOutput:
-        mem, node = nodes.find(ctx.caller, ctx.session, args.loc)
-        view = nodes.view(ctx.caller, mem, node)
-        return ToolOutput(render_node(view), view)
 
-    def get_next_node(ctx: Ctx, args: GetNextNodeArgs) -> ToolOutput:
-        mem, node = nodes.next_node(ctx.caller, ctx.session, args.parent, args.current)
-        if node is None:
-            return ToolOutput("No next node: that was the last child.", {"node": None})
-        view = nodes.view(ctx.caller, mem, node)
-        return ToolOutput(render_node(view), {"node": view})
+def delete_node(svc: Services, ctx: Ctx, args: DeleteNodeArgs) -> ToolOutput:
+    mem, loc, count, edges = svc.nodes.delete(
+        ctx.caller, ctx.session, args.urn, args.hard, args.recursive, args.cascadeCrossMemoryEdges
+    )
+    urn = node_urn(mem.root, mem.slug, loc)
+    how = "Hard-deleted" if args.hard else "Soft-deleted"
+    extra = f", removed {edges} cross-memory edge(s)" if edges else ""
+    return ToolOutput(
+        f"{how} {urn} ({count} node(s){extra})",
+        {"urn": urn, "deleted": count, "hard": args.hard, "crossMemoryEdgesRemoved": edges},
+    )
 
-    def list_nodes(ctx: Ctx, args: ListNodesArgs) -> ToolOutput:
-        mem, root, rows = nodes.tree(ctx.caller, ctx.session, args.parentRel, args.memoryUrn, args.depth)
-        items: list[dict[str, Any]] = []
-        lines = []
-        for d, entry in rows:
-            indent = "  " * (d - 1)
-            if isinstance(entry, Folder):
-                items.append({"loc": entry.loc, "name": leaf(entry.loc), "description": None, "nodeType": None,
-                              "depth": d, "implicit": True})  # fmt: skip
-                lines.append(f"{indent}- {entry.loc} — (implicit folder: no node here, nodes beneath)")
-                continue
-            items.append({"loc": entry.loc, "name": entry.name, "description": entry.description,
-                          "nodeType": entry.node_type, "depth": d, "implicit": False})  # fmt: skip
-            lines.append(
-                f"{indent}- {entry.loc} — {entry.name}"
-                + (f": {entry.description}" if entry.description else "")
-            )
-        # The heading names what was listed: the memory, or the parent node by its node URN.
-        where = node_urn(mem.root, mem.slug, root) if root else mem.urn
-        folders = sum(1 for item in items if item["implicit"])
-        count = f"{len(items) - folders} node(s)" + (f", {folders} implicit folder(s)" if folders else "")
-        head = f"{where} — {count}, depth {args.depth}"
-        return ToolOutput(
-            "\n".join([head, *lines]),
-            {
-                "memoryUrn": mem.urn,
-                "parent": root or None,
-                "parentUrn": where if root else None,
-                "nodes": items,
-            },
-        )
 
-    def move_node(ctx: Ctx, args: MoveNodeArgs) -> ToolOutput:
-        src, dst, loc, count = nodes.move(
-            ctx.caller, ctx.session, args.urn, args.targetUrn, args.overwrite, args.renameToLeaf
-        )
-        urn = node_urn(dst.root, dst.slug, loc)
-        kind = "cross-memory move" if src.id != dst.id else "move"
-        return ToolOutput(
-            f"Moved {count} node(s) to {urn} ({kind})",
-            {"urn": urn, "moved": count, "crossMemory": src.id != dst.id, "fromMemoryUrn": src.urn},
-        )
-
-    def delete_node(ctx: Ctx, args: DeleteNodeArgs) -> ToolOutput:
-        mem, loc, count, edges = nodes.delete(
-            ctx.caller, ctx.session, args.urn, args.hard, args.recursive, args.cascadeCrossMemoryEdges
-        )
-        urn = node_urn(mem.root, mem.slug, loc)
-        how = "Hard-deleted" if args.hard else "Soft-deleted"
-        extra = f", removed {edges} cross-memory edge(s)" if edges else ""
-        return ToolOutput(
-            f"{how} {urn} ({count} node(s){extra})",
-            {"urn": urn, "deleted": count, "hard": args.hard, "crossMemoryEdgesRemoved": edges},
-        )
-
-    return [
-        Tool(
-            "hadron_create_node",
-            "Create or upsert a node. nodeType defaults to info. data replaces the whole data bag "
-            "(hadron_update_node_data merges); edges replaces the edge set (hadron_create_edge appends one).",
-            CreateNodeArgs,
-            create_node,
-            read_only=False,
-        ),
-        Tool(
-            "hadron_create_parent_node",
-            "Create a section/category container node (nodeType pinned to parent).",
-            CreateParentArgs,
-            create_parent_node,
-            read_only=False,
-        ),
-        Tool(
-            "hadron_update_node",
-            "Partially update a node: only the fields you pass change. data replaces the whole data bag (use "
-            "hadron_update_node_data to merge); edges replaces the edge set; reason is kept in the revision history.",
-            UpdateNodeArgs,
-            update_node,
-            read_only=False,
-        ),
-        Tool(
-            "hadron_update_node_data",
-            "Merge a JSON object into a node's data bag (shallow: the patch's top-level keys win, other keys stay). "
-            "The patch must be an object. To replace the whole bag use hadron_update_node.",
-            UpdateNodeDataArgs,
-            update_node_data,
-            read_only=False,
-        ),
-        Tool("hadron_get_node", "Read a single node by loc path or full URN.", GetNodeArgs, get_node),
-        Tool(
-            "hadron_get_next_node",
-            "Read the next sibling under a parent, ordered by seq (the first child without current).",
-            GetNextNodeArgs,
-            get_next_node,
-        ),
-        Tool(
-            "hadron_list_nodes",
-            "Browse the tree under a parent: names and descriptions only, optionally to a depth. A loc with "
-            "nodes beneath but no node of its own is listed as an implicit folder (implicit: true).",
-            ListNodesArgs,
-            list_nodes,
-        ),
-        Tool(
-            "hadron_move_node",
-            "Move a node with its whole loc-subtree, within a memory or across memories. Ids and names are kept "
-            "(renameToLeaf re-derives the name). A collision refuses URN_ALREADY_EXISTS unless overwrite.",
-            MoveNodeArgs,
-            move_node,
-            read_only=False,
-        ),
-        Tool(
-            "hadron_delete_node",
-            "Delete a node: soft by default, hard: true removes the rows. Refuses with descendants unless "
-            "recursive; a hard delete refuses cross-memory edges unless cascadeCrossMemoryEdges.",
-            DeleteNodeArgs,
-            delete_node,
-            read_only=False,
-        ),
-    ]
+TOOLS: list[HadronTool] = [
+    DeclaredTool(
+        "hadron_create_node",
+        "Create or upsert a node. nodeType defaults to info. data replaces the whole data bag "
+        "(hadron_update_node_data merges); edges replaces the edge set (hadron_create_edge appends one).",
+        CreateNodeArgs,
+        create_node,
+        read_only=False,
+    ),
+    DeclaredTool(
+        "hadron_create_parent_node",
+        "Create a section/category container node (nodeType pinned to parent).",
+        CreateParentArgs,
+        create_parent_node,
+        read_only=False,
+    ),
+    DeclaredTool(
+        "hadron_update_node",
+        "Partially update a node: only the fields you pass change. data replaces the whole data bag (use "
+        "hadron_update_node_data to merge); edges replaces the edge set; reason is kept in the revision history.",
+        UpdateNodeArgs,
+        update_node,
+        read_only=False,
+    ),
+    DeclaredTool(
+        "hadron_update_node_data",
+        "Merge a JSON object into a node's data bag (shallow: the patch's top-level keys win, other keys stay). "
+        "The patch must be an object. To replace the whole bag use hadron_update_node.",
+        UpdateNodeDataArgs,
+        update_node_data,
+        read_only=False,
+    ),
+    DeclaredTool("hadron_get_node", "Read a single node by loc path or full URN.", GetNodeArgs, get_node),
+    DeclaredTool(
+        "hadron_get_next_node",
+        "Read the next sibling under a parent, ordered by seq (the first child without current).",
+        GetNextNodeArgs,
+        get_next_node,
+    ),
+    DeclaredTool(
+        "hadron_list_nodes",
+        "Browse the tree under a parent: names and descriptions only, optionally to a depth. A loc with "
+        "nodes beneath but no node of its own is listed as an implicit folder (implicit: true).",
+        ListNodesArgs,
+        list_nodes,
+    ),
+    DeclaredTool(
+        "hadron_move_node",
+        "Move a node with its whole loc-subtree, within a memory or across memories. Ids and names are kept "
+        "(renameToLeaf re-derives the name). A collision refuses URN_ALREADY_EXISTS unless overwrite.",
+        MoveNodeArgs,
+        move_node,
+        read_only=False,
+    ),
+    DeclaredTool(
+        "hadron_delete_node",
+        "Delete a node: soft by default, hard: true removes the rows. Refuses with descendants unless "
+        "recursive; a hard delete refuses cross-memory edges unless cascadeCrossMemoryEdges.",
+        DeleteNodeArgs,
+        delete_node,
+        read_only=False,
+    ),
+]

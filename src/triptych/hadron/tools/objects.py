@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from triptych.core.db import MAX_OFFSET
+from triptych.core.bounds import MAX_OFFSET
 from triptych.hadron.domain.loc import node_urn
-from triptych.hadron.services.objects import ObjectService, record
-from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
+from triptych.hadron.services.objects import record
+from triptych.hadron.tools.base import Ctx, DeclaredTool, HadronTool, Services, ToolArgs, ToolOutput
 
 
 class CreateObjectArgs(ToolArgs):
@@ -50,77 +50,82 @@ class FindObjectsArgs(ToolArgs):
     offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
 
-def object_tools(objects: ObjectService) -> list[Tool[Ctx]]:
-    def out(verb: str, node: Any, memory: Any) -> ToolOutput:
-        rec = record(node)
-        urn = node_urn(memory.root, memory.slug, node.loc)
-        text = f"{verb} {rec['type']} {rec['id']} ({urn}, revision {node.revision})\n"
-        return ToolOutput(text + json.dumps(rec, ensure_ascii=False, sort_keys=True), rec)
+def out(verb: str, node: Any, memory: Any) -> ToolOutput:
+    rec = record(node)
+    urn = node_urn(memory.root, memory.slug, node.loc)
+    text = f"{verb} {rec['type']} {rec['id']} ({urn}, revision {node.revision})\n"
+    return ToolOutput(text + json.dumps(rec, ensure_ascii=False, sort_keys=True), rec)
 
-    def create_object(ctx: Ctx, args: CreateObjectArgs) -> ToolOutput:
-        memory, node = objects.create(ctx.caller, args.memoryUrn, args.type, args.fields, args.key, args.name)
-        return out("Created", node, memory)
 
-    def get_object(ctx: Ctx, args: RefArgs) -> ToolOutput:
-        memory, node = objects.get(ctx.caller, ctx.session, args.ref)
-        rec = record(node)
-        return ToolOutput(json.dumps(rec, ensure_ascii=False, sort_keys=True), rec)
+def create_object(svc: Services, ctx: Ctx, args: CreateObjectArgs) -> ToolOutput:
+    memory, node = svc.objects.create(ctx.caller, args.memoryUrn, args.type, args.fields, args.key, args.name)
+    return out("Created", node, memory)
 
-    def update_object(ctx: Ctx, args: UpdateObjectArgs) -> ToolOutput:
-        memory, node = objects.update(ctx.caller, ctx.session, args.ref, args.fields, args.reason)
-        return out("Updated", node, memory)
 
-    def delete_object(ctx: Ctx, args: DeleteObjectArgs) -> ToolOutput:
-        memory, node = objects.delete(ctx.caller, ctx.session, args.ref, args.hard)
-        how = "Hard-deleted" if args.hard else "Soft-deleted"
-        return ToolOutput(
-            f"{how} {node.object_type} {node.id}", {"id": node.id, "deleted": True, "hard": args.hard}
-        )
+def get_object(svc: Services, ctx: Ctx, args: RefArgs) -> ToolOutput:
+    memory, node = svc.objects.get(ctx.caller, ctx.session, args.ref)
+    rec = record(node)
+    return ToolOutput(json.dumps(rec, ensure_ascii=False, sort_keys=True), rec)
 
-    def find_objects(ctx: Ctx, args: FindObjectsArgs) -> ToolOutput:
-        memory, rows, total = objects.find(
-            ctx.caller, args.memoryUrn, args.type, args.match, args.where, args.sort, args.limit, args.offset
-        )
-        recs = [record(n) for n in rows]
-        text = f"{len(recs)} of {total} {args.type} object(s) in {memory.urn}"
-        if recs:
-            text += "\n" + "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in recs)
-        return ToolOutput(text, {"objects": recs, "total": total})
 
-    return [
-        Tool(
-            "hadron_create_object",
-            "Create a record in a collection; fields are validated against the memory's schema when the "
-            "collection is declared. id and type are reserved.",
-            CreateObjectArgs,
-            create_object,
-            read_only=False,
-        ),
-        Tool(
-            "hadron_get_object",
-            "Read one object by id or node URN as {id, type, ...fields}.",
-            RefArgs,
-            get_object,
-        ),
-        Tool(
-            "hadron_update_object",
-            "Shallow-merge fields into an object (atomic; patch wins, unmentioned fields kept), then re-validate.",
-            UpdateObjectArgs,
-            update_object,
-            read_only=False,
-        ),
-        Tool(
-            "hadron_delete_object",
-            "Delete an object: soft by default; hard: true removes the row. Non-recursive.",
-            DeleteObjectArgs,
-            delete_object,
-            read_only=False,
-        ),
-        Tool(
-            "hadron_find_objects",
-            "Query one collection -> {objects, total}: match (equality, cast from the schema), where (the "
-            "predicate grammar, ANDed with match), sort, limit, offset.",
-            FindObjectsArgs,
-            find_objects,
-        ),
-    ]
+def update_object(svc: Services, ctx: Ctx, args: UpdateObjectArgs) -> ToolOutput:
+    memory, node = svc.objects.update(ctx.caller, ctx.session, args.ref, args.fields, args.reason)
+    return out("Updated", node, memory)
+
+
+def delete_object(svc: Services, ctx: Ctx, args: DeleteObjectArgs) -> ToolOutput:
+    memory, node = svc.objects.delete(ctx.caller, ctx.session, args.ref, args.hard)
+    how = "Hard-deleted" if args.hard else "Soft-deleted"
+    return ToolOutput(
+        f"{how} {node.object_type} {node.id}", {"id": node.id, "deleted": True, "hard": args.hard}
+    )
+
+
+def find_objects(svc: Services, ctx: Ctx, args: FindObjectsArgs) -> ToolOutput:
+    memory, rows, total = svc.objects.find(
+        ctx.caller, args.memoryUrn, args.type, args.match, args.where, args.sort, args.limit, args.offset
+    )
+    recs = [record(n) for n in rows]
+    text = f"{len(recs)} of {total} {args.type} object(s) in {memory.urn}"
+    if recs:
+        text += "\n" + "\n".join(json.dumps(r, ensure_ascii=False, sort_keys=True) for r in recs)
+    return ToolOutput(text, {"objects": recs, "total": total})
+
+
+TOOLS: list[HadronTool] = [
+    DeclaredTool(
+        "hadron_create_object",
+        "Create a record in a collection; fields are validated against the memory's schema when the "
+        "collection is declared. id and type are reserved.",
+        CreateObjectArgs,
+        create_object,
+        read_only=False,
+    ),
+    DeclaredTool(
+        "hadron_get_object",
+        "Read one object by id or node URN as {id, type, ...fields}.",
+        RefArgs,
+        get_object,
+    ),
+    DeclaredTool(
+        "hadron_update_object",
+        "Shallow-merge fields into an object (atomic; patch wins, unmentioned fields kept), then re-validate.",
+        UpdateObjectArgs,
+        update_object,
+        read_only=False,
+    ),
+    DeclaredTool(
+        "hadron_delete_object",
+        "Delete an object: soft by default; hard: true removes the row. Non-recursive.",
+        DeleteObjectArgs,
+        delete_object,
+        read_only=False,
+    ),
+    DeclaredTool(
+        "hadron_find_objects",
+        "Query one collection -> {objects, total}: match (equality, cast from the schema), where (the "
+        "predicate grammar, ANDed with match), sort, limit, offset.",
+        FindObjectsArgs,
+        find_objects,
+    ),
+]

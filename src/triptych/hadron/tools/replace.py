@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from triptych.hadron.services.replace import ReplaceRequest, ReplaceService
-from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
+from triptych.hadron.services.replace import ReplaceRequest
+from triptych.hadron.tools.base import Ctx, DeclaredTool, HadronTool, Services, ToolArgs, ToolOutput
 
 TextField = Literal["content", "name", "description", "tags", "alias", "abstract"]
 
@@ -25,45 +25,44 @@ class ReplaceTextArgs(ToolArgs):
     reason: str | None = Field(None, description="Why; recorded in each changed node's revision history")
 
 
-def replace_tools(service: ReplaceService) -> list[Tool[Ctx]]:
-    def replace_text(ctx: Ctx, args: ReplaceTextArgs) -> ToolOutput:
-        request = ReplaceRequest(
-            args.oldText, args.newText, tuple(dict.fromkeys(args.fields)), tuple(args.nodeIds or ()),
-            tuple(args.memoryIds or ()), args.prefix, args.regex, args.caseInsensitive, args.dryRun, args.reason,
-        )  # fmt: skip
-        result = service.replace_text(ctx.caller, request)
-        verb = "Would change" if result.dry_run else "Changed"
-        lines = [
-            f"{verb} {result.changed} of {result.scanned} node(s) scanned, {result.replacements} replacement(s)"
-            + (" (dry run: nothing written)" if result.dry_run else "")
-        ]
-        lines += [
-            f"- {r['memoryUrn']} {r['loc']}: "
-            + ", ".join(f"{f['field']} ×{f['matches']}" for f in r["fields"])
-            for r in result.results
-        ]
-        if result.unavailable:
-            lines.append(f"unavailable (not found, or not readable by you): {', '.join(result.unavailable)}")
-        return ToolOutput(
-            "\n".join(lines),
-            {
-                "dryRun": result.dry_run,
-                "nodesScanned": result.scanned,
-                "nodesChanged": result.changed,
-                "totalReplacements": result.replacements,
-                "results": result.results,
-                "unavailable": result.unavailable,
-            },
-        )
-
-    return [
-        Tool(
-            "hadron_replace_text",
-            "Search and replace text across many nodes in one call: select nodeIds and/or memoryIds (prefix narrows "
-            "to a subtree), pick fields (content, name, description, tags); literal by default, regex: true for "
-            "RE2 with $1 references. dryRun previews the counts. Every change is kept in the revision history.",
-            ReplaceTextArgs,
-            replace_text,
-            read_only=False,
-        )
+def replace_text(svc: Services, ctx: Ctx, args: ReplaceTextArgs) -> ToolOutput:
+    request = ReplaceRequest(
+        args.oldText, args.newText, tuple(dict.fromkeys(args.fields)), tuple(args.nodeIds or ()),
+        tuple(args.memoryIds or ()), args.prefix, args.regex, args.caseInsensitive, args.dryRun, args.reason,
+    )  # fmt: skip
+    result = svc.replace.replace_text(ctx.caller, request)
+    verb = "Would change" if result.dry_run else "Changed"
+    lines = [
+        f"{verb} {result.changed} of {result.scanned} node(s) scanned, {result.replacements} replacement(s)"
+        + (" (dry run: nothing written)" if result.dry_run else "")
     ]
+    lines += [
+        f"- {r['memoryUrn']} {r['loc']}: " + ", ".join(f"{f['field']} ×{f['matches']}" for f in r["fields"])
+        for r in result.results
+    ]
+    if result.unavailable:
+        lines.append(f"unavailable (not found, or not readable by you): {', '.join(result.unavailable)}")
+    return ToolOutput(
+        "\n".join(lines),
+        {
+            "dryRun": result.dry_run,
+            "nodesScanned": result.scanned,
+            "nodesChanged": result.changed,
+            "totalReplacements": result.replacements,
+            "results": result.results,
+            "unavailable": result.unavailable,
+        },
+    )
+
+
+TOOLS: list[HadronTool] = [
+    DeclaredTool(
+        "hadron_replace_text",
+        "Search and replace text across many nodes in one call: select nodeIds and/or memoryIds (prefix narrows "
+        "to a subtree), pick fields (content, name, description, tags); literal by default, regex: true for "
+        "RE2 with $1 references. dryRun previews the counts. Every change is kept in the revision history.",
+        ReplaceTextArgs,
+        replace_text,
+        read_only=False,
+    )
+]

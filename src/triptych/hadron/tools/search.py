@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import Field
 
 from triptych.hadron.domain.loc import node_urn
-from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.services.search import (
     ENTITY_TYPES,
     MAX_SEARCH_QUERY,
     FindQuery,
     FindResult,
     Hit,
-    SearchService,
 )
-from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
+from triptych.hadron.tools.base import Ctx, DeclaredTool, HadronTool, Services, ToolArgs, ToolOutput
 
 PREVIEW = 300
 
@@ -148,73 +145,72 @@ def _render(result: FindResult, rows: list[dict[str, Any]], query: str, brief: b
     return "\n".join(lines)
 
 
-def search_tools(
-    service: SearchService, abstracts: Callable[[Sequence[NodeRecord]], dict[str, Any]] | None = None
-) -> list[Tool[Ctx]]:
-    def find_nodes(ctx: Ctx, args: FindNodesArgs) -> ToolOutput:
-        q = FindQuery(
-            query=args.query, mode=args.mode, scope=args.scope, parent_rel=args.parentRel, memory_urn=args.memoryUrn,
-            memory_urns=tuple(args.memoryUrns) if args.memoryUrns is not None else None,
-            all_memories=args.allMemories, object_type=args.objectType, where=args.where,
-            is_runnable=args.isRunnable, brief=args.brief, limit=args.limit, min_score=args.minScore,
-            expand=args.expand, granularity=args.granularity,
-        )  # fmt: skip
-        result = service.find_nodes(ctx.caller, ctx.session, q)
-        edges = service.edge_summaries(ctx.caller, result.hits)
-        rows = [_hit(h, edges, args.brief) for h in result.hits]
-        if result.survey and abstracts is not None:  # survey mode shows each node's abstract (issue 18)
-            found = abstracts([h.node for h in result.hits])
-            for hit, row in zip(result.hits, rows, strict=True):
-                row["abstract"] = found.get(hit.node.id)
-        data = {
-            "scope": result.view.data(),
-            "mode": "survey" if result.survey else result.mode,
-            "hits": rows,
-            "total": len(rows),
-            "degraded": ",".join(result.degraded) or None,
-        }
-        return ToolOutput(_render(result, rows, args.query, args.brief), data)
+def find_nodes(svc: Services, ctx: Ctx, args: FindNodesArgs) -> ToolOutput:
+    q = FindQuery(
+        query=args.query, mode=args.mode, scope=args.scope, parent_rel=args.parentRel, memory_urn=args.memoryUrn,
+        memory_urns=tuple(args.memoryUrns) if args.memoryUrns is not None else None,
+        all_memories=args.allMemories, object_type=args.objectType, where=args.where,
+        is_runnable=args.isRunnable, brief=args.brief, limit=args.limit, min_score=args.minScore,
+        expand=args.expand, granularity=args.granularity,
+    )  # fmt: skip
+    result = svc.search.find_nodes(ctx.caller, ctx.session, q)
+    edges = svc.search.edge_summaries(ctx.caller, result.hits)
+    rows = [_hit(h, edges, args.brief) for h in result.hits]
+    if result.survey and svc.abstracts is not None:  # survey mode shows each node's abstract (issue 18)
+        found = svc.abstracts([h.node for h in result.hits])
+        for hit, row in zip(result.hits, rows, strict=True):
+            row["abstract"] = found.get(hit.node.id)
+    data = {
+        "scope": result.view.data(),
+        "mode": "survey" if result.survey else result.mode,
+        "hits": rows,
+        "total": len(rows),
+        "degraded": ",".join(result.degraded) or None,
+    }
+    return ToolOutput(_render(result, rows, args.query, args.brief), data)
 
-    def search(ctx: Ctx, args: SearchArgs) -> ToolOutput:
-        hits, degraded, view = service.entities(
-            ctx.caller, ctx.session, args.query, args.entityTypes, args.fields, args.scope, args.limit
-        )
-        where = view.line() if view is not None else "scope: everything you can read"
-        lines = [
-            where,
-            f'{len(hits)} match(es) for "{args.query}"'
-            + (f" [degraded: {'; '.join(degraded)}]" if degraded else ""),
-        ]
-        for hit in hits:
-            label = hit["urn"] or hit["id"]
-            lines.append(
-                f"- {hit['entityType']}: {hit['name']} — {label} (matched {hit['matchedField']}, score {hit['score']})"
-            )
-        data = {
-            "hits": hits,
-            "total": len(hits),
-            "degraded": degraded,
-            "scope": view.data() if view is not None else None,
-        }
-        return ToolOutput("\n".join(lines), data)
 
-    return [
-        Tool(
-            "hadron_find_nodes",
-            "Relevance-ranked node search. mode: keyword (default, stemmed full text), vector/hybrid (semantic, "
-            'needs the memory\'s vector index), regex. query "*" or "" lists everything (survey). Filters: '
-            "objectType, where, isRunnable, parentRel. With no memory selector it runs under the search ladder "
-            "(scope › active scope › active App › active organization › your own memories), never the active "
-            "memory: read the scope line at the top of every result.",
-            FindNodesArgs,
-            find_nodes,
-        ),
-        Tool(
-            "hadron_search",
-            "Find a known entity by id, URN or name across organizations, memories, nodes, agents, apps, AI "
-            "service configs and users in one ranked list. Case-insensitive substring (pk is exact), never "
-            "stemmed; for concept search over node text use hadron_find_nodes.",
-            SearchArgs,
-            search,
-        ),
+def search(svc: Services, ctx: Ctx, args: SearchArgs) -> ToolOutput:
+    hits, degraded, view = svc.search.entities(
+        ctx.caller, ctx.session, args.query, args.entityTypes, args.fields, args.scope, args.limit
+    )
+    where = view.line() if view is not None else "scope: everything you can read"
+    lines = [
+        where,
+        f'{len(hits)} match(es) for "{args.query}"'
+        + (f" [degraded: {'; '.join(degraded)}]" if degraded else ""),
     ]
+    for hit in hits:
+        label = hit["urn"] or hit["id"]
+        lines.append(
+            f"- {hit['entityType']}: {hit['name']} — {label} (matched {hit['matchedField']}, score {hit['score']})"
+        )
+    data = {
+        "hits": hits,
+        "total": len(hits),
+        "degraded": degraded,
+        "scope": view.data() if view is not None else None,
+    }
+    return ToolOutput("\n".join(lines), data)
+
+
+TOOLS: list[HadronTool] = [
+    DeclaredTool(
+        "hadron_find_nodes",
+        "Relevance-ranked node search. mode: keyword (default, stemmed full text), vector/hybrid (semantic, "
+        'needs the memory\'s vector index), regex. query "*" or "" lists everything (survey). Filters: '
+        "objectType, where, isRunnable, parentRel. With no memory selector it runs under the search ladder "
+        "(scope › active scope › active App › active organization › your own memories), never the active "
+        "memory: read the scope line at the top of every result.",
+        FindNodesArgs,
+        find_nodes,
+    ),
+    DeclaredTool(
+        "hadron_search",
+        "Find a known entity by id, URN or name across organizations, memories, nodes, agents, apps, AI "
+        "service configs and users in one ranked list. Case-insensitive substring (pk is exact), never "
+        "stemmed; for concept search over node text use hadron_find_nodes.",
+        SearchArgs,
+        search,
+    ),
+]

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from triptych import __version__
-from triptych.hadron.services.selection import SelectionService
-from triptych.hadron.tools.base import Ctx, NoArgs, Tool, ToolOutput
+from triptych.hadron.tools.base import Ctx, DeclaredTool, HadronTool, NoArgs, Services, ToolOutput
 
 # One token per feature this build really has; tokens are added when a feature ships, never early.
 CAPABILITIES = (
@@ -32,67 +29,66 @@ CAPABILITIES = (
 )
 
 
-def server_info_tools(selections: SelectionService, extra: Sequence[str] = ()) -> list[Tool[Ctx]]:
-    """``extra``: tokens of features that depend on this deployment (a git binary, a server key)."""
-    capabilities = (*CAPABILITIES, *extra)
-
-    def server_info(ctx: Ctx, args: NoArgs) -> ToolOutput:
-        state = ctx.session
-        lines = [f"server: {ctx.server_url or 'stdio'}", f"version: {__version__}"]
-        lines.append("capabilities: " + ", ".join(capabilities))
-        org_data: dict[str, object] = {"urn": None, "rung": "unauthenticated"}
-        if ctx.caller.kind == "anonymous":
-            lines.append("organization: none (not authenticated)")
+def server_info(svc: Services, ctx: Ctx, args: NoArgs) -> ToolOutput:
+    # This build's tokens, then those of features that depend on the deployment (``Services.capabilities``).
+    capabilities = (*CAPABILITIES, *svc.capabilities)
+    state = ctx.session
+    lines = [f"server: {ctx.server_url or 'stdio'}", f"version: {__version__}"]
+    lines.append("capabilities: " + ", ".join(capabilities))
+    org_data: dict[str, object] = {"urn": None, "rung": "unauthenticated"}
+    if ctx.caller.kind == "anonymous":
+        lines.append("organization: none (not authenticated)")
+    else:
+        resolution = svc.selections.resolve_org(ctx.caller, state)
+        if resolution.org is not None:
+            lines.append(f"organization: {resolution.org.urn} (chosen by: {resolution.rung})")
+        elif resolution.rung == "personal":
+            lines.append("organization: none (no membership: your own user-owned memories)")
         else:
-            resolution = selections.resolve_org(ctx.caller, state)
-            if resolution.org is not None:
-                lines.append(f"organization: {resolution.org.urn} (chosen by: {resolution.rung})")
-            elif resolution.rung == "personal":
-                lines.append("organization: none (no membership: your own user-owned memories)")
-            else:
-                urns = ", ".join(o.urn for o in resolution.memberships) or "none"
-                lines.append(f"organization: unresolved (ORG_REQUIRED; memberships: {urns})")
-            org_data = {"urn": resolution.org.urn if resolution.org else None, "rung": resolution.rung}
-        if state.replaced and state.client_id is not None and ctx.caller.user is not None:
-            restored = ", ".join(state.restored) or "nothing was selected"
-            connection = (
-                "re-established (the previous MCP session ended; selections were restored from "
-                f"X-Hadron-Client-Id: {restored})"
-            )
-            if state.dropped:
-                connection += f"; dropped after re-authorization: {', '.join(state.dropped)}"
-        elif state.replaced:
-            connection = (
-                "re-established (the previous MCP session ended; any active App or active memory selection "
-                "was reset)"
-            )
-        else:
-            connection = "new"
-        lines.append(f"connection: {connection}")
-        return ToolOutput(
-            "\n".join(lines),
-            {
-                "server": ctx.server_url,
-                "version": __version__,
-                "capabilities": list(capabilities),
-                "organization": org_data,
-                "connection": {
-                    "reestablished": state.replaced,
-                    "restored": state.restored,
-                    "dropped": state.dropped,
-                    "clientId": state.client_id is not None,
-                },
+            urns = ", ".join(o.urn for o in resolution.memberships) or "none"
+            lines.append(f"organization: unresolved (ORG_REQUIRED; memberships: {urns})")
+        org_data = {"urn": resolution.org.urn if resolution.org else None, "rung": resolution.rung}
+    if state.replaced and state.client_id is not None and ctx.caller.user is not None:
+        restored = ", ".join(state.restored) or "nothing was selected"
+        connection = (
+            "re-established (the previous MCP session ended; selections were restored from "
+            f"X-Hadron-Client-Id: {restored})"
+        )
+        if state.dropped:
+            connection += f"; dropped after re-authorization: {', '.join(state.dropped)}"
+    elif state.replaced:
+        connection = (
+            "re-established (the previous MCP session ended; any active App or active memory selection "
+            "was reset)"
+        )
+    else:
+        connection = "new"
+    lines.append(f"connection: {connection}")
+    return ToolOutput(
+        "\n".join(lines),
+        {
+            "server": ctx.server_url,
+            "version": __version__,
+            "capabilities": list(capabilities),
+            "organization": org_data,
+            "connection": {
+                "reestablished": state.replaced,
+                "restored": state.restored,
+                "dropped": state.dropped,
+                "clientId": state.client_id is not None,
             },
-        )
+        },
+    )
 
-    return [
-        Tool(
-            "hadron_server_info",
-            "Return the deployment URL, the version, the capability tokens this build carries, the organization "
-            "currently resolved (and which rung chose it), and whether this connection was re-established. "
-            "Safe to call before authentication.",
-            NoArgs,
-            server_info,
-            public=True,
-        )
-    ]
+
+TOOLS: list[HadronTool] = [
+    DeclaredTool(
+        "hadron_server_info",
+        "Return the deployment URL, the version, the capability tokens this build carries, the organization "
+        "currently resolved (and which rung chose it), and whether this connection was re-established. "
+        "Safe to call before authentication.",
+        NoArgs,
+        server_info,
+        public=True,
+    )
+]

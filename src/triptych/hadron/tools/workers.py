@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from triptych.hadron.services.sessions import age
-from triptych.hadron.services.workers import RosterLine, WorkerService
-from triptych.hadron.tools.base import Ctx, Tool, ToolArgs, ToolOutput
+from triptych.hadron.services.workers import RosterLine
+from triptych.hadron.tools.base import Ctx, DeclaredTool, HadronTool, Services, ToolArgs, ToolOutput
 
 
 class CastWorkerArgs(ToolArgs):
@@ -63,97 +63,90 @@ def roster_text(line: RosterLine) -> str:
     return text + (" [retired]" if w.retired else "")
 
 
-def worker_tools(workers: WorkerService) -> list[Tool[Ctx]]:
-    def cast(ctx: Ctx, args: CastWorkerArgs) -> ToolOutput:
-        worker = workers.cast(
-            ctx.caller, ctx.session, args.name, args.role, args.agent, args.app, args.promptOverride
-        )
-        view = workers.view(ctx.caller, worker)
-        text = (
-            f"Cast {worker.name} ({worker.role}) — id {worker.id}, {worker.urn}.\n"
-            f"Pass the id as workerRef to hadron_start_session.\n\nBoot briefing:\n{view['bootBriefing']}"
-        )
-        return ToolOutput(text, {"worker": view})
+def cast(svc: Services, ctx: Ctx, args: CastWorkerArgs) -> ToolOutput:
+    worker = svc.workers.cast(
+        ctx.caller, ctx.session, args.name, args.role, args.agent, args.app, args.promptOverride
+    )
+    view = svc.workers.view(ctx.caller, worker)
+    text = (
+        f"Cast {worker.name} ({worker.role}) — id {worker.id}, {worker.urn}.\n"
+        f"Pass the id as workerRef to hadron_start_session.\n\nBoot briefing:\n{view['bootBriefing']}"
+    )
+    return ToolOutput(text, {"worker": view})
 
-    def roster(ctx: Ctx, args: ListWorkersArgs) -> ToolOutput:
-        app, lines, total = workers.roster(
-            ctx.caller, ctx.session, args.includeRetired, args.limit, args.offset, args.app, args.session
-        )
-        views = [workers.view(ctx.caller, line.worker, briefing=False) for line in lines]
-        head = (
-            f"{total} worker(s) of {app.urn}" + (" (retired included)" if args.includeRetired else "") + ":"
-        )
-        text = (
-            "\n".join([head, *(roster_text(line) for line in lines)])
-            if lines
-            else f"No workers in {app.urn}."
-        )
-        return ToolOutput(text, {"appUrn": app.urn, "workers": views, "total": total})
 
-    def get(ctx: Ctx, args: GetWorkerArgs) -> ToolOutput:
-        worker = workers.resolve(ctx.caller, ctx.session, args.workerRef, args.app, args.session)
-        view = workers.view(ctx.caller, worker)
-        text = "\n".join(
-            [
-                roster_text(workers.line(ctx.caller, worker)).removeprefix("- "),
-                f"id {worker.id}, {worker.urn}",
-                "",
-                "Prompt override:",
-                worker.prompt_override or "(none)",
-                "",
-                "Boot briefing:",
-                view["bootBriefing"],
-            ]
-        )
-        return ToolOutput(text, {"worker": view})
+def roster(svc: Services, ctx: Ctx, args: ListWorkersArgs) -> ToolOutput:
+    app, lines, total = svc.workers.roster(
+        ctx.caller, ctx.session, args.includeRetired, args.limit, args.offset, args.app, args.session
+    )
+    views = [svc.workers.view(ctx.caller, line.worker, briefing=False) for line in lines]
+    head = f"{total} worker(s) of {app.urn}" + (" (retired included)" if args.includeRetired else "") + ":"
+    text = "\n".join([head, *(roster_text(line) for line in lines)]) if lines else f"No workers in {app.urn}."
+    return ToolOutput(text, {"appUrn": app.urn, "workers": views, "total": total})
 
-    def update(ctx: Ctx, args: UpdateWorkerArgs) -> ToolOutput:
-        worker = workers.update(
-            ctx.caller, ctx.session, args.workerRef, args.promptOverride, args.app, args.session
-        )
-        view = workers.view(ctx.caller, worker)
-        changed = (
-            "unchanged"
-            if args.promptOverride is None
-            else "cleared"
-            if args.promptOverride == ""
-            else "replaced"
-        )
-        return ToolOutput(
-            f"{worker.name}: prompt override {changed}; it reaches the worker at its next bind.",
-            {"worker": view, "changed": args.promptOverride is not None},
-        )
 
-    return [
-        Tool(
-            "hadron_cast_worker",
-            "Cast a worker (a named AI team member) of an agent installed in the team App; returns its id, name and "
-            "boot briefing. Refusals: WORKER_NAME_REQUIRED, WORKER_NAME_TAKEN (unique per App, case-insensitive, "
-            "forever), FORBIDDEN (App keys and readers cannot staff), [agent_not_found].",
-            CastWorkerArgs,
-            cast,
-            read_only=False,
-        ),
-        Tool(
-            "hadron_list_workers",
-            "The App's roster: name, URN, role, who holds each name, whether a worker session is live on it, when it "
-            "was last driven (or never driven), and whether it is retired.",
-            ListWorkersArgs,
-            roster,
-        ),
-        Tool(
-            "hadron_get_worker",
-            "Read one worker with its boot briefing (re-rendered live) and raw promptOverride. A pure read: the way "
-            "to recover a briefing after a context compaction. A worker you may not read is [worker_not_found].",
-            GetWorkerArgs,
-            get,
-        ),
-        Tool(
-            "hadron_update_worker",
-            "Amend a worker's promptOverride (the only field that changes; it replaces the whole override, '' "
-            "clears it). Reaches the worker at its next bind. Refusals: WORKER_RETIRED, FORBIDDEN.",
-            UpdateWorkerArgs,
-            update,
-            read_only=False,
-        ),
-    ]
+def get(svc: Services, ctx: Ctx, args: GetWorkerArgs) -> ToolOutput:
+    worker = svc.workers.resolve(ctx.caller, ctx.session, args.workerRef, args.app, args.session)
+    view = svc.workers.view(ctx.caller, worker)
+    text = "\n".join(
+        [
+            roster_text(svc.workers.line(ctx.caller, worker)).removeprefix("- "),
+            f"id {worker.id}, {worker.urn}",
+            "",
+            "Prompt override:",
+            worker.prompt_override or "(none)",
+            "",
+            "Boot briefing:",
+            view["bootBriefing"],
+        ]
+    )
+    return ToolOutput(text, {"worker": view})
+
+
+def update(svc: Services, ctx: Ctx, args: UpdateWorkerArgs) -> ToolOutput:
+    worker = svc.workers.update(
+        ctx.caller, ctx.session, args.workerRef, args.promptOverride, args.app, args.session
+    )
+    view = svc.workers.view(ctx.caller, worker)
+    changed = (
+        "unchanged" if args.promptOverride is None else "cleared" if args.promptOverride == "" else "replaced"
+    )
+    return ToolOutput(
+        f"{worker.name}: prompt override {changed}; it reaches the worker at its next bind.",
+        {"worker": view, "changed": args.promptOverride is not None},
+    )
+
+
+TOOLS: list[HadronTool] = [
+    DeclaredTool(
+        "hadron_cast_worker",
+        "Cast a worker (a named AI team member) of an agent installed in the team App; returns its id, name and "
+        "boot briefing. Refusals: WORKER_NAME_REQUIRED, WORKER_NAME_TAKEN (unique per App, case-insensitive, "
+        "forever), FORBIDDEN (App keys and readers cannot staff), [agent_not_found].",
+        CastWorkerArgs,
+        cast,
+        read_only=False,
+    ),
+    DeclaredTool(
+        "hadron_list_workers",
+        "The App's roster: name, URN, role, who holds each name, whether a worker session is live on it, when it "
+        "was last driven (or never driven), and whether it is retired.",
+        ListWorkersArgs,
+        roster,
+    ),
+    DeclaredTool(
+        "hadron_get_worker",
+        "Read one worker with its boot briefing (re-rendered live) and raw promptOverride. A pure read: the way "
+        "to recover a briefing after a context compaction. A worker you may not read is [worker_not_found].",
+        GetWorkerArgs,
+        get,
+    ),
+    DeclaredTool(
+        "hadron_update_worker",
+        "Amend a worker's promptOverride (the only field that changes; it replaces the whole override, '' "
+        "clears it). Reaches the worker at its next bind. Refusals: WORKER_RETIRED, FORBIDDEN.",
+        UpdateWorkerArgs,
+        update,
+        read_only=False,
+    ),
+]

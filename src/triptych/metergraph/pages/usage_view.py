@@ -5,6 +5,7 @@ the top groups by cost charted one by one and the rest as "other"."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -83,26 +84,55 @@ def overview(usage: UsageService, principal: AgentPrincipal, days: int, by: str)
             rest.hist = np.clip(rest.hist, 0, None).astype(histogram.DTYPE)
             cells[(OTHER, int(day))] = rest
     series = []
+    gap_calls, gap_days = 0, set[int]()
     for name in [*charted, OTHER]:
         per = [cells.get((name, day)) for day in day_numbers]
         if name == OTHER and not any(per):
             continue
         values = [measures(agg) if agg is not None else None for agg in per]
+        unpriced = [_without_price(agg) for agg in per]
+        cost: list[float | None] = []
+        for day, cell, v in zip(day_numbers, per, values, strict=True):
+            if cell is not None and _unpriced_only(cell):
+                # Nothing that day has a price: a gap, not a $0 that reads as free.
+                cost.append(None)
+                gap_calls += int(cell.get("calls"))
+                gap_days.add(day)
+            else:
+                cost.append(v["cost_usd"] if v is not None else 0)
         series.append(
             {
                 "name": name,
+                "cost_usd": cost,
                 **{
                     key: [
                         (v[key] if v is not None else (None if key == "p95_latency_ms" else 0))
                         for v in values
                     ]
                     for key, _ in METRICS
+                    if key != "cost_usd"
                 },
+                "unpriced": unpriced,
             }
         )
+    dates = [datetime.fromtimestamp(day * 86_400, UTC) for day in day_numbers]
     chart = {
-        "x": [day * 86_400 for day in day_numbers],  # seconds, as uPlot's time axis wants
+        "x": [day * 86_400 for day in day_numbers],  # seconds since the epoch, at each UTC day's midnight
+        # Labels made here, in UTC, so the browser's time zone never moves a day (charts.js does no dates).
+        "days": [d.date().isoformat() for d in dates],
+        "labels": [f"{d:%b} {d.day}" for d in dates],
         "metrics": [{"key": key, "label": label} for key, label in METRICS],
         "series": series,
+        "unpriced": {"calls": gap_calls, "days": len(gap_days)},
     }
     return {"table": table, "chart": chart, "by": by, "days": days}
+
+
+def _without_price(agg: AggRow | None) -> int:
+    return 0 if agg is None else int(agg.get("unpriced")) + int(agg.get("unknown"))
+
+
+def _unpriced_only(agg: AggRow) -> bool:
+    """Calls that day, none of them with a price (not even a partial or a known zero)."""
+    has_price = agg.get("priced") + agg.get("partial") + agg.get("zero")
+    return agg.get("calls") > 0 and has_price == 0

@@ -1,0 +1,70 @@
+"""What Hadron's SQL says differently on each engine, once, and the base every store class builds on.
+
+Each store aggregate (tenancy, graph, search, team, actions, abstracts, git, locks) writes its SQL once, in
+an engine-neutral class (``GraphSql``, ``TeamSql``...) in the SQL SQLite 3.35+ and PostgreSQL share; the
+class named after each engine (``SqliteGraphStore``, ``PostgresGraphStore``) subclasses it, never the other
+engine's class, and adds only what is truly that engine's: its handle, its DDL (``sqlite_schema`` and
+``pg_schema``) and the operations one engine does its own way (SQLite's registered SQL functions,
+PostgreSQL's ``NOTIFY``). The few fragments the shared SQL spells per engine come from its ``Dialect``,
+the way ``metergraph/call_filters.py`` builds one WHERE for two engines.
+
+Placeholders are ``?`` on both: on PostgreSQL the ``core.pg.PortableDatabase`` handle sends them as
+server-side parameters.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import ClassVar
+
+from triptych.core.db import Database
+from triptych.core.pg import PortableConnection, PortableDatabase
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: str
+    # What breaks a tie of timestamps in the order rows were inserted: SQLite's implicit rowid, an
+    # identity column ``n`` on PostgreSQL (handed out in commit order under the Hadron write lock).
+    insertion_order: str
+    # Whether the engine takes SQLite's ``INDEXED BY`` planner hint.
+    index_hints: bool
+
+    def indexed(self, table: str, index: str) -> str:
+        """``table`` read through ``index`` where the engine's planner needs telling."""
+        return f"{table} INDEXED BY {index}" if self.index_hints else table
+
+
+SQLITE = Dialect("sqlite", insertion_order="rowid", index_hints=True)
+POSTGRES = Dialect("postgresql", insertion_order="n", index_hints=False)
+
+
+class EngineStore:
+    """A store over one database handle: a ``core.db.Database`` (SQLite) or the ``PortableDatabase`` every
+    Hadron store of a server-mode process shares, so one service call's writes are one transaction."""
+
+    dialect: ClassVar[Dialect]
+    # The engine's migration components this store owns, applied in order when it opens: (name, scripts).
+    schema: ClassVar[tuple[tuple[str, list[str]], ...]] = ()
+
+    def __init__(self, db: Database | PortableDatabase) -> None:
+        self.db = db
+        for component, scripts in self.schema:
+            db.migrate(component, scripts)
+
+    @property
+    def conn(self) -> sqlite3.Connection | PortableConnection:
+        return self.db.conn
+
+    @contextmanager
+    def atomic(self) -> Iterator[sqlite3.Connection | PortableConnection]:
+        """One transaction; nested calls join the outer one."""
+        conn = self.conn
+        if conn.in_transaction:
+            yield conn
+            return
+        with self.db.transaction() as tx:
+            yield tx
