@@ -403,7 +403,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         metergraph = partial(metergraph_migrate.migrate_to_postgres, settings.data_dir, args.to, progress)
         following = (
             f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory was only"
-            " read; Metergraph's keys, routes and telemetry stay in it)"
+            " read; Metergraph's calls stay in it)"
         )
     else:
         source = redacted(args.source)
