@@ -3,7 +3,8 @@
 
     python3 tasks.py serve [triptych serve flags]   # set up .venv, start the server on 127.0.0.1:8000
     python3 tasks.py test [pytest args]             # set up .venv and .venv-mcp1, lint, type-check, run tests
-                                                     # (the whole suite reports coverage, with a floor)
+                                                     # (the whole suite reports coverage, with a floor),
+                                                     # on one pytest-xdist worker per core (TRIPTYCH_TEST_WORKERS)
     python3 tasks.py bench NAME [options]            # run a benchmark (see bench/README.md)
 
 Both setup steps are idempotent: packages are (re)installed only when pyproject.toml or a
@@ -18,6 +19,9 @@ import shutil
 import subprocess
 import sys
 import venv
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -68,18 +72,25 @@ def setup(dev: bool) -> None:
     inputs = [ROOT / "pyproject.toml", constraints]
     with_dev = ["-c", str(constraints), "-e.[dev]"]
     # A venv set up for tests (with the dev extras) serves as it is.
-    if dev:
-        _ensure(VENV, inputs, with_dev)
-    else:
+    if not dev:
         _ensure(VENV, inputs, ["-c", str(constraints), "-e."], also_fine=[_digest(inputs, with_dev)])
-    if dev:
-        mcp1 = ROOT / "tests" / "contract" / "mcp1-requirements.txt"
-        _ensure(VENV_MCP1, [mcp1], ["-r", str(mcp1)])
-        for requirements in sorted(CLIENTS.glob("*.txt")):
-            _ensure(ROOT / f".venv-client-{requirements.stem}", [requirements], ["-r", str(requirements)])
-        _ensure_inspector()
-        _ensure_chromium()
-        _ensure_old_clickhouse()
+        return
+    mcp1 = ROOT / "tests" / "contract" / "mcp1-requirements.txt"
+    steps: list[Callable[[], None]] = [
+        lambda: _ensure(VENV, inputs, with_dev),
+        lambda: _ensure(VENV_MCP1, [mcp1], ["-r", str(mcp1)]),
+        *(
+            partial(_ensure, ROOT / f".venv-client-{r.stem}", [r], ["-r", str(r)])
+            for r in sorted(CLIENTS.glob("*.txt"))
+        ),
+        _ensure_inspector,
+        _ensure_debian_packages,
+    ]
+    # The environments are independent and their installs wait on downloads and disk more than on the
+    # cores: side by side, a clean clone's setup takes about as long as its largest one (.venv).
+    with ThreadPoolExecutor(max_workers=len(steps)) as pool:
+        for future in [pool.submit(step) for step in steps]:
+            future.result()
 
 
 def _ensure_inspector() -> None:
@@ -100,6 +111,12 @@ def _ensure_inspector() -> None:
         print("tasks.py: installing the MCP Inspector failed; its test will be skipped", file=sys.stderr)
         return
     stamp.write_text(wanted)
+
+
+def _ensure_debian_packages() -> None:
+    # One after the other: apt holds a lock.
+    _ensure_chromium()
+    _ensure_old_clickhouse()
 
 
 def _ensure_chromium() -> None:
@@ -159,7 +176,22 @@ def test(args: list[str]) -> int:
     # some tests (a path or -k) does not measure, since a part cannot meet the whole's floor.
     some = "-k" in args or any((ROOT / a.split("::")[0]).exists() for a in args if not a.startswith("-"))
     coverage = [] if some else ["--cov", "--cov-report=term:skip-covered"]
-    return subprocess.run([str(python), "-m", "pytest", *coverage, *args], cwd=ROOT).returncode
+    # Workers for the whole suite only: each costs a collection and session servers of its own (about 40 s
+    # of CPU), which a part of the suite does not earn back (docs/decisions/0150).
+    workers = [] if some else _workers(args)
+    return subprocess.run([str(python), "-m", "pytest", *coverage, *workers, *args], cwd=ROOT).returncode
+
+
+def _workers(args: list[str]) -> list[str]:
+    """pytest-xdist's options: one worker per core, at most 4 (``TRIPTYCH_TEST_WORKERS`` overrides; 1 runs
+    in this process), unless the arguments choose. A whole file goes to one worker (``loadfile``), so a
+    module's server starts once, as in a serial run; each worker has its own session servers."""
+    chosen = ("-n", "--numprocesses", "--dist", "-pno:xdist", "no:xdist")
+    if any(a.startswith(chosen) for a in args):
+        return []
+    configured = os.environ.get("TRIPTYCH_TEST_WORKERS")
+    workers = int(configured) if configured else min(os.cpu_count() or 1, 4)
+    return ["--numprocesses", str(workers), "--dist", "loadfile"] if workers > 1 else []
 
 
 def bench(args: list[str]) -> int:

@@ -103,7 +103,10 @@ class ServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> ServerProcess:
+    def start(self, timeout: float = 180.0) -> ServerProcess:
+        # A start imports the whole product and warms the model: seconds on an idle machine, but over a
+        # minute where other suites (or the xdist workers of this one) share the cores. The bound only
+        # limits how long a server that never answers is waited for.
         self.port = free_port()
         self.log_path = self.data_dir.parent / f"server-{self.port}.log"
         env = {**os.environ, **self.env}

@@ -143,11 +143,11 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
 
 # -- adapters hold no rules (issue 29, item 5; docs/decisions/0141-tools-declared-at-module-level.md) ------
 
-# The MCP tool modules of Metronix and Hadron (Metergraph's follow when its tools are declared the same way).
+# The MCP tool modules of the three surfaces.
 TOOL_MODULES = sorted(
     m
     for m in MODULES
-    if m in {"triptych.metronix.tools", "triptych.metronix.memory_tools"}
+    if m in {"triptych.metronix.tools", "triptych.metronix.memory_tools", "triptych.metergraph.tools"}
     or m.startswith("triptych.hadron.tools.")
 )
 # What a tool module may import: the tool layer and the argument bounds, its surface's services, its argument
@@ -164,6 +164,14 @@ TOOL_IMPORTS = {
     "hadron": (
         "triptych.hadron.services.", "triptych.hadron.errors", "triptych.hadron.identity",
         "triptych.hadron.domain.", "triptych.hadron.tools", "triptych.hadron.tools.",
+    ),
+    "metergraph": (
+        "triptych.metergraph.analysis", "triptych.metergraph.incidents", "triptych.metergraph.replay",
+        "triptych.metergraph.reports", "triptych.metergraph.traces", "triptych.metergraph.usage",
+        "triptych.metergraph.workloads", "triptych.metergraph.workspace",  # services
+        "triptych.metergraph.analysis_runner",  # RunSettings, the value start_analysis hands its service
+        "triptych.metergraph.contract", "triptych.metergraph.errors",
+        "triptych.metergraph.keys",  # AgentPrincipal, the handlers' context
     ),
 }  # fmt: skip
 SHARED_TOOL_IMPORTS = ("triptych.core.mcp", "triptych.core.bounds")
@@ -227,13 +235,15 @@ def test_every_registered_tool_is_a_module_level_declaration_with_its_handler_be
 
     from triptych.hadron.tools import TOOLS as HADRON_TOOLS
     from triptych.hadron.tools.catalog import DECLARED
+    from triptych.metergraph.contract import TOOLS_BY_NAME
+    from triptych.metergraph.tools import TOOLS as METERGRAPH_TOOLS
     from triptych.metronix.memory_tools import MEMORY_TOOLS
     from triptych.metronix.tools import KNOWLEDGE_TOOLS, SYNC_TOOLS
 
     modules = [importlib.import_module(m) for m in TOOL_MODULES]
     walked = declared(modules)
     metronix = [*KNOWLEDGE_TOOLS, *SYNC_TOOLS, *MEMORY_TOOLS]
-    for registered in (metronix, DECLARED):
+    for registered in (metronix, DECLARED, METERGRAPH_TOOLS):
         names = [tool.name for tool in registered]
         assert len(names) == len(set(names)), names
         for tool in registered:
@@ -244,4 +254,5 @@ def test_every_registered_tool_is_a_module_level_declaration_with_its_handler_be
                 f"{tool.name}: handler {handler.__qualname__} is nested"
             )
     assert sorted(t.name for t in DECLARED) == sorted(HADRON_TOOLS)
-    assert set(walked) == {t.name for t in metronix} | set(HADRON_TOOLS)
+    assert [t.name for t in METERGRAPH_TOOLS] == list(TOOLS_BY_NAME)
+    assert set(walked) == {t.name for t in metronix} | set(HADRON_TOOLS) | set(TOOLS_BY_NAME)

@@ -19,7 +19,7 @@ DOCS = [ROOT / "README.md", *(ROOT / "docs" / name for name in ("metronix.md", "
 PREFIXES = ("TRIPTYCH_", "MG_", "METRONIX_")
 # Variables the docs name that are no server setting: set for the tests and tools, or another program's.
 NOT_SETTINGS = {
-    "TRIPTYCH_SHARED_DIR", "TRIPTYCH_REQUIRE_SHARED",  # the test suite's
+    "TRIPTYCH_SHARED_DIR", "TRIPTYCH_REQUIRE_SHARED", "TRIPTYCH_TEST_WORKERS",  # the test suite's
     "TRIPTYCH_WORKER_FD", "TRIPTYCH_WORKER_READY_FD", "TRIPTYCH_WORKER_INDEX", "TRIPTYCH_SUPERVISOR_PID",
 }  # fmt: skip
 _NAME = re.compile(r"`((?:TRIPTYCH|MG|METRONIX)_[A-Z0-9_]+|AUTH_ENABLED|\.\.\._[A-Z0-9_]+)`")

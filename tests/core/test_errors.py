@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
+from triptych.core.config import Settings
 from triptych.core.errors import (
     AuthRequired,
     Conflict,
@@ -22,7 +24,7 @@ from triptych.core.mcp import ArgumentsInvalid, NoArgs, Tool
 from triptych.hadron import errors as hadron
 from triptych.metergraph.errors import NotFoundError, error_document
 from triptych.metergraph.keys import AgentPrincipal
-from triptych.metergraph.mcp_http import McpRpc
+from triptych.metergraph.mcp_http import StatelessEndpoint, build_mcp_server
 from triptych.metronix import errors as metronix
 
 
@@ -102,14 +104,22 @@ async def test_metergraph_renders_any_refusal_as_a_tool_result_and_only_internal
     def fail(principal: AgentPrincipal, args: NoArgs) -> dict[str, Any]:
         raise InternalError("disk on fire")
 
-    rpc = McpRpc([Tool("refuse", "", NoArgs, refuse), Tool("fail", "", NoArgs, fail)])
-    principal = AgentPrincipal("ws", "debug", "key")
+    server = build_mcp_server([Tool("refuse", "", NoArgs, refuse), Tool("fail", "", NoArgs, fail)])
+    endpoint = StatelessEndpoint(server, Settings(), lambda request: AgentPrincipal("ws", "debug", "key"))
 
     async def call(name: str) -> dict[str, Any]:
         message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name}}
-        return await rpc.handle(principal, message)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=endpoint), base_url="http://127.0.0.1:8000"
+        ) as http:
+            response = await http.post("/v1/agent/mcp", json=message)
+        return dict(response.json())
 
-    refused = await call("refuse")
+    async with endpoint.manager.run():
+        refused = await call("refuse")
+        failed = await call("fail")
+        unknown = await call("nothing")
     assert refused["result"]["isError"] is True
     assert refused["result"]["structuredContent"]["error"] == {"code": "not_found", "message": "nothing here"}
-    assert (await call("fail"))["error"]["code"] == -32603
+    assert failed["error"] == {"code": -32603, "message": "Internal error"}
+    assert unknown["error"]["code"] == -32602 and unknown["error"]["data"] == {"tools": ["fail", "refuse"]}

@@ -128,7 +128,10 @@ class McpEndpoint:
         *,
         caller_key: str = PRINCIPAL_KEY,
         stateless: bool = False,
-        json_response: bool = False,
+        # A POST is answered with one JSON body, not an SSE stream: no tool of ours sends anything
+        # during a call, and the per-request stream (its task, its ping task) cost more than the
+        # call itself (decision 0102). Notifications still go out on the session's GET stream.
+        json_response: bool = True,
         max_body: int = MCP_MAX_BODY,
         render: Callable[[TriptychError], dict[str, Any]] = error_body,
     ) -> None:

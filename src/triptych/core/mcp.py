@@ -13,8 +13,10 @@ What differs per surface is a hook, not a copy of this module:
   session and client id (entered in the worker thread, under the session's lock); Metergraph the key's
   principal;
 - the *renderer* of refusals (``ErrorRenderer``): each surface's ``errors.py``;
-- Metergraph's stateless endpoint, which answers unknown tools and bad arguments as JSON-RPC -32602
-  rather than as tool results, catches ``UnknownTool`` and ``ArgumentsInvalid`` from ``Toolbox.call``.
+- the *result text* (``ResultRenderer``): Metergraph writes its JSON sorted and compact, and bounds it;
+- which tools ``tools/list`` shows a caller (``Visible``): Metergraph hides those its key's role may not call;
+- Metergraph's renderer raises ``MCPError`` for ``UnknownTool``, ``ArgumentsInvalid`` and internal errors:
+  its contract answers those as JSON-RPC errors (-32602, -32603) rather than as tool results.
 """
 
 from __future__ import annotations
@@ -134,11 +136,6 @@ def input_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def definition_json(tool: Tool[Any]) -> dict[str, Any]:
-    """A definition as ``tools/list`` sends it, for an endpoint that writes JSON-RPC itself."""
-    return tool.definition().model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
 class UnknownTool(Invalid):
     """A call to a name the surface does not serve."""
 
@@ -147,6 +144,7 @@ class ArgumentsInvalid(Invalid):
     """Arguments that do not fit the tool's input schema."""
 
     default_hint = "Check the argument names, types and ranges in the tool's input schema"
+    tool: str | None = None  # the tool whose schema refused them, set by ``Toolbox``
 
 
 def argument_message(exc: ValidationError, private: Collection[str] = ()) -> str:
@@ -250,7 +248,11 @@ class Toolbox(Generic[C]):
     async def _run(self, name: str, arguments: Any, bind: Bind[C]) -> Any:
         tool = self.get(name)
         context = bind(tool)
-        args = parse_args(tool.args, arguments, self.private_arguments)
+        try:
+            args = parse_args(tool.args, arguments, self.private_arguments)
+        except ArgumentsInvalid as exc:
+            exc.tool = tool.name
+            raise
         if inspect.iscoroutinefunction(tool.handler):
             with context as bound:
                 return await tool.handler(bound, args)
@@ -262,7 +264,12 @@ class Toolbox(Generic[C]):
         return await anyio.to_thread.run_sync(run)
 
 
+# May raise ``MCPError`` instead, for a refusal the surface's contract answers as a JSON-RPC error.
 ErrorRenderer = Callable[[TriptychError], types.CallToolResult]
+# A handler's output as a tool result (``tool_result`` unless the surface writes its own text).
+ResultRenderer = Callable[[Any], types.CallToolResult]
+# Whether ``tools/list`` shows the tool to the request's caller.
+Visible = Callable[[ServerRequestContext[Any, Any], Tool[C]], bool]
 # The SDK's request context (``request`` is None on stdio) and the tool: the handler's context.
 SessionBind = Callable[[ServerRequestContext[Any, Any], Tool[C]], AbstractContextManager[C]]
 
@@ -295,15 +302,21 @@ def build_server(
     render_error: ErrorRenderer,
     error_codes: Mapping[Kind, str],
     instructions: str | None = None,
+    render_result: ResultRenderer = tool_result,
+    visible: Visible[C] | None = None,
+    private_arguments: Collection[str] = (),
 ) -> Server[Any]:
     """An SDK server (streamable HTTP or stdio) over ``tools``; refusals come out as ``render_error``
     shapes them, and an unexpected exception as ``InternalError`` (its traceback stays in the log)."""
-    toolbox = Toolbox(tools, surface=name, error_codes=error_codes)
+    toolbox = Toolbox(tools, surface=name, error_codes=error_codes, private_arguments=private_arguments)
+    listed = list(zip(toolbox.tools, toolbox.definitions, strict=True))
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=toolbox.definitions)
+        if visible is None:
+            return types.ListToolsResult(tools=toolbox.definitions)
+        return types.ListToolsResult(tools=[d for tool, d in listed if visible(ctx, tool)])
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -315,7 +328,7 @@ def build_server(
         request_token = REQUEST_ID.set(rid) if rid is not None else None
         surface_token = SURFACE.set(name)
         try:
-            result = tool_result(await toolbox.call(params.name, params.arguments, lambda t: bind(ctx, t)))
+            result = render_result(await toolbox.call(params.name, params.arguments, lambda t: bind(ctx, t)))
         except TriptychError as exc:
             result = render_error(exc)
         except Exception:

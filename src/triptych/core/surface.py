@@ -6,15 +6,27 @@ and what to do at startup and shutdown. Each surface builds this in its own ``su
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.routing import BaseRoute
 
 from triptych.core.config import Settings
 from triptych.core.embed import Embedder, build_embedder
-from triptych.core.http import McpEndpoint
 from triptych.core.metrics import Sample
+
+
+class Runs(Protocol):
+    def run(self) -> AbstractAsyncContextManager[None]: ...
+
+
+class Endpoint(Protocol):
+    """An MCP endpoint: the app enters its ``manager``'s ``run()`` (an SDK session manager's, or
+    ``core.mcp_exchange.StatelessExchange``'s) for the app's lifetime."""
+
+    @property
+    def manager(self) -> Runs: ...
 
 
 class Shared:
@@ -37,7 +49,7 @@ class Shared:
 @dataclass
 class Mounted:
     routes: list[BaseRoute] = field(default_factory=list)
-    endpoints: list[McpEndpoint] = field(default_factory=list)
+    endpoints: list[Endpoint] = field(default_factory=list)
     on_startup: list[Callable[[], None]] = field(default_factory=list)
     on_close: list[Callable[[], None]] = field(default_factory=list)
     # Path prefix -> the JSON body of an unexpected 500 at that door, in its contract's shape

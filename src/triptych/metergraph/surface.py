@@ -16,7 +16,7 @@ from triptych.metergraph.errors import internal_error_document
 from triptych.metergraph.import_sync_rest import import_sync_routes
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.links import AppLinks, public_base
-from triptych.metergraph.mcp_http import McpRpc, StatelessEndpoint
+from triptych.metergraph.mcp_http import StatelessEndpoint, build_mcp_server
 from triptych.metergraph.pages.routes import page_routes
 from triptych.metergraph.replay_rest import replay_routes
 from triptych.metergraph.report_rest import report_routes
@@ -65,12 +65,10 @@ def mount(shared: Shared) -> Mounted:
         return agent_principal(mg, request)
 
     settings = shared.settings
-    endpoint = StatelessEndpoint(
-        McpRpc(mg.tools), authenticate, list(settings.allowed_origins), MAX_BODY, list(settings.allowed_hosts)
-    )
+    endpoint = StatelessEndpoint(build_mcp_server(mg.tools), settings, authenticate, MAX_BODY)
     routes = [
         # Route, not Mount: the exact path only; the trailing-slash path is a 404.
-        Route("/v1/agent/mcp", endpoint.handle, methods=["GET", "POST", "DELETE"]),
+        Route("/v1/agent/mcp", endpoint, methods=["GET", "POST", "DELETE"]),
         *ingest_routes(mg),
         *import_sync_routes(mg),
         *agent_routes(mg),
@@ -94,4 +92,6 @@ def mount(shared: Shared) -> Mounted:
                 lambda: [((), float(folder.pending))],
             )
         )
-    return Mounted(routes=routes, endpoints=[], on_close=[mg.close], error_shapes=shapes, gauges=gauges)
+    return Mounted(
+        routes=routes, endpoints=[endpoint], on_close=[mg.close], error_shapes=shapes, gauges=gauges
+    )

@@ -1,6 +1,8 @@
 """Metergraph tools: argument models (the contract as data) and thin adapters onto the services.
 
-Tools are ``core.mcp.Tool``s whose context is the key's principal. Schema violations (unknown tools,
+Every tool is declared at module level (``TOOLS``: ``core.mcp.DeclaredTool``s, each handler a function
+beside it taking the ``Services``, the key's principal and the arguments); ``build_tools`` registers them
+with one ``Metergraph``'s services (decision 0141 for the other surfaces). Schema violations (unknown tools,
 unknown arguments, wrong types, out-of-range values) are JSON-RPC -32602 protocol errors; a well-formed call the services refuse is a tool result carrying the contract's
 ``error.code``. Messages about metadata never repeat a key or value the caller sent.
 """
@@ -9,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass
+from functools import partial
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
-from triptych.core.mcp import Bind, Tool, Toolbox
+from triptych.core.mcp import Bind, DeclaredTool, Tool, Toolbox, register
 from triptych.metergraph.analysis import AnalysisService
 from triptych.metergraph.analysis_runner import RunSettings
 from triptych.metergraph.contract import TOOLS_BY_NAME
@@ -25,7 +29,7 @@ from triptych.metergraph.reports import ReportService
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
 from triptych.metergraph.workloads import WorkloadService
-from triptych.metergraph.workspace import WorkspaceService, refuse_unavailable, tool_visible
+from triptych.metergraph.workspace import WorkspaceService, refuse_unavailable
 
 
 class Args(BaseModel):
@@ -162,7 +166,6 @@ class OpenArgs(BaseModel):
 # Metadata keys are the caller's data: an argument error below ``metadata`` never repeats them.
 PRIVATE_ARGUMENTS = ("metadata",)
 
-Handler = Callable[[AgentPrincipal, Any], dict[str, Any]]
 MetergraphTool = Tool[AgentPrincipal]
 
 
@@ -171,15 +174,213 @@ def toolbox(tools: list[MetergraphTool]) -> Toolbox[AgentPrincipal]:
     return Toolbox(tools, surface="metergraph", error_codes=BY_KIND, private_arguments=PRIVATE_ARGUMENTS)
 
 
+def _principal_context(principal: AgentPrincipal, tool: MetergraphTool) -> nullcontext[AgentPrincipal]:
+    return nullcontext(principal)
+
+
 def principal_bind(principal: AgentPrincipal) -> Bind[AgentPrincipal]:
-    return lambda tool: nullcontext(principal)
+    """The REST mirrors' context hook: the key's principal, whatever the tool."""
+    return partial(_principal_context, principal)
 
 
-def _unsupported(name: str) -> Handler:
-    def handler(principal: AgentPrincipal, args: Any) -> dict[str, Any]:
-        refuse_unavailable(principal, name)
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the tools call: one ``Metergraph``'s services (an optional one is None where this
+    deployment has none, and its tools answer ``unsupported_capability``)."""
 
-    return handler
+    workspace: WorkspaceService
+    usage: UsageService
+    traces: TraceService
+    replay: ReplayService | None = None
+    workloads: WorkloadService | None = None
+    reports: ReportService | None = None
+    analysis: AnalysisService | None = None
+    incidents: IncidentService | None = None
+
+
+P = AgentPrincipal
+Doc = dict[str, Any]
+T = TypeVar("T")
+
+
+def _available(service: T | None, p: P, tool: str) -> T:
+    """The service an optional tool calls, or the refusal of a deployment without it."""
+    if service is None:
+        refuse_unavailable(p, tool)
+    return service
+
+
+def get_workspace_context(s: Services, p: P, a: NoArgs) -> Doc:
+    return s.workspace.context(p)
+
+
+def get_capabilities(s: Services, p: P, a: NoArgs) -> Doc:
+    return s.workspace.capabilities(p)
+
+
+def list_routes(s: Services, p: P, a: NoArgs) -> Doc:
+    return s.workspace.routes(p)
+
+
+def get_usage(s: Services, p: P, a: UsageArgs) -> Doc:
+    return s.usage.usage(p, a.days, a.limit, a.metadata)
+
+
+def get_usage_aggregates(s: Services, p: P, a: AggregatesArgs) -> Doc:
+    return s.usage.aggregates(
+        p, group_by=a.group_by, days=a.days, since=a.since, until=a.until, routes=a.route,
+        providers=a.provider, models=a.model, environments=a.environment, metadata=a.metadata,
+        limit=a.limit,
+    )  # fmt: skip
+
+
+def get_ingestion_health(s: Services, p: P, a: HealthArgs) -> Doc:
+    return s.workspace.ingestion_health(p, a.days)
+
+
+def list_incidents(s: Services, p: P, a: LimitArgs) -> Doc:
+    return _available(s.incidents, p, "metergraph_list_incidents").list(p, a.limit)
+
+
+def query_traces(s: Services, p: P, a: TracesArgs) -> Doc:
+    return s.traces.query(
+        p, route=a.route, status=a.status, workload=a.workload, trace_id=a.trace_id,
+        request_id=a.request_id, environment=a.environment, metadata=a.metadata, cursor=a.cursor,
+        days=a.days, limit=a.limit, sample=a.sample,
+    )  # fmt: skip
+
+
+def list_analysis_runs(s: Services, p: P, a: RunsArgs) -> Doc:
+    return _available(s.analysis, p, "metergraph_list_analysis_runs").list_runs(p, a.limit, a.cursor)
+
+
+def get_analysis_run(s: Services, p: P, a: RunArgs) -> Doc:
+    return _available(s.analysis, p, "metergraph_get_analysis_run").get_run(p, a.run_id)
+
+
+def list_reports(s: Services, p: P, a: LimitArgs) -> Doc:
+    return _available(s.reports, p, "metergraph_list_reports").list_reports(p, a.limit)
+
+
+def get_report(s: Services, p: P, a: ReportArgs) -> Doc:
+    return _available(s.reports, p, "metergraph_get_report").get_report(p, a.analysis_id)
+
+
+def get_suite_results(s: Services, p: P, a: SuiteArgs) -> Doc:
+    return _available(s.reports, p, "metergraph_get_suite_results").suite_results(
+        p, a.analysis_id, a.workload_id
+    )
+
+
+def start_analysis(s: Services, p: P, a: StartAnalysisArgs) -> Doc:
+    analysis = _available(s.analysis, p, "metergraph_start_analysis")
+    settings = RunSettings(
+        days=a.days, samples_per_workload=a.samples_per_workload, min_samples=a.min_samples,
+        candidates=tuple((None, m) for m in a.candidates or ()), workload_ids=tuple(a.workloads or ()),
+    )  # fmt: skip
+    return analysis.start(p, settings, a.request_key, a.rerun_of_run_id)
+
+
+def start_classification(s: Services, p: P, a: ClassificationArgs) -> Doc:
+    return _available(s.workloads, p, "metergraph_start_classification").start_classification(p, a.days)
+
+
+def get_report_evidence(s: Services, p: P, a: EvidenceArgs) -> Doc:
+    return _available(s.reports, p, "metergraph_get_report_evidence").evidence(
+        p, a.analysis_id, a.workload_id, a.cursor, a.limit
+    )
+
+
+def get_trace(s: Services, p: P, a: TraceArgs) -> Doc:
+    return s.traces.get_trace(p, a.trace_id)
+
+
+def replay_trace(s: Services, p: P, a: ReplayArgs) -> Doc:
+    overrides = a.overrides.model_dump(exclude_none=True) if a.overrides else None
+    return _available(s.replay, p, "metergraph_replay_trace").replay(
+        p, a.trace_id, overrides, a.timeout_seconds
+    )
+
+
+MetergraphDeclared = DeclaredTool[Services, AgentPrincipal]
+
+
+def _declare(
+    name: str, title: str, description: str, args: type[BaseModel], handler: Callable[[Services, P, Any], Doc]
+) -> MetergraphDeclared:
+    contract = TOOLS_BY_NAME[name]  # read-only and open-world flags come from the contract table
+    return DeclaredTool(name, description, args, handler, read_only=not contract.mutates, title=title,
+                        open_world=contract.external_calls)  # fmt: skip
+
+
+# Every tool of the contract, in its table's order.
+TOOLS: tuple[MetergraphDeclared, ...] = (
+    _declare("metergraph_get_workspace_context", "Get Metergraph workspace context",
+     "Describe the workspace, retention, this key's scopes and environments, and the content policy.",
+     NoArgs, get_workspace_context),
+    _declare("metergraph_get_capabilities", "Discover Metergraph capabilities",
+     "Authoritative list of every tool's availability, privacy class and required scope for this key and "
+     "deployment, and the bounds every read applies.", NoArgs, get_capabilities),
+    _declare("metergraph_list_routes", "List Metergraph routes",
+     "List the workspace's LLM routes with descriptions, constraints and call counts. Never returns "
+     "prompts or outputs.", NoArgs, list_routes),
+    _declare("metergraph_get_usage", "Get Metergraph usage summary",
+     "Bounded, content-free usage by route and UTC day: cost, tokens, latency and error counts, with "
+     "totals over the whole window, coverage and pricing completeness.", UsageArgs, get_usage),
+    _declare("metergraph_get_usage_aggregates", "Get Metergraph usage aggregates",
+     "Usage grouped server-side by provider, model, route, UTC day and at most one metadata.<key>, with "
+     "whole-window totals, coverage, pricing (exact or lower bound) and a p95 latency from histograms.",
+     AggregatesArgs, get_usage_aggregates),
+    _declare("metergraph_get_ingestion_health", "Get Metergraph ingestion health",
+     "Ingestion batch counts, failures and the latest receive/process timestamps for the window.",
+     HealthArgs, get_ingestion_health),
+    _declare("metergraph_list_incidents", "List Metergraph incidents",
+     "Detector incidents of the workspace (cost spike, error-rate spike, p95 latency regression, model "
+     "without a price, failed ingestion), open first: kind, severity, window, the numbers that triggered "
+     "it next to the baseline, and tool calls that reproduce it. Content-free.", LimitArgs, list_incidents),
+    _declare("metergraph_query_traces", "Query Metergraph trace metadata",
+     "Content-free trace metadata, newest first with an opaque cursor, or a spread sample across the "
+     "window: tokens, cost, latency, status, routes, providers, models and environment. An exact "
+     "trace_id selects that trace; an exact request_id selects the calls with that provider request id.",
+     TracesArgs, query_traces),
+    _declare("metergraph_list_analysis_runs", "List Metergraph analysis runs",
+     "A page of the workspace's analysis runs, newest first, with progress and report availability. "
+     "Read-only.", RunsArgs, list_analysis_runs),
+    _declare("metergraph_get_analysis_run", "Get a Metergraph analysis run",
+     "One analysis run by run_id: status, progress, timestamps, error_code and its report once "
+     "available. Does not start, cancel or rerun analysis.", RunArgs, get_analysis_run),
+    _declare("metergraph_list_reports", "List Metergraph pipeline reports",
+     "Report metadata, newest first: schema version, provenance, outcome, workload counts, opportunity "
+     "count, evidence coverage, and the artifact's SHA-256 and size.", LimitArgs, list_reports),
+    _declare("metergraph_get_report", "Get a Metergraph pipeline report",
+     "One report's metadata and per-workload projections (state, warnings, numeric opportunity "
+     "summaries, evaluation gates, evidence coverage). Never model-authored text.", ReportArgs, get_report),
+    _declare("metergraph_get_suite_results", "Get suite results",
+     "One workload's evaluation-suite results per candidate and check (pass rates, counts, "
+     "representative case ids). Metadata class: no case text.", SuiteArgs, get_suite_results),
+    _declare("metergraph_start_analysis", "Start a Metergraph analysis",
+     "Start an asynchronous analysis run: replays sampled retained calls of each workload on cheaper "
+     "candidate models, scores them with an evaluation suite and writes a report. Spends provider "
+     "money. Poll metergraph_get_analysis_run. Requires the Debug role.", StartAnalysisArgs, start_analysis),
+    _declare("metergraph_start_classification", "Start a Metergraph classification",
+     "Group the workspace's calls of the last `days` (1 to 90, default 30) into workloads from "
+     "content-free features (route, metadata keys, token shapes; models are listed per workload) and "
+     "save them, replacing the previous classification. Workload ids are stable; pass one as "
+     "metergraph_query_traces' workload. Requires the Debug role (agent:read).", ClassificationArgs,
+     start_classification),
+    _declare("metergraph_get_report_evidence", "Get pipeline report evidence",
+     "One page of a report workload's replay evidence (content class, each text field at most 16 KiB, "
+     "cursor paging). Requires the Debug role (agent:read).", EvidenceArgs, get_report_evidence),
+    _declare("metergraph_get_trace", "Get a Metergraph trace",
+     "One trace with its spans and retained request/response content where it exists. Requires the "
+     "Debug role (agent:read).", TraceArgs, get_trace),
+    _declare("metergraph_replay_trace", "Replay a Metergraph trace",
+     "Run one bounded, non-persistent replay of a retained call on its provider (or a candidate model "
+     "in overrides.model) and compare output, tokens, cost and latency with the original. Only model, "
+     "prompt/system text, temperature, top_p and output-token overrides are accepted; nothing is "
+     "written. Requires the Replay role (agent:replay).", ReplayArgs, replay_trace),
+)  # fmt: skip
+assert [t.name for t in TOOLS] == list(TOOLS_BY_NAME), "tools must match the contract table"
 
 
 def build_tools(
@@ -192,138 +393,6 @@ def build_tools(
     analysis: AnalysisService | None = None,
     incidents: IncidentService | None = None,
 ) -> list[MetergraphTool]:
-    def aggregates(p: AgentPrincipal, a: AggregatesArgs) -> dict[str, Any]:
-        return usage.aggregates(
-            p, group_by=a.group_by, days=a.days, since=a.since, until=a.until, routes=a.route,
-            providers=a.provider, models=a.model, environments=a.environment, metadata=a.metadata,
-            limit=a.limit,
-        )  # fmt: skip
-
-    def query_traces(p: AgentPrincipal, a: TracesArgs) -> dict[str, Any]:
-        return traces.query(
-            p, route=a.route, status=a.status, workload=a.workload, trace_id=a.trace_id,
-            request_id=a.request_id, environment=a.environment, metadata=a.metadata, cursor=a.cursor,
-            days=a.days, limit=a.limit, sample=a.sample,
-        )  # fmt: skip
-
-    def start_analysis(p: AgentPrincipal, a: StartAnalysisArgs) -> dict[str, Any]:
-        assert analysis is not None
-        settings = RunSettings(
-            days=a.days, samples_per_workload=a.samples_per_workload, min_samples=a.min_samples,
-            candidates=tuple((None, m) for m in a.candidates or ()), workload_ids=tuple(a.workloads or ()),
-        )  # fmt: skip
-        return analysis.start(p, settings, a.request_key, a.rerun_of_run_id)
-
-    def reading(name: str, handler: Handler, service: object | None) -> Handler:
-        return handler if service is not None else _unsupported(name)
-
-    def replay_trace(p: AgentPrincipal, a: ReplayArgs) -> dict[str, Any]:
-        if replay is None:
-            refuse_unavailable(p, "metergraph_replay_trace")
-        overrides = a.overrides.model_dump(exclude_none=True) if a.overrides else None
-        return replay.replay(p, a.trace_id, overrides, a.timeout_seconds)
-
-    def start_classification(p: AgentPrincipal, a: ClassificationArgs) -> dict[str, Any]:
-        if workloads is None:
-            refuse_unavailable(p, "metergraph_start_classification")
-        return workloads.start_classification(p, a.days)
-
-    specs: list[tuple[str, str, str, type[BaseModel], Handler]] = [
-        ("metergraph_get_workspace_context", "Get Metergraph workspace context",
-         "Describe the workspace, retention, this key's scopes and environments, and the content policy.",
-         NoArgs, lambda p, a: workspace.context(p)),
-        ("metergraph_get_capabilities", "Discover Metergraph capabilities",
-         "Authoritative list of every tool's availability, privacy class and required scope for this key and "
-         "deployment, and the bounds every read applies.", NoArgs, lambda p, a: workspace.capabilities(p)),
-        ("metergraph_list_routes", "List Metergraph routes",
-         "List the workspace's LLM routes with descriptions, constraints and call counts. Never returns "
-         "prompts or outputs.", NoArgs, lambda p, a: workspace.routes(p)),
-        ("metergraph_get_usage", "Get Metergraph usage summary",
-         "Bounded, content-free usage by route and UTC day: cost, tokens, latency and error counts, with "
-         "totals over the whole window, coverage and pricing completeness.", UsageArgs,
-         lambda p, a: usage.usage(p, a.days, a.limit, a.metadata)),
-        ("metergraph_get_usage_aggregates", "Get Metergraph usage aggregates",
-         "Usage grouped server-side by provider, model, route, UTC day and at most one metadata.<key>, with "
-         "whole-window totals, coverage, pricing (exact or lower bound) and a p95 latency from histograms.",
-         AggregatesArgs, aggregates),
-        ("metergraph_get_ingestion_health", "Get Metergraph ingestion health",
-         "Ingestion batch counts, failures and the latest receive/process timestamps for the window.",
-         HealthArgs, lambda p, a: workspace.ingestion_health(p, a.days)),
-        ("metergraph_list_incidents", "List Metergraph incidents",
-         "Detector incidents of the workspace (cost spike, error-rate spike, p95 latency regression, model "
-         "without a price, failed ingestion), open first: kind, severity, window, the numbers that triggered "
-         "it next to the baseline, and tool calls that reproduce it. Content-free.", LimitArgs,
-         reading("metergraph_list_incidents", lambda p, a: incidents.list(p, a.limit), incidents)),  # type: ignore[union-attr]
-        ("metergraph_query_traces", "Query Metergraph trace metadata",
-         "Content-free trace metadata, newest first with an opaque cursor, or a spread sample across the "
-         "window: tokens, cost, latency, status, routes, providers, models and environment. An exact "
-         "trace_id selects that trace; an exact request_id selects the calls with that provider request id.",
-         TracesArgs,
-         query_traces),
-        ("metergraph_list_analysis_runs", "List Metergraph analysis runs",
-         "A page of the workspace's analysis runs, newest first, with progress and report availability. "
-         "Read-only.", RunsArgs,
-         reading("metergraph_list_analysis_runs",
-                 lambda p, a: analysis.list_runs(p, a.limit, a.cursor), analysis)),  # type: ignore[union-attr]
-        ("metergraph_get_analysis_run", "Get a Metergraph analysis run",
-         "One analysis run by run_id: status, progress, timestamps, error_code and its report once "
-         "available. Does not start, cancel or rerun analysis.", RunArgs,
-         reading("metergraph_get_analysis_run",
-                 lambda p, a: analysis.get_run(p, a.run_id), analysis)),  # type: ignore[union-attr]
-        ("metergraph_list_reports", "List Metergraph pipeline reports",
-         "Report metadata, newest first: schema version, provenance, outcome, workload counts, opportunity "
-         "count, evidence coverage, and the artifact's SHA-256 and size.", LimitArgs,
-         reading("metergraph_list_reports", lambda p, a: reports.list_reports(p, a.limit), reports)),  # type: ignore[union-attr]
-        ("metergraph_get_report", "Get a Metergraph pipeline report",
-         "One report's metadata and per-workload projections (state, warnings, numeric opportunity "
-         "summaries, evaluation gates, evidence coverage). Never model-authored text.", ReportArgs,
-         reading("metergraph_get_report", lambda p, a: reports.get_report(p, a.analysis_id), reports)),  # type: ignore[union-attr]
-        ("metergraph_get_suite_results", "Get suite results",
-         "One workload's evaluation-suite results per candidate and check (pass rates, counts, "
-         "representative case ids). Metadata class: no case text.", SuiteArgs,
-         reading("metergraph_get_suite_results",
-                 lambda p, a: reports.suite_results(p, a.analysis_id, a.workload_id), reports)),  # type: ignore[union-attr]
-        ("metergraph_start_analysis", "Start a Metergraph analysis",
-         "Start an asynchronous analysis run: replays sampled retained calls of each workload on cheaper "
-         "candidate models, scores them with an evaluation suite and writes a report. Spends provider "
-         "money. Poll metergraph_get_analysis_run. Requires the Debug role.", StartAnalysisArgs,
-         reading("metergraph_start_analysis", start_analysis, analysis)),
-        ("metergraph_start_classification", "Start a Metergraph classification",
-         "Group the workspace's calls of the last `days` (1 to 90, default 30) into workloads from "
-         "content-free features (route, metadata keys, token shapes; models are listed per workload) and "
-         "save them, replacing the previous classification. Workload ids are stable; pass one as "
-         "metergraph_query_traces' workload. Requires the Debug role (agent:read).", ClassificationArgs,
-         start_classification),
-        ("metergraph_get_report_evidence", "Get pipeline report evidence",
-         "One page of a report workload's replay evidence (content class, each text field at most 16 KiB, "
-         "cursor paging). Requires the Debug role (agent:read).", EvidenceArgs,
-         reading("metergraph_get_report_evidence",
-                 lambda p, a: reports.evidence(p, a.analysis_id, a.workload_id, a.cursor, a.limit),  # type: ignore[union-attr]
-                 reports)),
-        ("metergraph_get_trace", "Get a Metergraph trace",
-         "One trace with its spans and retained request/response content where it exists. Requires the "
-         "Debug role (agent:read).", TraceArgs, lambda p, a: traces.get_trace(p, a.trace_id)),
-        ("metergraph_replay_trace", "Replay a Metergraph trace",
-         "Run one bounded, non-persistent replay of a retained call on its provider (or a candidate model "
-         "in overrides.model) and compare output, tokens, cost and latency with the original. Only model, "
-         "prompt/system text, temperature, top_p and output-token overrides are accepted; nothing is "
-         "written. Requires the Replay role (agent:replay).", ReplayArgs, replay_trace),
-    ]  # fmt: skip
-    tools = [
-        Tool(
-            name,
-            description,
-            args,
-            handler,
-            title=title,
-            read_only=not TOOLS_BY_NAME[name].mutates,
-            open_world=TOOLS_BY_NAME[name].external_calls,
-        )
-        for name, title, description, args, handler in specs
-    ]
-    assert [t.name for t in tools] == list(TOOLS_BY_NAME), "tools must match the contract table"
-    return tools
-
-
-def visible_tools(tools: list[MetergraphTool], principal: AgentPrincipal) -> list[MetergraphTool]:
-    return [t for t in tools if tool_visible(principal, t.name)]
+    """Every declared tool registered with one ``Metergraph``'s services."""
+    services = Services(workspace, usage, traces, replay, workloads, reports, analysis, incidents)
+    return register(TOOLS, services)

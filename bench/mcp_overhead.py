@@ -1,0 +1,137 @@
+"""The cost of the MCP layer itself (issue 29): a trivial tool's round trip through the official MCP
+client on each surface, next to a plain ``GET /health`` in the same run.
+
+    flock /tmp/triptych-bench.lock nice -n 5 .venv/bin/python bench/mcp_overhead.py [--calls 400]
+
+One ``triptych serve`` on an empty data directory (auth off; a Metergraph agent key minted before it
+starts). One official 2.x client per endpoint, each connected (``initialize`` done) before timing:
+``metronix_status`` on ``/mcp``, ``hadron_server_info`` on ``/hadron/mcp`` and
+``metergraph_get_capabilities`` on ``/v1/agent/mcp``; the baseline is ``GET /health`` on the same
+HTTP client library (httpx2, keep-alive). The four are timed round-robin, one call each per round, so
+a noisy neighbour slows all four alike. Reported per endpoint: p50 and p95 of the client round trip,
+the p50 of the server's own time for the call (``_meta["triptych/server_ms"]``), and the ratio of
+the p50 to ``/health``'s p50. ``--profile DIR`` runs py-spy (``--py-spy PATH``) on the server
+process during the timed rounds and writes a speedscope profile there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import Server, log  # noqa: E402
+
+TOOLS = {
+    "metronix": ("/mcp", "metronix_status"),
+    "hadron": ("/hadron/mcp", "hadron_server_info"),
+    "metergraph": ("/v1/agent/mcp", "metergraph_get_capabilities"),
+}
+
+
+def agent_key(data_dir: Path) -> str:
+    from triptych.metergraph.service import Metergraph
+    from triptych.metergraph.settings import load_metergraph_settings
+
+    mg = Metergraph.open(data_dir, load_metergraph_settings())
+    try:
+        return str(mg.keys.create_agent_key("bench", "debug", None)[1])
+    finally:
+        mg.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def measure(url: str, key: str, calls: int, warmup: int) -> dict[str, Any]:
+    timings: dict[str, list[float]] = {name: [] for name in ("health", *TOOLS)}
+    server_ms: dict[str, list[float]] = {name: [] for name in TOOLS}
+    async with AsyncExitStack() as stack:
+        http = await stack.enter_async_context(httpx2.AsyncClient(timeout=30.0))
+        clients: dict[str, Client] = {}
+        for name, (path, _) in TOOLS.items():
+            headers = {"Authorization": f"Bearer {key}"} if name == "metergraph" else {}
+            session_http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=30.0))
+            clients[name] = await stack.enter_async_context(
+                Client(streamable_http_client(url + path, http_client=session_http))
+            )
+
+        async def health() -> None:
+            response = await http.get(url + "/health")
+            assert response.status_code == 200
+
+        def tool(name: str) -> Callable[[], Awaitable[None]]:
+            async def call() -> None:
+                result = await clients[name].call_tool(TOOLS[name][1], {})
+                assert not result.is_error, result
+                if result.meta and "triptych/server_ms" in result.meta:
+                    server_ms[name].append(float(result.meta["triptych/server_ms"]))
+
+            return call
+
+        steps: dict[str, Callable[[], Awaitable[None]]] = {"health": health, **{n: tool(n) for n in TOOLS}}
+        for _ in range(warmup):
+            for step in steps.values():
+                await step()
+        for values in server_ms.values():
+            values.clear()
+        for _ in range(calls):
+            for name, step in steps.items():
+                started = time.perf_counter()
+                await step()
+                timings[name].append((time.perf_counter() - started) * 1000)
+    base = statistics.median(timings["health"])
+    report: dict[str, Any] = {}
+    for name, values in timings.items():
+        p50 = statistics.median(values)
+        row = {
+            "p50_ms": round(p50, 2),
+            "p95_ms": round(percentile(values, 0.95), 2),
+            "x_health": round(p50 / base, 2),
+        }
+        if server_ms.get(name):
+            row["server_p50_ms"] = round(statistics.median(server_ms[name]), 2)
+        report[TOOLS[name][1] if name in TOOLS else "GET /health"] = row
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=400, help="timed rounds (one call per endpoint each)")
+    parser.add_argument("--warmup", type=int, default=50)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="mcp-overhead-") as tmp:
+        data_dir = Path(tmp) / "data"
+        data_dir.mkdir()
+        key = agent_key(data_dir)
+        env = {"TRIPTYCH_AUTH_ENABLED": "false", "TRIPTYCH_DATA_DIR": str(data_dir)}
+        with Server(data_dir, env=env) as server:
+            report = asyncio.run(measure(server.url, key, args.calls, args.warmup))
+    result = {"calls": args.calls, "warmup": args.warmup, "cpus": os.cpu_count(), "endpoints": report}
+    print(json.dumps(result, indent=2))
+    log("endpoint                      p50 ms   p95 ms   server p50   x /health")
+    for name, row in report.items():
+        server = f"{row['server_p50_ms']:>9.2f}" if "server_p50_ms" in row else " " * 9
+        log(f"{name:<28} {row['p50_ms']:>7.2f}  {row['p95_ms']:>7.2f}   {server}   {row['x_health']:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
