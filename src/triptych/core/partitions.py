@@ -154,26 +154,50 @@ class WriteGate:
     find a cache behind and reload it (hundreds of milliseconds at 10,000 records); ``settle`` makes it
     wait for the write in progress instead. A cache that still lags after that was changed by another
     process, and reloads as it must.
+
+    ``keyed``: one gate per partition key (a workspace) instead of one for the store, for an engine
+    whose writers of two partitions run at once (PostgreSQL's per-tenant write lock, docs/decisions/0170):
+    the caches are per partition, so only one partition's hand-offs need its commit order. A write that
+    opens another partition's write while it holds one (an insert purging expired records elsewhere)
+    passes that gate: waiting there could deadlock two such writers, and an out-of-order hand-off only
+    costs that partition a reload. Unkeyed (SQLite's single writer), every key shares one gate.
     """
 
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
+    def __init__(self, keyed: bool = False) -> None:
+        self._keyed = keyed
+        self._locks: dict[str | None, threading.RLock] = {}
+        self._guard = threading.Lock()
+        self._held = threading.local()  # the key this thread's outermost gated write holds
         self._writes = 0  # read without the lock by ``settle``: a stale read only costs a wait or a reload
 
+    def _lock(self, key: str | None) -> threading.RLock:
+        with self._guard:
+            return self._locks.setdefault(key if self._keyed else None, threading.RLock())
+
+    def _count(self, step: int) -> None:
+        with self._guard:
+            self._writes += step
+
     @contextmanager
-    def writing(self) -> Iterator[None]:
-        with self._lock:
-            self._writes += 1
+    def writing(self, key: str | None = None) -> Iterator[None]:
+        held = getattr(self._held, "keys", None)
+        if self._keyed and held and key not in held:
+            yield  # nested in another partition's write: see the class's note
+            return
+        with self._lock(key):
+            self._held.keys = (held or set()) | {key}
+            self._count(1)
             try:
                 yield
             finally:
-                self._writes -= 1
+                self._count(-1)
+                self._held.keys = held
 
-    def settle(self, lagging: Callable[[], bool]) -> None:
-        """Wait for this process's write in progress, if there is one and ``lagging()`` says a cache is
-        behind the generations the reader just read."""
+    def settle(self, lagging: Callable[[], bool], key: str | None = None) -> None:
+        """Wait for this process's write in progress to ``key``'s partition, if there is one and
+        ``lagging()`` says a cache is behind the generations the reader just read."""
         if self._writes and lagging():
-            with self._lock:
+            with self._lock(key):
                 pass
 
 
@@ -190,3 +214,17 @@ def gated(method: W) -> W:
             return method(self, *args, **kwargs)
 
     return cast(W, wrapper)
+
+
+def gated_by(key: Callable[..., str | None]) -> Callable[[W], W]:
+    """``gated``, through the gate of the partition ``key(*args, **kwargs)`` names (a keyed gate)."""
+
+    def decorate(method: W) -> W:
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with self._gate.writing(key(*args, **kwargs)):
+                return method(self, *args, **kwargs)
+
+        return cast(W, wrapper)
+
+    return decorate

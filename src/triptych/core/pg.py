@@ -320,8 +320,9 @@ class PortableDatabase:
 
     def __init__(self, pg: PgDatabase, write_lock: str | None = None) -> None:
         self.pg = pg
-        # Writers of one store go one at a time across every worker, as SQLite's single writer does:
-        # the store's read-then-write steps (its generation counters) rely on it.
+        # Writers of one store's tenant go one at a time across every worker, as SQLite's single writer
+        # does: the store's read-then-write steps (its per-tenant generation counters) rely on it. Writers
+        # of different tenants do not wait for each other (``lock_statement``).
         self._write_lock = write_lock
         self._local = threading.local()
         self._conn = PortableConnection(self)
@@ -337,34 +338,55 @@ class PortableDatabase:
         with self.pg.connection() as conn:
             return work(conn)
 
+    def lock_statement(self, tenant: str | None) -> tuple[bytes, tuple[str, ...]] | None:
+        """The statement that takes this store's write lock for a write to ``tenant`` (None: to the
+        whole store), or None when the store has no write lock (docs/decisions/0170).
+
+        Two levels, both transaction-scoped: a tenant's write holds the store's key *shared* and the
+        (store, tenant) pair exclusively, so writes to two tenants run at once and two writes to one
+        tenant queue; a store-wide write holds the store's key exclusively, so it waits for every tenant
+        write in progress and they for it. The pair is PostgreSQL's two-``int4`` key space, apart from the
+        store's one-``bigint`` key: a hash collision of two tenants only makes them queue."""
+        if self._write_lock is None:
+            return None
+        if tenant is None:
+            return b"SELECT pg_advisory_xact_lock(hashtext(%s))", (self._write_lock,)
+        return (
+            b"SELECT pg_advisory_xact_lock_shared(hashtext(%s)), pg_advisory_xact_lock(hashtext(%s), hashtext(%s))",
+            (self._write_lock, self._write_lock, tenant),
+        )
+
     @contextmanager
-    def transaction(self) -> Iterator[PortableConnection]:
-        """BEGIN ... COMMIT, or ROLLBACK on any exception; this thread's statements join it meanwhile."""
+    def transaction(self, tenant: str | None = None) -> Iterator[PortableConnection]:
+        """BEGIN ... COMMIT, or ROLLBACK on any exception; this thread's statements join it meanwhile.
+        ``tenant``: the one tenant the transaction writes to, if it writes to one (``lock_statement``)."""
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("transactions do not nest")
+        lock = self.lock_statement(tenant)
         with self.pg.transaction() as conn:
-            if self._write_lock is not None:
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._write_lock,))
+            if lock is not None:
+                conn.execute(*lock)
             self._local.conn = conn
             try:
                 yield self._conn
             finally:
                 self._local.conn = None
 
-    def batched(self, statement: bytes, params: dict[str, Any]) -> list[Any]:
+    def batched(self, statement: bytes, params: dict[str, Any], tenant: str | None = None) -> list[Any]:
         """``statement`` as its own write transaction, with this store's write lock taken first, in one
         round trip: lock and statement go in one pipeline (psycopg pipeline mode) closed by a single
         Sync, which PostgreSQL runs as one implicit transaction (all or nothing); the statement's
         snapshot is taken after the lock is held. Returns the statement's rows. For a write folded into
         one statement, where BEGIN, lock, statement and COMMIT would be four round trips. (A
         simple-protocol message of both measured 0.6 ms slower here: parsed, planned and its
-        parameters quoted every time.)"""
+        parameters quoted every time.) ``tenant``: as for ``transaction``."""
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("transactions do not nest")
+        lock = self.lock_statement(tenant)
         with self.pg.connection() as conn:
             with conn.pipeline():
-                if self._write_lock is not None:
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._write_lock,))
+                if lock is not None:
+                    conn.execute(*lock)
                 cursor = conn.execute(statement, params)
             return cursor.fetchall()
 

@@ -28,7 +28,7 @@ from triptych.core.pg import PortableConnection, PortableDatabase
 class Dialect:
     name: str
     # What breaks a tie of timestamps in the order rows were inserted: SQLite's implicit rowid, an
-    # identity column ``n`` on PostgreSQL (handed out in commit order under the Hadron write lock).
+    # identity column ``n`` on PostgreSQL (in commit order among the writes of one memory, which queue).
     insertion_order: str
     # Whether the engine takes SQLite's ``INDEXED BY`` planner hint.
     index_hints: bool
@@ -60,11 +60,18 @@ class EngineStore:
         return self.db.conn
 
     @contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection | PortableConnection]:
-        """One transaction; nested calls join the outer one."""
+    def atomic(self, memory_id: str | None = None) -> Iterator[sqlite3.Connection | PortableConnection]:
+        """One transaction; nested calls join the outer one. ``memory_id``: the one memory whose nodes the
+        transaction writes, if so (node writes): on PostgreSQL it then waits only for writes to that memory,
+        not for every Hadron write (``PortableDatabase.lock_statement``, docs/decisions/0171); without it,
+        for every one (a store-wide write). SQLite has one writer either way."""
         conn = self.conn
         if conn.in_transaction:
             yield conn
+            return
+        if isinstance(self.db, PortableDatabase):
+            with self.db.transaction(memory_id) as tx:
+                yield tx
             return
         with self.db.transaction() as tx:
             yield tx

@@ -5,14 +5,17 @@ through their protocols and never learn which.
 Each store protocol has one class per engine (``SqliteGraphStore``, ``PostgresGraphStore``...), both
 subclasses of the aggregate's engine-neutral SQL (``GraphSql``...; ``dialect.py``), never of each other.
 
-**The write lock lives here, and only here.** On PostgreSQL every Hadron write transaction first takes one
-transaction-scoped advisory lock, ``WRITE_LOCK`` (``PortableDatabase(write_lock=...)``, opened once in
-``_open_postgres``): Hadron writers go one at a time across every worker, as SQLite's single writer does.
-Two things rely on it: the sequence numbers the triggers hand out (``node_text_changes.seq``, the
-identity columns that break timestamp ties) are taken in commit order, so a worker's in-process BM25
-that has read up to N has seen every change before N; and the stores' read-then-write steps (vector
-generations before and after ``put_embeddings``, a Channel's next ``seq``, a lock's holder) see no
-concurrent writer. Issue 30 item 1 replaces it with per-tenant ordering (docs/decisions/0120).
+**The write lock lives here, and only here.** On PostgreSQL every Hadron write transaction first takes
+the advisory lock ``WRITE_LOCK`` (``PortableDatabase(write_lock=...)``, opened once in ``_open_postgres``),
+at one of two levels (``PortableDatabase.lock_statement``, docs/decisions/0171): a node write confined to
+one memory (``GraphStore.atomic(memory_id)``: create, update, merge data, add an edge) holds the memory's
+key, so writes to two memories run at once and two to one memory queue; every other write (tenancy,
+moves, deletes of subtrees, team, channels, locks, embeddings, git, actions) holds the store-wide key and
+goes one at a time against all of them, as before. What relies on it: each memory's entries in
+``node_text_changes`` are numbered in its commit order, so a worker whose BM25 has read a memory's entries
+up to N has seen every change of that memory before N (``NodeKeywords`` follows each memory by its own
+last entry, never the log's global head); and the stores' read-then-write steps (vector generations, a
+Channel's next ``seq``, a lock's holder) see no concurrent writer of what they read.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from triptych.hadron.tenancy_store import PostgresTenancyStore, SqliteTenancySto
 
 # PostgreSQL's migration component of the tenancy, graph, search and selection tables (SQLite's: "main").
 PG_COMPONENT = "hadron"
-# One Hadron writer at a time across workers: the advisory lock every Hadron write transaction takes.
+# The advisory lock every Hadron write transaction takes: per memory for a node write, else store-wide.
 WRITE_LOCK = "hadron"
 
 

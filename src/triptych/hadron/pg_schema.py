@@ -12,8 +12,9 @@ What keeps the answers identical to the embedded engine's:
   byte for byte.
 - The triggers that feed ``node_text_changes`` (the log the in-process BM25 follows) and
   ``vector_generations`` (the in-process vector index's coherence counter) are PL/pgSQL twins of the
-  SQLite ones. Their sequence numbers must be taken in commit order for a worker that saw number N to have
-  seen every change before it: every Hadron write holds the one write lock (``engines.WRITE_LOCK``).
+  SQLite ones. A memory's sequence numbers must be taken in its commit order for a worker that saw its
+  number N to have seen every change of it before N: every write to a memory's nodes holds that memory's
+  write lock or the store-wide one (``engines.WRITE_LOCK``).
 """
 
 from __future__ import annotations

@@ -87,6 +87,10 @@ def _where_function(predicate: Predicate) -> Callable[[str | None, str | None], 
     return test
 
 
+# Each memory's last entry in ``node_text_changes``, and the log's oldest entry (``NodeKeywords.log``).
+Log = tuple[dict[str, int], int | None]
+
+
 class NodeKeywords:
     """BM25 per memory over name, description, content and tags (``core.keyword_index``: FTS5's porter
     stems and formula with Lucene's IDF, the memory's own statistics), kept current by the
@@ -96,10 +100,10 @@ class NodeKeywords:
     FTS5's own, a term in half or more of a memory's nodes was worth 1e-6, so in a memory of one or two
     nodes an exact title match scored 0.0 and any ``minScore`` dropped it (issue 28).
 
-    Before a search, the memory's index applies the log entries newer than the last one it saw: the
-    changed rows are read again and replace their old postings, whichever process wrote them. Loading
-    reads the log's head first, so a write racing the load is applied once more (harmlessly) rather
-    than missed. An index older than the log's horizon (it keeps 50,000 entries) reloads.
+    Before a search, the memory's index applies the memory's log entries newer than the last one it saw:
+    the changed rows are read again and replace their old postings, whichever process wrote them. Loading
+    reads the memory's last entry first, so a write racing the load is applied once more (harmlessly)
+    rather than missed. An index older than the log's horizon (it keeps 50,000 entries) reloads.
     """
 
     def __init__(self, db: Database | PortableDatabase) -> None:
@@ -114,19 +118,43 @@ class NodeKeywords:
         ).fetchall()
         return [_document(r) for r in rows]
 
-    def log(self) -> tuple[int, int | None]:
-        """The log's head and its oldest entry: where every memory's index can be brought up to."""
-        # Two subqueries: each is one b-tree probe, where max() and min() in one SELECT scan the log.
-        head, oldest = self.db.conn.execute(
-            "SELECT (SELECT max(seq) FROM node_text_changes), (SELECT min(seq) FROM node_text_changes)"
-        ).fetchone()
-        return int(head or 0), oldest
+    def log(self, memory_ids: Sequence[str]) -> Log:
+        """Each memory's last entry in the log, and the log's oldest: where each memory's index can be
+        brought up to, in one read for the memories of one search.
 
-    def current(self, memory_id: str, log: tuple[int, int | None] | None = None) -> int:
-        """The memory's index brought up to the log's head (``log``: read once for the memories of one
-        search; else now); returns the generation to search at (the log's global head: a memory nobody
-        wrote to keeps up with it at no cost)."""
-        head, oldest = log if log is not None else self.log()
+        Per memory, not the log's global head: writes to two memories commit concurrently on a server
+        engine (docs/decisions/0171), so an entry of memory A numbered before B's may commit after it,
+        and an index brought up to B's number would skip it for good. Writes to one memory queue (its
+        lock), so *its* entries commit in the order of their numbers: an index that has read the
+        memory's entries up to N has read every one before N."""
+        heads: dict[str, int] = {}
+        oldest: int | None = None
+        ids = list(dict.fromkeys(memory_ids))
+        for i in range(0, max(len(ids), 1), 500):
+            part = ids[i : i + 500]
+            # One b-tree probe per memory (node_text_changes_by_memory), and one for the oldest entry.
+            probes = "".join(", (SELECT max(seq) FROM node_text_changes WHERE memory_id = ?)" for _ in part)
+            row = self.db.conn.execute(
+                f"SELECT (SELECT min(seq) FROM node_text_changes){probes}", part
+            ).fetchone()
+            oldest = row[0]
+            # A memory with no entry left (none written, or all pruned) is current up to just before the
+            # oldest entry: any change of it the log dropped came before that.
+            floor = int(oldest) - 1 if oldest is not None else 0
+            heads.update(
+                (m, int(head) if head is not None else floor) for m, head in zip(part, row[1:], strict=True)
+            )
+        return heads, oldest
+
+    def current(self, memory_id: str, log: Log | None = None) -> int:
+        """The memory's index brought up to its last entry in the log (``log``: read once for the
+        memories of one search; else now); returns the generation to search at."""
+        heads, oldest = log if log is not None and memory_id in log[0] else self.log([memory_id])
+        head = heads[memory_id]
+        if self.index.generation(memory_id) > head:
+            # Cached past the memory's last entry: an entry committed below the floor above (a write
+            # held open while the log pruned past it). Rare; reload rather than skip it.
+            self.index.forget(memory_id)
 
         def changes(seen: int) -> Changes | None:
             if oldest is not None and oldest > seen + 1:
@@ -164,7 +192,7 @@ class NodeKeywords:
         return live, changed
 
     def search(
-        self, memory_id: str, text: str, k: int | None, log: tuple[int, int | None] | None = None
+        self, memory_id: str, text: str, k: int | None, log: Log | None = None
     ) -> list[tuple[int, float]]:
         return self.index.search(memory_id, self.current(memory_id, log), text, k)
 
@@ -301,7 +329,7 @@ class SearchSql(EngineStore):
         filtered and ranked. Memories are merged by score.
         """
         hits: list[tuple[int, float]] = []
-        log = self.keywords.log()  # one read for every memory searched (a round trip on a server engine)
+        log = self.keywords.log(f.memory_ids)  # one read for every memory searched (a round trip on a server)
         for memory_id in f.memory_ids:
             if f.subtree is not None and f.subtree[0] != memory_id:
                 continue

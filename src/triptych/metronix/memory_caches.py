@@ -72,7 +72,7 @@ class MemoryCaches:
 
     def settle(self, workspace_id: str, counters: Counters) -> None:
         """Wait for this process's write in progress, then pin ``counters`` if a snapshot is open."""
-        self.gate.settle(lambda: self._lagging(workspace_id, counters))
+        self.gate.settle(lambda: self._lagging(workspace_id, counters), workspace_id)
         pinned = self.pinned_map()
         if pinned is not None:
             pinned[workspace_id] = counters

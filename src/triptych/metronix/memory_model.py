@@ -210,3 +210,13 @@ def keyword_document(content: str, tags: Sequence[str]) -> list[tuple[str, float
 
 def dedup_key(workspace_id: str, agent_id: str, scope: str, session_id: str | None, content_hash: str) -> str:
     return "\x1f".join([workspace_id, agent_id, scope, session_id or "", content_hash])
+
+
+def record_workspace(record: MemoryRecord, *args: Any, **kwargs: Any) -> str:
+    """The partition a write of ``record`` holds the write gate of (``gated_by``)."""
+    return record.workspace_id
+
+
+def named_workspace(workspace_id: str, *args: Any, **kwargs: Any) -> str:
+    """The partition a write to ``workspace_id`` holds the write gate of (``gated_by``)."""
+    return workspace_id

@@ -21,8 +21,8 @@ from triptych.metronix.store import utcnow
 
 # The neutral path's steps, in its order: the record this one follows (read before the insert; the
 # statement's snapshot does not see its own row), the row, its adjacency link within the window, tags,
-# entities, the freshness check queued, and both counters bumped (writers of the store hold its lock, so
-# each counter's value before is the value after minus one).
+# entities, the freshness check queued, and both counters bumped (writers of the workspace hold its lock,
+# so each counter's value before is the value after minus one).
 INSERT_RECORD = b"""
 WITH prev AS (
     SELECT seq, created_at FROM memory_records
@@ -113,7 +113,7 @@ def insert_record(
         "enqueued": utcnow(),
     }
 
-    rows = db.batched(INSERT_BY_SESSION[record.session_id is not None], params)
+    rows = db.batched(INSERT_BY_SESSION[record.session_id is not None], params, tenant=record.workspace_id)
     if not rows:
         return None
     seq, follows, generation, attributes = rows[0]
@@ -141,6 +141,8 @@ def touch(
 ) -> tuple[list[int], int]:
     """Slide the TTL of the workspace's session records among ``seqs`` as ``SqliteMemoryStore.touch``
     does, in one round trip: (the seqs touched, the attribute counter after the write)."""
-    rows = db.batched(TOUCH, {"ttl": ttl_expires_at, "workspace": workspace_id, "seqs": seqs})
+    rows = db.batched(
+        TOUCH, {"ttl": ttl_expires_at, "workspace": workspace_id, "seqs": seqs}, tenant=workspace_id
+    )
     touched, attributes = rows[0]
     return [int(seq) for seq in touched], int(attributes)

@@ -25,13 +25,13 @@ import psycopg
 import psycopg.errors
 
 from triptych.core.db import Database
-from triptych.core.partitions import WriteGate, gated
+from triptych.core.partitions import WriteGate, gated_by
 from triptych.core.pg import PgDatabase, PortableDatabase
 from triptych.core.search import Vector
 from triptych.metronix import memory_schema_pg, memory_schema_sqlite
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.memory_caches import MemoryCaches
-from triptych.metronix.memory_model import MemoryRecord, RankingRow
+from triptych.metronix.memory_model import MemoryRecord, RankingRow, named_workspace
 from triptych.metronix.memory_pg import insert_record
 from triptych.metronix.memory_pg import touch as touch_records
 from triptych.metronix.memory_store_reads import FirstStage
@@ -42,9 +42,10 @@ from triptych.metronix.review_store import PostgresReviewStore, ReviewStore, Sql
 MIGRATIONS = memory_schema_sqlite.MIGRATIONS
 PG_MIGRATIONS = memory_schema_pg.MIGRATIONS
 
-# Writers of the memory store go one at a time across every PostgreSQL worker, as SQLite's single writer
-# does: the writes' read-then-bump of the cache counters relies on it (issue 30 replaces it with
-# per-workspace ordering; ``PostgresMemoryStore.__init__`` is the one place it is chosen).
+# Writers of one workspace's memory go one at a time across every PostgreSQL worker, as SQLite's single
+# writer does: the writes' read-then-bump of the workspace's cache counters relies on it. Writers of two
+# workspaces do not wait for each other; a store-wide write waits for all (docs/decisions/0170;
+# ``PostgresMemoryStore.__init__`` is the one place the lock is chosen).
 WRITE_LOCK = "metronix-memory"
 
 
@@ -111,7 +112,8 @@ class _EngineStore(MemoryWrites):
 
     def __init__(self, db: Database | PortableDatabase, dim: int) -> None:
         self.db = db
-        self._gate = WriteGate()
+        # One gate per workspace where the engine's writers of two workspaces run at once (PostgreSQL).
+        self._gate = WriteGate(keyed=isinstance(db, PortableDatabase))
         self.caches = MemoryCaches(db, dim, self._gate)
         # The caches under their former names (tests and benchmarks count their loads).
         self.index, self.keywords = self.caches.index, self.caches.keywords
@@ -144,7 +146,7 @@ class SqliteMemoryStore(_EngineStore):
         super().__init__(db, dim)
         self.reviews = SqliteReviewStore(db, self._gate, self.caches, self.writing)
 
-    @gated
+    @gated_by(named_workspace)
     def touch(self, workspace_id: str, seqs: Sequence[int], ttl_expires_at: str) -> None:
         """Slide the TTL of ``seqs`` (session records of ``workspace_id``; others are left alone)."""
         if not seqs:
@@ -169,11 +171,13 @@ class PostgresMemoryStore(_EngineStore):
     """Server mode: the same tables on PostgreSQL, shared by every worker (each with its own caches,
     kept current by the counters).
 
-    Writers are ordered by one advisory lock, ``WRITE_LOCK``, chosen here only: ``self.db`` takes it
-    first in each transaction ``writing`` opens and in each one-round-trip write (``memory_pg``). Each
-    write already names its workspace (``writing(workspace_id)``, ``record.workspace_id``), so issue 30's
-    per-workspace ordering is a lock key per workspace in those two places (``PortableDatabase`` taking
-    the key per call), with ``writing(None)`` (the model record, a re-embedding) keeping the store-wide one."""
+    Writers are ordered per workspace by the advisory lock ``WRITE_LOCK``, chosen here only: ``self.db``
+    takes it first in each transaction ``writing`` opens and in each one-round-trip write (``memory_pg``),
+    keyed by the workspace the write names (``PortableDatabase.lock_statement``): two writes to one
+    workspace queue, writes to two workspaces do not wait for each other (issue 30, docs/decisions/0170).
+    ``writing(None)`` (the model record, a re-embedding, a dequeue by record id) takes the store-wide key
+    and waits for every workspace's writer. The caches follow per-workspace counters, bumped under the
+    workspace's key, so a worker never needs another workspace's writes to be in order with its own."""
 
     unique_violation = (psycopg.errors.UniqueViolation,)
     closed_errors = (psycopg.Error,)
@@ -184,6 +188,9 @@ class PostgresMemoryStore(_EngineStore):
         db.migrate("memory", memory_schema_pg.MIGRATIONS)
         super().__init__(db, dim)
         self.reviews = PostgresReviewStore(db, self._gate, self.caches, self.writing)
+
+    def writing(self, workspace_id: str | None) -> AbstractContextManager[Any]:
+        return self.db.transaction(workspace_id)
 
     def _insert_at_once(
         self, record: MemoryRecord, vec: Vector, key: str, entities: set[str], enqueue: bool
@@ -196,7 +203,7 @@ class PostgresMemoryStore(_EngineStore):
         self.caches.inserted(record, vec, entities, done.seq, done.follows, done.generation, done.attributes)
         return replace(record, seq=done.seq)
 
-    @gated
+    @gated_by(named_workspace)
     def touch(self, workspace_id: str, seqs: Sequence[int], ttl_expires_at: str) -> None:
         """``SqliteMemoryStore.touch`` in one round trip (``memory_pg.touch``)."""
         if not seqs:

@@ -19,13 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from triptych.core.partitions import WriteGate, gated
+from triptych.core.partitions import WriteGate, gated, gated_by
 from triptych.core.search import Vector
 from triptych.metronix.memory_model import (
     DuplicateContent,
     MemoryRecord,
     dedup_key,
     keyword_document,
+    named_workspace,
+    record_workspace,
     stored_fields,
 )
 from triptych.metronix.memory_store_reads import MemoryReads
@@ -89,7 +91,7 @@ class MemoryWrites(MemoryReads):
 
     # -- insert ----------------------------------------------------------------------------------
 
-    @gated
+    @gated_by(record_workspace)
     def insert(
         self, record: MemoryRecord, embedding: Vector, entities: set[str], enqueue: bool = True
     ) -> tuple[MemoryRecord, bool]:
@@ -189,7 +191,7 @@ class MemoryWrites(MemoryReads):
         except self.unique_violation as exc:
             raise DuplicateContent(record.id) from exc
 
-    @gated
+    @gated_by(record_workspace)
     def _update(
         self,
         record: MemoryRecord,
@@ -264,7 +266,7 @@ class MemoryWrites(MemoryReads):
             )
         return updated
 
-    @gated
+    @gated_by(named_workspace)
     def delete(self, workspace_id: str, record_id: str) -> bool:
         caches = self.caches
         with self.writing(workspace_id) as conn:

@@ -20,10 +20,17 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from triptych.core.db import Database
-from triptych.core.partitions import WriteGate, gated
+from triptych.core.partitions import WriteGate, gated, gated_by
 from triptych.core.pg import PortableDatabase
 from triptych.metronix.memory_caches import MemoryCaches
-from triptych.metronix.memory_model import Filing, MemoryRecord, Resolution, ReviewEntry, review_from_row
+from triptych.metronix.memory_model import (
+    Filing,
+    MemoryRecord,
+    Resolution,
+    ReviewEntry,
+    record_workspace,
+    review_from_row,
+)
 from triptych.metronix.store import utcnow
 
 # The record store's ``writing(workspace_id)``: every write here opens its transaction through it.
@@ -72,7 +79,7 @@ class ReviewQueue:
         True if a new review entry was filed."""
         return self._file(record, filing, done=True)
 
-    @gated
+    @gated_by(record_workspace)
     def _file(self, record: MemoryRecord, filing: Filing | None, done: bool) -> bool:
         if filing is None:  # the usual outcome: one statement, no transaction (one round trip, not four)
             if done:
@@ -144,7 +151,7 @@ class ReviewQueue:
         ).fetchone()
         return None if row is None else review_from_row(row)
 
-    @gated
+    @gated_by(lambda review, record, *args, **kwargs: record.workspace_id)
     def resolve_review(self, review: ReviewEntry, record: MemoryRecord, resolution: Resolution) -> str | None:
         """Apply a resolution in one transaction; the machine event id, or None if already resolved."""
         status, verification_state, superseded_by = (

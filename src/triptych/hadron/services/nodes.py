@@ -333,7 +333,7 @@ class NodeService:
         self._guard(mem, ref.loc)
         self._check_fields(fields.values)
         now, actor = self.clock(), caller.actor
-        with self.graph.atomic():
+        with self.graph.atomic(mem.id):
             existing = self.graph.node_by_loc(mem.id, ref.loc)
             if existing is not None:
                 node = self._apply(existing, fields, now, actor)
@@ -399,7 +399,7 @@ class NodeService:
             raise BadInput("nothing to update: pass at least one field", hint="See the tool's input schema")
         self._check_fields({k: fields.values.get(k) for k in fields.present})
         now = self.clock()
-        with self.graph.atomic():
+        with self.graph.atomic(mem.id):
             updated = self._apply(node, fields, now, caller.actor)
             schemas.validate(mem.schema, updated.object_type, updated.properties)
             self.graph.update_node(updated)
@@ -418,7 +418,7 @@ class NodeService:
         mem, node = self.find(caller, state, ref)
         self.access.write_memory(caller, mem)
         self._guard(mem, node.loc)
-        with self.graph.atomic():
+        with self.graph.atomic(mem.id):
             merged = {**(node.data or {}), **patch}
             updated = replace(
                 node,
@@ -441,7 +441,7 @@ class NodeService:
             raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
         self.access.write_memory(caller, mem)
         self._guard(mem, ref.loc)
-        with self.graph.atomic():
+        with self.graph.atomic(mem.id):
             record = self._edge(caller, mem, node.id, edge, 0)
             stored = self.graph.upsert_edge(record)
             created = stored.id == record.id

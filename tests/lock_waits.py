@@ -1,0 +1,40 @@
+"""What the per-tenant write-lock tests share (issue 30 item 1): threads that hold or wait on a write,
+and PostgreSQL's own view of who waits for an advisory lock, so a wait is observed, never timed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+# A thread that should finish does so in milliseconds; a stuck one fails the test here, not CI's timeout.
+STUCK = 60.0
+
+
+def advisory_waiters(url: str) -> int:
+    """How many backends of the database's cluster wait for an advisory lock right now."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def until(condition: Callable[[], bool]) -> None:
+    """Poll a condition another backend's progress sets (no event to await across processes)."""
+    pause = threading.Event()
+    for _ in range(int(STUCK / 0.02)):
+        if condition():
+            return
+        pause.wait(0.02)
+    raise AssertionError("the condition never held")
+
+
+def in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """``work`` started in a thread of its own; the list receives its result."""
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(work()), daemon=True)
+    thread.start()
+    return thread, out
