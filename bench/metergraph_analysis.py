@@ -49,7 +49,7 @@ def sentence(rng: random.Random, low: int, high: int) -> str:
 
 def load(mg: Metergraph, workloads: int, per_workload: int, now: datetime) -> None:
     rng = random.Random(7)
-    mg.store.set_retain_content("bench", True, now.isoformat())
+    mg.metadata.set_retain_content("bench", True, now.isoformat())
     rows = []
     for w in range(workloads):
         for i in range(per_workload):
@@ -85,7 +85,7 @@ def bare_replays(
     """The baseline: the same replays through the same replay path, sequentially, nothing scored."""
     assert mg.analysis.runner is not None
     replayer = mg.analysis.runner.replayer
-    source = StoreWorkloads(mg.store)
+    source = StoreWorkloads(mg.calls)
     until = int(now.timestamp() * 1000) + 1
     since = until - 7 * 86_400_000
     calls = [

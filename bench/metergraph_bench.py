@@ -33,10 +33,10 @@ import httpx
 import numpy as np
 from common import free_port
 
+from triptych.metergraph.call_model import CallFilter
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
 from triptych.metergraph.service import COLUMNS_DIR, Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import CallFilter
 
 MODELS = {
     "openai": ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-mini", "o3", "o4-mini", "gpt-3.5-turbo"],
@@ -322,8 +322,8 @@ def main() -> None:
             "rows_per_s": round(bulk / load_s) if load_s else None,
             "rows_per_cpu_s": round(bulk / load_cpu) if load_cpu else None,  # generation included
         }
-        mg.store.db.conn.execute("ANALYZE")
-    results["calls_stored"] = mg.store.count_calls("default")
+        mg.calls.db.conn.execute("ANALYZE")
+    results["calls_stored"] = mg.calls.count_calls("default")
     results["columns"] = columns_phase(mg, data_dir)
     mg = Metergraph.open(data_dir, load_metergraph_settings(tokens=[], agent_rate_per_minute=0))
     results["columns_reopen"] = timed_catch_up(mg)
@@ -343,7 +343,7 @@ def main() -> None:
         """The raw SQL scan of the calls (JSON extraction per row): the baseline."""
         since = int((NOW.replace(hour=0, minute=0, second=0) - timedelta(days=days - 1)).timestamp() * 1000)
         f = CallFilter("default", since, now_ms, metadata=pairs or [])
-        return lambda: mg.store.aggregate_calls_sql(f, dims, meta)
+        return lambda: mg.calls.aggregate_calls_sql(f, dims, meta)
 
     def baseline(name: str, fn: Callable[[], Any], runs: int) -> list[Any]:
         keep: list[Any] = []
@@ -356,7 +356,7 @@ def main() -> None:
         days: int, dims: list[str], meta: str | None, pairs: list[tuple[str, str]] | None = None
     ) -> Any:
         since = int((NOW.replace(hour=0, minute=0, second=0) - timedelta(days=days - 1)).timestamp() * 1000)
-        return mg.store.aggregate_raw(CallFilter("default", since, now_ms, metadata=pairs or []), dims, meta)
+        return mg.calls.aggregate_raw(CallFilter("default", since, now_ms, metadata=pairs or []), dims, meta)
 
     def check_same(name: str, expected: list[Any], found: Any) -> None:
         """The projection's groups equal the SQL scan's (sums to 1e-9, histograms exactly)."""
@@ -410,7 +410,7 @@ def main() -> None:
     since7 = int((NOW.replace(hour=0, minute=0, second=0) - timedelta(days=6)).timestamp() * 1000)
 
     def group_by_trace_scan() -> Any:
-        return mg.store.db.conn.execute(
+        return mg.calls.db.conn.execute(
             "SELECT COALESCE(trace_id, 'call:' || id) AS k, MAX(ts_ms) AS m FROM calls WHERE workspace = ? AND ts_ms >= ?"
             " GROUP BY k ORDER BY m DESC LIMIT 50", ("default", since7)
         ).fetchall()  # fmt: skip

@@ -29,12 +29,12 @@ import orjson
 from metergraph_bench import generate
 from metergraph_engines import process_cpu_seconds, start_clickhouse
 
-from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
+from triptych.metergraph.call_model import CALL_COLUMNS
+from triptych.metergraph.clickhouse_call_store import ClickHouseCallStore
 from triptych.metergraph.ingest import gc_paused
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import CALL_COLUMNS
 
 WARMUP = 4
 
@@ -42,8 +42,8 @@ WARMUP = 4
 def phases(work: Path, url: str, pid: int, bodies: list[bytes]) -> dict[str, float]:
     """µs per row of each step, worker CPU and ClickHouse CPU, over the batches after the warm-up."""
     mg = Metergraph.open(work / "phases", load_metergraph_settings(tokens=[], clickhouse_url=f"{url}/phases"))
-    store = mg.store
-    assert isinstance(store, ClickHouseTelemetryStore)
+    store = mg.calls
+    assert isinstance(store, ClickHouseCallStore)
     spent: dict[str, float] = {}
 
     def measured(obj: Any, name: str, label: str) -> None:
@@ -64,7 +64,7 @@ def phases(work: Path, url: str, pid: int, bodies: list[bytes]) -> dict[str, flo
     measured(mg.ingest, "normalize", "normalise and price")
     measured(store, "reserve_ids", "reserve call ids (SQLite)")
     measured(store._calls, "_insert", "INSERT calls (encode, send, wait)")
-    measured(store.meta, "record_batch", "batch record (SQLite)")
+    measured(store.metadata, "record_batch", "batch record (SQLite)")
     app = AppPrincipal("default", "bench")
     rows = 0
     cpu = server = 0.0
@@ -96,8 +96,8 @@ def grouped(work: Path, url: str, pid: int, bodies: list[bytes], group: int) -> 
         mg = Metergraph.open(
             work / database, load_metergraph_settings(tokens=[], clickhouse_url=f"{url}/{database}")
         )
-        store = mg.store
-        assert isinstance(store, ClickHouseTelemetryStore)
+        store = mg.calls
+        assert isinstance(store, ClickHouseCallStore)
         try:
             batches = []
             for body in bodies:

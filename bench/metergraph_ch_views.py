@@ -36,7 +36,7 @@ from metergraph_bench import generate
 from metergraph_engines import start_clickhouse
 
 from triptych.metergraph import clickhouse_schema as schema
-from triptych.metergraph.store import CALL_COLUMNS, SUMS
+from triptych.metergraph.call_model import CALL_COLUMNS, SUMS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from clickhouse_schema_v4 import v4_rollups  # noqa: E402  (the test tree's record of version 4)
@@ -77,7 +77,7 @@ VARIANTS: dict[str, Callable[[], list[str]]] = {
 
 def capture(work: Path, batches: int) -> list[Path]:
     """Native bodies of ``batches`` normalised batches, as the engine's client sends them."""
-    from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
+    from triptych.metergraph.clickhouse_call_store import ClickHouseCallStore
     from triptych.metergraph.keys import AppPrincipal
     from triptych.metergraph.service import Metergraph
     from triptych.metergraph.settings import load_metergraph_settings
@@ -89,8 +89,8 @@ def capture(work: Path, batches: int) -> list[Path]:
     try:
         settings = load_metergraph_settings(tokens=[], clickhouse_url=f"{url}/{database}")
         mg = Metergraph.open(work / database, settings)
-        store = mg.store
-        assert isinstance(store, ClickHouseTelemetryStore)
+        store = mg.calls
+        assert isinstance(store, ClickHouseCallStore)
         paths = []
         try:
             first = 1

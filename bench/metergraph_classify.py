@@ -69,15 +69,15 @@ def main() -> None:
     ).stdout.strip()
     mg = Metergraph.open(data_dir, load_metergraph_settings(max_rows=5000))
     try:
-        have = mg.store.count_calls(WORKSPACE)
+        have = mg.calls.count_calls(WORKSPACE)
         if have < args.calls:
             app = AppPrincipal(WORKSPACE, "bench")
             with tqdm(total=args.calls, desc="ingest", unit="call", file=sys.stderr) as bar:
                 for batch in generate(args.calls):
                     mg.ingest.ingest_rows(app, batch, "sdk")
                     bar.update(len(batch))
-        calls = mg.store.count_calls(WORKSPACE)
-        conn = mg.store.db.conn
+        calls = mg.calls.count_calls(WORKSPACE)
+        conn = mg.calls.db.conn
         print(f"{calls:,} calls in {data_dir}; timing ({args.runs} runs each)", file=sys.stderr)
 
         def scan_sql() -> Any:

@@ -51,10 +51,12 @@ import metergraph_bench
 from common import free_port
 from metergraph_bench import generate
 
+from triptych.metergraph.call_model import CALL_COLUMNS, PRICING_COLUMNS
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import CALL_COLUMNS, MIGRATIONS, PRICING_COLUMNS, SqliteTelemetryStore
+from triptych.metergraph.sqlite_call_store import SqliteCallStore
+from triptych.metergraph.sqlite_schema import MIGRATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 # The figures are at 10,000,000 calls; loading them in-process takes 100,000-row ingest calls
@@ -236,7 +238,8 @@ def sqlite_raw_insert(work: Path, rows: int, stream: int) -> dict[str, Any]:
         def workspace(self, workspace: str) -> None:
             return None
 
-    ingest = IngestService(Capture(), Pricer(), 5000)  # type: ignore[arg-type]
+    capture = Capture()
+    ingest = IngestService(capture, capture, Pricer(), 5000)  # type: ignore[arg-type]
     app = AppPrincipal("default", "bench")
     for batch in itertools.islice(generate(max(rows, stream), seed=99), -(-rows // 5000)):
         ingest.ingest_rows(app, batch, "sdk")
@@ -327,7 +330,7 @@ def timed_reads(mg: Metergraph, runs: int, server_pid: int | None) -> dict[str, 
 
     agg(["metadata.prompt_id"])()  # the embedded engine builds its projection on the first read
     out = {
-        "calls": mg.store.count_calls("default"),
+        "calls": mg.calls.count_calls("default"),
         "load_average_before_reads": os.getloadavg(),
         "aggregate_provider_model_90d": timed(agg(["provider", "model"]), runs, server_pid),
         "aggregate_metadata_prompt_id_90d": timed(agg(["metadata.prompt_id"]), runs, server_pid),
@@ -352,14 +355,14 @@ def reads(
     try:
         out: dict[str, Any] = {}
         if maker is not None:
-            folding = isinstance(mg.store, SqliteTelemetryStore) and hasattr(mg.store, "folder")
+            folding = isinstance(mg.calls, SqliteCallStore) and hasattr(mg.calls, "folder")
             if folding:
-                mg.store.folder.start()  # as in the server: rollups folded in the background
+                mg.calls.folder.start()  # as in the server: rollups folded in the background
             load = load_calls(mg, args.calls, *maker)
             if folding:
                 started = time.perf_counter()
-                load["rollups_pending_after_load"] = mg.store.rollups_pending()
-                mg.store.fold_rollups()
+                load["rollups_pending_after_load"] = mg.calls.rollups_pending()
+                mg.calls.fold_rollups()
                 load["rollups_catch_up_after_load_s"] = round(time.perf_counter() - started, 2)
             record.write_text(json.dumps({**load, "load_batch": args.load_batch, "now": now}, indent=2))
         elif record.exists():

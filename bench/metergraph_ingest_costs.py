@@ -39,13 +39,13 @@ from triptych.core import jsonbody
 from triptych.metergraph.ingest import IngestService, gc_paused
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
-from triptych.metergraph.store import SqliteTelemetryStore
+from triptych.metergraph.sqlite_call_store import SqliteCallStore
 
 files = sorted(Path(sys.argv[1]).glob("*.json.gz"))
 bodies = [f.read_bytes() for f in files]
 data = Path(tempfile.mkdtemp(prefix="mg-costs-"))
-store = SqliteTelemetryStore(data / "metergraph.db")
-service = IngestService(store, Pricer(), 5000)
+store = SqliteCallStore.open(data / "metergraph.db")
+service = IngestService(store, store.metadata, Pricer(), 5000)
 app = AppPrincipal("default", "static")
 rows = 0
 cpu, wall = time.process_time(), time.perf_counter()

@@ -6,7 +6,7 @@ stream), into a fresh database.
 
 Steps: gunzip, JSON decode, normalisation and pricing (``IngestService.normalize``), building the
 INSERT parameters, the calls INSERT, COMMIT (the WAL synced). Then, off the ingest path, the rollup fold
-of every ingested call (``SqliteTelemetryStore.fold_rollups``, 100,000 calls per transaction) three ways:
+of every ingested call (``SqliteCallStore.fold_rollups``, 100,000 calls per transaction) three ways:
 from the batches kept in memory (what the server's folder does), read back from the table (after a
 restart, or another process's calls), and, for the record, a pure-SQL fold (``INSERT ... SELECT ...
 GROUP BY ... ON CONFLICT DO UPDATE``, the histogram pivoted by 96 ``CASE`` sums) that was measured and
@@ -32,11 +32,13 @@ from typing import Any
 import orjson
 from metergraph_bench import generate
 
-from triptych.metergraph import histogram
-from triptych.metergraph import store as st
+from triptych.metergraph import call_model as model
+from triptych.metergraph import histogram, sqlite_sql
+from triptych.metergraph import sqlite_rollups as rollups
 from triptych.metergraph.ingest import IngestService, gc_paused
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
+from triptych.metergraph.sqlite_call_store import SqliteCallStore
 
 
 def main() -> None:
@@ -48,8 +50,8 @@ def main() -> None:
         gzip.compress(json.dumps({"schema_version": 1, "rows": b}).encode(), 1)
         for b in itertools.islice(generate(args.stream, seed=99), args.batches)
     ]
-    store = st.SqliteTelemetryStore(Path(tempfile.mkdtemp(prefix="mg-phases-")) / "metergraph.db")
-    service = IngestService(store, Pricer(), 5000)
+    store = SqliteCallStore.open(Path(tempfile.mkdtemp(prefix="mg-phases-")) / "metergraph.db")
+    service = IngestService(store, store.metadata, Pricer(), 5000)
     app = AppPrincipal("default", "static")
     cpu: dict[str, float] = {}
     wall: dict[str, float] = {}
@@ -66,7 +68,7 @@ def main() -> None:
             return fn()
 
     rows = 0
-    kept: list[st.Unfolded] = []
+    kept: list[rollups.Unfolded] = []
     conn = store.db.conn
     for body in bodies:
         with gc_paused():
@@ -77,16 +79,18 @@ def main() -> None:
             )
             calls = normalized.calls
             with step("insert parameters"):
-                columns = [calls.column(name) for name in st.CALL_COLUMNS]
+                columns = [calls.column(name) for name in model.CALL_COLUMNS]
                 mask = tuple(column.count(None) != len(column) for column in columns)
                 params = list(zip(*itertools.compress(columns, mask), strict=True))
             conn.execute("BEGIN IMMEDIATE")
             run(
                 "calls INSERT",
-                lambda p=params, m=mask: st._insert_many(conn, lambda n: st._insert_call(m, n), p, sum(m)),
+                lambda p=params, m=mask: sqlite_sql.insert_many(
+                    conn, lambda n: sqlite_sql.insert_call(m, n), p, sum(m)
+                ),
             )
             run("COMMIT (WAL synced)", lambda: conn.execute("COMMIT"))
-            kept.append(st.Unfolded(rows + 1, "default", calls))
+            kept.append(rollups.Unfolded(rows + 1, "default", calls))
             rows += calls.size
     for name, fold in (
         ("rollup fold, read back", read_back_fold),
@@ -96,7 +100,7 @@ def main() -> None:
             conn.execute("BEGIN IMMEDIATE")
             fold(conn, rows)
             conn.execute("ROLLBACK")
-    store._unfolded = {u.first_id: u for u in kept}
+    store.rollups.unfolded = {u.first_id: u for u in kept}
     run("rollup fold, batches in memory (the server)", store.fold_rollups)
     run("WAL checkpoint (background in the server)", lambda: conn.execute("PRAGMA wal_checkpoint(PASSIVE)"))
     store.close()
@@ -111,13 +115,13 @@ def main() -> None:
 
 
 def read_back_fold(conn: Any, rows: int) -> None:
-    for after in range(0, rows, st.FOLD_CHUNK):
-        st.fold_parts(conn, st.read_back(conn, after, min(rows, after + st.FOLD_CHUNK)))
+    for after in range(0, rows, rollups.FOLD_CHUNK):
+        rollups.fold_parts(conn, rollups.read_back(conn, after, min(rows, after + rollups.FOLD_CHUNK)))
 
 
 def sql_fold(conn: Any, rows: int) -> None:
-    for after in range(0, rows, st.FOLD_CHUNK):
-        fold_chunk(conn, after, st.FOLD_CHUNK)
+    for after in range(0, rows, rollups.FOLD_CHUNK):
+        fold_chunk(conn, after, rollups.FOLD_CHUNK)
 
 
 # The pure-SQL fold, measured and not kept: grouping the calls by hour, key and latency bucket sorts them
@@ -141,10 +145,10 @@ _FINE_MEASURES = (
 )  # fmt: skip
 _FOLD_FINE_DDL = (
     f"CREATE TEMP TABLE IF NOT EXISTS {_FOLD_FINE} (workspace TEXT, hour INTEGER, route TEXT, provider TEXT,"
-    f" model TEXT, environment TEXT, lat_bucket INTEGER, {', '.join(st.SUMS)})"
+    f" model TEXT, environment TEXT, lat_bucket INTEGER, {', '.join(model.SUMS)})"
 )
 _FOLD_FINE_FILL = (
-    f"INSERT INTO temp.{_FOLD_FINE} SELECT workspace, {_floor_div('ts_ms', st._HOUR_MS)},"
+    f"INSERT INTO temp.{_FOLD_FINE} SELECT workspace, {_floor_div('ts_ms', rollups._HOUR_MS)},"
     " COALESCE(route, ''), COALESCE(provider, ''), COALESCE(model, ''), COALESCE(environment, ''),"
     f" lat_bucket, {', '.join(_FINE_MEASURES)} FROM calls WHERE id > ? AND id <= ?"
     " GROUP BY 1, 2, 3, 4, 5, 6, 7"
@@ -155,20 +159,20 @@ _FOLD_CHUNK_END = "SELECT MAX(id) FROM (SELECT id FROM calls WHERE id > ? ORDER 
 @functools.cache
 def _fold_upsert(table: str) -> str:
     """One rollup table's groups of the chunk (from the fine groups), added to its rows."""
-    width, keep_route = st.ROLLUPS[table]
-    hours = width // st._HOUR_MS
+    width, keep_route = model.ROLLUPS[table]
+    hours = width // rollups._HOUR_MS
     bucket = "hour" if hours == 1 else _floor_div("hour", hours)
     route = "route" if keep_route else "''"
     hist = ", ".join(f"SUM(CASE lat_bucket WHEN {i} THEN calls ELSE 0 END)" for i in range(histogram.BUCKETS))
-    sums = ", ".join(f"SUM({c})" for c in st.SUMS)
-    updates = ", ".join(f"{c} = {c} + excluded.{c}" for c in (*st.SUMS, *st.HIST_COLUMNS))
+    sums = ", ".join(f"SUM({c})" for c in model.SUMS)
+    updates = ", ".join(f"{c} = {c} + excluded.{c}" for c in (*model.SUMS, *model.HIST_COLUMNS))
     # WHERE true: an upsert's SELECT needs a WHERE clause for the parser (SQLite's documented rule).
     return (
-        f"INSERT INTO {table} (workspace, bucket, {', '.join(st.ROLLUP_KEY)}, {', '.join(st.SUMS)},"
-        f" {', '.join(st.HIST_COLUMNS)}) SELECT workspace, {bucket}, {route},"
+        f"INSERT INTO {table} (workspace, bucket, {', '.join(model.ROLLUP_KEY)}, {', '.join(model.SUMS)},"
+        f" {', '.join(model.HIST_COLUMNS)}) SELECT workspace, {bucket}, {route},"
         f" provider, model, environment, {sums}, {hist} FROM temp.{_FOLD_FINE} WHERE true"
         " GROUP BY 1, 2, 3, 4, 5, 6"
-        f" ON CONFLICT (workspace, bucket, {', '.join(st.ROLLUP_KEY)}) DO UPDATE SET {updates}"
+        f" ON CONFLICT (workspace, bucket, {', '.join(model.ROLLUP_KEY)}) DO UPDATE SET {updates}"
     )
 
 
@@ -181,7 +185,7 @@ def fold_chunk(conn: Any, after_id: int, limit: int) -> int:
     conn.execute(_FOLD_FINE_DDL)
     conn.execute(f"DELETE FROM temp.{_FOLD_FINE}")
     conn.execute(_FOLD_FINE_FILL, (after_id, end))
-    for table in st.ROLLUPS:
+    for table in model.ROLLUPS:
         conn.execute(_fold_upsert(table))
     conn.execute(f"DELETE FROM temp.{_FOLD_FINE}")
     return int(end)

@@ -156,16 +156,20 @@ def open_metergraph(server: ServerProcess) -> Any:
     return Metergraph.open(
         server.data_dir,
         load_metergraph_settings(clickhouse_url=url),
-        database_url=server.env.get("TRIPTYCH_DATABASE_URL"),  # server mode: the control data is there
+        # Server mode: the keys, routes and control data are there.
+        database_url=server.env.get("TRIPTYCH_DATABASE_URL"),
     )
 
 
-def metergraph_key(data_dir: Path, workspace: str, role: str = "debug", app: bool = False) -> str:
-    """A Metergraph agent key (or, with ``app``, an ingest token) minted in a server's data directory."""
+def metergraph_key(
+    data_dir: Path, workspace: str, role: str = "debug", app: bool = False, database_url: str | None = None
+) -> str:
+    """A Metergraph agent key (or, with ``app``, an ingest token) minted where a server keeps its keys: its
+    data directory, or its PostgreSQL database (``database_url``)."""
     from triptych.metergraph.service import Metergraph
     from triptych.metergraph.settings import load_metergraph_settings
 
-    mg = Metergraph.open(data_dir, load_metergraph_settings())
+    mg = Metergraph.open(data_dir, load_metergraph_settings(), database_url=database_url)
     try:
         if app:
             return mg.keys.create_app_token(workspace)[1]

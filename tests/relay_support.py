@@ -57,7 +57,7 @@ def stored_calls(server: ServerProcess, workspace: str) -> list[dict[str, Any]]:
     cost as stored)."""
     mg = open_metergraph(server)
     try:
-        return list(mg.store.raw_calls(workspace))
+        return list(mg.calls.raw_calls(workspace))
     finally:
         mg.close()
 

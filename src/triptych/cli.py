@@ -143,24 +143,23 @@ def _where_data_lives(settings: Settings, fresh: bool) -> str:
         shared = f"Metronix /mcp and Hadron /hadron/mcp on PostgreSQL {redacted(settings.database_url)}"
     else:
         shared = "Metronix /mcp and Hadron /hadron/mcp on SQLite in the data directory"
-    # With the database, Metergraph's incidents, webhooks, runs, reports, workloads and leases are there.
-    control = " (incidents, webhooks, analysis runs and reports, workloads, import sync on PostgreSQL)"
-    control = control if settings.database_url else ""
-    if clickhouse:
-        held, what = (
-            ("keys and routes", "key or route")
-            if control
-            else ("keys, routes and reports", "key, route or report")
-        )
+    # Keys, routes, batch records and the control data (incidents, webhooks, analysis runs and reports,
+    # workloads, import sync) follow TRIPTYCH_DATABASE_URL; the calls, ClickHouse's URL.
+    on_pg = (
+        "keys, routes, incidents, webhooks, analysis runs and reports, workloads, import sync on PostgreSQL"
+    )
+    on_ch = f"calls on ClickHouse {redacted(clickhouse)}" if clickhouse else ""
+    if not settings.database_url:
         metergraph = (
-            f"Metergraph /v1/agent/mcp: calls on ClickHouse {redacted(clickhouse)}{control}, {held} on SQLite in"
-            " the " + describe(settings.data_dir, fresh, f"Metergraph {what}")
+            f"Metergraph /v1/agent/mcp: {on_ch}, keys, routes and reports on SQLite in the "
+            + describe(settings.data_dir, fresh, "Metergraph key, route or report")
+        )
+    elif not clickhouse:
+        metergraph = f"Metergraph /v1/agent/mcp: {on_pg}, calls on SQLite in the " + describe(
+            settings.data_dir, fresh, "Metergraph call"
         )
     else:
-        metergraph = (
-            f"Metergraph /v1/agent/mcp{control}: calls, keys and routes on SQLite in the "
-            + describe(settings.data_dir, fresh, "Metergraph data")
-        )
+        metergraph = f"Metergraph /v1/agent/mcp: {on_ch}, {on_pg}"
     return f"{shared}; {metergraph}"
 
 
@@ -404,7 +403,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         metergraph = partial(metergraph_migrate.migrate_to_postgres, settings.data_dir, args.to, progress)
         following = (
             f"start the server with TRIPTYCH_DATABASE_URL={redacted(args.to)} (the data directory was only"
-            " read; Metergraph's keys, routes and telemetry stay in it)"
+            " read; Metergraph's calls stay in it)"
         )
     else:
         source = redacted(args.source)

@@ -46,7 +46,7 @@ class Env:
     def traffic(self, workspace: str, route: str, n: int) -> None:
         mg = self._mg()
         try:
-            mg.store.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
+            mg.metadata.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
             token = mg.keys.create_app_token(workspace)[1]
         finally:
             mg.close()

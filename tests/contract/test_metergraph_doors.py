@@ -64,7 +64,7 @@ def mint(
 def stored(server: ServerProcess, workspace: str) -> list[dict[str, Any]]:
     mg = open_mg(server)
     try:
-        return mg.store.raw_calls(workspace)
+        return mg.calls.raw_calls(workspace)
     finally:
         mg.close()
 
@@ -169,7 +169,7 @@ def test_route_config_has_an_etag_and_answers_304(server: ServerProcess) -> None
     token = mint(server, workspace)
     mg = open_mg(server)
     try:
-        mg.store.set_route(
+        mg.metadata.set_route(
             workspace, "support", "Support replies", {"model": "gpt-4o-mini"}, datetime.now(UTC).isoformat()
         )
     finally:
@@ -242,7 +242,7 @@ def test_the_upstream_sdk_delivers_rows_unchanged(server: ServerProcess, tmp_pat
     assert "SECRET PROMPT" not in json.dumps(call) and "FAKE ANSWER" not in json.dumps(call)
     mg = open_mg(server)
     try:
-        assert mg.store.raw_content(workspace) == []  # the workspace did not opt in to content
+        assert mg.calls.raw_content(workspace) == []  # the workspace did not opt in to content
     finally:
         mg.close()
 

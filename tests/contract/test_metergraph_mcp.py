@@ -45,7 +45,7 @@ class Env:
     def retain(self, workspace: str) -> None:
         mg = open_metergraph(self.server)
         try:
-            mg.store.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
+            mg.metadata.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
         finally:
             mg.close()
 

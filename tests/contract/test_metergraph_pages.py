@@ -486,7 +486,7 @@ def test_a_real_analysis_run_opens_from_its_links_with_its_progress_report_and_e
     workspace = "run-" + uuid.uuid4().hex[:6]
     mg = open_metergraph(site.server)
     try:
-        mg.store.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
+        mg.metadata.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
     finally:
         mg.close()
     questions = [f"support question {i}: when does the <b>store</b> open?" for i in range(6)]

@@ -69,7 +69,7 @@ class Env:
         mg = self.open()
         try:
             if retain:
-                mg.store.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
+                mg.metadata.set_retain_content(workspace, True, datetime.now(UTC).isoformat())
             return mg.keys.create_app_token(workspace)[1], mg.keys.create_agent_key(workspace, "replay")[1]
         finally:
             mg.close()

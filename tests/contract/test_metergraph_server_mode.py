@@ -2,8 +2,8 @@
 ClickHouse URL keeps its control data in PostgreSQL, and both workers answer from it. A webhook added by
 the CLI, an analysis run started through the MCP client and its report, and a sign-in to the app pages are
 read back through each worker; the data directory then holds none of Metergraph's control files and no
-control table (decision record 0160). Keys, routes and batch records are the telemetry store's metadata
-(``store.py``), still in ``metergraph.db`` until that store has a PostgreSQL engine of its own."""
+control table (decision record 0160). Keys, routes and batch records are there too (the metadata store,
+decision record 0091): the agent keys minted for the test are PostgreSQL's rows."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from provider_server import ProviderServer  # noqa: E402
 from test_metergraph_analysis import Env, follow  # noqa: E402
 from test_server_workers import WORKER, start_workers, stop_all  # noqa: E402
 
-from triptych.metergraph.migrate import TABLES  # noqa: E402
+from triptych.metergraph.migrate import METADATA_TABLES, TABLES  # noqa: E402
 
 WEBHOOK_KEY = base64.b64encode(bytes(range(32, 64))).decode()
 CONTROL_FILES = ("metergraph-incidents.db", "metergraph-analysis.db", "metergraph.web-secret",
@@ -116,7 +116,9 @@ async def test_control_data_is_in_postgres_and_both_workers_answer_from_it(site:
         conn.execute("SET search_path = metergraph")
         held = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE workspace = %s".encode(), (workspace,))
                 .fetchone()[0] for t in ("webhook_endpoints", "analysis_runs", "reports")}  # fmt: skip
+        keys = conn.execute("SELECT count(*) FROM keys WHERE workspace = %s", (workspace,)).fetchone()[0]
     assert held == {"webhook_endpoints": 1, "analysis_runs": 1, "reports": 1}
+    assert keys >= 1  # the workers authenticated keys minted into PostgreSQL
     # ... and the data directory holds no Metergraph control file and no control table.
     present = sorted(p.name for p in data_dir.iterdir())
     assert not set(CONTROL_FILES) & set(present), present
@@ -125,4 +127,10 @@ async def test_control_data_is_in_postgres_and_both_workers_answer_from_it(site:
     if metadata.exists():
         with closing(sqlite3.connect(f"file:{metadata}?mode=ro", uri=True)) as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert not tables & set(TABLES), sorted(tables & set(TABLES))
+            # The file's one schema has the metadata tables (the embedded engine's calls share it): empty.
+            filled = [
+                t for t in METADATA_TABLES if conn.execute(f"SELECT EXISTS (SELECT 1 FROM {t})").fetchone()[0]
+            ]
+        control = set(TABLES) - set(METADATA_TABLES)
+        assert not tables & control, sorted(tables & control)
+        assert filled == [], filled

@@ -155,7 +155,7 @@ class World:
         self.workspace = "skill-" + uuid.uuid4().hex[:8]
         mg = open_metergraph(server)
         try:
-            mg.store.set_retain_content(self.workspace, True, datetime.now(UTC).isoformat())
+            mg.metadata.set_retain_content(self.workspace, True, datetime.now(UTC).isoformat())
             app = mg.keys.create_app_token(self.workspace)[1]
             self.keys = {role: mg.keys.create_agent_key(self.workspace, role)[1]
                          for role in ("metadata", "debug", "replay")}  # fmt: skip

@@ -31,9 +31,9 @@ class Env:
         mg = open_metergraph(self.server)
         now = datetime.now(UTC).isoformat()
         try:
-            mg.store.set_retain_content(workspace, True, now)
+            mg.metadata.set_retain_content(workspace, True, now)
             if contract is not None:
-                mg.store.set_route(workspace, "support", None, {"evaluation_contract": contract}, now)
+                mg.metadata.set_route(workspace, "support", None, {"evaluation_contract": contract}, now)
             token = mg.keys.create_app_token(workspace)[1]
         finally:
             mg.close()

@@ -40,6 +40,11 @@ def agent(
     return AgentPrincipal(workspace, role, "test-key", environments)
 
 
+# For service tests whose rules do not depend on the engine: the embedded engine only. What each engine
+# stores and reads back is the store contract suite's (``store_contract/``), run on every engine.
+embedded_only = pytest.mark.parametrize("engine", ["sqlite"])
+
+
 def engine_settings(request: pytest.FixtureRequest, engine: str) -> dict[str, Any]:
     """The Metergraph settings selecting ``engine`` (ClickHouse: a fresh database on the chdb endpoint)."""
     if engine == "clickhouse":

@@ -15,11 +15,12 @@ import numpy as np
 import orjson
 
 from triptych.metergraph import histogram
+from triptych.metergraph.call_model import ROLLUPS, SUMS, Content
 from triptych.metergraph.errors import BadBatch
 from triptych.metergraph.ingest import parse_cost
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.pricing import Pricer
-from triptych.metergraph.store import ROLLUPS, SUMS, Content, group_sum
+from triptych.metergraph.sqlite_rollups import group_sum
 
 _MAX_TEXT = 512  # identifiers (route, model, ids, ...) are cut to this many characters
 _STR_FIELDS = (

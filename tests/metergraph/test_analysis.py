@@ -66,7 +66,7 @@ def mg(
 
 def traffic(mg: Metergraph, route: str, n: int, answer: Callable[[str], str], workspace: str = "w1") -> None:
     """``n`` retained gpt-4o calls of ``route``; the provider server replies "replayed: <question>"."""
-    mg.store.set_retain_content(workspace, True, NOW.isoformat())
+    mg.metadata.set_retain_content(workspace, True, NOW.isoformat())
     rows = []
     for i in range(n):
         question = f"{route} question number {i}: where is the office?"
@@ -97,7 +97,7 @@ def test_a_run_replays_scores_projects_and_writes_one_report(
     traffic(mg, "support", 10, lambda q: f"replayed: {q}")
     traffic(mg, "extract", 10, lambda q: json.dumps({"city": "Paris"}))
     traffic(mg, "tiny", 3, lambda q: "ok")
-    mg.store.set_route(
+    mg.metadata.set_route(
         "w1", "extract", None, {"evaluation_contract": {"json_schema": JSON_SCHEMA}}, NOW.isoformat()
     )
     before = len(provider.requests)
@@ -286,7 +286,7 @@ def test_the_routes_evaluation_contract_declares_candidates_and_checks(
         "candidates": ["gpt-4.1-mini"],
         "checks": [{"kind": "json_schema", "schema": JSON_SCHEMA}],
     }
-    mg.store.set_route("w1", "extract", None, {"evaluation_contract": contract}, NOW.isoformat())
+    mg.metadata.set_route("w1", "extract", None, {"evaluation_contract": contract}, NOW.isoformat())
     before = len(provider.requests)
     run = finished(mg, start(mg, candidates=())["run"]["run_id"])
     assert {r["json"]["model"] for r in provider.requests[before:]} == {"gpt-4.1-mini"}

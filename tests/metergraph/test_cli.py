@@ -105,8 +105,8 @@ def test_retention_and_route_config(tmp_path: Path) -> None:
         )
     mg = Metergraph.open(tmp_path, load_metergraph_settings())
     try:
-        assert mg.store.workspace("w")["retain_content"] == 1  # type: ignore[index]
-        assert mg.store.route_config("w") == {"support": {"model": "gpt-4o-mini"}}
+        assert mg.metadata.workspace("w")["retain_content"] == 1  # type: ignore[index]
+        assert mg.metadata.route_config("w") == {"support": {"model": "gpt-4o-mini"}}
         [route] = mg.workspace.routes(AgentPrincipal("w", "metadata", "cli"))["routes"]
         assert (route["route"], route["constraints"]) == ("support", {"max_cost_usd": 0.01})
     finally:

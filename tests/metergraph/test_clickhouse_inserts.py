@@ -15,7 +15,8 @@ from clickhouse_endpoint import AsyncInserts, ClickHouseEndpoint
 from mg_support import NOW, agent, app, row
 
 from triptych.core.errors import StorageUnavailable
-from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore, insert_settings
+from triptych.metergraph.clickhouse_call_store import ClickHouseCallStore
+from triptych.metergraph.clickhouse_client import insert_settings
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
 
@@ -29,7 +30,7 @@ def mg(clickhouse: ClickHouseEndpoint, tmp_path: Path) -> Iterator[Metergraph]:
     service.close()
 
 
-def hold_first_insert(store: ClickHouseTelemetryStore) -> tuple[threading.Event, list[int]]:
+def hold_first_insert(store: ClickHouseCallStore) -> tuple[threading.Event, list[int]]:
     """The first INSERT waits for the gate (the real INSERT, held), so batches queue behind it; the
     rows each INSERT carried are recorded."""
     inserter = store._calls
@@ -69,8 +70,8 @@ def ingest_in_threads(
 
 
 def test_batches_waiting_together_go_in_one_insert_and_each_returns_stored(mg: Metergraph) -> None:
-    store = mg.store
-    assert isinstance(store, ClickHouseTelemetryStore)
+    store = mg.calls
+    assert isinstance(store, ClickHouseCallStore)
     gate, sent = hold_first_insert(store)
     batches = [[row(request_id=f"b{b}-{i}") for i in range(5)] for b in range(4)]
     outcomes, threads = ingest_in_threads(mg, batches)
@@ -89,12 +90,12 @@ def test_batches_waiting_together_go_in_one_insert_and_each_returns_stored(mg: M
     assert len({c["id"] for c in calls}) == 20
     assert {c["request_id"] for c in calls} == {f"b{b}-{i}" for b in range(4) for i in range(5)}
     assert mg.usage.aggregates(agent(), days=1)["totals"]["calls"] == 20
-    assert store.batch_health("w1", 0)["processed"] == 4
+    assert store.metadata.batch_health("w1", 0)["processed"] == 4
 
 
 def test_a_bad_batch_in_a_shared_insert_fails_alone(mg: Metergraph) -> None:
-    store = mg.store
-    assert isinstance(store, ClickHouseTelemetryStore)
+    store = mg.calls
+    assert isinstance(store, ClickHouseCallStore)
     gate, sent = hold_first_insert(store)
     batches = [[row(request_id=f"b{b}-{i}") for i in range(3)] for b in range(4)]
     batches[2][1]["input_tokens"] = 2**70  # beyond Int64: refused while the INSERT is encoded
@@ -114,7 +115,7 @@ def test_a_bad_batch_in_a_shared_insert_fails_alone(mg: Metergraph) -> None:
         f"b{b}-{i}" for b in (0, 1, 3) for i in range(3)
     }
     assert mg.usage.aggregates(agent(), days=1)["totals"]["calls"] == 9
-    assert store.batch_health("w1", 0)["processed"] == 3
+    assert store.metadata.batch_health("w1", 0)["processed"] == 3
 
 
 def test_batches_from_two_workers_share_one_server_side_insert_and_return_once_stored(
@@ -128,9 +129,9 @@ def test_batches_from_two_workers_share_one_server_side_insert_and_return_once_s
         for _ in range(2)
     ]
     try:
-        store = workers[0].store
-        assert isinstance(store, ClickHouseTelemetryStore)
-        store._command("SYSTEM STOP MERGES calls")  # so the parts show how many INSERTs wrote
+        store = workers[0].calls
+        assert isinstance(store, ClickHouseCallStore)
+        store.command("SYSTEM STOP MERGES calls")  # so the parts show how many INSERTs wrote
         monkeypatch.setattr(clickhouse.engine, "inserts", AsyncInserts(clickhouse.engine, 60.0, 1 << 30, 2))
         outcomes: list[Any] = [None, None]
 
@@ -150,7 +151,7 @@ def test_batches_from_two_workers_share_one_server_side_insert_and_return_once_s
         assert {c["request_id"] for c in store.raw_calls("w1")} == {
             f"w{i}-{n}" for i in (0, 1) for n in range(4)
         }
-        parts = store._query("SELECT count() FROM system.parts WHERE database = currentDatabase()"
+        parts = store.query("SELECT count() FROM system.parts WHERE database = currentDatabase()"
                              " AND table = 'calls' AND active").result_rows  # fmt: skip
         assert parts == [(1,)]
         assert workers[1].usage.aggregates(agent(), days=1)["totals"]["calls"] == 8

@@ -15,10 +15,11 @@ from clickhouse_schema_v4 import v4_rollups
 from mg_support import NOW, agent, app, row
 
 from triptych.core.errors import StorageUnavailable
-from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore, parse_url
+from triptych.metergraph.call_model import CallFilter
+from triptych.metergraph.clickhouse_call_store import ClickHouseCallStore
+from triptych.metergraph.clickhouse_client import parse_url
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import CallFilter
 
 
 def open_ch(path: Path, url: str, **settings: object) -> Metergraph:
@@ -35,18 +36,18 @@ def test_calls_and_rollups_older_than_the_retention_window_expire(
     try:
         for mg in (kept, short):
             mg.ingest.ingest_document(app(), {"rows": rows})
-            store = mg.store
-            assert isinstance(store, ClickHouseTelemetryStore)
+            store = mg.calls
+            assert isinstance(store, ClickHouseCallStore)
             for table in ("calls", "rollups", "rollup_meta_daily", "trace_bounds"):
                 store.client.command(f"OPTIMIZE TABLE {table} FINAL")  # merges apply the TTL now
-        assert kept.store.count_calls("w1") == 2
+        assert kept.calls.count_calls("w1") == 2
         assert kept.usage.aggregates(agent(), days=90)["totals"]["calls"] == 2
-        assert short.store.count_calls("w1") == 1
+        assert short.calls.count_calls("w1") == 1
         assert short.usage.aggregates(agent(), days=90)["totals"]["calls"] == 1
         assert short.usage.aggregates(agent(), days=90, group_by=["route"])["totals"]["calls"] == 1
         by_prompt = short.usage.aggregates(agent(), days=90, group_by=["metadata.prompt_id"])
         assert [(i["metadata.prompt_id"], i["calls"]) for i in by_prompt["items"]] == [("p1", 1)]
-        assert short.store.client.command("SELECT count() FROM trace_bounds") == 1
+        assert short.calls.client.command("SELECT count() FROM trace_bounds") == 1
     finally:
         kept.close()
         short.close()
@@ -58,7 +59,7 @@ def test_a_shorter_retention_set_later_applies_to_the_tables_that_exist(
     url = clickhouse.database_url()
     first = open_ch(tmp_path / "first", url)  # created with the default: ten years
     try:
-        first.store.set_retain_content("w1", True, NOW.isoformat())
+        first.metadata.set_retain_content("w1", True, NOW.isoformat())
         first.ingest.ingest_document(app(), {"rows": [
             row(minutes_ago=40 * 24 * 60, trace_id="t-old", request_json="old"),
             row(minutes_ago=60, trace_id="t-new", request_json="new"),
@@ -67,8 +68,8 @@ def test_a_shorter_retention_set_later_applies_to_the_tables_that_exist(
         first.close()
     later = open_ch(tmp_path / "later", url, retention_days=30)  # the same tables, MG_RETENTION_DAYS=30
     try:
-        store = later.store
-        assert isinstance(store, ClickHouseTelemetryStore)
+        store = later.calls
+        assert isinstance(store, ClickHouseCallStore)
         for table in ("calls", "call_content", "rollups", "rollup_meta_daily", "trace_bounds"):
             store.client.command(f"OPTIMIZE TABLE {table} FINAL")  # merges apply the new TTL now
         assert store.count_calls("w1") == 1
@@ -93,8 +94,8 @@ def test_a_database_from_before_the_metadata_rollup_and_trace_bounds_gets_them_f
     }
     before = {name: read(mg) for name, read in reads.items()}
     assert before["by_prompt"]["metadata_groups"]["unlisted"]["missing_key"]["calls"] == 10
-    store = mg.store
-    assert isinstance(store, ClickHouseTelemetryStore)
+    store = mg.calls
+    assert isinstance(store, ClickHouseCallStore)
     for table in ("rollup_meta_daily", "trace_bounds"):
         store.client.command(f"DROP TABLE {table}_mv")
         store.client.command(f"DROP TABLE {table}")
@@ -109,7 +110,7 @@ def test_a_database_from_before_the_metadata_rollup_and_trace_bounds_gets_them_f
 def _version_4_database(data_dir: Path, url: str, rows: list[dict[str, Any]]) -> None:
     """A database as version 4 left it, holding ``rows`` ingested through version 4's views."""
     old = open_ch(data_dir, url)
-    client = old.store.client  # type: ignore[attr-defined]
+    client = old.calls.client  # type: ignore[attr-defined]
     client.command("DROP VIEW rollups_mv")
     client.command("DROP TABLE rollups")
     for statement in v4_rollups(3650):
@@ -152,7 +153,7 @@ def test_a_database_of_schema_version_4_gets_its_rollups_rebuilt_and_answers_the
     _version_4_database(tmp_path / "old", url, rows)
     reopened = open_ch(tmp_path / "old", url)
     try:
-        client = reopened.store.client  # type: ignore[attr-defined]
+        client = reopened.calls.client  # type: ignore[attr-defined]
         retired = ("rollup_daily", "rollup_hourly_coarse", "rollup_daily_coarse", "rollup_weekly_coarse",
                    "rollup_meta_weekly")  # fmt: skip
         for table in (*retired, *(f"{t}_mv" for t in retired)):
@@ -178,7 +179,7 @@ def test_workers_upgrading_a_version_4_database_at_once_backfill_its_calls_once(
     with ThreadPoolExecutor(3) as pool:
         opened.extend(pool.map(lambda _: open_ch(tmp_path, url), range(3)))
     try:
-        client = opened[0].store.client  # type: ignore[attr-defined]
+        client = opened[0].calls.client  # type: ignore[attr-defined]
         assert client.command("SELECT sum(calls) FROM rollups WHERE grain = 0") == 40
         for mg in opened:
             assert mg.usage.aggregates(agent(), days=30, group_by=["provider"])["totals"]["calls"] == 40
@@ -205,12 +206,12 @@ def test_several_workers_ingest_at_once_with_distinct_call_ids(
             t.start()
         for t in threads:
             t.join()
-        calls = workers[0].store.raw_calls("w1")
+        calls = workers[0].calls.raw_calls("w1")
         assert len(calls) == 300
         assert len({c["id"] for c in calls}) == 300
         assert {c["id"] for c in calls} == set(range(1, 301))
         assert workers[1].usage.aggregates(agent(), days=1)["totals"]["calls"] == 300
-        assert workers[2].store.batch_health("w1", 0)["processed"] == 12
+        assert workers[2].metadata.batch_health("w1", 0)["processed"] == 12
     finally:
         for mg in workers:
             mg.close()
@@ -252,8 +253,8 @@ def test_a_server_gone_mid_run_answers_storage_unavailable_and_no_half_batch(
             with pytest.raises(StorageUnavailable):
                 mg.usage.aggregates(agent(), days=1)
         # Back up: the refused batch left nothing behind, and the SDK's retry lands whole.
-        assert mg.store.count_calls("w1") == 1
-        assert mg.store.batch_health("w1", 0)["processed"] == 1
+        assert mg.calls.count_calls("w1") == 1
+        assert mg.metadata.batch_health("w1", 0)["processed"] == 1
         mg.ingest.ingest_document(app(), {"rows": [row(), row()]})
         assert mg.usage.aggregates(agent(), days=1)["totals"]["calls"] == 3
     finally:
@@ -268,7 +269,7 @@ def test_a_read_with_parameters_too_long_for_a_url_still_answers(
     try:
         mg.ingest.ingest_rows(app(), [row(trace_id="trace-599"), row(trace_id="other")], "sdk")
         keys = [f"trace-{i}" for i in range(600)]
-        [summary] = mg.store.trace_summaries(CallFilter("w1", 0, 2**62), keys)
+        [summary] = mg.calls.trace_summaries(CallFilter("w1", 0, 2**62), keys)
         assert summary["trace_key"] == "trace-599" and summary["span_count"] == 1
     finally:
         mg.close()

@@ -18,7 +18,7 @@ import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
 from harness import TRIPTYCH, free_port
 
-from triptych.metergraph.clickhouse_store import parse_url
+from triptych.metergraph.clickhouse_client import parse_url
 from triptych.metergraph.clickhouse_version import MINIMUM, refuse_if_too_old
 
 DEBIAN_CLICKHOUSE = "/usr/sbin/clickhouse-server"

@@ -14,10 +14,11 @@ import pytest
 from mg_support import NOW, agent, app
 
 from triptych.metergraph import column_scan
+from triptych.metergraph.call_model import DIMENSIONS, AggRow, CallFilter
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.service import COLUMNS_DIR, Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import DIMENSIONS, AggRow, CallFilter, SqliteTelemetryStore
+from triptych.metergraph.sqlite_call_store import SqliteCallStore
 
 DAY = 86_400_000
 KEYS = ["prompt_id", "team", "a.b", "with space", 'q"uote', "é"]
@@ -118,7 +119,7 @@ def assert_same(found: dict[tuple[Any, ...], AggRow] | None, expected: dict[tupl
         assert found[key].hist.dtype == agg.hist.dtype
 
 
-def compare(store: SqliteTelemetryStore, projection: ColumnProjection, seed: int, reads: int = 60) -> int:
+def compare(store: SqliteCallStore, projection: ColumnProjection, seed: int, reads: int = 60) -> int:
     """Random reads through both paths; returns how many matched a call."""
     rnd = random.Random(seed)
     nonempty = 0
@@ -136,10 +137,10 @@ def test_the_projection_answers_what_the_sql_scan_answers(mgc: Metergraph) -> No
     rnd = random.Random(4)
     ingest(mgc, "w1", random_rows(rnd, 1500))
     ingest(mgc, "w2", random_rows(rnd, 400))
-    assert compare(mgc.store, mgc.columns, seed=1, reads=300) > 50
+    assert compare(mgc.calls, mgc.columns, seed=1, reads=300) > 50
     # Later batches are caught up before the next read.
     ingest(mgc, "w1", random_rows(rnd, 300))
-    assert compare(mgc.store, mgc.columns, seed=2) > 5
+    assert compare(mgc.calls, mgc.columns, seed=2) > 5
 
 
 def test_every_metadata_class_is_counted_like_sql(mgc: Metergraph) -> None:
@@ -156,13 +157,13 @@ def test_every_metadata_class_is_counted_like_sql(mgc: Metergraph) -> None:
     ]
     ingest(mgc, "w1", [{"ts": NOW.isoformat(), "route": "r", **r} for r in rows])
     f = CallFilter("w1", 0, int(NOW.timestamp() * 1000) + DAY)
-    expected = mgc.store.aggregate_calls_sql(f, [], "k")
+    expected = mgc.calls.aggregate_calls_sql(f, [], "k")
     assert {k[0] for k in expected} == {"v", "m", "i"}
     assert_same(mgc.columns.aggregate(f, [], "k"), expected)
     for value in ("v", "V", "1", "x" * 1000):
         pair = CallFilter("w1", f.since_ms, f.until_ms, metadata=[("k", value)])
         assert_same(
-            mgc.columns.aggregate(pair, ["route"], None), mgc.store.aggregate_calls_sql(pair, ["route"], None)
+            mgc.columns.aggregate(pair, ["route"], None), mgc.calls.aggregate_calls_sql(pair, ["route"], None)
         )
 
 
@@ -185,19 +186,19 @@ def test_aggregates_are_the_same_response_with_and_without_the_projection(mgc: M
             "models": None, "environments": None, "metadata": None, "limit": 100, **read,
         }  # fmt: skip
         with_columns = mgc.usage.aggregates(agent(), **args)
-        columns, mgc.store.columns = mgc.store.columns, None
+        columns, mgc.calls.columns = mgc.calls.columns, None
         try:
             without = mgc.usage.aggregates(agent(), **args)
         finally:
-            mgc.store.columns = columns
+            mgc.calls.columns = columns
         assert with_columns == without
     usage = mgc.usage.usage(agent(), 7, 100, {"team": "p-2"})
-    mgc.store.columns = None
+    mgc.calls.columns = None
     assert usage == mgc.usage.usage(agent(), 7, 100, {"team": "p-2"})
 
 
 class CountingSource:
-    def __init__(self, store: SqliteTelemetryStore) -> None:
+    def __init__(self, store: SqliteCallStore) -> None:
         self.store = store
         self.fetched = 0
 
@@ -218,15 +219,15 @@ def test_a_reopened_projection_reads_its_files_and_catches_up_only_new_calls(tmp
     mg = open_mg(tmp_path)
     ingest(mg, "w1", random_rows(rnd, 700))
     ingest(mg, "w2", random_rows(rnd, 200))
-    compare(mg.store, mg.columns, seed=3, reads=5)
+    compare(mg.calls, mg.columns, seed=3, reads=5)
     mg.close()  # writes the files
 
     mg = open_mg(tmp_path)
     ingest(mg, "w1", random_rows(rnd, 50))
     mg.columns.close()  # never opened (it loads on first use): read its files through a counting source
-    source = CountingSource(mg.store)
+    source = CountingSource(mg.calls)
     projection = ColumnProjection(tmp_path / COLUMNS_DIR, source)
-    assert compare(mg.store, projection, seed=4) > 5
+    assert compare(mg.calls, projection, seed=4) > 5
     assert source.fetched == 50
     projection.close()
     mg.close()
@@ -236,7 +237,7 @@ def test_a_torn_append_is_truncated_to_the_last_state(tmp_path: Path) -> None:
     rnd = random.Random(6)
     mg = open_mg(tmp_path)
     ingest(mg, "w1", random_rows(rnd, 600))
-    compare(mg.store, mg.columns, seed=5, reads=3)
+    compare(mg.calls, mg.columns, seed=5, reads=3)
     mg.close()
     directory = tmp_path / COLUMNS_DIR / "0"
     sizes = {p.name: p.stat().st_size for p in directory.iterdir()}
@@ -244,11 +245,11 @@ def test_a_torn_append_is_truncated_to_the_last_state(tmp_path: Path) -> None:
         with open(directory / name, "ab") as torn:
             torn.write(b"\x01\x02\x03")
     mg = open_mg(tmp_path)
-    source = CountingSource(mg.store)
+    source = CountingSource(mg.calls)
     projection = ColumnProjection(tmp_path / COLUMNS_DIR, source)
     mg.columns.close()
     ingest(mg, "w1", random_rows(rnd, 40))
-    assert compare(mg.store, projection, seed=6) > 5
+    assert compare(mg.calls, projection, seed=6) > 5
     assert source.fetched == 40  # truncated, not rebuilt
     assert all(
         (directory / name).stat().st_size == size for name, size in sizes.items() if name.endswith(".bin")
@@ -260,15 +261,15 @@ def test_a_torn_append_is_truncated_to_the_last_state(tmp_path: Path) -> None:
 def test_a_file_shorter_than_its_state_rebuilds_from_the_calls(tmp_path: Path) -> None:
     mg = open_mg(tmp_path)
     ingest(mg, "w1", random_rows(random.Random(7), 300))
-    compare(mg.store, mg.columns, seed=7, reads=2)
+    compare(mg.calls, mg.columns, seed=7, reads=2)
     mg.close()
     path = tmp_path / COLUMNS_DIR / "0" / "model.bin"
     path.write_bytes(path.read_bytes()[:-4])
     mg = open_mg(tmp_path)
-    source = CountingSource(mg.store)
+    source = CountingSource(mg.calls)
     projection = ColumnProjection(tmp_path / COLUMNS_DIR, source)
     mg.columns.close()
-    assert compare(mg.store, projection, seed=8) > 3
+    assert compare(mg.calls, projection, seed=8) > 3
     assert source.fetched == 300
     projection.close()
     mg.close()
@@ -278,14 +279,14 @@ def test_a_second_process_on_the_same_files_scans_sql(mgc: Metergraph, tmp_path:
     ingest(mgc, "w1", random_rows(random.Random(9), 200))
     f = CallFilter("w1", 0, int(NOW.timestamp() * 1000) + DAY)
     assert mgc.columns.aggregate(f, [], "prompt_id") is not None  # the owner
-    other = ColumnProjection(tmp_path / COLUMNS_DIR, mgc.store)  # flock: another open file, not the owner
+    other = ColumnProjection(tmp_path / COLUMNS_DIR, mgc.calls)  # flock: another open file, not the owner
     assert other.aggregate(f, [], "prompt_id") is None
     other.close()
-    other_store = SqliteTelemetryStore(tmp_path / "metergraph.db")
+    other_store = SqliteCallStore.open(tmp_path / "metergraph.db")
     other_store.columns = ColumnProjection(tmp_path / COLUMNS_DIR, other_store)
     assert_same(
         other_store.aggregate_raw(f, ["model"], "prompt_id"),
-        mgc.store.aggregate_calls_sql(f, ["model"], "prompt_id"),
+        mgc.calls.aggregate_calls_sql(f, ["model"], "prompt_id"),
     )
     other_store.close()
 
@@ -296,16 +297,16 @@ def test_far_behind_the_read_scans_sql_while_the_background_catches_up(
     ingest(mgc, "w1", random_rows(random.Random(10), 900))
     mgc.columns.close()
     projection = ColumnProjection(
-        tmp_path / "lagging", mgc.store, interval=0.05, read_catch_up_limit=100, chunk=64
+        tmp_path / "lagging", mgc.calls, interval=0.05, read_catch_up_limit=100, chunk=64
     )
     f = CallFilter("w1", 0, int(NOW.timestamp() * 1000) + DAY)
     assert projection.aggregate(f, [], "team") is None
     for _ in range(200):
-        if projection.status()["watermark"] == mgc.store.max_call_id():
+        if projection.status()["watermark"] == mgc.calls.max_call_id():
             break
         projection._stop.wait(0.05)
     assert_same(
-        projection.aggregate(f, ["route"], "team"), mgc.store.aggregate_calls_sql(f, ["route"], "team")
+        projection.aggregate(f, ["route"], "team"), mgc.calls.aggregate_calls_sql(f, ["route"], "team")
     )
     projection.close()
 
@@ -319,7 +320,7 @@ def test_many_groups_are_counted_like_few(
     monkeypatch.setattr(column_scan, "_MAX_BINS", bins)
     rnd = random.Random(11)
     ingest(mgc, "w1", random_rows(rnd, 600))
-    assert compare(mgc.store, mgc.columns, seed=12, reads=120) > 10
+    assert compare(mgc.calls, mgc.columns, seed=12, reads=120) > 10
 
 
 def test_a_window_leaving_out_a_few_calls_drops_exactly_those(mgc: Metergraph) -> None:
@@ -332,5 +333,5 @@ def test_a_window_leaving_out_a_few_calls_drops_exactly_those(mgc: Metergraph) -
         f = CallFilter("w1", since, now_ms + DAY)
         for dims in ([], ["day"], ["route", "model"]):
             for meta_key in (None, "prompt_id"):
-                expected = mgc.store.aggregate_calls_sql(f, dims, meta_key)
+                expected = mgc.calls.aggregate_calls_sql(f, dims, meta_key)
                 assert_same(mgc.columns.aggregate(f, dims, meta_key), expected)

@@ -66,7 +66,7 @@ def check(document: dict[str, Any], *schemas: dict[str, Any]) -> None:
 
 
 def test_every_read_matches_the_contract_shapes(mg: Metergraph) -> None:
-    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.metadata.set_retain_content("w1", True, NOW.isoformat())
     mg.ingest.ingest_document(
         app(), {"rows": [row(trace_id="t", response_text="hi"), row(trace_id="t", error=True)]}
     )

@@ -1,6 +1,7 @@
 """``triptych migrate --to/--from`` carries Metergraph's control data (incidents, webhooks, reports and runs,
-workloads, import sync) between the data directory and PostgreSQL, row for row, both ways; a target that
-already holds some is refused with nothing copied."""
+workloads, import sync) and its metadata (workspaces, keys, sessions, routes, batch records, import
+identities, the call-id sequence) between the data directory and PostgreSQL, row for row, both ways; a
+target that already holds some is refused with nothing copied."""
 
 from __future__ import annotations
 
@@ -21,14 +22,28 @@ from triptych.core.db import Database  # noqa: E402
 from triptych.core.transfer import snapshot  # noqa: E402
 from triptych.metergraph.control_pg import schema_url  # noqa: E402
 from triptych.metergraph.control_stores import ControlStores  # noqa: E402
+from triptych.metergraph.import_events import ImportKey  # noqa: E402
 from triptych.metergraph.import_sync import ImportSyncService  # noqa: E402
+from triptych.metergraph.metadata_store import SqliteMetadataStore  # noqa: E402
 from triptych.metergraph.migrate import FILES, TABLES  # noqa: E402
+from triptych.metergraph.sqlite_schema import open_database  # noqa: E402
 from triptych.metergraph.webhook_store import webhook_store  # noqa: E402
 
 
 def _fill(data_dir: Path) -> None:
-    """A little of every control table, through the stores."""
-    metadata = Database(data_dir / "metergraph.db", [])
+    """A little of every control and metadata table, through the stores."""
+    metadata = open_database(data_dir / "metergraph.db")
+    meta = SqliteMetadataStore(metadata)
+    meta.insert_key("k1", "w1", "agent", "debug", ["prod"], "hash-1", "2026-12-01T00:00:00+00:00")
+    meta.insert_key("k2", "w1", "app", None, None, "hash-2", "2026-12-01T00:00:00+00:00")
+    meta.insert_session("s1", "w1", "app", "repo", "1.0", 2_000_000_000)
+    meta.set_route("w1", "support", "answers", {"model": "m"}, "2026-12-01", {"pii": "forbidden"})
+    batch = {"received_ms": 1, "processed_ms": 2, "ignored": 0, "dropped": 0, "transport_errors": 0,
+             "unknown_attributes": 0, "content_dropped": 0}  # fmt: skip
+    meta.record_batch("w1", "sdk", 3, batch, "2026-12-01")
+    meta.record_failed_batch("w1", "otlp", 5, "permanent")
+    meta.claim_imports("w1", [ImportKey("phoenix", "p", "e1")])
+    meta.reserve_call_ids(41)
     stores = ControlStores.open(data_dir, None, metadata)
     try:
         webhooks = webhook_store(stores.incidents.db)
@@ -140,6 +155,8 @@ def test_control_data_goes_to_postgres_and_back_row_for_row(
         t: rows for t, rows in before.items() if t != "webhook_deliveries"
     }
     assert len(after["webhook_deliveries"]) == 2
+    with closing(sqlite3.connect(back / "metergraph.db")) as conn:  # ClickHouse's call ids go on
+        assert conn.execute("SELECT next_id FROM clickhouse_call_ids").fetchall() == [(42,)]
 
     twice = _triptych("--from", url, "--data-dir", str(back))
     assert twice.returncode == 1 and "already holds Metergraph control data" in twice.stderr

@@ -167,7 +167,7 @@ def test_the_engines_agree_on_workloads_their_calls_and_their_replayable_samples
             if rnd.random() < 0.8:
                 row["response_text"] = f"a{rnd.randrange(10**6)}"
     for mg in engines:
-        mg.store.set_retain_content("w1", True, NOW.isoformat())
+        mg.metadata.set_retain_content("w1", True, NOW.isoformat())
         mg.ingest.ingest_document(app(), {"rows": rows})
     classified = [mg.workloads.start_classification(agent(), days=30) for mg in engines]
     for doc in classified:
@@ -182,7 +182,7 @@ def test_the_engines_agree_on_workloads_their_calls_and_their_replayable_samples
         agree(engines, "traces.query", agent(), workload=w["workload_id"], sample="spread", days=30, limit=5)
     # What an analysis run reads: each workload's usage and reference model, and its newest samples.
     since, until = int((NOW - timedelta(days=30)).timestamp() * 1000), int(NOW.timestamp() * 1000)
-    sources = [StoreWorkloads(mg.store, mg.workloads) for mg in engines]
+    sources = [StoreWorkloads(mg.calls, mg.metadata, mg.workloads) for mg in engines]
     specs = [source.workloads("w1", since, until) for source in sources]
     same(*([asdict(s) for s in found] for found in specs))
     samples = [[asdict(c) for spec in found for c in source.sample("w1", spec, since, until, 5)]

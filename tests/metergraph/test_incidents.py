@@ -14,6 +14,7 @@ import pytest
 from mg_support import NOW, agent, app, engine_settings
 
 from triptych.metergraph import histogram
+from triptych.metergraph.call_model import SUMS, AggRow
 from triptych.metergraph.detectors import (
     COST_SPIKE,
     ERROR_SPIKE,
@@ -25,7 +26,6 @@ from triptych.metergraph.detectors import (
 )
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import SUMS, AggRow
 
 ZERO = NOW - timedelta(hours=40)
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from mg_support import NOW, agent, app, row
+from mg_support import NOW, agent, app, embedded_only, row
 
 from triptych.core.db import Database
 from triptych.metergraph import import_events
@@ -23,7 +23,7 @@ def test_accepted_rows_are_stored_priced_and_outcomes_ignored(mg: Metergraph) ->
         app(), {"rows": [row(tags={"prompt_id": "p-1"}), {"event_type": "outcome", "route": "x"}]}
     )
     assert (result.accepted, result.ignored) == (1, 1)
-    [stored] = mg.store.raw_calls("w1")
+    [stored] = mg.calls.raw_calls("w1")
     assert stored["cost_status"] == "priced"
     assert stored["cost_usd"] == pytest.approx(1000 * 2.5e-6 + 100 * 10e-6)
     assert stored["price_source"] is None  # nothing to add to the columns below (no partial or ended price)
@@ -34,6 +34,7 @@ def test_accepted_rows_are_stored_priced_and_outcomes_ignored(mg: Metergraph) ->
     assert json.loads(stored["tags"]) == {"prompt_id": "p-1"}
 
 
+@embedded_only
 @pytest.mark.parametrize(
     "document",
     [
@@ -49,9 +50,10 @@ def test_accepted_rows_are_stored_priced_and_outcomes_ignored(mg: Metergraph) ->
 def test_a_bad_batch_is_refused_whole_and_nothing_is_written(mg: Metergraph, document: object) -> None:
     with pytest.raises(BadBatch):
         mg.ingest.ingest_document(app(), document)
-    assert mg.store.count_calls("w1") == 0
+    assert mg.calls.count_calls("w1") == 0
 
 
+@embedded_only
 @pytest.mark.parametrize(
     "bad",
     [
@@ -81,16 +83,18 @@ def test_a_row_with_a_refused_value_is_ignored_and_the_good_rows_are_stored(
         app(), {"rows": [row(route="good-1"), row(**bad), row(route="good-2")]}
     )
     assert (result.accepted, result.ignored) == (2, 1)
-    assert sorted(c["route"] for c in mg.store.raw_calls("w1")) == ["good-1", "good-2"]
-    assert mg.store.batch_health("w1", 0)["processed"] == 1
+    assert sorted(c["route"] for c in mg.calls.raw_calls("w1")) == ["good-1", "good-2"]
+    assert mg.metadata.batch_health("w1", 0)["processed"] == 1
 
 
+@embedded_only
 def test_a_batch_of_only_refused_rows_is_answered_and_stores_nothing(mg: Metergraph) -> None:
     result = mg.ingest.ingest_document(app(), {"rows": [row(input_tokens=-5), row(ts=[1])]})
     assert (result.accepted, result.ignored) == (0, 2)
-    assert mg.store.count_calls("w1") == 0
+    assert mg.calls.count_calls("w1") == 0
 
 
+@embedded_only
 @pytest.mark.parametrize(
     ("sent", "stored"),
     [
@@ -108,15 +112,16 @@ def test_a_reported_cost_is_read_as_a_number_or_an_exact_decimal_string(
     mg: Metergraph, sent: object, stored: float
 ) -> None:
     mg.ingest.ingest_document(app(), {"rows": [row(reported_cost_usd=sent)]})
-    [call] = mg.store.raw_calls("w1")
+    [call] = mg.calls.raw_calls("w1")
     assert call["reported_cost_usd"] == stored  # the double nearest the decimal, rounded once
 
 
+@embedded_only
 def test_the_relays_legacy_cost_usd_string_is_the_reported_cost_when_no_reported_field_is_sent(
     mg: Metergraph,
 ) -> None:
     mg.ingest.ingest_document(app(), {"rows": [row(cost_usd="0.0042")]})
-    [call] = mg.store.raw_calls("w1")
+    [call] = mg.calls.raw_calls("w1")
     assert call["reported_cost_usd"] == 0.0042
 
 
@@ -130,47 +135,50 @@ def test_an_imported_row_is_stored_once_however_often_it_is_sent(mg: Metergraph)
     again = mg.ingest.ingest_document(app(), {"rows": [_imported(" e2 "), _imported("e3"), row()]})
     # Duplicates are accepted (the relay counts every accepted row as landed) but not stored twice.
     assert (first.accepted, first.ignored, again.accepted, again.ignored) == (3, 0, 3, 0)
-    assert mg.store.count_calls("w1") == 4  # e1, e2, e3 and the row without an identity
+    assert mg.calls.count_calls("w1") == 4  # e1, e2, e3 and the row without an identity
     # The identity is per source scope and per workspace.
     mg.ingest.ingest_document(app(), {"rows": [_imported("e1", scope="ws-2")]})
     mg.ingest.ingest_document(app("w2"), {"rows": [_imported("e1")]})
-    assert (mg.store.count_calls("w1"), mg.store.count_calls("w2")) == (5, 1)
+    assert (mg.calls.count_calls("w1"), mg.calls.count_calls("w2")) == (5, 1)
 
 
 def test_a_batch_that_fails_in_the_engine_leaves_its_import_identities_unclaimed(mg: Metergraph) -> None:
     with pytest.raises(OverflowError):
         mg.ingest.ingest_document(app(), {"rows": [_imported("e1"), _imported("e2", input_tokens=2**70)]})
     mg.ingest.ingest_document(app(), {"rows": [_imported("e1"), _imported("e2")]})
-    assert mg.store.count_calls("w1") == 2
+    assert mg.calls.count_calls("w1") == 2
 
 
 def test_content_is_dropped_unless_the_workspace_retains_it(mg: Metergraph) -> None:
     content = {"request_json": '{"messages": "secret prompt"}', "response_text": "secret answer"}
     mg.ingest.ingest_document(app(), {"rows": [row(trace_id="t1", **content)]})
-    assert mg.store.raw_content("w1") == []
-    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    assert mg.calls.raw_content("w1") == []
+    mg.metadata.set_retain_content("w1", True, NOW.isoformat())
     mg.ingest.ingest_document(app(), {"rows": [row(trace_id="t2", **content)]})
     mg.ingest.ingest_document(app(), {"rows": [row(trace_id="t3", content_opted_in=False, **content)]})
-    [kept] = mg.store.raw_content("w1")
+    [kept] = mg.calls.raw_content("w1")
     assert kept["response_text"] == "secret answer"
     # Content never sits in the call rows themselves.
-    assert "secret" not in json.dumps(mg.store.raw_calls("w1"))
+    assert "secret" not in json.dumps(mg.calls.raw_calls("w1"))
 
 
+@embedded_only
 def test_whitespace_environments_are_stored_as_untagged(mg: Metergraph) -> None:
     mg.ingest.ingest_document(app(), {"rows": [row(environment="  "), row(environment="prod")]})
-    assert [c["environment"] for c in mg.store.raw_calls("w1")] == [None, "prod"]
+    assert [c["environment"] for c in mg.calls.raw_calls("w1")] == [None, "prod"]
 
 
+@embedded_only
 def test_sdk_error_boolean_and_raw_error_message_both_mark_failures(mg: Metergraph) -> None:
     mg.ingest.ingest_document(
         app(), {"rows": [row(error=True, error_type="Timeout"), row(error="boom"), row()]}
     )
-    calls = mg.store.raw_calls("w1")
+    calls = mg.calls.raw_calls("w1")
     assert [c["error"] for c in calls] == [1, 1, 0]
     assert calls[1]["error_type"] == "boom"
 
 
+@embedded_only
 def test_reads_see_rows_only_in_their_own_workspace(mg: Metergraph) -> None:
     mg.ingest.ingest_document(app("w1"), {"rows": [row(trace_id="a")]})
     mg.ingest.ingest_document(app("w2"), {"rows": [row(30, trace_id="b"), row(20, trace_id="c")]})
@@ -181,7 +189,7 @@ def test_reads_see_rows_only_in_their_own_workspace(mg: Metergraph) -> None:
 def test_rows_keep_batch_order_and_their_own_nulls_whatever_columns_other_rows_fill(mg: Metergraph) -> None:
     # The insert names only the columns some row of the batch fills, and rows with retained content go
     # one by one: ids must still follow the batch and every row keep exactly its own values.
-    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.metadata.set_retain_content("w1", True, NOW.isoformat())
     rows = [
         row(trace_id="a", environment="prod"),
         row(trace_id="b", cache_read_tokens=300, tags={"k": "v"}),
@@ -190,14 +198,14 @@ def test_rows_keep_batch_order_and_their_own_nulls_whatever_columns_other_rows_f
         row(trace_id="e", response_text="kept too", environment="dev"),
     ]
     mg.ingest.ingest_document(app(), {"rows": rows})
-    stored = mg.store.raw_calls("w1")
+    stored = mg.calls.raw_calls("w1")
     assert [s["trace_id"] for s in stored] == ["a", "b", "c", "d", "e"]
     assert [s["environment"] for s in stored] == ["prod", None, None, None, "dev"]
     assert [s["cache_read_tokens"] for s in stored] == [None, 300, None, None, None]
     assert [s["tags"] for s in stored] == [None, '{"k":"v"}', None, None, None]
     assert (stored[3]["latency_ms"], stored[3]["status"], stored[3]["model"]) == (None, None, None)
     assert stored[3]["cost_status"] == "unpriced" and stored[3]["cost_unknown"] == 1
-    content = {c["call_id"]: c["response_text"] for c in mg.store.raw_content("w1")}
+    content = {c["call_id"]: c["response_text"] for c in mg.calls.raw_content("w1")}
     assert content == {stored[2]["id"]: "kept", stored[4]["id"]: "kept too"}
 
 
@@ -213,7 +221,7 @@ def test_tags_are_stored_as_the_standard_librarys_compact_json(
     mg: Metergraph, tags: dict[str, object]
 ) -> None:
     mg.ingest.ingest_document(app(), {"rows": [row(tags=tags)]})
-    [stored] = mg.store.raw_calls("w1")
+    [stored] = mg.calls.raw_calls("w1")
     assert stored["tags"] == json.dumps(tags, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -223,9 +231,9 @@ def test_a_failing_batch_leaves_no_rows_rollups_or_batch_record(mg: Metergraph) 
     # A value the engine cannot store (beyond a 64-bit integer) fails the batch after its rows were built.
     with pytest.raises(OverflowError):
         mg.ingest.ingest_document(app(), {"rows": [row(), row(input_tokens=2**70)]})
-    assert mg.store.count_calls("w1") == 1
+    assert mg.calls.count_calls("w1") == 1
     assert mg.usage.aggregates(agent(), days=7, group_by=["route"])["totals"] == before
-    assert mg.store.batch_health("w1", 0)["processed"] == 1
+    assert mg.metadata.batch_health("w1", 0)["processed"] == 1
 
 
 def test_the_gc_pause_nests_and_restores_what_it_found() -> None:
@@ -264,3 +272,14 @@ def test_a_pending_import_claim_is_retaken_once_stale_and_kept_once_confirmed(tm
         assert import_events.claim(conn, "w1", [key]) == [False]  # stored: never again
         import_events.release(conn, "w1", [key])  # a release touches pending claims only
         assert import_events.claim(conn, "w1", [key]) == [False]
+
+
+@embedded_only
+def test_a_refused_batch_is_a_permanent_failure_the_incident_detectors_hear_of(mg: Metergraph) -> None:
+    assert mg.ingest.on_refused == mg.incidents.note_failure  # the wiring the doors rely on
+    heard: list[str] = []
+    mg.ingest.on_refused = heard.append
+    mg.ingest.refuse(app(), "otlp")
+    health = mg.metadata.batch_health("w1", 0)
+    assert (health["failed"], health["permanent"], health["processed"]) == (1, 1, 0)
+    assert heard == ["w1"]

@@ -14,6 +14,7 @@ import pytest
 import reference_ingest
 from mg_support import app
 
+from triptych.metergraph.call_model import HIST_COLUMNS, ROLLUP_KEY, ROLLUPS, SUMS, CallBatch
 from triptych.metergraph.errors import BadBatch
 from triptych.metergraph.ingest import (
     _FLOAT_FIELDS,
@@ -24,15 +25,7 @@ from triptych.metergraph.ingest import (
     parse_ts,
 )
 from triptych.metergraph.pricing import Pricer
-from triptych.metergraph.store import (
-    HIST_COLUMNS,
-    ROLLUP_KEY,
-    ROLLUP_PARAMS,
-    ROLLUPS,
-    SUMS,
-    CallBatch,
-    rollup_deltas,
-)
+from triptych.metergraph.sqlite_rollups import ROLLUP_PARAMS, rollup_deltas
 
 BASE = datetime(2026, 11, 1, tzinfo=UTC)
 PAIRS = [("openai", "gpt-4o"), ("anthropic", "claude-3-5-haiku-latest"), ("OpenAI", "GPT-4o-mini"),
@@ -94,7 +87,7 @@ def _compare(rows: list[Any], retain: bool) -> str:
         expected = reference_ingest.normalize_rows(Pricer(), app(), rows, "sdk", retain)
     except Exception as exc:  # BadBatch, or what the previous code let through (a year past 9999)
         expected_error = (type(exc), str(exc))
-    service = IngestService(None, Pricer(), 5000)  # type: ignore[arg-type]  # normalize() needs no store
+    service = IngestService(None, None, Pricer(), 5000)  # type: ignore[arg-type]  # normalize() needs no store
     try:
         got = service.normalize(app(), rows, "sdk", retain)
     except Exception as exc:
@@ -200,7 +193,7 @@ def test_the_timestamp_column_fast_path_answers_as_the_row_by_row_rules(values: 
 
 
 def test_a_column_of_decimal_string_costs_is_read_as_each_value_alone() -> None:
-    service = IngestService(None, Pricer(), 5000)  # type: ignore[arg-type]  # normalize() needs no store
+    service = IngestService(None, None, Pricer(), 5000)  # type: ignore[arg-type]  # normalize() needs no store
     sent: list[Any] = ["0.0438", None, "1E-7", "1000000", ".5", "0.1000000000000000055511151231257827"]
     odd: list[Any] = ["1\n2", "1000000.0000001", "1e99999", "+1", "1_000", "0x10", "", "Infinity", 1e300]
     rows = [{"ts": "2026-11-01T10:00:00Z", "reported_cost_usd": v} for v in [*sent, *odd]]

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from mg_support import NOW, agent, app, row
 
+from triptych.metergraph.call_model import PRICING_COLUMNS
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import PRICING_COLUMNS
 
 GATEWAY = {
     "gateway": "openrouter",
@@ -74,13 +74,13 @@ def test_a_database_of_the_previous_schema_gains_the_provenance_columns(
     old.ingest.ingest_document(app(), {"rows": [row(trace_id="before")]})
     # The calls table as the previous schema left it: without the eight columns.
     if engine == "sqlite":
-        with old.store.db.transaction() as conn:  # type: ignore[attr-defined]
+        with old.calls.db.transaction() as conn:  # type: ignore[attr-defined]
             for column in PRICING_COLUMNS:
                 conn.execute(f"ALTER TABLE calls DROP COLUMN {column}")
             conn.execute("UPDATE schema_version SET version = 5 WHERE component = 'main'")
     else:
         for column in PRICING_COLUMNS:
-            old.store.client.command(f"ALTER TABLE calls DROP COLUMN {column}")  # type: ignore[attr-defined]
+            old.calls.client.command(f"ALTER TABLE calls DROP COLUMN {column}")  # type: ignore[attr-defined]
     old.close()
     new = reopen()
     try:

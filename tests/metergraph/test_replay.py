@@ -71,7 +71,7 @@ def mgr(
 
 
 def retained(mg: Metergraph, workspace: str = "w1", **fields: Any) -> str:
-    mg.store.set_retain_content(workspace, True, NOW.isoformat())
+    mg.metadata.set_retain_content(workspace, True, NOW.isoformat())
     trace = fields.pop("trace_id", "t-" + workspace)
     fields.setdefault("request_json", REQUEST)
     fields.setdefault("response_text", "Paris.")
@@ -193,7 +193,7 @@ def test_replay_refusals(mgr: Metergraph) -> None:
             replay(mgr, trace, overrides={"model": "gpt-4o"})
         finally:
             mgr.providers.settings.models = open_allow
-    mgr.store.set_retain_content("w1", False, NOW.isoformat())
+    mgr.metadata.set_retain_content("w1", False, NOW.isoformat())
     with pytest.raises(ReplayNotEligible, match="content retention is off"):
         replay(mgr, trace)
 
@@ -224,7 +224,7 @@ def test_capabilities_advertise_replay_once_configured(mgr: Metergraph) -> None:
 
 def test_a_workspace_cannot_replay_another_workspaces_trace(mgr: Metergraph) -> None:
     trace = retained(mgr, "w1", trace_id="shared-id")
-    mgr.store.set_retain_content("w2", True, NOW.isoformat())
+    mgr.metadata.set_retain_content("w2", True, NOW.isoformat())
     with pytest.raises(NotFoundError):
         replay(mgr, trace, workspace="w2")
     assert replay(mgr, trace, workspace="w1")["status"] == "succeeded"
@@ -232,10 +232,10 @@ def test_a_workspace_cannot_replay_another_workspaces_trace(mgr: Metergraph) -> 
 
 def test_a_replay_writes_nothing(mgr: Metergraph) -> None:
     trace = retained(mgr)
-    calls, content = mgr.store.raw_calls("w1"), mgr.store.raw_content("w1")
+    calls, content = mgr.calls.raw_calls("w1"), mgr.calls.raw_content("w1")
     replay(mgr, trace)
     replay(mgr, trace, overrides={"model": "openai:m-broken"})
-    assert mgr.store.raw_calls("w1") == calls and mgr.store.raw_content("w1") == content
+    assert mgr.calls.raw_calls("w1") == calls and mgr.calls.raw_content("w1") == content
 
 
 def test_long_outputs_are_bounded_to_16_kib(mgr: Metergraph) -> None:
@@ -336,7 +336,7 @@ def test_a_candidate_the_catalogue_knows_goes_to_its_vendors_api(
 
 def test_replay_call_refuses_a_row_of_another_workspace(mgr: Metergraph) -> None:
     trace = retained(mgr, "w1")
-    span = mgr.store.trace_spans("w1", trace, 1)[0]
+    span = mgr.calls.trace_spans("w1", trace, 1)[0]
     with pytest.raises(NotFoundError):
         mgr.replay.replay_call("w2", span)
     assert mgr.replay.replay_call("w1", span).status == "succeeded"

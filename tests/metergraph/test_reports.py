@@ -6,11 +6,14 @@ import hashlib
 import json
 
 import pytest
-from mg_support import agent
+from mg_support import agent, embedded_only
 from report_support import LONG_TEXT, NARRATIVE, artifact, raw, variant
 
 from triptych.metergraph.errors import ForbiddenError, InvalidArgument, NotFoundError
 from triptych.metergraph.service import Metergraph
+
+# Reports live in their own store, the same on both engines: no read here touches the calls.
+pytestmark = embedded_only
 
 
 def test_import_stores_the_bytes_with_their_sha256_and_size(mg: Metergraph) -> None:

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 from mg_support import NOW, agent, app, open_engine, row
 
+from triptych.metergraph.call_model import DEFAULT_RETENTION_DAYS
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.store import DEFAULT_RETENTION_DAYS, SqliteTelemetryStore
+from triptych.metergraph.sqlite_call_store import SqliteCallStore
 
 OLD = 40 * 24 * 60  # minutes: forty days ago
 
 
 def old_and_new(mg: Metergraph) -> None:
-    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.metadata.set_retain_content("w1", True, NOW.isoformat())
     mg.ingest.ingest_document(app(), {"rows": [
         row(minutes_ago=OLD, trace_id="t-old", request_json="old prompt", response_text="old answer"),
         row(minutes_ago=60, trace_id="t-new"),
@@ -69,7 +70,7 @@ def test_the_embedded_engine_deletes_expired_calls_their_content_and_rollups(tmp
         mg.usage.usage(agent(), 90, 100, None)  # folds both calls into the rollups
     finally:
         mg.close()
-    store = SqliteTelemetryStore(tmp_path / "metergraph.db", retention_days=30)
+    store = SqliteCallStore.open(tmp_path / "metergraph.db", retention_days=30)
     try:
         conn = store.db.conn
         newest = conn.execute("SELECT MAX(id) FROM calls").fetchone()[0]
@@ -90,7 +91,7 @@ def test_the_newest_call_stays_even_when_it_is_expired(tmp_path: Path) -> None:
         mg.ingest.ingest_document(app(), {"rows": [row(minutes_ago=OLD), row(minutes_ago=OLD + 1)]})
     finally:
         mg.close()
-    store = SqliteTelemetryStore(tmp_path / "metergraph.db", retention_days=30)
+    store = SqliteCallStore.open(tmp_path / "metergraph.db", retention_days=30)
     try:
         # Ids are one more than the largest: deleting the largest would hand its id, already folded, on.
         assert store.purge_expired(NOW) == 1
@@ -124,7 +125,7 @@ def test_the_servers_fold_thread_purges_on_its_first_round(tmp_path: Path) -> No
         old_and_new(mg)
     finally:
         mg.close()
-    store = SqliteTelemetryStore(tmp_path / "metergraph.db", retention_days=30)
+    store = SqliteCallStore.open(tmp_path / "metergraph.db", retention_days=30)
     try:
         store.fold_in_background(lambda: False)  # what the server's folder runs every few seconds
         assert [r[0] for r in store.db.conn.execute("SELECT trace_id FROM calls")] == ["t-new"]

@@ -20,18 +20,12 @@ import reference_ingest
 from harness import ServerProcess
 from mg_support import agent, app, row
 
+from triptych.metergraph.call_model import HIST_COLUMNS, PRICING_COLUMNS, ROLLUP_KEY, ROLLUPS, SUMS
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.service import DB_FILE, Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import (
-    HIST_COLUMNS,
-    PRICING_COLUMNS,
-    ROLLUP_KEY,
-    ROLLUPS,
-    SUMS,
-    SqliteTelemetryStore,
-)
+from triptych.metergraph.sqlite_call_store import SqliteCallStore
 
 _FLOATS = {SUMS.index("cost_usd"), SUMS.index("latency_sum")}
 
@@ -57,13 +51,13 @@ def varied_rows(rng: random.Random, n: int) -> list[dict[str, Any]]:
     return out
 
 
-def stored_rollups(store: SqliteTelemetryStore, table: str, workspace: str) -> list[tuple[Any, ...]]:
+def stored_rollups(store: SqliteCallStore, table: str, workspace: str) -> list[tuple[Any, ...]]:
     columns = ", ".join(["bucket", *ROLLUP_KEY, *SUMS, *HIST_COLUMNS])
     sql = f"SELECT {columns} FROM {table} WHERE workspace = ? ORDER BY bucket, {', '.join(ROLLUP_KEY)}"
     return [tuple(r) for r in store.db.conn.execute(sql, (workspace,))]
 
 
-def assert_rollups_hold_every_call(store: SqliteTelemetryStore, workspaces: list[str]) -> None:
+def assert_rollups_hold_every_call(store: SqliteCallStore, workspaces: list[str]) -> None:
     """Every rollup table equals the reference grouping of all the workspace's stored calls at once:
     counts, integer sums and histograms exactly, float sums to rounding."""
     for workspace in workspaces:
@@ -77,26 +71,26 @@ def assert_rollups_hold_every_call(store: SqliteTelemetryStore, workspaces: list
                     assert g == (pytest.approx(r, rel=1e-12, abs=1e-9) if i in _FLOATS else r), (table, i)
 
 
-def pending(store: SqliteTelemetryStore) -> int:
+def pending(store: SqliteCallStore) -> int:
     return store.rollups_pending()
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteTelemetryStore]:
-    s = SqliteTelemetryStore(tmp_path / DB_FILE)
+def store(tmp_path: Path) -> Iterator[SqliteCallStore]:
+    s = SqliteCallStore.open(tmp_path / DB_FILE)
     yield s
     s.close()
 
 
-def ingest(store: SqliteTelemetryStore, rows: list[dict[str, Any]], workspace: str = "w1") -> None:
-    IngestService(store, Pricer(), 5000).ingest_document(app(workspace), {"rows": rows})
+def ingest(store: SqliteCallStore, rows: list[dict[str, Any]], workspace: str = "w1") -> None:
+    IngestService(store, store.metadata, Pricer(), 5000).ingest_document(app(workspace), {"rows": rows})
 
 
 def test_ingest_leaves_the_rollups_to_the_fold_and_a_read_right_after_sees_every_call(
     mg_sqlite: Metergraph,
 ) -> None:
-    store = mg_sqlite.store
-    assert isinstance(store, SqliteTelemetryStore)
+    store = mg_sqlite.calls
+    assert isinstance(store, SqliteCallStore)
     rng = random.Random(3)
     mg_sqlite.ingest.ingest_document(app(), {"rows": varied_rows(rng, 50)})
     assert pending(store) == 50  # committed, not folded: the ingest transaction wrote the calls only
@@ -112,21 +106,21 @@ def test_ingest_leaves_the_rollups_to_the_fold_and_a_read_right_after_sees_every
     assert_rollups_hold_every_call(store, ["w1"])
 
 
-def test_folds_from_memory_read_back_and_mixed_agree_with_the_reference(store: SqliteTelemetryStore) -> None:
+def test_folds_from_memory_read_back_and_mixed_agree_with_the_reference(store: SqliteCallStore) -> None:
     rng = random.Random(5)
     store.folder.start()  # batches committed while it runs wait for it in memory
     store.folder.idle_s = 3600.0  # it folds only when asked, here
     store.folder.pending_rows = 10**9
     for i in range(6):
         ingest(store, varied_rows(rng, 40), workspace=f"w{i % 2}")
-    assert len(store._unfolded) == 6
+    assert len(store.rollups.unfolded) == 6
     # A chunk smaller than a batch: batches in memory are folded whole, chunk by chunk.
     assert store.fold_rollups(own_only=True, chunk=30) == 240
-    assert pending(store) == 0 and not store._unfolded
+    assert pending(store) == 0 and not store.rollups.unfolded
     store.folder.close()  # from now on, batches are read back from the table
     for i in range(4):
         ingest(store, varied_rows(rng, 25), workspace=f"w{i % 2}")
-    assert not store._unfolded
+    assert not store.rollups.unfolded
     assert store.fold_rollups(chunk=30) == 100
     assert_rollups_hold_every_call(store, ["w0", "w1"])
     before = {t: stored_rollups(store, t, "w0") for t in ROLLUPS}
@@ -142,7 +136,7 @@ def test_batches_folded_above_an_unfolded_one_are_recorded_and_the_watermark_fol
 ) -> None:
     """Two stores on one file (as two server processes): each folds its own batches from memory, so
     one's batches are folded above the other's unfolded one; a read then reads back only the gap."""
-    first, second = (SqliteTelemetryStore(tmp_path / DB_FILE) for _ in range(2))
+    first, second = (SqliteCallStore.open(tmp_path / DB_FILE) for _ in range(2))
     try:
         for s in (first, second):
             s.folder.start()
@@ -159,7 +153,7 @@ def test_batches_folded_above_an_unfolded_one_are_recorded_and_the_watermark_fol
         assert second.fold_rollups() == 40
         assert pending(first) == 0 and not first.db.conn.execute("SELECT * FROM rollup_folded").fetchall()
         # The first store's batches were folded by the other: it forgets them, folding nothing twice.
-        assert first.fold_rollups(own_only=True) == 0 and not first._unfolded
+        assert first.fold_rollups(own_only=True) == 0 and not first.rollups.unfolded
         assert_rollups_hold_every_call(first, ["w1"])
     finally:
         first.close()
@@ -169,7 +163,7 @@ def test_batches_folded_above_an_unfolded_one_are_recorded_and_the_watermark_fol
 def test_concurrent_stores_ingesting_and_folding_count_every_call_once(tmp_path: Path) -> None:
     """Two stores on one file, each ingesting from two threads with its folder running (folding often)
     while a third store's reads catch up: nothing is folded twice or missed."""
-    stores = [SqliteTelemetryStore(tmp_path / DB_FILE) for _ in range(3)]
+    stores = [SqliteCallStore.open(tmp_path / DB_FILE) for _ in range(3)]
     try:
         for s in stores[:2]:
             s.folder.idle_s, s.folder.pending_rows, s.stuck_s = 0.01, 60, 0.05
@@ -177,7 +171,7 @@ def test_concurrent_stores_ingesting_and_folding_count_every_call_once(tmp_path:
         done = threading.Event()
         errors: list[BaseException] = []
 
-        def writer(s: SqliteTelemetryStore, seed: int) -> None:
+        def writer(s: SqliteCallStore, seed: int) -> None:
             try:
                 rng = random.Random(seed)
                 for i in range(12):
@@ -211,7 +205,7 @@ def test_concurrent_stores_ingesting_and_folding_count_every_call_once(tmp_path:
 
 
 def test_an_interrupted_fold_changes_nothing_and_the_next_one_folds_everything(
-    store: SqliteTelemetryStore,
+    store: SqliteCallStore,
 ) -> None:
     rng = random.Random(13)
     store.folder.start()
@@ -222,7 +216,7 @@ def test_an_interrupted_fold_changes_nothing_and_the_next_one_folds_everything(
     store.folder.close()
     ingest(store, varied_rows(rng, 60))  # read back
     tables = {t: stored_rollups(store, t, "w1") for t in ROLLUPS}
-    kept = dict(store._unfolded)
+    kept = dict(store.rollups.unfolded)
     conn = store.db.conn
     steps = iter(range(10**9))
     # SQLite interrupts the fold's statements part-way (after the first upserts): the transaction rolls back.
@@ -234,7 +228,7 @@ def test_an_interrupted_fold_changes_nothing_and_the_next_one_folds_everything(
         conn.set_progress_handler(None, 0)
     assert pending(store) == 120
     assert {t: stored_rollups(store, t, "w1") for t in ROLLUPS} == tables
-    assert store._unfolded == kept  # still in memory for the next fold
+    assert store.rollups.unfolded == kept  # still in memory for the next fold
     assert store.fold_rollups() == 120
     assert_rollups_hold_every_call(store, ["w1"])
 
@@ -242,7 +236,7 @@ def test_an_interrupted_fold_changes_nothing_and_the_next_one_folds_everything(
 def test_the_upgrade_counts_existing_rollups_as_folded(tmp_path: Path) -> None:
     """A database from before the fold (rollups written with the calls) gets a watermark at its newest
     call, so nothing is added twice."""
-    store = SqliteTelemetryStore(tmp_path / DB_FILE)
+    store = SqliteCallStore.open(tmp_path / DB_FILE)
     ingest(store, varied_rows(random.Random(21), 80))
     store.fold_rollups()
     with store.db.transaction() as conn:  # the database as it was before migration 5
@@ -252,7 +246,7 @@ def test_the_upgrade_counts_existing_rollups_as_folded(tmp_path: Path) -> None:
             conn.execute(f"ALTER TABLE calls DROP COLUMN {column}")
         conn.execute("UPDATE schema_version SET version = 4 WHERE component = 'main'")
     store.close()
-    store = SqliteTelemetryStore(tmp_path / DB_FILE)
+    store = SqliteCallStore.open(tmp_path / DB_FILE)
     try:
         assert pending(store) == 0
         assert store.fold_rollups() == 0
@@ -286,8 +280,8 @@ def test_rollup_reads_after_kill_9_count_every_acknowledged_call(tmp_path: Path)
         server.stop()
     mg = Metergraph.open(data_dir, load_metergraph_settings())
     try:
-        store = mg.store
-        assert isinstance(store, SqliteTelemetryStore)
+        store = mg.calls
+        assert isinstance(store, SqliteCallStore)
         assert pending(store) == acked  # the folder never ran: every acknowledged call is pending
         assert store.count_calls("default") == acked
     finally:
@@ -300,7 +294,7 @@ def test_rollup_reads_after_kill_9_count_every_acknowledged_call(tmp_path: Path)
         assert response.json()["totals"]["calls"] == acked
     finally:
         server.stop()
-    store = SqliteTelemetryStore(data_dir / DB_FILE)
+    store = SqliteCallStore.open(data_dir / DB_FILE)
     try:
         assert pending(store) == 0
         assert_rollups_hold_every_call(store, ["default"])
@@ -323,8 +317,8 @@ def test_a_full_disk_refuses_the_fold_and_reads_still_count_every_call(tmp_path:
     try:
         mg = Metergraph.open(point, load_metergraph_settings())
         try:
-            store = mg.store
-            assert isinstance(store, SqliteTelemetryStore)
+            store = mg.calls
+            assert isinstance(store, SqliteCallStore)
             rng = random.Random(55)
             mg.ingest.ingest_document(app(), {"rows": varied_rows(rng, 60)})
             store.fold_rollups()
@@ -375,7 +369,7 @@ def test_a_read_right_after_the_202_counts_every_call_while_the_folder_runs(tmp_
                 assert sum(item["calls"] for item in read.json()["items"]) == acked
     finally:
         server.stop()
-    store = SqliteTelemetryStore(tmp_path / "data" / DB_FILE)
+    store = SqliteCallStore.open(tmp_path / "data" / DB_FILE)
     try:
         assert pending(store) == 0
         assert_rollups_hold_every_call(store, ["default"])

@@ -13,7 +13,8 @@ from mg_support import NOW, agent, app, row
 from triptych.core.db import Database
 from triptych.metergraph.errors import InvalidArgument
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.store import MIGRATIONS, SqliteTelemetryStore
+from triptych.metergraph.sqlite_call_store import SqliteCallStore
+from triptych.metergraph.sqlite_schema import MIGRATIONS
 from triptych.metergraph.workspace import route_settings
 
 CONSTRAINTS = {"max_cost_usd": 0.01, "allowed_models": ["gpt-4o-mini", "gpt-4o"], "pii": "forbidden"}
@@ -22,12 +23,12 @@ CONSTRAINTS = {"max_cost_usd": 0.01, "allowed_models": ["gpt-4o-mini", "gpt-4o"]
 def test_constraints_are_stored_and_returned_with_the_route(mg: Metergraph) -> None:
     mg.ingest.ingest_document(app(), {"rows": [row(route="support"), row(route="triage")]})
     constraints, config = route_settings({"model": "gpt-4o-mini", "constraints": CONSTRAINTS})
-    mg.store.set_route("w1", "support", "answers customers", config, NOW.isoformat(), constraints)
+    mg.metadata.set_route("w1", "support", "answers customers", config, NOW.isoformat(), constraints)
     routes = {r["route"]: r for r in mg.workspace.routes(agent(role="metadata"))["routes"]}
     assert routes["support"]["constraints"] == CONSTRAINTS
     assert routes["support"]["description"] == "answers customers" and routes["support"]["calls"] == 1
     assert routes["triage"]["constraints"] == {}
-    assert mg.store.route_config("w1") == {"support": {"model": "gpt-4o-mini"}}  # what SDKs poll
+    assert mg.metadata.route_config("w1") == {"support": {"model": "gpt-4o-mini"}}  # what SDKs poll
     assert mg.workspace.routes(agent("w2"))["routes"] == []  # another workspace sees none of it
 
 
@@ -49,10 +50,10 @@ def test_the_migration_moves_constraints_kept_inside_a_config_into_their_column(
             "INSERT INTO routes (workspace, route, config, updated_at) VALUES ('w1', 'plain', '{}', 'x')"
         )
     old.close()
-    store = SqliteTelemetryStore(path)
+    store = SqliteCallStore.open(path)
     try:
-        rows = {r["route"]: r for r in store.merge_route_config("w1", {})}
+        rows = {r["route"]: r for r in store.metadata.configured_routes("w1")}
         assert rows["support"]["constraints"] == CONSTRAINTS and rows["plain"]["constraints"] == {}
-        assert store.route_config("w1") == {"support": {"model": "m"}, "plain": {}}
+        assert store.metadata.route_config("w1") == {"support": {"model": "m"}, "plain": {}}
     finally:
         store.close()

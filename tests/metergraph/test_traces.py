@@ -102,7 +102,7 @@ def test_restricted_keys_see_only_traces_wholly_inside_their_environments(mg: Me
 
 
 def test_investigation_reads_never_carry_content(mg: Metergraph) -> None:
-    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.metadata.set_retain_content("w1", True, NOW.isoformat())
     secret = "SECRET-PROMPT-TEXT"
     mg.ingest.ingest_document(app(), {"rows": [row(trace_id="t", request_json=secret, response_text=secret)]})
     for document in (
@@ -117,7 +117,7 @@ def test_investigation_reads_never_carry_content(mg: Metergraph) -> None:
 
 
 def test_get_trace_needs_the_debug_role_and_returns_retained_content(mg: Metergraph) -> None:
-    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.metadata.set_retain_content("w1", True, NOW.isoformat())
     mg.ingest.ingest_document(app(), {"rows": [row(trace_id="t", request_json="hello", response_text="world"),
                                                row(trace_id="t")]})  # fmt: skip
     with pytest.raises(ForbiddenError):

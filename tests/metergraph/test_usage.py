@@ -12,10 +12,10 @@ import pytest
 from mg_support import NOW, agent, app, row
 
 from triptych.metergraph import histogram
+from triptych.metergraph.call_model import CallFilter
 from triptych.metergraph.errors import ForbiddenError, InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.store import CallFilter
 from triptych.metergraph.usage import measures
 
 
@@ -145,14 +145,14 @@ def test_rollups_answer_exactly_what_a_raw_scan_answers(
     out = exact()
     assert set(out["evidence"]["sources"]) == sources
     f = CallFilter("w1", int(since.timestamp() * 1000), int(until.timestamp() * 1000))
-    raw = mg.store.aggregate_raw(f, dims, None)
+    raw = mg.calls.aggregate_raw(f, dims, None)
     assert out["totals"]["calls"] == sum(int(a.get("calls")) for a in raw.values())
     assert out["coverage"]["rows"]["matched"] == len(raw)
     assert out["totals"]["cost_usd"] == pytest.approx(sum(a.get("cost_usd") for a in raw.values()))
     # days=N reads daily rollups only and agrees with the raw calls of those whole days.
     week = aggregates(mg, days=7, group_by=dims)
     start = (NOW.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=6)).timestamp()
-    expected = mg.store.aggregate_raw(
+    expected = mg.calls.aggregate_raw(
         CallFilter("w1", int(start * 1000), int(NOW.timestamp() * 1000)), [], None
     )
     assert set(week["evidence"]["sources"]) == sources - {"rollup_hourly_coarse", "calls"}
@@ -161,7 +161,7 @@ def test_rollups_answer_exactly_what_a_raw_scan_answers(
     # Rebuilding the rollups from the raw calls gives the same answer (on ClickHouse too: its rollup rows
     # come back in a varying order, so equal costs may differ in their last bit, and groups are ranked
     # by the cost as shown).
-    mg.store.rebuild_rollups()
+    mg.calls.rebuild_rollups()
     assert exact()["items"] == out["items"]
 
 
@@ -256,7 +256,8 @@ def test_usage_lists_route_days_with_totals_over_the_window(mg: Metergraph) -> N
 
 def test_a_database_from_before_the_route_free_rollups_is_upgraded_and_backfilled(tmp_path: Path) -> None:
     from triptych.core.db import Database
-    from triptych.metergraph.store import MIGRATIONS, SqliteTelemetryStore
+    from triptych.metergraph.sqlite_call_store import SqliteCallStore
+    from triptych.metergraph.sqlite_schema import MIGRATIONS
 
     old = Database(tmp_path / "metergraph.db", MIGRATIONS[:1])
     with old.transaction() as conn:
@@ -266,7 +267,7 @@ def test_a_database_from_before_the_route_free_rollups_is_upgraded_and_backfille
             (int(NOW.timestamp() * 1000) - 60_000,),
         )
     old.close()
-    store = SqliteTelemetryStore(tmp_path / "metergraph.db")
+    store = SqliteCallStore.open(tmp_path / "metergraph.db")
     try:
         f = CallFilter("w1", 0, int(NOW.timestamp() * 1000) + 1)
         day = int(NOW.timestamp() * 1000) // 86_400_000
@@ -302,7 +303,7 @@ def test_weekly_rollups_answer_exactly_what_a_raw_scan_answers(mg: Metergraph, d
         out = aggregates(mg, group_by=["provider", "model"], limit=200, **kwargs)
         assert "rollup_weekly_coarse" in out["evidence"]["sources"]
         f = CallFilter("w1", int(lo.timestamp() * 1000), int(hi.timestamp() * 1000))
-        raw = mg.store.aggregate_raw(f, ["provider", "model"], None)
+        raw = mg.calls.aggregate_raw(f, ["provider", "model"], None)
         expected = {
             (p or "(unknown)", m or "(unknown)"): (
                 int(a.get("calls")), int(a.get("errors")), measures(a)["cost_usd"],
@@ -321,13 +322,14 @@ def test_weekly_rollups_answer_exactly_what_a_raw_scan_answers(mg: Metergraph, d
 
 
 def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path: Path) -> None:
+    from triptych.metergraph.call_model import PRICING_COLUMNS
     from triptych.metergraph.ingest import IngestService
     from triptych.metergraph.pricing import Pricer
-    from triptych.metergraph.store import PRICING_COLUMNS, SqliteTelemetryStore
+    from triptych.metergraph.sqlite_call_store import SqliteCallStore
 
-    store = SqliteTelemetryStore(tmp_path / "metergraph.db")
+    store = SqliteCallStore.open(tmp_path / "metergraph.db")
     rows = [row(minutes_ago=60 * 24 * d + 5, latency_ms=100 + d) for d in range(40)]
-    IngestService(store, Pricer(), 5000).ingest_document(app(), {"rows": rows})
+    IngestService(store, store.metadata, Pricer(), 5000).ingest_document(app(), {"rows": rows})
     store.fold_rollups()  # as ingest did in the same transaction before migration 5
     read = "SELECT * FROM rollup_weekly_coarse ORDER BY bucket, provider, model, environment"
     written = store.db.conn.execute(read).fetchall()
@@ -339,7 +341,7 @@ def test_the_weekly_rollup_is_backfilled_from_the_daily_one_on_upgrade(tmp_path:
             conn.execute(f"ALTER TABLE calls DROP COLUMN {column}")
         conn.execute("UPDATE schema_version SET version = 3 WHERE component = 'main'")
     store.close()
-    store = SqliteTelemetryStore(tmp_path / "metergraph.db")
+    store = SqliteCallStore.open(tmp_path / "metergraph.db")
     try:
         assert [tuple(r) for r in store.db.conn.execute(read)] == [tuple(r) for r in written]
         assert len(written) >= 6

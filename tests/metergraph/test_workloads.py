@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from mg_support import NOW, agent, app, row
 
+from triptych.metergraph.call_model import CallFilter
 from triptych.metergraph.errors import ForbiddenError
 from triptych.metergraph.service import Metergraph
-from triptych.metergraph.store import CallFilter
 from triptych.metergraph.workload_match import KEYS_SQL, SHAPE_SQL, shape_code, shape_label, tags_signature
 
 
@@ -41,7 +41,7 @@ def classify(mg: Metergraph, workspace: str = "w1", role: str = "debug") -> dict
 
 
 def test_calls_group_into_workloads_by_route_metadata_keys_and_token_shape(mg: Metergraph) -> None:
-    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.metadata.set_retain_content("w1", True, NOW.isoformat())
     traffic(mg)
     doc = classify(mg)
     run, workloads = doc["run"], doc["workloads"]
@@ -127,10 +127,10 @@ def test_a_failed_save_leaves_the_previous_workloads(mg: Metergraph) -> None:
 def test_routes_report_their_evaluation_contract_and_replay_eligible_calls(mg: Metergraph) -> None:
     contract = {"version": 2, "checks": [{"kind": "json_schema", "schema": {"type": "object"}}],
                 "candidates": ["gpt-4o-mini"]}  # fmt: skip
-    mg.store.set_route(
+    mg.metadata.set_route(
         "w1", "support", "replies", {"model": "gpt-4o", "evaluation_contract": contract}, NOW.isoformat()
     )
-    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.metadata.set_retain_content("w1", True, NOW.isoformat())
     traffic(mg)
     mg.ingest.ingest_rows(app("w1"), calls(4, environment="prod", response_text="only the answer"), "sdk")
     mg.ingest.ingest_rows(app("w1"), calls(3, environment="prod", request_json="q?"), "sdk")
@@ -148,12 +148,12 @@ def test_routes_report_their_evaluation_contract_and_replay_eligible_calls(mg: M
     )
     prod = {r["route"]: r for r in mg.workspace.routes(agent("w1", "metadata", ("prod",)))["routes"]}
     assert prod["support"]["replay_eligible_calls"] == 3
-    mg.store.set_retain_content("w1", False, NOW.isoformat())
+    mg.metadata.set_retain_content("w1", False, NOW.isoformat())
     assert mg.workspace.routes(agent("w1"))["routes"][0]["replay_eligible_calls"] == 0
 
 
 def test_get_trace_says_which_spans_replay_can_resend(mg: Metergraph) -> None:
-    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.metadata.set_retain_content("w1", True, NOW.isoformat())
     mg.ingest.ingest_rows(app("w1"), [row(trace_id="t", request_json="q?"), row(trace_id="t")], "sdk")
     trace = mg.traces.get_trace(agent("w1", "debug"), "t")
     assert [s["replay_eligible"] for s in trace["spans"]] == [True, False]
@@ -199,24 +199,24 @@ def test_get_trace_names_the_workloads_its_calls_belong_to(mg: Metergraph) -> No
 
 
 def test_the_retained_calls_of_a_workload_are_its_newest_with_request_and_response(mg: Metergraph) -> None:
-    mg.store.set_retain_content("w1", True, NOW.isoformat())
+    mg.metadata.set_retain_content("w1", True, NOW.isoformat())
     traffic(mg)
     mg.ingest.ingest_rows(app("w1"), [row(minutes_ago=1, tags={"prompt_id": "x", "tenant": "c"},
                                           input_tokens=300, output_tokens=50, request_json="q", response_text="a",
                                           status="error")], "sdk")  # fmt: skip
     tagged = next(w for w in classify(mg)["workloads"] if w["calls"] == 33)
     f = CallFilter("w1", 0, 2**62, workload=mg.workloads.match("w1", tagged["workload_id"]))
-    assert mg.store.replay_eligible_by_route(f) == {"support": 31}
-    assert mg.store.retained_calls(f, 10) == []  # the 30 calls kept their request but no response
+    assert mg.calls.replay_eligible_by_route(f) == {"support": 31}
+    assert mg.calls.retained_calls(f, 10) == []  # the 30 calls kept their request but no response
     replies = [row(minutes_ago=2 + i / 10, trace_id=f"r{i}", tags={"prompt_id": "y", "tenant": "d"},
                    input_tokens=300, output_tokens=50, request_json="q", response_text=f"a{i}") for i in range(3)]  # fmt: skip
     mg.ingest.ingest_rows(app("w1"), replies, "sdk")
-    newest = mg.store.retained_calls(f, 2)
+    newest = mg.calls.retained_calls(f, 2)
     assert [c["trace_id"] for c in newest] == ["r0", "r1"]  # the failed call is not replayable
     assert all(c["request_text"] and c["response_text"] for c in newest)
-    assert [c["trace_id"] for c in mg.store.retained_calls(f, 10)] == ["r0", "r1", "r2"]
+    assert [c["trace_id"] for c in mg.calls.retained_calls(f, 10)] == ["r0", "r1", "r2"]
     other = CallFilter("w1", 0, 2**62, routes=["summarize"])
-    assert mg.store.retained_calls(other, 10) == [] and mg.store.replay_eligible_by_route(other) == {}
+    assert mg.calls.retained_calls(other, 10) == [] and mg.calls.replay_eligible_by_route(other) == {}
 
 
 def test_an_empty_workspace_classifies_into_no_workloads(mg: Metergraph) -> None:
@@ -254,7 +254,7 @@ def test_each_engine_computes_the_key_signature_and_shape_as_python_does(mg: Met
             for tags in tag_sets for i in values for o in values[::3]]  # fmt: skip
     mg.ingest.ingest_rows(app("w1"), rows, "sdk")
     found = {
-        (g["keys"], g["shape"]): g["calls"] for g in mg.store.workload_features(CallFilter("w1", 0, 2**62))
+        (g["keys"], g["shape"]): g["calls"] for g in mg.calls.workload_features(CallFilter("w1", 0, 2**62))
     }
     expected: dict[tuple[str, int], int] = {}
     for r in rows:

@@ -49,7 +49,10 @@ def start_target(tmp: Path, engines: dict[str, str] | None = None) -> Target:
     data_dir = tmp / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     build_world(data_dir, engines.get("TRIPTYCH_DATABASE_URL"))
-    mg = Metergraph.open(data_dir, load_metergraph_settings())
+    # Keys where the server looks for them: PostgreSQL in server mode.
+    mg = Metergraph.open(
+        data_dir, load_metergraph_settings(), database_url=engines.get("TRIPTYCH_DATABASE_URL")
+    )
     try:
         agent_key = mg.keys.create_agent_key("mg-a", "debug", None)[1]
         app_token = mg.keys.create_app_token("mg-a")[1]

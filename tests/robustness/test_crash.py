@@ -62,8 +62,10 @@ def stored(server: ServerProcess, database: str, statement: str) -> list[Any]:
         return [r[0] for r in conn.execute(statement).fetchall()]
 
 
-def _app_token(data_dir: Path) -> str:
-    mg = Metergraph.open(data_dir, load_metergraph_settings())
+def _app_token(server: ServerProcess) -> str:
+    mg = Metergraph.open(
+        server.data_dir, load_metergraph_settings(), database_url=server.env.get("TRIPTYCH_DATABASE_URL")
+    )
     try:
         return mg.keys.create_app_token("crash")[1]
     finally:
@@ -158,7 +160,7 @@ def hadron_missing(server: ServerProcess, acked: list[Any]) -> list[Any]:
 def metergraph_missing(server: ServerProcess, acked: list[Any]) -> list[Any]:
     mg = Metergraph.open(server.data_dir, load_metergraph_settings())
     try:
-        stored = {row["request_id"] for row in mg.store.raw_calls("crash")}
+        stored = {row["request_id"] for row in mg.calls.raw_calls("crash")}
     finally:
         mg.close()
     return [r for r in acked if r not in stored]
@@ -209,7 +211,8 @@ def test_every_acknowledged_write_survives_kill_9(crash_server: ServerProcess, s
     crash_and_check(crash_server, surface, f"kill-9-{surface}")
 
 
-# Server mode keeps Metronix and Hadron in PostgreSQL; Metergraph stays in the data directory (tested above).
+# Server mode keeps Metronix and Hadron in PostgreSQL; Metergraph's calls stay in the data directory (tested
+# above).
 @pytest.mark.engines("postgresql")
 @pytest.mark.parametrize("surface", list(STORED))
 def test_every_acknowledged_write_survives_kill_9_on_postgresql(
@@ -222,7 +225,7 @@ def crash_and_check(crash_server: ServerProcess, surface: str, name: str) -> Non
     """Writers until ``kill -9``, a restart, then every acknowledged write and nothing half-written."""
     writer, missing = SURFACES[surface]
     REFUSALS.clear()
-    crash_server.env["APP_TOKEN"] = _app_token(crash_server.data_dir)
+    crash_server.env["APP_TOKEN"] = _app_token(crash_server)
     acked: list[list[Any]] = [[] for _ in range(WRITERS)]
     stop = threading.Event()
     threads = [

@@ -133,7 +133,7 @@ class Writers:
             missing += error_code(self.hadron.call("hadron_get_node", {"loc": loc})) is not None
         mg = Metergraph.open(self.server.data_dir, load_metergraph_settings())
         try:
-            stored = {row["request_id"] for row in mg.store.raw_calls("disk")}
+            stored = {row["request_id"] for row in mg.calls.raw_calls("disk")}
         finally:
             mg.close()
         return missing + sum(r not in stored for r in self.acked["metergraph"])

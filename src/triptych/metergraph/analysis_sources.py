@@ -2,7 +2,7 @@
 real usage, a sample of each one's retained calls, and a replayer that re-sends one call to a model.
 
 ``StoreWorkloads`` is the default source (the saved classification, else one workload per route, read
-through the ``TelemetryStore`` of either engine); another source or replayer plugs in through the same
+through the ``CallStore`` of either engine); another source or replayer plugs in through the same
 protocols.
 """
 
@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from triptych.metergraph.store import CallFilter, TelemetryStore
+from triptych.metergraph.call_model import CallFilter
+from triptych.metergraph.call_store import CallStore
+from triptych.metergraph.metadata_store import MetadataStore
 from triptych.metergraph.workload_match import WorkloadMatch
 from triptych.metergraph.workloads import WorkloadService
 
@@ -106,8 +108,11 @@ class StoreWorkloads:
     one workload per route; usage and samples are read from the telemetry store with a ``CallFilter``, so
     a workload selects exactly the calls ``metergraph_query_traces`` shows for it."""
 
-    def __init__(self, store: TelemetryStore, classified: WorkloadService | None = None) -> None:
+    def __init__(
+        self, store: CallStore, metadata: MetadataStore, classified: WorkloadService | None = None
+    ) -> None:
         self.store = store
+        self.metadata = metadata
         self.classified = classified
 
     def _filter(self, workspace: str, spec: WorkloadSpec, since_ms: int, until_ms: int) -> CallFilter:
@@ -124,13 +129,13 @@ class StoreWorkloads:
                 for w in saved
             ]  # fmt: skip
         else:
-            routes = self.store.routes(CallFilter(workspace, since_ms, until_ms))
+            routes = self.store.route_calls(CallFilter(workspace, since_ms, until_ms))
             shells = [
-                WorkloadSpec(f"route:{r['route']}"[:200], r["route"], r["route"], 0, 0.0, 0, 0, None, None)
-                for r in routes
-                if int(r.get("calls") or 0) > 0
+                WorkloadSpec(f"route:{name}"[:200], name, name, 0, 0.0, 0, 0, None, None)
+                for name in sorted(routes)
+                if int(routes[name].get("calls") or 0) > 0
             ]
-        config = self.store.route_config(workspace)
+        config = self.metadata.route_config(workspace)
         specs = []
         for shell in shells:
             by_model = self.store.aggregate_raw(

@@ -10,12 +10,10 @@ Placeholders are made in the order they appear in the SQL, which SQLite's positi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from triptych.metergraph.call_model import CallFilter
 from triptych.metergraph.workload_match import SHAPE_SQL, WorkloadMatch, key_signature
-
-if TYPE_CHECKING:
-    from triptych.metergraph.store import CallFilter
 
 # Value kinds a placeholder may carry (ClickHouse's names; SQLite ignores them).
 TEXT = "String"

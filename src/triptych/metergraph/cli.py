@@ -60,7 +60,7 @@ def cmd_app_token(args: argparse.Namespace) -> int:
 def cmd_key_list(args: argparse.Namespace) -> int:
     mg = _open(args)
     try:
-        keys = mg.store.list_keys(args.workspace)
+        keys = mg.metadata.list_keys(args.workspace)
     finally:
         mg.close()
     for key in keys:
@@ -73,7 +73,7 @@ def cmd_key_revoke(args: argparse.Namespace) -> int:
 
     mg = _open(args)
     try:
-        revoked = mg.store.revoke_key(args.key_id, _now())
+        revoked = mg.metadata.revoke_key(args.key_id, _now())
     finally:
         mg.close()
     print(f"{'revoked' if revoked else 'no active key'} {args.key_id}", file=sys.stderr)
@@ -85,7 +85,7 @@ def cmd_retain_content(args: argparse.Namespace) -> int:
 
     mg = _open(args)
     try:
-        mg.store.set_retain_content(args.workspace, args.state == "on", _now())
+        mg.metadata.set_retain_content(args.workspace, args.state == "on", _now())
     finally:
         mg.close()
     print(f"workspace {args.workspace!r}: prompt/response content retention {args.state}", file=sys.stderr)
@@ -106,7 +106,7 @@ def cmd_route_set(args: argparse.Namespace) -> int:
         return 2
     mg = _open(args)
     try:
-        mg.store.set_route(args.workspace, args.route, args.description, config, _now(), constraints)
+        mg.metadata.set_route(args.workspace, args.route, args.description, config, _now(), constraints)
     finally:
         mg.close()
     return 0

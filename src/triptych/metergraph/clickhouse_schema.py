@@ -19,7 +19,7 @@ provider, model or environment in rollup keys, as there.
 
 from __future__ import annotations
 
-from triptych.metergraph.store import ELIGIBLE_CHARS, PRICING_COLUMNS, ROLLUPS, SUMS
+from triptych.metergraph.call_model import ELIGIBLE_CHARS, PRICING_COLUMNS, ROLLUPS, SUMS
 
 # 5: the rollups without metadata are grains of one table fed by one view (``GRAINS``), and the weekly
 # ones are read from daily rows: three views and four parts fewer per INSERT (``RETIRED``).
@@ -194,7 +194,7 @@ GROUP BY workspace, g.1, g.2, g.3, {", ".join(f"key_{k}" for k in _KEY[1:])}"""
 
 
 # The metadata rollup: per UTC day, route, provider, model and environment, one row per (key, class,
-# value) with the calls carrying that key. The class is the one ``clickhouse_store`` gives a raw call:
+# value) with the calls carrying that key. The class is the one ``clickhouse_call_store`` gives a raw call:
 # 'v' an eligible string (its value kept), 'i' a longer string or a non-string value (value ''). Calls
 # without the key are not in it: a read takes them as the route rollup's calls minus the key's rows.
 # Keyed by key before day, so a group-by on one key reads one range; the row count grows with the

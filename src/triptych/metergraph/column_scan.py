@@ -15,8 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from triptych.metergraph import histogram
+from triptych.metergraph.call_model import SUMS, AggRow, CallFilter
 from triptych.metergraph.scope import DAY_MS
-from triptych.metergraph.store import SUMS, AggRow, CallFilter
 
 # Summed as float64 weights (SQL's COALESCE(SUM(x), 0): a NULL adds nothing).
 WEIGHTS = (

@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from triptych.metergraph.call_model import ELIGIBLE_CHARS, PROJECTED_FIELDS, AggRow, CallFilter
 from triptych.metergraph.column_scan import (
     COST_CLASSES,
     INELIGIBLE,
@@ -55,7 +56,6 @@ from triptych.metergraph.column_scan import (
     Snapshot,
     aggregate,
 )
-from triptych.metergraph.store import ELIGIBLE_CHARS, PROJECTED_FIELDS, AggRow, CallFilter
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Which engine holds Metergraph's control data: the data directory's SQLite files (embedded, one
 machine), or with ``TRIPTYCH_DATABASE_URL`` set the PostgreSQL database's ``metergraph`` schema, shared
-by every worker of every machine (decision record 0160). Keys, routes and batch records are the telemetry
-store's (``store.py``) and are not chosen here.
+by every worker of every machine (decision record 0160). Keys, routes and batch records are the metadata
+store's (``metadata_store.py``), on the same database in server mode (``service.py`` opens it there).
 """
 
 from __future__ import annotations

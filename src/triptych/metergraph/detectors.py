@@ -18,7 +18,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from triptych.metergraph import histogram
-from triptych.metergraph.store import SUMS, AggRow
+from triptych.metergraph.call_model import SUMS, AggRow
 
 Verdict = Literal["trigger", "clear", "hold"]
 # Positions of the measures the detectors read in a rollup row's sums (``AggRow.get`` looks them up).

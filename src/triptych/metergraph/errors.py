@@ -20,7 +20,10 @@ and the one renderer of its error document, used by the MCP endpoint and the RES
         └── LeaseExpired             lease_expired           conflict        410
 
 ``import_sync_document`` renders the import-sync refusals (``{"error": {"code", "message"}}``, a busy
-stream's ``status`` and ``retry_at`` beside it). A core kind raised as it is reads as ``BY_KIND`` says; an internal error is never a tool result (the
+stream's ``status`` and ``retry_at`` beside it). The HTTP doors answer through ``agent_refusal``,
+``ingest_refusal`` and ``import_sync_refusal`` (status, document, headers): besides the kinds above they
+render what a door refuses before any service runs (a body too large, a bad gzip body, a missing token) and
+a storage failure, which ingest clients retry later (503 with ``Retry-After``). A core kind raised as it is reads as ``BY_KIND`` says; an internal error is never a tool result (the
 MCP endpoint answers JSON-RPC -32603, the REST doors HTTP 500).
 """
 
@@ -35,10 +38,12 @@ from triptych.core.errors import (
     Invalid,
     Kind,
     NotFound,
+    StorageUnavailable,
     TriptychError,
     Unavailable,
     surface_code,
 )
+from triptych.core.jsonbody import BodyTooLarge
 from triptych.metergraph.contract import CONTRACT_VERSION, MAX_RESPONSE_BYTES
 
 BY_KIND: dict[Kind, str] = {
@@ -161,3 +166,65 @@ def internal_error_document() -> dict[str, Any]:
     """An unexpected failure (core/lastresort.py): not a contract code, but the contract's shape."""
     message = "unexpected server error; see the server log"
     return {"schema_version": CONTRACT_VERSION, "error": {"code": "internal", "message": message}}
+
+
+class BadEncoding(Exception):
+    """A body whose ``Content-Encoding`` cannot be undone (not valid gzip)."""
+
+
+# What an HTTP door answers: status, JSON document, extra headers.
+Rendered = tuple[int, dict[str, Any], dict[str, str] | None]
+_BEARER = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+# Ingest and import-sync clients retry a batch or a window later instead of dropping it.
+_RETRY_LATER = {"Retry-After": "60"}
+
+
+def refusal_document(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """A door's refusal outside the Agent Access contract: ``{"error": {"code", "message", ...}}``."""
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def door_refusal(exc: Exception) -> Rendered | None:
+    """What every HTTP door refuses the same way before a service runs, or None for anything else."""
+    if isinstance(exc, Unauthenticated):
+        return 401, refusal_document("unauthenticated", exc.message), _BEARER
+    if isinstance(exc, BodyTooLarge):
+        return 413, refusal_document("payload_too_large", exc.message), None
+    if isinstance(exc, BadEncoding):
+        return 400, refusal_document("invalid_argument", str(exc)), None
+    return None
+
+
+def agent_refusal(exc: TriptychError) -> Rendered:
+    """An Agent Access REST refusal: the contract's error document at the error's HTTP status."""
+    door = door_refusal(exc)
+    if door is not None:
+        return door
+    return exc.http_status, error_document(exc), _BEARER if exc.http_status == 401 else None
+
+
+def ingest_refusal(exc: Exception) -> Rendered:
+    """An ingest door's refusal (``/v1/ingest``, ``/v1/traces``, sessions, config)."""
+    door = door_refusal(exc)
+    if door is not None:
+        return door
+    if isinstance(exc, StorageUnavailable):
+        document = refusal_document("storage_unavailable", exc.message, hint=exc.hint, **exc.details)
+        return 503, document, _RETRY_LATER
+    assert isinstance(exc, TriptychError)
+    return agent_refusal(exc)
+
+
+def import_sync_refusal(exc: Exception) -> Rendered:
+    """An import-sync door's refusal, in the relay's shape."""
+    door = door_refusal(exc)
+    if door is not None:
+        return door
+    if isinstance(exc, ImportSyncError):
+        return exc.http_status, import_sync_document(exc), None
+    assert isinstance(exc, StorageUnavailable)
+    return (
+        503,
+        refusal_document("storage_unavailable", f"{exc.message} {exc.hint or ''}".strip()),
+        _RETRY_LATER,
+    )

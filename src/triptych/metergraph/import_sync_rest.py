@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from triptych.core import jsonbody
 from triptych.core.errors import StorageUnavailable
-from triptych.metergraph.errors import ImportSyncError, SyncInvalid, Unauthenticated, import_sync_document
+from triptych.metergraph.errors import ImportSyncError, SyncInvalid, Unauthenticated, import_sync_refusal
 from triptych.metergraph.import_sync import Acquired, iso
 from triptych.metergraph.keys import AppPrincipal
 from triptych.metergraph.service import Metergraph
@@ -33,12 +33,11 @@ MAX_BODY = 64 * 1024  # an acquire is a few hundred bytes
 _STATE_PARAMS = frozenset({"source", "source_scope"})
 
 
-def _refusal(code: str, message: str, http_status: int) -> Response:
-    """A refusal before the import-sync service runs (auth, body, storage), in the same shape."""
-    headers = {"WWW-Authenticate": 'Bearer error="invalid_token"'} if http_status == 401 else None
-    if http_status == 503:
-        headers = {"Retry-After": "60"}  # as ingest: a cron run tries again later
-    return json_response({"error": {"code": code, "message": message}}, http_status, headers)
+def _refusal(exc: Exception) -> Response:
+    """A refusal of the import-sync service or before it runs (auth, body, storage): a cron run retries a
+    storage failure later."""
+    status, document, headers = import_sync_refusal(exc)
+    return json_response(document, status, headers)
 
 
 def _acquired(result: Acquired) -> Response:
@@ -70,16 +69,8 @@ def import_sync_routes(mg: Metergraph) -> list[BaseRoute]:
         try:
             app = mg.keys.app(bearer(request))
             return await work(app)
-        except Unauthenticated as exc:
-            return _refusal("unauthenticated", exc.message, 401)
-        except BodyTooLarge as exc:
-            return _refusal("payload_too_large", exc.message, 413)
-        except BadEncoding as exc:
-            return _refusal("invalid_argument", str(exc), 400)
-        except ImportSyncError as exc:
-            return json_response(import_sync_document(exc), exc.http_status)
-        except StorageUnavailable as exc:
-            return _refusal("storage_unavailable", f"{exc.message} {exc.hint or ''}".strip(), 503)
+        except (Unauthenticated, BodyTooLarge, BadEncoding, ImportSyncError, StorageUnavailable) as exc:
+            return _refusal(exc)
 
     async def acquire(request: Request) -> Response:
         async def work(app: AppPrincipal) -> Response:

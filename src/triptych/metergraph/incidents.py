@@ -25,11 +25,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from triptych.metergraph import detectors
+from triptych.metergraph.call_model import AggRow, CallFilter
+from triptych.metergraph.call_store import CallStore
 from triptych.metergraph.contract import MAX_DAYS, envelope, warning
 from triptych.metergraph.detectors import IncidentSettings, Judgement
 from triptych.metergraph.incident_store import Incident, IncidentStore
 from triptych.metergraph.keys import AgentPrincipal
-from triptych.metergraph.store import AggRow, CallFilter, TelemetryStore
+from triptych.metergraph.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +95,14 @@ class _Windows:
 class IncidentService:
     def __init__(
         self,
-        store: TelemetryStore,
+        store: CallStore,
         incidents: IncidentStore,
         settings: IncidentSettings,
         clock: Callable[[], datetime],
+        metadata: MetadataStore,
     ) -> None:
         self.telemetry = store
+        self.metadata = metadata  # the ingest batch records
         self.store = incidents
         self.settings = settings
         self.clock = clock
@@ -448,7 +452,7 @@ class IncidentService:
 
     def _sweep_ingest(self, workspace: str, now_ms: int) -> None:
         s = self.settings
-        batches = self.telemetry.recent_batches(workspace, s.ingest_batches)
+        batches = self.metadata.recent_batches(workspace, s.ingest_batches)
         if not batches:
             return
         verdict = detectors.judge_batches([status for status, _ in batches], s)

@@ -8,7 +8,7 @@ ignored and counted in ``ignored``, as outcome rows are: the batch's other rows 
 carry an import identity (``import_source``, ``import_source_scope``, ``import_event_id``) already stored
 in the workspace are accepted and not stored again (``import_events.py``). Accepted rows, their content
 and the batch record commit in one transaction before the 202 goes out. On the embedded engine the
-rollups are folded from the committed calls afterwards (``SqliteTelemetryStore.fold_rollups``: in the
+rollups are folded from the committed calls afterwards (``SqliteCallStore.fold_rollups``: in the
 background, and by any read of a rollup before it reads); on ClickHouse, materialized views maintain
 them as part of the INSERT.
 
@@ -40,11 +40,13 @@ import numpy as np
 import orjson
 
 from triptych.metergraph import histogram
+from triptych.metergraph.call_model import CallBatch, Content
+from triptych.metergraph.call_store import CallStore
 from triptych.metergraph.errors import BadBatch
 from triptych.metergraph.import_events import ImportKey
 from triptych.metergraph.keys import AppPrincipal
+from triptych.metergraph.metadata_store import MetadataStore
 from triptych.metergraph.pricing import Pricer
-from triptych.metergraph.store import CallBatch, Content, TelemetryStore
 
 SCHEMA_VERSIONS = (1,)
 _MAX_TEXT = 512  # identifiers (route, model, ids, ...) are cut to this many characters
@@ -415,15 +417,20 @@ class Normalized:
 class IngestService:
     def __init__(
         self,
-        store: TelemetryStore,
+        calls: CallStore,
+        metadata: MetadataStore,
         pricer: Pricer,
         max_rows: int,
         clock: Callable[[], float] = time.time,
         on_batch: Callable[[str, int | None], None] | None = None,
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
-        self.store = store
+        self.calls = calls
+        self.metadata = metadata
         # Told (workspace, newest call time) after each stored batch: the incident detectors' cue.
         self.on_batch = on_batch
+        # Told the workspace of each refused batch: the detectors count them as ingestion failures.
+        self.on_refused = on_refused
         self.pricer = pricer
         self.max_rows = max_rows
         self.clock = clock
@@ -454,7 +461,7 @@ class IngestService:
         unknown_attributes: int = 0,
     ) -> IngestResult:
         received_ms = int(self.clock() * 1000)
-        workspace = self.store.workspace(app.workspace)
+        workspace = self.metadata.workspace(app.workspace)
         retain = bool(workspace and workspace["retain_content"])
         meta = meta or {}
         with gc_paused():  # already paused when the HTTP door decoded the body: the pause nests
@@ -468,7 +475,7 @@ class IngestService:
                 "unknown_attributes": unknown_attributes,
                 "content_dropped": normalized.content_dropped,
             }
-            self.store.insert_batch(
+            self.calls.insert_batch(
                 app.workspace,
                 source,
                 normalized.calls,
@@ -480,6 +487,13 @@ class IngestService:
             if self.on_batch is not None and normalized.calls.size:
                 self.on_batch(app.workspace, max(normalized.calls.column("ts_ms")))
             return IngestResult(normalized.calls.size, normalized.ignored)
+
+    def refuse(self, app: AppPrincipal, source: str) -> None:
+        """A batch refused whole (``BadBatch``) is a permanent ingestion failure of its workspace:
+        recorded for ``metergraph_get_ingestion_health``, and told to the incident detectors."""
+        self.metadata.record_failed_batch(app.workspace, source, int(self.clock() * 1000), "permanent")
+        if self.on_refused is not None:
+            self.on_refused(app.workspace)
 
     def normalize(self, app: AppPrincipal, rows: Sequence[Any], source: str, retain: bool) -> Normalized:
         """The batch's calls as stored columns, the rows with a refused value left out (ignored); BadBatch

@@ -19,8 +19,8 @@ from typing import Any
 
 from triptych.metergraph.contract import ROLE_SCOPES, ROLES
 from triptych.metergraph.errors import BadBatch, ForbiddenError, InvalidArgument, Unauthenticated
+from triptych.metergraph.metadata_store import MetadataStore
 from triptych.metergraph.settings import MetergraphSettings
-from triptych.metergraph.store import TelemetryStore
 
 APP_PREFIX = "mgapp_"
 AGENT_PREFIX = "mgagent_"
@@ -66,7 +66,7 @@ def normalize_environments(values: Sequence[str] | None) -> tuple[str, ...] | No
 
 
 class KeyService:
-    def __init__(self, store: TelemetryStore, settings: MetergraphSettings) -> None:
+    def __init__(self, store: MetadataStore, settings: MetergraphSettings) -> None:
         self.store = store
         self.settings = settings
         self._static_app = [token_hash(t) for t in settings.tokens]

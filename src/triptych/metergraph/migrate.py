@@ -1,8 +1,10 @@
 """``triptych migrate --to/--from`` for Metergraph's control data: incidents, webhook endpoints and
 deliveries, reports and analysis runs, workloads and classification runs, import-sync streams and leases,
-between the data directory's SQLite files and the PostgreSQL database's ``metergraph`` schema
-(decision record 0160). Each direction is all or nothing, and refuses a target that already holds
-Metergraph control data. Keys, routes and telemetry are the telemetry store's, not copied here.
+and the metadata store's workspaces, keys, SDK sessions, routes, ingest batch records and import
+identities (record 0091), between the data directory's SQLite files and the PostgreSQL database's
+``metergraph`` schema (decision record 0160). Each direction is all or nothing, and refuses a target that
+already holds Metergraph control data. The calls are not copied (they stay in the data directory's file,
+or in ClickHouse).
 """
 
 from __future__ import annotations
@@ -24,25 +26,39 @@ from triptych.metergraph.control_stores import ANALYSIS_FILE
 from triptych.metergraph.import_sync_store import PostgresImportSyncStore, SqliteImportSyncStore
 from triptych.metergraph.incident_store import PostgresIncidentStore, SqliteIncidentStore
 from triptych.metergraph.incidents import DB_FILE as INCIDENTS_FILE
+from triptych.metergraph.metadata_store import SqliteMetadataStore
+from triptych.metergraph.postgres_metadata_store import PostgresMetadataStore
 from triptych.metergraph.report_store import PostgresReportStore, SqliteReportStore
+from triptych.metergraph.sqlite_schema import open_database
 from triptych.metergraph.webhook_store import PostgresWebhookStore, SqliteWebhookStore
 from triptych.metergraph.workload_store import PostgresWorkloadStore, SqliteWorkloadStore
 
 BATCH = 1_000
-METADATA_FILE = "metergraph.db"  # the telemetry store's file, where workloads and import sync live
+METADATA_FILE = "metergraph.db"  # the metadata store's file, where workloads and import sync live too
+# The metadata store's tables (its call-id sequence, one row, is carried apart: ``_carry_call_ids``).
+METADATA_TABLES = ("workspaces", "keys", "sessions", "routes", "ingest_batches", "import_events")
 # Each SQLite file's control tables, in copy order.
 FILES: dict[str, tuple[str, ...]] = {
     INCIDENTS_FILE: ("incidents", "incident_cursors", "webhook_endpoints", "webhook_deliveries"),
     ANALYSIS_FILE: ("reports", "analysis_runs"),
-    METADATA_FILE: ("workloads", "classification_runs", "import_sync_streams", "import_sync_leases"),
+    METADATA_FILE: (
+        "workloads",
+        "classification_runs",
+        "import_sync_streams",
+        "import_sync_leases",
+        *METADATA_TABLES,
+    ),
 }
 TABLES = tuple(t for tables in FILES.values() for t in tables)
-IDENTITIES = {"webhook_deliveries": "seq"}  # identity columns on PostgreSQL: their sequence moves on
+# Identity columns on PostgreSQL copied as they are: their sequence moves on. (``keys.seq``, PostgreSQL's
+# alone, numbers the copied keys in their SQLite order.)
+IDENTITIES = {"webhook_deliveries": "seq", "ingest_batches": "id"}
 HELD = "SELECT " + " OR ".join(f"EXISTS (SELECT 1 FROM {t})" for t in TABLES)
 
 
 def _summary(rows: Mapping[str, int]) -> str:
-    names = ("incidents", "webhook_endpoints", "reports", "analysis_runs", "workloads", "import_sync_streams")
+    names = ("incidents", "webhook_endpoints", "reports", "analysis_runs", "workloads", "import_sync_streams",
+             "keys", "routes")  # fmt: skip
     counts = ", ".join(f"{rows.get(t, 0)} {t}" for t in names)
     return f"Metergraph's control data: {counts} (and {len(rows)} tables in all)"
 
@@ -59,8 +75,9 @@ def _open_sqlite(stack: ExitStack, data_dir: Path, name: str) -> Database:
         reports = SqliteReportStore(path)
         stack.callback(reports.close)
         return reports.db
-    db = Database(path, [])
+    db = open_database(path)
     stack.callback(db.close)
+    SqliteMetadataStore(db)
     SqliteWorkloadStore(db)
     SqliteImportSyncStore(db)
     return db
@@ -72,6 +89,13 @@ def _migrate_postgres(db: PortableDatabase) -> None:
     PostgresReportStore(db)
     PostgresWorkloadStore(db)
     PostgresImportSyncStore(db)
+    PostgresMetadataStore(db)
+
+
+def _call_ids(conn: Any) -> int | None:
+    """The next ClickHouse call id a file or database hands out (None: the sequence never moved)."""
+    row = conn.execute("SELECT next_id FROM clickhouse_call_ids").fetchone()
+    return None if row is None else int(row[0])
 
 
 def holds_data(data_dir: Path) -> bool:
@@ -114,6 +138,10 @@ def migrate_to_postgres(data_dir: Path, url: str, progress: Progress) -> Copied:
                 for table in tables:
                     if source is not None:
                         _copy(source.conn, conn, table, progress, copied)
+            # ClickHouse's call ids go on from the file's (the calls keep theirs).
+            moved = _call_ids(sources[METADATA_FILE].conn) if METADATA_FILE in sources else None
+            if moved is not None:
+                conn.execute("UPDATE clickhouse_call_ids SET next_id = greatest(next_id, %s)", (moved,))
     return copied
 
 
@@ -129,7 +157,8 @@ def _columns(conn: Connection[Any], table: str) -> list[str]:
 def _copy(
     source: sqlite3.Connection, conn: Connection[Any], table: str, progress: Progress, copied: Copied
 ) -> None:
-    columns = _columns(conn, table)
+    have = {r[1] for r in source.execute(f"PRAGMA table_info({table})").fetchall()}
+    columns = [c for c in _columns(conn, table) if c in have]  # keys.seq is PostgreSQL's alone
     total = int(source.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
     advance = progress(table, total)
     identity = IDENTITIES.get(table)
@@ -203,6 +232,9 @@ def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
                     with targets[name].transaction() as out:
                         for table in tables:
                             _copy_back(conn, out, table, progress, copied)
+                        if name == METADATA_FILE:
+                            out.execute("DELETE FROM clickhouse_call_ids")
+                            out.execute("INSERT INTO clickhouse_call_ids VALUES (?)", (_call_ids(conn),))
         except BaseException:
             for name in created:
                 remove_database(data_dir / name)

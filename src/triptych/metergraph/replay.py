@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from triptych.metergraph.call_store import CallStore
 from triptych.metergraph.contract import SCOPE_REPLAY, TRACE_DEBUG_VERSION
 from triptych.metergraph.errors import ForbiddenError, NotFoundError, ReplayNotEligible, UnsupportedCapability
 from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.metadata_store import MetadataStore
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.providers import (
     MAX_OUTPUT_TOKENS,
@@ -33,7 +35,6 @@ from triptych.metergraph.providers import (
     Providers,
     elapsed_ms,
 )
-from triptych.metergraph.store import TelemetryStore
 
 log = logging.getLogger(__name__)
 
@@ -162,12 +163,14 @@ def _input_part(system: str | None, messages: tuple[Message, ...]) -> dict[str, 
 class ReplayService:
     def __init__(
         self,
-        store: TelemetryStore,
+        store: CallStore,
+        metadata: MetadataStore,
         pricer: Pricer,
         providers: Providers,
         clock: Callable[[], datetime],
     ) -> None:
         self.store = store
+        self.metadata = metadata
         self.pricer = pricer
         self.providers = providers
         self.clock = clock
@@ -216,7 +219,7 @@ class ReplayService:
             spans = []  # outside the key's environments: indistinguishable from an unknown trace
         if not spans:
             raise NotFoundError("no trace with that id in this workspace")
-        workspace = self.store.workspace(principal.workspace) or {}
+        workspace = self.metadata.workspace(principal.workspace) or {}
         if not workspace.get("retain_content"):
             raise ReplayNotEligible(
                 "content retention is off for this workspace, so no call can be replayed: turn it on with "

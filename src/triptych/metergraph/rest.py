@@ -8,7 +8,6 @@ import hashlib
 import json
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -27,9 +26,10 @@ from triptych.metergraph.errors import (
     BadBatch,
     InvalidArgument,
     NotFoundError,
-    Unauthenticated,
+    Rendered,
+    agent_refusal,
     check_response_size,
-    error_document,
+    ingest_refusal,
 )
 from triptych.metergraph.ingest import IngestResult, gc_paused
 from triptych.metergraph.keys import AgentPrincipal, AppPrincipal
@@ -43,13 +43,15 @@ log = logging.getLogger(__name__)
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
+def _respond(rendered: Rendered) -> Response:
+    status, document, headers = rendered
+    return json_response(document, status, headers)
+
+
 def _error_response(exc: TriptychError) -> Response:
     if exc.kind == "internal":  # never an error document: HTTP 500, the traceback in the log
         raise exc
-    headers = {"WWW-Authenticate": 'Bearer error="invalid_token"'} if exc.http_status == 401 else None
-    if isinstance(exc, Unauthenticated):
-        return json_response({"error": {"code": "unauthenticated", "message": exc.message}}, 401, headers)
-    return json_response(error_document(exc), exc.http_status, headers)
+    return _respond(agent_refusal(exc))
 
 
 def agent_principal(mg: Metergraph, request: Request) -> AgentPrincipal:
@@ -87,23 +89,16 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
                 return await work(app)
             except BadBatch:
                 observe_ingest("refused", 1, 0)
-                # A refused batch is a permanent ingestion failure of this workspace: health shows it.
                 source = "otlp" if request.url.path == "/v1/traces" else "sdk"
-                await anyio.to_thread.run_sync(
-                    mg.store.record_failed_batch, app.workspace, source, int(time.time() * 1000), "permanent"
-                )
-                mg.incidents.note_failure(app.workspace)
+                await anyio.to_thread.run_sync(mg.ingest.refuse, app, source)
                 raise
-        except BodyTooLarge as exc:
-            return json_response({"error": {"code": "payload_too_large", "message": exc.message}}, 413)
-        except BadEncoding as exc:
-            return json_response({"error": {"code": "invalid_argument", "message": str(exc)}}, 400)
-        except StorageUnavailable as exc:
-            # 503 with Retry-After: the SDKs retry the batch later instead of dropping it.
-            error = {"code": "storage_unavailable", "message": exc.message, "hint": exc.hint, **exc.details}
-            return json_response({"error": error}, 503, {"Retry-After": "60"})
+        except (BodyTooLarge, BadEncoding, StorageUnavailable) as exc:
+            # A storage failure is a 503 with Retry-After: the SDKs retry the batch later.
+            return _respond(ingest_refusal(exc))
         except TriptychError as exc:
-            return _error_response(exc)
+            if exc.kind == "internal":
+                raise
+            return _respond(ingest_refusal(exc))
 
     async def ingest(request: Request) -> Response:
         async def work(app: AppPrincipal) -> Response:
@@ -130,7 +125,7 @@ def ingest_routes(mg: Metergraph) -> list[BaseRoute]:
 
     async def config(request: Request) -> Response:
         async def work(app: AppPrincipal) -> Response:
-            routes = await anyio.to_thread.run_sync(mg.store.route_config, app.workspace)
+            routes = await anyio.to_thread.run_sync(mg.metadata.route_config, app.workspace)
             body = json.dumps({"routes": routes}, sort_keys=True, separators=(",", ":"))
             etag = '"' + hashlib.sha256(body.encode()).hexdigest()[:32] + '"'
             if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:

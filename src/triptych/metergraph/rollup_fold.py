@@ -1,7 +1,7 @@
 """The background folder: keeps the embedded engine's rollups close behind the committed calls.
 
-Ingest commits calls without touching the rollups (``SqliteTelemetryStore.insert_batch``); folding them in
-is ``SqliteTelemetryStore.fold_rollups``, which any process may run at any time (the watermark is in the
+Ingest commits calls without touching the rollups (``SqliteCallStore.insert_batch``); folding them in
+is ``SqliteCallStore.fold_rollups``, which any process may run at any time (the watermark is in the
 database). Reads fold whatever is pending before they read a rollup, so answers never depend on this
 thread: it only keeps that catch-up small. It folds once ``pending_rows`` calls were noted since its last
 fold (a bound on the lag under sustained ingest) or once no batch came for ``idle_s`` (a quiet moment),

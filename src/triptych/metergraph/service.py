@@ -8,11 +8,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from triptych.core.db import Database
 from triptych.core.embed import Embedder
 from triptych.metergraph.analysis import AnalysisService
 from triptych.metergraph.analysis_replay import ProviderReplayer
 from triptych.metergraph.analysis_runner import AnalysisRunner
 from triptych.metergraph.analysis_sources import Replayer, StoreWorkloads, WorkloadSource
+from triptych.metergraph.call_store import CallStore
 from triptych.metergraph.columns import ColumnProjection
 from triptych.metergraph.control_stores import ANALYSIS_FILE, ControlStores
 from triptych.metergraph.detectors import IncidentSettings, load_incident_settings
@@ -21,6 +23,7 @@ from triptych.metergraph.incidents import IncidentService
 from triptych.metergraph.ingest import IngestService
 from triptych.metergraph.keys import KeyService
 from triptych.metergraph.links import AppLinks, public_base
+from triptych.metergraph.metadata_store import MetadataStore, SqliteMetadataStore
 from triptych.metergraph.pricing import Pricer
 from triptych.metergraph.providers import Providers, ProviderSettings
 from triptych.metergraph.ratelimit import RateLimiter
@@ -28,7 +31,8 @@ from triptych.metergraph.replay import ReplayService
 from triptych.metergraph.report_store import ReportStore
 from triptych.metergraph.reports import ReportService
 from triptych.metergraph.settings import MetergraphSettings, load_metergraph_settings
-from triptych.metergraph.store import SqliteTelemetryStore, TelemetryStore
+from triptych.metergraph.sqlite_call_store import SqliteCallStore
+from triptych.metergraph.sqlite_schema import open_database
 from triptych.metergraph.tools import MetergraphTool, build_tools
 from triptych.metergraph.traces import TraceService
 from triptych.metergraph.usage import UsageService
@@ -62,7 +66,8 @@ class ClassificationRunDocuments:
 @dataclass
 class Metergraph:
     settings: MetergraphSettings
-    store: TelemetryStore
+    calls: CallStore
+    metadata: MetadataStore
     keys: KeyService
     ingest: IngestService
     workspace: WorkspaceService
@@ -82,6 +87,9 @@ class Metergraph:
     import_sync: ImportSyncService
     webhooks: WebhookService
     control: ControlStores
+    # The data directory's metergraph file (the embedded engine's calls; the metadata, workloads and
+    # import sync unless they are on PostgreSQL), closed last.
+    sqlite: Database
 
     @classmethod
     def open(
@@ -101,35 +109,47 @@ class Metergraph:
         """``replayer`` replaces the provider replay in analysis runs; ``embedder`` (called when a run
         scores) gives the semantic-similarity check its model; ``workload_source`` defaults to the saved
         classification, else one workload per route. With ``database_url`` (``TRIPTYCH_DATABASE_URL``)
-        the control data (incidents, webhooks, reports and runs, workloads, import sync) is in that
-        PostgreSQL database, shared by every worker of every machine; else in the data directory."""
+        keys, sessions, routes and batch records and the control data (incidents, webhooks, reports and
+        runs, workloads, import sync) are in that PostgreSQL database, shared by every worker of every
+        machine; else in the data directory."""
         settings = settings or load_metergraph_settings()
         # The server passes its host and port (surface.py); elsewhere only MG_PUBLIC_URL makes links.
         links = links or AppLinks(public_base(settings.public_url, "", 0))
-        sqlite = SqliteTelemetryStore(data_dir / DB_FILE, settings.retention_days)
-        sqlite.folder.pending_rows = settings.rollup_fold_rows
-        sqlite.folder.idle_s = settings.rollup_fold_idle_ms / 1000
-        store: TelemetryStore = sqlite
+        db = open_database(data_dir / DB_FILE)
+        control = ControlStores.open(data_dir, database_url, db)
+        metadata: MetadataStore
+        if control.pg is not None:
+            from triptych.metergraph.postgres_metadata_store import PostgresMetadataStore
+
+            # Keys, routes and batch records in the control stores' schema of the same database.
+            metadata = PostgresMetadataStore(control.pg)
+        else:
+            metadata = SqliteMetadataStore(db)
+        store: CallStore
         columns: ColumnProjection | None = None
         if settings.clickhouse_url:
-            from triptych.metergraph.clickhouse_store import ClickHouseTelemetryStore
+            from triptych.metergraph.clickhouse_call_store import ClickHouseCallStore
 
-            # Calls and rollups in ClickHouse; keys, sessions, routes and batch records stay in SQLite.
-            store = ClickHouseTelemetryStore(settings.clickhouse_url, sqlite, settings.retention_days)
+            # Calls and rollups in ClickHouse.
+            store = ClickHouseCallStore(settings.clickhouse_url, metadata, data_dir, settings.retention_days)
         else:
+            sqlite = SqliteCallStore(db, metadata, settings.retention_days)
+            sqlite.folder.pending_rows = settings.rollup_fold_rows
+            sqlite.folder.idle_s = settings.rollup_fold_idle_ms / 1000
             # Metadata aggregates scan a columnar projection of the calls, loaded on first use; only one
             # process at a time maintains it (the others scan SQL).
             columns = ColumnProjection(data_dir / COLUMNS_DIR, sqlite)
             sqlite.columns = columns
+            store = sqlite
         pricer = Pricer()
         providers = Providers(provider_settings)
-        replay = ReplayService(store, pricer, providers, clock)
-        control = ControlStores.open(data_dir, database_url, sqlite.db)
+        replay = ReplayService(store, metadata, pricer, providers, clock)
         # The calls workloads are classified from are read through the telemetry engine's store.
         workloads = WorkloadService(control.workloads, store, clock, links.analysis)
         # Replay, and analysis runs (which replay), need a configured provider.
         workspace = WorkspaceService(
             store,
+            metadata,
             clock,
             lambda name: (
                 (name == "metergraph_replay_trace" and not replay.available)
@@ -137,9 +157,9 @@ class Metergraph:
             ),
         )
         usage = UsageService(store, clock)
-        traces = TraceService(store, clock, workloads.match, workloads.classifications)
+        traces = TraceService(store, metadata, clock, workloads.match, workloads.classifications)
         incidents = IncidentService(
-            store, control.incidents, incident_settings or load_incident_settings(), clock
+            store, control.incidents, incident_settings or load_incident_settings(), clock, metadata
         )
         # Incident webhooks: endpoints and the outbox live in the incidents' database, written by its saves.
         webhooks = WebhookService(
@@ -151,7 +171,7 @@ class Metergraph:
         report_store = control.reports
         reports = ReportService(report_store, clock, links)
         runner = AnalysisRunner(
-            workload_source or StoreWorkloads(store, workloads),
+            workload_source or StoreWorkloads(store, metadata, workloads),
             replayer or ProviderReplayer(replay),
             pricer,
             embedder,
@@ -165,13 +185,16 @@ class Metergraph:
         return cls(
             settings,
             store,
-            KeyService(store, settings),
+            metadata,
+            KeyService(metadata, settings),
             IngestService(
                 store,
+                metadata,
                 pricer,
                 settings.max_rows,
                 clock=lambda: clock().timestamp(),
                 on_batch=incidents.note_batch,
+                on_refused=incidents.note_failure,
             ),
             workspace,
             usage,
@@ -196,6 +219,7 @@ class Metergraph:
             ),
             webhooks,
             control,
+            db,
         )
 
     def close(self) -> None:
@@ -204,6 +228,8 @@ class Metergraph:
             self.columns.close()  # first: its catch-up thread reads through the store
         self.webhooks.close()  # before the incidents' file it reads
         self.incidents.close()  # so does the detectors' ticker
-        self.control.close()
         self.providers.close()
-        self.store.close()
+        self.calls.close()
+        self.metadata.close()
+        self.control.close()  # after the metadata store, which may use its database
+        self.sqlite.close()

@@ -29,7 +29,7 @@ from triptych.metergraph.rest import (
 )
 from triptych.metergraph.service import Metergraph
 from triptych.metergraph.settings import load_metergraph_settings
-from triptych.metergraph.store import SqliteTelemetryStore
+from triptych.metergraph.sqlite_call_store import SqliteCallStore
 
 # Metergraph's stateless endpoint refuses bodies over 1 MiB.
 MAX_BODY = 1024 * 1024
@@ -49,8 +49,8 @@ def open_metergraph(shared: Shared) -> Metergraph:
     )
     if mg.columns is not None:
         mg.columns.start()  # the server keeps the metadata projection caught up in the background
-    if isinstance(mg.store, SqliteTelemetryStore):
-        mg.store.folder.start()  # and folds ingested calls into the rollups soon after they commit
+    if isinstance(mg.calls, SqliteCallStore):
+        mg.calls.folder.start()  # and folds ingested calls into the rollups soon after they commit
     mg.incidents.start()  # and sweeps the incident detectors over the workspaces that received calls
     mg.webhooks.start()  # and posts their events to the workspaces' webhooks (pending ones first)
     # Runs a stopped server left queued or running can never finish (their thread is gone).
@@ -82,8 +82,8 @@ def mount(shared: Shared) -> Mounted:
     document = internal_error_document()
     shapes = {"/v1/agent/mcp": jsonrpc_internal_error(), "/v1": document, "/healthz": document}
     gauges: list[tuple[str, str, Sequence[str], Sample]] = []
-    if isinstance(mg.store, SqliteTelemetryStore):
-        folder = mg.store.folder
+    if isinstance(mg.calls, SqliteCallStore):
+        folder = mg.calls.folder
         gauges.append(
             (
                 "triptych_metergraph_rollup_fold_pending",

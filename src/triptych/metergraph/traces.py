@@ -9,11 +9,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from triptych.metergraph.call_model import CallFilter
+from triptych.metergraph.call_store import CallStore
 from triptych.metergraph.contract import SCOPE_READ, TRACE_DEBUG_VERSION, envelope, warning
 from triptych.metergraph.errors import ForbiddenError, InvalidArgument, NotFoundError
 from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.metadata_store import MetadataStore
 from triptych.metergraph.scope import clip_to_retention, environment_scope, metadata_pairs, resolve_window
-from triptych.metergraph.store import CallFilter, TelemetryStore
 from triptych.metergraph.workload_match import WorkloadMatch
 
 MAX_SAMPLE_SLICES = 10
@@ -56,12 +58,14 @@ def decode_cursor(cursor: str, fingerprint: str) -> tuple[int, int]:
 class TraceService:
     def __init__(
         self,
-        store: TelemetryStore,
+        store: CallStore,
+        metadata: MetadataStore,
         clock: Callable[[], datetime],
         workload_match: Callable[[str, str], WorkloadMatch | None] = lambda workspace, workload: None,
         classifications: Callable[[str, list[dict[str, Any]]], list[dict[str, Any]]] = lambda ws, spans: [],
     ) -> None:
         self.store = store
+        self.metadata = metadata
         self.clock = clock
         # A saved analysis workload of a workspace by id (``WorkloadService.match``).
         self.workload_match = workload_match
@@ -248,7 +252,7 @@ class TraceService:
         spans = spans[:MAX_SPANS]
         errors = sorted({s["error_type"] for s in spans if s["error"] and s["error_type"]})
         # What metergraph_replay_trace would accept: retention on and the call's request text kept.
-        retained = bool((self.store.workspace(principal.workspace) or {}).get("retain_content"))
+        retained = bool((self.metadata.workspace(principal.workspace) or {}).get("retain_content"))
         out_spans = [self._span_out(s, retained and s["request_text"] is not None) for s in spans]
         eligible = any(s["replay_eligible"] for s in out_spans)
         body: dict[str, Any] = {

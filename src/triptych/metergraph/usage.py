@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from triptych.metergraph import histogram
+from triptych.metergraph.call_model import DIMENSIONS, WEEK_DAYS, AggRow, CallFilter
+from triptych.metergraph.call_store import CallStore
 from triptych.metergraph.contract import MAX_ROWS, envelope, warning
 from triptych.metergraph.errors import InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
@@ -27,7 +29,6 @@ from triptych.metergraph.scope import (
     metadata_pairs,
     resolve_window,
 )
-from triptych.metergraph.store import DIMENSIONS, WEEK_DAYS, AggRow, CallFilter, TelemetryStore
 
 UNKNOWN = "(unknown)"
 UNROUTED = "(unrouted)"
@@ -88,7 +89,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 class UsageService:
-    def __init__(self, store: TelemetryStore, clock: Callable[[], datetime]) -> None:
+    def __init__(self, store: CallStore, clock: Callable[[], datetime]) -> None:
         self.store = store
         self.clock = clock
 

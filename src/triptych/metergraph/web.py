@@ -13,12 +13,9 @@ from starlette.responses import Response
 from triptych.core.auth import bearer_token
 from triptych.core.jsonbody import BodyTooLarge
 from triptych.core.jsonbody import read as read_body
+from triptych.metergraph.errors import BadEncoding
 
 __all__ = ["BadEncoding", "BodyTooLarge", "read_body"]
-
-
-class BadEncoding(Exception):
-    pass
 
 
 def decode_body(request: Request, body: bytes, limit: int) -> bytes:

@@ -1,8 +1,8 @@
 """Persistence of workloads and classification runs (migration component ``workloads``). Embedded, and
-with ClickHouse telemetry on one machine: the telemetry store's SQLite metadata file
-(``SqliteWorkloadStore``). Server mode (``TRIPTYCH_DATABASE_URL``): Metergraph's PostgreSQL schema
-(``PostgresWorkloadStore``). Both run the SQL of ``_WorkloadSql``. The calls classification reads come
-from the ``TelemetryStore`` (``workload_features``), so they are read wherever the engine keeps them.
+with ClickHouse telemetry on one machine: the metergraph SQLite file (``SqliteWorkloadStore``). Server
+mode (``TRIPTYCH_DATABASE_URL``): Metergraph's PostgreSQL schema (``PostgresWorkloadStore``). Both run
+the SQL of ``_WorkloadSql``. The calls classification reads come from the ``CallStore``
+(``workload_features``), so they are read wherever the engine keeps them.
 """
 
 from __future__ import annotations

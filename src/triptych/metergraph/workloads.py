@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from triptych.metergraph.call_model import CallFilter
+from triptych.metergraph.call_store import CallStore
 from triptych.metergraph.contract import SCOPE_READ, envelope, warning
 from triptych.metergraph.errors import ForbiddenError
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.scope import clip_to_retention, resolve_window
-from triptych.metergraph.store import CallFilter, TelemetryStore
 from triptych.metergraph.workload_match import WorkloadMatch, matches, shape_label, signature_keys
 from triptych.metergraph.workload_store import WorkloadStore
 
@@ -89,7 +90,7 @@ def workload_id(workspace: str, route: str | None, keys: str, primary_shape: int
 
 
 def group_workloads(workspace: str, groups: list[dict[str, Any]], now_iso: str) -> list[dict[str, Any]]:
-    """The workloads of ``TelemetryStore.workload_features`` rows (pure: the same rows give the same workloads)."""
+    """The workloads of ``CallStore.workload_features`` rows (pure: the same rows give the same workloads)."""
     families: dict[tuple[str | None, str], dict[int, _Shape]] = {}
     for g in groups:
         shapes = families.setdefault((g["route"], g["keys"]), {})
@@ -179,7 +180,7 @@ class WorkloadService:
     def __init__(
         self,
         store: WorkloadStore,
-        telemetry: TelemetryStore,
+        telemetry: CallStore,
         clock: Callable[[], datetime],
         app_url: Callable[[str], str | None] = lambda workspace: None,
     ) -> None:

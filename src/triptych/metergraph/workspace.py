@@ -8,6 +8,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from triptych.metergraph.call_model import CallFilter
+from triptych.metergraph.call_store import CallStore
 from triptych.metergraph.contract import (
     CONTRACT_VERSION,
     DEPLOYMENT_PROFILE,
@@ -23,6 +25,7 @@ from triptych.metergraph.contract import (
 )
 from triptych.metergraph.errors import ForbiddenError, InvalidArgument, UnsupportedCapability
 from triptych.metergraph.keys import AgentPrincipal
+from triptych.metergraph.metadata_store import MetadataStore
 from triptych.metergraph.scope import (
     MAX_KEY_LEN,
     MAX_METADATA_KEYS,
@@ -30,7 +33,6 @@ from triptych.metergraph.scope import (
     environment_scope,
     resolve_window,
 )
-from triptych.metergraph.store import CallFilter, TelemetryStore
 
 
 def _iso_ms(ms: int | None) -> str | None:
@@ -78,20 +80,34 @@ def refuse_unavailable(principal: AgentPrincipal, tool_name: str) -> NoReturn:
     raise UnsupportedCapability(f"{tool_name} ({contract.capability}) is not available in this deployment")
 
 
+def routes_with_config(
+    calls: dict[str, dict[str, Any]], configured: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Every route with calls (``CallStore.route_calls``) and every configured route, by name: the call
+    counts with the configured description, constraints and update time."""
+    found = {name: dict(row) for name, row in calls.items()}
+    for r in configured:
+        entry = found.setdefault(r["route"], {"route": r["route"], "calls": 0, "replay_eligible_calls": 0})
+        entry.update(description=r["description"], constraints=r["constraints"], updated_at=r["updated_at"])
+    return [found[k] for k in sorted(found)]
+
+
 class WorkspaceService:
     def __init__(
         self,
-        store: TelemetryStore,
+        store: CallStore,
+        metadata: MetadataStore,
         clock: Callable[[], datetime],
         not_configured: Callable[[str], bool] = lambda tool_name: False,
     ) -> None:
         self.store = store
+        self.metadata = metadata
         self.clock = clock
         # Tools the deployment builds but this server is not set up for (replay without a provider).
         self.not_configured = not_configured
 
     def context(self, principal: AgentPrincipal) -> dict[str, Any]:
-        row = self.store.workspace(principal.workspace) or {}
+        row = self.metadata.workspace(principal.workspace) or {}
         return envelope(
             principal.workspace,
             self.clock(),
@@ -170,12 +186,14 @@ class WorkspaceService:
         now = self.clock()
         envs = environment_scope(principal, None)
         f = CallFilter(principal.workspace, 0, int(now.timestamp() * 1000) + 86_400_000, environments=envs)
-        configs = self.store.route_config(principal.workspace)
-        retained = bool((self.store.workspace(principal.workspace) or {}).get("retain_content"))
+        configs = self.metadata.route_config(principal.workspace)
+        retained = bool((self.metadata.workspace(principal.workspace) or {}).get("retain_content"))
         # Per route, the calls replay can re-send (their request text is retained).
         eligible = self.store.replay_eligible_by_route(f) if retained else {}
         routes = []
-        for r in self.store.routes(f):
+        for r in routes_with_config(
+            self.store.route_calls(f), self.metadata.configured_routes(principal.workspace)
+        ):
             contract, version, digest = evaluation_contract(configs.get(r["route"]))
             routes.append(
                 {
@@ -195,7 +213,7 @@ class WorkspaceService:
     def ingestion_health(self, principal: AgentPrincipal, days: int) -> dict[str, Any]:
         now = self.clock()
         window = resolve_window(days, None, None, now)
-        h = self.store.batch_health(principal.workspace, window.since_ms)
+        h = self.metadata.batch_health(principal.workspace, window.since_ms)
         n = {k: int(v or 0) for k, v in h.items() if k not in ("last_received", "last_processed")}
         return envelope(
             principal.workspace,

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 
 from triptych.metergraph import histogram
+from triptych.metergraph.call_model import AggRow, CallFilter
 from triptych.metergraph.contract import MAX_DAYS, MAX_ROWS
 from triptych.metergraph.errors import InvalidArgument
 from triptych.metergraph.keys import AgentPrincipal
 from triptych.metergraph.scope import DAY_MS, clip_to_retention, environment_scope, resolve_window
-from triptych.metergraph.store import AggRow, CallFilter
 from triptych.metergraph.usage import UNKNOWN, UNROUTED, UsageService, measures
 
 DIMENSIONS = ("provider", "model", "route")
