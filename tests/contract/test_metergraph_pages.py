@@ -22,7 +22,7 @@ from browser import chromium
 from harness import TRIPTYCH, ServerProcess, mcp_session, open_metergraph
 
 from triptych.metergraph.pages.render import count, millis, money, percent
-from triptych.metergraph.report_store import ReportStore
+from triptych.metergraph.report_store import SqliteReportStore
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "metergraph"))
 sys.path.insert(0, str(Path(__file__).parent.parent))
@@ -301,7 +301,7 @@ def reported(site: Site, tmp: Path) -> tuple[str, dict[str, str]]:
                                "--data-dir", str(site.server.data_dir)], capture_output=True, text=True)  # fmt: skip
         assert done.returncode == 0, done.stderr
     # Runs as the analysis service records them: one finished with the new report, one still replaying.
-    store = ReportStore(site.server.data_dir / "metergraph-analysis.db")
+    store = SqliteReportStore(site.server.data_dir / "metergraph-analysis.db")
     try:
         now = datetime.now(UTC).isoformat()
         progress = {"phase": "replaying", "workloads_total": 3, "workloads_done": 1, "replays_total": 300,

@@ -296,7 +296,10 @@ def test_a_search_that_must_wait_for_the_vectors_waits_for_the_load_in_flight_no
         assert searching.is_alive() and not answer  # waiting for the vectors in flight
         hold_vectors.set()
         searching.join(30)
-        assert answer == [{"dense": "exact", "keyword": "loading"}]
+        # Dense answers from the vectors that load brought; the graph the load then starts may already be
+        # built by the time the search reads it (120 chunks build in milliseconds), so either side is right.
+        assert len(answer) == 1 and answer[0]["keyword"] == "loading"
+        assert answer[0]["dense"] in ("exact", "hnsw")
         assert loads == [WS]  # read once
     finally:
         hold_vectors.set()
