@@ -15,17 +15,15 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from triptych.metergraph.contract import MAX_DAYS
+from triptych.metergraph.webhook_http import WebhookSettings, post
 from triptych.metergraph.webhook_store import Claimed, WebhookStore
-from triptych.metergraph.webhooks import WebhookSettings, post
-
-if TYPE_CHECKING:
-    from triptych.metergraph.webhooks import WebhookService
 
 log = logging.getLogger(__name__)
 # Finished deliveries are kept as long as resolved incidents (contract.MAX_DAYS), then forgotten.
@@ -45,10 +43,14 @@ def lease_ms(settings: WebhookSettings) -> int:
 
 class WebhookSender:
     def __init__(
-        self, store: WebhookStore, service: WebhookService, settings: WebhookSettings, wake: threading.Event
+        self,
+        store: WebhookStore,
+        secret: Callable[[str, str], str],
+        settings: WebhookSettings,
+        wake: threading.Event,
     ) -> None:
         self.store = store
-        self.service = service
+        self.secret = secret  # (endpoint id, sealed secret) -> the secret: the service unseals
         self.settings = settings
         self.wake = wake
         self._stop = threading.Event()
@@ -111,7 +113,7 @@ class WebhookSender:
     def _secret(self, c: Claimed) -> str:
         secret = self._secrets.get(c.endpoint_id)
         if secret is None:
-            secret = self._secrets[c.endpoint_id] = self.service.secret(c.endpoint_id, c.sealed_secret)
+            secret = self._secrets[c.endpoint_id] = self.secret(c.endpoint_id, c.sealed_secret)
         return secret
 
     def _attempt(self, c: Claimed) -> dict[str, Any]:

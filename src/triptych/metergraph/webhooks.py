@@ -9,11 +9,8 @@ sweep and an event committed before a crash is sent after the restart.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import ipaddress
 import json
-import math
 import threading
 import time
 import uuid
@@ -24,8 +21,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import AliasChoices, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from triptych.core.db import Database
 from triptych.core.pg import PortableDatabase
@@ -33,55 +28,41 @@ from triptych.metergraph.control_sql import Connection
 from triptych.metergraph.errors import InvalidArgument, NotFoundError
 from triptych.metergraph.incident_store import Incident
 from triptych.metergraph.incidents import render_incident
-from triptych.metergraph.webhook_secrets import SecretBox, new_secret, valid_key
+from triptych.metergraph.webhook_http import (  # re-exported: the CLI and the tests name them here
+    DELIVERY_HEADER,
+    EVENT_HEADER,
+    RESPONSE_KEPT,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    USER_AGENT,
+    WebhookSettings,
+    load_webhook_settings,
+    post,
+    signature,
+    signed_headers,
+)
+from triptych.metergraph.webhook_secrets import SecretBox, new_secret
 from triptych.metergraph.webhook_store import webhook_store
+
+__all__ = [
+    "DELIVERY_HEADER",
+    "EVENT_HEADER",
+    "RESPONSE_KEPT",
+    "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
+    "USER_AGENT",
+    "WebhookService",
+    "WebhookSettings",
+    "load_webhook_settings",
+    "post",
+    "signature",
+    "signed_headers",
+]
 
 EVENT_TYPES = ("incident.opened", "incident.updated", "incident.resolved")
 TEST_EVENT = "webhook.test"
-SIGNATURE_HEADER = "X-Metergraph-Signature"
-TIMESTAMP_HEADER = "X-Metergraph-Timestamp"
-DELIVERY_HEADER = "X-Metergraph-Delivery"
-EVENT_HEADER = "X-Metergraph-Event"
-USER_AGENT = "triptych-metergraph-webhooks/1"
 MAX_URL = 2048
-RESPONSE_KEPT = 500  # characters of a receiver's answer kept with the delivery (and printed by `test`)
 DELIVERY_STATUSES = ("pending", "delivered", "failed", "cancelled")
-
-
-def _env(name: str) -> AliasChoices:
-    return AliasChoices(f"MG_WEBHOOK_{name.upper()}", name)
-
-
-class WebhookSettings(BaseSettings):
-    """Delivery of incident webhooks; each is documented in the README's configuration table."""
-
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
-
-    # A delivery not accepted (2xx) this long after its event was committed is given up (status failed).
-    give_up_seconds: float = Field(86400.0, gt=0, validation_alias=_env("give_up_seconds"))
-    # The first retry waits about this long; each further one twice as long (with jitter), up to the cap.
-    backoff_seconds: float = Field(5.0, gt=0, validation_alias=_env("backoff_seconds"))
-    backoff_max_seconds: float = Field(900.0, gt=0, validation_alias=_env("backoff_max_seconds"))
-    # One attempt's time limit (connect, send, answer).
-    timeout_seconds: float = Field(10.0, gt=0, le=300, validation_alias=_env("timeout_seconds"))
-    # How often the sender looks for deliveries another process (a worker, the CLI) committed.
-    poll_seconds: float = Field(1.0, gt=0, validation_alias=_env("poll_seconds"))
-    # Deliveries in flight at once (per server process).
-    concurrency: int = Field(8, ge=1, le=64, validation_alias=_env("concurrency"))
-    # The key endpoint secrets are sealed with (base64 of 32 bytes), else a key file in the data directory:
-    # servers on several machines (server mode) set the same one everywhere (decision record 0161).
-    key: str | None = Field(None, validation_alias=_env("key"), repr=False)
-
-    @field_validator("key")
-    @classmethod
-    def _a_256_bit_key(cls, value: str | None) -> str | None:
-        if value is not None and not valid_key(value):
-            raise ValueError("MG_WEBHOOK_KEY must be the base64 of 32 bytes (e.g. `openssl rand -base64 32`)")
-        return value
-
-
-def load_webhook_settings(**overrides: Any) -> WebhookSettings:
-    return WebhookSettings(**{k: v for k, v in overrides.items() if v is not None})
 
 
 def _now_ms() -> int:
@@ -127,24 +108,6 @@ def check_url(url: str) -> str:
 
 
 # -- signing and bodies ----------------------------------------------------------------------------
-
-
-def signature(secret: str, timestamp: str, body: bytes) -> str:
-    """``sha256=<hex>`` of HMAC-SHA256 with the endpoint secret over ``<timestamp>.<raw body>``."""
-    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return "sha256=" + mac.hexdigest()
-
-
-def signed_headers(secret: str, delivery_id: str, event_type: str, body: bytes, now: float) -> dict[str, str]:
-    timestamp = str(int(now))
-    return {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        EVENT_HEADER: event_type,
-        DELIVERY_HEADER: delivery_id,
-        TIMESTAMP_HEADER: timestamp,
-        SIGNATURE_HEADER: signature(secret, timestamp, body),
-    }
 
 
 def _amount(kind: str, value: Any) -> str:
@@ -207,35 +170,6 @@ def event_body(
         "text": text,
     }
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-
-
-def post(
-    client: httpx.Client, url: str, secret: str, delivery_id: str, event_type: str, body: str
-) -> tuple[int | None, str | None, str | None, float | None]:
-    """One attempt: (HTTP status, error, the start of the answer, Retry-After seconds). Only the start
-    of the answer is read: a receiver cannot make the sender hold a large answer in memory."""
-    raw = body.encode()
-    headers = signed_headers(secret, delivery_id, event_type, raw, time.time())
-    try:
-        with client.stream("POST", url, content=raw, headers=headers) as response:
-            head = b""
-            for chunk in response.iter_bytes():
-                head += chunk
-                if len(head) >= RESPONSE_KEPT * 4:
-                    break
-            status, retry = response.status_code, response.headers.get("retry-after", "")
-    except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:RESPONSE_KEPT], None, None
-    retry_after: float | None = None
-    try:
-        retry_after = float(retry)
-    except ValueError:
-        pass
-    if retry_after is not None and not (math.isfinite(retry_after) and retry_after >= 0):
-        retry_after = None
-    text = head.decode("utf-8", "replace")[:RESPONSE_KEPT]
-    error = None if 200 <= status < 300 else f"HTTP {status}"
-    return status, error, text, retry_after
 
 
 # -- the service -----------------------------------------------------------------------------------
@@ -366,7 +300,7 @@ class WebhookService:
         from triptych.metergraph.webhook_delivery import WebhookSender
 
         if self.sender is None:
-            self.sender = WebhookSender(self.store, self, self.settings, self.wake)
+            self.sender = WebhookSender(self.store, self.secret, self.settings, self.wake)
             self.sender.start()
 
     def close(self) -> None:
