@@ -21,7 +21,7 @@ from triptych.core.db import Database
 from triptych.core.embed import LocalEmbedder
 from triptych.core.errors import EmbeddingMismatch, Forbidden, NotFound
 from triptych.core.pg import PgDatabase
-from triptych.metronix import memory_model, memory_store, memory_store_reads
+from triptych.metronix import memory_model, memory_schema_sqlite, memory_store_reads
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.errors import InvalidParams, WorkspaceNotFound
@@ -712,7 +712,7 @@ def test_a_database_at_memory_schema_2_keeps_its_adjacency_and_works(
 ) -> None:
     # Migration 2 (a `follows` column) was live for a few hours; migration 3 moves it to a table.
     old = Database(tmp_path / "m.db", [])
-    old.migrate("memory", memory_store.MIGRATIONS[:2])
+    old.migrate("memory", memory_schema_sqlite.MIGRATIONS[:2])
     vec = np.full(embedder.dim, 1 / np.sqrt(embedder.dim), dtype=np.float32)
     for seq, follows in ((1, None), (2, 1)):
         old.conn.execute(

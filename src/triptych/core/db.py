@@ -15,8 +15,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from triptych.core.bounds import MAX_OFFSET as MAX_OFFSET  # re-exported: callers read them here too
-from triptych.core.bounds import SQLITE_MAX_INT as SQLITE_MAX_INT
 from triptych.core.errors import StorageUnavailable
 
 Migration = str  # one SQL script; its position in the list is its version

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from triptych.core.auth import Principal
-from triptych.core.db import MAX_OFFSET
+from triptych.core.bounds import MAX_OFFSET
 from triptych.core.search import rrf
 from triptych.metronix.attributes import Visibility
 from triptych.metronix.entities import extract_entities

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from triptych.core.auth import Principal
-from triptych.core.db import MAX_OFFSET
+from triptych.core.bounds import MAX_OFFSET
 from triptych.metronix.access import require_write
 from triptych.metronix.errors import DocumentNotFound, InvalidParams
 from triptych.metronix.memory_model import Resolution

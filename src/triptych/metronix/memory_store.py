@@ -38,10 +38,6 @@ from triptych.metronix.memory_store_reads import FirstStage
 from triptych.metronix.memory_store_writes import FOLLOW_WINDOW_SECONDS, MemoryWrites
 from triptych.metronix.review_store import PostgresReviewStore, ReviewStore, SqliteReviewStore
 
-# Each engine's schema history (kept here too under their former names: ``migrate`` and old tests).
-MIGRATIONS = memory_schema_sqlite.MIGRATIONS
-PG_MIGRATIONS = memory_schema_pg.MIGRATIONS
-
 # Writers of one workspace's memory go one at a time across every PostgreSQL worker, as SQLite's single
 # writer does: the writes' read-then-bump of the workspace's cache counters relies on it. Writers of two
 # workspaces do not wait for each other; a store-wide write waits for all (docs/decisions/0170;

@@ -24,7 +24,7 @@ from triptych.core.db import Database
 from triptych.core.errors import Invalid
 from triptych.core.pg import PgDatabase, one, redacted
 from triptych.core.transfer import Copied, Progress, remove_database, snapshot
-from triptych.metronix import memory_store, store
+from triptych.metronix import memory_schema_sqlite, memory_store, store
 from triptych.metronix.pg_store import PostgresKnowledgeStore
 
 # Rows read and written per batch: bounded memory whatever the size of the data directory.
@@ -130,7 +130,7 @@ def _source(data_dir: Path) -> Database:
             hint="Pass the data directory the embedded server used (--data-dir or TRIPTYCH_DATA_DIR)",
         )
     db = Database(path, store.MIGRATIONS)  # brings an older file to the current schema first
-    db.migrate("memory", memory_store.MIGRATIONS)
+    db.migrate("memory", memory_schema_sqlite.MIGRATIONS)
     return db
 
 
@@ -234,7 +234,7 @@ def _to_embedded(table: str, columns: Sequence[str], row: tuple[Any, ...]) -> tu
 def _target(data_dir: Path, url: str) -> Database:
     path = data_dir / "metronix.db"
     db = Database(path, store.MIGRATIONS)
-    db.migrate("memory", memory_store.MIGRATIONS)
+    db.migrate("memory", memory_schema_sqlite.MIGRATIONS)
     for table in ("documents", "memory_records"):
         if db.conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]:
             db.close()

@@ -681,7 +681,3 @@ class PostgresKnowledgeStore:
         for thread in running:  # a load in flight holds a pooled connection
             thread.join(30)
         self.db.close()
-
-
-# The name it had before issue 29 ("one implementation per engine, named after its engine").
-PgKnowledgeStore = PostgresKnowledgeStore
