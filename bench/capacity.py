@@ -182,21 +182,30 @@ class Site:
             "TRIPTYCH_LOG_LEVEL": "warning",
             "MG_MAX_ROWS": "5000",
         }
+        self.data, self.env, self.workers = data, env, workers
         self.server = start_workers(ServerProcess(data, env), workers, timeout=600)
-        self.workers = workers
         self.agent_key = metergraph_key(data, "capacity", "debug", database_url=self.url)
         self.app_token = metergraph_key(data, "capacity", app=True, database_url=self.url)
-        supervisor = self.server.process.pid if self.server.process else 0
         postmaster = int((self.cluster.root / "data" / "postmaster.pid").read_text().split()[0])
-        self.worker_pids = lambda: children(supervisor)
         self.meter = Meter(
             {
-                "workers": lambda: [supervisor, *children(supervisor)],
+                "workers": lambda: [self.supervisor(), *self.worker_pids()],
                 "postgresql": lambda: [postmaster, *children(postmaster)],
                 "clickhouse": lambda: [self.clickhouse.pid],
                 "clients": lambda: [os.getpid()],
             }
         )
+
+    def supervisor(self) -> int:
+        return self.server.process.pid if self.server.process else 0
+
+    def worker_pids(self) -> list[int]:
+        return children(self.supervisor())
+
+    def restart(self) -> None:
+        """New worker processes (same data): each RAM figure starts from workers that hold nothing yet."""
+        stop_all(self.server)
+        self.server = start_workers(ServerProcess(self.data, self.env), self.workers, timeout=600)
 
     def rss(self) -> list[float]:
         return [rss_mb(pid) for pid in sorted(self.worker_pids())]
@@ -223,7 +232,17 @@ async def tool(client: Any, name: str, args: dict[str, Any]) -> dict[str, Any]:
     body = result.content[0].text if result.content else "{}"
     if result.is_error:
         raise RuntimeError(f"{name} refused: {body[:400]}")
+    if result.structured_content:
+        return dict(result.structured_content)
     return dict(json.loads(body)) if body.startswith("{") else {}
+
+
+def hit_count(payload: dict[str, Any]) -> int:
+    """How many results a search answered (a check that the tenant was really searched)."""
+    for key in ("results", "hits", "memories", "items"):
+        if isinstance(payload.get(key), list):
+            return len(payload[key])
+    return -1
 
 
 @asynccontextmanager
@@ -337,7 +356,8 @@ async def families(site: Site, calls: int, n_sessions: int, rng: np.random.Gener
     ingest_headers = {"Authorization": f"Bearer {site.app_token}", "Content-Type": "application/json",
                       "Content-Encoding": "gzip"}  # fmt: skip
     batch_rows = 50
-    rows = [r for b in generate(calls * batch_rows, seed=31) for r in b]
+    tag = uuid.uuid4().hex[:6]  # this pass's documents and nodes are new ones
+    rows = [r for b in generate(calls * batch_rows, seed=int(rng.integers(1 << 30))) for r in b]
     bodies = [
         gzip.compress(json.dumps({"schema_version": 1, "rows": rows[k : k + batch_rows]}).encode(), 1)
         for k in range(0, len(rows), batch_rows)
@@ -369,7 +389,7 @@ async def families(site: Site, calls: int, n_sessions: int, rng: np.random.Gener
         steps: list[tuple[str, Sequence[Any], Call, int]] = [
             ("health (baseline)", plain, health, 4 * calls),
             ("metronix_store", mx, lambda c, i: tool(c, "metronix_store", {
-                "content": texts[i], "doc_label": f"doc-{i}", "workspace_id": ws(i)}), calls),
+                "content": texts[i], "doc_label": f"doc-{tag}-{i}", "workspace_id": ws(i)}), calls),
             ("metronix_search_fast", mx, lambda c, i: tool(c, "metronix_search_fast", {
                 "query": queries[i], "workspace_id": ws(i)}), 2 * calls),
             ("memory_store", mx, lambda c, i: tool(c, "memory_store", {
@@ -377,7 +397,7 @@ async def families(site: Site, calls: int, n_sessions: int, rng: np.random.Gener
             ("memory_search", mx, lambda c, i: tool(c, "memory_search", {
                 "query": queries[-1 - i], "workspace_id": ws(i), "agent_id": "bench"}), 2 * calls),
             ("hadron_create_node", hd, lambda c, i: tool(c, "hadron_create_node", {
-                "loc": f"{mem(i).replace('hrn:mem:', 'hrn:node:')}:n{i}", "name": f"Note {i}",
+                "loc": f"{mem(i).replace('hrn:mem:', 'hrn:node:')}:n{tag}x{i}", "name": f"Note {i}",
                 "content": notes[i]}), calls),
             ("hadron_find_nodes", hd, lambda c, i: tool(c, "hadron_find_nodes", {
                 "query": queries[i], "memoryUrn": mem(i)}), 2 * calls),
@@ -408,12 +428,15 @@ async def families(site: Site, calls: int, n_sessions: int, rng: np.random.Gener
 # -- RAM and bytes per item ------------------------------------------------------------------------
 
 
-async def touch(site: Site, path: str, headers: dict[str, str], name: str, args: dict[str, Any]) -> None:
-    """One search through every worker (each loads its mirror of the tenant), then a short settle."""
+async def touch(site: Site, path: str, headers: dict[str, str], name: str, args: dict[str, Any]) -> list[int]:
+    """One search through every worker (each loads its mirror of the tenant), then a short settle; the
+    number of results each worker answered."""
+    hits = []
     for worker in range(1, site.workers + 1):
         async with on_worker(site, worker, headers, path) as client:
-            await tool(client, name, args)
+            hits.append(hit_count(await tool(client, name, args)))
     await asyncio.sleep(2.0)
+    return hits
 
 
 def mean_growth(before: list[float], after: list[float]) -> float:
@@ -421,26 +444,39 @@ def mean_growth(before: list[float], after: list[float]) -> float:
 
 
 async def grow(
-    site: Site, items: int, load: Callable[[int, int], Awaitable[None]], search: Callable[[], Awaitable[None]]
+    site: Site,
+    items: int,
+    load: Callable[[int, int], Awaitable[None]],
+    search: Callable[[], Awaitable[list[int]]],
+    steps: int = 4,
 ) -> dict[str, Any]:
-    """A new tenant written in two halves, searched through every worker after each: RSS per 1,000 items
-    is the second half's growth (the slope, past the tenant's first load), and what the first half grew
-    beyond that slope is the tenant's fixed cost of being resident (its structures, first allocations)."""
-    half = items // 2
-    rss0, db0 = site.rss(), site.db_bytes()
-    await load(0, half)
-    await search()
-    rss1 = site.rss()
-    await load(half, items)
-    await search()
-    rss2, db2 = site.rss(), site.db_bytes()
-    slope = mean_growth(rss1, rss2) / (items - half)
+    """A new tenant written in ``steps`` parts, searched through every worker after each (the search
+    loads, then follows, each worker's in-process indexes of it), the workers' RSS read after each. RAM
+    per 1,000 items is the least-squares slope of the mean RSS over the items after the first part (RSS
+    moves in steps as the allocator takes and returns memory: several points, not two); what the first
+    part grew beyond that slope is the tenant's fixed cost of being resident."""
+    points = [(0, site.rss())]
+    db0 = site.db_bytes()
+    hits: list[list[int]] = []
+    began = time.perf_counter()
+    for k in range(steps):
+        lo, hi = items * k // steps, items * (k + 1) // steps
+        await load(lo, hi)
+        hits.append(await search())
+        points.append((hi, site.rss()))
+    db1 = site.db_bytes()
+    xs = np.array([n for n, _ in points[1:]], dtype=np.float64)
+    ys = np.array([statistics.fmean(r) for _, r in points[1:]], dtype=np.float64)
+    slope = float(np.polyfit(xs, ys, 1)[0]) if len(xs) > 1 else 0.0
+    first = statistics.fmean(points[1][1]) - statistics.fmean(points[0][1])
     return {
         "items": items,
-        "rss_mb": [[round(x, 1) for x in r] for r in (rss0, rss1, rss2)],
+        "rss_mb": {n: [round(x, 1) for x in r] for n, r in points},
+        "results_per_search": hits,
         "rss_mb_per_1000_per_worker": round(1000 * slope, 2),
-        "rss_mb_first_load_beyond_slope": round(mean_growth(rss0, rss1) - slope * half, 2),
-        "db_bytes_per_item": round((db2 - db0) / items),
+        "rss_mb_first_part_beyond_slope": round(first - slope * points[1][0], 2),
+        "db_bytes_per_item": round((db1 - db0) / items),
+        "seconds": round(time.perf_counter() - began, 1),
     }
 
 
@@ -456,19 +492,22 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
         print(f"  {name}: {json.dumps(out[name])}", file=sys.stderr, flush=True)
 
     try:
-        # Warm each worker's search paths on other tenants first, so what grows is the new tenant's.
-        await touch(site, "/mcp", admin, "metronix_search_fast", {"query": "warm", "workspace_id": ws(1)})
-        await touch(
-            site, "/mcp", admin, "memory_search", {"query": "warm", "workspace_id": ws(1), "agent_id": "x"}
-        )
-        for mode in ("keyword", "hybrid"):
+
+        async def fresh() -> None:
+            """New workers, their search paths warmed on other (small) tenants: what grows next is the
+            new tenant's, not the code's first allocations or what another phase freed."""
+            site.restart()
+            await touch(site, "/mcp", admin, "metronix_search_fast", {"query": "warm", "workspace_id": ws(1)})
             await touch(
                 site,
-                "/hadron/mcp",
-                alice,
-                "hadron_find_nodes",
-                {"query": "warm", "memoryUrn": mem(1), "mode": mode},
+                "/mcp",
+                admin,
+                "memory_search",
+                {"query": "warm", "workspace_id": ws(1), "agent_id": "x"},
             )
+            for mode in ("keyword", "hybrid"):
+                await touch(site, "/hadron/mcp", alice, "hadron_find_nodes",
+                            {"query": "warm", "memoryUrn": mem(1), "mode": mode})  # fmt: skip
 
         async def documents(lo: int, hi: int) -> None:
             for d in range(lo // 10, hi // 10):  # 10 chunks per document
@@ -476,11 +515,12 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
                 kb.put_document(NewDocument("ram-kb", f"doc-{d}", None, "\n\n".join(chunks), "text", None, None,
                                             {}, uuid.uuid4().hex, chunks, unit(rng, 10)))  # fmt: skip
 
-        async def kb_search() -> None:
-            await touch(
+        async def kb_search() -> list[int]:
+            return await touch(
                 site, "/mcp", admin, "metronix_search_fast", {"query": text(rng, 3), "workspace_id": "ram-kb"}
             )
 
+        await fresh()
         out["kb chunks"] = await grow(site, items, documents, kb_search)
         show("kb chunks")
 
@@ -491,10 +531,11 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
                     record(f"{text(rng, 30)} {k}", "ram-mem"), vectors[k - lo], set(), enqueue=False
                 )
 
-        async def memory_search() -> None:
-            await touch(site, "/mcp", admin, "memory_search",
+        async def memory_search() -> list[int]:
+            return await touch(site, "/mcp", admin, "memory_search",
                         {"query": text(rng, 3), "workspace_id": "ram-mem", "agent_id": "hermes"})  # fmt: skip
 
+        await fresh()
         out["memories"] = await grow(site, items, records, memory_search)
         show("memories")
 
@@ -509,11 +550,16 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
                 )
                 hadron.nodes.create(caller, state, f"hrn:node:{ORG}:ram:n{i}", fields, None)
 
-        async def node_search() -> None:  # keyword (the default) and hybrid: both of the memory's indexes
+        async def node_search() -> list[
+            int
+        ]:  # keyword (the default) and hybrid: both of the memory's indexes
+            hits: list[int] = []
             for mode in ("keyword", "hybrid"):
-                await touch(site, "/hadron/mcp", alice, "hadron_find_nodes",
-                            {"query": text(rng, 3), "memoryUrn": f"hrn:mem:{ORG}:ram", "mode": mode})  # fmt: skip
+                hits += await touch(site, "/hadron/mcp", alice, "hadron_find_nodes",
+                                    {"query": text(rng, 3), "memoryUrn": f"hrn:mem:{ORG}:ram", "mode": mode})  # fmt: skip
+            return hits
 
+        await fresh()
         out["hadron nodes"] = await grow(site, nodes, hadron_nodes, node_search)
         show("hadron nodes")
 
@@ -527,7 +573,8 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
                 memories.insert(record(text(rng, 30), f"resident-{t}"), unit(rng, 1)[0], set(), enqueue=False)
                 loaded.append(t)
 
-        async def tenant_search() -> None:
+        async def tenant_search() -> list[int]:
+            hits: list[int] = []
             while loaded:
                 name = f"resident-{loaded.pop()}"
                 for tool_name, args in (
@@ -536,10 +583,12 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
                 ):
                     for worker in range(1, site.workers + 1):
                         async with on_worker(site, worker, admin, "/mcp") as client:
-                            await tool(client, tool_name, args)
+                            hits.append(hit_count(await tool(client, tool_name, args)))
+            return hits
             await asyncio.sleep(2.0)
 
         name = "resident tenants (a workspace of 1 chunk and 1 memory, searched)"
+        await fresh()
         out[name] = await grow(site, tenants, small_tenants, tenant_search)
         out[name]["rss_mb_per_tenant_per_worker"] = round(
             out[name].pop("rss_mb_per_1000_per_worker") / 1000, 3
@@ -599,10 +648,11 @@ async def tenant_writes(site: Site, writes: int, rounds: int, rng: np.random.Gen
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--calls", type=int, default=120, help="calls per write family (reads: twice, /health 4x)")
+    p.add_argument("--calls", type=int, default=100, help="calls per write family (reads: twice, /health 4x)")
+    p.add_argument("--passes", type=int, default=2, help="passes over the families (medians reported)")
     p.add_argument("--sessions", type=int, default=4, help="concurrent clients per family")
-    p.add_argument("--items", type=int, default=2000, help="chunks, and memories, for RAM per item")
-    p.add_argument("--nodes", type=int, default=600, help="Hadron nodes for RAM per item")
+    p.add_argument("--items", type=int, default=3000, help="chunks, and memories, for RAM per item")
+    p.add_argument("--nodes", type=int, default=1200, help="Hadron nodes for RAM per item")
     p.add_argument("--tenants", type=int, default=20, help="resident tenants for RAM per tenant")
     p.add_argument("--writes", type=int, default=96, help="writes per tenant-spread round")
     p.add_argument("--rounds", type=int, default=4, help="tenant-spread rounds (1 4 4 1 ...)")
@@ -633,23 +683,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["seconds"] = round(time.perf_counter() - started)
     out = args.json or Path("/tmp/triptych-bench") / f"capacity-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_json(out, results)
-    print(json.dumps({k: v for k, v in results.items() if k != "tenant_writes"}, indent=2))
+    print(json.dumps({k: v for k, v in results.items() if k not in ("tenant_writes", "families")}, indent=2))
     if "tenant_writes" in results:
         print(json.dumps(results["tenant_writes"]["summary"], indent=2))
     print(f"results: {out}", file=sys.stderr)
     return 0
 
 
+def medians(passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per family: the median over passes of each process group's CPU ms per call, with the range."""
+    found: dict[str, Any] = {}
+    for name, first in passes[0].items():
+        if not isinstance(first, dict):
+            found[name] = statistics.median(p[name] for p in passes if p[name] is not None)
+            continue
+        groups = first["cpu_ms_per_call"]
+        found[name] = {
+            group: {
+                "median": round(statistics.median(p[name]["cpu_ms_per_call"][group] for p in passes), 2),
+                "range": [round(f(p[name]["cpu_ms_per_call"][group] for p in passes), 2) for f in (min, max)],
+            }
+            for group in groups
+        }
+        found[name]["calls_per_s"] = statistics.median(p[name]["calls_per_s"] for p in passes)
+        found[name]["worker_cpu_vs_health"] = statistics.median(
+            p[name]["worker_cpu_vs_health"] for p in passes
+        )
+    return found
+
+
 def run_phases(
     site: Site, args: argparse.Namespace, skip: set[str], results: dict[str, Any], rng: np.random.Generator
 ) -> None:
     results["rss_mb_idle"] = [round(x, 1) for x in site.rss()]
-    if "families" not in skip:
-        print("CPU per call, per family:", file=sys.stderr, flush=True)
-        results["families"] = asyncio.run(families(site, args.calls, args.sessions, rng))
+    # RAM first, on workers that have served nothing else yet: what the families phase allocates and
+    # frees would otherwise be reused by the indexes without RSS growing.
     if "ram" not in skip:
         print("RAM and bytes per item:", file=sys.stderr, flush=True)
         results["per_item"] = asyncio.run(ram(site, args.items, args.nodes, args.tenants, rng))
+    if "families" not in skip:
+        passes = []
+        for n in range(args.passes):
+            print(f"CPU per call, per family (pass {n + 1} of {args.passes}):", file=sys.stderr, flush=True)
+            passes.append(asyncio.run(families(site, args.calls, args.sessions, rng)))
+        results["families"] = passes
+        results["families_median"] = medians(passes)
     if "tenants" not in skip:
         print("writes, one tenant vs four:", file=sys.stderr, flush=True)
         results["tenant_writes"] = asyncio.run(tenant_writes(site, args.writes, args.rounds, rng))
