@@ -301,6 +301,13 @@ async def http_clients(
         yield found
 
 
+async def idle_rate(site: Site, seconds: float = 10.0) -> dict[str, float]:
+    """CPU ms per second of each process group while nobody calls."""
+    before = site.meter.snap()
+    await asyncio.sleep(seconds)
+    return {k: round(1000 * v / seconds, 2) for k, v in site.meter.since(before).items()}
+
+
 async def drive(site: Site, clients: Sequence[Any], call: Call, calls: int) -> dict[str, Any]:
     """``calls`` calls shared by ``clients`` (each client's in sequence); CPU per call and calls/s."""
     counter = itertools.count()
@@ -409,9 +416,21 @@ async def families(site: Site, calls: int, n_sessions: int, rng: np.random.Gener
             ("metergraph_get_usage", mg, lambda c, i: tool(c, "metergraph_get_usage", {"days": 7}), 2 * calls),
             ("health (baseline, again)", plain, health, 4 * calls),
         ]  # fmt: skip
+        # The workers' background work (detector sweeps, webhook and lease polls, ClickHouse merges):
+        # CPU per second with no call at all, before and after; each family's "net" figure subtracts it
+        # for the family's wall time.
+        idle = [await idle_rate(site)]
         for name, clients, call, n in steps:
             out[name] = await drive(site, clients, call, n)
             print(f"  {name}: {json.dumps(out[name])}", file=sys.stderr, flush=True)
+        idle.append(await idle_rate(site))
+        out["idle_cpu_ms_per_s"] = idle
+        for result in [r for r in out.values() if isinstance(r, dict) and "wall_s" in r]:
+            result["cpu_ms_per_call_net"] = {
+                group: round(max(0.0, used - statistics.fmean(i[group] for i in idle) * result["wall_s"]
+                                 / result["calls"]), 2)
+                for group, used in result["cpu_ms_per_call"].items()
+            }  # fmt: skip
     base = statistics.fmean(
         out[k]["cpu_ms_per_call"]["workers"] for k in ("health (baseline)", "health (baseline, again)")
     )
@@ -694,16 +713,21 @@ def medians(passes: list[dict[str, Any]]) -> dict[str, Any]:
     """Per family: the median over passes of each process group's CPU ms per call, with the range."""
     found: dict[str, Any] = {}
     for name, first in passes[0].items():
+        if isinstance(first, list):
+            found[name] = [p[name] for p in passes]
+            continue
         if not isinstance(first, dict):
             found[name] = statistics.median(p[name] for p in passes if p[name] is not None)
             continue
-        groups = first["cpu_ms_per_call"]
+        if "cpu_ms_per_call" not in first:
+            continue
         found[name] = {
-            group: {
-                "median": round(statistics.median(p[name]["cpu_ms_per_call"][group] for p in passes), 2),
-                "range": [round(f(p[name]["cpu_ms_per_call"][group] for p in passes), 2) for f in (min, max)],
+            f"{group}{suffix}": {
+                "median": round(statistics.median(p[name][field][group] for p in passes), 2),
+                "range": [round(f(p[name][field][group] for p in passes), 2) for f in (min, max)],
             }
-            for group in groups
+            for field, suffix in (("cpu_ms_per_call", ""), ("cpu_ms_per_call_net", " net"))
+            for group in first[field]
         }
         found[name]["calls_per_s"] = statistics.median(p[name]["calls_per_s"] for p in passes)
         found[name]["worker_cpu_vs_health"] = statistics.median(
