@@ -441,6 +441,11 @@ async def families(site: Site, calls: int, n_sessions: int, rng: np.random.Gener
         parts = http.get(site.ch_url, params={"query": (
             "SELECT sum(bytes_on_disk), sum(rows) FROM system.parts"
             " WHERE active AND database = 'capacity' AND table = 'calls'")}).text.split()  # fmt: skip
+    with psycopg.connect(site.url) as conn:  # the connections the workers hold open after all that
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    out["postgresql_connections"] = int(row[0]) if row else None
     out["clickhouse_bytes_per_row"] = round(int(parts[0]) / max(1, int(parts[1])), 1) if parts else None
     return out
 
