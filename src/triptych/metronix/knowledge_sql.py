@@ -9,19 +9,20 @@ searches. Each engine's DDL is its own module (``knowledge_schema_sqlite``, ``kn
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from triptych.core.keyword_index import Document
+from triptych.core.keyword_index import Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.search import Vector, VectorIndex
 from triptych.metronix import knowledge_model
 from triptych.metronix.dialect import Dialect
 from triptych.metronix.knowledge_model import (
     DOCUMENT_COLUMNS,
+    Candidates,
     DocumentRecord,
     NewDocument,
     document_from_row,
@@ -88,6 +89,16 @@ class KnowledgeSql:
         )
 
 
+class Written(NamedTuple):
+    """A committed document write, for the caches of the process that made it."""
+
+    workspace_id: str
+    before: int  # the workspace's generation before it (after: one more)
+    texts: list[Document]  # the chunks added, as the keyword index takes them
+    vectors: list[tuple[int, Vector]]  # the chunks added, as the vector index takes them
+    removed: list[int]  # the chunk ids removed
+
+
 class KnowledgeQueries:
     """What both engines' knowledge stores do alike, over their ``sql``. An engine supplies ``_one``
     and ``_all`` (one statement outside a transaction, rows read by position and name), ``_writing``
@@ -96,6 +107,7 @@ class KnowledgeQueries:
 
     sql: KnowledgeSql
     index: VectorIndex
+    keywords: KeywordIndex
     _gate: WriteGate
 
     def _one(self, query: str, params: Sequence[Any] = ()) -> Any:
@@ -110,15 +122,12 @@ class KnowledgeQueries:
     def _vector_value(self, vec: Vector) -> Any:
         raise NotImplementedError
 
-    def _after_commit(
-        self,
-        workspace_id: str,
-        before: int,
-        texts: list[Document],
-        added: list[tuple[int, Vector]],
-        removed: list[int],
-    ) -> None:
+    def _after_commit(self, write: Written) -> None:
         raise NotImplementedError
+
+    def _catch_up(self, workspace_id: str, generation: int) -> None:
+        """Bring the keyword index up to ``generation`` from writes other processes made, if the engine
+        has any (SQLite's one writer process has none: its writes reach its caches at commit)."""
 
     def _scalar(self, query: str, params: Sequence[Any] = ()) -> int:
         row = self._one(query, params)
@@ -187,7 +196,7 @@ class KnowledgeQueries:
                 added.append((chunk_id, vec))
                 texts.append((chunk_id, keyword_columns(doc.title, text)))
             self._log_write(conn, doc.workspace_id, before + 1, [i for i, _ in added], removed)
-        self._after_commit(doc.workspace_id, before, texts, added, removed)
+        self._after_commit(Written(doc.workspace_id, before, texts, added, removed))
         return len(added)
 
     @gated
@@ -204,7 +213,7 @@ class KnowledgeQueries:
             removed = [int(r[0]) for r in conn.execute(sql.delete_chunks, (row[0],)).fetchall()]
             conn.execute(sql.delete_document, (row[0],))
             self._log_write(conn, workspace_id, before + 1, [], removed)
-        self._after_commit(workspace_id, before, [], [], removed)
+        self._after_commit(Written(workspace_id, before, [], [], removed))
         return True
 
     def get_document(self, workspace_id: str, doc_label: str) -> DocumentRecord | None:
@@ -231,7 +240,22 @@ class KnowledgeQueries:
         rows = self._all(self.sql.labels_with_prefix, (workspace_id, len(prefix), prefix))
         return {str(r[0]): str(r[1]) for r in rows}
 
-    # -- keyword documents and re-embedding ----------------------------------------
+    # -- keyword search, keyword documents and re-embedding --------------------------------
+
+    def keyword_search(
+        self, workspace_id: str, query: str, limit: int, generation: int | None = None
+    ) -> list[tuple[int, float]]:
+        """BM25 over the workspace's chunks (title and body), with the workspace's own statistics."""
+        if generation is None:
+            generation = self._generation(workspace_id)
+        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
+        self._catch_up(workspace_id, generation)
+        return self.keywords.search(workspace_id, generation, query, limit)
+
+    def keyword_candidates(self, workspace_id: str, query: str, limit: int, generation: int) -> Candidates:
+        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
+        self._catch_up(workspace_id, generation)
+        return bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
 
     def _load_keyword_documents(self, workspace_id: str) -> list[Document]:
         rows = self._all(self.sql.keyword_documents, (workspace_id,))
@@ -251,3 +275,19 @@ class KnowledgeQueries:
                 return
             last = int(rows[-1][0])
             yield [(int(r[0]), r[1], str(r[2])) for r in rows]
+
+
+def bm25_candidates(
+    keywords: KeywordIndex,
+    workspace_id: str,
+    query: str,
+    limit: int,
+    generation: int,
+    large: Callable[[str], bool],
+) -> Candidates:
+    """BM25 candidates, or none ("loading") while a large workspace's keyword index loads in the
+    background: building it from 100,000 chunks took 61 s, which no search should wait for."""
+    if not keywords.current(workspace_id, generation) and large(workspace_id):
+        keywords.load_in_background(workspace_id, generation)
+        return Candidates([], "loading")
+    return Candidates(keywords.search(workspace_id, generation, query, limit), "bm25")

@@ -40,8 +40,7 @@ from triptych.metronix.knowledge_model import (
     keyword_columns,
 )
 from triptych.metronix.knowledge_schema_pg import COMPONENT, MIGRATIONS
-from triptych.metronix.knowledge_sql import KnowledgeQueries, KnowledgeSql
-from triptych.metronix.store import bm25_candidates
+from triptych.metronix.knowledge_sql import KnowledgeQueries, KnowledgeSql, Written
 
 log = logging.getLogger(__name__)
 
@@ -144,42 +143,21 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         )
         self._prune_log(conn, [(workspace_id, generation)])
 
-    def _after_commit(
-        self,
-        workspace_id: str,
-        before: int,
-        texts: list[tuple[int, Sequence[tuple[str, float]]]],
-        added: list[tuple[int, Vector]],
-        removed: list[int],
-    ) -> None:
+    def _after_commit(self, write: Written) -> None:
         """This worker's caches brought up to its committed write. The write is stored whatever happens
         here: a failure (the database gone between the commit and the catch-up) leaves the caches behind,
         and the next search catches them up, so it is logged, not reported as a failed write."""
+        workspace_id, before, removed = write.workspace_id, write.before, write.removed
         try:
             self._catch_up(workspace_id, before)
-            self.keywords.apply(workspace_id, before, before + 1, added=texts, removed=removed)
-            self._mirror_apply(workspace_id, before, added, removed)
+            self.keywords.apply(workspace_id, before, before + 1, added=write.texts, removed=removed)
+            self._mirror_apply(workspace_id, before, write.vectors, removed)
         except Exception:
             log.warning(
                 "updating the caches of workspace %s after a write failed", workspace_id, exc_info=True
             )
 
     # -- retrieval ------------------------------------------------------------
-
-    def keyword_search(
-        self, workspace_id: str, query: str, limit: int, generation: int | None = None
-    ) -> list[tuple[int, float]]:
-        """BM25 over the workspace's chunks (title and body), with the workspace's own statistics."""
-        if generation is None:
-            generation = self._generation(workspace_id)
-        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
-        self._catch_up(workspace_id, generation)
-        return self.keywords.search(workspace_id, generation, query, limit)
-
-    def keyword_candidates(self, workspace_id: str, query: str, limit: int, generation: int) -> Candidates:
-        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
-        self._catch_up(workspace_id, generation)
-        return bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
 
     def dense_candidates(
         self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False

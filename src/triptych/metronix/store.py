@@ -9,7 +9,7 @@ workspace's BM25 statistics are its own: one tenant's documents never move anoth
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from triptych.core.db import Database
-from triptych.core.keyword_index import Document, KeywordIndex
+from triptych.core.keyword_index import KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.search import Vector, VectorIndex
 from triptych.core.vector_files import Fingerprint, VectorFiles
@@ -35,7 +35,7 @@ from triptych.metronix.knowledge_model import (
     utcnow,
 )
 from triptych.metronix.knowledge_schema_sqlite import MIGRATIONS
-from triptych.metronix.knowledge_sql import KnowledgeQueries, KnowledgeSql
+from triptych.metronix.knowledge_sql import KnowledgeQueries, KnowledgeSql, Written, bm25_candidates
 
 # Names other modules import from here (the records moved to ``knowledge_model``, the DDL to
 # ``knowledge_schema_sqlite``).
@@ -131,27 +131,12 @@ class SqliteKnowledgeStore(KnowledgeQueries):
     def _vector_value(self, vec: Vector) -> Any:
         return vec.tobytes()
 
-    def _after_commit(
-        self,
-        workspace_id: str,
-        before: int,
-        texts: list[Document],
-        added: list[tuple[int, Vector]],
-        removed: list[int],
-    ) -> None:
-        self.index.apply(workspace_id, before, before + 1, added=added, removed=removed)
-        self.keywords.apply(workspace_id, before, before + 1, added=texts, removed=removed)
+    def _after_commit(self, write: Written) -> None:
+        workspace, before, removed = write.workspace_id, write.before, write.removed
+        self.index.apply(workspace, before, before + 1, added=write.vectors, removed=removed)
+        self.keywords.apply(workspace, before, before + 1, added=write.texts, removed=removed)
 
     # -- retrieval ------------------------------------------------------------
-
-    def keyword_search(
-        self, workspace_id: str, query: str, limit: int, generation: int | None = None
-    ) -> list[tuple[int, float]]:
-        """BM25 over the workspace's chunks (title and body), with the workspace's own statistics."""
-        if generation is None:
-            generation = self._generation(workspace_id)
-        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
-        return self.keywords.search(workspace_id, generation, query, limit)
 
     def warm(self) -> None:
         """Load every workspace's vector and keyword indexes (best effort: a search loads what is missing).
@@ -173,10 +158,6 @@ class SqliteKnowledgeStore(KnowledgeQueries):
             generation = self._generation(workspace_id)
         self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
         return self.index.search(workspace_id, generation, query, limit)
-
-    def keyword_candidates(self, workspace_id: str, query: str, limit: int, generation: int) -> Candidates:
-        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
-        return bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
 
     def dense_candidates(
         self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False
@@ -255,19 +236,3 @@ class SqliteKnowledgeStore(KnowledgeQueries):
     def close(self) -> None:
         self.index.save_all()  # the next start loads the graphs instead of building them
         self.db.close()
-
-
-def bm25_candidates(
-    keywords: KeywordIndex,
-    workspace_id: str,
-    query: str,
-    limit: int,
-    generation: int,
-    large: Callable[[str], bool],
-) -> Candidates:
-    """BM25 candidates, or none ("loading") while a large workspace's keyword index loads in the
-    background: building it from 100,000 chunks took 61 s, which no search should wait for."""
-    if not keywords.current(workspace_id, generation) and large(workspace_id):
-        keywords.load_in_background(workspace_id, generation)
-        return Candidates([], "loading")
-    return Candidates(keywords.search(workspace_id, generation, query, limit), "bm25")
