@@ -40,7 +40,6 @@ class KnowledgeSql:
     def __init__(self, d: Dialect, prefix: str) -> None:
         p, meta, workspaces = d.p, prefix + "meta", prefix + "workspaces"
         documents, chunks = prefix + "documents", prefix + "chunks"
-        self.documents, self.chunks = documents, chunks
         self.embedding_model = (
             f"SELECT key, value FROM {meta} WHERE key IN ('embedding_model', 'embedding_dim')"
         )
@@ -48,8 +47,8 @@ class KnowledgeSql:
             f"INSERT INTO {meta} VALUES ({p}, {p}) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
         )
         self.count_chunks = f"SELECT count(*) FROM {chunks}"
-        # ``lock``: the workspace's row held until commit where writers of one workspace run at once.
         self.generation = f"SELECT generation FROM {workspaces} WHERE id = {p}"
+        # Inside a write: the row held until commit where writers of one workspace can run at once.
         self.lock_generation = self.generation + d.lock_rows
         self.set_generation = f"UPDATE {workspaces} SET generation = {p} WHERE id = {p}"
         self.add_workspace = (
@@ -69,7 +68,10 @@ class KnowledgeSql:
         self.document_hash = f"SELECT content_hash FROM {documents} WHERE {by_label}"
         self.count_documents = f"SELECT count(*) FROM {documents} WHERE workspace_id = {p}"
         # LIKE would be case-insensitive and treat _ and % as wildcards: compare the prefix exactly.
-        self.labels_with_prefix = f"SELECT doc_label, content_hash FROM {documents} WHERE workspace_id = {p} AND substr(doc_label, 1, {p}) = {p}"
+        self.labels_with_prefix = (
+            f"SELECT doc_label, content_hash FROM {documents}"
+            f" WHERE workspace_id = {p} AND substr(doc_label, 1, {p}) = {p}"
+        )
         self.insert_document = (
             f"INSERT INTO {documents} ({DOCUMENT_COLUMNS}) VALUES ({d.marks(12)}) RETURNING id"
         )

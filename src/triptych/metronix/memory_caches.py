@@ -4,7 +4,8 @@ Split from ``memory_store.py`` (issue 29): the vector, keyword, adjacency and at
 workspace, their loaders (read from the records), the two counters that say how current each is
 (``memory_counters``), the per-thread snapshot of those counters a search reads once, and the hand-over
 of a committed write to every index (the change logs of ``PartitionCache.apply``). Each engine's store
-owns one ``MemoryCaches`` over its database; the SQL here runs on both engines.
+owns one ``MemoryCaches`` over its database and ``dialect``; the SQL here runs on both engines,
+its placeholders the dialect's (``metronix/dialect.py``).
 """
 
 from __future__ import annotations
