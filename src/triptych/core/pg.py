@@ -260,6 +260,10 @@ class Result:
         return iter(self.fetchall())
 
 
+# A ``:name`` placeholder of SQLite's named style, not the second colon of a ``::type`` cast.
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
 class NativeConnection:
     """A store's ``conn``: ``execute(sql, params)`` of statements written for psycopg (``%s`` or
     ``%(name)s`` placeholders, ``%%`` for a literal ``%``), sent as written; rows read by position and by
@@ -307,10 +311,6 @@ class NativeConnection:
                 return Result([], cursor.rowcount)
 
         return self._db.run(run)
-
-
-# A ``:name`` placeholder of SQLite's named style, not the second colon of a ``::type`` cast.
-_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
 class PortableConnection(NativeConnection):
