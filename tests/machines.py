@@ -64,7 +64,9 @@ def start_machines(root: Path, database_url: str, clickhouse_url: str, hadron_wo
         "MG_WEBHOOK_KEY": WEBHOOK_KEY,
     }
     servers = [
-        ServerProcess(dirs[i], {**shared, "TRIPTYCH_PEERS": f"http://127.0.0.1:{ports[1 - i]}"}, fixed_port=ports[i])
+        ServerProcess(
+            dirs[i], {**shared, "TRIPTYCH_PEERS": f"http://127.0.0.1:{ports[1 - i]}"}, fixed_port=ports[i]
+        )
         for i in range(2)
     ]
     errors = run_threads(lambda i: servers[i].start(), 2)

@@ -115,6 +115,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # the grace, so a held Hadron stream cannot keep the process forever), then re-raises the signal:
     # ending there with 0 tells a service manager the stop was clean.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    if settings.peers:  # one machine of several: sessions held by another machine are relayed there
+        from triptych.peers import relayed
+
+        app = relayed(app, settings.peers)[0]
     uvicorn.run(
         app,
         host=settings.host,
@@ -186,7 +190,7 @@ def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
                 report_ready()
 
     # Outermost, the relay: a relayed answer keeps the X-Triptych-Worker of the worker that gave it.
-    app, own = relayed(named_worker(app))
+    app, own = relayed(named_worker(app), settings.peers)
     config = uvicorn.Config(
         app,
         log_level=settings.log_level,

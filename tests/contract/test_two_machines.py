@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,6 +34,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from postgres import PostgresCluster
 
+sys.path.insert(0, str(Path(__file__).parent))
+from test_server_workers import ok  # noqa: E402
+
 ADMIN = token("root", "admin")
 A, B = 0, 1
 SPECS = "hrn:mem:acme.com:specs"
@@ -42,7 +47,9 @@ def machines(
     postgres: PostgresCluster, clickhouse: ClickHouseEndpoint, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Machines]:
     pair = start_machines(
-        tmp_path_factory.mktemp("two-machines"), postgres.create_database("twomachines"), clickhouse.database_url()
+        tmp_path_factory.mktemp("two-machines"),
+        postgres.create_database("twomachines"),
+        clickhouse.database_url(),
     )
     try:
         yield pair
@@ -74,12 +81,6 @@ async def hadron(
         with machines.balancer.pinned(machine):
             async with Client(transport) as client:
                 yield Session(client)
-
-
-async def ok(session: McpSession, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await session.call(tool, **arguments)
-    assert not result.is_error, result.data
-    return result.data
 
 
 def ws() -> str:
@@ -250,7 +251,8 @@ async def test_a_machine_killed_under_load_loses_no_acknowledged_write_and_clien
     w = ws()
     acked: dict[str, list[str]] = {"memory": [], "node": []}
     killed = asyncio.Event()
-    after: dict[str, int] = {"memory": 0, "node": 0}
+    after: dict[str, int] = {"memory": 0, "node": 0}  # writes acknowledged after the kill
+    reconnects: list[str] = []
 
     async def memory_writer(i: int) -> None:
         n = 0
@@ -265,6 +267,7 @@ async def test_a_machine_killed_under_load_loses_no_acknowledged_write_and_clien
                             acked["memory"].append(result.data["id"])
                             after["memory"] += killed.is_set()
             except Exception:  # noqa: BLE001 - the machine died under the client: reconnect
+                reconnects.append("memory")
                 await asyncio.sleep(0.05)
 
     async def node_writer(i: int) -> None:
@@ -279,7 +282,8 @@ async def test_a_machine_killed_under_load_loses_no_acknowledged_write_and_clien
                         if not result.is_error:
                             acked["node"].append(loc)
                             after["node"] += killed.is_set()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - its session was on the dead machine: a new one
+                reconnects.append("node")
                 await asyncio.sleep(0.05)
 
     async def killer() -> None:
@@ -295,7 +299,10 @@ async def test_a_machine_killed_under_load_loses_no_acknowledged_write_and_clien
         asyncio.gather(killer(), *(memory_writer(i) for i in range(3)), *(node_writer(i) for i in range(3))),
         timeout=240,
     )
-    assert after == {"memory": 20, "node": 20}  # the clients carried on through the survivor
+    # The clients that lost their machine (every alternating Hadron client did) reconnected through the
+    # balancer and carried on, on the survivor.
+    assert after["memory"] >= 20 and after["node"] >= 20
+    assert "node" in reconnects and machines.balancer.dead == {B}
     with httpx.Client(base_url=machines.url, headers=bearer(ADMIN), timeout=30) as http:
         lost = [i for i in acked["memory"]
                 if http.get(f"/api/v1/memory/records/{i}", params={"workspace_id": w}).status_code != 200]  # fmt: skip
