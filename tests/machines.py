@@ -47,13 +47,15 @@ class Machines:
             server.stop()
 
 
-def start_machines(root: Path, database_url: str, clickhouse_url: str, hadron_world: bool = True) -> Machines:
-    """Both machines started at once (each knows the other's URL), the balancer in front."""
-    dirs = [root / "machine-a" / "data", root / "machine-b" / "data"]
+def start_machines(
+    root: Path, database_url: str, clickhouse_url: str, hadron_world: bool = True, count: int = 2
+) -> Machines:
+    """``count`` machines started at once (each knows the others' URLs), the balancer in front."""
+    dirs = [root / f"machine-{chr(ord('a') + i)}" / "data" for i in range(count)]
     for d in dirs:
         d.mkdir(parents=True)
     key = build_team(dirs[0], database_url)[0] if hadron_world else ""
-    ports = [free_port(), free_port()]
+    ports = [free_port() for _ in range(count)]
     shared = {
         "TRIPTYCH_DATABASE_URL": database_url,
         "TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": clickhouse_url,
@@ -63,13 +65,12 @@ def start_machines(root: Path, database_url: str, clickhouse_url: str, hadron_wo
         "MG_WEB_SECRET": "one-web-secret-for-every-machine",
         "MG_WEBHOOK_KEY": WEBHOOK_KEY,
     }
-    servers = [
-        ServerProcess(
-            dirs[i], {**shared, "TRIPTYCH_PEERS": f"http://127.0.0.1:{ports[1 - i]}"}, fixed_port=ports[i]
-        )
-        for i in range(2)
-    ]
-    errors = run_threads(lambda i: servers[i].start(), 2)
+    servers = []
+    for i in range(count):
+        peers = ",".join(f"http://127.0.0.1:{p}" for p in ports if p != ports[i])
+        env = {**shared, "TRIPTYCH_PEERS": peers} if peers else shared
+        servers.append(ServerProcess(dirs[i], env, fixed_port=ports[i]))
+    errors = run_threads(lambda i: servers[i].start(), count)
     if errors:
         for server in servers:
             server.stop()
