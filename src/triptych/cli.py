@@ -78,8 +78,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         settings = _settings(args)
+        unshared = _machine_local_secrets(settings)
     except ValueError as exc:  # a setting out of range or malformed
         print(f"triptych: {_problem(exc)}", file=sys.stderr)
+        return 2
+    if unshared:
+        print(f"triptych: {unshared}", file=sys.stderr)
         return 2
     _log_to_stderr(settings.log_level, settings.log_format)
     sock = worker_socket()
@@ -129,6 +133,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=REQUEST_GRACE,
     )
     return 0
+
+
+def _machine_local_secrets(settings: Settings) -> str | None:
+    """On one machine of several (``TRIPTYCH_PEERS``), the Metergraph secrets left to a file of this data
+    directory: each machine would make its own, and a page session or webhook secret made on one would
+    not open on another (decision record 0201). None when there are none, or one machine."""
+    from triptych.metergraph.settings import load_metergraph_settings
+    from triptych.metergraph.webhook_http import load_webhook_settings
+
+    if not settings.peers:
+        return None
+    missing = [name for name, value in (("MG_WEB_SECRET", load_metergraph_settings().web_secret),
+               ("MG_WEBHOOK_KEY", load_webhook_settings().key)) if not value]  # fmt: skip
+    if not missing:
+        return None
+    return (
+        f"TRIPTYCH_PEERS names other machines, so set {' and '.join(missing)} to the same value on every"
+        " machine (unset, each machine keeps its own in its data directory, and what one signs or seals"
+        " the others refuse)"
+    )
 
 
 def _where_data_lives(settings: Settings, fresh: bool) -> str:

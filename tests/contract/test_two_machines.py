@@ -13,7 +13,9 @@ every acknowledged write is read back through the survivor, and the clients carr
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -28,8 +30,8 @@ import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
 from hadron.team_world import CREW
 from hadron.world import Session, node, user_headers
-from harness import McpSession, bearer, mcp_session, token
-from machines import Machines, start_machines
+from harness import TRIPTYCH, McpSession, bearer, free_port, mcp_session, token
+from machines import WEBHOOK_KEY, Machines, start_machines
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from postgres import PostgresCluster
@@ -239,6 +241,27 @@ async def test_calls_ingested_through_one_machine_are_read_through_the_other_wit
 
 def _calls(usage: dict[str, Any]) -> int:
     return int(usage["totals"]["calls"])
+
+
+@pytest.mark.parametrize(
+    "unset", [("MG_WEB_SECRET",), ("MG_WEBHOOK_KEY",), ("MG_WEB_SECRET", "MG_WEBHOOK_KEY")]
+)
+def test_a_machine_told_of_peers_refuses_to_start_with_secrets_of_its_own(
+    unset: tuple[str, ...], tmp_path: Path
+) -> None:
+    """Unset, each secret falls back to a file of the machine's data directory: a page session signed or a
+    webhook secret sealed on one machine would be refused by the other (decision record 0201)."""
+    env = dict(os.environ)
+    env.update({"TRIPTYCH_DATA_DIR": str(tmp_path / "data"), "TRIPTYCH_PEERS": "http://127.0.0.1:9",
+                "MG_WEB_SECRET": "s" * 32, "MG_WEBHOOK_KEY": WEBHOOK_KEY})  # fmt: skip
+    for name in unset:
+        env.pop(name)
+    done = subprocess.run([TRIPTYCH, "serve", "--port", str(free_port())], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("triptych: TRIPTYCH_PEERS names other machines, so set " + " and ".join(unset))
+    assert "Traceback" not in done.stderr and not (tmp_path / "data").exists()
 
 
 # -- kill -9 of one machine under load -----------------------------------------------------------------
