@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +28,7 @@ import httpx
 import httpx2
 import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
+from hadron.push_client import NOTIFIED_WITHIN, Inbox, Subscriber, stream_opened
 from hadron.team_world import CREW
 from hadron.world import Session, node, user_headers
 from harness import TRIPTYCH, McpSession, bearer, free_port, mcp_session, token
@@ -69,7 +70,11 @@ async def metronix(machines: Machines, machine: int) -> AsyncIterator[McpSession
 
 @asynccontextmanager
 async def hadron(
-    machines: Machines, machine: int | None, user: str, client_id: str | None = None
+    machines: Machines,
+    machine: int | None,
+    user: str,
+    client_id: str | None = None,
+    message_handler: Callable[[Any], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Session]:
     """A Hadron client through the balancer: pinned to ``machine``, or (None) with a new connection for
     each request, so that its requests alternate between the machines."""
@@ -77,11 +82,11 @@ async def hadron(
     async with httpx2.AsyncClient(headers=user_headers(user, client_id), timeout=60.0, limits=limits) as http:
         transport = streamable_http_client(machines.url + "/hadron/mcp", http_client=http)
         if machine is None:
-            async with Client(transport) as client:
+            async with Client(transport, message_handler=message_handler) as client:
                 yield Session(client)
             return
         with machines.balancer.pinned(machine):
-            async with Client(transport) as client:
+            async with Client(transport, message_handler=message_handler) as client:
                 yield Session(client)
 
 
@@ -198,6 +203,28 @@ async def test_a_hadron_session_whose_connections_alternate_between_the_machines
     assert len(listed.data["nodes"]) == 6
 
 
+async def test_a_post_through_one_machine_is_pushed_to_a_subscriber_whose_connections_alternate(
+    machines: Machines,
+) -> None:
+    """Alice's session lives on one machine, her GET stream may reach the other (relayed back, streamed);
+    Bob posts through machine B: PostgreSQL's NOTIFY carries the post to the machine holding Alice's
+    subscription, which pushes it."""
+    inbox = Inbox()
+    async with hadron(machines, B, "bob") as bob:
+        made = await bob.ok("hadron_create_channel", memory="hrn:mem:acme.com:botmem",
+                            loc=f"chats:{ws()}", name="handoffs")  # fmt: skip
+        address = made.data["address"]
+        async with stream_opened() as opened, hadron(machines, None, "alice", None, inbox.handle) as alice:
+            await asyncio.wait_for(opened.wait(), NOTIFIED_WITHIN)
+            await Subscriber(alice, inbox).subscribe(address)
+            plain = await bob.ok("hadron_channel_post", channel=address, body="deploy done")
+            update = await inbox.next()
+            assert (update.uri, update.seq, update.mentioned) == (address, plain.data["seq"], False)
+            mention = await bob.ok("hadron_channel_post", channel=address, body="@alice over to you")
+            update = await inbox.next()
+            assert (update.seq, update.mentioned) == (mention.data["seq"], True)
+
+
 # -- Metergraph ----------------------------------------------------------------------------------------
 
 
@@ -237,6 +264,27 @@ async def test_calls_ingested_through_one_machine_are_read_through_the_other_wit
             usage = await ok(b, "metergraph_get_usage", days=1)
     assert sorted(r["route"] for r in routes["routes"]) == ["billing", "support"]
     assert _calls(on_b) == 5 and _calls(usage) == 8
+
+
+def test_an_app_page_session_signed_in_through_one_machine_is_honoured_by_the_other(
+    machines: Machines,
+) -> None:
+    workspace = ws()
+    mg = machines.metergraph(B)
+    try:
+        key = mg.keys.create_agent_key(workspace, "debug", None)[1]
+    finally:
+        mg.close()
+    with machines.balancer.pinned(A):
+        signed = httpx.post(
+            machines.url + "/app/sign-in", data={"key": key}, follow_redirects=False, timeout=30
+        )
+    assert signed.status_code == 303, signed.text
+    cookie = {"mg_app_session": signed.cookies["mg_app_session"]}
+    with machines.balancer.pinned(B):
+        page = httpx.get(f"{machines.url}/app/w/{workspace}/webhooks", cookies=cookie, follow_redirects=False,
+                         timeout=30)  # fmt: skip
+    assert page.status_code == 200, page.status_code
 
 
 def _calls(usage: dict[str, Any]) -> int:
