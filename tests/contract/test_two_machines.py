@@ -3,11 +3,14 @@ their own, sharing only PostgreSQL and ClickHouse, behind a round-robin balancer
 
 Every surface is driven through the balancer with the official MCP client. Each test writes through one
 machine and reads through the other at once (the balancer pins the connections of each step), per tool
-family: Metronix's knowledge base and memory, Hadron's nodes, team chat, worker sessions and the
+family: Metronix's knowledge base and memory, Hadron's nodes, team chat and push, worker sessions and the
 selections a client gets back by ``X-Hadron-Client-Id``, Metergraph's ingest and reads with keys and
-tokens minted on the other machine; and a Hadron session whose connections alternate between the
-machines. The last test kills one machine with ``kill -9`` while clients write through the balancer:
-every acknowledged write is read back through the survivor, and the clients carry on there.
+tokens minted on the other machine, and its app-page sessions. Hadron clients whose every request takes
+a new connection alternate between the machines: the machine not holding their session relays to the
+one that does (``TRIPTYCH_PEERS``, decision record 0200). A machine told of peers without the shared
+Metergraph secrets refuses to start (0201). The last test kills one machine with ``kill -9`` while
+clients write through the balancer: every acknowledged write is read back through the survivor, and the
+clients carry on there.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import httpx
 import httpx2
 import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
-from hadron.push_client import NOTIFIED_WITHIN, Inbox, Subscriber, stream_opened
+from hadron.push_client import NOTIFIED_WITHIN, Inbox, Subscriber, plain_then_mention, stream_opened
 from hadron.team_world import CREW
 from hadron.world import Session, node, user_headers
 from harness import TRIPTYCH, McpSession, bearer, free_port, mcp_session, token
@@ -217,12 +220,7 @@ async def test_a_post_through_one_machine_is_pushed_to_a_subscriber_whose_connec
         async with stream_opened() as opened, hadron(machines, None, "alice", None, inbox.handle) as alice:
             await asyncio.wait_for(opened.wait(), NOTIFIED_WITHIN)
             await Subscriber(alice, inbox).subscribe(address)
-            plain = await bob.ok("hadron_channel_post", channel=address, body="deploy done")
-            update = await inbox.next()
-            assert (update.uri, update.seq, update.mentioned) == (address, plain.data["seq"], False)
-            mention = await bob.ok("hadron_channel_post", channel=address, body="@alice over to you")
-            update = await inbox.next()
-            assert (update.seq, update.mentioned) == (mention.data["seq"], True)
+            await plain_then_mention(bob, inbox, address)
 
 
 # -- Metergraph ----------------------------------------------------------------------------------------
@@ -291,9 +289,7 @@ def _calls(usage: dict[str, Any]) -> int:
     return int(usage["totals"]["calls"])
 
 
-@pytest.mark.parametrize(
-    "unset", [("MG_WEB_SECRET",), ("MG_WEBHOOK_KEY",), ("MG_WEB_SECRET", "MG_WEBHOOK_KEY")]
-)
+@pytest.mark.parametrize("unset", [("MG_WEBHOOK_KEY",), ("MG_WEB_SECRET", "MG_WEBHOOK_KEY")])
 def test_a_machine_told_of_peers_refuses_to_start_with_secrets_of_its_own(
     unset: tuple[str, ...], tmp_path: Path
 ) -> None:
