@@ -69,8 +69,15 @@ def keys(database_url: str, clickhouse_url: str) -> tuple[str, str, str]:
             mg.close()
 
 
-def run_phase(url: str, clients: int, seconds: float, step: Any) -> dict[str, Any]:
-    """``step(http) -> units`` in ``clients`` threads for ``seconds``: units/s and latency p50/p95."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_phase(url: str, clients: int, seconds: float, step: Any, pids: list[int]) -> dict[str, Any]:
+    """``step(http) -> units`` in ``clients`` threads for ``seconds``: units/s, latency p50/p95, and the
+    servers' CPU per request (all machines together)."""
     stop = threading.Event()
     units: list[int] = []
     latencies: list[float] = []
@@ -89,6 +96,7 @@ def run_phase(url: str, clients: int, seconds: float, step: Any) -> dict[str, An
                 units.append(done)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
+    cpu_before = sum(cpu_seconds(p) for p in pids)
     began = time.perf_counter()
     for t in threads:
         t.start()
@@ -97,10 +105,11 @@ def run_phase(url: str, clients: int, seconds: float, step: Any) -> dict[str, An
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - began
+    cpu = sum(cpu_seconds(p) for p in pids) - cpu_before
     q = statistics.quantiles(latencies, n=20) if len(latencies) >= 2 else [float("nan")] * 19
     return {"units": sum(units), "seconds": elapsed, "per_s": sum(units) / elapsed, "requests": len(latencies),
             "p50_ms": statistics.median(latencies) if latencies else None, "p95_ms": q[18],
-            "errors": len(errors)}  # fmt: skip
+            "errors": len(errors), "server_cpu_ms_per_request": 1000 * cpu / max(1, len(latencies))}  # fmt: skip
 
 
 def main() -> None:
@@ -153,9 +162,10 @@ def main() -> None:
                         httpx.post(machines.url + "/v1/ingest", timeout=120,
                                    json={"schema_version": 1, "rows": rows(min(1000, args.seed_rows - start), "read")},
                                    headers={"Authorization": f"Bearer {read_token}"}).raise_for_status()  # fmt: skip
-                run_phase(machines.url, args.clients, 2.0, read)  # warm-up, not counted
-                writes = run_phase(machines.url, args.clients, args.seconds, write)
-                reads = run_phase(machines.url, args.clients, args.seconds, read)
+                pids = [s.process.pid for s in machines.servers if s.process is not None]
+                run_phase(machines.url, args.clients, 2.0, read, pids)  # warm-up, not counted
+                writes = run_phase(machines.url, args.clients, args.seconds, write, pids)
+                reads = run_phase(machines.url, args.clients, args.seconds, read, pids)
                 spread = [machines.balancer.served.count(i) for i in range(int(layout))]
             finally:
                 machines.stop()

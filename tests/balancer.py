@@ -60,6 +60,11 @@ class Balancer:
             for writers in self._open.values():
                 for writer in writers:
                     writer.close()
+            # The connections' tasks end with their sockets: wait for them, so none is left pending.
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
