@@ -314,47 +314,53 @@ def test_a_machine_told_of_peers_refuses_to_start_with_secrets_of_its_own(
 async def test_a_machine_killed_under_load_loses_no_acknowledged_write_and_clients_carry_on(
     machines: Machines,
 ) -> None:
-    """Last in the module: machine B stays dead."""
+    """Last in the module: machine B stays dead. Eight clients write through the balancer (Metronix
+    memories, Hadron nodes whose every request alternates between the machines, Metergraph ingest
+    batches); B is killed with -9 once each kind has acknowledged writes; each kind then goes on until
+    it has 20 more acknowledgements, through the survivor."""
     w = ws()
-    acked: dict[str, list[str]] = {"memory": [], "node": []}
-    killed = asyncio.Event()
-    after: dict[str, int] = {"memory": 0, "node": 0}  # writes acknowledged after the kill
+    mg = machines.metergraph(A)
+    try:
+        app_token = mg.keys.create_app_token(w)[1]
+    finally:
+        mg.close()
+    acked: dict[str, list[str]] = {"memory": [], "node": [], "calls": []}
+    after = dict.fromkeys(acked, 0)  # writes acknowledged after the kill
     reconnects: list[str] = []
+    killed = asyncio.Event()
 
-    async def memory_writer(i: int) -> None:
-        n = 0
-        while after["memory"] < 20:
+    async def writer(kind: str, connect: Any, write: Any) -> None:
+        """``write(client)`` (the keys it acknowledged, or None) on clients from ``connect()``, a new one
+        whenever the machine under the old one dies."""
+        while after[kind] < 20:
             try:
-                async with mcp_session(machines.url + "/mcp", bearer(ADMIN)) as s:
-                    while after["memory"] < 20:
-                        n += 1
-                        result = await s.call("memory_store", content=f"writer {i} note {n} {uuid.uuid4().hex}",
-                                              workspace_id=w, agent_id="load")  # fmt: skip
-                        if not result.is_error:
-                            acked["memory"].append(result.data["id"])
-                            after["memory"] += killed.is_set()
+                async with connect() as client:
+                    while after[kind] < 20:
+                        done = await write(client)
+                        if done is not None:
+                            acked[kind].extend(done)
+                            after[kind] += killed.is_set()
             except Exception:  # noqa: BLE001 - the machine died under the client: reconnect
-                reconnects.append("memory")
+                reconnects.append(kind)
                 await asyncio.sleep(0.05)
 
-    async def node_writer(i: int) -> None:
-        n = 0
-        while after["node"] < 20:
-            try:
-                async with hadron(machines, None, "alice") as s:
-                    while after["node"] < 20:
-                        n += 1
-                        loc = node(SPECS, f"load{i}x{n}x{uuid.uuid4().hex[:6]}")
-                        result = await s.call("hadron_create_node", loc=loc, name=loc)
-                        if not result.is_error:
-                            acked["node"].append(loc)
-                            after["node"] += killed.is_set()
-            except Exception:  # noqa: BLE001 - its session was on the dead machine: a new one
-                reconnects.append("node")
-                await asyncio.sleep(0.05)
+    async def memory(s: McpSession) -> list[str] | None:
+        result = await s.call(
+            "memory_store", content=f"note {uuid.uuid4().hex}", workspace_id=w, agent_id="load"
+        )
+        return None if result.is_error else [result.data["id"]]
+
+    async def hadron_node(s: Session) -> list[str] | None:
+        loc = node(SPECS, f"load{uuid.uuid4().hex[:10]}")
+        return None if (await s.call("hadron_create_node", loc=loc, name=loc)).is_error else [loc]
+
+    async def calls(http: httpx2.AsyncClient) -> list[str] | None:
+        rows = _rows("load", 10)
+        response = await http.post(machines.url + "/v1/ingest", json={"schema_version": 1, "rows": rows})
+        return [r["request_id"] for r in rows] if response.status_code == 202 else None
 
     async def killer() -> None:
-        while len(acked["memory"]) < 15 or len(acked["node"]) < 10:
+        while any(len(done) < 10 for done in acked.values()):
             await asyncio.sleep(0.05)
         victim = machines.servers[B].process
         assert victim is not None
@@ -363,12 +369,18 @@ async def test_a_machine_killed_under_load_loses_no_acknowledged_write_and_clien
         killed.set()
 
     await asyncio.wait_for(
-        asyncio.gather(killer(), *(memory_writer(i) for i in range(3)), *(node_writer(i) for i in range(3))),
+        asyncio.gather(
+            killer(),
+            *(writer("memory", lambda: mcp_session(machines.url + "/mcp", bearer(ADMIN)), memory) for _ in range(3)),
+            *(writer("node", lambda: hadron(machines, None, "alice"), hadron_node) for _ in range(3)),
+            *(writer("calls", lambda: httpx2.AsyncClient(headers=bearer(app_token), timeout=30), calls)
+              for _ in range(2)),
+        ),
         timeout=240,
-    )
+    )  # fmt: skip
     # The clients that lost their machine (every alternating Hadron client did) reconnected through the
     # balancer and carried on, on the survivor.
-    assert after["memory"] >= 20 and after["node"] >= 20
+    assert all(n >= 20 for n in after.values()), after
     assert "node" in reconnects and machines.balancer.dead == {B}
     with httpx.Client(base_url=machines.url, headers=bearer(ADMIN), timeout=30) as http:
         lost = [i for i in acked["memory"]
@@ -377,3 +389,9 @@ async def test_a_machine_killed_under_load_loses_no_acknowledged_write_and_clien
     async with hadron(machines, None, "alice") as a:
         missing = [loc for loc in acked["node"] if (await a.call("hadron_get_node", loc=loc)).is_error]
     assert missing == []
+    mg = machines.metergraph(A)
+    try:
+        stored = {row["request_id"] for row in mg.calls.raw_calls(w)}
+    finally:
+        mg.close()
+    assert set(acked["calls"]) <= stored
