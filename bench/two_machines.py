@@ -192,6 +192,12 @@ def main() -> None:
             **{
                 f"{layout}_machine_p95_ms": round(median(layout, phase, "p95_ms"), 1) for layout in ("1", "2")
             },
+            **{
+                f"{layout}_machine_server_cpu_ms_per_request": round(
+                    median(layout, phase, "server_cpu_ms_per_request"), 1
+                )
+                for layout in ("1", "2")
+            },
             "ratio_2_to_1": round(total("2", phase) / total("1", phase), 2),
         }
         for phase in ("writes", "reads")

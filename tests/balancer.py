@@ -120,6 +120,8 @@ class Balancer:
         held.update((writer, client_writer))
         try:
             await asyncio.gather(_pipe(client_reader, writer), _pipe(reader, client_writer))
+        except asyncio.CancelledError:
+            pass  # the balancer is stopping: the connection ends with it
         finally:
             held.discard(writer)
             held.discard(client_writer)
