@@ -5,7 +5,7 @@ mode (a throwaway PostgreSQL with pgvector from ``tests/postgres.py``; ClickHous
 ``tests/clickhouse_endpoint.py`` in its own process, so its CPU is its own).
 
     flock /tmp/triptych-bench.lock nice -n 5 .venv/bin/python bench/capacity.py [--workers 2]
-        [--calls 120] [--items 2000] [--nodes 600] [--tenants 20] [--json PATH]
+        [--calls 100] [--items 3000] [--nodes 1200] [--tenants 20] [--passes 2] [--json PATH]
 
 CPU per call: ``utime + stime`` from ``/proc/<pid>/stat`` of the workers (the supervisor's children), of
 PostgreSQL (the postmaster and its backends; a backend that starts during a phase counts whole), of the
@@ -16,14 +16,14 @@ calls but does not add to them. The same-run baseline is ``GET /health`` through
 clients, measured first and last (its drift is the run's noise); every family is also given as a ratio to
 it.
 
-RAM per item: the workers' RSS (``VmRSS``) before and after a tenant of ``--items`` chunks (10 per
-document) or memories is written in this process straight through the engine's store class (random
-unit vectors of the bundled model's 384 dimensions, synthetic text; no embedding, to keep the run short)
-and then searched once through every worker, which loads its in-process mirror of that tenant; Hadron
-nodes (``--nodes``) are created through ``hadron_create_node`` (real embeddings) and searched likewise.
-Per resident tenant: ``--tenants`` workspaces of one short document each, searched through every worker.
-Database bytes per item: ``pg_database_size`` before and after each load (ClickHouse: the ``calls``
-parts' bytes on disk per ingested row).
+RAM per item (first, on workers restarted for each item kind): a new tenant of ``--items`` chunks (10 per
+document) or memories, or ``--nodes`` Hadron nodes, written in four steps in this process straight through
+the engine's store classes (random unit vectors under the bundled model's name and size, synthetic text;
+no model run), searched through every worker after each step (which loads, then follows, its in-process
+indexes of that tenant); the figure is the least-squares slope of the workers' ``VmRSS``. Per resident
+tenant: ``--tenants`` workspaces of one chunk and one memory, searched through every worker. Database
+bytes per item: ``pg_database_size`` before and after (ClickHouse: the ``calls`` parts' bytes on disk per
+ingested row). The workers' idle CPU per second, before and after the families, gives a "net" figure too.
 
 Write throughput: ``memory_store`` and ``hadron_create_node`` from 8 clients (4 per worker), all to one
 tenant (workspace, Hadron memory) or spread over four, rounds alternating 1 4 4 1.
