@@ -681,3 +681,5 @@ class PostgresKnowledgeStore:
         for thread in running:  # a load in flight holds a pooled connection
             thread.join(30)
         self.db.close()
+        self.index.clear()  # out of the process's memory budget now, not when collected
+        self.keywords.clear()

@@ -540,6 +540,8 @@ class SqliteKnowledgeStore:
     def close(self) -> None:
         self.index.save_all()  # the next start loads the graphs instead of building them
         self.db.close()
+        self.index.clear()  # out of the process's memory budget now, not when collected
+        self.keywords.clear()
 
 
 def bm25_candidates(
