@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     # vectors and keyword postings, agent memory's and Hadron's per-memory indexes. Beyond it the least
     # recently used workspace or memory is forgotten and loaded again when searched
     # (docs/decisions/0190-index-memory-budget.md).
-    index_memory_mb: int = Field(
+    index_memory_mb: float = Field(
         2048, ge=0, validation_alias=_alias("TRIPTYCH_INDEX_MEMORY_MB", "index_memory_mb")
     )
 

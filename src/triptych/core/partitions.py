@@ -54,9 +54,9 @@ class MemoryBudget:
         self.evictions: dict[str, int] = {}  # by cache kind, since the process started
         self.on_evict: Callable[[str, int], None] | None = None  # (kind, how many): /metrics' counter
 
-    def configure(self, megabytes: int) -> None:
+    def configure(self, megabytes: float) -> None:
         """The limit in MB (0: none), then forget down to it at once."""
-        self.limit = megabytes * 1024 * 1024 if megabytes > 0 else None
+        self.limit = int(megabytes * 1024 * 1024) if megabytes > 0 else None
         self.enforce(None)
 
     def join(self, cache: PartitionCache[Any]) -> int:
@@ -145,6 +145,13 @@ class MemoryBudget:
                     total, count = found.get(cache.kind, (0, 0))
                     found[cache.kind] = (total + nbytes, count + 1)
         return found
+
+    def entries(self) -> list[tuple[str, str, int]]:
+        """(kind, key, bytes) of every resident partition, least recently used first."""
+        with self._lock:
+            self._purge()
+            found = [(ref(), key, nbytes) for (_, key), (ref, nbytes) in self._order.items()]
+        return [(cache.kind, key, nbytes) for cache, key, nbytes in found if cache is not None]
 
     @property
     def total(self) -> int:

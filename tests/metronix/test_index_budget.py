@@ -1,0 +1,208 @@
+"""The knowledge base under a memory budget (``TRIPTYCH_INDEX_MEMORY_MB``, core/partitions.MemoryBudget), on
+every engine: a budget smaller than two workspaces keeps at most the budget resident and forgets the least
+recently used workspace; a search of a forgotten workspace returns the same hits and says how it answered
+(the engine itself on PostgreSQL, a load in the search on SQLite); the partition just installed is never
+the one forgotten; a graph changed since it was saved is saved before it goes.
+
+Each test gives the process an accountant of its own (the caches join the one in ``partitions.BUDGET``
+when they are made), so other tests' stores never count against it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from triptych.core import partitions, search
+from triptych.core.auth import local_principal
+from triptych.core.embed import Matrix
+from triptych.core.partitions import MemoryBudget
+from triptych.core.pg import PgDatabase
+from triptych.core.search import VectorIndex
+from triptych.core.vector_files import VectorFiles
+from triptych.metronix import store as store_module
+from triptych.metronix.knowledge import KnowledgeService
+from triptych.metronix.pg_store import PostgresKnowledgeStore
+from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, vectors_dir
+
+pytestmark = pytest.mark.engines("sqlite", "postgresql")
+LOCAL = local_principal()
+DIM = 16
+WORDS = "zebra quantum river mountain violin copper orbit meadow lantern harbor falcon glacier".split()
+QUERY = "zebra river lantern"
+
+
+class WordVectors:
+    """A deterministic embedder (a seeded vector per word, summed): real vectors, no model to load."""
+
+    name = "words-16"
+    dim = DIM
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        out = np.zeros((len(texts), DIM), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().split():
+                seed = sum(word.encode()) * 7919 + len(word)
+                out[row] += np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+            out[row, 0] += 1e-3
+        normalised: Matrix = out / np.linalg.norm(out, axis=1, keepdims=True)
+        return normalised
+
+
+@pytest.fixture
+def budget(monkeypatch: pytest.MonkeyPatch) -> MemoryBudget:
+    """This test's accountant, without a limit until the test sets one."""
+    accountant = MemoryBudget()
+    monkeypatch.setattr(partitions, "BUDGET", accountant)
+    return accountant
+
+
+@pytest.fixture
+def service(tmp_path: Path, database_url: str | None, budget: MemoryBudget) -> Iterator[KnowledgeService]:
+    store: KnowledgeStore
+    if database_url is not None:
+        store = PostgresKnowledgeStore(PgDatabase(database_url, max_size=4), DIM)
+    else:
+        store = SqliteKnowledgeStore(tmp_path / "metronix.db", DIM)
+    yield KnowledgeService(store, WordVectors(), chunk_tokens=8)
+    store.close()
+
+
+def _fill(service: KnowledgeService, workspace: str, documents: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for d in range(documents):
+        text = " ".join(" ".join(rng.choice(WORDS, size=6)) + "." for _ in range(3))
+        service.store_document(LOCAL, workspace, text, title=f"{workspace} {d}", doc_label=f"doc-{d}")
+
+
+def _search(service: KnowledgeService, workspace: str) -> tuple[list[tuple[str, float]], dict[str, str]]:
+    found = service.search(LOCAL, workspace, QUERY, top_k=8)
+    hits = [(str(r["doc_label"]), round(float(r["score"]), 4)) for r in found["results"]]
+    return hits, found["retrieval"]
+
+
+def _same(hits: list[tuple[str, float]], expected: list[tuple[str, float]]) -> None:
+    """The same documents in the same order with the same scores (pgvector's float arithmetic may differ
+    from numpy's in the last digits)."""
+    assert [label for label, _ in hits] == [label for label, _ in expected]
+    assert [score for _, score in hits] == pytest.approx([score for _, score in expected], abs=1e-3)
+
+
+def _settled(service: KnowledgeService, workspace: str) -> None:
+    """Server mode: the worker's vector copy of ``workspace`` loaded (the search after it reads it)."""
+    store = service.store
+    if isinstance(store, PostgresKnowledgeStore):
+        assert store.wait_ready(workspace, timeout=60)
+
+
+def _resident(store: Any, workspace: str) -> tuple[bool, bool]:
+    return store.index.resident(workspace), store.keywords.resident(workspace)
+
+
+def _bytes(budget: MemoryBudget, workspace: str) -> int:
+    return sum(nbytes for _, key, nbytes in budget.entries() if key == workspace)
+
+
+def test_a_budget_under_two_workspaces_forgets_the_least_recently_used_and_its_search_answers_alike(
+    service: KnowledgeService, budget: MemoryBudget
+) -> None:
+    server = isinstance(service.store, PostgresKnowledgeStore)
+    for workspace, seed in (("ws-a", 1), ("ws-b", 2)):
+        _fill(service, workspace, 12, seed)
+    before: dict[str, list[tuple[str, float]]] = {}
+    for workspace in ("ws-a", "ws-b"):
+        _search(service, workspace)
+        _settled(service, workspace)
+        before[workspace], how = _search(service, workspace)
+        assert how == {"dense": "exact", "keyword": "bm25"} and before[workspace]
+    sizes = {workspace: _bytes(budget, workspace) for workspace in before}
+    assert all(sizes.values())
+    budget.limit = max(sizes.values()) + 1  # room for one workspace, not for any part of a second
+
+    _search(service, "ws-a")  # ws-b is now the least recently used
+    budget.enforce(None)
+    assert budget.total <= budget.limit
+    assert _resident(service.store, "ws-a") == (True, True)
+    assert _resident(service.store, "ws-b") == (False, False)
+    assert budget.evictions == {"vectors": 1, "keywords": 1}
+
+    hits, how = _search(service, "ws-b")  # not resident: answered all the same
+    _same(hits, before["ws-b"])
+    # Server mode: pgvector answers the dense side while the worker's copy loads in the background; the
+    # keyword side of a workspace this small loads in the search. Embedded: both load in the search.
+    assert how == {"dense": "pgvector" if server else "exact", "keyword": "bm25"}
+    _settled(service, "ws-b")
+    hits, how = _search(service, "ws-b")
+    _same(hits, before["ws-b"])
+    assert how == {"dense": "exact", "keyword": "bm25"}
+    assert budget.total <= budget.limit
+    assert _resident(service.store, "ws-a") != (True, True)  # now the least recently used
+
+    # A write to a forgotten workspace is found by its next search (the write touches no cache).
+    service.store_document(LOCAL, "ws-a", "zebra zebra river lantern lantern", doc_label="new")
+    assert _search(service, "ws-a")[0][0][0] == "new"
+
+
+def test_the_partition_just_installed_is_never_the_one_forgotten(
+    service: KnowledgeService, budget: MemoryBudget
+) -> None:
+    _fill(service, "ws-a", 8, 1)
+    _settled(service, "ws-a")
+    expected, _ = _search(service, "ws-a")
+    _settled(service, "ws-a")
+    budget.limit = 1  # smaller than any partition
+    service.store.index.clear()  # type: ignore[attr-defined]
+    service.store.keywords.clear()  # type: ignore[attr-defined]
+
+    hits, _ = _search(service, "ws-a")
+    _settled(service, "ws-a")
+    _same(hits, expected)  # both sides answered: each loaded partition served the search that loaded it
+    # The vectors were installed last (in the search, or by the background load on PostgreSQL): they
+    # stay, alone over the budget; the keyword index installed before them was forgotten for them.
+    assert _resident(service.store, "ws-a") == (True, False)
+    assert budget.total == _bytes(budget, "ws-a") > budget.limit
+    assert budget.evictions["keywords"] >= 1
+
+
+@pytest.mark.engines(
+    "sqlite"
+)  # only the embedded engine saves graphs (server mode: pgvector is the saved one)
+def test_a_graph_changed_since_it_was_saved_is_saved_before_it_is_forgotten(
+    service: KnowledgeService, budget: MemoryBudget, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(search, "HNSW_THRESHOLD", 32)
+    monkeypatch.setattr(store_module, "BACKGROUND_LOAD_CHUNKS", 10_000)
+    store = service.store
+    assert isinstance(store, SqliteKnowledgeStore)
+    _fill(service, "ws-a", 16, 1)
+    _fill(service, "ws-b", 4, 2)
+    _search(service, "ws-a")
+    assert len(store.index._parts["ws-a"].ids) >= 32  # over the threshold: a graph is built
+    assert store.index.wait_ready("ws-a", timeout=60)
+    service.store_document(LOCAL, "ws-a", QUERY, doc_label="late")  # patched into the graph
+    part = store.index._parts["ws-a"]
+    assert part.hnsw is not None and part.saved != part.generation
+
+    budget.limit = 1
+    _search(service, "ws-b")  # ws-a's partitions go
+    assert _resident(store, "ws-a") == (False, False)
+    fingerprint = store._fingerprint("ws-a")
+    assert fingerprint is not None
+    assert VectorFiles(vectors_dir(tmp_path / "metronix.db")).load(
+        search.partition_token("ws-a"), fingerprint
+    )
+
+    built: list[int] = []
+    real = VectorIndex._build_hnsw
+
+    def counted(self: VectorIndex, ids: Sequence[int], matrix: np.ndarray) -> object:
+        built.append(len(ids))
+        return real(self, ids, matrix)
+
+    monkeypatch.setattr(VectorIndex, "_build_hnsw", counted)
+    hits, how = _search(service, "ws-a")
+    assert how["dense"] == "hnsw" and built == []  # the saved graph came back, none was built
+    assert hits[0][0] == "late"  # the write made after the last save is in what came back
