@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from word_vectors import DIM, WordVectors
 
 from triptych.core import partitions, search
 from triptych.core.auth import local_principal
-from triptych.core.embed import Matrix
 from triptych.core.partitions import MemoryBudget
 from triptych.core.pg import PgDatabase
 from triptych.core.search import VectorIndex
@@ -30,26 +30,8 @@ from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, vector
 
 pytestmark = pytest.mark.engines("sqlite", "postgresql")
 LOCAL = local_principal()
-DIM = 16
 WORDS = "zebra quantum river mountain violin copper orbit meadow lantern harbor falcon glacier".split()
 QUERY = "zebra river lantern"
-
-
-class WordVectors:
-    """A deterministic embedder (a seeded vector per word, summed): real vectors, no model to load."""
-
-    name = "words-16"
-    dim = DIM
-
-    def embed(self, texts: Sequence[str]) -> Matrix:
-        out = np.zeros((len(texts), DIM), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in text.lower().split():
-                seed = sum(word.encode()) * 7919 + len(word)
-                out[row] += np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
-            out[row, 0] += 1e-3
-        normalised: Matrix = out / np.linalg.norm(out, axis=1, keepdims=True)
-        return normalised
 
 
 @pytest.fixture
