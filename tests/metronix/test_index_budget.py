@@ -23,6 +23,7 @@ from triptych.core.partitions import MemoryBudget
 from triptych.core.pg import PgDatabase
 from triptych.core.search import VectorIndex
 from triptych.core.vector_files import VectorFiles
+from triptych.metronix import pg_keywords
 from triptych.metronix import store as store_module
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.pg_store import PostgresKnowledgeStore
@@ -113,10 +114,12 @@ def test_a_budget_under_two_workspaces_forgets_the_least_recently_used_and_its_s
 
     hits, how = _search(service, "ws-b")  # not resident: answered all the same
     _same(hits, before["ws-b"])
-    # Server mode: pgvector answers the dense side while the worker's copy loads in the background; the
-    # keyword side of a workspace this small loads in the search. Embedded: both load in the search.
-    assert how == {"dense": "pgvector" if server else "exact", "keyword": "bm25"}
+    # Server mode: PostgreSQL answers (pgvector's index, BM25 over the stored postings) while the worker's
+    # copies load in the background. Embedded: a workspace this small loads in the search.
+    server_how = {"dense": "pgvector", "keyword": "sql"}
+    assert how == (server_how if server else {"dense": "exact", "keyword": "bm25"})
     _settled(service, "ws-b")
+    service.store.keywords.await_load("ws-b")  # type: ignore[attr-defined]
     hits, how = _search(service, "ws-b")
     _same(hits, before["ws-b"])
     assert how == {"dense": "exact", "keyword": "bm25"}
@@ -132,26 +135,27 @@ def test_the_partition_just_installed_is_never_the_one_forgotten(
     service: KnowledgeService, budget: MemoryBudget
 ) -> None:
     _fill(service, "ws-a", 8, 1)
+    _search(service, "ws-a")
     _settled(service, "ws-a")
-    expected, _ = _search(service, "ws-a")
-    _settled(service, "ws-a")
+    store: Any = service.store
+    store.keywords.await_load("ws-a")
+    generation = store.generation("ws-a")
     budget.limit = 1  # smaller than any partition
-    service.store.index.clear()  # type: ignore[attr-defined]
-    service.store.keywords.clear()  # type: ignore[attr-defined]
+    store.index.clear()
+    store.keywords.clear()
 
-    hits, _ = _search(service, "ws-a")
-    _settled(service, "ws-a")
-    _same(hits, expected)  # both sides answered: each loaded partition served the search that loaded it
-    # The vectors were installed last (in the search, or by the background load on PostgreSQL): they
-    # stay, alone over the budget; the keyword index installed before them was forgotten for them.
-    assert _resident(service.store, "ws-a") == (True, False)
+    store.keywords.sync("ws-a", generation)
+    assert _resident(store, "ws-a") == (False, True)  # alone over the budget, and kept
+    store.index.sync("ws-a", generation)
+    assert _resident(store, "ws-a") == (True, False)  # the keywords went for it, not it
     assert budget.total == _bytes(budget, "ws-a") > budget.limit
-    assert budget.evictions["keywords"] >= 1
+    store.keywords.sync("ws-a", generation)
+    assert _resident(store, "ws-a") == (False, True)
+    assert budget.evictions == {"keywords": 1, "vectors": 1}
 
 
-@pytest.mark.engines(
-    "sqlite"
-)  # only the embedded engine saves graphs (server mode: pgvector is the saved one)
+# Only the embedded engine saves graphs (server mode: pgvector's index is the saved one).
+@pytest.mark.engines("sqlite")
 def test_a_graph_changed_since_it_was_saved_is_saved_before_it_is_forgotten(
     service: KnowledgeService, budget: MemoryBudget, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -188,3 +192,39 @@ def test_a_graph_changed_since_it_was_saved_is_saved_before_it_is_forgotten(
     hits, how = _search(service, "ws-a")
     assert how["dense"] == "hnsw" and built == []  # the saved graph came back, none was built
     assert hits[0][0] == "late"  # the write made after the last save is in what came back
+
+
+@pytest.mark.engines("postgresql")
+def test_postgresql_ranks_a_workspace_by_bm25_as_the_in_process_index_does(
+    service: KnowledgeService, database_url: str
+) -> None:
+    store = service.store
+    assert isinstance(store, PostgresKnowledgeStore)
+    _fill(service, "ws-a", 12, 1)
+    _fill(service, "ws-b", 12, 2)  # another workspace's postings never count
+    service.store_document(LOCAL, "ws-a", "A zebra, zebras and zebra-striped lanterns.", doc_label="doc-3")
+    service.delete_document(LOCAL, "ws-a", "doc-5")
+    queries = [QUERY, "falcon", "glacier harbor meadow orbit", "zebras striped", "the", "absent words"]
+
+    def compare() -> None:
+        generation = store.generation("ws-a")
+        for query in queries:
+            expected = store.keywords.search("ws-a", generation, query, 10)
+            found = pg_keywords.rank(store.db, "ws-a", query, 10)
+            assert [i for i, _ in found] == [i for i, _ in expected], query
+            assert [s for _, s in found] == pytest.approx([s for _, s in expected], rel=1e-5), query
+
+    compare()
+    # A workspace written before the postings existed (or copied in by ``triptych migrate``): searched
+    # in process until it is filled, then by SQL, alike.
+    with store.db.transaction() as conn:
+        conn.execute("DELETE FROM kb_chunk_terms WHERE workspace_id = 'ws-a'")
+        conn.execute("UPDATE kb_chunks SET term_length = NULL WHERE workspace_id = 'ws-a'")
+        conn.execute("UPDATE kb_workspaces SET terms_ready = false WHERE id = 'ws-a'")
+    store.keywords.clear()
+    generation = store.generation("ws-a")
+    assert store.keyword_candidates("ws-a", QUERY, 10, generation).method == "bm25"
+    assert pg_keywords.fill(store.db, "ws-a") and not pg_keywords.fill(store.db, "ws-a")
+    compare()
+    store.keywords.clear()
+    assert store.keyword_candidates("ws-a", QUERY, 10, generation).method == "sql"

@@ -73,7 +73,7 @@ class _Partition:
     postings: int = 0  # entries over every term's lists: what the memory budget counts
 
 
-def _document_terms(columns: Sequence[tuple[str, float]]) -> tuple[dict[str, float], float]:
+def document_terms(columns: Sequence[tuple[str, float]]) -> tuple[dict[str, float], float]:
     """Weighted term frequencies of a document and its length in tokens (every column counts)."""
     weighted: dict[str, float] = {}
     length = 0
@@ -122,7 +122,7 @@ class KeywordIndex(PartitionCache[_Partition]):
 
     @staticmethod
     def _add(part: _Partition, doc_id: int, columns: Sequence[tuple[str, float]]) -> None:
-        weighted, length = _document_terms(columns)
+        weighted, length = document_terms(columns)
         pos = len(part.ids)
         part.ids.append(doc_id)
         part.position[doc_id] = pos

@@ -28,6 +28,7 @@ from triptych.core.keyword_index import Changes, Document, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PgDatabase, one
 from triptych.core.search import PATCH_LIMIT, Vector, VectorIndex
+from triptych.metronix import pg_keywords
 from triptych.metronix import store as embedded
 from triptych.metronix.store import (
     CHUNK_HIT_COLUMNS,
@@ -100,6 +101,7 @@ MIGRATIONS = [
     );
     """,
 ]
+MIGRATIONS.append(pg_keywords.MIGRATION)  # BM25 postings, for searches of a workspace not in memory
 # Writes of one workspace the log keeps: a worker further behind reloads the workspace.
 KEYWORD_LOG_KEEP = 1000
 
@@ -184,7 +186,9 @@ class PostgresKnowledgeStore:
         """Create the workspace if needed and hold its row until commit: writes to one workspace go one
         at a time across workers, so each one's generation step is exactly +1."""
         conn.execute(
-            "INSERT INTO kb_workspaces (id, created_at) VALUES (%s, %s) ON CONFLICT (id) DO NOTHING",
+            # A workspace this version creates has every chunk's postings from its first write.
+            "INSERT INTO kb_workspaces (id, created_at, terms_ready) VALUES (%s, %s, true)"
+            " ON CONFLICT (id) DO NOTHING",
             (workspace_id, utcnow()),
         )
         found = conn.execute("SELECT generation FROM kb_workspaces WHERE id = %s FOR UPDATE", (workspace_id,))
@@ -252,6 +256,7 @@ class PostgresKnowledgeStore:
                     chunk_id = int(one(cursor.fetchone())[0])
                     texts.append((chunk_id, keyword_columns(doc.title, text)))
                     added.append((chunk_id, vec))
+            pg_keywords.write(conn, doc.workspace_id, texts)
             self._log_write(conn, doc.workspace_id, before + 1, [i for i, _ in texts], removed)
         self._after_commit(doc.workspace_id, before, texts, added, removed)
         return len(texts)
@@ -358,8 +363,13 @@ class PostgresKnowledgeStore:
         return self.keywords.search(workspace_id, generation, query, limit)
 
     def keyword_candidates(self, workspace_id: str, query: str, limit: int, generation: int) -> Candidates:
+        """BM25 candidates from the worker's keyword index when it is current; else ranked by PostgreSQL
+        from the stored postings ("sql": the same ranking) while the index loads in the background."""
         self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
         self._catch_up(workspace_id, generation)
+        if not self.keywords.current(workspace_id, generation) and pg_keywords.ready(self.db, workspace_id):
+            self.keywords.load_in_background(workspace_id, generation)
+            return Candidates(pg_keywords.rank(self.db, workspace_id, query, limit), "sql")
         return embedded.bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
 
     def dense_candidates(
@@ -442,6 +452,9 @@ class PostgresKnowledgeStore:
         search loads what is missing)."""
         with self.db.connection() as conn:
             workspaces = conn.execute("SELECT id, generation FROM kb_workspaces").fetchall()
+        threading.Thread(
+            target=pg_keywords.fill_all, args=(self.db,), name="kb-postings", daemon=True
+        ).start()
         for workspace, generation in workspaces:
             if self._mirror:
                 self._refresh_in_background(str(workspace))
