@@ -114,10 +114,12 @@ def test_a_budget_under_two_workspaces_forgets_the_least_recently_used_and_its_s
 
     hits, how = _search(service, "ws-b")  # not resident: answered all the same
     _same(hits, before["ws-b"])
-    # Server mode: PostgreSQL answers (pgvector's index, BM25 over the stored postings) while the worker's
-    # copies load in the background. Embedded: a workspace this small loads in the search.
+    # Server mode: PostgreSQL answers (pgvector's index, BM25 over the stored postings); asked for once
+    # while the budget is full, nothing is loaded. Embedded: a workspace this small loads in the search.
     server_how = {"dense": "pgvector", "keyword": "sql"}
     assert how == (server_how if server else {"dense": "exact", "keyword": "bm25"})
+    if server:  # asked for again, more recently than ws-a was used: loaded in the background
+        _same(_search(service, "ws-b")[0], before["ws-b"])
     _settled(service, "ws-b")
     service.store.keywords.await_load("ws-b")  # type: ignore[attr-defined]
     hits, how = _search(service, "ws-b")
@@ -194,14 +196,19 @@ def test_a_graph_changed_since_it_was_saved_is_saved_before_it_is_forgotten(
     assert hits[0][0] == "late"  # the write made after the last save is in what came back
 
 
+def _two_workspaces(service: KnowledgeService) -> PostgresKnowledgeStore:
+    store = service.store
+    assert isinstance(store, PostgresKnowledgeStore)
+    _fill(service, "ws-a", 12, 1)
+    _fill(service, "ws-b", 12, 2)
+    return store
+
+
 @pytest.mark.engines("postgresql")
 def test_postgresql_ranks_a_workspace_by_bm25_as_the_in_process_index_does(
     service: KnowledgeService, database_url: str
 ) -> None:
-    store = service.store
-    assert isinstance(store, PostgresKnowledgeStore)
-    _fill(service, "ws-a", 12, 1)
-    _fill(service, "ws-b", 12, 2)  # another workspace's postings never count
+    store = _two_workspaces(service)  # ws-b's postings never count in ws-a's ranking
     service.store_document(LOCAL, "ws-a", "A zebra, zebras and zebra-striped lanterns.", doc_label="doc-3")
     service.delete_document(LOCAL, "ws-a", "doc-5")
     queries = [QUERY, "falcon", "glacier harbor meadow orbit", "zebras striped", "the", "absent words"]
@@ -228,3 +235,35 @@ def test_postgresql_ranks_a_workspace_by_bm25_as_the_in_process_index_does(
     compare()
     store.keywords.clear()
     assert store.keyword_candidates("ws-a", QUERY, 10, generation).method == "sql"
+
+
+@pytest.mark.engines("postgresql")
+def test_a_workspace_searched_once_is_answered_by_postgresql_and_evicts_nothing(
+    service: KnowledgeService, budget: MemoryBudget
+) -> None:
+    store = _two_workspaces(service)
+    expected: list[tuple[str, float]] = []
+    for workspace in ("ws-b", "ws-a"):  # ws-a used last
+        _search(service, workspace)
+        _settled(service, workspace)
+        store.keywords.await_load(workspace)
+        expected = expected or _search(service, workspace)[0]
+    budget.limit = max(_bytes(budget, "ws-a"), _bytes(budget, "ws-b")) + 1
+    budget.enforce(None)  # ws-b, the least recently used, goes
+    assert _resident(store, "ws-a") == (True, True) and _resident(store, "ws-b") == (False, False)
+
+    # Asked for once, while the budget is full: PostgreSQL answers, nothing is loaded or forgotten.
+    hits, how = _search(service, "ws-b")
+    _same(hits, expected)
+    assert how == {"dense": "pgvector", "keyword": "sql"}
+    _settled(service, "ws-b")
+    store.keywords.await_load("ws-b")
+    assert _resident(store, "ws-b") == (False, False) and _resident(store, "ws-a") == (True, True)
+    # Asked for again, more recently than ws-a was used: it is the hotter one now, and is loaded.
+    _search(service, "ws-b")
+    _settled(service, "ws-b")
+    store.keywords.await_load("ws-b")
+    assert _resident(store, "ws-b") == (True, True) and _resident(store, "ws-a") == (False, False)
+    hits, how = _search(service, "ws-b")
+    _same(hits, expected)
+    assert how == {"dense": "exact", "keyword": "bm25"}

@@ -13,6 +13,7 @@ import functools
 import itertools
 import logging
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -49,6 +50,10 @@ class MemoryBudget:
             OrderedDict()
         )
         self._total = 0
+        self._used: dict[tuple[int, str], float] = {}  # when each resident partition was last used
+        # Partitions asked for while not resident, and when (the last ``ASKED_KEEP``): ``admit``'s memory.
+        self._asked: OrderedDict[tuple[int, str], float] = OrderedDict()
+        self._sizes: OrderedDict[tuple[int, str], int] = OrderedDict()  # of partitions forgotten, as measured
         self._serials = itertools.count(1)
         self._gone: list[int] = []  # serials of caches collected since the last purge
         self.evictions: dict[str, int] = {}  # by cache kind, since the process started
@@ -76,6 +81,7 @@ class MemoryBudget:
             serial = self._gone.pop()
             for entry in [e for e in self._order if e[0] == serial]:
                 self._total -= self._order.pop(entry)[1]
+                self._used.pop(entry, None)
 
     def record(self, cache: PartitionCache[Any], serial: int, key: str, nbytes: int) -> None:
         """``key``'s partition in ``cache`` holds ``nbytes`` now, and was just used."""
@@ -85,18 +91,43 @@ class MemoryBudget:
             old = self._order.pop(entry, None)
             self._total += nbytes - (old[1] if old is not None else 0)
             self._order[entry] = (weakref.ref(cache), nbytes)
+            self._used[entry] = time.monotonic()
 
     def touch(self, serial: int, key: str) -> None:
         """``key``'s partition was just used: it moves to the back of the eviction queue."""
         with self._lock:
             if (serial, key) in self._order:
                 self._order.move_to_end((serial, key))
+                self._used[(serial, key)] = time.monotonic()
 
     def drop(self, serial: int, key: str) -> None:
         with self._lock:
             old = self._order.pop((serial, key), None)
+            self._used.pop((serial, key), None)
             if old is not None:
                 self._total -= old[1]
+
+    def admit(self, serial: int, key: str) -> bool:
+        """Whether a partition asked for while not resident should be loaded, where the engine can answer
+        without it (server mode: pgvector, BM25 in SQL). Yes when there is room for it (its size when it
+        was last forgotten; unknown, any room at all), or when it was asked for
+        before more recently than the least recently used resident partition was used (it is the hotter
+        of the two, as LRU-2 counts). A workspace searched once in a while is then answered by the engine
+        and evicts nothing: a scan over more workspaces than the budget holds leaves the resident ones
+        resident instead of loading each one in turn to forget it before its next search."""
+        with self._lock:
+            now = time.monotonic()
+            entry = (serial, key)
+            before = self._asked.pop(entry, None)
+            self._asked[entry] = now
+            while len(self._asked) > ASKED_KEEP:
+                self._asked.popitem(last=False)
+            if self.limit is None or not self._order:
+                return True
+            if self._total + self._sizes.get(entry, 0) <= self.limit:
+                return True  # room for it as it was when last forgotten (unknown: room if any is left)
+            coldest = self._used.get(next(iter(self._order)), now)
+            return before is not None and before > coldest
 
     def enforce(self, protect: tuple[int, str] | None) -> None:
         """Forget least recently used partitions until the total is under the limit, never ``protect``
@@ -118,7 +149,11 @@ class MemoryBudget:
                 if part is _BUSY:
                     continue  # its cache is locked by another thread: another round gets it
                 del self._order[entry]
+                self._used.pop(entry, None)
                 self._total -= nbytes
+                self._sizes[entry] = nbytes
+                while len(self._sizes) > ASKED_KEEP:
+                    self._sizes.popitem(last=False)
                 if part is not None:
                     evicted.append((cache, entry[1], part))
         counts: dict[str, int] = {}
@@ -158,6 +193,7 @@ class MemoryBudget:
         return self._total
 
 
+ASKED_KEEP = 10_000  # partitions ``admit`` remembers being asked for
 _BUSY: Final = object()  # ``_evict``'s answer when the cache's lock is held elsewhere
 
 # The process's accountant: every cache joins it unless given another (tests give their own).
@@ -343,6 +379,11 @@ class PartitionCache(Generic[P]):
     def resident(self, key: str) -> bool:
         """Whether ``key``'s partition is in memory now, at any generation."""
         return key in self._parts
+
+    def admit(self, key: str) -> bool:
+        """Whether to load ``key``'s partition, not resident, that an engine could answer for instead
+        (``MemoryBudget.admit``); always, for a cache outside the budget."""
+        return self._budget is None or self._budget.admit(self._serial, key)
 
 
 class WriteGate:

@@ -368,7 +368,8 @@ class PostgresKnowledgeStore:
         self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
         self._catch_up(workspace_id, generation)
         if not self.keywords.current(workspace_id, generation) and pg_keywords.ready(self.db, workspace_id):
-            self.keywords.load_in_background(workspace_id, generation)
+            if self.keywords.resident(workspace_id) or self.keywords.admit(workspace_id):
+                self.keywords.load_in_background(workspace_id, generation)
             return Candidates(pg_keywords.rank(self.db, workspace_id, query, limit), "sql")
         return embedded.bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
 
@@ -386,7 +387,9 @@ class PostgresKnowledgeStore:
                 hits, method = self.index.search_with_method(workspace_id, generation, query, limit)
                 return Candidates(hits, method)
             cached = self.index.cached(workspace_id)
-            if cached is None or cached[0] < generation:
+            if (cached is None and self.index.admit(workspace_id)) or (
+                cached is not None and cached[0] < generation
+            ):
                 self._refresh_in_background(workspace_id)
         return Candidates(self.hnsw_search(workspace_id, query, limit), "pgvector")
 
