@@ -26,6 +26,7 @@ from triptych.metronix.store import keyword_columns
 log = logging.getLogger(__name__)
 
 Conn = Connection[TupleRow]
+Posting = tuple[int, str, float, float]  # chunk id, stem, weighted frequency, the chunk's length
 
 MIGRATION = """
     CREATE TABLE kb_chunk_terms (
@@ -87,35 +88,14 @@ def ready(db: PgDatabase, workspace_id: str) -> bool:
     return bool(row and row[0])
 
 
-def postings(
-    chunks: Sequence[tuple[int, Sequence[tuple[str, float]]]],
-) -> tuple[list[tuple[int, float]], list[tuple[int, str, float, float]]]:
-    """For chunks (id, weighted columns): each chunk's length, and its posting rows (id, term, weight,
-    length)."""
-    lengths: list[tuple[int, float]] = []
-    rows: list[tuple[int, str, float, float]] = []
-    for chunk_id, columns in chunks:
-        weighted, length = document_terms(columns)
-        lengths.append((chunk_id, length))
-        rows += [(chunk_id, term, weight, length) for term, weight in weighted.items()]
-    return lengths, rows
-
-
-def write(conn: Conn, workspace_id: str, chunks: Sequence[tuple[int, Sequence[tuple[str, float]]]]) -> None:
-    """Inside a write's transaction: the postings and lengths of the chunks it inserted."""
-    lengths, rows = postings(chunks)
-    if not lengths:
-        return
-    with conn.cursor() as cursor:
-        cursor.executemany(
-            "UPDATE kb_chunks SET term_length = %s WHERE id = %s", [(n, i) for i, n in lengths]
-        )
-        if rows:
-            with cursor.copy(
-                "COPY kb_chunk_terms (workspace_id, chunk_id, term, weight, length) FROM STDIN"
-            ) as copy:
-                for chunk_id, term, weight, length in rows:
-                    copy.write_row((workspace_id, chunk_id, term, weight, length))
+def copy_postings(conn: Conn, workspace_id: str, rows: Sequence[Posting]) -> None:
+    """Inside a write's transaction: posting rows of chunks it inserted (their ``term_length`` is set)."""
+    if rows:
+        with conn.cursor().copy(
+            "COPY kb_chunk_terms (workspace_id, chunk_id, term, weight, length) FROM STDIN"
+        ) as copy:
+            for chunk_id, term, weight, length in rows:
+                copy.write_row((workspace_id, chunk_id, term, weight, length))
 
 
 def fill(db: PgDatabase, workspace_id: str) -> bool:
@@ -133,7 +113,15 @@ def fill(db: PgDatabase, workspace_id: str) -> bool:
             " WHERE c.workspace_id = %s ORDER BY c.id",
             (workspace_id,),
         ).fetchall()
-        write(conn, workspace_id, [(int(r[0]), keyword_columns(r[1], str(r[2]))) for r in rows])
+        lengths: list[tuple[float, int]] = []
+        postings: list[Posting] = []
+        for row in rows:
+            weighted, length = document_terms(keyword_columns(row[1], str(row[2])))
+            lengths.append((length, int(row[0])))
+            postings += [(int(row[0]), term, weight, length) for term, weight in weighted.items()]
+        with conn.cursor() as cursor:
+            cursor.executemany("UPDATE kb_chunks SET term_length = %s WHERE id = %s", lengths)
+        copy_postings(conn, workspace_id, postings)
         conn.execute("UPDATE kb_workspaces SET terms_ready = true WHERE id = %s", (workspace_id,))
     return True
 

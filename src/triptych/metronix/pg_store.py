@@ -24,7 +24,7 @@ import numpy as np
 from psycopg import Connection, sql
 from psycopg.rows import TupleRow, dict_row
 
-from triptych.core.keyword_index import Changes, Document, KeywordIndex
+from triptych.core.keyword_index import Changes, Document, KeywordIndex, document_terms
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PgDatabase, one
 from triptych.core.search import PATCH_LIMIT, Vector, VectorIndex
@@ -100,8 +100,8 @@ MIGRATIONS = [
         PRIMARY KEY (workspace_id, generation)
     );
     """,
+    pg_keywords.MIGRATION,  # BM25 postings, for searches of a workspace not in this worker's memory
 ]
-MIGRATIONS.append(pg_keywords.MIGRATION)  # BM25 postings, for searches of a workspace not in memory
 # Writes of one workspace the log keeps: a worker further behind reloads the workspace.
 KEYWORD_LOG_KEEP = 1000
 
@@ -245,18 +245,22 @@ class PostgresKnowledgeStore:
             document_id = one(row)[0]
             texts: list[Document] = []
             added: list[tuple[int, Vector]] = []
+            postings: list[pg_keywords.Posting] = []
             with conn.cursor() as cursor:
                 for ordinal, (text, vector) in enumerate(zip(doc.chunks, doc.embeddings, strict=True)):
                     vec = np.ascontiguousarray(vector, dtype=np.float32)
+                    columns = keyword_columns(doc.title, text)
+                    weighted, length = document_terms(columns)
                     cursor.execute(
-                        "INSERT INTO kb_chunks (document_id, workspace_id, ordinal, text, embedding)"
-                        " VALUES (%s,%s,%s,%s,%s) RETURNING id",
-                        (document_id, doc.workspace_id, ordinal, text, vec),
+                        "INSERT INTO kb_chunks (document_id, workspace_id, ordinal, text, embedding, term_length)"
+                        " VALUES (%s,%s,%s,%s,%s,%s) RETURNING id",
+                        (document_id, doc.workspace_id, ordinal, text, vec, length),
                     )
                     chunk_id = int(one(cursor.fetchone())[0])
-                    texts.append((chunk_id, keyword_columns(doc.title, text)))
+                    texts.append((chunk_id, columns))
                     added.append((chunk_id, vec))
-            pg_keywords.write(conn, doc.workspace_id, texts)
+                    postings += [(chunk_id, term, weight, length) for term, weight in weighted.items()]
+            pg_keywords.copy_postings(conn, doc.workspace_id, postings)
             self._log_write(conn, doc.workspace_id, before + 1, [i for i, _ in texts], removed)
         self._after_commit(doc.workspace_id, before, texts, added, removed)
         return len(texts)
