@@ -40,23 +40,25 @@ MIGRATION = """
     CREATE INDEX kb_chunk_terms_by_chunk ON kb_chunk_terms (chunk_id);
     ALTER TABLE kb_chunks ADD COLUMN term_length REAL;
     -- Whether every chunk of the workspace has its postings: true for workspaces this version creates,
-    -- false for older ones (and rows copied in by ``triptych migrate``) until ``fill`` has run.
-    ALTER TABLE kb_workspaces ADD COLUMN terms_ready BOOLEAN NOT NULL DEFAULT false;
+    -- false for older ones (and rows copied in by ``triptych migrate``) until ``fill`` has run. With it,
+    -- the workspace's chunk count and total length, kept by every write (BM25's N and average length).
+    ALTER TABLE kb_workspaces ADD COLUMN terms_ready BOOLEAN NOT NULL DEFAULT false,
+        ADD COLUMN term_chunks BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN term_total DOUBLE PRECISION NOT NULL DEFAULT 0;
 """
 
 # One query: the workspace's counts, each query term's document frequency, and every matching chunk's
 # score, best first, ties by id (``KeywordIndex.search``'s order).
 RANK = """
     WITH stats AS (
-        SELECT count(*)::float8 AS n, coalesce(sum(term_length), 0)::float8 AS total
-        FROM kb_chunks WHERE workspace_id = %(ws)s
+        SELECT term_chunks::float8 AS n, term_total AS total FROM kb_workspaces WHERE id = %(ws)s
     ), df AS (
         SELECT term, count(*)::float8 AS matched FROM kb_chunk_terms
         WHERE workspace_id = %(ws)s AND term = ANY(%(terms)s) GROUP BY term
     )
     SELECT t.chunk_id, sum(
         ln(1.0 + (stats.n - df.matched + 0.5) / (df.matched + 0.5)) * t.weight * %(k1p)s
-        / (t.weight + %(k1)s * (1.0 - %(b)s + %(b)s * t.length / greatest(stats.total / stats.n, 1e-9)))
+        / (t.weight + %(k1)s * (1.0 - %(b)s + %(b)s * t.length / greatest(stats.total / nullif(stats.n, 0), 1e-9)))
     ) AS score
     FROM kb_chunk_terms t JOIN df ON df.term = t.term CROSS JOIN stats
     WHERE t.workspace_id = %(ws)s AND t.term = ANY(%(terms)s)
@@ -98,6 +100,17 @@ def copy_postings(conn: Conn, workspace_id: str, rows: Sequence[Posting]) -> Non
                 copy.write_row((workspace_id, chunk_id, term, weight, length))
 
 
+def count(conn: Conn, workspace_id: str, added: Sequence[float], removed: Sequence[float | None]) -> None:
+    """Inside a write holding the workspace's row: its chunk count and total length moved by the lengths
+    of the chunks it inserted and deleted (a chunk stored before its length was kept has none: ``fill``
+    counts the workspace again before it serves)."""
+    gone = [length for length in removed if length is not None]
+    conn.execute(
+        "UPDATE kb_workspaces SET term_chunks = term_chunks + %s, term_total = term_total + %s WHERE id = %s",
+        (len(added) - len(removed), float(sum(added)) - float(sum(gone)), workspace_id),
+    )
+
+
 def fill(db: PgDatabase, workspace_id: str) -> bool:
     """Store the postings of a workspace written before they existed, holding its row (its writers
     wait meanwhile; another worker filling it too finds it ready and stops). True if it filled."""
@@ -122,7 +135,10 @@ def fill(db: PgDatabase, workspace_id: str) -> bool:
         with conn.cursor() as cursor:
             cursor.executemany("UPDATE kb_chunks SET term_length = %s WHERE id = %s", lengths)
         copy_postings(conn, workspace_id, postings)
-        conn.execute("UPDATE kb_workspaces SET terms_ready = true WHERE id = %s", (workspace_id,))
+        conn.execute(
+            "UPDATE kb_workspaces SET terms_ready = true, term_chunks = %s, term_total = %s WHERE id = %s",
+            (len(lengths), float(sum(n for n, _ in lengths)), workspace_id),
+        )
     return True
 
 

@@ -233,9 +233,12 @@ class PostgresKnowledgeStore:
                 (doc.workspace_id, doc.doc_label),
             ).fetchone()
             removed: list[int] = []
+            gone: list[Any] = []
             if old is not None:
-                found = conn.execute("DELETE FROM kb_chunks WHERE document_id = %s RETURNING id", (old[0],))
-                removed = [int(r[0]) for r in found.fetchall()]
+                gone = conn.execute(
+                    "DELETE FROM kb_chunks WHERE document_id = %s RETURNING id, term_length", (old[0],)
+                ).fetchall()
+                removed = [int(r[0]) for r in gone]
                 conn.execute("DELETE FROM kb_documents WHERE id = %s", (old[0],))
             row = conn.execute(
                 f"INSERT INTO kb_documents ({DOCUMENT_COLUMNS})"
@@ -246,6 +249,7 @@ class PostgresKnowledgeStore:
             texts: list[Document] = []
             added: list[tuple[int, Vector]] = []
             postings: list[pg_keywords.Posting] = []
+            lengths: list[float] = []
             with conn.cursor() as cursor:
                 for ordinal, (text, vector) in enumerate(zip(doc.chunks, doc.embeddings, strict=True)):
                     vec = np.ascontiguousarray(vector, dtype=np.float32)
@@ -260,7 +264,9 @@ class PostgresKnowledgeStore:
                     texts.append((chunk_id, columns))
                     added.append((chunk_id, vec))
                     postings += [(chunk_id, term, weight, length) for term, weight in weighted.items()]
+                    lengths.append(length)
             pg_keywords.copy_postings(conn, doc.workspace_id, postings)
+            pg_keywords.count(conn, doc.workspace_id, lengths, [r[1] for r in gone])
             self._log_write(conn, doc.workspace_id, before + 1, [i for i, _ in texts], removed)
         self._after_commit(doc.workspace_id, before, texts, added, removed)
         return len(texts)
@@ -282,9 +288,12 @@ class PostgresKnowledgeStore:
             if row is None:  # another worker deleted it while this one waited for the lock
                 return False
             # The chunks first: deleting the document would cascade to them and leave no ids to log.
-            found = conn.execute("DELETE FROM kb_chunks WHERE document_id = %s RETURNING id", (row[0],))
-            removed = [int(r[0]) for r in found.fetchall()]
+            gone = conn.execute(
+                "DELETE FROM kb_chunks WHERE document_id = %s RETURNING id, term_length", (row[0],)
+            ).fetchall()
+            removed = [int(r[0]) for r in gone]
             conn.execute("DELETE FROM kb_documents WHERE id = %s", (row[0],))
+            pg_keywords.count(conn, workspace_id, [], [r[1] for r in gone])
             self._log_write(conn, workspace_id, before + 1, [], removed)
         self._after_commit(workspace_id, before, [], [], removed)
         return True
