@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from triptych.metronix.store import NewDocument, body_hash
+from triptych.metronix.knowledge_model import NewDocument, body_hash
 
 NOW = "2026-12-01T00:00:00+00:00"
 COPY_CHUNKS = (

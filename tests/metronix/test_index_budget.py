@@ -23,8 +23,7 @@ from triptych.core.partitions import MemoryBudget
 from triptych.core.pg import PgDatabase
 from triptych.core.search import VectorIndex
 from triptych.core.vector_files import VectorFiles
-from triptych.metronix import pg_keywords
-from triptych.metronix import store as store_module
+from triptych.metronix import knowledge_model, pg_keywords
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, vectors_dir
@@ -162,7 +161,7 @@ def test_a_graph_changed_since_it_was_saved_is_saved_before_it_is_forgotten(
     service: KnowledgeService, budget: MemoryBudget, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(search, "HNSW_THRESHOLD", 32)
-    monkeypatch.setattr(store_module, "BACKGROUND_LOAD_CHUNKS", 10_000)
+    monkeypatch.setattr(knowledge_model, "BACKGROUND_LOAD_CHUNKS", 10_000)
     store = service.store
     assert isinstance(store, SqliteKnowledgeStore)
     _fill(service, "ws-a", 16, 1)
@@ -227,14 +226,16 @@ def test_postgresql_ranks_a_workspace_by_bm25_as_the_in_process_index_does(
     with store.db.transaction() as conn:
         conn.execute("DELETE FROM kb_chunk_terms WHERE workspace_id = 'ws-a'")
         conn.execute("UPDATE kb_chunks SET term_length = NULL WHERE workspace_id = 'ws-a'")
-        conn.execute("UPDATE kb_workspaces SET terms_ready = false WHERE id = 'ws-a'")
-    store.keywords.clear()
-    generation = store.generation("ws-a")
-    assert store.keyword_candidates("ws-a", QUERY, 10, generation).method == "bm25"
-    assert pg_keywords.fill(store.db, "ws-a") and not pg_keywords.fill(store.db, "ws-a")
-    compare()
-    store.keywords.clear()
-    assert store.keyword_candidates("ws-a", QUERY, 10, generation).method == "sql"
+    upgraded = PostgresKnowledgeStore(PgDatabase(database_url, max_size=2), DIM)  # a worker after it
+    try:
+        generation = upgraded.generation("ws-a")
+        assert upgraded.keyword_candidates("ws-a", QUERY, 10, generation).method == "bm25"
+        assert pg_keywords.fill(store.db, "ws-a") and not pg_keywords.fill(store.db, "ws-a")
+        compare()
+        upgraded.keywords.clear()
+        assert upgraded.keyword_candidates("ws-a", QUERY, 10, generation).method == "sql"
+    finally:
+        upgraded.close()
 
 
 @pytest.mark.engines("postgresql")
