@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,7 +38,9 @@ def write_atomically(target: Path, header: dict[str, Any], parts: list[bytes]) -
     """Write a JSON header line and ``parts`` to a temporary file, fsync it and rename it over ``target``:
     a reader or a crash sees the old file or the new one, never half of one (the keyword files use it
     too). On failure the temporary file is removed and the error raised."""
-    tmp = target.with_suffix(f".tmp{os.getpid()}")
+    # Named after the whole target (``p….vectors`` and ``p….keywords`` of one workspace must not share a
+    # temporary file) and the writing thread (a build's save and an eviction's may overlap).
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}-{threading.get_ident()}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as out:
