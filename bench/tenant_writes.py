@@ -42,6 +42,7 @@ from common import machine_facts  # noqa: E402
 from postgres import PostgresCluster  # noqa: E402  (the tests' throwaway PostgreSQL)
 from test_memory_tenant_writes import record  # noqa: E402  (the same record as the tests write)
 
+import triptych  # noqa: E402
 from triptych.core.pg import PgDatabase, PortableDatabase  # noqa: E402
 from triptych.hadron.identity import HadronCaller  # noqa: E402
 from triptych.hadron.services.nodes import NodeFields  # noqa: E402
@@ -128,6 +129,7 @@ def team_client(url: str, number: int, arm: str, data: str) -> Callable[[int, in
     return one
 
 
+IMPORTED: dict[str, set[str]] = {}  # arm -> where its workers imported triptych from
 CLIENTS: dict[str, Callable[[str, int, str, str], Callable[[int, int], None]]] = {
     "hadron": hadron_client,
     "team": team_client,
@@ -142,7 +144,7 @@ def worker(
     one = memory_client(url, number, arm) if surface == "memory" else CLIENTS[surface](url, number, arm, data)
     times: list[float] = []
     lock = threading.Lock()
-    ready.put(number)  # opened: the clock starts once every worker is
+    ready.put(triptych.__file__)  # opened: the clock starts once every worker is
 
     def client(tenant: int) -> None:
         mine = []
@@ -174,20 +176,18 @@ def round_of(
         ctx.Process(target=worker, args=(surface, url, data, n, arm, writes, start, ready, out))
         for n in range(WORKERS)
     ]
-    saved = os.environ.get("PYTHONPATH")
-    if arm == "main":  # the spawned workers import triptych from the base's tree
+    saved = list(sys.path)
+    if arm == "main":  # a spawned worker starts on the parent's sys.path: the base's tree in place of ours
         assert main_src is not None
-        os.environ["PYTHONPATH"] = main_src
+        ours = str(Path(triptych.__file__).resolve().parents[1])
+        sys.path[:] = [main_src] + [p for p in saved if str(Path(p or ".").resolve()) != ours]
     try:
         for proc in procs:
             proc.start()
     finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
-    for _ in procs:
-        ready.get()  # the workers open their pools and caches before the clock starts
+        sys.path[:] = saved
+    sources = {ready.get() for _ in procs}  # the workers open their pools and caches before the clock starts
+    IMPORTED.setdefault(arm, sources)
     began = time.perf_counter()
     start.set()
     times = [t for _ in procs for t in out.get()]
@@ -231,6 +231,7 @@ def main() -> None:
     cluster.start()
     try:
         for surface in args.surface.split(","):
+            IMPORTED.clear()
             with tempfile.TemporaryDirectory(prefix="tenant-writes-") as data:
                 url = cluster.create_database(surface)
                 prepare(surface, url, data)
@@ -249,6 +250,8 @@ def main() -> None:
                 f"{surface}: {TENANTS} tenants x {CLIENTS_PER_TENANT} clients on {WORKERS} workers,"
                 f" {args.writes} writes per client per round, {args.rounds} rounds per arm"
             )
+            for arm, sources in IMPORTED.items():
+                print(f"  {arm:>10}: triptych from {', '.join(sorted(sources))}")
             for arm, (rates, times) in arms.items():
                 p50, p95 = statistics.median(times), statistics.quantiles(times, n=20)[18]
                 print(

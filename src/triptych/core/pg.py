@@ -353,9 +353,9 @@ class PortableDatabase:
         write in progress and they for it. The pair is PostgreSQL's two-``int4`` key space, apart from the
         store's one-``bigint`` key: a hash collision of two tenants only makes them queue.
 
-        No tenant (an empty sequence): the store's key shared only. Several tenants (a write that touches two, such as a move between two memories): every pair, in
-        one statement, in a fixed order (sorted by name), so two such writes never wait for each other
-        in a circle (docs/decisions/0180)."""
+        No tenant (an empty sequence): the store's key shared only. Several tenants (a write that touches
+        two, such as a move between two memories): every pair, in one statement, in a fixed order (sorted
+        by name), so two such writes never wait for each other in a circle (docs/decisions/0180)."""
         if self._write_lock is None:
             return None
         if tenant is None:
