@@ -51,6 +51,7 @@ def workers(tmp_path: Path, database_url: str | None) -> Iterator[tuple[Hadron, 
         admin.create_app("bot", "Bot", root, None)
         admin.create_memory("room", "app", app=f"hrn:app:{root}:bot", embedding="none")
         first.team.channels.create_channel(caller(first, root), f"hrn:mem:{root}:room", "ops", "Ops")
+        first.team.agents.install(f"hrn:app:{root}:bot", "team", team=True)  # the team memory
     second = Hadron.open(tmp_path / "w2" / "hadron.db", database_url=database_url)
     yield first, second
     second.close()
@@ -103,6 +104,22 @@ def start_session(hadron: Hadron, root: str) -> None:
     hadron.team.sessions.start(who, state, app, SessionStart("work"), None, False)
 
 
+def record_work(hadron: Hadron, root: str) -> None:
+    who = caller(hadron, root)
+    app = hadron.admin().app(f"hrn:app:{root}:bot")
+    state = hadron.selections.session(who, "s", None)
+    sessions = hadron.team.store.sessions_of(who.user.id if who.user else None, None, False, 1)
+    assert sessions, "seed() starts the session work is recorded on"
+    sid = sessions[0].id
+    n = next(_counter)
+    hadron.team.worklog.record(who, state, sid, "github", "pr", f"acme/api#{n}", "opened", None, app.urn)
+
+
+def team_and_memory(hadron: Hadron, root: str) -> tuple[str, ...]:
+    app = hadron.admin().app(f"hrn:app:{root}:bot")
+    return write_keys.team(app.id), write_keys.memory(hadron.team.agents.team_memory(app).id)
+
+
 def create_memory(hadron: Hadron, root: str) -> None:
     hadron.admin().create_memory(f"m{next(_counter)}", "knowledge", org=root, embedding="none")
 
@@ -153,6 +170,7 @@ FAMILIES = [
         start_session,
         lambda h, root: (write_keys.team(h.admin().app(f"hrn:app:{root}:bot").id),),
     ),
+    Family("worklog", record_work, team_and_memory),
     Family("create_memory", create_memory, lambda h, root: (write_keys.root(root),)),
     Family("memory_lock", lock_memory, _memory("plans")),
     Family("embedding", embed, _memory("plans")),
@@ -195,6 +213,10 @@ def seed(hadron: Hadron) -> None:
         fields = NodeFields({"name": "seed"}, frozenset({"name"}))
         state = hadron.selections.session(who, "s", None)
         hadron.nodes.create(who, state, f"hrn:node:{root}:plans:seed", fields, None)
+        app = hadron.admin().app(f"hrn:app:{root}:bot")
+        hadron.team.sessions.start(
+            who, state, app, SessionStart("seed"), None, False
+        )  # what work is recorded on
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
