@@ -98,6 +98,8 @@ class ServerProcess:
     # the log); ``cwd`` is the folder it starts in.
     pass_data_dir: bool = True
     cwd: Path | None = None
+    # A port chosen beforehand (machines that name each other's URLs need them before they start).
+    fixed_port: int = 0
 
     @property
     def url(self) -> str:
@@ -107,7 +109,7 @@ class ServerProcess:
         # A start imports the whole product and warms the model: seconds on an idle machine, but over a
         # minute where other suites (or the xdist workers of this one) share the cores. The bound only
         # limits how long a server that never answers is waited for.
-        self.port = free_port()
+        self.port = self.fixed_port or free_port()
         self.log_path = self.data_dir.parent / f"server-{self.port}.log"
         env = {**os.environ, **self.env}
         if self.pass_data_dir:

@@ -78,8 +78,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         settings = _settings(args)
+        unshared = _machine_local_secrets(settings)
     except ValueError as exc:  # a setting out of range or malformed
         print(f"triptych: {_problem(exc)}", file=sys.stderr)
+        return 2
+    if unshared:
+        print(f"triptych: {unshared}", file=sys.stderr)
         return 2
     _log_to_stderr(settings.log_level, settings.log_format)
     sock = worker_socket()
@@ -115,6 +119,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # the grace, so a held Hadron stream cannot keep the process forever), then re-raises the signal:
     # ending there with 0 tells a service manager the stop was clean.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    if settings.peers:  # one machine of several: sessions held by another machine are relayed there
+        from triptych.peers import relayed
+
+        app = relayed(app, settings.peers)[0]
     uvicorn.run(
         app,
         host=settings.host,
@@ -125,6 +133,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=REQUEST_GRACE,
     )
     return 0
+
+
+def _machine_local_secrets(settings: Settings) -> str | None:
+    """On one machine of several (``TRIPTYCH_PEERS``), the Metergraph secrets left to a file of this data
+    directory: each machine would make its own, and a page session or webhook secret made on one would
+    not open on another (decision record 0201). None when there are none, or one machine."""
+    from triptych.metergraph.settings import load_metergraph_settings
+    from triptych.metergraph.webhook_http import load_webhook_settings
+
+    if not settings.peers:
+        return None
+    missing = [name for name, value in (("MG_WEB_SECRET", load_metergraph_settings().web_secret),
+               ("MG_WEBHOOK_KEY", load_webhook_settings().key)) if not value]  # fmt: skip
+    if not missing:
+        return None
+    return (
+        f"TRIPTYCH_PEERS names other machines, so set {' and '.join(missing)} to the same value on every"
+        " machine (unset, each machine keeps its own in its data directory, and what one signs or seals"
+        " the others refuse)"
+    )
 
 
 def _where_data_lives(settings: Settings, fresh: bool) -> str:
@@ -186,7 +214,7 @@ def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
                 report_ready()
 
     # Outermost, the relay: a relayed answer keeps the X-Triptych-Worker of the worker that gave it.
-    app, own = relayed(named_worker(app))
+    app, own = relayed(named_worker(app), settings.peers)
     config = uvicorn.Config(
         app,
         log_level=settings.log_level,

@@ -11,6 +11,11 @@ other workers' sockets in turn, marked as relayed so it is never relayed again, 
 is not 404 goes back to the client (streamed: an SSE stream stays open as long as the client keeps it).
 When no worker holds the session, the request is answered here, and the MCP transport says 404 as it
 would in one process: the client opens a new session.
+
+Several machines behind one load balancer have the same problem one level up, and no shared folder for
+sockets: ``TRIPTYCH_PEERS`` names the other machines' base URLs, and a request of a session held by no
+worker here is relayed to them over HTTP too (after this machine's own workers), marked as coming from a
+machine, so the machine that takes it only looks among its own workers (decision record 0200).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import shutil
 import socket
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -32,6 +38,9 @@ log = logging.getLogger(__name__)
 RUN_DIR = "TRIPTYCH_WORKER_RUN_DIR"
 SESSION = b"mcp-session-id"
 RELAYED = b"x-triptych-relayed"
+WORKER_HOP = b"1"  # relayed by a worker of this machine: answered here, never relayed again
+MACHINE_HOP = b"machine"  # relayed by another machine: relayed only to this machine's own workers
+MACHINE_CONNECT = 2.0  # seconds to reach another machine: a machine that is down is skipped quickly
 # Hop-by-hop headers, and the length the relay recomputes: never copied across. (Host is kept: the
 # endpoints' Host guard judges the client's.)
 SKIPPED = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"upgrade"}
@@ -53,15 +62,20 @@ def listen_unix(path: Path) -> socket.socket:
 
 
 class SessionRelay:
-    """ASGI middleware: requests of sessions held by another worker go to that worker."""
+    """ASGI middleware: requests of sessions held by another worker, or another machine, go there."""
 
-    def __init__(self, app: ASGIApp, run_dir: Path, index: str) -> None:
+    def __init__(
+        self, app: ASGIApp, run_dir: Path | None, index: str | None, machines: Sequence[str] = ()
+    ) -> None:
         self.app = app
         self.run_dir = run_dir
-        self.own = peer_socket(run_dir, index)
+        self.own = None if run_dir is None or index is None else peer_socket(run_dir, index)
+        self.machines = [m.rstrip("/") for m in machines]
         self.issued: OrderedDict[str, None] = OrderedDict()
 
     def peers(self) -> list[Path]:
+        if self.run_dir is None:
+            return []
         return sorted(p for p in self.run_dir.glob("worker-*.sock") if p != self.own)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -70,11 +84,13 @@ class SessionRelay:
             return
         headers = dict(scope.get("headers", []))
         session = headers.get(SESSION, b"").decode("latin-1")
-        if session and session not in self.issued and RELAYED not in headers:
+        hop = headers.get(RELAYED)
+        if session and session not in self.issued and hop != WORKER_HOP:
             body, receive = await _buffered(receive)
             if body is not None:
-                for peer in self.peers():
-                    if await self._relay(peer, scope, body, receive, send):
+                targets: list[Path | str] = [*self.peers(), *(self.machines if hop is None else [])]
+                for target in targets:
+                    if await self._relay(target, scope, body, receive, send):
                         return
 
         async def noting(message: Message) -> None:
@@ -88,22 +104,31 @@ class SessionRelay:
 
         await self.app(scope, receive, noting)
 
-    async def _relay(self, peer: Path, scope: Scope, body: bytes, receive: Receive, send: Send) -> bool:
-        """Send the request to ``peer``; True when it held the session and its answer went to the client."""
-        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in SKIPPED] + [
-            (RELAYED, b"1")
-        ]
+    async def _relay(
+        self, target: Path | str, scope: Scope, body: bytes, receive: Receive, send: Send
+    ) -> bool:
+        """Send the request to ``target`` (a worker's socket, or another machine's base URL); True when it
+        held the session and its answer went to the client."""
+        machine = isinstance(target, str)
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in SKIPPED and k != RELAYED]
+        headers.append((RELAYED, MACHINE_HOP if machine else WORKER_HOP))
         path = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
             path += b"?" + scope["query_string"]
-        transport = httpx.AsyncHTTPTransport(uds=str(peer))
+        if isinstance(target, str):
+            transport = httpx.AsyncHTTPTransport()
+            base = target
+        else:
+            transport = httpx.AsyncHTTPTransport(uds=str(target))
+            base = "http://worker"
         started = False
         try:
             async with httpx.AsyncClient(
-                transport=transport, timeout=httpx.Timeout(30.0, read=None)
+                transport=transport,
+                timeout=httpx.Timeout(30.0, read=None, connect=MACHINE_CONNECT if machine else 30.0),
             ) as client:
                 request = client.build_request(
-                    scope["method"], "http://worker" + path.decode("latin-1"), headers=headers, content=body
+                    scope["method"], base + path.decode("latin-1"), headers=headers, content=body
                 )
                 response = await client.send(request, stream=True)
                 try:
@@ -121,7 +146,7 @@ class SessionRelay:
         except (httpx.TransportError, OSError):
             if started:  # the peer went away mid-answer: the client sees the stream end
                 return True
-            log.debug("worker socket %s did not answer", peer)  # a worker being replaced
+            log.debug("%s did not answer", target)  # a worker being replaced, a machine down
             return False
 
 
@@ -168,14 +193,15 @@ async def _buffered(receive: Receive) -> tuple[bytes | None, Receive]:
     return (None if more else body), replay
 
 
-def relayed(app: ASGIApp) -> tuple[ASGIApp, socket.socket | None]:
-    """In a worker of ``serve --workers N``: the app behind the relay, and this worker's own socket."""
+def relayed(app: ASGIApp, machines: Sequence[str] = ()) -> tuple[ASGIApp, socket.socket | None]:
+    """The app behind the relay, and this worker's own socket: in a worker of ``serve --workers N``, and
+    (``machines``: the other machines' base URLs) on a machine of several."""
     run_dir = os.environ.get(RUN_DIR)
     index = os.environ.get("TRIPTYCH_WORKER_INDEX")
     if run_dir is None or index is None:
-        return app, None
+        return (SessionRelay(app, None, None, machines) if machines else app), None
     sock = listen_unix(peer_socket(Path(run_dir), index))
-    return SessionRelay(app, Path(run_dir), index), sock
+    return SessionRelay(app, Path(run_dir), index, machines), sock
 
 
 def forget_socket(path: Path) -> None:

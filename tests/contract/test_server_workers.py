@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from hadron.push_client import NOTIFIED_WITHIN, Inbox, Subscriber, stream_opened
+from hadron.push_client import NOTIFIED_WITHIN, Inbox, Subscriber, plain_then_mention, stream_opened
 from hadron.world import HADRON_KEY, Session, build_world, user_headers
 from harness import SECRET, TRIPTYCH, McpSession, ServerProcess, bearer, free_port, token
 from mcp import Client
@@ -360,13 +360,8 @@ async def test_a_channel_post_through_one_worker_is_pushed_to_a_subscriber_held_
         ):
             await asyncio.wait_for(opened.wait(), NOTIFIED_WITHIN)
             await Subscriber(Session(alice), inbox).subscribe(address)
-            plain = await bob.ok("hadron_channel_post", channel=address, body="deploy done")
-            update = await inbox.next()
-            assert (update.uri, update.seq, update.mentioned) == (address, plain.data["seq"], False)
-            mention = await bob.ok("hadron_channel_post", channel=address, body="@alice over to you")
-            update = await inbox.next()
-            assert (update.seq, update.mentioned) == (mention.data["seq"], True)
-            read = await Session(alice).ok("hadron_channel_read", channel=address, sinceSeq=plain.data["seq"])
+            plain, _ = await plain_then_mention(bob, inbox, address)
+            read = await Session(alice).ok("hadron_channel_read", channel=address, sinceSeq=plain)
             assert [m["body"] for m in read.data["messages"]] == ["@alice over to you"]
 
 

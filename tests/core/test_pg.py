@@ -11,7 +11,7 @@ from harness import free_port, run_threads, shared_file
 from postgres import PostgresCluster
 
 from triptych.core.errors import StorageUnavailable
-from triptych.core.pg import PgDatabase, redacted
+from triptych.core.pg import NativeDatabase, PgDatabase, PortableDatabase, redacted
 from triptych.metronix import pg_store
 from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.store import KnowledgeStore, NewDocument, SqliteKnowledgeStore
@@ -37,6 +37,28 @@ def test_migrations_from_an_empty_database_apply_every_version_once(postgres: Po
         assert db.migrate("notes", [FIRST, SECOND]) == 0  # a restart applies nothing
     finally:
         db.close()
+
+
+def test_a_native_store_s_statements_reach_postgresql_as_written_and_a_portable_one_s_are_rewritten(
+    postgres: PostgresCluster,
+) -> None:
+    """Metronix's stores send psycopg's spellings unchanged (``NativeDatabase``): a ``?`` in a literal
+    stays one; ``PortableDatabase`` (Hadron, Metergraph's control stores) still turns ``?`` into ``%s``.
+    Both take the same write lock and read rows by position and by name."""
+    pg = PgDatabase(postgres.create_database())
+    try:
+        native = NativeDatabase(pg, write_lock="test-store")
+        with native.transaction("tenant-a") as conn:
+            row = conn.execute("SELECT '?' AS mark, %s AS value, 5 %% 3 AS rest", ("x",)).fetchone()
+            held = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+            ).fetchone()
+        assert (row["mark"], row["value"], row[2]) == ("?", "x", 2)
+        assert held[0] == 2  # the store's key shared and the (store, tenant) pair: docs/decisions/0170
+        portable = PortableDatabase(pg)
+        assert portable.conn.execute("SELECT ? AS value", ("y",)).fetchone()["value"] == "y"
+    finally:
+        pg.close()
 
 
 def test_a_database_of_the_previous_version_migrates_and_keeps_its_rows(postgres: PostgresCluster) -> None:

@@ -96,6 +96,18 @@ class Subscriber:
             await self.client.unsubscribe_resource(uri)
 
 
+async def plain_then_mention(poster: Session, inbox: Inbox, address: str) -> tuple[int, int]:
+    """``poster`` posts a plain message, then one mentioning alice, to the channel at ``address``; each
+    reaches ``inbox`` (alice's) with its seq and whether it mentions her. The two seqs."""
+    plain = await poster.ok("hadron_channel_post", channel=address, body="deploy done")
+    update = await inbox.next()
+    assert (update.uri, update.seq, update.mentioned) == (address, plain.data["seq"], False)
+    mention = await poster.ok("hadron_channel_post", channel=address, body="@alice over to you")
+    update = await inbox.next()
+    assert (update.seq, update.mentioned) == (mention.data["seq"], True)
+    return plain.data["seq"], mention.data["seq"]
+
+
 @asynccontextmanager
 async def stream_opened() -> AsyncIterator[asyncio.Event]:
     """An event set when the next client to connect has its GET stream open: a notification sent before

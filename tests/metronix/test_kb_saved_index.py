@@ -17,7 +17,7 @@ from triptych.core import search
 from triptych.core.auth import local_principal
 from triptych.core.embed import Matrix
 from triptych.core.search import VectorIndex
-from triptych.metronix import store as store_module
+from triptych.metronix import knowledge_model
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.store import NewDocument, SqliteKnowledgeStore, vectors_dir
 
@@ -47,7 +47,7 @@ class WordVectors:
 def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Graph sizes built in this test, in order (the real build, counted)."""
     monkeypatch.setattr(search, "HNSW_THRESHOLD", THRESHOLD)
-    monkeypatch.setattr(store_module, "BACKGROUND_LOAD_CHUNKS", THRESHOLD)
+    monkeypatch.setattr(knowledge_model, "BACKGROUND_LOAD_CHUNKS", THRESHOLD)
     real = VectorIndex._build_hnsw
     sizes: list[int] = []
 

@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     # worker; unset, everything stays in the data directory's SQLite files.
     database_url: str | None = Field(None, validation_alias=_alias("TRIPTYCH_DATABASE_URL", "database_url"))
 
+    # Server mode on several machines: the other machines' base URLs (comma-separated), to which a request
+    # of an MCP session opened on one of them is relayed (peers.py).
+    peers: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias=_alias("TRIPTYCH_PEERS", "peers")
+    )
+
     default_workspace: str = Field(
         "default", validation_alias=_alias("TRIPTYCH_DEFAULT_WORKSPACE", "default_workspace")
     )
@@ -114,7 +120,7 @@ class Settings(BaseSettings):
         0.7, validation_alias=_alias("METRONIX_FRESHNESS_DECISION_CONFIDENCE_THRESHOLD")
     )
 
-    @field_validator("allowed_hosts", "allowed_origins", "hadron_action_sources", mode="before")
+    @field_validator("allowed_hosts", "allowed_origins", "hadron_action_sources", "peers", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         # A comma-separated environment value is friendlier than JSON for a list of hosts.
@@ -132,6 +138,14 @@ class Settings(BaseSettings):
                 "TRIPTYCH_DATABASE_URL must be a postgresql:// URL (unset it to use the embedded SQLite files)"
             )
         return value
+
+    @field_validator("peers", mode="after")
+    @classmethod
+    def _http_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1].strip("/")) == 0:
+                raise ValueError(f"TRIPTYCH_PEERS must list http:// or https:// base URLs, got {url!r}")
+        return [url.rstrip("/") for url in value]
 
     @field_validator("data_dir", mode="after")
     @classmethod

@@ -14,7 +14,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Generic, Self, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -210,7 +210,7 @@ class PgDatabase:
         self.pool.close()
 
 
-# -- the common dialect: SQL written once for SQLite 3.35+ and PostgreSQL ---------------------------------
+# -- a store's handle: statements on a thread's transaction or a pooled connection, rows by name ------------
 
 
 class Row(tuple[Any, ...]):
@@ -231,7 +231,8 @@ class Row(tuple[Any, ...]):
 _ROW_TYPES: dict[tuple[str, ...], type[Row]] = {}
 
 
-def _row_factory(cursor: Any) -> Any:
+def named_rows(cursor: Any) -> Any:
+    """psycopg's row factory of ``Row``s (pass it to ``cursor(row_factory=...)``)."""
     columns = tuple(column.name for column in cursor.description or ())
     row_type = _ROW_TYPES.get(columns)
     if row_type is None:  # one class per distinct column list: a store has a few dozen
@@ -263,30 +264,28 @@ class Result:
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
-class PortableConnection:
-    """What a store written against SQLite's ``conn.execute(sql, params)`` needs, on PostgreSQL: ``?``
-    placeholders become ``%s``, rows read by name. Inside ``PortableDatabase.transaction()`` statements
-    run on the transaction's connection; outside, each borrows a pooled one."""
+class NativeConnection:
+    """A store's ``conn``: ``execute(sql, params)`` of statements written for psycopg (``%s`` or
+    ``%(name)s`` placeholders, ``%%`` for a literal ``%``), sent as written; rows read by position and by
+    name. Inside the database's ``transaction()`` statements run on the transaction's connection;
+    outside, each borrows a pooled one."""
 
     row_factory: Any = None  # accepted and ignored: rows always read both ways
 
-    def __init__(self, db: PortableDatabase) -> None:
+    def __init__(self, db: StoreDatabase[Any]) -> None:
         self._db = db
 
-    def cursor(self) -> PortableConnection:
+    def cursor(self) -> Self:
         return self
 
     @property
     def in_transaction(self) -> bool:
-        """Inside ``PortableDatabase.transaction()`` on this thread (``sqlite3.Connection``'s name for it)."""
+        """Inside the database's ``transaction()`` on this thread (``sqlite3.Connection``'s name for it)."""
         return getattr(self._db._local, "conn", None) is not None
 
     @staticmethod
     def _sql(query: str, named: bool = False) -> bytes:
-        escaped = query.replace("%", "%%")
-        if named:  # SQLite's ``:name`` placeholders (a dict of parameters); ``::type`` casts stay
-            return _NAMED.sub(r"%(\1)s", escaped).encode()
-        return escaped.replace("?", "%s").encode()
+        return query.encode()
 
     @staticmethod
     def _params(params: Sequence[Any] | Mapping[str, Any]) -> tuple[Any, ...] | Mapping[str, Any]:
@@ -294,7 +293,7 @@ class PortableConnection:
 
     def execute(self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Result:
         def run(conn: psycopg.Connection[Any]) -> Result:
-            with conn.cursor(row_factory=_row_factory) as cursor:
+            with conn.cursor(row_factory=named_rows) as cursor:
                 cursor.execute(self._sql(query, isinstance(params, Mapping)), self._params(params))
                 rows = cursor.fetchall() if cursor.description is not None else []
                 return Result(rows, cursor.rowcount)
@@ -319,9 +318,27 @@ def tenant_keys(tenant: str | Sequence[str]) -> tuple[str, ...]:
     return (tenant,) if isinstance(tenant, str) else tuple(sorted(set(tenant)))
 
 
-class PortableDatabase:
-    """A ``PgDatabase`` shaped like ``core.db.Database`` (``conn``, ``transaction()``, ``migrate()``) for
-    stores whose SQL is in the dialect SQLite and PostgreSQL share."""
+class PortableConnection(NativeConnection):
+    """What a store written against SQLite's ``conn.execute(sql, params)`` needs, on PostgreSQL: ``?``
+    placeholders become ``%s`` (and SQLite's ``:name``, ``%(name)s``) when each statement runs."""
+
+    @staticmethod
+    def _sql(query: str, named: bool = False) -> bytes:
+        escaped = query.replace("%", "%%")
+        if named:  # SQLite's ``:name`` placeholders (a dict of parameters); ``::type`` casts stay
+            return _NAMED.sub(r"%(\1)s", escaped).encode()
+        return escaped.replace("?", "%s").encode()
+
+
+C = TypeVar("C", bound=NativeConnection)
+
+
+class StoreDatabase(Generic[C]):
+    """A ``PgDatabase`` as a store uses it: ``conn``, ``transaction()`` (with the store's write lock),
+    ``batched()`` and ``migrate()``, the shape of ``core.db.Database``. ``NativeDatabase`` sends
+    statements as written; ``PortableDatabase`` rewrites SQLite's spellings first."""
+
+    _conn: C
 
     def __init__(self, pg: PgDatabase, write_lock: str | None = None) -> None:
         self.pg = pg
@@ -330,10 +347,9 @@ class PortableDatabase:
         # of different tenants do not wait for each other (``lock_statement``).
         self._write_lock = write_lock
         self._local = threading.local()
-        self._conn = PortableConnection(self)
 
     @property
-    def conn(self) -> PortableConnection:
+    def conn(self) -> C:
         return self._conn
 
     def run(self, work: Callable[[psycopg.Connection[Any]], Result]) -> Result:
@@ -375,7 +391,7 @@ class PortableDatabase:
         return getattr(self._local, "tenants", None)
 
     @contextmanager
-    def transaction(self, tenant: str | Sequence[str] | None = None) -> Iterator[PortableConnection]:
+    def transaction(self, tenant: str | Sequence[str] | None = None) -> Iterator[C]:
         """BEGIN ... COMMIT, or ROLLBACK on any exception; this thread's statements join it meanwhile.
         ``tenant``: the tenant (or tenants) the transaction writes to, if it writes to named ones
         (``lock_statement``)."""
@@ -418,3 +434,20 @@ class PortableDatabase:
 
     def close(self) -> None:
         """Nothing: the ``PgDatabase`` belongs to whoever opened it (it closes its pool)."""
+
+
+class NativeDatabase(StoreDatabase[NativeConnection]):
+    """A store whose SQL is written for PostgreSQL (psycopg's placeholders): nothing is rewritten."""
+
+    def __init__(self, pg: PgDatabase, write_lock: str | None = None) -> None:
+        super().__init__(pg, write_lock)
+        self._conn = NativeConnection(self)
+
+
+class PortableDatabase(StoreDatabase[PortableConnection]):
+    """A store whose SQL is in the dialect SQLite and PostgreSQL share, ``?`` placeholders included
+    (Hadron's stores and Metergraph's control stores today)."""
+
+    def __init__(self, pg: PgDatabase, write_lock: str | None = None) -> None:
+        super().__init__(pg, write_lock)
+        self._conn = PortableConnection(self)

@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from triptych.metergraph.metadata_store import MetadataStore
 from triptych.metergraph.scope import DAY_MS
 from triptych.metergraph.workload_match import SHAPE_SQL
 
+if TYPE_CHECKING:
+    from triptych.core.pg import PgDatabase
+
 _INSERT_COLUMNS = ("id", *CALL_COLUMNS)
 _INSERT_TYPES = ["UInt64", *(CALL_TYPES[name] for name in CALL_COLUMNS)]
 
@@ -61,9 +64,14 @@ class ClickHouseCallStore(ClickHouseTraceReads):
     ``ClickHouseConnection``)."""
 
     def __init__(
-        self, url: str, metadata: MetadataStore, lock_dir: Path, retention_days: int | None = None
+        self,
+        url: str,
+        metadata: MetadataStore,
+        lock_dir: Path,
+        retention_days: int | None = None,
+        shared: PgDatabase | None = None,
     ) -> None:
-        super().__init__(url, lock_dir, retention_days)
+        super().__init__(url, lock_dir, retention_days, shared)
         self.metadata = metadata
         self.columns = None  # no projection: ClickHouse reads one metadata column itself
         self._calls = GroupInserter(self._insert_calls, lambda exc: not isinstance(exc, StorageUnavailable))

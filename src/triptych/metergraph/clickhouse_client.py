@@ -7,13 +7,16 @@ import fcntl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from triptych.core.errors import StorageUnavailable
 from triptych.metergraph.call_model import DEFAULT_RETENTION_DAYS
 from triptych.metergraph.clickhouse_schema import BACKFILLED, statements, ttl_statements
 from triptych.metergraph.clickhouse_version import refuse_if_too_old
+
+if TYPE_CHECKING:
+    from triptych.core.pg import PgDatabase
 
 DEFAULT_DATABASE = "metergraph"
 
@@ -42,9 +45,21 @@ SCHEMA_LOCK = "metergraph.clickhouse-schema.lock"
 
 
 @contextmanager
-def _schema_lock(path: Path) -> Iterator[None]:
-    """Held while a store creates or upgrades the ClickHouse schema (released when the process dies)."""
-    with path.open("a") as handle:
+def _schema_lock(lock_dir: Path, shared: PgDatabase | None) -> Iterator[None]:
+    """Held while a store creates or upgrades the ClickHouse schema, released when the process dies. In
+    server mode a session advisory lock of the shared PostgreSQL database, so one process of every
+    machine at a time (a file of one data directory holds only that machine's workers: two machines
+    upgrading at once both backfilled, counting the stored calls twice; decision record 0202); else a
+    file lock in the data directory."""
+    if shared is not None:
+        with shared.connection() as conn:
+            conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (SCHEMA_LOCK,))
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (SCHEMA_LOCK,))
+        return
+    with (lock_dir / SCHEMA_LOCK).open("a") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             yield
@@ -54,9 +69,12 @@ def _schema_lock(path: Path) -> Iterator[None]:
 
 class ClickHouseConnection:
     """One ClickHouse database with Metergraph's schema (``clickhouse_schema.py``) in it. ``lock_dir`` is
-    the data directory the workers of one server share (the schema lock's file lives there)."""
+    the data directory the workers of one server share (the schema lock's file lives there); ``shared``,
+    the PostgreSQL database of server mode, whose advisory lock replaces the file across machines."""
 
-    def __init__(self, url: str, lock_dir: Path, retention_days: int | None = None) -> None:
+    def __init__(
+        self, url: str, lock_dir: Path, retention_days: int | None = None, shared: PgDatabase | None = None
+    ) -> None:
         try:
             import clickhouse_connect
             import clickhouse_connect.driver.exceptions
@@ -80,9 +98,10 @@ class ClickHouseConnection:
             self.client = clickhouse_connect.get_client(
                 **options, database=database, autogenerate_session_id=False
             )
-            # One process at a time (``serve --workers N`` opens N stores at once): the second finds the
-            # tables there and backfills nothing, so an upgrade never counts the stored calls twice.
-            with _schema_lock(lock_dir / SCHEMA_LOCK):
+            # One process at a time (``serve --workers N`` opens N stores at once, several machines too):
+            # the second finds the tables there and backfills nothing, so an upgrade never counts the
+            # stored calls twice.
+            with _schema_lock(lock_dir, shared):
                 missing = [table for table in BACKFILLED if not self.exists(table)]
                 for statement in statements(self.retention_days):
                     self.client.command(statement)

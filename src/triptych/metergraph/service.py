@@ -131,7 +131,10 @@ class Metergraph:
             from triptych.metergraph.clickhouse_call_store import ClickHouseCallStore
 
             # Calls and rollups in ClickHouse.
-            store = ClickHouseCallStore(settings.clickhouse_url, metadata, data_dir, settings.retention_days)
+            shared = control.pg.pg if control.pg is not None else None  # the schema lock across machines
+            store = ClickHouseCallStore(
+                settings.clickhouse_url, metadata, data_dir, settings.retention_days, shared
+            )
         else:
             sqlite = SqliteCallStore(db, metadata, settings.retention_days)
             sqlite.folder.pending_rows = settings.rollup_fold_rows

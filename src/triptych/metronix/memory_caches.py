@@ -4,7 +4,8 @@ Split from ``memory_store.py`` (issue 29): the vector, keyword, adjacency and at
 workspace, their loaders (read from the records), the two counters that say how current each is
 (``memory_counters``), the per-thread snapshot of those counters a search reads once, and the hand-over
 of a committed write to every index (the change logs of ``PartitionCache.apply``). Each engine's store
-owns one ``MemoryCaches`` over its database; the SQL here runs on both engines.
+owns one ``MemoryCaches`` over its database and ``dialect``; the SQL here runs on both engines,
+its placeholders the dialect's (``metronix/dialect.py``).
 """
 
 from __future__ import annotations
@@ -20,21 +21,23 @@ import numpy as np
 from triptych.core.db import Database
 from triptych.core.keyword_index import Document, KeywordIndex
 from triptych.core.partitions import PartitionCache, WriteGate
-from triptych.core.pg import PortableDatabase
+from triptych.core.pg import NativeDatabase
 from triptych.core.search import Vector, VectorIndex
 from triptych.metronix.adjacency import AdjacencyIndex
 from triptych.metronix.attributes import AttributeIndex, Attributes
-from triptych.metronix.memory_counters import SqliteCounters
+from triptych.metronix.dialect import Dialect
+from triptych.metronix.memory_counters import WorkspaceCounters
 from triptych.metronix.memory_model import PLAIN_FIELDS, MemoryRecord, keyword_document, record_attributes
 
 Counters = tuple[int, int]  # (generation, attributes) of one workspace
 
 
 class MemoryCaches:
-    def __init__(self, db: Database | PortableDatabase, dim: int, gate: WriteGate) -> None:
+    def __init__(self, db: Database | NativeDatabase, dialect: Dialect, dim: int, gate: WriteGate) -> None:
         self.db = db
+        self.dialect = dialect
         self.gate = gate
-        self.counters = SqliteCounters(db)
+        self.counters = WorkspaceCounters(db, dialect)
         self._snapshots = threading.local()
         self.index = VectorIndex(dim, self._load_vectors)
         self.keywords = KeywordIndex(self._load_documents)
@@ -178,16 +181,16 @@ class MemoryCaches:
     def _load_attributes(self, workspace_id: str) -> list[Attributes]:
         entities = self._workspace_pairs(
             "SELECT e.seq, e.entity FROM memory_records r JOIN memory_entities e ON e.seq = r.seq"
-            " WHERE r.workspace_id = ?",
+            f" WHERE r.workspace_id = {self.dialect.p}",
             workspace_id,
         )
         links = self._workspace_pairs(
             "SELECT l.seq, l.related_id FROM memory_records r JOIN memory_links l ON l.seq = r.seq"
-            " WHERE r.workspace_id = ?",
+            f" WHERE r.workspace_id = {self.dialect.p}",
             workspace_id,
         )
         rows = self.plain().execute(
-            f"SELECT seq, tags, metadata, {', '.join(PLAIN_FIELDS)} FROM memory_records WHERE workspace_id = ?",
+            f"SELECT seq, tags, metadata, {', '.join(PLAIN_FIELDS)} FROM memory_records WHERE workspace_id = {self.dialect.p}",
             (workspace_id,),
         )
         found = []
@@ -214,7 +217,8 @@ class MemoryCaches:
 
     def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
         rows = self.db.conn.execute(
-            "SELECT seq, embedding FROM memory_records WHERE workspace_id = ? ORDER BY seq", (workspace_id,)
+            f"SELECT seq, embedding FROM memory_records WHERE workspace_id = {self.dialect.p} ORDER BY seq",
+            (workspace_id,),
         ).fetchall()
         if not rows:
             return [], np.zeros((0, self.index.dim), dtype=np.float32)
@@ -224,14 +228,14 @@ class MemoryCaches:
     def _load_links(self, workspace_id: str) -> list[tuple[int, int]]:
         rows = self.plain().execute(
             "SELECT f.seq, f.follows FROM memory_records r JOIN memory_follows f ON f.seq = r.seq"
-            " JOIN memory_records e ON e.seq = f.follows WHERE r.workspace_id = ?",
+            f" JOIN memory_records e ON e.seq = f.follows WHERE r.workspace_id = {self.dialect.p}",
             (workspace_id,),
         )
         return [(int(later), int(earlier)) for later, earlier in rows]
 
     def _load_documents(self, workspace_id: str) -> list[Document]:
         rows = self.plain().execute(
-            "SELECT seq, content, tags FROM memory_records WHERE workspace_id = ? ORDER BY seq",
+            f"SELECT seq, content, tags FROM memory_records WHERE workspace_id = {self.dialect.p} ORDER BY seq",
             (workspace_id,),
         )
         return [(int(seq), keyword_document(content, json.loads(tags))) for seq, content, tags in rows]

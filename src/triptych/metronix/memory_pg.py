@@ -1,5 +1,5 @@
 """Agent memory's hot write on PostgreSQL: a new record, its side tables and both cache counters in one
-statement, sent with its write lock as one round trip (``PortableDatabase.batched``).
+statement, sent with its write lock as one round trip (``NativeDatabase.batched``).
 
 The engine-neutral ``MemoryWrites.insert`` (``memory_store_writes``) takes 14 statements; on SQLite each
 costs microseconds, on PostgreSQL each is a round trip to another process (milliseconds on a busy machine),
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from triptych.core.pg import PortableDatabase
+from triptych.core.pg import NativeDatabase
 from triptych.core.search import Vector
 from triptych.metronix.memory_model import MemoryRecord
 from triptych.metronix.store import utcnow
@@ -77,7 +77,7 @@ class Inserted(NamedTuple):
 
 
 def insert_record(
-    db: PortableDatabase,
+    db: NativeDatabase,
     record: MemoryRecord,
     vec: Vector,
     key: str,
@@ -137,7 +137,7 @@ SELECT (SELECT coalesce(array_agg(seq), '{}') FROM touched), counters.attributes
 
 
 def touch(
-    db: PortableDatabase, workspace_id: str, seqs: list[int], ttl_expires_at: str
+    db: NativeDatabase, workspace_id: str, seqs: list[int], ttl_expires_at: str
 ) -> tuple[list[int], int]:
     """Slide the TTL of the workspace's session records among ``seqs`` as ``SqliteMemoryStore.touch``
     does, in one round trip: (the seqs touched, the attribute counter after the write)."""

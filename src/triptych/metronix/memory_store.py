@@ -5,7 +5,9 @@ per engine, named after it: ``SqliteMemoryStore`` (the embedded default, ``metro
 
 What the engines share is written once: the reads (``memory_store_reads``), the writes
 (``memory_store_writes``) and the in-process caches with their counters (``memory_caches``), in the SQL
-both engines speak. Each engine's DDL is its own (``memory_schema_sqlite``, ``memory_schema_pg``), and
+both engines speak, with the spellings that differ from the class's ``dialect`` (``metronix/dialect.py``);
+each engine runs its statements as written (PostgreSQL's through ``core.pg.NativeDatabase``: psycopg,
+nothing rewritten). Each engine's DDL is its own (``memory_schema_sqlite``, ``memory_schema_pg``), and
 what an engine does its own way is in its class below. ``tests/metronix/test_memory_store_contract.py``
 holds every implementation to the same contract.
 
@@ -26,10 +28,11 @@ import psycopg.errors
 
 from triptych.core.db import Database
 from triptych.core.partitions import WriteGate, gated_by
-from triptych.core.pg import PgDatabase, PortableDatabase
+from triptych.core.pg import NativeDatabase, PgDatabase
 from triptych.core.search import Vector
 from triptych.metronix import memory_schema_pg, memory_schema_sqlite
 from triptych.metronix.attributes import Visibility
+from triptych.metronix.dialect import POSTGRES, SQLITE, Dialect
 from triptych.metronix.memory_caches import MemoryCaches
 from triptych.metronix.memory_model import MemoryRecord, RankingRow, named_workspace
 from triptych.metronix.memory_pg import insert_record
@@ -106,11 +109,12 @@ class _EngineStore(MemoryWrites):
     # What the engine raises once its connections close (a server stopping while ``warm`` runs).
     closed_errors: tuple[type[Exception], ...] = ()
 
-    def __init__(self, db: Database | PortableDatabase, dim: int) -> None:
+    def __init__(self, db: Database | NativeDatabase, dialect: Dialect, dim: int) -> None:
         self.db = db
+        self.dialect = dialect
         # One gate per workspace where the engine's writers of two workspaces run at once (PostgreSQL).
-        self._gate = WriteGate(keyed=isinstance(db, PortableDatabase))
-        self.caches = MemoryCaches(db, dim, self._gate)
+        self._gate = WriteGate(keyed=isinstance(db, NativeDatabase))
+        self.caches = MemoryCaches(db, dialect, dim, self._gate)
         # The caches under their former names (tests and benchmarks count their loads).
         self.index, self.keywords = self.caches.index, self.caches.keywords
         self.adjacency, self.attributes = self.caches.adjacency, self.caches.attributes
@@ -139,7 +143,7 @@ class SqliteMemoryStore(_EngineStore):
 
     def __init__(self, db: Database, dim: int) -> None:
         db.migrate("memory", memory_schema_sqlite.MIGRATIONS)
-        super().__init__(db, dim)
+        super().__init__(db, SQLITE, dim)
         self.reviews = SqliteReviewStore(db, self._gate, self.caches, self.writing)
 
     @gated_by(named_workspace)
@@ -169,7 +173,7 @@ class PostgresMemoryStore(_EngineStore):
 
     Writers are ordered per workspace by the advisory lock ``WRITE_LOCK``, chosen here only: ``self.db``
     takes it first in each transaction ``writing`` opens and in each one-round-trip write (``memory_pg``),
-    keyed by the workspace the write names (``PortableDatabase.lock_statement``): two writes to one
+    keyed by the workspace the write names (``NativeDatabase.lock_statement``): two writes to one
     workspace queue, writes to two workspaces do not wait for each other (issue 30, docs/decisions/0170).
     ``writing(None)`` (the model record, a re-embedding, a dequeue by record id) takes the store-wide key
     and waits for every workspace's writer. The caches follow per-workspace counters, bumped under the
@@ -177,12 +181,12 @@ class PostgresMemoryStore(_EngineStore):
 
     unique_violation = (psycopg.errors.UniqueViolation,)
     closed_errors = (psycopg.Error,)
-    db: PortableDatabase
+    db: NativeDatabase
 
     def __init__(self, pg: PgDatabase, dim: int) -> None:
-        db = PortableDatabase(pg, write_lock=WRITE_LOCK)
+        db = NativeDatabase(pg, write_lock=WRITE_LOCK)
         db.migrate("memory", memory_schema_pg.MIGRATIONS)
-        super().__init__(db, dim)
+        super().__init__(db, POSTGRES, dim)
         self.reviews = PostgresReviewStore(db, self._gate, self.caches, self.writing)
 
     def writing(self, workspace_id: str | None) -> AbstractContextManager[Any]:

@@ -2,8 +2,9 @@
 ``Visibility`` (tenancy and every filter inside each query), and the first stage of search (BM25 and
 dense, post-filtered against the attribute cache). Split from ``memory_store.py`` (issue 29).
 
-The SQL here is written once in the dialect SQLite and PostgreSQL share (``?`` placeholders, which
-``core.pg.PortableConnection`` sends as ``%s``); what differs between the engines lives in each store.
+The SQL here is written once, in the SQL SQLite and PostgreSQL share, with the spellings that differ
+(placeholders, lists of values) from the store's ``dialect`` (``metronix/dialect.py``); each engine runs
+it as written. What an engine does its own way lives in its store.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
+from triptych.core.pg import NativeDatabase
 from triptych.core.search import Vector
 from triptych.metronix.attributes import Visibility
+from triptych.metronix.dialect import Dialect
 from triptych.metronix.memory_caches import Counters, MemoryCaches
 from triptych.metronix.memory_model import (
     MemoryRecord,
@@ -44,38 +46,43 @@ class FirstStage(NamedTuple):
     dense: Hits
 
 
-def visibility_where(view: Visibility) -> tuple[str, list[Any]]:
+def visibility_where(view: Visibility, d: Dialect) -> tuple[str, list[Any]]:
     """The WHERE clause of everything ``view`` may see; every filter applies here, inside the query (the
     attribute cache's ``Visibility.admits`` restates it)."""
     # Without an agent (the REST whole-workspace view) the agent term goes, rather than becoming
-    # `? IS NULL OR ...`, which would keep the planner off the (workspace, agent) index.
-    agent = "" if view.agent_id is None else "r.agent_id = ? AND "
+    # `<agent> IS NULL OR ...`, which would keep the planner off the (workspace, agent) index.
+    p = d.p
+    agent = "" if view.agent_id is None else f"r.agent_id = {p} AND "
     clauses = [
-        "r.workspace_id = ?",
-        f"(r.scope = 'global' OR ({agent}(r.scope = 'per_agent'"
-        " OR (r.scope = 'session' AND r.ttl_expires_at > ? AND (CAST(? AS TEXT) IS NULL OR r.session_id = ?)))))",
+        f"r.workspace_id = {p}",
+        f"(r.scope = 'global' OR ({agent}(r.scope = 'per_agent' OR (r.scope = 'session'"
+        f" AND r.ttl_expires_at > {p} AND (CAST({p} AS TEXT) IS NULL OR r.session_id = {p})))))",
     ]
     params: list[Any] = [view.workspace_id]
     if view.agent_id is not None:
         params.append(view.agent_id)
     params.extend((view.now, view.session_id, view.session_id))
+    lists = []
     if view.statuses is not None:
-        clauses.append(f"r.status IN ({','.join('?' * len(view.statuses))})")
-        params.extend(view.statuses)
+        # An empty list selects nothing (``IN ()`` on SQLite; ``= ANY('{}')`` on PostgreSQL).
+        lists.append(d.one_of("r.status", view.statuses) if view.statuses else ("0 = 1", []))
     if view.exclude_statuses:
-        clauses.append(f"r.status NOT IN ({','.join('?' * len(view.exclude_statuses))})")
-        params.extend(view.exclude_statuses)
+        lists.append(d.none_of("r.status", view.exclude_statuses))
+    for clause, values in lists:
+        clauses.append(clause)
+        params.extend(values)
     if view.scope is not None:
-        clauses.append("r.scope = ?")
+        clauses.append(f"r.scope = {p}")
         params.append(view.scope)
     if view.kind is not None:
-        clauses.append("r.kind = ?")
+        clauses.append(f"r.kind = {p}")
         params.append(view.kind)
     if view.source_types:
-        clauses.append(f"r.source_type IN ({','.join('?' * len(view.source_types))})")
-        params.extend(view.source_types)
+        clause, values = d.one_of("r.source_type", view.source_types)
+        clauses.append(clause)
+        params.extend(values)
     for tag in view.tags:
-        clauses.append("EXISTS (SELECT 1 FROM memory_tags t WHERE t.seq = r.seq AND t.tag = ?)")
+        clauses.append(f"EXISTS (SELECT 1 FROM memory_tags t WHERE t.seq = r.seq AND t.tag = {p})")
         params.append(tag)
     return " AND ".join(clauses), params
 
@@ -83,7 +90,8 @@ def visibility_where(view: Visibility) -> tuple[str, list[Any]]:
 class MemoryReads:
     """The read half of a memory store (each engine's store is one of these and a ``MemoryWrites``)."""
 
-    db: Database | PortableDatabase
+    db: Database | NativeDatabase
+    dialect: Dialect
     caches: MemoryCaches
 
     def find_duplicate(
@@ -94,15 +102,16 @@ class MemoryReads:
         pinned = self.caches.pinned_map()
         if pinned is None or workspace_id in pinned:
             row = self.db.conn.execute(
-                f"SELECT {COLUMNS} FROM memory_records r WHERE dedup_key = ?", (key,)
+                f"SELECT {COLUMNS} FROM memory_records r WHERE dedup_key = {self.dialect.p}", (key,)
             ).fetchone()
             return None if row is None else record_from_row(row)
         # In a snapshot that has not read this workspace's counters yet: both in one statement (the
         # store call's first read: the rest of the call then asks the database nothing before writing).
+        p = self.dialect.p
         row = self.db.conn.execute(
             f"SELECT g.generation AS g_generation, g.attributes AS g_attributes, {COLUMNS}"
-            " FROM (SELECT 1 AS one) AS o LEFT JOIN memory_generations g ON g.workspace_id = ?"
-            " LEFT JOIN memory_records r ON r.dedup_key = ?",
+            f" FROM (SELECT 1 AS one) AS o LEFT JOIN memory_generations g ON g.workspace_id = {p}"
+            f" LEFT JOIN memory_records r ON r.dedup_key = {p}",
             (workspace_id, key),
         ).fetchone()
         self.caches.settle(workspace_id, (int(row["g_generation"] or 0), int(row["g_attributes"] or 0)))
@@ -110,7 +119,8 @@ class MemoryReads:
 
     def get(self, workspace_id: str, record_id: str) -> MemoryRecord | None:
         row = self.db.conn.execute(
-            f"SELECT {COLUMNS} FROM memory_records r WHERE r.workspace_id = ? AND r.id = ?",
+            f"SELECT {COLUMNS} FROM memory_records r WHERE r.workspace_id = {self.dialect.p}"
+            f" AND r.id = {self.dialect.p}",
             (workspace_id, record_id),
         ).fetchone()
         return None if row is None else record_from_row(row)
@@ -125,10 +135,8 @@ class MemoryReads:
             return {seq: record_from_attributes(workspace_id, a) for seq, a in cached.items()}
         if not seqs:
             return {}
-        marks = ",".join("?" * len(seqs))
-        rows = self.db.conn.execute(
-            f"SELECT {COLUMNS} FROM memory_records r WHERE r.seq IN ({marks})", tuple(seqs)
-        )
+        clause, params = self.dialect.one_of("r.seq", seqs)
+        rows = self.db.conn.execute(f"SELECT {COLUMNS} FROM memory_records r WHERE {clause}", params)
         return {int(r["seq"]): record_from_row(r) for r in rows}
 
     def ranking_rows(self, workspace_id: str, seqs: Sequence[int]) -> dict[int, RankingRow]:
@@ -142,20 +150,21 @@ class MemoryReads:
         }
 
     def list_records(self, view: Visibility, limit: int, offset: int) -> tuple[list[MemoryRecord], int]:
-        where, params = visibility_where(view)
+        where, params = visibility_where(view, self.dialect)
         total = int(
             self.db.conn.execute(f"SELECT count(*) FROM memory_records r WHERE {where}", params).fetchone()[0]
         )
         rows = self.db.conn.execute(
             f"SELECT {COLUMNS} FROM memory_records r WHERE {where} ORDER BY r.created_at DESC, r.seq DESC"
-            " LIMIT ? OFFSET ?",
+            f" LIMIT {self.dialect.p} OFFSET {self.dialect.p}",
             (*params, limit, offset),
         ).fetchall()
         return [record_from_row(r) for r in rows], total
 
     def facets(self, workspace_id: str, now: str) -> tuple[list[str], list[str]]:
         """The distinct kinds and source types of the workspace's live records (expired sessions aside)."""
-        live = "workspace_id = ? AND (ttl_expires_at IS NULL OR ttl_expires_at > ?)"
+        p = self.dialect.p
+        live = f"workspace_id = {p} AND (ttl_expires_at IS NULL OR ttl_expires_at > {p})"
         kinds = self.db.conn.execute(
             f"SELECT DISTINCT kind FROM memory_records WHERE {live} ORDER BY kind", (workspace_id, now)
         ).fetchall()
@@ -167,7 +176,7 @@ class MemoryReads:
         return [r[0] for r in kinds], [r[0] for r in sources]
 
     def visible_seqs(self, view: Visibility) -> list[int]:
-        where, params = visibility_where(view)
+        where, params = visibility_where(view, self.dialect)
         return [
             int(r[0])
             for r in self.db.conn.execute(f"SELECT r.seq FROM memory_records r WHERE {where}", params)
@@ -281,19 +290,20 @@ class MemoryReads:
         return self.caches.adjacency.lend(workspace_id, generation, scores, hops)
 
     def entities(self, seqs: Sequence[int]) -> dict[int, set[str]]:
-        return self._grouped("SELECT seq, entity FROM memory_entities WHERE seq IN ({})", seqs)
+        return self._grouped("SELECT seq, entity FROM memory_entities WHERE {}", seqs)
 
     def links(self, seqs: Sequence[int], workspace_id: str | None = None) -> dict[int, set[str]]:
         """Each seq's explicitly related record ids; with ``workspace_id``, from the attribute cache."""
         if workspace_id is not None:
             rows = self.caches.attributes.rows(workspace_id, self.caches.read_counters(workspace_id)[1], seqs)
             return {seq: set(a.links) for seq, a in rows.items() if a.links}
-        return self._grouped("SELECT seq, related_id FROM memory_links WHERE seq IN ({})", seqs)
+        return self._grouped("SELECT seq, related_id FROM memory_links WHERE {}", seqs)
 
     def _grouped(self, query: str, seqs: Sequence[int]) -> dict[int, set[str]]:
         found: dict[int, set[str]] = {}
         if seqs:
-            for seq, value in self.db.conn.execute(query.format(",".join("?" * len(seqs))), tuple(seqs)):
+            clause, params = self.dialect.one_of("seq", seqs)
+            for seq, value in self.db.conn.execute(query.format(clause), params):
                 found.setdefault(int(seq), set()).add(value)
         return found
 
@@ -315,7 +325,8 @@ class MemoryReads:
             rows = (
                 self.caches.plain()
                 .execute(
-                    "SELECT seq, content FROM memory_records WHERE seq > ? ORDER BY seq LIMIT ?",
+                    f"SELECT seq, content FROM memory_records WHERE seq > {self.dialect.p} ORDER BY seq"
+                    f" LIMIT {self.dialect.p}",
                     (last, batch),
                 )
                 .fetchall()

@@ -21,6 +21,7 @@ import numpy as np
 
 from triptych.core.partitions import WriteGate, gated, gated_by
 from triptych.core.search import Vector
+from triptych.metronix.dialect import Dialect
 from triptych.metronix.memory_model import (
     DuplicateContent,
     MemoryRecord,
@@ -37,10 +38,14 @@ from triptych.metronix.store import utcnow
 # conversation, or one batch. Longer gaps usually start another topic.
 FOLLOW_WINDOW_SECONDS = 3600.0
 
-ENQUEUE = (
-    "INSERT INTO freshness_queue VALUES (?, ?, ?) ON CONFLICT (record_id) DO UPDATE"
-    " SET workspace_id = excluded.workspace_id, enqueued_at = excluded.enqueued_at"
-)
+
+def queue_check(conn: Any, d: Dialect, record_id: str, workspace_id: str) -> None:
+    """Queue the record's freshness check (again: a queued one moves to now)."""
+    conn.execute(
+        f"INSERT INTO freshness_queue VALUES ({d.p}, {d.p}, {d.p}) ON CONFLICT (record_id) DO UPDATE"
+        " SET workspace_id = excluded.workspace_id, enqueued_at = excluded.enqueued_at",
+        (record_id, workspace_id, utcnow()),
+    )
 
 
 class MemoryWrites(MemoryReads):
@@ -64,26 +69,27 @@ class MemoryWrites(MemoryReads):
         return self.db.transaction()
 
     def set_embedding_model(self, name: str, dim: int) -> None:
+        p = self.dialect.p
         with self.writing(None) as conn:
             conn.executemany(
-                "INSERT INTO memory_meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                f"INSERT INTO memory_meta VALUES ({p}, {p}) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 [("embedding_model", name), ("embedding_dim", str(dim))],
             )
 
     @gated
     def replace_embeddings(self, vectors: Sequence[tuple[int, Vector]]) -> None:
         """New vectors for existing records (a re-embedding); the touched workspaces reload their index."""
+        p = self.dialect.p
         with self.writing(None) as conn:
             conn.executemany(
-                "UPDATE memory_records SET embedding = ? WHERE seq = ?",
+                f"UPDATE memory_records SET embedding = {p} WHERE seq = {p}",
                 [(np.ascontiguousarray(vec, dtype=np.float32).tobytes(), seq) for seq, vec in vectors],
             )
-            marks = ",".join("?" * len(vectors))
+            clause, params = self.dialect.one_of("seq", [seq for seq, _ in vectors])
             workspaces = [
                 row[0]
                 for row in conn.execute(
-                    f"SELECT DISTINCT workspace_id FROM memory_records WHERE seq IN ({marks})",
-                    [seq for seq, _ in vectors],
+                    f"SELECT DISTINCT workspace_id FROM memory_records WHERE {clause}", params
                 )
             ]
             for workspace in workspaces:
@@ -107,7 +113,7 @@ class MemoryWrites(MemoryReads):
         done = self._insert_at_once(record, vec, key, entities, enqueue)
         if done is not None:
             return done, False
-        caches = self.caches
+        caches, p = self.caches, self.dialect.p
         with self.writing(record.workspace_id) as conn:
             found = self.find_duplicate(
                 record.workspace_id, record.agent_id, record.scope, record.session_id, record.content_hash
@@ -117,7 +123,7 @@ class MemoryWrites(MemoryReads):
                 if found.scope == "session" and record.ttl_expires_at:
                     # Sliding TTL: storing it again keeps it alive.
                     conn.execute(
-                        "UPDATE memory_records SET ttl_expires_at = ? WHERE seq = ?",
+                        f"UPDATE memory_records SET ttl_expires_at = {p} WHERE seq = {p}",
                         (record.ttl_expires_at, found.seq),
                     )
                     found = replace(found, ttl_expires_at=record.ttl_expires_at)
@@ -140,12 +146,13 @@ class MemoryWrites(MemoryReads):
         self, conn: Any, record: MemoryRecord, vec: Vector, key: str, entities: set[str], enqueue: bool
     ) -> tuple[int, int | None]:
         """The INSERT of ``insert`` and its side tables; (new seq, the seq it follows)."""
-        previous = _previous(conn, record)
+        d = self.dialect
+        previous = _previous(conn, d, record)
         seq = conn.execute(
             "INSERT INTO memory_records (id, workspace_id, agent_id, scope, session_id, kind, content,"
             " content_hash, tags, importance_score, source_type, metadata, status, ttl_expires_at,"
             " created_at, updated_at,"
-            " embedding, dedup_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING seq",
+            f" embedding, dedup_key) VALUES ({d.marks(18)}) RETURNING seq",
             (
                 record.id,
                 record.workspace_id,
@@ -168,10 +175,10 @@ class MemoryWrites(MemoryReads):
             ),
         ).fetchone()[0]
         if previous is not None:
-            conn.execute("INSERT INTO memory_follows VALUES (?, ?)", (seq, previous))
-        _write_side_tables(conn, seq, record.tags, entities)
+            conn.execute(f"INSERT INTO memory_follows VALUES ({d.p}, {d.p})", (seq, previous))
+        _write_side_tables(conn, d, seq, record.tags, entities)
         if enqueue:
-            conn.execute(ENQUEUE, (record.id, record.workspace_id, utcnow()))
+            queue_check(conn, self.dialect, record.id, record.workspace_id)
         return int(seq), previous
 
     # -- update, delete, expiry --------------------------------------------------------------------
@@ -204,15 +211,15 @@ class MemoryWrites(MemoryReads):
         key = dedup_key(
             updated.workspace_id, updated.agent_id, updated.scope, updated.session_id, updated.content_hash
         )
-        caches = self.caches
+        caches, p = self.caches, self.dialect.p
         with self.writing(record.workspace_id) as conn:
             before = caches.generation(record.workspace_id)
             attrs_before, attrs_after = caches.attribute_write(conn, record.workspace_id)
             conn.execute(
-                "UPDATE memory_records SET content = ?, content_hash = ?, tags = ?, importance_score = ?,"
-                " kind = ?,"
-                " status = ?, verification_state = ?, superseded_by = ?, updated_at = ?, dedup_key = ?,"
-                " embedding = COALESCE(?, embedding) WHERE seq = ?",
+                f"UPDATE memory_records SET content = {p}, content_hash = {p}, tags = {p}, importance_score = {p},"
+                f" kind = {p},"
+                f" status = {p}, verification_state = {p}, superseded_by = {p}, updated_at = {p}, dedup_key = {p},"
+                f" embedding = COALESCE({p}, embedding) WHERE seq = {p}",
                 (
                     updated.content,
                     updated.content_hash,
@@ -238,9 +245,9 @@ class MemoryWrites(MemoryReads):
                 ents = {e for e in ents if not e.startswith("tag:")} | {
                     "tag:" + t.lower() for t in updated.tags
                 }
-                _write_side_tables(conn, record.seq, updated.tags, ents)
+                _write_side_tables(conn, self.dialect, record.seq, updated.tags, ents)
             if enqueue:
-                conn.execute(ENQUEUE, (record.id, record.workspace_id, utcnow()))
+                queue_check(conn, self.dialect, record.id, record.workspace_id)
             # Only new text changes the vector, keyword and adjacency indexes; every change reaches the
             # attribute cache.
             reindex = embedding is not None or "tags" in changes
@@ -268,20 +275,21 @@ class MemoryWrites(MemoryReads):
 
     @gated_by(named_workspace)
     def delete(self, workspace_id: str, record_id: str) -> bool:
-        caches = self.caches
+        caches, p = self.caches, self.dialect.p
         with self.writing(workspace_id) as conn:
             row = conn.execute(
-                "SELECT seq FROM memory_records WHERE workspace_id = ? AND id = ?", (workspace_id, record_id)
+                f"SELECT seq FROM memory_records WHERE workspace_id = {p} AND id = {p}",
+                (workspace_id, record_id),
             ).fetchone()
             if row is None:
                 return False
             before = caches.generation(workspace_id)
             attrs = caches.attribute_write(conn, workspace_id)
-            conn.execute("DELETE FROM memory_records WHERE seq = ?", (row[0],))
-            conn.execute("DELETE FROM memory_follows WHERE follows = ?", (row[0],))  # `seq` cascades
-            conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
+            conn.execute(f"DELETE FROM memory_records WHERE seq = {p}", (row[0],))
+            conn.execute(f"DELETE FROM memory_follows WHERE follows = {p}", (row[0],))  # `seq` cascades
+            conn.execute(f"DELETE FROM freshness_queue WHERE record_id = {p}", (record_id,))
             conn.execute(
-                "DELETE FROM review_entries WHERE target_id = ? OR related_record_id = ?",
+                f"DELETE FROM review_entries WHERE target_id = {p} OR related_record_id = {p}",
                 (record_id, record_id),
             )
             after = caches.bump(conn, workspace_id)
@@ -293,7 +301,8 @@ class MemoryWrites(MemoryReads):
     def purge_expired(self, now: str) -> int:
         """Delete session records whose TTL has passed (they are already invisible to reads)."""
         rows = self.db.conn.execute(
-            "SELECT workspace_id, id FROM memory_records WHERE scope = 'session' AND ttl_expires_at <= ?",
+            "SELECT workspace_id, id FROM memory_records WHERE scope = 'session'"
+            f" AND ttl_expires_at <= {self.dialect.p}",
             (now,),
         ).fetchall()
         for row in rows:
@@ -305,11 +314,12 @@ class MemoryWrites(MemoryReads):
         return [r[0] for r in self.caches.plain().execute("SELECT DISTINCT workspace_id FROM memory_records")]
 
 
-def _previous(conn: Any, record: MemoryRecord) -> int | None:
+def _previous(conn: Any, d: Dialect, record: MemoryRecord) -> int | None:
     """The seq of the record the same agent wrote just before, if within the follow window."""
+    p = d.p
     row = conn.execute(
-        "SELECT seq, created_at FROM memory_records WHERE workspace_id = ? AND agent_id = ?"
-        " AND scope = ? AND session_id IS NOT DISTINCT FROM ? ORDER BY seq DESC LIMIT 1",
+        f"SELECT seq, created_at FROM memory_records WHERE workspace_id = {p} AND agent_id = {p}"
+        f" AND scope = {p} AND session_id IS NOT DISTINCT FROM {p} ORDER BY seq DESC LIMIT 1",
         (record.workspace_id, record.agent_id, record.scope, record.session_id),
     ).fetchone()
     if row is None:
@@ -318,10 +328,13 @@ def _previous(conn: Any, record: MemoryRecord) -> int | None:
     return int(row[0]) if abs(gap.total_seconds()) <= FOLLOW_WINDOW_SECONDS else None
 
 
-def _write_side_tables(conn: Any, seq: int, tags: list[str], entities: set[str]) -> None:
-    conn.execute("DELETE FROM memory_tags WHERE seq = ?", (seq,))
-    conn.execute("DELETE FROM memory_entities WHERE seq = ?", (seq,))
-    conn.executemany("INSERT INTO memory_tags VALUES (?, ?) ON CONFLICT DO NOTHING", [(seq, t) for t in tags])
+def _write_side_tables(conn: Any, d: Dialect, seq: int, tags: list[str], entities: set[str]) -> None:
+    p = d.p
+    conn.execute(f"DELETE FROM memory_tags WHERE seq = {p}", (seq,))
+    conn.execute(f"DELETE FROM memory_entities WHERE seq = {p}", (seq,))
     conn.executemany(
-        "INSERT INTO memory_entities VALUES (?, ?) ON CONFLICT DO NOTHING", [(seq, e) for e in entities]
+        f"INSERT INTO memory_tags VALUES ({p}, {p}) ON CONFLICT DO NOTHING", [(seq, t) for t in tags]
+    )
+    conn.executemany(
+        f"INSERT INTO memory_entities VALUES ({p}, {p}) ON CONFLICT DO NOTHING", [(seq, e) for e in entities]
     )

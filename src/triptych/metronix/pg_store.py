@@ -17,89 +17,33 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
-from psycopg import Connection, sql
+from psycopg import Connection
+from psycopg import sql as pgsql
 from psycopg.rows import TupleRow, dict_row
 
-from triptych.core.keyword_index import Changes, Document, KeywordIndex
+from triptych.core.keyword_index import Changes, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
-from triptych.core.pg import PgDatabase, one
+from triptych.core.pg import PgDatabase, named_rows, one
 from triptych.core.search import PATCH_LIMIT, Vector, VectorIndex
-from triptych.metronix import store as embedded
-from triptych.metronix.store import (
+from triptych.metronix.dialect import POSTGRES
+from triptych.metronix.knowledge_model import (
     CHUNK_HIT_COLUMNS,
-    DOCUMENT_COLUMNS,
     MAX_DUPLICATE_LABELS,
     Candidates,
     ChunkHit,
-    DocumentRecord,
-    NewDocument,
     chunk_hit_from_row,
-    document_from_row,
-    document_values,
     keyword_columns,
-    utcnow,
 )
+from triptych.metronix.knowledge_schema_pg import COMPONENT, MIGRATIONS
+from triptych.metronix.knowledge_sql import KnowledgeQueries, KnowledgeSql, Written
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "metronix_kb"
-MIGRATIONS = [
-    # Timestamps and metadata stay text, as in the embedded engine: answers are the same byte for byte
-    # (jsonb would reorder a document's metadata keys). ``embedding`` has no fixed dimension so a model
-    # change can re-embed in place; the HNSW index is per dimension (``_ensure_vector_index``).
-    """
-    CREATE TABLE kb_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    CREATE TABLE kb_workspaces (
-        id TEXT PRIMARY KEY,
-        created_at TEXT NOT NULL,
-        generation BIGINT NOT NULL DEFAULT 0,
-        last_sync TEXT
-    );
-    CREATE TABLE kb_documents (
-        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        workspace_id TEXT NOT NULL REFERENCES kb_workspaces(id),
-        doc_label TEXT NOT NULL,
-        title TEXT,
-        content TEXT NOT NULL,
-        source_type TEXT NOT NULL,
-        url TEXT,
-        date TEXT,
-        metadata TEXT NOT NULL DEFAULT '{}',
-        content_hash TEXT NOT NULL,
-        body_hash TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        UNIQUE (workspace_id, doc_label)
-    );
-    CREATE INDEX kb_documents_by_body ON kb_documents (workspace_id, body_hash);
-    CREATE TABLE kb_chunks (
-        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        document_id BIGINT NOT NULL REFERENCES kb_documents(id) ON DELETE CASCADE,
-        workspace_id TEXT NOT NULL,
-        ordinal INTEGER NOT NULL,
-        text TEXT NOT NULL,
-        embedding vector NOT NULL
-    );
-    CREATE INDEX kb_chunks_by_workspace ON kb_chunks (workspace_id, id);
-    CREATE INDEX kb_chunks_by_document ON kb_chunks (document_id);
-    """,
-    # One row per write of a workspace (its generation after the write): the chunk ids it added and
-    # removed, for the other workers' keyword indexes. Workspaces written before this log existed have
-    # no rows: a worker behind them finds a gap and reloads, as before.
-    """
-    CREATE TABLE kb_keyword_changes (
-        workspace_id TEXT NOT NULL,
-        generation BIGINT NOT NULL,
-        added BIGINT[] NOT NULL,
-        removed BIGINT[] NOT NULL,
-        PRIMARY KEY (workspace_id, generation)
-    );
-    """,
-]
 # Writes of one workspace the log keeps: a worker further behind reloads the workspace.
 KEYWORD_LOG_KEEP = 1000
 
@@ -115,7 +59,17 @@ EF_SEARCH = 128
 SAME_TEXT_READ = MAX_DUPLICATE_LABELS + 1
 
 
-class PostgresKnowledgeStore:
+# The DDL's names, read from here by migrations and tests.
+__all__ = ["COMPONENT", "MIGRATIONS", "PostgresKnowledgeStore"]
+
+
+class PostgresKnowledgeStore(KnowledgeQueries):
+    """Server mode: the shared SQL (``knowledge_sql``) on pooled psycopg connections, statements as
+    written; the vectors in pgvector (and a mirror in process), writers of a workspace ordered by its
+    row and followed through the keyword change log."""
+
+    sql = KnowledgeSql(POSTGRES, prefix="kb_")
+
     def __init__(self, db: PgDatabase, dim: int, mirror: bool = True) -> None:
         """``mirror=False`` searches vectors through pgvector's index only (tests of that path)."""
         self.db = db
@@ -130,78 +84,24 @@ class PostgresKnowledgeStore:
         self._refresh_lock = threading.Lock()
         self._gate = WriteGate()
 
-    def _vector(self) -> sql.Composable:
+    def _vector(self) -> pgsql.Composable:
         # The column cast to this model's dimension: the expression the HNSW index is built on.
-        return sql.SQL("embedding::vector({})").format(sql.Literal(self.dim))
+        return pgsql.SQL("embedding::vector({})").format(pgsql.Literal(self.dim))
 
     def _ensure_vector_index(self) -> None:
-        name = sql.Identifier(f"kb_chunks_hnsw_{self.dim}")
+        name = pgsql.Identifier(f"kb_chunks_hnsw_{self.dim}")
         # Partial: rows of another dimension (mid re-embed) would fail the cast while it is built.
-        statement = sql.SQL(
+        statement = pgsql.SQL(
             "CREATE INDEX IF NOT EXISTS {} ON kb_chunks USING hnsw (({}) vector_ip_ops)"
             " WHERE vector_dims(embedding) = {}"
-        ).format(name, self._vector(), sql.Literal(self.dim))
+        ).format(name, self._vector(), pgsql.Literal(self.dim))
         with self.db.transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('kb_chunks_hnsw'))")
             conn.execute(statement)
 
     # -- embedding model ---------------------------------------------------
 
-    def embedding_model(self) -> tuple[str, int] | None:
-        with self.db.connection() as conn:
-            rows = dict(
-                conn.execute("SELECT key, value FROM kb_meta WHERE key LIKE 'embedding_%'").fetchall()
-            )
-        if "embedding_model" not in rows:
-            return None
-        return str(rows["embedding_model"]), int(str(rows["embedding_dim"]))
-
-    def set_embedding_model(self, name: str, dim: int) -> None:
-        upsert = "INSERT INTO kb_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-        with self.db.transaction() as conn:
-            conn.execute(upsert, ("embedding_model", name))
-            conn.execute(upsert, ("embedding_dim", str(dim)))
-
-    def count_chunks(self) -> int:
-        return self._scalar("SELECT count(*) FROM kb_chunks", ())
-
-    def _scalar(self, query: str, params: Sequence[object]) -> int:
-        with self.db.connection() as conn:
-            row = conn.execute(query.encode(), params).fetchone()
-        return int(row[0]) if row else 0
-
     # -- documents -----------------------------------------------------------
-
-    def generation(self, workspace_id: str) -> int:
-        """The workspace's write count: what a search's caches must have caught up with."""
-        return self._generation(workspace_id)
-
-    def _generation(self, workspace_id: str) -> int:
-        return self._scalar("SELECT generation FROM kb_workspaces WHERE id = %s", (workspace_id,))
-
-    @staticmethod
-    def _lock_workspace(conn: Conn, workspace_id: str) -> int:
-        """Create the workspace if needed and hold its row until commit: writes to one workspace go one
-        at a time across workers, so each one's generation step is exactly +1."""
-        conn.execute(
-            "INSERT INTO kb_workspaces (id, created_at) VALUES (%s, %s) ON CONFLICT (id) DO NOTHING",
-            (workspace_id, utcnow()),
-        )
-        found = conn.execute("SELECT generation FROM kb_workspaces WHERE id = %s FOR UPDATE", (workspace_id,))
-        return int(one(found.fetchone())[0])
-
-    @staticmethod
-    def _log_write(
-        conn: Conn, workspace_id: str, generation: int, added: list[int], removed: list[int]
-    ) -> None:
-        """Inside a write holding the workspace's row (``_lock_workspace``): its new generation and its
-        entry in the keyword change log, pruned now and then to the last ``KEYWORD_LOG_KEEP`` writes."""
-        conn.execute("UPDATE kb_workspaces SET generation = %s WHERE id = %s", (generation, workspace_id))
-        conn.execute(
-            "INSERT INTO kb_keyword_changes VALUES (%s, %s, %s, %s)",
-            (workspace_id, generation, added, removed),
-        )
-        PostgresKnowledgeStore._prune_log(conn, [(workspace_id, generation)])
 
     @staticmethod
     def _prune_log(conn: Conn, written: Sequence[tuple[str, int]]) -> None:
@@ -215,152 +115,49 @@ class PostgresKnowledgeStore:
                     "DELETE FROM kb_keyword_changes WHERE workspace_id = %s AND generation <= %s", due
                 )
 
-    @gated
-    def put_document(self, doc: NewDocument) -> int:
-        """Insert or replace a document and all its chunks in one transaction; returns the chunk count."""
-        expected = (len(doc.chunks), self.dim)
-        if doc.embeddings.ndim != 2 or doc.embeddings.shape != expected:
-            raise ValueError(f"embeddings have shape {doc.embeddings.shape}, expected {expected}")
-        now = utcnow()
-        with self.db.transaction() as conn:
-            before = self._lock_workspace(conn, doc.workspace_id)
-            old = conn.execute(
-                "SELECT id, created_at FROM kb_documents WHERE workspace_id = %s AND doc_label = %s",
-                (doc.workspace_id, doc.doc_label),
-            ).fetchone()
-            removed: list[int] = []
-            if old is not None:
-                found = conn.execute("DELETE FROM kb_chunks WHERE document_id = %s RETURNING id", (old[0],))
-                removed = [int(r[0]) for r in found.fetchall()]
-                conn.execute("DELETE FROM kb_documents WHERE id = %s", (old[0],))
-            row = conn.execute(
-                f"INSERT INTO kb_documents ({DOCUMENT_COLUMNS})"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id".encode(),
-                document_values(doc, old[1] if old is not None else now, now),
-            ).fetchone()
-            document_id = one(row)[0]
-            texts: list[Document] = []
-            added: list[tuple[int, Vector]] = []
-            with conn.cursor() as cursor:
-                for ordinal, (text, vector) in enumerate(zip(doc.chunks, doc.embeddings, strict=True)):
-                    vec = np.ascontiguousarray(vector, dtype=np.float32)
-                    cursor.execute(
-                        "INSERT INTO kb_chunks (document_id, workspace_id, ordinal, text, embedding)"
-                        " VALUES (%s,%s,%s,%s,%s) RETURNING id",
-                        (document_id, doc.workspace_id, ordinal, text, vec),
-                    )
-                    chunk_id = int(one(cursor.fetchone())[0])
-                    texts.append((chunk_id, keyword_columns(doc.title, text)))
-                    added.append((chunk_id, vec))
-            self._log_write(conn, doc.workspace_id, before + 1, [i for i, _ in texts], removed)
-        self._after_commit(doc.workspace_id, before, texts, added, removed)
-        return len(texts)
+    # -- the engine's part of the shared SQL ---------------------------------------
 
-    @gated
-    def delete_document(self, workspace_id: str, doc_label: str) -> bool:
-        with self.db.transaction() as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM kb_documents WHERE workspace_id = %s AND doc_label = %s",
-                (workspace_id, doc_label),
-            ).fetchone()
-            if exists is None:
-                return False
-            before = self._lock_workspace(conn, workspace_id)
-            row = conn.execute(
-                "SELECT id FROM kb_documents WHERE workspace_id = %s AND doc_label = %s",
-                (workspace_id, doc_label),
-            ).fetchone()
-            if row is None:  # another worker deleted it while this one waited for the lock
-                return False
-            # The chunks first: deleting the document would cascade to them and leave no ids to log.
-            found = conn.execute("DELETE FROM kb_chunks WHERE document_id = %s RETURNING id", (row[0],))
-            removed = [int(r[0]) for r in found.fetchall()]
-            conn.execute("DELETE FROM kb_documents WHERE id = %s", (row[0],))
-            self._log_write(conn, workspace_id, before + 1, [], removed)
-        self._after_commit(workspace_id, before, [], [], removed)
-        return True
+    def _one(self, query: str, params: Sequence[Any] = ()) -> Any:
+        with self.db.connection() as conn, conn.cursor(row_factory=named_rows) as cursor:
+            return cursor.execute(query.encode(), params).fetchone()
 
-    def _after_commit(
-        self,
-        workspace_id: str,
-        before: int,
-        texts: list[tuple[int, Sequence[tuple[str, float]]]],
-        added: list[tuple[int, Vector]],
-        removed: list[int],
+    def _all(self, query: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self.db.connection() as conn, conn.cursor(row_factory=named_rows) as cursor:
+            return cursor.execute(query.encode(), params).fetchall()
+
+    def _writing(self) -> AbstractContextManager[Any]:
+        return self.db.transaction()
+
+    def _vector_value(self, vec: Vector) -> Any:
+        return vec  # pgvector's adapter (registered on every pooled connection)
+
+    def _log_write(
+        self, conn: Any, workspace_id: str, generation: int, added: list[int], removed: list[int]
     ) -> None:
+        """Also its entry in the keyword change log, pruned now and then to the last
+        ``KEYWORD_LOG_KEEP`` writes."""
+        super()._log_write(conn, workspace_id, generation, added, removed)
+        conn.execute(
+            "INSERT INTO kb_keyword_changes VALUES (%s, %s, %s, %s)",
+            (workspace_id, generation, added, removed),
+        )
+        self._prune_log(conn, [(workspace_id, generation)])
+
+    def _after_commit(self, write: Written) -> None:
         """This worker's caches brought up to its committed write. The write is stored whatever happens
         here: a failure (the database gone between the commit and the catch-up) leaves the caches behind,
         and the next search catches them up, so it is logged, not reported as a failed write."""
+        workspace_id, before, removed = write.workspace_id, write.before, write.removed
         try:
             self._catch_up(workspace_id, before)
-            self.keywords.apply(workspace_id, before, before + 1, added=texts, removed=removed)
-            self._mirror_apply(workspace_id, before, added, removed)
+            self.keywords.apply(workspace_id, before, before + 1, added=write.texts, removed=removed)
+            self._mirror_apply(workspace_id, before, write.vectors, removed)
         except Exception:
             log.warning(
                 "updating the caches of workspace %s after a write failed", workspace_id, exc_info=True
             )
 
-    def get_document(self, workspace_id: str, doc_label: str) -> DocumentRecord | None:
-        with self.db.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            row = cursor.execute(
-                "SELECT d.*, (SELECT count(*) FROM kb_chunks c WHERE c.document_id = d.id) AS chunk_count"
-                " FROM kb_documents d WHERE workspace_id = %s AND doc_label = %s",
-                (workspace_id, doc_label),
-            ).fetchone()
-        return None if row is None else document_from_row(row)
-
-    def document_hash(self, workspace_id: str, doc_label: str) -> str | None:
-        with self.db.connection() as conn:
-            row = conn.execute(
-                "SELECT content_hash FROM kb_documents WHERE workspace_id = %s AND doc_label = %s",
-                (workspace_id, doc_label),
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def count_documents(self, workspace_id: str) -> int:
-        return self._scalar("SELECT count(*) FROM kb_documents WHERE workspace_id = %s", (workspace_id,))
-
-    def last_sync(self, workspace_id: str) -> str | None:
-        with self.db.connection() as conn:
-            row = conn.execute(
-                "SELECT last_sync FROM kb_workspaces WHERE id = %s", (workspace_id,)
-            ).fetchone()
-        return None if row is None or row[0] is None else str(row[0])
-
-    def set_last_sync(self, workspace_id: str, when: str) -> None:
-        with self.db.transaction() as conn:
-            conn.execute(
-                "INSERT INTO kb_workspaces (id, created_at, last_sync) VALUES (%s, %s, %s)"
-                " ON CONFLICT (id) DO UPDATE SET last_sync = excluded.last_sync",
-                (workspace_id, when, when),
-            )
-
-    def labels_with_prefix(self, workspace_id: str, prefix: str) -> dict[str, str]:
-        """label -> content hash of the workspace's documents whose label starts with ``prefix``."""
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                "SELECT doc_label, content_hash FROM kb_documents"
-                " WHERE workspace_id = %s AND left(doc_label, %s) = %s",
-                (workspace_id, len(prefix), prefix),
-            ).fetchall()
-        return {str(r[0]): str(r[1]) for r in rows}
-
     # -- retrieval ------------------------------------------------------------
-
-    def keyword_search(
-        self, workspace_id: str, query: str, limit: int, generation: int | None = None
-    ) -> list[tuple[int, float]]:
-        """BM25 over the workspace's chunks (title and body), with the workspace's own statistics."""
-        if generation is None:
-            generation = self._generation(workspace_id)
-        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
-        self._catch_up(workspace_id, generation)
-        return self.keywords.search(workspace_id, generation, query, limit)
-
-    def keyword_candidates(self, workspace_id: str, query: str, limit: int, generation: int) -> Candidates:
-        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
-        self._catch_up(workspace_id, generation)
-        return embedded.bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
 
     def dense_candidates(
         self, workspace_id: str, query: Vector, limit: int, generation: int, wait: bool = False
@@ -379,14 +176,6 @@ class PostgresKnowledgeStore:
             if cached is None or cached[0] < generation:
                 self._refresh_in_background(workspace_id)
         return Candidates(self.hnsw_search(workspace_id, query, limit), "pgvector")
-
-    def _large(self, workspace_id: str) -> bool:
-        """Whether loading the workspace's keyword index is too slow for a search to wait for."""
-        found = self._scalar(
-            "SELECT count(*) FROM (SELECT 1 FROM kb_chunks WHERE workspace_id = %s LIMIT %s) AS c",
-            (workspace_id, embedded.BACKGROUND_LOAD_CHUNKS),
-        )
-        return found >= embedded.BACKGROUND_LOAD_CHUNKS
 
     def _mirror_apply(
         self, workspace_id: str, before: int, added: list[tuple[int, Vector]], removed: list[int]
@@ -428,15 +217,6 @@ class PostgresKnowledgeStore:
         removed = {int(i) for _, r in entries for i in r}
         return [(int(r[0]), keyword_columns(r[1], str(r[2]))) for r in rows], removed
 
-    def _load_keyword_documents(self, workspace_id: str) -> list[Document]:
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                "SELECT c.id, d.title, c.text FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
-                " WHERE c.workspace_id = %s ORDER BY c.id",
-                (workspace_id,),
-            ).fetchall()
-        return [(int(r[0]), keyword_columns(r[1], str(r[2]))) for r in rows]
-
     def warm(self) -> None:
         """Load every workspace's keyword index, and its vector mirror in the background (best effort: a
         search loads what is missing)."""
@@ -474,10 +254,10 @@ class PostgresKnowledgeStore:
         The iterative scan keeps walking the graph until ``limit`` rows of this workspace are found, so
         the workspace filter never makes ``top_k`` short."""
         vector = self._vector()
-        search = sql.SQL(
+        search = pgsql.SQL(
             "SELECT id, -({v} <#> %(q)s) FROM kb_chunks WHERE workspace_id = %(ws)s"
             " AND vector_dims(embedding) = {dim} ORDER BY {v} <#> %(q)s, id LIMIT %(k)s"
-        ).format(v=vector, dim=sql.Literal(self.dim))
+        ).format(v=vector, dim=pgsql.Literal(self.dim))
         params = {"q": np.asarray(query, dtype=np.float32), "ws": workspace_id, "k": limit}
         # One round trip, not five (BEGIN, two settings, query, COMMIT): settings and query go in one
         # pipeline closed by a single Sync, which PostgreSQL runs as one implicit transaction, so the
@@ -571,14 +351,14 @@ class PostgresKnowledgeStore:
         if with_vectors:
             fields += [("vec_len", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("vec", ">f4", (self.dim,))]
         row = np.dtype(fields)
-        copy = sql.SQL(
+        copy = pgsql.SQL(
             "COPY (SELECT id{v} FROM kb_chunks WHERE workspace_id = {ws} AND id > {after}"
             " AND vector_dims(embedding) = {dim} ORDER BY id) TO STDOUT (FORMAT BINARY)"
         ).format(
-            v=sql.SQL(", {}").format(self._vector()) if with_vectors else sql.SQL(""),
-            ws=sql.Literal(workspace_id),
-            after=sql.Literal(after),
-            dim=sql.Literal(self.dim),
+            v=pgsql.SQL(", {}").format(self._vector()) if with_vectors else pgsql.SQL(""),
+            ws=pgsql.Literal(workspace_id),
+            after=pgsql.Literal(after),
+            dim=pgsql.Literal(self.dim),
         )
         with conn.cursor().copy(copy) as stream:
             data = b"".join(bytes(block) for block in stream)
@@ -636,20 +416,6 @@ class PostgresKnowledgeStore:
         return found
 
     # -- re-embedding ------------------------------------------------------------
-
-    def iter_chunks(self, batch: int = 256) -> Iterator[list[tuple[int, str | None, str]]]:
-        last = 0
-        while True:
-            with self.db.connection() as conn:
-                rows = conn.execute(
-                    "SELECT c.id, d.title, c.text FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
-                    " WHERE c.id > %s ORDER BY c.id LIMIT %s",
-                    (last, batch),
-                ).fetchall()
-            if not rows:
-                return
-            last = int(rows[-1][0])
-            yield [(int(r[0]), r[1], str(r[2])) for r in rows]
 
     @gated
     def replace_embeddings(self, rows: Sequence[tuple[int, Vector]]) -> None:

@@ -6,8 +6,9 @@ recording machine events and tracking queued checks. Its tables live in the memo
 migrations (``memory_schema_sqlite``, ``memory_schema_pg``), in the same database as the records,
 because a filing changes a record's status in the same transaction; the record store hands this one its
 database, write gate and caches so those changes reach the caches exactly as a record write does. The
-SQL is written once, in the dialect both engines speak (``ReviewQueue``); neither engine needs its own
-statements today, so the engine classes differ only in the database they take.
+SQL is written once (``ReviewQueue``), its placeholders the store's ``dialect``'s (``metronix/dialect.py``),
+and each engine runs it as written; neither engine needs statements of its own today, so the engine
+classes differ only in the database and dialect they take.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any, Protocol
 
 from triptych.core.db import Database
 from triptych.core.partitions import WriteGate, gated, gated_by
-from triptych.core.pg import PortableDatabase
+from triptych.core.pg import NativeDatabase
+from triptych.metronix.dialect import POSTGRES, SQLITE, Dialect
 from triptych.metronix.memory_caches import MemoryCaches
 from triptych.metronix.memory_model import (
     Filing,
@@ -60,9 +62,15 @@ class ReviewQueue:
     """Both engines' review store: the statements below run on either."""
 
     def __init__(
-        self, db: Database | PortableDatabase, gate: WriteGate, caches: MemoryCaches, writing: Writing
+        self,
+        db: Database | NativeDatabase,
+        dialect: Dialect,
+        gate: WriteGate,
+        caches: MemoryCaches,
+        writing: Writing,
     ) -> None:
         self.db = db
+        self.dialect = dialect
         self._gate = gate
         self._writing = writing
         self.attributes = caches.attributes
@@ -81,16 +89,17 @@ class ReviewQueue:
 
     @gated_by(record_workspace)
     def _file(self, record: MemoryRecord, filing: Filing | None, done: bool) -> bool:
+        p = self.dialect.p
         if filing is None:  # the usual outcome: one statement, no transaction (one round trip, not four)
             if done:
-                self.db.conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
+                self.db.conn.execute(f"DELETE FROM freshness_queue WHERE record_id = {p}", (record.id,))
             return False
         created, attrs, changes, linked = False, None, {}, []
         with self._writing(record.workspace_id) as conn:
             if filing is not None:
                 cursor = conn.execute(
                     "INSERT INTO review_entries (id, workspace_id, target_id, target_kind, reason,"
-                    " related_record_id, content, confidence, created_at) VALUES (?,?,?,?,?,?,?,?,?)"
+                    f" related_record_id, content, confidence, created_at) VALUES ({self.dialect.marks(9)})"
                     " ON CONFLICT DO NOTHING",
                     (
                         "review_" + uuid.uuid4().hex,
@@ -107,20 +116,20 @@ class ReviewQueue:
                 created = bool(cursor.rowcount > 0)
                 if created and filing.status is not None:
                     conn.execute(
-                        "UPDATE memory_records SET status = ? WHERE seq = ?", (filing.status, record.seq)
+                        f"UPDATE memory_records SET status = {p} WHERE seq = {p}", (filing.status, record.seq)
                     )
                     attrs = self._attribute_write(conn, record.workspace_id)
                     changes = {record.seq: {"status": filing.status}}
                 if filing.link is not None and filing.related_id:
                     added = conn.execute(
-                        "INSERT INTO memory_links VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                        f"INSERT INTO memory_links VALUES ({p}, {p}, {p}) ON CONFLICT DO NOTHING",
                         (record.seq, filing.related_id, filing.link),
                     ).rowcount
                     if added > 0:  # the attribute cache holds links too
                         linked = [(record.seq, filing.related_id)]
                         attrs = attrs or self._attribute_write(conn, record.workspace_id)
             if done:
-                conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record.id,))
+                conn.execute(f"DELETE FROM freshness_queue WHERE record_id = {p}", (record.id,))
         if attrs is not None:
             self.attributes.apply(record.workspace_id, *attrs, changes=changes, links=linked)
         return created
@@ -128,32 +137,35 @@ class ReviewQueue:
     def list_reviews(
         self, workspace_id: str, reason: str | None, record_id: str | None, limit: int, offset: int
     ) -> tuple[list[ReviewEntry], int]:
-        clauses, params = ["workspace_id = ?"], [workspace_id]
+        p = self.dialect.p
+        clauses, params = [f"workspace_id = {p}"], [workspace_id]
         if reason is not None:
-            clauses.append("reason = ?")
+            clauses.append(f"reason = {p}")
             params.append(reason)
         if record_id is not None:
-            clauses.append("(target_id = ? OR related_record_id = ?)")
+            clauses.append(f"(target_id = {p} OR related_record_id = {p})")
             params.extend([record_id, record_id])
         where = " AND ".join(clauses)
         total = int(
             self.db.conn.execute(f"SELECT count(*) FROM review_entries WHERE {where}", params).fetchone()[0]
         )
         rows = self.db.conn.execute(
-            f"SELECT * FROM review_entries WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
+            f"SELECT * FROM review_entries WHERE {where} ORDER BY created_at, id LIMIT {p} OFFSET {p}",
             (*params, limit, offset),
         ).fetchall()
         return [review_from_row(r) for r in rows], total
 
     def get_review(self, workspace_id: str, review_id: str) -> ReviewEntry | None:
+        p = self.dialect.p
         row = self.db.conn.execute(
-            "SELECT * FROM review_entries WHERE workspace_id = ? AND id = ?", (workspace_id, review_id)
+            f"SELECT * FROM review_entries WHERE workspace_id = {p} AND id = {p}", (workspace_id, review_id)
         ).fetchone()
         return None if row is None else review_from_row(row)
 
     @gated_by(lambda review, record, *args, **kwargs: record.workspace_id)
     def resolve_review(self, review: ReviewEntry, record: MemoryRecord, resolution: Resolution) -> str | None:
         """Apply a resolution in one transaction; the machine event id, or None if already resolved."""
+        p = self.dialect.p
         status, verification_state, superseded_by = (
             resolution.status,
             resolution.verification_state,
@@ -162,25 +174,25 @@ class ReviewQueue:
         event_id = "evt_" + secrets.token_hex(12)
         now = utcnow()
         with self._writing(record.workspace_id) as conn:
-            gone = conn.execute("DELETE FROM review_entries WHERE id = ?", (review.id,)).rowcount == 0
+            gone = conn.execute(f"DELETE FROM review_entries WHERE id = {p}", (review.id,)).rowcount == 0
             if gone:  # a concurrent caller resolved it first
                 return None
             conn.execute(
-                "UPDATE memory_records SET status = ?, verification_state = ?, superseded_by = ?,"
-                " updated_at = ?"
-                " WHERE seq = ?",
+                f"UPDATE memory_records SET status = {p}, verification_state = {p}, superseded_by = {p},"
+                f" updated_at = {p}"
+                f" WHERE seq = {p}",
                 (status, verification_state, superseded_by, now, record.seq),
             )
             attrs = self._attribute_write(conn, record.workspace_id)
             linked = []
             if superseded_by is not None:
                 added = conn.execute(
-                    "INSERT INTO memory_links VALUES (?, ?, 'superseded_by') ON CONFLICT DO NOTHING",
+                    f"INSERT INTO memory_links VALUES ({p}, {p}, 'superseded_by') ON CONFLICT DO NOTHING",
                     (record.seq, superseded_by),
                 ).rowcount
                 linked = [(record.seq, superseded_by)] if added > 0 else []
             conn.execute(
-                "INSERT INTO machine_events VALUES (?, ?, 'freshness_review_resolved', ?, ?, ?, ?)",
+                f"INSERT INTO machine_events VALUES ({p}, {p}, 'freshness_review_resolved', {p}, {p}, {p}, {p})",
                 (
                     event_id,
                     review.workspace_id,
@@ -200,8 +212,9 @@ class ReviewQueue:
         return event_id
 
     def events(self, workspace_id: str, target_id: str) -> list[dict[str, Any]]:
+        p = self.dialect.p
         rows = self.db.conn.execute(
-            "SELECT * FROM machine_events WHERE workspace_id = ? AND target_id = ? ORDER BY created_at, id",
+            f"SELECT * FROM machine_events WHERE workspace_id = {p} AND target_id = {p} ORDER BY created_at, id",
             (workspace_id, target_id),
         ).fetchall()
         return [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]
@@ -209,8 +222,9 @@ class ReviewQueue:
     # -- freshness queue -----------------------------------------------------------------
 
     def pending_checks(self, limit: int = 100) -> list[tuple[str, str]]:
+        p = self.dialect.p
         rows = self.db.conn.execute(
-            "SELECT workspace_id, record_id FROM freshness_queue ORDER BY enqueued_at LIMIT ?", (limit,)
+            f"SELECT workspace_id, record_id FROM freshness_queue ORDER BY enqueued_at LIMIT {p}", (limit,)
         ).fetchall()
         return [(r[0], r[1]) for r in rows]
 
@@ -221,19 +235,20 @@ class ReviewQueue:
 
     @gated
     def check_done(self, record_id: str) -> None:
+        p = self.dialect.p
         with self._writing(None) as conn:
-            conn.execute("DELETE FROM freshness_queue WHERE record_id = ?", (record_id,))
+            conn.execute(f"DELETE FROM freshness_queue WHERE record_id = {p}", (record_id,))
 
 
 class SqliteReviewStore(ReviewQueue):
     """The embedded engine's review store (``metronix.db``, beside the records)."""
 
     def __init__(self, db: Database, gate: WriteGate, caches: MemoryCaches, writing: Writing) -> None:
-        super().__init__(db, gate, caches, writing)
+        super().__init__(db, SQLITE, gate, caches, writing)
 
 
 class PostgresReviewStore(ReviewQueue):
     """Server mode's review store: its writes take the memory store's write lock (``db``'s)."""
 
-    def __init__(self, db: PortableDatabase, gate: WriteGate, caches: MemoryCaches, writing: Writing) -> None:
-        super().__init__(db, gate, caches, writing)
+    def __init__(self, db: NativeDatabase, gate: WriteGate, caches: MemoryCaches, writing: Writing) -> None:
+        super().__init__(db, POSTGRES, gate, caches, writing)

@@ -1,0 +1,57 @@
+"""The knowledge base's DDL on PostgreSQL (server mode): its component and one script per version, applied
+in order by ``core.pg.PgDatabase.migrate``. The embedded engine's is ``knowledge_schema_sqlite``."""
+
+COMPONENT = "metronix_kb"
+MIGRATIONS = [
+    # Timestamps and metadata stay text, as in the embedded engine: answers are the same byte for byte
+    # (jsonb would reorder a document's metadata keys). ``embedding`` has no fixed dimension so a model
+    # change can re-embed in place; the HNSW index is per dimension (``_ensure_vector_index``).
+    """
+    CREATE TABLE kb_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE kb_workspaces (
+        id TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        generation BIGINT NOT NULL DEFAULT 0,
+        last_sync TEXT
+    );
+    CREATE TABLE kb_documents (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES kb_workspaces(id),
+        doc_label TEXT NOT NULL,
+        title TEXT,
+        content TEXT NOT NULL,
+        source_type TEXT NOT NULL,
+        url TEXT,
+        date TEXT,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        content_hash TEXT NOT NULL,
+        body_hash TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (workspace_id, doc_label)
+    );
+    CREATE INDEX kb_documents_by_body ON kb_documents (workspace_id, body_hash);
+    CREATE TABLE kb_chunks (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        document_id BIGINT NOT NULL REFERENCES kb_documents(id) ON DELETE CASCADE,
+        workspace_id TEXT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        text TEXT NOT NULL,
+        embedding vector NOT NULL
+    );
+    CREATE INDEX kb_chunks_by_workspace ON kb_chunks (workspace_id, id);
+    CREATE INDEX kb_chunks_by_document ON kb_chunks (document_id);
+    """,
+    # One row per write of a workspace (its generation after the write): the chunk ids it added and
+    # removed, for the other workers' keyword indexes. Workspaces written before this log existed have
+    # no rows: a worker behind them finds a gap and reloads, as before.
+    """
+    CREATE TABLE kb_keyword_changes (
+        workspace_id TEXT NOT NULL,
+        generation BIGINT NOT NULL,
+        added BIGINT[] NOT NULL,
+        removed BIGINT[] NOT NULL,
+        PRIMARY KEY (workspace_id, generation)
+    );
+    """,
+]
