@@ -427,11 +427,15 @@ class SearchSql(EngineStore):
         ).fetchall()
         return {r[0]: r[1] for r in rows}
 
-    def _memories_of(self, node_ids: Sequence[str]) -> list[str]:
-        """The memories ``node_ids`` live in, read before a write so that it can take their keys."""
+    def _memories_of(self, node_ids: Sequence[str], embedded: bool = False) -> list[str]:
+        """The memories ``node_ids`` live in (with ``embedded``: only those of nodes that have an
+        embedding row), read before a write so that it can take their keys."""
         marks = ", ".join("?" * len(node_ids))
+        having = (
+            " AND EXISTS (SELECT 1 FROM node_embeddings e WHERE e.node_id = nodes.id)" if embedded else ""
+        )
         rows = self.conn.execute(
-            f"SELECT DISTINCT memory_id FROM nodes WHERE id IN ({marks})", tuple(node_ids)
+            f"SELECT DISTINCT memory_id FROM nodes WHERE id IN ({marks}){having}", tuple(node_ids)
         )
         return sorted(str(r[0]) for r in rows.fetchall())
 
@@ -507,9 +511,11 @@ class SearchSql(EngineStore):
     def delete_embeddings(self, node_ids: Sequence[str]) -> None:
         if not node_ids:
             return
-        memories = self._memories_of(node_ids)
+        # Every write to a memory without embeddings lands here: no transaction (and no key) when none of
+        # its nodes has an embedding row, the usual case.
+        memories = self._memories_of(node_ids, embedded=True)
         if not memories:
-            return  # no such node: its embedding went with it
+            return
         with self.atomic(*(write_keys.memory(m) for m in memories)) as tx:
             tx.executemany("DELETE FROM node_embeddings WHERE node_id = ?", [(n,) for n in node_ids])
 
