@@ -22,6 +22,7 @@ from triptych.hadron import write_keys
 from triptych.hadron.errors import HadronError, NotFound
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.services.nodes import EdgeInput, NodeFields
+from triptych.hadron.services.replace import ReplaceRequest, ReplaceResult
 from triptych.hadron.surface import Hadron
 
 ROOT = "acme.com"
@@ -193,6 +194,26 @@ def test_a_node_write_racing_a_move_fails_and_never_resurrects_the_node(
         moved.revision == 2 and moved.description != "late" and not (moved.data or {}).get("k")
     )  # the move's
     assert second.graph.edges_from([moved.id]).get(moved.id, []) == []
+
+
+def rename(hadron: Hadron) -> ReplaceResult:
+    request = ReplaceRequest("seed", "sprout", ("name",), node_refs=(f"hrn:node:{ROOT}:plans:seed",))
+    return hadron.live.replace.replace_text(caller(hadron), request)
+
+
+@pytest.mark.engines("postgresql")
+def test_a_replace_racing_a_move_reports_the_node_unavailable_and_leaves_it_moved(
+    workers: tuple[Hadron, Hadron], database_url: str
+) -> None:
+    first, second = workers
+    keys = (write_keys.memory(memory_id(first, "plans")), write_keys.memory(memory_id(first, "notes")))
+    held = Held(first, keys, lambda: move(first, "seed"))
+    outcome = racing(database_url, held, lambda: rename(second))
+    assert isinstance(outcome, ReplaceResult), outcome
+    assert outcome.results == [] and outcome.unavailable == [f"hrn:node:{ROOT}:plans:seed"]
+    assert second.graph.node_by_loc(memory_id(second, "plans"), "seed") is None
+    moved = second.graph.node_by_loc(memory_id(second, "notes"), "seed")
+    assert moved is not None and moved.name == "seed" and moved.revision == 2
 
 
 @pytest.mark.engines("postgresql")

@@ -391,13 +391,20 @@ class NodeService:
             raise NotFound("node", node_urn(mem.root, mem.slug, loc))
         return subtree
 
+    def committed(self, mem: Memory, node: NodeRecord) -> NodeRecord | None:
+        """``node`` as committed now if it is still live at its address in ``mem``; else ``None``."""
+        current = self.graph.node_by_id(node.id)
+        if current is None or current.memory_id != mem.id or current.loc != node.loc:
+            return None
+        return current
+
     def _as_committed(self, mem: Memory, node: NodeRecord) -> NodeRecord:
         """``node`` read again under ``mem``'s key (called inside its transaction): the write builds on
         the last committed revision, never on the one read before the key was held. A node moved or
         deleted meanwhile is no longer at the address the caller named: ``[node_not_found]``, rather
         than written back into the memory it left (docs/decisions/0280)."""
-        current = self.graph.node_by_id(node.id)
-        if current is None or current.memory_id != mem.id or current.loc != node.loc:
+        current = self.committed(mem, node)
+        if current is None:
             raise NotFound(
                 "node",
                 node_urn(mem.root, mem.slug, node.loc),
