@@ -296,23 +296,7 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         rows through its b-tree index. In the HNSW branch the iterative scan keeps walking the graph
         until ``limit`` rows of this workspace are found, so the workspace filter never makes ``top_k``
         short. Both branches order ties by id; the two are merged in Python (one of them is empty)."""
-        vector = self._vector()
-        search = pgsql.SQL(
-            "WITH small AS (SELECT count(*) < %(exact)s AS yes FROM (SELECT 1 FROM kb_chunks"
-            "  WHERE workspace_id = %(ws)s LIMIT %(exact)s) AS s)"
-            " (SELECT id, -({v} <#> %(q)s) AS score FROM kb_chunks WHERE (SELECT yes FROM small)"
-            "  AND workspace_id = %(ws)s AND vector_dims(embedding) = {dim} ORDER BY score DESC, id LIMIT %(k)s)"
-            " UNION ALL"
-            " (SELECT id, -({v} <#> %(q)s) FROM kb_chunks WHERE NOT (SELECT yes FROM small)"
-            "  AND workspace_id = %(ws)s AND vector_dims(embedding) = {dim}"
-            "  ORDER BY {v} <#> %(q)s, id LIMIT %(k)s)"
-        ).format(v=vector, dim=pgsql.Literal(self.dim))
-        params = {
-            "q": np.asarray(query, dtype=np.float32),
-            "ws": workspace_id,
-            "k": limit,
-            "exact": EXACT_BELOW,
-        }
+        search, params = self.nearest_statement(workspace_id, query, limit)
         # One round trip, not five (BEGIN, two settings, query, COMMIT): settings and query go in one
         # pipeline closed by a single Sync, which PostgreSQL runs as one implicit transaction, so the
         # transaction-local settings hold for the query and end with it.
@@ -326,6 +310,28 @@ class PostgresKnowledgeStore(KnowledgeQueries):
                 cursor = conn.execute(search, params)
             rows = cursor.fetchall()
         return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda hit: (-hit[1], hit[0]))
+
+    def nearest_statement(
+        self, workspace_id: str, query: Vector, limit: int
+    ) -> tuple[pgsql.Composed, dict[str, Any]]:
+        """``hnsw_search``'s statement and its parameters (tests read its plan)."""
+        vector = self._vector()
+        statement = pgsql.SQL(
+            "WITH small AS (SELECT count(*) < %(exact)s AS yes FROM (SELECT 1 FROM kb_chunks"
+            "  WHERE workspace_id = %(ws)s LIMIT %(exact)s) AS s)"
+            " (SELECT id, -({v} <#> %(q)s) AS score FROM kb_chunks WHERE (SELECT yes FROM small)"
+            "  AND workspace_id = %(ws)s AND vector_dims(embedding) = {dim} ORDER BY score DESC, id LIMIT %(k)s)"
+            " UNION ALL"
+            " (SELECT id, -({v} <#> %(q)s) FROM kb_chunks WHERE NOT (SELECT yes FROM small)"
+            "  AND workspace_id = %(ws)s AND vector_dims(embedding) = {dim}"
+            "  ORDER BY {v} <#> %(q)s, id LIMIT %(k)s)"
+        ).format(v=vector, dim=pgsql.Literal(self.dim))
+        return statement, {
+            "q": np.asarray(query, dtype=np.float32),
+            "ws": workspace_id,
+            "k": limit,
+            "exact": EXACT_BELOW,
+        }
 
     def _refresh_in_background(self, workspace_id: str) -> None:
         """Load the workspace's mirror off the request path, once at a time per workspace."""
