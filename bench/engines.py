@@ -39,6 +39,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import common  # noqa: E402
 import numpy as np  # noqa: E402
+import pg_rows  # noqa: E402
 from psycopg import sql
 
 from triptych.core.auth import local_principal
@@ -49,7 +50,7 @@ from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.memory import MemoryService
 from triptych.metronix.memory_store import open_memory_store
 from triptych.metronix.pg_store import PostgresKnowledgeStore
-from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, body_hash
+from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore
 
 sys.path.insert(0, str(common.REPO / "tests"))
 from postgres import PostgresCluster  # noqa: E402  (the tests' throwaway PostgreSQL)
@@ -145,7 +146,6 @@ def bulk_load(store: PostgresKnowledgeStore, corpus: Any, bar: Any) -> None:
     """The rows ``put_document`` writes, loaded in bulk (COPY, then one HNSW build): a chunk at a time
     with its HNSW insert would take most of an hour at 100,000 chunks on these cores. The store's caches
     load from these rows on the first search, as after any other worker's write."""
-    now = "2026-12-01T00:00:00+00:00"
     with store.db.transaction() as conn:
         conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(f"kb_chunks_hnsw_{store.dim}")))
         workspace = None
@@ -154,25 +154,8 @@ def bulk_load(store: PostgresKnowledgeStore, corpus: Any, bar: Any) -> None:
                 break
             if workspace is None:
                 workspace = document.workspace_id
-                conn.execute(
-                    "INSERT INTO kb_workspaces (id, created_at, generation) VALUES (%s, %s, 1)",
-                    (workspace, now),
-                )
-            row = conn.execute(
-                "INSERT INTO kb_documents (workspace_id, doc_label, title, content, source_type, url, date,"
-                " metadata, content_hash, body_hash, created_at, updated_at)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,'{}',%s,%s,%s,%s) RETURNING id",
-                (workspace, document.doc_label, document.title, document.content, document.source_type,
-                 None, None, document.content_hash, body_hash(document.content), now, now),
-            ).fetchone()  # fmt: skip
-            assert row is not None
-            copy_sql = "COPY kb_chunks (document_id, workspace_id, ordinal, text, embedding) FROM STDIN (FORMAT BINARY)"
-            with conn.cursor().copy(copy_sql) as copy:
-                copy.set_types(["int8", "text", "int4", "text", "vector"])
-                for ordinal, (text, vector) in enumerate(
-                    zip(document.chunks, document.embeddings, strict=True)
-                ):
-                    copy.write_row((row[0], workspace, ordinal, text, np.asarray(vector, dtype=np.float32)))
+                pg_rows.add_workspace(conn, workspace)
+            pg_rows.add_document(conn, document)
             bar.update(count)
     common.log("building the PostgreSQL HNSW index ...")
     with store.db.connection() as conn:  # the graph in memory while it is built (this cluster only)

@@ -38,3 +38,16 @@ def in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     thread = threading.Thread(target=lambda: out.append(work()), daemon=True)
     thread.start()
     return thread, out
+
+
+def tenant_keys_held_by_waiters(url: str) -> int:
+    """How many tenant keys (PostgreSQL's two-``int4`` advisory keys) the backends that wait for an
+    advisory lock hold meanwhile: a write that takes its tenants' keys in one fixed order, all in one
+    statement, holds none while it waits, so no two such writes wait for each other in a circle."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks held WHERE held.locktype = 'advisory' AND held.granted "
+            "AND held.objsubid = 2 AND held.pid IN "
+            "(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)"
+        ).fetchone()
+    return int(row[0]) if row else 0

@@ -16,7 +16,8 @@ from triptych import __version__
 from triptych.core.config import Settings
 from triptych.core.embed import Embedder
 from triptych.core.lastresort import LastResort
-from triptych.core.metrics import GaugeSampler, metrics_endpoint, register_gauge
+from triptych.core.metrics import GaugeSampler, metrics_endpoint, observe_evictions, register_gauge
+from triptych.core.partitions import BUDGET
 from triptych.core.pg import pool_use
 from triptych.core.request_context import RequestContext
 from triptych.core.search import BUILDS
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings, embedder: Embedder | None = None) -> Starlette:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    BUDGET.configure(settings.index_memory_mb)
+    BUDGET.on_evict = observe_evictions
     shared = Shared(settings, embedder)
     _, metronix_mounted = metronix.mount(shared)
     named: dict[str, Mounted] = {
@@ -42,6 +45,18 @@ def create_app(settings: Settings, embedder: Embedder | None = None) -> Starlett
     register_gauge(
         "triptych_index_builds_in_progress", "Vector graphs (HNSW) being built in the background", (),
         lambda: [((), float(BUILDS.count))],
+    )  # fmt: skip
+    register_gauge(
+        "triptych_index_resident_bytes", "Memory held by in-process index partitions, by index (an estimate)",
+        ("index",), lambda: [((kind,), float(b)) for kind, (b, _) in _resident().items()],
+    )  # fmt: skip
+    register_gauge(
+        "triptych_index_resident_partitions", "In-process index partitions (workspaces, memories) held, by index",
+        ("index",), lambda: [((kind,), float(n)) for kind, (_, n) in _resident().items()],
+    )  # fmt: skip
+    register_gauge(
+        "triptych_index_memory_budget_bytes", "TRIPTYCH_INDEX_MEMORY_MB in bytes (0: no limit)", (),
+        lambda: [((), float(BUDGET.limit or 0))],
     )  # fmt: skip
     register_gauge(
         "triptych_db_pool_connections", "PostgreSQL pool connections (size, idle) and requests waiting for one",
@@ -87,6 +102,11 @@ def create_app(settings: Settings, embedder: Embedder | None = None) -> Starlett
     doors = [(_static_prefix(route), name) for name, surface in named.items() for route in surface.routes]
     middleware = [Middleware(RequestContext, doors=doors), Middleware(LastResort, shapes=shapes)]
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+
+
+def _resident() -> dict[str, tuple[int, int]]:
+    """Bytes and partitions per index kind, with both kinds present (a gauge at 0 rather than missing)."""
+    return {"vectors": (0, 0), "keywords": (0, 0), **BUDGET.resident()}
 
 
 def _static_prefix(route: BaseRoute) -> str:

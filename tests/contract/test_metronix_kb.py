@@ -62,8 +62,8 @@ async def test_store_then_search_then_get_round_trip(open_server: ServerProcess)
         assert not found.is_error
         assert found.data["count"] == 1 and isinstance(found.data["latency_ms"], int)
         # An addition to the contract's fields: how each side answered (a small workspace: exactly, or on
-        # PostgreSQL through pgvector while the worker's in-process copy loads).
-        assert found.data["retrieval"]["keyword"] == "bm25"
+        # PostgreSQL through pgvector and its BM25 in SQL while the worker's in-process copies load).
+        assert found.data["retrieval"]["keyword"] in {"bm25", "sql"}
         assert found.data["retrieval"]["dense"] in {"exact", "pgvector"}
         hit = found.data["results"][0]
         assert {k: hit[k] for k in ("doc_label", "title", "source_type", "url", "date")} == {

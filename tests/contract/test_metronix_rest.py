@@ -2,33 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
-import requests
 from harness import ServerProcess, bearer, mcp_session, token
+from hermes_metronix import drive_hermes
 
 # The same answers on both storage engines (server mode, issue 16).
 pytestmark = pytest.mark.engines("sqlite", "postgresql")
-
-
-def _hermes_client_class() -> type:
-    """The plugin's REST client, loaded from the installed package by file: its package __init__ imports
-    Hermes itself (``agent.memory_provider``), which is not on the package registry."""
-    spec = importlib.util.find_spec("metronix")
-    assert spec is not None and spec.submodule_search_locations, "pip install hermes-memory-metronix"
-    path = Path(next(iter(spec.submodule_search_locations))) / "client.py"
-    module_spec = importlib.util.spec_from_file_location("hermes_metronix_client", path)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.MetronixClient  # type: ignore[no-any-return]
-
-
-MetronixClient = _hermes_client_class()
 
 
 def ws() -> str:
@@ -37,49 +19,43 @@ def ws() -> str:
 
 def test_the_hermes_client_works_unchanged_against_triptych(auth_server: ServerProcess) -> None:
     workspace = ws()
-    client = MetronixClient(
-        base_url=auth_server.url, workspace_id=workspace, auth_token=token(workspaces=[workspace])
-    )
-    assert client.ping()["status"] == "ok"
-    created = client.create_memory(
-        content="The user prefers espresso over filter coffee.",
-        agent_id="hermes",
-        scope="global",
-        kind="preference",
-        source_type="hermes_memory_write",
-        tags=["hermes", "user"],
-        metadata={"target": "user"},
-    )
-    assert created["content"] == "The user prefers espresso over filter coffee."
+    coffee = "The user prefers espresso over filter coffee."
+    steps: list[tuple[str, str, dict[str, object]]] = [
+        ("client", "ping", {}),
+        ("client", "create_memory", {
+            "content": coffee, "agent_id": "hermes", "scope": "global", "kind": "preference",
+            "source_type": "hermes_memory_write", "tags": ["hermes", "user"], "metadata": {"target": "user"},
+        }),
+        ("client", "create_memory", {
+            "content": "We talked about the trip to Lisbon.", "agent_id": "hermes", "scope": "session",
+            "kind": "fact", "source_type": "hermes_turn_user", "session_id": "s-1", "metadata": {"role": "user"},
+        }),
+        ("client", "search_memory", {"query": "what coffee does the user like", "top_k": 8, "agent_id": "hermes"}),
+        ("client", "store_document", {"content": "Onboarding checklist: laptop, badge, accounts.", "title": "Onboarding"}),
+    ]  # fmt: skip
+    client = {
+        "base_url": auth_server.url,
+        "workspace_id": workspace,
+        "auth_token": token(workspaces=[workspace]),
+    }
+    results, _ = drive_hermes(steps, client=client)
+    ping, created, session, search, stored = (r["ok"] for r in results)
+    assert ping["status"] == "ok"
+    assert created["content"] == coffee
     assert (
         created["kind"] == "preference"
         and created["scope"] == "global"
         and created["workspace_id"] == workspace
     )
-    session = client.create_memory(
-        content="We talked about the trip to Lisbon.",
-        agent_id="hermes",
-        scope="session",
-        kind="fact",
-        source_type="hermes_turn_user",
-        session_id="s-1",
-        metadata={"role": "user"},
-    )
     assert session["session_id"] == "s-1" and session["ttl_expires_at"] is not None
-
-    results = client.search_memory(query="what coffee does the user like", top_k=8, agent_id="hermes")
-    assert results[0]["record"]["id"] == created["id"]
-    assert {"score", "dense_score", "sparse_score", "graph_score", "rank"} <= set(results[0])
-
-    stored = client.store_document(
-        content="Onboarding checklist: laptop, badge, accounts.", title="Onboarding"
-    )
+    assert search[0]["record"]["id"] == created["id"]
+    assert {"score", "dense_score", "sparse_score", "graph_score", "rank"} <= set(search[0])
     assert stored["success"] is True and stored["chunks_stored"] == 1
 
-    client.delete_memory(created["id"], agent_id="hermes")
-    with pytest.raises(requests.HTTPError) as missing:
-        client.delete_memory(created["id"], agent_id="hermes")
-    assert missing.value.response.status_code == 404
+    delete = ("client", "delete_memory", {"record_id": created["id"], "agent_id": "hermes"})
+    (deleted, again), _ = drive_hermes([delete, delete], client=client)
+    assert "error" not in deleted
+    assert again == {"error": "HTTPError", "status": 404}
 
 
 def test_rest_writes_are_visible_to_mcp_and_the_other_way_round(auth_server: ServerProcess) -> None:

@@ -8,17 +8,14 @@ is optional on search and list (the whole workspace), ``session_id`` lists a ses
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from harness import ServerProcess, bearer, token
+from hermes_metronix import drive_hermes
 
 
 def ws() -> str:
@@ -161,47 +158,39 @@ def test_review_resolve_takes_a_target_only_with_merge_into(auth_server: ServerP
 # -- the hermes-memory-metronix plugin, in its default configuration -------------------------------
 
 
-@pytest.fixture
-def hermes_provider_class(monkeypatch: pytest.MonkeyPatch) -> Iterator[type]:
-    """The plugin's ``MetronixMemoryProvider`` as installed. Its base class comes from Hermes itself
-    (``agent.memory_provider``, not on the package registry): an empty stand-in replaces it, so every
-    line the plugin runs is its own."""
-    agent = types.ModuleType("agent")
-    base = types.ModuleType("agent.memory_provider")
-    base.MemoryProvider = type("MemoryProvider", (), {})  # type: ignore[attr-defined]
-    agent.memory_provider = base  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "agent", agent)
-    monkeypatch.setitem(sys.modules, "agent.memory_provider", base)
-    sys.modules.pop("metronix", None)
-    plugin = importlib.import_module("metronix")
-    yield plugin.MetronixMemoryProvider
-    sys.modules.pop("metronix", None)
-
-
+@pytest.mark.engines("sqlite", "postgresql")
 def test_the_hermes_plugin_default_configuration_end_to_end(
-    auth_server: ServerProcess, hermes_provider_class: type, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    auth_server: ServerProcess, tmp_path: Path
 ) -> None:
     workspace = ws()
     # What the plugin's README asks for: a base URL, a workspace and a token; everything else default.
-    monkeypatch.setenv("METRONIX_BASE_URL", auth_server.url)
-    monkeypatch.setenv("METRONIX_WORKSPACE_ID", workspace)
-    monkeypatch.setenv("METRONIX_AUTH_TOKEN", token(workspaces=[workspace]))
-    for name in ("METRONIX_AGENT_ID", "METRONIX_WRITE_SCOPE", "METRONIX_PREFETCH_TYPES", "METRONIX_EMAIL"):
-        monkeypatch.delenv(name, raising=False)
-    warnings: list[str] = []
-    provider = hermes_provider_class()
-    assert provider.is_available()
-    provider.initialize("session-1", hermes_home=str(tmp_path), warning_callback=warnings.append)
-
+    env = {
+        "METRONIX_BASE_URL": auth_server.url,
+        "METRONIX_WORKSPACE_ID": workspace,
+        "METRONIX_AUTH_TOKEN": token(workspaces=[workspace]),
+        "HERMES_HOME": str(tmp_path),
+    }
     # Another agent's memory in the same workspace: the workspace-scope read finds it too.
     Rest(auth_server, workspace).store("The user's laptop is a ThinkPad X1.", "planner")
-    provider.on_memory_write("add", "user", "The user prefers the Helix editor over Vim.")
-    provider.sync_turn("Which editor should I install?", "Helix, as you prefer it.", session_id="session-1")
-    provider.queue_prefetch("which editor does the user prefer", session_id="session-1")
-    provider.shutdown()  # waits for the plugin's background worker: writes first, then the prefetch
-
-    assert warnings == []
-    context = provider.prefetch("which editor does the user prefer", session_id="session-1")
+    editor = "which editor does the user prefer"
+    steps: list[tuple[str, str, dict[str, Any]]] = [
+        ("provider", "is_available", {}),
+        ("provider", "initialize", {"session_id": "session-1", "hermes_home": str(tmp_path)}),
+        ("provider", "on_memory_write", {"action": "add", "target": "user",
+                                         "content": "The user prefers the Helix editor over Vim."}),
+        ("provider", "sync_turn", {"user_content": "Which editor should I install?",
+                                   "assistant_content": "Helix, as you prefer it.", "session_id": "session-1"}),
+        ("provider", "queue_prefetch", {"query": editor, "session_id": "session-1"}),
+        # Waits for the plugin's background worker: writes first, then the prefetch.
+        ("provider", "shutdown", {}),
+        ("provider", "prefetch", {"query": editor, "session_id": "session-1"}),
+        # The plugin's client in workspace-scope mode sends no agent_id: the whole workspace answers.
+        ("provider._client", "search_memory", {"query": "what laptop does the user have", "top_k": 8}),
+    ]  # fmt: skip
+    results, warnings = drive_hermes(steps, env=env)
+    assert [r for r in results if "error" in r] == [] and warnings == []
+    available, context, found = results[0]["ok"], results[6]["ok"], results[7]["ok"]
+    assert available is True
     assert context.startswith("<memory-context>") and "Helix editor" in context
 
     rest = Rest(auth_server, workspace)
@@ -214,7 +203,4 @@ def test_the_hermes_plugin_default_configuration_end_to_end(
     }
     assert len(rest.get("/records", session_id="session-1").json()["records"]) == 2
 
-    # The plugin's client in workspace-scope mode sends no agent_id: the whole workspace answers.
-    client = provider._client
-    results = client.search_memory(query="what laptop does the user have", top_k=8)
-    assert results and results[0]["record"]["content"] == "The user's laptop is a ThinkPad X1."
+    assert found and found[0]["record"]["content"] == "The user's laptop is a ThinkPad X1."

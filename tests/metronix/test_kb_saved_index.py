@@ -12,35 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from word_vectors import DIM, WordVectors
 
 from triptych.core import search
 from triptych.core.auth import local_principal
-from triptych.core.embed import Matrix
 from triptych.core.search import VectorIndex
 from triptych.metronix import knowledge_model
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.store import NewDocument, SqliteKnowledgeStore, vectors_dir
 
-DIM = 16
 THRESHOLD = 64
 WS = "ws"
-
-
-class WordVectors:
-    """A deterministic embedder (a seeded vector per word, summed): real vectors the test can predict."""
-
-    name = "words-16"
-    dim = DIM
-
-    def embed(self, texts: Sequence[str]) -> Matrix:
-        out = np.zeros((len(texts), DIM), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in text.lower().split():
-                seed = sum(word.encode()) * 7919 + len(word)
-                out[row] += np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
-            out[row, 0] += 1e-3
-        normalised: Matrix = out / np.linalg.norm(out, axis=1, keepdims=True)
-        return normalised
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from triptych.core import partitions
 from triptych.core.db import Database
 from triptych.core.pg import PgDatabase
 from triptych.metronix.attributes import Visibility
@@ -457,3 +458,33 @@ def test_a_resolution_reaches_another_worker_s_cache(st: MemoryStore, other: Mem
     current = replace(a, status="review_needed")
     other.reviews.resolve_review(entry, current, Resolution("active", "keep_resolved", None, "t", {}))
     assert st.visible_subset(view(), [a.seq, b.seq]) == {a.seq, b.seq}
+
+
+def test_a_workspace_forgotten_by_the_memory_budget_is_searched_alike(
+    databases: list[Database | PgDatabase], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agent memory's per-workspace indexes (vectors, keywords, links, attributes with the content) join
+    the process's memory budget: with room for one workspace, searching another forgets the first, and
+    its next search loads it back with the same hits."""
+    budget = partitions.MemoryBudget()
+    monkeypatch.setattr(partitions, "BUDGET", budget)  # the store's caches join this one
+    st = _open(databases[0])
+    for workspace in ("ws-a", "ws-b"):
+        for i, word in enumerate(("cat", "dog", "cat dog", "fish")):
+            put(st, record(f"{workspace} {word} {i}", workspace_id=workspace), vec(1.0, 0.3 * i))
+
+    def searches(workspace: str) -> tuple[list[int], list[int]]:
+        seen = view(workspace_id=workspace)
+        return [s for s, _ in st.dense_search(seen, vec(1.0, 0.5), 3)], [
+            s for s, _ in st.keyword_search(seen, "cat", 3)
+        ]
+
+    before = {workspace: searches(workspace) for workspace in ("ws-a", "ws-b")}
+    kinds = {kind for kind, _, _ in budget.entries()}
+    assert {"vectors", "keywords", "attributes"} <= kinds
+    sizes = {w: sum(b for _, key, b in budget.entries() if key == w) for w in before}
+    budget.limit = max(sizes.values()) + 1
+    budget.enforce(None)  # ws-a, the least recently used, goes
+    assert all(key == "ws-b" for _, key, _ in budget.entries())
+    assert searches("ws-a") == before["ws-a"]  # loaded back
+    assert budget.total <= budget.limit and all(key == "ws-a" for _, key, _ in budget.entries())

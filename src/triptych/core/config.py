@@ -56,6 +56,14 @@ class Settings(BaseSettings):
     # worker; unset, everything stays in the data directory's SQLite files.
     database_url: str | None = Field(None, validation_alias=_alias("TRIPTYCH_DATABASE_URL", "database_url"))
 
+    # Memory for in-process search indexes per worker process, in MB (0: no limit): the knowledge base's
+    # vectors and keyword postings, agent memory's and Hadron's per-memory indexes. Beyond it the least
+    # recently used workspace or memory is forgotten and loaded again when searched
+    # (docs/decisions/0190-index-memory-budget.md).
+    index_memory_mb: float = Field(
+        2048, ge=0, validation_alias=_alias("TRIPTYCH_INDEX_MEMORY_MB", "index_memory_mb")
+    )
+
     # Server mode on several machines: the other machines' base URLs (comma-separated), to which a request
     # of an MCP session opened on one of them is relayed (peers.py).
     peers: Annotated[list[str], NoDecode] = Field(

@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from triptych.core.partitions import PartitionCache
+from triptych.core.partitions import MemoryBudget, PartitionCache
 from triptych.core.search import keyword_terms, stems, text_terms
 
 # One indexed document: (id, [(text, column weight), ...]).
@@ -42,6 +42,16 @@ Changes = tuple[Iterable[Document], Iterable[int]]
 
 K1 = 1.2
 B = 0.75
+# What a partition holds in memory, measured with tracemalloc over real workspaces (bench/index_budget.py):
+# per document its id, length, flag and position-dict entry; per term its key, dict slot and two arrays;
+# per posting a position and a weight (arrays over-allocate by about an eighth).
+DOCUMENT_BYTES = 120
+TERM_BYTES = 280
+POSTING_BYTES = 9
+
+
+def estimate_bytes(documents: int, terms: int, postings: int) -> int:
+    return documents * DOCUMENT_BYTES + terms * TERM_BYTES + postings * POSTING_BYTES
 
 
 @dataclass
@@ -60,9 +70,10 @@ class _Partition:
     live: int = 0
     total_length: float = 0.0
     generation: int = -1
+    postings: int = 0  # entries over every term's lists: what the memory budget counts
 
 
-def _document_terms(columns: Sequence[tuple[str, float]]) -> tuple[dict[str, float], float]:
+def document_terms(columns: Sequence[tuple[str, float]]) -> tuple[dict[str, float], float]:
     """Weighted term frequencies of a document and its length in tokens (every column counts)."""
     weighted: dict[str, float] = {}
     length = 0
@@ -82,10 +93,15 @@ def _document_terms(columns: Sequence[tuple[str, float]]) -> tuple[dict[str, flo
 class KeywordIndex(PartitionCache[_Partition]):
     """BM25 over partitions loaded from the database by ``loader(key)`` and updated in place."""
 
+    kind = "keywords"
+
     def __init__(
-        self, loader: Callable[[str], Iterable[Document]], idf: Literal["fts5", "smooth"] = "fts5"
+        self,
+        loader: Callable[[str], Iterable[Document]],
+        idf: Literal["fts5", "smooth"] = "fts5",
+        budget: MemoryBudget | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(budget)
         self._loader = loader
         self._smooth_idf = idf == "smooth"
         # One catch-up at a time: two threads applying overlapping stretches of a log would make the
@@ -101,9 +117,12 @@ class KeywordIndex(PartitionCache[_Partition]):
             self._add(part, doc_id, columns)
         return part
 
+    def _measure(self, part: _Partition) -> int:
+        return estimate_bytes(len(part.ids), len(part.terms), part.postings)
+
     @staticmethod
     def _add(part: _Partition, doc_id: int, columns: Sequence[tuple[str, float]]) -> None:
-        weighted, length = _document_terms(columns)
+        weighted, length = document_terms(columns)
         pos = len(part.ids)
         part.ids.append(doc_id)
         part.position[doc_id] = pos
@@ -117,6 +136,7 @@ class KeywordIndex(PartitionCache[_Partition]):
                 postings = part.terms[term] = _Postings()
             postings.positions.append(pos)
             postings.weights.append(weight)
+        part.postings += len(weighted)
 
     @staticmethod
     def _compact(part: _Partition) -> None:
@@ -147,6 +167,7 @@ class KeywordIndex(PartitionCache[_Partition]):
         part.position = {int(doc_id): i for i, doc_id in enumerate(ids.tolist())}
         part.alive = bytearray(b"\x01" * len(ids))
         part.terms = terms
+        part.postings = sum(len(p.positions) for p in terms.values())
 
     @staticmethod
     def _remove(part: _Partition, doc_id: int) -> None:

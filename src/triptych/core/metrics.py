@@ -67,6 +67,11 @@ INGEST_ROWS = Counter(
     "triptych_metergraph_ingest_rows_total", "Metergraph ingest rows by outcome (accepted, ignored, refused)",
     ["outcome"],
 )  # fmt: skip
+INDEX_EVICTIONS = Counter(
+    "triptych_index_evictions_total",
+    "In-process index partitions (a workspace's or memory's vectors or keywords) forgotten to stay within "
+    "TRIPTYCH_INDEX_MEMORY_MB", ["index"],
+)  # fmt: skip
 INGEST_BATCHES = Counter(
     "triptych_metergraph_ingest_batches_total", "Metergraph ingest batches by outcome", ["outcome"]
 )
@@ -116,6 +121,10 @@ def observe_ingest(outcome: str, batches: int, rows: int) -> None:
     INGEST_BATCHES.labels(outcome).inc(batches)
     if rows:
         INGEST_ROWS.labels(outcome).inc(rows)
+
+
+def observe_evictions(index: str, count: int) -> None:
+    INDEX_EVICTIONS.labels(index).inc(count)
 
 
 def metrics_process_dead(pid: int, directory: str) -> None:

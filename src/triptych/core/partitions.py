@@ -10,11 +10,15 @@ never serve stale data.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
+import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 
 class Partition(Protocol):
@@ -26,12 +30,222 @@ P = TypeVar("P", bound=Partition)
 log = logging.getLogger(__name__)
 
 
+class MemoryBudget:
+    """The one accountant of a process's in-memory index partitions (every ``PartitionCache`` that
+    reports its bytes: the knowledge base's vectors and keyword postings, agent memory's indexes,
+    Hadron's per-memory indexes), least recently used first, held under ``limit`` bytes
+    (``TRIPTYCH_INDEX_MEMORY_MB``; None: no limit) by forgetting the least recently used partitions
+    after an install or a write grows one. A forgotten partition is loaded again by the next search
+    that needs it, by the same paths as after a start (docs/decisions/0190-index-memory-budget.md).
+
+    Its lock is a leaf: the caches call it under their own locks, and it only ever *tries* a cache's
+    lock (a cache busy in another thread is skipped this round), so no two locks wait on each other.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        # (cache serial, key) -> (cache, bytes), least recently used first.
+        self._order: OrderedDict[tuple[int, str], tuple[weakref.ref[PartitionCache[Any]], int]] = (
+            OrderedDict()
+        )
+        self._total = 0
+        self._used: dict[tuple[int, str], float] = {}  # when each resident partition was last used
+        # Partitions asked for while not resident, and when (the last ``ASKED_KEEP``): ``admit``'s memory.
+        self._asked: OrderedDict[tuple[int, str], float] = OrderedDict()
+        self._sizes: OrderedDict[tuple[int, str], int] = OrderedDict()  # of partitions forgotten, as measured
+        self._serials = itertools.count(1)
+        self._gone: list[int] = []  # serials of caches collected since the last purge
+        self.evictions: dict[str, int] = {}  # by cache kind, since the process started
+        self.on_evict: Callable[[str, int], None] | None = None  # (kind, how many): /metrics' counter
+
+    def configure(self, megabytes: float) -> None:
+        """The limit in MB (0: none), then forget down to it at once."""
+        self.limit = int(megabytes * 1024 * 1024) if megabytes > 0 else None
+        self.enforce(None)
+
+    def join(self, cache: PartitionCache[Any]) -> int:
+        """A serial for ``cache``'s entries; they leave when the cache is collected."""
+        serial = next(self._serials)
+        weakref.finalize(cache, self._leave, serial)
+        return serial
+
+    def _leave(self, serial: int) -> None:
+        # Called by the garbage collector, possibly inside this class's own lock: no lock here, the
+        # next locked call purges the entries.
+        self._gone.append(serial)
+
+    def _purge(self) -> None:
+        """Drop the entries of collected caches (under the lock)."""
+        while self._gone:
+            serial = self._gone.pop()
+            for entry in [e for e in self._order if e[0] == serial]:
+                self._total -= self._order.pop(entry)[1]
+                self._used.pop(entry, None)
+
+    def record(self, cache: PartitionCache[Any], serial: int, key: str, nbytes: int) -> None:
+        """``key``'s partition in ``cache`` holds ``nbytes`` now, and was just used."""
+        with self._lock:
+            self._purge()
+            entry = (serial, key)
+            old = self._order.pop(entry, None)
+            self._total += nbytes - (old[1] if old is not None else 0)
+            self._order[entry] = (weakref.ref(cache), nbytes)
+            self._used[entry] = time.monotonic()
+
+    def touch(self, serial: int, key: str) -> None:
+        """``key``'s partition was just used: it moves to the back of the eviction queue."""
+        with self._lock:
+            if (serial, key) in self._order:
+                self._order.move_to_end((serial, key))
+                self._used[(serial, key)] = time.monotonic()
+
+    def drop(self, serial: int, key: str) -> None:
+        with self._lock:
+            old = self._order.pop((serial, key), None)
+            self._used.pop((serial, key), None)
+            if old is not None:
+                self._total -= old[1]
+
+    def admit(self, serial: int, key: str) -> bool:
+        """Whether a partition asked for while not resident should be loaded, where the engine can answer
+        without it (server mode: pgvector, BM25 in SQL). Yes when there is room for it (its size when it
+        was last forgotten; unknown, any room at all), or when it was asked for
+        before more recently than the least recently used resident partition was used (it is the hotter
+        of the two, as LRU-2 counts). A workspace searched once in a while is then answered by the engine
+        and evicts nothing: a scan over more workspaces than the budget holds leaves the resident ones
+        resident instead of loading each one in turn to forget it before its next search."""
+        with self._lock:
+            now = time.monotonic()
+            entry = (serial, key)
+            before = self._asked.pop(entry, None)
+            self._asked[entry] = now
+            while len(self._asked) > ASKED_KEEP:
+                self._asked.popitem(last=False)
+            if self.limit is None or not self._order:
+                return True
+            if self._total + self._sizes.get(entry, 0) <= self.limit:
+                return True  # room for it as it was when last forgotten (unknown: room if any is left)
+            coldest = self._used.get(next(iter(self._order)), now)
+            return before is not None and before > coldest
+
+    def enforce(self, protect: tuple[int, str] | None) -> None:
+        """Forget least recently used partitions until the total is under the limit, never ``protect``
+        (the partition just installed or changed: its caller is about to read it)."""
+        if self.limit is None:
+            return
+        evicted: list[tuple[PartitionCache[Any], str, Any]] = []
+        with self._lock:
+            self._purge()
+            if self._total <= self.limit:
+                return
+            for entry, (ref, nbytes) in list(self._order.items()):
+                if self._total <= self.limit:
+                    break
+                cache = ref()
+                if entry == protect or cache is None:
+                    continue
+                part = cache._evict(entry[1])
+                if part is _BUSY:
+                    continue  # its cache is locked by another thread: another round gets it
+                del self._order[entry]
+                self._used.pop(entry, None)
+                self._total -= nbytes
+                self._sizes[entry] = nbytes
+                while len(self._sizes) > ASKED_KEEP:
+                    self._sizes.popitem(last=False)
+                if part is not None:
+                    evicted.append((cache, entry[1], part))
+        counts: dict[str, int] = {}
+        for cache, key, part in evicted:
+            counts[cache.kind] = counts.get(cache.kind, 0) + 1
+            try:
+                cache._evicted(key, part)
+            except Exception:  # a save that failed costs a reload from the database, nothing else
+                log.warning("finishing the eviction of partition %s failed", key, exc_info=True)
+        for kind, count in counts.items():
+            with self._lock:
+                self.evictions[kind] = self.evictions.get(kind, 0) + count
+            if self.on_evict is not None:
+                self.on_evict(kind, count)
+
+    def resident(self) -> dict[str, tuple[int, int]]:
+        """Bytes and partitions resident now, by cache kind (for /metrics)."""
+        found: dict[str, tuple[int, int]] = {}
+        with self._lock:
+            self._purge()
+            for ref, nbytes in self._order.values():
+                cache = ref()
+                if cache is not None:
+                    total, count = found.get(cache.kind, (0, 0))
+                    found[cache.kind] = (total + nbytes, count + 1)
+        return found
+
+    def entries(self) -> list[tuple[str, str, int]]:
+        """(kind, key, bytes) of every resident partition, least recently used first."""
+        with self._lock:
+            self._purge()
+            found = [(ref(), key, nbytes) for (_, key), (ref, nbytes) in self._order.items()]
+        return [(cache.kind, key, nbytes) for cache, key, nbytes in found if cache is not None]
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+
+ASKED_KEEP = 10_000  # partitions ``admit`` remembers being asked for
+_BUSY: Final = object()  # ``_evict``'s answer when the cache's lock is held elsewhere
+
+# The process's accountant: every cache joins it unless given another (tests give their own).
+BUDGET = MemoryBudget()
+
+
 class PartitionCache(Generic[P]):
-    def __init__(self) -> None:
+    # What the partitions hold, for the memory budget and /metrics ("vectors", "keywords", ...). A cache
+    # that names none and measures nothing stays out of the budget.
+    kind: str = ""
+
+    def __init__(self, budget: MemoryBudget | None = None) -> None:
         self._parts: dict[str, P] = {}
         self._lock = threading.RLock()
         self._loading: set[str] = set()  # keys with a ``preload`` running
         self._loaded = threading.Condition(self._lock)  # notified when a ``preload`` ends
+        self._budget = (budget if budget is not None else BUDGET) if self.kind else None
+        self._serial = self._budget.join(self) if self._budget is not None else 0
+
+    def _measure(self, part: P) -> int:
+        """The bytes ``part`` holds in memory (an estimate where exact figures cost a walk)."""
+        return 0
+
+    def _install(self, key: str, part: P) -> None:
+        """Cache ``part`` under ``key`` and account for it (under the lock)."""
+        self._parts[key] = part
+        self._account(key, part)
+
+    def _account(self, key: str, part: P) -> None:
+        if self._budget is not None:
+            self._budget.record(self, self._serial, key, self._measure(part))
+
+    def _within_budget(self, key: str) -> None:
+        """After an install or a write to ``key``: forget least recently used partitions of any cache
+        until the process is under its budget, never ``key``'s here. Called outside this cache's lock
+        where the caller allows (a victim's lock is only tried, so it is safe under it too)."""
+        if self._budget is not None:
+            self._budget.enforce((self._serial, key))
+
+    def _evict(self, key: str) -> Any:
+        """The accountant forgets ``key``: the partition removed (None if gone already), or ``_BUSY``
+        when another thread holds this cache's lock."""
+        if not self._lock.acquire(blocking=False):
+            return _BUSY
+        try:
+            return self._parts.pop(key, None)
+        finally:
+            self._lock.release()
+
+    def _evicted(self, key: str, part: P) -> None:
+        """After ``part`` was forgotten by the budget, outside every lock (``VectorIndex`` saves an
+        unsaved graph here, so the reload reads it instead of building it again)."""
 
     def _load(self, key: str, generation: int) -> P:
         raise NotImplementedError
@@ -82,8 +296,9 @@ class PartitionCache(Generic[P]):
             with self._lock:
                 cached = self._parts.get(key)
                 if cached is None or cached.generation < part.generation:
-                    self._parts[key] = part
+                    self._install(key, part)
                     self._adopted(key, part)
+            self._within_budget(key)
         except Exception:
             log.warning("loading partition %s failed", key, exc_info=True)
         finally:
@@ -106,10 +321,14 @@ class PartitionCache(Generic[P]):
         """
         with self._lock:
             part = self._parts.get(key)
-            if part is None or part.generation < generation:
-                part = self._load(key, generation)
-                self._parts[key] = part
-            return part
+            if part is not None and part.generation >= generation:
+                if self._budget is not None:
+                    self._budget.touch(self._serial, key)
+                return part
+            part = self._load(key, generation)
+            self._install(key, part)
+        self._within_budget(key)
+        return part
 
     def _update(self, key: str, before: int, after: int, change: Callable[[P], None]) -> None:
         """Apply this process's own committed write, if the cached partition was current before it.
@@ -125,14 +344,22 @@ class PartitionCache(Generic[P]):
                 # before the write got here): the write is in it already.
                 return
             if part.generation != before:
-                del self._parts[key]  # someone else wrote in between: reload on next use
+                self._drop(key)  # someone else wrote in between: reload on next use
                 return
             try:
                 change(part)
                 part.generation = after
             except Exception:
-                self._parts.pop(key, None)
+                self._drop(key)
                 raise
+            self._account(key, part)  # a write grows (or shrinks) it
+        self._within_budget(key)
+
+    def _drop(self, key: str) -> None:
+        """Forget ``key``'s partition (under the lock)."""
+        self._parts.pop(key, None)
+        if self._budget is not None:
+            self._budget.drop(self._serial, key)
 
     def generation(self, key: str) -> int:
         """The cached partition's generation; a missing one counts as current (loading it is not a lag)."""
@@ -141,7 +368,22 @@ class PartitionCache(Generic[P]):
 
     def forget(self, key: str) -> None:
         with self._lock:
-            self._parts.pop(key, None)
+            self._drop(key)
+
+    def clear(self) -> None:
+        """Forget every partition (the store closes: its memory leaves the budget now, not at collection)."""
+        with self._lock:
+            for key in list(self._parts):
+                self._drop(key)
+
+    def resident(self, key: str) -> bool:
+        """Whether ``key``'s partition is in memory now, at any generation."""
+        return key in self._parts
+
+    def admit(self, key: str) -> bool:
+        """Whether to load ``key``'s partition, not resident, that an engine could answer for instead
+        (``MemoryBudget.admit``); always, for a cache outside the budget."""
+        return self._budget is None or self._budget.admit(self._serial, key)
 
 
 class WriteGate:

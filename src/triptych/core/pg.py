@@ -313,6 +313,11 @@ class NativeConnection:
         return self._db.run(run)
 
 
+def tenant_keys(tenant: str | Sequence[str]) -> tuple[str, ...]:
+    """One tenant or several as the sorted, distinct names their write keys are taken in."""
+    return (tenant,) if isinstance(tenant, str) else tuple(sorted(set(tenant)))
+
+
 class PortableConnection(NativeConnection):
     """What a store written against SQLite's ``conn.execute(sql, params)`` needs, on PostgreSQL: ``?``
     placeholders become ``%s`` (and SQLite's ``:name``, ``%(name)s``) when each statement runs."""
@@ -354,7 +359,7 @@ class StoreDatabase(Generic[C]):
         with self.pg.connection() as conn:
             return work(conn)
 
-    def lock_statement(self, tenant: str | None) -> tuple[bytes, tuple[str, ...]] | None:
+    def lock_statement(self, tenant: str | Sequence[str] | None) -> tuple[bytes, tuple[str, ...]] | None:
         """The statement that takes this store's write lock for a write to ``tenant`` (None: to the
         whole store), or None when the store has no write lock (docs/decisions/0170).
 
@@ -362,20 +367,34 @@ class StoreDatabase(Generic[C]):
         (store, tenant) pair exclusively, so writes to two tenants run at once and two writes to one
         tenant queue; a store-wide write holds the store's key exclusively, so it waits for every tenant
         write in progress and they for it. The pair is PostgreSQL's two-``int4`` key space, apart from the
-        store's one-``bigint`` key: a hash collision of two tenants only makes them queue."""
+        store's one-``bigint`` key: a hash collision of two tenants only makes them queue.
+
+        No tenant (an empty sequence): the store's key shared only. Several tenants (a write that touches
+        two, such as a move between two memories): every pair, in one statement, in a fixed order (sorted
+        by name), so two such writes never wait for each other in a circle (docs/decisions/0180)."""
         if self._write_lock is None:
             return None
         if tenant is None:
             return b"SELECT pg_advisory_xact_lock(hashtext(%s))", (self._write_lock,)
-        return (
-            b"SELECT pg_advisory_xact_lock_shared(hashtext(%s)), pg_advisory_xact_lock(hashtext(%s), hashtext(%s))",
-            (self._write_lock, self._write_lock, tenant),
-        )
+        tenants = tenant_keys(tenant)
+        if not tenants:  # a write that needs no tenant serialized: it waits only for a store-wide one
+            return b"SELECT pg_advisory_xact_lock_shared(hashtext(%s))", (self._write_lock,)
+        pairs = ", ".join(["pg_advisory_xact_lock(hashtext(%s), hashtext(%s))"] * len(tenants))
+        params = [self._write_lock]
+        for name in tenants:
+            params += [self._write_lock, name]
+        return f"SELECT pg_advisory_xact_lock_shared(hashtext(%s)), {pairs}".encode(), tuple(params)
+
+    def held_tenants(self) -> tuple[str, ...] | None:
+        """The tenants whose write keys this thread's transaction holds; None outside one or for a
+        store-wide write (which holds them all)."""
+        return getattr(self._local, "tenants", None)
 
     @contextmanager
-    def transaction(self, tenant: str | None = None) -> Iterator[C]:
+    def transaction(self, tenant: str | Sequence[str] | None = None) -> Iterator[C]:
         """BEGIN ... COMMIT, or ROLLBACK on any exception; this thread's statements join it meanwhile.
-        ``tenant``: the one tenant the transaction writes to, if it writes to one (``lock_statement``)."""
+        ``tenant``: the tenant (or tenants) the transaction writes to, if it writes to named ones
+        (``lock_statement``)."""
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("transactions do not nest")
         lock = self.lock_statement(tenant)
@@ -383,12 +402,16 @@ class StoreDatabase(Generic[C]):
             if lock is not None:
                 conn.execute(*lock)
             self._local.conn = conn
+            self._local.tenants = None if tenant is None else tenant_keys(tenant)
             try:
                 yield self._conn
             finally:
                 self._local.conn = None
+                self._local.tenants = None
 
-    def batched(self, statement: bytes, params: dict[str, Any], tenant: str | None = None) -> list[Any]:
+    def batched(
+        self, statement: bytes, params: dict[str, Any], tenant: str | Sequence[str] | None = None
+    ) -> list[Any]:
         """``statement`` as its own write transaction, with this store's write lock taken first, in one
         round trip: lock and statement go in one pipeline (psycopg pipeline mode) closed by a single
         Sync, which PostgreSQL runs as one implicit transaction (all or nothing); the statement's

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from triptych.core import embed as _embed  # noqa: F401  (onnxruntime before usearch, see embed.py)
-from triptych.core.partitions import PartitionCache
+from triptych.core.partitions import MemoryBudget, PartitionCache
 from triptych.core.vector_files import Fingerprint, VectorFiles
 
 Vector = npt.NDArray[np.float32]
@@ -34,6 +34,7 @@ HNSW_THRESHOLD = 20_000
 # every search takes); more than this and the graph is built again.
 PATCH_LIMIT = 2_000
 RRF_K = 60
+ID_BYTES = 240  # a vector partition's memory per id besides its vector (list entry, int, dict slot)
 
 # Words that match most documents make an FTS5 OR-query slow and add nothing to BM25.
 STOPWORDS = frozenset(
@@ -238,16 +239,19 @@ class VectorIndex(PartitionCache[_Partition]):
     """In-memory dense indexes, one per partition, rebuilt from the database when stale
     (``PartitionCache``: generations keep it coherent with the database)."""
 
+    kind = "vectors"
+
     def __init__(
         self,
         dim: int,
         loader: Callable[[str], tuple[list[int], Vector]],
         files: VectorFiles | None = None,
         describe: Callable[[str], Fingerprint | None] | None = None,
+        budget: MemoryBudget | None = None,
     ) -> None:
         """``files`` and ``describe`` (the partition's fingerprint as the database has it now) save each
         built graph with its vectors and load it back instead of rebuilding (core/vector_files.py)."""
-        super().__init__()
+        super().__init__(budget)
         self.dim = dim
         self._loader = loader
         self._files = files
@@ -290,6 +294,19 @@ class VectorIndex(PartitionCache[_Partition]):
         if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
             self._build_in_background(key, part)
 
+    def _measure(self, part: _Partition) -> int:
+        # The vectors' buffer (its spare capacity too), the ids as a list of ints with their positions
+        # as a dict (240 bytes an id, measured with tracemalloc), and the graph's own figure from usearch.
+        vectors = part.buffer.nbytes if part.buffer is not None else part.columns.nbytes
+        graph = int(getattr(part.hnsw, "memory_usage", 0)) if part.hnsw is not None else 0
+        return int(vectors) + len(part.ids) * ID_BYTES + graph
+
+    def _evicted(self, key: str, part: _Partition) -> None:
+        """A graph changed since it was saved is saved before it goes (``save_all``'s rule, for one
+        partition): the next search of the partition loads it in a second instead of building it."""
+        if part.hnsw is not None and part.saved != part.generation and not part.building:
+            self._save(key, part.generation, list(part.ids), np.ascontiguousarray(part.columns.T), part.hnsw)
+
     def _save(self, key: str, generation: int, ids: list[int], matrix: Vector, graph: object) -> bool:
         """Save a graph built (or patched) as of ``generation`` with its vectors, if files are kept."""
         if self._files is None or self._describe is None:
@@ -330,9 +347,10 @@ class VectorIndex(PartitionCache[_Partition]):
             current = self._parts.get(key)
             if current is not None and current.generation >= generation:
                 return
-            self._parts[key] = part
+            self._install(key, part)
             if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
                 self._build_in_background(key, part)
+        self._within_budget(key)
 
     def serves(self, key: str, generation: int) -> bool:
         """Whether the partition is cached as of ``generation`` or later and searches at full speed: its
@@ -395,8 +413,10 @@ class VectorIndex(PartitionCache[_Partition]):
                     part.hnsw = graph
                     if saved and not touched:
                         part.saved = generation
+                    self._account(key, part)  # the graph's memory joins the vectors'
                 elif part.hnsw is None and graph is not None:
                     self._build_in_background(key, part)  # too much changed: start over
+            self._within_budget(key)
 
         threading.Thread(target=build, name=f"hnsw-{key}", daemon=True).start()
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron import pg_schema, sqlite_schema, write_keys
 from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 
 COMPONENT = "hadron-abstracts"
@@ -24,8 +24,8 @@ class Abstract:
 
 
 class AbstractStore(Protocol):
-    def put(self, abstract: Abstract) -> None: ...
-    def delete(self, node_ids: Sequence[str]) -> None: ...
+    def put(self, memory_id: str, abstract: Abstract) -> None: ...
+    def delete(self, memory_id: str, node_ids: Sequence[str]) -> None: ...
     def get(self, node_ids: Sequence[str]) -> dict[str, Abstract]: ...
     def live_nodes(self, memory_id: str) -> Iterator[tuple[str, str, str | None, Abstract]]: ...
 
@@ -36,8 +36,9 @@ _COLUMNS = "node_id, abstract, content_hash, method, updated_at"
 class AbstractSql(EngineStore):
     """The SQL both engines run."""
 
-    def put(self, abstract: Abstract) -> None:
-        with self.atomic() as tx:
+    def put(self, memory_id: str, abstract: Abstract) -> None:
+        """The abstract of a node of ``memory_id`` (its write key)."""
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.execute(
                 f"INSERT INTO node_abstracts ({_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE "
                 "SET abstract = excluded.abstract, content_hash = excluded.content_hash, "
@@ -51,8 +52,8 @@ class AbstractSql(EngineStore):
                 ),
             )
 
-    def delete(self, node_ids: Sequence[str]) -> None:
-        with self.atomic() as tx:
+    def delete(self, memory_id: str, node_ids: Sequence[str]) -> None:
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.executemany("DELETE FROM node_abstracts WHERE node_id = ?", [(n,) for n in node_ids])
 
     def get(self, node_ids: Sequence[str]) -> dict[str, Abstract]:

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron import pg_schema, sqlite_schema, write_keys
 from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 
 COMPONENT = "hadron-actions"
@@ -71,7 +71,7 @@ class ActionRunSql(EngineStore):
             run.parent_run_id, run.started_at, run.duration_ms, json.dumps(run.args, ensure_ascii=False),
             run.outcome, run.error, run.output_chars, run.output_sha256,
         )  # fmt: skip
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(run.memory_id)) as tx:
             tx.execute(f"INSERT INTO action_runs ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", values)
 
     def runs(self, node_id: str, limit: int = 10) -> list[ActionRun]:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
+from triptych.hadron import write_keys
 from triptych.hadron.dialect import EngineStore
 from triptych.hadron.domain.team import Channel, Message, RegisterEntry
 from triptych.hadron.sealing import PREFIX as SEALED_PREFIX
@@ -52,7 +53,7 @@ class ChannelSql(EngineStore):
     # ── channels and messages ────────────────────────────────────────────────
 
     def add_channel(self, channel: Channel, created_by: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(channel.memory_id)) as tx:
             tx.execute(
                 "INSERT INTO channels VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
                 (channel.id, channel.memory_id, channel.loc, channel.name, channel.app_id, channel.created_at,
@@ -122,7 +123,7 @@ class ChannelSql(EngineStore):
         ).fetchone()
         if held is not None and int(held[0]) >= seq:
             return  # no write (and on PostgreSQL no wait for the writers' lock) for a page already read
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute(
                 "INSERT INTO channel_receipts VALUES (?, ?, ?, ?) ON CONFLICT (channel_id, reader) DO UPDATE "
                 "SET seq = excluded.seq, at = excluded.at WHERE excluded.seq > channel_receipts.seq",
@@ -191,7 +192,7 @@ class ChannelSql(EngineStore):
     # ── registers ───────────────────────────────────────────────────────────
 
     def add_register(self, entry: RegisterEntry, created_by: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.team(entry.owner_app_id)) as tx:
             tx.execute(
                 "INSERT INTO registers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (entry.id, entry.owner_app_id, entry.channel_id, entry.attendee, entry.role,
@@ -221,5 +222,5 @@ class ChannelSql(EngineStore):
         return [RegisterEntry(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6]) for r in rows]
 
     def remove_register(self, entry_id: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute("DELETE FROM registers WHERE id = ?", (entry_id,))

@@ -60,17 +60,28 @@ class EngineStore:
         return self.db.conn
 
     @contextmanager
-    def atomic(self, memory_id: str | None = None) -> Iterator[sqlite3.Connection | PortableConnection]:
-        """One transaction; nested calls join the outer one. ``memory_id``: the one memory whose nodes the
-        transaction writes, if so (node writes): on PostgreSQL it then waits only for writes to that memory,
-        not for every Hadron write (``PortableDatabase.lock_statement``, docs/decisions/0171); without it,
-        for every one (a store-wide write). SQLite has one writer either way."""
+    def atomic(self, *tenants: str) -> Iterator[sqlite3.Connection | PortableConnection]:
+        """One transaction; nested calls join the outer one. ``tenants``: the write keys (``write_keys``)
+        of what the transaction writes: on PostgreSQL it then waits only for writes to those tenants
+        (``PortableDatabase.lock_statement``, docs/decisions/0171 and 0180); without any, for every
+        Hadron write (a store-wide write); ``write_keys.ROWS`` alone takes no tenant's key (a single-row
+        write). A nested call naming a tenant its outer transaction does not hold is a programming error
+        (the outer one names every tenant up front, taken in one fixed order: one taken later could
+        deadlock). SQLite has one writer either way."""
         conn = self.conn
+        names = tuple(t for t in tenants if t)  # ``write_keys.ROWS`` names no tenant
         if conn.in_transaction:
+            if names and isinstance(self.db, PortableDatabase):
+                held = self.db.held_tenants()
+                missing = sorted(set(names) - set(held)) if held is not None else []
+                if missing:
+                    raise RuntimeError(
+                        f"write to {missing} inside a transaction that locked only {list(held or ())}"
+                    )
             yield conn
             return
         if isinstance(self.db, PortableDatabase):
-            with self.db.transaction(memory_id) as tx:
+            with self.db.transaction(names if tenants else None) as tx:
                 yield tx
             return
         with self.db.transaction() as tx:

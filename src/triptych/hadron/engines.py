@@ -7,15 +7,17 @@ subclasses of the aggregate's engine-neutral SQL (``GraphSql``...; ``dialect.py`
 
 **The write lock lives here, and only here.** On PostgreSQL every Hadron write transaction first takes
 the advisory lock ``WRITE_LOCK`` (``PortableDatabase(write_lock=...)``, opened once in ``_open_postgres``),
-at one of two levels (``PortableDatabase.lock_statement``, docs/decisions/0171): a node write confined to
-one memory (``GraphStore.atomic(memory_id)``: create, update, merge data, add an edge) holds the memory's
-key, so writes to two memories run at once and two to one memory queue; every other write (tenancy,
-moves, deletes of subtrees, team, channels, locks, embeddings, git, actions) holds the store-wide key and
-goes one at a time against all of them, as before. What relies on it: each memory's entries in
-``node_text_changes`` are numbered in its commit order, so a worker whose BM25 has read a memory's entries
-up to N has seen every change of that memory before N (``NodeKeywords`` follows each memory by its own
-last entry, never the log's global head); and the stores' read-then-write steps (vector generations, a
-Channel's next ``seq``, a lock's holder) see no concurrent writer of what they read.
+at one of two levels (``PortableDatabase.lock_statement``, docs/decisions/0171 and 0180): a write holds the
+store's key shared and the key of each tenant it touches (``write_keys``: a memory, an App's team, a root,
+an organization's members, an owner's scopes), all taken in one statement in one fixed order, so writes
+to different tenants run at once and two to one tenant queue; a single-row write (``write_keys.ROWS``)
+holds the store's key shared only; sealing and key rotation, which span every encrypted memory, hold it
+exclusively. What relies on it: each memory's entries in ``node_text_changes`` are numbered in its commit
+order, so a worker whose BM25 has read a memory's entries up to N has seen every change of that memory
+before N (``NodeKeywords`` follows each memory by its own last entry, never the log's global head); and
+the stores' read-then-write steps (a memory's vector generation, a name free in an App, a lock's holder)
+see no concurrent writer of what they read. A Channel's ``seq`` is taken under its host memory's key and
+its row's lock, so a Channel's messages commit in seq order.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from triptych.hadron.tenancy_store import PostgresTenancyStore, SqliteTenancySto
 
 # PostgreSQL's migration component of the tenancy, graph, search and selection tables (SQLite's: "main").
 PG_COMPONENT = "hadron"
-# The advisory lock every Hadron write transaction takes: per memory for a node write, else store-wide.
+# The advisory lock every Hadron write transaction takes: shared with the keys of the tenants it writes
+# (``write_keys``), exclusively for the few writes that span the store (sealing, key rotation).
 WRITE_LOCK = "hadron"
 
 

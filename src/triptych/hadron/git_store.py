@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron import pg_schema, sqlite_schema, write_keys
 from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 from triptych.hadron.store import utcnow
 
@@ -39,7 +39,7 @@ class TrackedFile:
 
 
 class GitStore(Protocol):
-    def atomic(self) -> object: ...
+    def atomic(self, *tenants: str) -> object: ...
     def source(self, memory_id: str) -> GitSource | None: ...
     def sources(self) -> list[GitSource]: ...
     def attach(self, memory_id: str, url: str, branch: str | None) -> None: ...
@@ -48,7 +48,7 @@ class GitStore(Protocol):
     def put_files(self, memory_id: str, files: Sequence[TrackedFile]) -> None: ...
     def drop_files(self, memory_id: str, paths: Sequence[str]) -> None: ...
     def files_of_nodes(self, node_ids: Sequence[str]) -> dict[str, tuple[str, TrackedFile]]: ...
-    def drop_nodes(self, node_ids: Sequence[str]) -> None: ...
+    def drop_nodes(self, memory_id: str, node_ids: Sequence[str]) -> None: ...
     def synced(self, memory_id: str, commit: str | None, error: str | None) -> None: ...
 
 
@@ -69,7 +69,7 @@ class GitSql(EngineStore):
         return [GitSource(*r) for r in rows]
 
     def attach(self, memory_id: str, url: str, branch: str | None) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.execute(
                 "INSERT INTO git_sources (memory_id, url, branch, attached_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (memory_id) DO UPDATE SET url = excluded.url, branch = excluded.branch, "
@@ -78,7 +78,7 @@ class GitSql(EngineStore):
             )
 
     def detach(self, memory_id: str) -> bool:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.execute("DELETE FROM git_files WHERE memory_id = ?", (memory_id,))
             return bool(tx.execute("DELETE FROM git_sources WHERE memory_id = ?", (memory_id,)).rowcount > 0)
 
@@ -89,7 +89,7 @@ class GitSql(EngineStore):
         return {r[0]: TrackedFile(r[0], r[1], r[2], r[3]) for r in rows}
 
     def put_files(self, memory_id: str, files: Sequence[TrackedFile]) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.executemany(
                 "INSERT INTO git_files VALUES (?, ?, ?, ?, ?) ON CONFLICT (memory_id, path) DO UPDATE SET "
                 "node_id = excluded.node_id, blob = excluded.blob, revision = excluded.revision",
@@ -97,7 +97,7 @@ class GitSql(EngineStore):
             )
 
     def drop_files(self, memory_id: str, paths: Sequence[str]) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.executemany(
                 "DELETE FROM git_files WHERE memory_id = ? AND path = ?", [(memory_id, p) for p in paths]
             )
@@ -115,12 +115,13 @@ class GitSql(EngineStore):
             out.update({r[2]: (r[0], TrackedFile(r[1], r[2], r[3], r[4])) for r in rows})
         return out
 
-    def drop_nodes(self, node_ids: Sequence[str]) -> None:
-        with self.atomic() as tx:
+    def drop_nodes(self, memory_id: str, node_ids: Sequence[str]) -> None:
+        """Forget the files of ``node_ids``, nodes that came from ``memory_id``'s repository."""
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.executemany("DELETE FROM git_files WHERE node_id = ?", [(n,) for n in node_ids])
 
     def synced(self, memory_id: str, commit: str | None, error: str | None) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             if commit is not None:
                 tx.execute(
                     "UPDATE git_sources SET commit_sha = ?, synced_at = ?, last_error = NULL WHERE memory_id = ?",

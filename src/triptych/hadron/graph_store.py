@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron import pg_schema, sqlite_schema, write_keys
 from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 from triptych.hadron.domain.model import EdgeRecord, NodeRecord, Revision
 from triptych.hadron.store import _NODE_COLUMNS, NodeCodec, _chunks, _json, _node, _node_values
@@ -67,7 +67,7 @@ class GraphSql(EngineStore):
 
     def insert_node(self, node: NodeRecord) -> None:
         node = self._seal(node)
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(node.memory_id)) as tx:
             tx.execute(
                 f"INSERT INTO nodes ({_NODE_COLUMNS}, parent_loc) VALUES ({', '.join('?' * 21)})",
                 (*_node_values(node), node.loc.rpartition(":")[0]),
@@ -77,7 +77,7 @@ class GraphSql(EngineStore):
         values = _node_values(self._seal(node))
         columns = _NODE_COLUMNS.split(", ")[1:]
         assignments = ", ".join(f"{c} = ?" for c in columns)
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(node.memory_id)) as tx:
             tx.execute(
                 f"UPDATE nodes SET {assignments}, parent_loc = ? WHERE id = ?",
                 (*values[1:], node.loc.rpartition(":")[0], node.id),

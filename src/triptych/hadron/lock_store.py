@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron import pg_schema, sqlite_schema, write_keys
 from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 
 COMPONENT = "hadron-locks"
@@ -50,7 +50,7 @@ class LockSql(EngineStore):
     def acquire(self, wanted: MemoryLock, now: str) -> tuple[MemoryLock, bool]:
         """Take or renew the lock for ``wanted.holder``; returns (the lock that stands, whether it is theirs).
         A live lock of another holder stands unchanged; an expired one is replaced."""
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(wanted.memory_id)) as tx:
             row = tx.execute(
                 f"SELECT {_COLUMNS} FROM memory_locks WHERE memory_id = ?", (wanted.memory_id,)
             ).fetchone()
@@ -72,7 +72,7 @@ class LockSql(EngineStore):
 
     def release(self, memory_id: str, holder: str | None, now: str) -> bool:
         """Remove a live lock (``holder``'s, or anyone's when None); True when one was removed."""
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             if holder is None:
                 cursor = tx.execute(
                     "DELETE FROM memory_locks WHERE memory_id = ? AND expires_at > ?", (memory_id, now)

@@ -14,7 +14,7 @@ What keeps the answers identical to the embedded engine's:
   ``vector_generations`` (the in-process vector index's coherence counter) are PL/pgSQL twins of the
   SQLite ones. A memory's sequence numbers must be taken in its commit order for a worker that saw its
   number N to have seen every change of it before N: every write to a memory's nodes holds that memory's
-  write lock or the store-wide one (``engines.WRITE_LOCK``).
+  key (``write_keys.memory``) or the store-wide write lock (``engines.WRITE_LOCK``).
 """
 
 from __future__ import annotations

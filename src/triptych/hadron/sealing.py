@@ -255,6 +255,7 @@ def check_key(db: Database | PortableDatabase, key: ServerKey | None) -> None:
             f"the configured Hadron key (id {key.id}) is not the key this database is sealed with "
             f"(id {active}){why}. Start with the right key; nothing was read or changed"
         )
+    # Store-wide (the write_lock held exclusively): the key in use is one for the whole store.
     with db.transaction() as tx:  # nothing is sealed under another key: this one is the key in use
         tx.execute("UPDATE hadron_keys SET retired_at = ? WHERE retired_at IS NULL", (utcnow(),))
         tx.execute(
@@ -285,6 +286,8 @@ def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
     if not postgres:
         conn.execute("PRAGMA secure_delete = ON")
     try:
+        # Store-wide (the write_lock held exclusively): every unsealed encrypted memory at once, and a
+        # worker starting at the same time must not seal them twice.
         with db.transaction() as tx:
             # Read again under the write lock: a worker starting at the same time may have sealed them.
             todo = [r[0] for r in tx.execute(unsealed).fetchall()]
@@ -403,6 +406,8 @@ def rotate(db: Database | PortableDatabase, old: ServerKey, new: ServerKey) -> R
         return reseal(memory_id, owner, "body", body) if body.startswith(PREFIX) else body
 
     nodes = revisions = messages = 0
+    # Store-wide (the write_lock held exclusively): a rotation re-seals every encrypted memory under the
+    # new key in one transaction; no memory may be read or written half-rotated.
     with db.transaction() as tx:
         memories = [r[0] for r in tx.execute("SELECT id FROM memories WHERE encrypted = 1").fetchall()]
         for memory_id in memories:

@@ -20,10 +20,11 @@ import numpy as np
 
 from triptych.core.db import Database
 from triptych.core.keyword_index import Changes, Document, KeywordIndex
-from triptych.core.partitions import WriteGate, gated
+from triptych.core.partitions import WriteGate
 from triptych.core.pg import PortableDatabase
 from triptych.core.regex import LinearPattern
 from triptych.core.search import Vector, VectorIndex
+from triptych.hadron import write_keys
 from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 from triptych.hadron.domain.model import NodeRecord, Scope
 from triptych.hadron.domain.where import Predicate
@@ -255,7 +256,9 @@ class SearchSql(EngineStore):
         self.model = model
         self.index = VectorIndex(dim, self._load_vectors) if dim else None
         self.keywords = NodeKeywords(db)
-        self._gate = WriteGate()  # embedding writes and their hand-off to the index, in commit order
+        # Embedding writes and their hand-off to the index, in commit order: per memory on PostgreSQL,
+        # whose writers of two memories run at once (docs/decisions/0180); one gate on SQLite's one writer.
+        self._gate = WriteGate(keyed=isinstance(db, PortableDatabase))
         # Opens the sealed nodes of encrypted memories (sealing.py), as the graph store does.
         self.codec: NodeCodec | None = None
 
@@ -400,7 +403,7 @@ class SearchSql(EngineStore):
         generation = self.generation(memory_id)
         index = self.index
         if index is not None:
-            self._gate.settle(lambda: index.generation(memory_id) < generation)
+            self._gate.settle(lambda: index.generation(memory_id) < generation, memory_id)
         return generation
 
     def vector(self, memory_id: str, query: Vector, k: int) -> list[tuple[int, float]]:
@@ -424,7 +427,18 @@ class SearchSql(EngineStore):
         ).fetchall()
         return {r[0]: r[1] for r in rows}
 
-    @gated
+    def _memories_of(self, node_ids: Sequence[str], embedded: bool = False) -> list[str]:
+        """The memories ``node_ids`` live in (with ``embedded``: only those of nodes that have an
+        embedding row), read before a write so that it can take their keys."""
+        marks = ", ".join("?" * len(node_ids))
+        having = (
+            " AND EXISTS (SELECT 1 FROM node_embeddings e WHERE e.node_id = nodes.id)" if embedded else ""
+        )
+        rows = self.conn.execute(
+            f"SELECT DISTINCT memory_id FROM nodes WHERE id IN ({marks}){having}", tuple(node_ids)
+        )
+        return sorted(str(r[0]) for r in rows.fetchall())
+
     def put_embeddings(self, rows: Sequence[tuple[str, Vector | None, str | None, str, str]]) -> None:
         """``(node_id, vector or None, error, text_hash, at)``; a None vector records a failure.
 
@@ -444,7 +458,15 @@ class SearchSql(EngineStore):
         ]  # fmt: skip
         ids = [r[0] for r in rows]
         marks = ", ".join("?" * len(ids))
-        with self.db.transaction() as tx:
+        # The keys of the memories the nodes live in (one, from a node write): each memory's generation
+        # is read before and after under its key, so the difference is this write's own.
+        locked = self._memories_of(ids)
+        if not locked:
+            return
+        with (
+            self._gate.writing(locked[0] if len(locked) == 1 else None),
+            self.atomic(*(write_keys.memory(m) for m in locked)) as tx,
+        ):
             where = {
                 r[0]: (r[1], int(r[2]))
                 for r in tx.execute(f"SELECT id, memory_id, rowid FROM nodes WHERE id IN ({marks})", ids)
@@ -456,7 +478,10 @@ class SearchSql(EngineStore):
                     (self.model, *ids),
                 )
             }
-            memories = sorted({m for m, _ in where.values()})
+            # A node moved meanwhile to a memory whose key this write does not hold keeps its row (written
+            # as before) but no incremental hand-off: that memory's next search sees its generation
+            # moved and reloads it.
+            memories = sorted({m for m, _ in where.values()} & set(locked))
             before = {m: self.generation(m) for m in memories}
             # Only rows of nodes that exist (read above, in this transaction: a node deleted since the
             # embedding was computed gets none).
@@ -486,7 +511,12 @@ class SearchSql(EngineStore):
     def delete_embeddings(self, node_ids: Sequence[str]) -> None:
         if not node_ids:
             return
-        with self.db.transaction() as tx:
+        # Every write to a memory without embeddings lands here: no transaction (and no key) when none of
+        # its nodes has an embedding row, the usual case.
+        memories = self._memories_of(node_ids, embedded=True)
+        if not memories:
+            return
+        with self.atomic(*(write_keys.memory(m) for m in memories)) as tx:
             tx.executemany("DELETE FROM node_embeddings WHERE node_id = ?", [(n,) for n in node_ids])
 
     # ── entity search (hadron_search) ─────────────────────────────────
@@ -541,7 +571,7 @@ class SearchSql(EngineStore):
         )  # fmt: skip
 
     def add_scope(self, scope: Scope) -> None:
-        with self.db.transaction() as tx:
+        with self.atomic(write_keys.scopes(scope.owner_type, scope.owner_id)) as tx:
             tx.execute(
                 "INSERT INTO scopes (id, name, description, owner_type, owner_id, memory_ids, created_by, "
                 "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -552,7 +582,7 @@ class SearchSql(EngineStore):
             )  # fmt: skip
 
     def update_scope(self, scope: Scope) -> None:
-        with self.db.transaction() as tx:
+        with self.atomic(write_keys.scopes(scope.owner_type, scope.owner_id)) as tx:
             tx.execute(
                 "UPDATE scopes SET name = ?, description = ?, memory_ids = ?, updated_at = ? WHERE id = ?",
                 (
@@ -565,7 +595,7 @@ class SearchSql(EngineStore):
             )
 
     def delete_scope(self, scope_id: str, at: str) -> None:
-        with self.db.transaction() as tx:
+        with self.atomic(write_keys.ROWS) as tx:  # one row, by id
             tx.execute("UPDATE scopes SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL", (at, scope_id))
 
     def scope(self, scope_id: str) -> Scope | None:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from triptych.hadron import pg_schema, sqlite_schema
+from triptych.hadron import pg_schema, sqlite_schema, write_keys
 from triptych.hadron.channel_store import RECEIPTS_COMPONENT, ChannelSql, _dumps
 from triptych.hadron.dialect import POSTGRES, SQLITE
 from triptych.hadron.domain.loc import agent_urn, ai_config_urn, worker_urn
@@ -67,7 +67,7 @@ def _item(r: Sequence[Any]) -> WorkItem:
 class TeamStore(Protocol):
     """What the team services need of a store (``SqliteTeamStore``, ``PostgresTeamStore``)."""
 
-    def atomic(self) -> Any: ...
+    def atomic(self, *tenants: str) -> Any: ...
     def add_agent(self, agent: Agent, at: str) -> None: ...
     def agent(self, agent_id: str) -> Agent | None: ...
     def agent_by_slug(self, app_id: str, slug: str) -> Agent | None: ...
@@ -158,7 +158,7 @@ class TeamSql(ChannelSql):
     # ── agents and AI service configs ──────────────────────────────────────
 
     def add_agent(self, agent: Agent, at: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.team(agent.app_id)) as tx:
             tx.execute(
                 "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (agent.id, agent.app_id, agent.slug, agent.name, agent.persona_role, agent.system_prompt,
@@ -186,7 +186,7 @@ class TeamSql(ChannelSql):
         return [_agent(r) for r in rows]
 
     def add_ai_config(self, config: AiServiceConfig, at: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.team(config.app_id)) as tx:
             tx.execute(
                 "INSERT INTO ai_service_configs VALUES (?, ?, ?, ?, ?, ?)",
                 (config.id, config.app_id, config.name, config.provider, config.model, at),
@@ -207,7 +207,7 @@ class TeamSql(ChannelSql):
     # ── workers ─────────────────────────────────────────────────────────────
 
     def add_worker(self, worker: Worker, created_by: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.team(worker.app_id)) as tx:
             tx.execute(
                 "INSERT INTO workers (id, app_id, agent_id, name, name_key, slug, role, prompt_override, held_by, "
                 "retired_at, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -242,15 +242,15 @@ class TeamSql(ChannelSql):
         return [_worker(r) for r in self.conn.execute(_WORKER + " WHERE w.app_id = ?", (app_id,)).fetchall()]
 
     def set_prompt_override(self, worker_id: str, text: str | None) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute("UPDATE workers SET prompt_override = ? WHERE id = ?", (text, worker_id))
 
     def set_holder(self, worker_id: str, user_id: str | None) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute("UPDATE workers SET held_by = ? WHERE id = ?", (user_id, worker_id))
 
     def retire(self, worker_id: str, at: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute(
                 "UPDATE workers SET retired_at = COALESCE(retired_at, ?) WHERE id = ?", (at, worker_id)
             )
@@ -259,7 +259,7 @@ class TeamSql(ChannelSql):
 
     def add_session(self, session: WorkSession) -> None:
         values = tuple(getattr(session, c) for c in _SESSION_COLUMNS.split(", "))
-        with self.atomic() as tx:
+        with self.atomic(write_keys.team(session.app_id)) as tx:
             tx.execute(
                 f"INSERT INTO work_sessions ({_SESSION_COLUMNS}) VALUES ({', '.join('?' * len(values))})",
                 values,
@@ -272,7 +272,7 @@ class TeamSql(ChannelSql):
         return _session(row) if row else None
 
     def heartbeat(self, session_id: str, at: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute(
                 "UPDATE work_sessions SET last_active_at = ? WHERE id = ? AND ended_at IS NULL AND last_active_at < ?",
                 (at, session_id, at),
@@ -280,7 +280,7 @@ class TeamSql(ChannelSql):
 
     def end_session(self, session_id: str, at: str, reason: str, fields: dict[str, Any]) -> None:
         sets = ", ".join(f"{k} = ?" for k in fields)
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute(
                 # Ending is the driver's last act: it is also the last heartbeat.
                 "UPDATE work_sessions SET ended_at = ?, end_reason = ?, "
@@ -291,7 +291,7 @@ class TeamSql(ChannelSql):
 
     def expire_sessions(self, at: str) -> int:
         """End sessions past a hard ``expiresAt``; the cleanup write overwrites the heartbeat, as upstream."""
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             cursor = tx.execute(
                 "UPDATE work_sessions SET ended_at = ?, end_reason = 'expired', last_active_at = ? "
                 "WHERE ended_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?",
@@ -300,7 +300,7 @@ class TeamSql(ChannelSql):
             return int(cursor.rowcount)
 
     def set_pr_number(self, session_id: str, number: int) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute("UPDATE work_sessions SET pr_number = ? WHERE id = ?", (number, session_id))
 
     def worker_sessions(self, worker_id: str) -> list[WorkSession]:
@@ -339,7 +339,7 @@ class TeamSql(ChannelSql):
         return [_session(r) for r in rows]
 
     def add_event(self, session_id: str, at: str, kind: str, ref: str | None) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute("INSERT INTO session_events VALUES (?, ?, ?, ?)", (session_id, at, kind, ref))
 
     def events(self, session_id: str) -> list[str]:
@@ -349,7 +349,7 @@ class TeamSql(ChannelSql):
         return [r[0] for r in rows]
 
     def attribute_node(self, node_id: str, session_id: str, at: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute(
                 "INSERT INTO session_nodes VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (node_id, session_id, at)
             )
@@ -364,7 +364,7 @@ class TeamSql(ChannelSql):
     # ── worklog ─────────────────────────────────────────────────────────────
 
     def add_item(self, item: WorkItem) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.team(item.app_id)) as tx:
             tx.execute(
                 "INSERT INTO work_items (id, app_id, session_id, user_id, worker_id, tool, kind, ref, action, "
                 "detail, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -11,6 +11,7 @@ from typing import Any
 
 from triptych.core.db import Database
 from triptych.core.pg import PortableDatabase
+from triptych.hadron import write_keys
 from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
 from triptych.hadron.domain.model import App, Memory, Org, User
 from triptych.hadron.store import _chunks, _json, hash_key, new_id, utcnow
@@ -26,7 +27,7 @@ class TenancySql(EngineStore):
     # orgs and users
     def add_org(self, root: str, name: str) -> Org:
         org = Org(new_id(), root, name)
-        with self.atomic() as tx:
+        with self.atomic(write_keys.root(root)) as tx:
             tx.execute("INSERT INTO orgs VALUES (?, ?, ?, ?)", (org.id, root, name, self.clock()))
         return org
 
@@ -40,7 +41,7 @@ class TenancySql(EngineStore):
 
     def add_user(self, handle: str, name: str) -> User:
         user = User(new_id(), handle, name)
-        with self.atomic() as tx:
+        with self.atomic(write_keys.root(handle)) as tx:
             tx.execute("INSERT INTO users VALUES (?, ?, ?, ?)", (user.id, handle, name, self.clock()))
         return user
 
@@ -53,7 +54,7 @@ class TenancySql(EngineStore):
         return User(*row) if row else None
 
     def set_org_member(self, org_id: str, user_id: str, role: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.org(org_id)) as tx:
             tx.execute(
                 "INSERT INTO org_members VALUES (?, ?, ?) "
                 "ON CONFLICT (org_id, user_id) DO UPDATE SET role = excluded.role",
@@ -90,7 +91,7 @@ class TenancySql(EngineStore):
     def add_app(self, slug: str, name: str, org: Org | None, owner: User | None) -> App:
         root = org.root if org else owner.handle if owner else ""
         app = App(new_id(), slug, name, org.id if org else None, owner.id if owner else None, root)
-        with self.atomic() as tx:
+        with self.atomic(write_keys.root(root)) as tx:
             tx.execute(
                 "INSERT INTO apps VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (app.id, slug, name, app.org_id, app.owner_user_id, root, self.clock()),
@@ -109,7 +110,7 @@ class TenancySql(EngineStore):
         return [App(*r) for r in self.conn.execute(self._APP + " ORDER BY root, slug").fetchall()]
 
     def set_app_member(self, app_id: str, user_id: str, role: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.team(app_id)) as tx:
             tx.execute(
                 "INSERT INTO app_members VALUES (?, ?, ?) "
                 "ON CONFLICT (app_id, user_id) DO UPDATE SET role = excluded.role",
@@ -128,7 +129,7 @@ class TenancySql(EngineStore):
 
     def add_app_key(self, app_id: str, raw: str, label: str | None) -> str:
         key_id = new_id()
-        with self.atomic() as tx:
+        with self.atomic(write_keys.team(app_id)) as tx:
             tx.execute(
                 "INSERT INTO app_keys VALUES (?, ?, ?, ?, ?, ?, NULL)",
                 (key_id, app_id, hash_key(raw), "…" + raw[-4:], label, self.clock()),
@@ -157,7 +158,7 @@ class TenancySql(EngineStore):
         )  # fmt: skip
 
     def add_memory(self, memory: Memory) -> Memory:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.root(memory.root)) as tx:
             tx.execute(
                 "INSERT INTO memories (id, root, slug, name, description, class, org_id, app_id, user_id, "
                 "encrypted, schema_json, embedding_policy, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -185,18 +186,18 @@ class TenancySql(EngineStore):
         return [self._memory(r) for r in rows]
 
     def set_memory_schema(self, memory_id: str, schema: dict[str, Any] | None) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.execute(
                 "UPDATE memories SET schema_json = ? WHERE id = ?",
                 (_json(schema) if schema is not None else None, memory_id),
             )
 
     def set_embedding_policy(self, memory_id: str, policy: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.execute("UPDATE memories SET embedding_policy = ? WHERE id = ?", (policy, memory_id))
 
     def grant(self, memory_id: str, principal_type: str, principal_id: str, access: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.execute(
                 "INSERT INTO memory_access VALUES (?, ?, ?, ?) ON CONFLICT (memory_id, principal_type, "
                 "principal_id) DO UPDATE SET access = excluded.access",
@@ -223,7 +224,7 @@ class TenancySql(EngineStore):
         return out
 
     def attach_memory(self, app_id: str, memory_id: str) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.team(app_id)) as tx:
             position = tx.execute(
                 "SELECT COALESCE(MAX(position), -1) + 1 FROM app_memories WHERE app_id = ?", (app_id,)
             ).fetchone()[0]
@@ -248,7 +249,7 @@ class TenancySql(EngineStore):
         return dict(row) if row else None
 
     def save_selection(self, user_id: str, client_id: str, values: dict[str, Any]) -> None:
-        with self.atomic() as tx:
+        with self.atomic(write_keys.ROWS) as tx:
             tx.execute(
                 "INSERT INTO client_selections (user_id, client_id, app_id, memory_id, org_id, scope_id, "
                 "session_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, client_id) "

@@ -54,4 +54,20 @@ MIGRATIONS = [
         PRIMARY KEY (workspace_id, generation)
     );
     """,
+    # BM25 postings, so PostgreSQL ranks a workspace not in a worker's memory as the worker would
+    # (metronix/pg_keywords.py, docs/decisions/0191). A chunk without ``term_length`` has no postings
+    # yet (stored before this, or copied in by ``triptych migrate``): its workspace is filled once.
+    """
+    CREATE TABLE kb_chunk_terms (
+        workspace_id TEXT NOT NULL,
+        term TEXT COLLATE "C" NOT NULL,
+        chunk_id BIGINT NOT NULL REFERENCES kb_chunks(id) ON DELETE CASCADE,
+        weight REAL NOT NULL,
+        length REAL NOT NULL,
+        PRIMARY KEY (workspace_id, term, chunk_id)
+    );
+    CREATE INDEX kb_chunk_terms_by_chunk ON kb_chunk_terms (chunk_id);
+    ALTER TABLE kb_chunks ADD COLUMN term_length REAL;
+    CREATE INDEX kb_chunks_without_terms ON kb_chunks (workspace_id) WHERE term_length IS NULL;
+    """,
 ]

@@ -30,6 +30,7 @@ from triptych.core.keyword_index import Changes, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PgDatabase, named_rows, one
 from triptych.core.search import PATCH_LIMIT, Vector, VectorIndex
+from triptych.metronix import pg_keywords
 from triptych.metronix.dialect import POSTGRES
 from triptych.metronix.knowledge_model import (
     CHUNK_HIT_COLUMNS,
@@ -40,7 +41,7 @@ from triptych.metronix.knowledge_model import (
     keyword_columns,
 )
 from triptych.metronix.knowledge_schema_pg import COMPONENT, MIGRATIONS
-from triptych.metronix.knowledge_sql import KnowledgeQueries, KnowledgeSql, Written
+from triptych.metronix.knowledge_sql import KnowledgeQueries, KnowledgeSql, Written, bm25_candidates
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         self._epochs: dict[str, str] = {}  # per mirrored workspace: the re-embedding it was loaded after
         self._refresh_lock = threading.Lock()
         self._gate = WriteGate()
+        self._ready: set[str] = set()  # workspaces whose BM25 postings are all stored (pg_keywords)
 
     def _vector(self) -> pgsql.Composable:
         # The column cast to this model's dimension: the expression the HNSW index is built on.
@@ -135,13 +137,14 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         self, conn: Any, workspace_id: str, generation: int, added: list[int], removed: list[int]
     ) -> None:
         """Also its entry in the keyword change log, pruned now and then to the last
-        ``KEYWORD_LOG_KEEP`` writes."""
+        ``KEYWORD_LOG_KEEP`` writes, and the added chunks' BM25 postings."""
         super()._log_write(conn, workspace_id, generation, added, removed)
         conn.execute(
             "INSERT INTO kb_keyword_changes VALUES (%s, %s, %s, %s)",
             (workspace_id, generation, added, removed),
         )
         self._prune_log(conn, [(workspace_id, generation)])
+        pg_keywords.write(conn, workspace_id, added)  # the BM25 postings PostgreSQL ranks by (0191)
 
     def _after_commit(self, write: Written) -> None:
         """This worker's caches brought up to its committed write. The write is stored whatever happens
@@ -173,9 +176,35 @@ class PostgresKnowledgeStore(KnowledgeQueries):
                 hits, method = self.index.search_with_method(workspace_id, generation, query, limit)
                 return Candidates(hits, method)
             cached = self.index.cached(workspace_id)
-            if cached is None or cached[0] < generation:
+            # Not resident: loaded if the memory budget admits it (core/partitions.MemoryBudget.admit);
+            # resident but behind: caught up.
+            if (cached is None and self.index.admit(workspace_id)) or (
+                cached is not None and cached[0] < generation
+            ):
                 self._refresh_in_background(workspace_id)
         return Candidates(self.hnsw_search(workspace_id, query, limit), "pgvector")
+
+    def keyword_candidates(self, workspace_id: str, query: str, limit: int, generation: int) -> Candidates:
+        """BM25 candidates from the worker's keyword index when it is current; else ranked by PostgreSQL
+        from the stored postings ("sql": the same ranking) while the index loads in the background, if
+        the memory budget admits it."""
+        self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
+        self._catch_up(workspace_id, generation)
+        if not self.keywords.current(workspace_id, generation) and self._postings_ready(workspace_id):
+            if self.keywords.resident(workspace_id) or self.keywords.admit(workspace_id):
+                self.keywords.load_in_background(workspace_id, generation)
+            return Candidates(pg_keywords.rank(self.db, workspace_id, query, limit), "sql")
+        return bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
+
+    def _postings_ready(self, workspace_id: str) -> bool:
+        """Whether the workspace's postings are all stored; once they are, every write keeps them, so a
+        yes is remembered (a round trip saved per search)."""
+        if workspace_id in self._ready:
+            return True
+        if pg_keywords.ready(self.db, workspace_id):
+            self._ready.add(workspace_id)
+            return True
+        return False
 
     def _mirror_apply(
         self, workspace_id: str, before: int, added: list[tuple[int, Vector]], removed: list[int]
@@ -222,6 +251,9 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         search loads what is missing)."""
         with self.db.connection() as conn:
             workspaces = conn.execute("SELECT id, generation FROM kb_workspaces").fetchall()
+        threading.Thread(  # an upgraded database's postings, once
+            target=pg_keywords.fill_all, args=(self.db,), name="kb-postings", daemon=True
+        ).start()
         for workspace, generation in workspaces:
             if self._mirror:
                 self._refresh_in_background(str(workspace))
@@ -447,3 +479,5 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         for thread in running:  # a load in flight holds a pooled connection
             thread.join(30)
         self.db.close()
+        self.index.clear()  # out of the process's memory budget now, not when collected
+        self.keywords.clear()

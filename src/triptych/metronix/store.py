@@ -236,3 +236,5 @@ class SqliteKnowledgeStore(KnowledgeQueries):
     def close(self) -> None:
         self.index.save_all()  # the next start loads the graphs instead of building them
         self.db.close()
+        self.index.clear()  # out of the process's memory budget now, not when collected
+        self.keywords.clear()

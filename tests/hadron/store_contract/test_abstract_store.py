@@ -15,12 +15,12 @@ def test_an_abstract_is_replaced_read_back_and_deleted(seed: Seed) -> None:
     graph, abstracts = seed.stores.graph, seed.stores.abstracts
     written = node(seed.memory, "a")
     graph.insert_node(written)
-    abstracts.put(Abstract(written.id, "first", "h1", "extractive", AT))
-    abstracts.put(Abstract(written.id, "résumé", "h2", "llm:m", AT))
+    abstracts.put(seed.memory.id, Abstract(written.id, "first", "h1", "extractive", AT))
+    abstracts.put(seed.memory.id, Abstract(written.id, "résumé", "h2", "llm:m", AT))
     assert abstracts.get([written.id, "nope"]) == {
         written.id: Abstract(written.id, "résumé", "h2", "llm:m", AT)
     }
-    abstracts.delete([written.id])
+    abstracts.delete(seed.memory.id, [written.id])
     assert abstracts.get([written.id]) == {}
 
 
@@ -30,7 +30,7 @@ def test_reads_of_many_nodes_go_in_chunks_and_live_nodes_come_in_loc_order(seed:
     with graph.atomic():
         for n in nodes:
             graph.insert_node(n)
-            abstracts.put(Abstract(n.id, n.loc, "h", "extractive", AT))
+            abstracts.put(seed.memory.id, Abstract(n.id, n.loc, "h", "extractive", AT))
     assert len(abstracts.get([n.id for n in nodes])) == 510
     graph.soft_delete([nodes[0].id], AT)
     listed = list(abstracts.live_nodes(seed.memory.id))

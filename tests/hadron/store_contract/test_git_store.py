@@ -51,7 +51,7 @@ def test_tracked_files_are_upserted_found_by_node_and_dropped(seed: Seed) -> Non
     }
     assert git.files_of_nodes(["n2", "n9"]) == {"n2": (mid, TrackedFile("b.md", "n2", "b2", 1))}
     git.drop_files(mid, ["b.md"])
-    git.drop_nodes(["n1"])
+    git.drop_nodes(mid, ["n1"])
     assert git.files(mid) == {}
     git.put_files(mid, [TrackedFile("c.md", "n3", "b4", 1)])
     assert git.detach(mid) is True and git.files(mid) == {} and git.source(mid) is None

@@ -87,7 +87,7 @@ class AbstractService:
         existing = self.store.get([n.id for n in nodes])
         gone = [n.id for n in nodes if not (n.content or "").strip() and n.id in existing]
         if gone:
-            self.store.delete(gone)
+            self.store.delete(memory.id, gone)
         written = 0
         for node in nodes:
             content = (node.content or "").strip()
@@ -98,7 +98,7 @@ class AbstractService:
             if not force and old is not None and old.content_hash == digest:
                 continue
             text, method = self.summarize(content)
-            self.store.put(Abstract(node.id, text, digest, method, self.clock()))
+            self.store.put(memory.id, Abstract(node.id, text, digest, method, self.clock()))
             written += 1
         return written
 

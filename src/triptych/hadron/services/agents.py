@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from triptych.hadron import write_keys
 from triptych.hadron.domain import urn
 from triptych.hadron.domain.loc import agent_urn, ai_config_urn, split_app_member_urn
 from triptych.hadron.domain.model import App, Memory
@@ -53,7 +54,8 @@ class AgentService:
         if not team and not persona_role:
             raise BadInput("a role agent needs --persona-role (the role workers are cast into)")
         memory: Memory | None = None
-        with self.team.atomic():
+        # The App's team, and its root when the team agent's memory is created under it.
+        with self.team.atomic(write_keys.team(app.id), *([write_keys.root(app.root)] if team else [])):
             if team:
                 memory_slug = (
                     f"{app.slug}-team"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from triptych.hadron import write_keys
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain import mentions as mention_rules
 from triptych.hadron.domain.loc import check_loc, is_id, node_urn, parse_node_ref, strip_urn_prefix
@@ -91,7 +92,7 @@ class ChannelService:
     def _bootstrap(self, memory: Memory, app: App | None, loc: str, name: str, actor: str) -> Channel:
         """The chat-root node and the Channel row, in one transaction."""
         now = self.clock()
-        with self.team.atomic():
+        with self.team.atomic(write_keys.memory(memory.id)):
             if self.graph.node_by_loc(memory.id, loc) is not None:
                 raise UrnAlreadyExists(f"{node_urn(memory.root, memory.slug, loc)} already exists")
             root = NodeRecord(
@@ -334,7 +335,9 @@ class ChannelService:
         found, refs = self._mentions(host_app, body)
         now = self.clock()
         # The message, its session's usage event and its announcement (server mode: NOTIFY) commit together.
-        with self.team.atomic():
+        # The Channel's host memory: its posts queue there (the seq is also taken under the channel row's
+        # lock, so they commit in seq order), and posts to other memories' Channels run meanwhile.
+        with self.team.atomic(write_keys.memory(channel.memory_id)):
             seq = self.team.post(channel.id, body, author, sid, reply_to, found, refs, now)
             if sid is not None:
                 self.team.add_event(sid, now, "post", f"{channel.id}#{seq}")

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from triptych.hadron import write_keys
 from triptych.hadron.access import require_identity
 from triptych.hadron.domain.edges import EdgeRef, edge_urn, parse_edge_ref
 from triptych.hadron.domain.loc import check_loc, node_urn
@@ -97,7 +98,7 @@ class EdgeService:
         if not changes:
             raise BadInput("nothing to update: pass at least one of " + ", ".join(EDGE_FIELDS))
         updated = self._apply(memory, edge, changes)
-        with self.graph.atomic():
+        with self.graph.atomic(write_keys.memory(memory.id)):
             if updated.loc != edge.loc and any(
                 e.loc == updated.loc for e in self.graph.edges_from([source.id]).get(source.id, [])
             ):
@@ -114,7 +115,7 @@ class EdgeService:
         memory, source, edge = self.find(caller, value)
         self.access.write_memory(caller, memory)
         self.nodes.check_generic_write(memory, source.loc)
-        with self.graph.atomic():
+        with self.graph.atomic(write_keys.memory(memory.id)):
             self.graph.delete_edges([edge.id])
             source = self._revise(caller, source, "delete_edge", edge.loc)
         return memory, source, edge

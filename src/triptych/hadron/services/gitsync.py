@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from triptych.hadron import gitrepo
+from triptych.hadron import gitrepo, write_keys
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain import gitlayout
 from triptych.hadron.domain.loc import node_urn
@@ -183,7 +183,7 @@ class GitSyncService:
         now = self.clock()
         reason = f"git {commit}"
         try:
-            with self.graph.atomic():
+            with self.graph.atomic(write_keys.memory(memory.id)):
                 keep: list[TrackedFile] = []
                 for path in sorted(added + changed):
                     try:
@@ -378,7 +378,7 @@ class GitSyncService:
                     self.store.synced(memory_id, None, f"mirroring a move failed: {exc}")
                     continue
             if memory_id == src.id:  # only once the files left the repository: else a sync re-mints them
-                self.store.drop_nodes([nid for nid, (mid, _) in tracked.items() if mid == src.id])
+                self.store.drop_nodes(src.id, [nid for nid, (mid, _) in tracked.items() if mid == src.id])
             if pushed is None or memory_id != dst.id:
                 continue
             _, shas = pushed

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from triptych.hadron import write_keys
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain import schema as schemas
 from triptych.hadron.domain.edges import edge_urn
@@ -333,7 +334,7 @@ class NodeService:
         self._guard(mem, ref.loc)
         self._check_fields(fields.values)
         now, actor = self.clock(), caller.actor
-        with self.graph.atomic(mem.id):
+        with self.graph.atomic(write_keys.memory(mem.id)):
             existing = self.graph.node_by_loc(mem.id, ref.loc)
             if existing is not None:
                 node = self._apply(existing, fields, now, actor)
@@ -399,7 +400,7 @@ class NodeService:
             raise BadInput("nothing to update: pass at least one field", hint="See the tool's input schema")
         self._check_fields({k: fields.values.get(k) for k in fields.present})
         now = self.clock()
-        with self.graph.atomic(mem.id):
+        with self.graph.atomic(write_keys.memory(mem.id)):
             updated = self._apply(node, fields, now, caller.actor)
             schemas.validate(mem.schema, updated.object_type, updated.properties)
             self.graph.update_node(updated)
@@ -418,7 +419,7 @@ class NodeService:
         mem, node = self.find(caller, state, ref)
         self.access.write_memory(caller, mem)
         self._guard(mem, node.loc)
-        with self.graph.atomic(mem.id):
+        with self.graph.atomic(write_keys.memory(mem.id)):
             merged = {**(node.data or {}), **patch}
             updated = replace(
                 node,
@@ -441,7 +442,7 @@ class NodeService:
             raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
         self.access.write_memory(caller, mem)
         self._guard(mem, ref.loc)
-        with self.graph.atomic(mem.id):
+        with self.graph.atomic(write_keys.memory(mem.id)):
             record = self._edge(caller, mem, node.id, edge, 0)
             stored = self.graph.upsert_edge(record)
             created = stored.id == record.id
@@ -553,7 +554,8 @@ class NodeService:
         moving = {n.id for n in subtree}
         relocated = [(n, new + n.loc[len(old) :]) for n in subtree]
         now = self.clock()
-        with self.graph.atomic():
+        # Both memories' keys, taken in one fixed order: a reverse move waits, never deadlocks.
+        with self.graph.atomic(write_keys.memory(src.id), write_keys.memory(dst.id)):
             taken = {
                 loc: nid
                 for loc, nid in self.graph.live_locs(dst.id, [loc for _, loc in relocated]).items()
@@ -639,7 +641,9 @@ class NodeService:
         ids = [n.id for n in subtree]
         now = self.clock()
         removed = 0
-        with self.graph.atomic():
+        # The memory's key only: the cross-memory edges removed are rows of other memories' nodes, but
+        # nothing of theirs is numbered or counted (no log entry, generation or revision).
+        with self.graph.atomic(write_keys.memory(mem.id)):
             if hard:
                 idset = set(ids)
                 crossing = [e.id for e, source_memory in self.graph.incoming_edges(ids)

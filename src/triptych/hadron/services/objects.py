@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from triptych.hadron import write_keys
 from triptych.hadron.access import AccessPolicy
 from triptych.hadron.domain import schema as schemas
 from triptych.hadron.domain.loc import check_loc, is_id, node_urn
@@ -74,7 +75,7 @@ class ObjectService:
         loc = f"{type_}:{natural}"
         schemas.validate(memory.schema, type_, fields)
         now = self.clock()
-        with self.graph.atomic():
+        with self.graph.atomic(write_keys.memory(memory.id)):
             if self.graph.node_by_loc(memory.id, loc) is not None:
                 raise UrnAlreadyExists(
                     f"an object {type_} with key {natural!r} already exists in {memory.urn}"
@@ -110,9 +111,11 @@ class ObjectService:
         if not isinstance(fields, dict):
             raise BadInput("fields must be a JSON object", details={"field": "fields"})
         self._check(node.object_type or "", fields)
-        with self.graph.atomic():  # read, merge and write under one write lock: a concurrent merge waits
+        with self.graph.atomic(
+            write_keys.memory(memory.id)
+        ):  # read, merge and write under the memory's key: a concurrent merge waits
             current = self.graph.node_by_id(node.id)
-            if current is None:
+            if current is None or current.memory_id != memory.id:  # moved out meanwhile
                 raise NotFound("object", ref)
             merged = {**current.properties, **fields}
             schemas.validate(memory.schema, current.object_type, merged)

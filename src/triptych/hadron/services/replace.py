@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from triptych.core.regex import LinearPattern, RegexRefused
+from triptych.hadron import write_keys
 from triptych.hadron.access import require_identity
 from triptych.hadron.domain.loc import is_id, is_other_than_node_urn, parse_node_ref, require_qualified_node
 from triptych.hadron.domain.model import Memory, NodeRecord
@@ -152,7 +153,8 @@ class ReplaceService:
             self.access.write_memory(caller, memory)  # read-write access and the memory's lock
         now, actor = self.nodes.clock(), caller.actor
         written: dict[str, tuple[Memory, list[NodeRecord]]] = {}
-        with self.graph.atomic():
+        # Every memory it rewrites, their keys in one fixed order.
+        with self.graph.atomic(*(write_keys.memory(m.id) for m, _, _ in changed)):
             for memory, node, updated in changed:
                 updated = replace(updated, revision=node.revision + 1, updated_at=now, updated_by=actor)
                 self.graph.update_node(updated)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from triptych.hadron import write_keys
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain.model import App
 from triptych.hadron.domain.team import SESSION_TYPES, Worker, WorkSession, driven_at, is_live, parse_time
@@ -134,7 +135,7 @@ class SessionService:
         user_id = caller.user.id if caller.kind == "user" and caller.user else None
         displaced: list[WorkSession] = []
         now = self.clock()
-        with self.team.atomic():
+        with self.team.atomic(write_keys.team(app.id)):  # one live binding per worker: read, then written
             if worker is not None:
                 displaced = self._bind_checks(user_id, worker, force)
                 for old in displaced:
@@ -206,7 +207,7 @@ class SessionService:
             "turn_count": fields.turn_count, "input_tokens": fields.input_tokens, "output_tokens": fields.output_tokens,
         }  # fmt: skip
         now = self.clock()
-        with self.team.atomic():
+        with self.team.atomic(write_keys.team(session.app_id)):
             self.team.end_session(session.id, now, "ended", values)
             self.team.add_event(session.id, now, "end", None)
         ended = self.team.session(session.id)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from triptych.hadron import write_keys
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain.loc import is_id, split_app_member_urn, urn_type, worker_urn
 from triptych.hadron.domain.mentions import slug as name_slug
@@ -139,7 +140,7 @@ class WorkerService:
         agent = self._agent_for(app, role, agent_ref)
         # Checked and inserted under the write lock: of two casts of one name at once (on one server or two
         # sharing a database), the second sees the first and is refused, never a constraint error.
-        with self.team.atomic():
+        with self.team.atomic(write_keys.team(app.id)):  # a name is checked free, then taken
             taken = self.team.worker_named(app.id, name) or self.team.worker_named(app.id, slug)
             if taken is not None:
                 raise TeamRefusal(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from triptych.hadron import write_keys
 from triptych.hadron.access import AccessPolicy, require_identity
 from triptych.hadron.domain import refs
 from triptych.hadron.domain.model import App, NodeRecord
@@ -125,7 +126,8 @@ class WorklogService:
             id=new_id(), app_id=app.id, session_id=session.id, user_id=session.user_id, worker_id=session.worker_id,
             tool=tool, kind=kind, ref=canonical, action=action, detail=detail, created_at=now,
         )  # fmt: skip
-        with self.team.atomic():
+        # The team's worklog and the team memory, whose worklog node the first record creates.
+        with self.team.atomic(write_keys.team(app.id), write_keys.memory(memory.id)):
             if self.graph.node_by_loc(memory.id, WORKLOG_LOC) is None:  # bootstrapped on the first record
                 node = NodeRecord(
                     id=new_id(), memory_id=memory.id, loc=WORKLOG_LOC, name="worklog", node_type="worklog",
