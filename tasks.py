@@ -46,22 +46,88 @@ def _run(*cmd: str | Path, env: dict[str, str] | None = None) -> None:
     subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, env=env)
 
 
-def _digest(inputs: list[Path], install: list[str]) -> str:
-    return hashlib.sha256(b"".join(p.read_bytes() for p in inputs) + " ".join(install).encode()).hexdigest()
+def _digest(inputs: list[Path], install: list[str], python: str = "") -> str:
+    data = b"".join(p.read_bytes() for p in inputs) + " ".join(install).encode() + python.encode()
+    return hashlib.sha256(data).hexdigest()
 
 
-def _ensure(env: Path, inputs: list[Path], install: list[str], also_fine: list[str] | None = None) -> None:
-    """Install unless the venv's stamp says this (or a superset, ``also_fine``) is already installed."""
+def _project_python() -> tuple[str, str]:
+    """The interpreter for ``.venv`` and its version: ``TRIPTYCH_PYTHON`` if set, else
+    ``python3.12`` on PATH if it runs, else this one. 3.12 first because coverage measures there through
+    ``sys.monitoring`` (pyproject.toml, ``core = "sysmon"``) at a fraction of the cost of 3.11's trace
+    function, in the test process and in every server it starts (docs/decisions/0230)."""
+    wanted = os.environ.get("TRIPTYCH_PYTHON")
+    for candidate in [wanted] if wanted else ["python3.12", *_pyenv_pythons("3.12")]:
+        path = shutil.which(candidate)
+        if not path:
+            continue
+        done = subprocess.run(
+            [path, "-c", "import sys, venv, ensurepip; print('.'.join(map(str, sys.version_info[:3])))"],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode == 0:
+            return path, done.stdout.strip()
+        if wanted:
+            sys.exit(f"TRIPTYCH_PYTHON={wanted} does not run: {done.stderr.strip()[-500:]}")
+    return sys.executable, ".".join(map(str, sys.version_info[:3]))
+
+
+def _pyenv_pythons(minor: str) -> list[str]:
+    """pyenv's installed interpreters of one minor version, newest first: its shim only runs the version
+    selected globally, so look in its root."""
+    pyenv = shutil.which("pyenv")
+    if not pyenv:
+        return []
+    done = subprocess.run([pyenv, "root"], capture_output=True, text=True)
+    if done.returncode != 0:
+        return []
+    found = {
+        p.parent.parent.name: p
+        for p in Path(done.stdout.strip()).glob(f"versions/{minor}.*/bin/python{minor}")
+    }
+    # Release versions only ("3.12.1", not "3.12-dev"), highest patch first.
+    releases = [v for v in found if v.removeprefix(f"{minor}.").isdigit()]
+    return [
+        str(found[v]) for v in sorted(releases, key=lambda v: int(v.removeprefix(f"{minor}.")), reverse=True)
+    ]
+
+
+def _venv_version(env: Path) -> str:
+    """The Python version a venv was made with (its ``pyvenv.cfg``), or "" if unknown."""
+    cfg = env / "pyvenv.cfg"
+    for line in cfg.read_text().splitlines() if cfg.exists() else []:
+        key, _, value = line.partition("=")
+        if key.strip() in {"version", "version_info"}:
+            return value.strip()
+    return ""
+
+
+def _ensure(
+    env: Path,
+    inputs: list[Path],
+    install: list[str],
+    also_fine: list[str] | None = None,
+    python: tuple[str, str] | None = None,
+) -> None:
+    """Install unless the venv's stamp says this (or a superset, ``also_fine``) is already installed, by
+    the same interpreter (``python``: its path and version; this one when not given)."""
     if sys.version_info < (3, 11):  # noqa: UP036  (this file runs on whatever python3 is)
         sys.exit(f"Python 3.11 or newer is needed (this is {sys.version.split()[0]})")
+    interpreter, version = python or (sys.executable, "")
     stamp = env / ".triptych-stamp"
-    digest = _digest(inputs, install)
+    digest = _digest(inputs, install, version)
     current = stamp.read_text() if stamp.exists() else None
     if current in {digest, *(also_fine or [])} and _bin(env, "python").exists():
         return
-    if not _bin(env, "python").exists():
-        print(f"creating {env.name} ...", flush=True)
-        venv.EnvBuilder(with_pip=True, clear=True).create(env)
+    if not _bin(env, "python").exists() or (version and _venv_version(env) != version):
+        # A new venv, or one made by another interpreter: start clean, so that no package built for
+        # another Python version is left behind.
+        print(f"creating {env.name} with Python {version or sys.version.split()[0]} ...", flush=True)
+        if interpreter == sys.executable:
+            venv.EnvBuilder(with_pip=True, clear=True).create(env)
+        else:
+            _run(interpreter, "-m", "venv", "--clear", env)
     _run(_bin(env, "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip")
     _run(_bin(env, "python"), "-m", "pip", "install", "--quiet", *install)
     stamp.write_text(digest)
@@ -72,12 +138,14 @@ def setup(dev: bool) -> None:
     inputs = [ROOT / "pyproject.toml", constraints]
     with_dev = ["-c", str(constraints), "-e.[dev]"]
     # A venv set up for tests (with the dev extras) serves as it is.
+    python = _project_python()
     if not dev:
-        _ensure(VENV, inputs, ["-c", str(constraints), "-e."], also_fine=[_digest(inputs, with_dev)])
+        also_fine = [_digest(inputs, with_dev, python[1])]
+        _ensure(VENV, inputs, ["-c", str(constraints), "-e."], also_fine=also_fine, python=python)
         return
     mcp1 = ROOT / "tests" / "contract" / "mcp1-requirements.txt"
     steps: list[Callable[[], None]] = [
-        lambda: _ensure(VENV, inputs, with_dev),
+        lambda: _ensure(VENV, inputs, with_dev, python=python),
         lambda: _ensure(VENV_MCP1, [mcp1], ["-r", str(mcp1)]),
         *(
             partial(_ensure, ROOT / f".venv-client-{r.stem}", [r], ["-r", str(r)])
@@ -171,7 +239,16 @@ def test(args: list[str]) -> int:
     python = _bin(VENV, "python")
     _run(python, "-m", "ruff", "check", "src", "tests", "bench", "tasks.py")
     _run(python, "-m", "ruff", "format", "--check", "src", "tests", "bench", "tasks.py")
-    _run(python, "-m", "mypy")
+    # Every `triptych serve` the tests start imports the whole source tree: compiled once here, it is read
+    # from __pycache__ even where PYTHONDONTWRITEBYTECODE keeps Python from writing it (0.4 s of CPU per
+    # start, times about 150 starts).
+    _run(python, "-m", "compileall", "-q", "src")
+    # mypy (half a minute of one core from a clean clone) checks while the tests run; its verdict counts
+    # as much as theirs.
+    print(f"+ {python} -m mypy  (beside the tests)", flush=True)
+    mypy = subprocess.Popen(
+        [str(python), "-m", "mypy"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     # The whole suite reports coverage and fails below the floor (pyproject.toml, fail_under); a run of
     # some tests (a path or -k) does not measure, since a part cannot meet the whole's floor.
     some = "-k" in args or any((ROOT / a.split("::")[0]).exists() for a in args if not a.startswith("-"))
@@ -179,7 +256,12 @@ def test(args: list[str]) -> int:
     # Workers for the whole suite only: each costs a collection and session servers of its own (about 40 s
     # of CPU), which a part of the suite does not earn back (docs/decisions/0150).
     workers = [] if some else _workers(args)
-    return subprocess.run([str(python), "-m", "pytest", *coverage, *workers, *args], cwd=ROOT).returncode
+    tests = subprocess.run([str(python), "-m", "pytest", *coverage, *workers, *args], cwd=ROOT).returncode
+    checked, _ = mypy.communicate()
+    print(checked, end="", flush=True)
+    if mypy.returncode != 0:
+        print("mypy failed (above): fix the types before this lands", flush=True)
+    return tests or mypy.returncode
 
 
 def _workers(args: list[str]) -> list[str]:

@@ -44,7 +44,9 @@ def layout(settings: Settings) -> Any:
             skipped[inside] = "the Hadron encryption key: never in a backup"
     vectors = _inside(vectors_dir(settings.metronix_db), settings.data_dir)
     if vectors is not None:
-        skipped[vectors] = "the knowledge base's saved vector index: a cache of metronix.db, rebuilt from it"
+        skipped[vectors] = (
+            "the knowledge base's saved vector and keyword indexes: a cache of metronix.db, rebuilt from it"
+        )
     # The projection's state file is replaced atomically after the appends it counts (metergraph/columns.py).
     return Layout(append_only={COLUMNS_DIR: "state.json"}, skipped=skipped)
 

@@ -210,3 +210,28 @@ def test_the_fallback_prices_every_bundled_model_exactly_as_genai_prices_does() 
                 )
                 compared += 1
     assert compared > 2000
+
+
+def test_the_catalogue_parsed_by_libyaml_is_the_one_the_library_loads_itself() -> None:
+    """``pricing_core.catalog()`` parses the bundled YAML with libyaml (a third of a server start saved):
+    the document, the metadata and every alias's price for every usage above equal the library's own
+    ``load_catalog``."""
+    from metergraph_core import load_catalog
+
+    ours, theirs = pricing_core.catalog(), load_catalog(region="global")
+    assert ours is not theirs
+    assert ours.document == theirs.document
+    assert (ours.version, ours.currency, ours.pricing_verified_at, ours.disputes) == (
+        theirs.version, theirs.currency, theirs.pricing_verified_at, theirs.disputes,
+    )  # fmt: skip
+    assert ours.canonical_ids == theirs.canonical_ids
+    for provider, model in _aliases():
+        for usage in USAGES:
+            counts = dict(zip(TOKEN_NAMES, usage, strict=True))
+            assert ours.snapshot.cost(
+                provider=provider, model=model, at=NOON, **counts
+            ) == theirs.snapshot.cost(provider=provider, model=model, at=NOON, **counts), (
+                provider,
+                model,
+                usage,
+            )

@@ -195,6 +195,32 @@ def test_a_graph_changed_since_it_was_saved_is_saved_before_it_is_forgotten(
     assert hits[0][0] == "late"  # the write made after the last save is in what came back
 
 
+# Only the embedded engine saves keyword indexes (server mode ranks a forgotten workspace in SQL, 0191).
+@pytest.mark.engines("sqlite")
+def test_a_keyword_partition_changed_since_it_was_saved_is_saved_when_forgotten_and_read_back(
+    service: KnowledgeService, budget: MemoryBudget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = service.store
+    assert isinstance(store, SqliteKnowledgeStore)
+    _fill(service, "ws-a", 12, 1)
+    _fill(service, "ws-b", 4, 2)
+    _search(service, "ws-a")  # built from the chunks, and saved
+    service.store_document(LOCAL, "ws-a", QUERY, doc_label="late")  # applied in place: unsaved
+    part = store.keywords._parts["ws-a"]
+    assert part.saved != part.generation
+    before, _ = _search(service, "ws-a")
+
+    budget.limit = 1
+    _search(service, "ws-b")  # ws-a's partitions go; the keyword partition is saved on its way out
+    assert _resident(store, "ws-a") == (False, False)
+    built: list[str] = []
+    real = store.keywords._loader
+    monkeypatch.setattr(store.keywords, "_loader", lambda key: (built.append(key), real(key))[1])
+    hits, how = _search(service, "ws-a")
+    assert how["keyword"] == "bm25" and built == []  # read back from the file, not built
+    assert hits == before and hits[0][0] == "late"
+
+
 def _two_workspaces(service: KnowledgeService) -> PostgresKnowledgeStore:
     store = service.store
     assert isinstance(store, PostgresKnowledgeStore)

@@ -20,10 +20,16 @@ The database stays the source of truth, as for ``VectorIndex`` (``PartitionCache
 changes indexed text bumps the partition's generation in its transaction. A store that also logs each
 write's changed documents lets another process's index catch up from the log (``follow``) instead of
 reloading the partition.
+
+Given ``files`` and ``describe``, a partition is saved as flat arrays beside the database
+(``core/keyword_files.py``) after it is built from the database, when it is forgotten by the memory
+budget with changes since its last save, and at a clean stop (``save_all``); a load reads a current
+file instead of building the postings again (docs/decisions/0260-saved-keyword-index.md).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from array import array
 from collections.abc import Callable, Iterable, Sequence
@@ -32,8 +38,11 @@ from typing import Literal
 
 import numpy as np
 
+from triptych.core.keyword_files import KeywordFiles, KeywordFingerprint, Packed
 from triptych.core.partitions import MemoryBudget, PartitionCache
-from triptych.core.search import keyword_terms, stems, text_terms
+from triptych.core.search import keyword_terms, partition_token, stems, text_terms
+
+log = logging.getLogger(__name__)
 
 # One indexed document: (id, [(text, column weight), ...]).
 Document = tuple[int, Sequence[tuple[str, float]]]
@@ -48,6 +57,9 @@ B = 0.75
 DOCUMENT_BYTES = 120
 TERM_BYTES = 280
 POSTING_BYTES = 9
+# How ``document_terms`` turns text into terms: part of a saved index's fingerprint, with the SQLite
+# whose FTS5 porter stemmer made the stems. Bump it whenever the terms or their weights would change.
+TERMS_VERSION = 1
 
 
 def estimate_bytes(documents: int, terms: int, postings: int) -> int:
@@ -71,6 +83,66 @@ class _Partition:
     total_length: float = 0.0
     generation: int = -1
     postings: int = 0  # entries over every term's lists: what the memory budget counts
+    saved: int = -1  # the generation last saved to (or loaded from) the partition's file
+
+
+def _array(typecode: str, values: bytes | memoryview) -> array:  # type: ignore[type-arg]
+    out = array(typecode)
+    out.frombytes(values)
+    return out
+
+
+def packed(part: _Partition) -> Packed:
+    """The partition's live documents and their postings as flat arrays, positions renumbered (what a
+    compaction keeps and a file holds: scores depend on live documents only, ties on ids)."""
+    alive = np.frombuffer(part.alive, dtype=np.bool_)
+    keep = np.flatnonzero(alive)
+    renumber = np.cumsum(alive, dtype=np.int64).astype(np.int32) - 1
+    terms: list[str] = []
+    counts: list[int] = []
+    positions: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
+    for term, postings in part.terms.items():
+        at = np.frombuffer(postings.positions, dtype=np.int32)
+        live = alive[at]
+        if live.any():
+            terms.append(term)
+            positions.append(renumber[at[live]])
+            weights.append(np.frombuffer(postings.weights, dtype=np.float32)[live])
+            counts.append(positions[-1].size)
+    starts = np.zeros(len(terms) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    return Packed(
+        ids=np.frombuffer(part.ids, dtype=np.int64)[keep].copy(),
+        lengths=np.frombuffer(part.lengths, dtype=np.float32)[keep].copy(),
+        terms=terms,
+        starts=starts,
+        positions=np.concatenate(positions) if positions else np.zeros(0, dtype=np.int32),
+        weights=np.concatenate(weights) if weights else np.zeros(0, dtype=np.float32),
+    )
+
+
+def unpacked(flat: Packed, generation: int) -> _Partition:
+    """A partition holding exactly ``flat`` (every document live), as of ``generation``."""
+    ids = flat.ids.astype(np.int64, copy=False)
+    part = _Partition(
+        ids=_array("q", ids.tobytes()),
+        position={doc_id: i for i, doc_id in enumerate(ids.tolist())},
+        lengths=_array("f", flat.lengths.astype(np.float32, copy=False).tobytes()),
+        alive=bytearray(b"\x01" * len(ids)),
+        live=len(ids),
+        # Lengths are token counts, exact in float32 and float64: the running sum ``_add`` keeps.
+        total_length=float(flat.lengths.sum(dtype=np.float64)),
+        generation=generation,
+        postings=int(flat.positions.size),
+    )
+    positions = np.ascontiguousarray(flat.positions, dtype=np.int32).data.cast("B")
+    weights = np.ascontiguousarray(flat.weights, dtype=np.float32).data.cast("B")
+    starts = flat.starts.tolist()
+    for i, term in enumerate(flat.terms):
+        lo, hi = 4 * starts[i], 4 * starts[i + 1]
+        part.terms[term] = _Postings(_array("i", positions[lo:hi]), _array("f", weights[lo:hi]))
+    return part
 
 
 def document_terms(columns: Sequence[tuple[str, float]]) -> tuple[dict[str, float], float]:
@@ -100,22 +172,82 @@ class KeywordIndex(PartitionCache[_Partition]):
         loader: Callable[[str], Iterable[Document]],
         idf: Literal["fts5", "smooth"] = "fts5",
         budget: MemoryBudget | None = None,
+        files: KeywordFiles | None = None,
+        describe: Callable[[str], KeywordFingerprint | None] | None = None,
     ) -> None:
+        """``files`` and ``describe`` (the partition's fingerprint as the database has it now) save each
+        partition built and load it back instead of building it again (core/keyword_files.py)."""
         super().__init__(budget)
         self._loader = loader
+        self._files = files
+        self._describe = describe
         self._smooth_idf = idf == "smooth"
         # One catch-up at a time: two threads applying overlapping stretches of a log would make the
         # second find the partition moved under it and drop it.
         self._following = threading.Lock()
 
     def _load(self, key: str, generation: int) -> _Partition:
+        saved = self._read(key)
+        if saved is not None:
+            flat, fingerprint = saved
+            # A saved file is exactly as of its own generation, which may be newer than the one asked for.
+            part = unpacked(flat, max(generation, fingerprint.generation))
+            part.saved = part.generation
+            return part
         part = _Partition(generation=generation)
         documents = list(self._loader(key))
         # Stem the whole vocabulary in one probe instead of one per document.
         stems(list({w for _, columns in documents for text, _ in columns for w in text_terms(text)}))
         for doc_id, columns in documents:
             self._add(part, doc_id, columns)
+        # Saved as built (its rows may be newer than ``generation``: the file is then stale at once, never
+        # wrong): what took a minute at 100,000 chunks loads in a fraction of a second next time.
+        if self._save(key, part):
+            part.saved = part.generation
         return part
+
+    def _read(self, key: str) -> tuple[Packed, KeywordFingerprint] | None:
+        """The partition's saved file and the database's fingerprint, if the file matches it."""
+        if self._files is None or self._describe is None:
+            return None
+        fingerprint = self._describe(key)
+        if fingerprint is None:
+            return None
+        flat = self._files.load(partition_token(key), fingerprint)
+        return None if flat is None else (flat, fingerprint)
+
+    def _save(self, key: str, part: _Partition) -> bool:
+        """Save the partition's live documents as of its generation, if files are kept (and it holds any)."""
+        if self._files is None or self._describe is None or part.live <= 0:
+            return False
+        try:
+            described = self._describe(key)
+        except Exception:  # the database closed under a late save: nothing saved, the next load builds
+            log.warning(
+                "reading the fingerprint of %s failed: its keyword index is not saved", key, exc_info=True
+            )
+            return False
+        if described is None:
+            return False
+        flat = packed(part)
+        fingerprint = KeywordFingerprint(
+            described.tokenizer, part.generation, int(flat.ids.size), int(flat.ids.max())
+        )
+        return self._files.save(partition_token(key), fingerprint, flat)
+
+    def _evicted(self, key: str, part: _Partition) -> None:
+        """A partition changed since it was saved is saved before it goes (outside every lock; nothing
+        else holds it now): the next search of the workspace reads it instead of building it."""
+        if part.saved != part.generation:
+            self._save(key, part)
+
+    def save_all(self) -> None:
+        """Save every partition changed since it was last saved (at a clean stop). Under the lock, so no
+        write changes a partition mid-save."""
+        with self._lock:
+            for key, part in list(self._parts.items()):
+                if part.saved != part.generation and self._save(key, part):
+                    part.saved = part.generation
 
     def _measure(self, part: _Partition) -> int:
         return estimate_bytes(len(part.ids), len(part.terms), part.postings)
@@ -140,34 +272,12 @@ class KeywordIndex(PartitionCache[_Partition]):
 
     @staticmethod
     def _compact(part: _Partition) -> None:
-        """Drop removed documents' postings, renumbering positions (the ranking is unchanged: scores
-        depend on live documents only, ties on ids). Done when the dead outnumber the living, so a
-        long-lived index that only ever follows its writes stays near the size a reload would give."""
-        alive = np.frombuffer(part.alive, dtype=np.bool_)
-        keep = np.flatnonzero(alive)
-        renumber = np.cumsum(alive, dtype=np.int64).astype(np.int32) - 1
-
-        def packed(typecode: str, values: np.ndarray) -> array:  # type: ignore[type-arg]
-            out = array(typecode)
-            out.frombytes(values.tobytes())
-            return out
-
-        ids = np.frombuffer(part.ids, dtype=np.int64)[keep]
-        lengths = np.frombuffer(part.lengths, dtype=np.float32)[keep]
-        terms: dict[str, _Postings] = {}
-        for term, postings in part.terms.items():
-            positions = np.frombuffer(postings.positions, dtype=np.int32)
-            live = alive[positions]
-            if live.any():
-                weights = np.frombuffer(postings.weights, dtype=np.float32)[live]
-                terms[term] = _Postings(packed("i", renumber[positions[live]]), packed("f", weights))
-        del alive  # the buffer view must go before ``part.alive`` is replaced
-        part.ids = packed("q", ids)
-        part.lengths = packed("f", lengths)
-        part.position = {int(doc_id): i for i, doc_id in enumerate(ids.tolist())}
-        part.alive = bytearray(b"\x01" * len(ids))
-        part.terms = terms
-        part.postings = sum(len(p.positions) for p in terms.values())
+        """Drop removed documents' postings, renumbering positions (the ranking is unchanged). Done when
+        the dead outnumber the living, so a long-lived index that only ever follows its writes stays near
+        the size a reload would give."""
+        fresh = unpacked(packed(part), part.generation)
+        fresh.saved = part.saved
+        part.__dict__.update(fresh.__dict__)
 
     @staticmethod
     def _remove(part: _Partition, doc_id: int) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +32,27 @@ log = logging.getLogger(__name__)
 
 MAGIC = "triptych-vector-index"
 FORMAT = 1
+
+
+def write_atomically(target: Path, header: dict[str, Any], parts: list[bytes]) -> None:
+    """Write a JSON header line and ``parts`` to a temporary file, fsync it and rename it over ``target``:
+    a reader or a crash sees the old file or the new one, never half of one (the keyword files use it
+    too). On failure the temporary file is removed and the error raised."""
+    # Named after the whole target (``p….vectors`` and ``p….keywords`` of one workspace must not share a
+    # temporary file) and the writing thread (a build's save and an eviction's may overlap).
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}-{threading.get_ident()}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as out:
+            out.write(json.dumps(header).encode() + b"\n")
+            for part in parts:
+                out.write(part)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +88,6 @@ class VectorFiles:
         """Write the partition's file; False (logged) if it could not be written: the next start
         rebuilds, which is slower but correct."""
         target = self.path(name)
-        tmp = target.with_suffix(f".tmp{os.getpid()}")
         try:
             id_bytes = np.asarray(ids, dtype=np.int64).tobytes()
             vec_bytes = np.ascontiguousarray(matrix, dtype=np.float32).tobytes()
@@ -79,19 +100,10 @@ class VectorFiles:
                 "sizes": [len(id_bytes), len(vec_bytes), len(graph_bytes)],
                 "crc32": checksum,
             }
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as out:
-                out.write(json.dumps(header).encode() + b"\n")
-                out.write(id_bytes)
-                out.write(vec_bytes)
-                out.write(graph_bytes)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, target)
+            write_atomically(target, header, [id_bytes, vec_bytes, graph_bytes])
             return True
         except Exception:
             log.warning("saving the vector index to %s failed", target, exc_info=True)
-            tmp.unlink(missing_ok=True)
             return False
 
     def load(self, name: str, fingerprint: Fingerprint) -> SavedIndex | None:

@@ -17,14 +17,17 @@ from typing import Any, Protocol
 import numpy as np
 
 from triptych.core.db import Database
-from triptych.core.keyword_index import KeywordIndex
+from triptych.core.keyword_files import KeywordFiles, KeywordFingerprint
+from triptych.core.keyword_index import TERMS_VERSION, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.search import Vector, VectorIndex
 from triptych.core.vector_files import Fingerprint, VectorFiles
 from triptych.metronix.dialect import SQLITE
 from triptych.metronix.knowledge_model import (
+    BODY_WEIGHT,
     CHUNK_HIT_COLUMNS,
     MAX_DUPLICATE_LABELS,
+    TITLE_WEIGHT,
     Candidates,
     ChunkHit,
     DocumentRecord,
@@ -57,9 +60,14 @@ __all__ = [
 
 
 def vectors_dir(db_path: Path) -> Path:
-    """Where the embedded store saves its workspaces' vector indexes: beside its database, a cache of it
-    (rebuilt from the database when missing or stale; backups leave it out)."""
+    """Where the embedded store saves its workspaces' vector and keyword indexes: beside its database, a
+    cache of it (rebuilt from the database when missing or stale; backups leave it out)."""
     return db_path.with_name(db_path.stem + "-vectors")
+
+
+# How a chunk's text becomes BM25 terms: the terms' version, the SQLite whose FTS5 stemmer made the
+# stems, and the column weights. A saved keyword index made under any other is not used.
+TOKENIZER = f"terms-{TERMS_VERSION};sqlite-{sqlite3.sqlite_version};weights-{TITLE_WEIGHT},{BODY_WEIGHT}"
 
 
 class KnowledgeStore(Protocol):
@@ -104,7 +112,12 @@ class SqliteKnowledgeStore(KnowledgeQueries):
         # WAL checkpoints off the request path: a memory write that checkpointed took 80 ms, not 20.
         self.db = Database(path, MIGRATIONS, background_checkpoints=True)
         self.index = VectorIndex(dim, self._load_vectors, VectorFiles(vectors_dir(path)), self._fingerprint)
-        self.keywords = KeywordIndex(self._load_keyword_documents, idf="smooth")
+        self.keywords = KeywordIndex(
+            self._load_keyword_documents,
+            idf="smooth",
+            files=KeywordFiles(vectors_dir(path)),
+            describe=self._keyword_fingerprint,
+        )
         self._gate = WriteGate()
         self._hash_bodies()
 
@@ -180,10 +193,18 @@ class SqliteKnowledgeStore(KnowledgeQueries):
         model = self.embedding_model()
         if model is None:
             return None
+        return Fingerprint(model[0], model[1], *self._extent(workspace_id))
+
+    def _keyword_fingerprint(self, workspace_id: str) -> KeywordFingerprint:
+        """What a saved keyword index of the workspace must match now."""
+        return KeywordFingerprint(TOKENIZER, *self._extent(workspace_id))
+
+    def _extent(self, workspace_id: str) -> tuple[int, int, int]:
+        """The workspace's generation, chunk count and highest chunk id, as the database has them now."""
         count, max_id = self.db.conn.execute(
             "SELECT count(*), coalesce(max(id), 0) FROM chunks WHERE workspace_id = ?", (workspace_id,)
         ).fetchone()
-        return Fingerprint(model[0], model[1], self._generation(workspace_id), int(count), int(max_id))
+        return self._generation(workspace_id), int(count), int(max_id)
 
     def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
         rows = self.db.conn.execute(
@@ -235,6 +256,7 @@ class SqliteKnowledgeStore(KnowledgeQueries):
 
     def close(self) -> None:
         self.index.save_all()  # the next start loads the graphs instead of building them
+        self.keywords.save_all()  # and the keyword postings
         self.db.close()
         self.index.clear()  # out of the process's memory budget now, not when collected
         self.keywords.clear()
