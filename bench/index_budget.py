@@ -50,7 +50,7 @@ import pg_rows  # noqa: E402
 from triptych.core.auth import local_principal  # noqa: E402
 from triptych.core.partitions import BUDGET  # noqa: E402
 from triptych.core.pg import PgDatabase  # noqa: E402
-from triptych.metronix import pg_keywords  # noqa: E402
+from triptych.metronix import pg_keywords, pg_store  # noqa: E402
 from triptych.metronix.knowledge import KnowledgeService  # noqa: E402
 from triptych.metronix.pg_store import PostgresKnowledgeStore  # noqa: E402
 from triptych.metronix.store import KnowledgeStore, NewDocument, SqliteKnowledgeStore  # noqa: E402
@@ -178,6 +178,8 @@ def p50(values: Sequence[float]) -> float:
 def measure(engine: str, target: str, budget_mb: float, args: argparse.Namespace) -> dict[str, Any]:
     """One worker's figures (runs in its own subprocess)."""
     BUDGET.configure(budget_mb)
+    if args.pg_exact_below is not None:  # the "before" of 0270: pgvector's HNSW index for every workspace
+        pg_store.EXACT_BELOW = args.pg_exact_below
     base = memory_kb()
     store: KnowledgeStore
     if engine == "postgresql":
@@ -229,7 +231,7 @@ def measure(engine: str, target: str, budget_mb: float, args: argparse.Namespace
     resident_now = BUDGET.resident()
     store.close()
     return {
-        "engine": engine,
+        "engine": engine if args.pg_exact_below is None else f"{engine}-hnsw",
         "budget_mb": budget_mb,
         "rss_mb_start": round(base["VmRSS"] / 1024, 1),
         "rss_mb_after_sweep": round(after_sweep["VmRSS"] / 1024, 1),
@@ -261,6 +263,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--embedder", choices=("local", "hashed"), default="local",
         help="query embedding: the bundled model (timed, as a server's) or a hashed bag of words (not a model)",
     )  # fmt: skip
+    parser.add_argument(
+        "--compare-hnsw", action="store_true",
+        help="also measure PostgreSQL at the budget with every workspace searched through pgvector's HNSW index"
+        " (no exact scan of small workspaces: the figures before 0270), in the same run",
+    )  # fmt: skip
+    parser.add_argument("--pg-exact-below", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="10 workspaces, 5,000 chunks, 10 MB budget")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
@@ -284,9 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     passthrough = ["--workspaces", str(args.workspaces), "--chunks", str(args.chunks), "--dim", str(args.dim),
                    "--queries", str(args.queries), "--embedder", args.embedder]  # fmt: skip
 
-    def run(engine: str, target: str, budget: float) -> None:
-        common.log(f"measuring {engine} at budget {budget or 'none'} MB ...")
-        command = [sys.executable, __file__, *passthrough, "--measure", engine, target, str(budget)]
+    def run(engine: str, target: str, budget: float, *extra: str) -> None:
+        common.log(f"measuring {engine} {' '.join(extra)} at budget {budget or 'none'} MB ...")
+        command = [sys.executable, __file__, *passthrough, *extra, "--measure", engine, target, str(budget)]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"{engine} at {budget} MB failed:\n{done.stderr[-4000:]}")
@@ -306,18 +314,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 build_postgres(url, args)
                 for budget in (0.0, args.budget_mb):
                     run("postgresql", url, budget)
+                if args.compare_hnsw:
+                    run("postgresql", url, args.budget_mb, "--pg-exact-below", "0")
             finally:
                 cluster.stop()
     baseline = next(
         (r["resident_p50_ms"] for r in results if r["engine"] == "sqlite" and not r["budget_mb"]), None
     )
     print(
-        "\nengine      budget  RSS end  peak   accounted  resident p50 (x)   non-resident p50 (x)   evictions"
+        "\nengine          budget  RSS end  peak   accounted  resident p50 (x)   non-resident p50 (x)   evictions"
     )
     for r in results:
         ratio = lambda v: f"{v / baseline:.2f}x" if baseline else "-"  # noqa: E731
         print(
-            f"{r['engine']:<11} {r['budget_mb'] or 'none':>6}  {r['rss_mb_end']:>6}  {r['peak_rss_mb']:>6}"
+            f"{r['engine']:<15} {r['budget_mb'] or 'none':>6}  {r['rss_mb_end']:>6}  {r['peak_rss_mb']:>6}"
             f"  {r['index_mb_accounted_end']:>8}  {r['resident_p50_ms']:>7} ({ratio(r['resident_p50_ms'])})"
             f"  {r['non_resident_p50_ms']:>9} ({ratio(r['non_resident_p50_ms'])})  {r['evictions']}"
         )

@@ -51,3 +51,32 @@ def tenant_keys_held_by_waiters(url: str) -> int:
             "(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)"
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+class Held:
+    """``work`` inside a transaction of ``hadron`` (a Hadron) holding ``keys``, stopped before its commit
+    until ``commit``: a write held open while another is seen to wait for it, or not."""
+
+    def __init__(self, hadron: Any, keys: tuple[str, ...], work: Callable[[], object]) -> None:
+        self.began, self.release = threading.Event(), threading.Event()
+        self.failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                with hadron.graph.atomic(*keys):
+                    work()
+                    self.began.set()
+                    self.release.wait(3 * STUCK)  # longer than any join: a wait fails, never times out
+            except BaseException as exc:  # surfaced by the test, not lost in the thread
+                self.failed.append(exc)
+                self.began.set()
+
+        self.thread, _ = in_thread(run)
+        assert self.began.wait(STUCK)
+        assert not self.failed, self.failed
+
+    def commit(self) -> None:
+        self.release.set()
+        self.thread.join(STUCK)
+        assert not self.thread.is_alive()
+        assert not self.failed, self.failed

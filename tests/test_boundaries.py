@@ -97,6 +97,21 @@ def test_adapters_reach_stores_only_through_services() -> None:
     assert not leaks, leaks
 
 
+def test_only_hadron_s_sql_is_rewritten_on_its_way_to_postgresql() -> None:
+    """Metronix's and Metergraph's stores spell their SQL for each engine through a dialect and send it as
+    written (``core.pg.NativeDatabase``, docs/decisions/0220 and 0240); the ``?``-to-``%s`` rewrite
+    (``PortableDatabase``, ``PortableConnection``) is left to Hadron until it moves too."""
+    portable = {"PortableDatabase", "PortableConnection"}
+    users = sorted(
+        module
+        for module, path in PATHS.items()
+        if layer(module) != "hadron" and module != "triptych.core.pg"
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ImportFrom) and any(a.name in portable for a in node.names)
+    )
+    assert not users, users
+
+
 # No circle is left (the last, webhooks <-> webhook_delivery, went with webhook_http.py); none may come back.
 KNOWN_CIRCLES: list[set[str]] = []
 

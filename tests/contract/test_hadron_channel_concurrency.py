@@ -1,5 +1,6 @@
 """Concurrent posters on one Channel through the official MCP client: 8 clients posting 200 messages
-each get unique, gap-free, increasing seqs, and a reader polling by sinceSeq never skips a message."""
+each get unique, gap-free, increasing seqs, and a reader polling by sinceSeq never skips a message.
+The first posts of a team chat, which create it, all land too (docs/decisions/0280)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from hadron.team_world import CREW, start_team_world
+from hadron.team_world import CREW, OPS, start_team_world
 from hadron.world import World, as_user
 
 CLIENTS = 8
@@ -72,3 +73,24 @@ async def test_concurrent_posters_get_gap_free_increasing_seqs_and_a_polling_rea
         assert full.data["total"] == CLIENTS * POSTS
         bodies = [m["body"] for m in full.data["messages"]]
         assert len(bodies) == 3 and all(b.startswith("client ") for b in bodies)
+
+
+async def test_concurrent_first_posts_to_a_new_team_chat_all_land_in_one_channel(world: World) -> None:
+    # acme.com:ops has a Team Agent and no team chat yet: its first post creates it, so 4 clients racing
+    # to post first must all land (before 0280 some were refused with URN_ALREADY_EXISTS).
+    async def poster(client: int) -> list[int]:
+        async with as_user(world, "alice" if client % 2 else "carol") as s:  # org OWNER, org CONTRIBUTOR
+            return [
+                (await s.ok("hadron_team_chat_post", app=OPS, body=f"client {client} post {i}")).data["seq"]
+                for i in range(2)
+            ]
+
+    results = await asyncio.gather(*(poster(c) for c in range(4)))
+    assert sorted(seq for seqs in results for seq in seqs) == list(range(1, 9))
+    for seqs in results:
+        assert seqs == sorted(seqs)
+    async with as_user(world, "alice") as alice:
+        listed = await alice.ok("hadron_list_channels", app=OPS)
+        page = await alice.ok("hadron_team_chat_read", app=OPS, limit=50)
+    assert [c["name"] for c in listed.data["channels"]] == ["team"]
+    assert [m["seq"] for m in page.data["messages"]] == list(range(1, 9))

@@ -43,7 +43,7 @@ def test_a_native_store_s_statements_reach_postgresql_as_written_and_a_portable_
     postgres: PostgresCluster,
 ) -> None:
     """Metronix's stores send psycopg's spellings unchanged (``NativeDatabase``): a ``?`` in a literal
-    stays one; ``PortableDatabase`` (Hadron, Metergraph's control stores) still turns ``?`` into ``%s``.
+    stays one; ``PortableDatabase`` (Hadron's stores) still turns ``?`` into ``%s``.
     Both take the same write lock and read rows by position and by name."""
     pg = PgDatabase(postgres.create_database())
     try:

@@ -13,13 +13,12 @@ Waiting is read from ``pg_locks``, never timed.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from lock_waits import STUCK, advisory_waiters, in_thread, tenant_keys_held_by_waiters, until
+from lock_waits import STUCK, Held, advisory_waiters, in_thread, tenant_keys_held_by_waiters, until
 
 from triptych.hadron import write_keys
 from triptych.hadron.abstract_store import Abstract
@@ -177,34 +176,6 @@ FAMILIES = [
     Family("abstract", put_abstract, _memory("plans")),
     Family("git", attach_git, _memory("plans")),
 ]
-
-
-class Held:
-    """``work`` inside a transaction holding ``keys``, stopped before its commit until ``commit``."""
-
-    def __init__(self, hadron: Hadron, keys: tuple[str, ...], work: Callable[[], None]) -> None:
-        self.began, self.release = threading.Event(), threading.Event()
-        self.failed: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                with hadron.graph.atomic(*keys):
-                    work()
-                    self.began.set()
-                    self.release.wait(3 * STUCK)  # longer than any join: a wait fails, never times out
-            except BaseException as exc:  # surfaced by the test, not lost in the thread
-                self.failed.append(exc)
-                self.began.set()
-
-        self.thread, _ = in_thread(run)
-        assert self.began.wait(STUCK)
-        assert not self.failed, self.failed
-
-    def commit(self) -> None:
-        self.release.set()
-        self.thread.join(STUCK)
-        assert not self.thread.is_alive()
-        assert not self.failed, self.failed
 
 
 def seed(hadron: Hadron) -> None:

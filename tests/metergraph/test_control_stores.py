@@ -19,9 +19,14 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from postgres import PostgresCluster  # noqa: E402
 
 from triptych.core.db import Database  # noqa: E402
-from triptych.metergraph.control_stores import ControlStores  # noqa: E402
+from triptych.metergraph.control_stores import ANALYSIS_FILE, ControlStores  # noqa: E402
 from triptych.metergraph.incident_store import Incident  # noqa: E402
+from triptych.metergraph.incidents import DB_FILE as INCIDENTS_FILE  # noqa: E402
+from triptych.metergraph.metadata_store import SqliteMetadataStore  # noqa: E402
+from triptych.metergraph.migrate import FILES, METADATA_FILE, TABLES  # noqa: E402
+from triptych.metergraph.postgres_metadata_store import PostgresMetadataStore  # noqa: E402
 from triptych.metergraph.report_store import ReportExists, RunEnded, StoredReport  # noqa: E402
+from triptych.metergraph.sqlite_schema import open_database  # noqa: E402
 from triptych.metergraph.webhook_store import WebhookStore, webhook_store  # noqa: E402
 
 CONTROL_ENGINES = ("sqlite", "postgres")
@@ -106,6 +111,8 @@ def test_listing_puts_open_first_then_newest_and_counts_what_it_lists(control: C
     # A restricted key sees its environments' incidents and the workspace-wide ones.
     assert [i.id for i in store.for_workspace("w1", ["prod"])] == ["d", "b", "a"]
     assert store.counts("w1", ["prod"]) == (3, 2, 1)
+    assert [i.id for i in store.for_workspace("w1", ["prod", "staging"])] == ["c", "d", "b", "a"]
+    assert store.counts("w1", ["staging", "prod"]) == (4, 3, 1)
     assert [i.id for i in store.for_workspace("w1", [])] == ["d"]
     assert store.counts("w1", []) == (1, 1, 0)
     assert [i.id for i in store.for_workspace("w2")] == ["e"]
@@ -276,6 +283,7 @@ def test_reports_are_numbered_per_workspace_and_listed_newest_first(control: Con
     assert [(r.analysis_id, r.seq) for r in store.list_reports("w1", 10)] == [("b", 2), ("a", 1)]
     assert [r.analysis_id for r in store.list_reports("w1", 10, before_seq=2)] == ["a"]
     assert [r.analysis_id for r in store.list_reports("w1", 10, environments=("prod",))] == ["a"]
+    assert [r.analysis_id for r in store.list_reports("w1", 10, environments=("staging", "prod"))] == ["a"]
     assert store.list_reports("w1", 10, environments=()) == []
     assert store.list_reports("w2", 10)[0].seq == 1
     assert store.artifact("w1", "a") == b"\x00\x01a" and store.artifact("w2", "a") is None
@@ -380,6 +388,7 @@ def test_a_classification_replaces_the_workspace_s_workloads_and_records_its_run
     )
     assert [w["workload_id"] for w in store.workloads("w1", [None])] == ["a"]
     assert [w["workload_id"] for w in store.workloads("w1", ["r2", None])] == ["b", "a"]
+    assert [w["workload_id"] for w in store.workloads("w1", ["r1", "r2"])] == ["b"]
     assert store.workloads("w1", []) == []
     assert store.workload("w1", "x") is None and store.workload("w2", "z") is not None
     store.insert_run(_class_run("c3", status="running"))
@@ -387,3 +396,53 @@ def test_a_classification_replaces_the_workspace_s_workloads_and_records_its_run
     assert [r["run_id"] for r in store.runs("w1", 2)] == ["c3", "c2"]
     assert store.run("w1", "c3")["error_code"] == "boom"  # type: ignore[index]
     assert store.run("w2", "c3") is None
+
+
+# -- both engines' DDL ---------------------------------------------------------------------------------
+
+
+def test_every_control_table_has_the_same_columns_on_both_engines(
+    postgres: PostgresCluster, tmp_path: Path
+) -> None:
+    """Each engine's DDL is written in its own module (``sqlite_control_schema.py`` and ``sqlite_schema.py``;
+    ``pg_schema.py``) while one SQL serves both: every table ``triptych migrate`` carries, and the call-id
+    sequence, has the same columns in the same order on each (PostgreSQL's ``keys.seq`` aside: its stand-in
+    for SQLite's rowid)."""
+    metadata = open_database(tmp_path / "metergraph.db")
+    stores = [
+        ControlStores.open(tmp_path, None, metadata),
+        ControlStores.open(tmp_path, postgres.create_database(), metadata),
+    ]
+    try:
+        embedded, server = stores
+        assert server.pg is not None
+        for engine in stores:  # the components opened with their stores (webhooks, metadata) too
+            webhook_store(engine.incidents.db)
+        SqliteMetadataStore(metadata)
+        PostgresMetadataStore(server.pg)
+        sqlite_files = {
+            INCIDENTS_FILE: embedded.incidents.db,
+            ANALYSIS_FILE: embedded.reports.db,  # type: ignore[attr-defined]
+            METADATA_FILE: metadata,
+        }
+        sqlite_columns = {
+            table: [r[1] for r in sqlite_files[name].conn.execute(f"PRAGMA table_info({table})")]
+            for name, tables in FILES.items()
+            for table in tables
+        }
+        sqlite_columns["clickhouse_call_ids"] = [
+            r[1] for r in metadata.conn.execute("PRAGMA table_info(clickhouse_call_ids)")
+        ]
+        pg_columns: dict[str, list[str]] = {}
+        for table, column in server.pg.conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'metergraph'"
+            " AND table_name <> 'schema_version' ORDER BY table_name, ordinal_position"
+        ).fetchall():
+            if (table, column) != ("keys", "seq"):
+                pg_columns.setdefault(table, []).append(column)
+        assert pg_columns == sqlite_columns
+        assert set(pg_columns) == {*TABLES, "clickhouse_call_ids"}
+    finally:
+        for opened in stores:
+            opened.close()
+        metadata.close()

@@ -446,7 +446,7 @@ class NativeDatabase(StoreDatabase[NativeConnection]):
 
 class PortableDatabase(StoreDatabase[PortableConnection]):
     """A store whose SQL is in the dialect SQLite and PostgreSQL share, ``?`` placeholders included
-    (Hadron's stores and Metergraph's control stores today)."""
+    (Hadron's stores today)."""
 
     def __init__(self, pg: PgDatabase, write_lock: str | None = None) -> None:
         super().__init__(pg, write_lock)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
+from triptych.core.pg import NativeDatabase
 from triptych.metergraph.control_pg import close_control_database, open_control_database
 from triptych.metergraph.import_sync_store import (
     ImportSyncStore,
@@ -28,7 +28,7 @@ ANALYSIS_FILE = "metergraph-analysis.db"
 
 
 @contextmanager
-def control_database(database_url: str | None) -> Iterator[PortableDatabase | None]:
+def control_database(database_url: str | None) -> Iterator[NativeDatabase | None]:
     """Metergraph's PostgreSQL handle for a command's duration, or None (embedded)."""
     db = open_control_database(database_url) if database_url else None
     try:
@@ -38,7 +38,7 @@ def control_database(database_url: str | None) -> Iterator[PortableDatabase | No
             close_control_database(db)
 
 
-def incident_store(data_dir: Path, pg: PortableDatabase | None) -> IncidentStore:
+def incident_store(data_dir: Path, pg: NativeDatabase | None) -> IncidentStore:
     """Incidents (and, sharing their database, webhook endpoints and deliveries)."""
     return PostgresIncidentStore(pg) if pg is not None else SqliteIncidentStore(data_dir / INCIDENTS_FILE)
 
@@ -47,7 +47,7 @@ def incident_store(data_dir: Path, pg: PortableDatabase | None) -> IncidentStore
 class ControlStores:
     """Metergraph's control stores other than the telemetry store's metadata, on one engine."""
 
-    pg: PortableDatabase | None  # server mode: the database they share, closed last
+    pg: NativeDatabase | None  # server mode: the database they share, closed last
     incidents: IncidentStore
     reports: ReportStore
     workloads: WorkloadStore

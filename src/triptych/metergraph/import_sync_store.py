@@ -1,7 +1,9 @@
 """Persistence of import-sync streams and their leases (migration component ``import_sync``). Embedded, and
 with ClickHouse telemetry on one machine: the SQLite metadata file every worker of the server shares
 (``SqliteImportSyncStore``). Server mode (``TRIPTYCH_DATABASE_URL``): Metergraph's PostgreSQL schema,
-shared by every worker of every machine (``PostgresImportSyncStore``). Both run the SQL of ``StreamTx``.
+shared by every worker of every machine (``PostgresImportSyncStore``). Both run the SQL of ``StreamTx``,
+spelled by the store's dialect (``control_sql.py``) and sent as written; each engine's DDL is in
+``sqlite_control_schema.py`` and ``pg_schema.py``.
 
 A stream is one (workspace, source, scope): its checkpoint (the end of the last completed window), a
 version counting completions, and the lease holding it now, if any. Every change happens in one write
@@ -20,42 +22,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
-from triptych.metergraph.control_pg import pg_ddl
+from triptych.core.pg import NativeDatabase
+from triptych.metergraph import pg_schema, sqlite_control_schema
 from triptych.metergraph.control_sql import POSTGRES, SQLITE, Connection, Dialect
 
 COMPONENT = "import_sync"
-MIGRATIONS = [
-    """
-    CREATE TABLE import_sync_streams (
-        workspace TEXT NOT NULL,
-        source TEXT NOT NULL,
-        scope TEXT NOT NULL,
-        seed_ms INTEGER NOT NULL,            -- initial_since of the first acquire: the first window's start
-        checkpoint_ms INTEGER,               -- end of the last completed window; NULL before the first
-        checkpoint_version INTEGER NOT NULL, -- completed windows so far
-        completed_ms INTEGER,                -- when the last window completed
-        lease_id TEXT,                       -- the lease holding the stream now (maybe expired)
-        PRIMARY KEY (workspace, source, scope)
-    );
-    CREATE TABLE import_sync_leases (
-        lease_id TEXT PRIMARY KEY,
-        workspace TEXT NOT NULL,
-        source TEXT NOT NULL,
-        scope TEXT NOT NULL,
-        window_start_ms INTEGER NOT NULL,
-        window_end_ms INTEGER NOT NULL,
-        checkpoint_version INTEGER NOT NULL, -- the stream's version when the lease was issued
-        acquired_ms INTEGER NOT NULL,
-        expires_ms INTEGER NOT NULL,
-        status TEXT NOT NULL,                -- active | completed | abandoned | expired (taken over)
-        ended_ms INTEGER
-    );
-    CREATE UNIQUE INDEX import_sync_one_active ON import_sync_leases (workspace, source, scope)
-        WHERE status = 'active';
-    """,
-]
-PG_MIGRATIONS = [pg_ddl(MIGRATIONS[0])]
 
 
 @dataclass(frozen=True)
@@ -101,9 +72,10 @@ class StreamTx:
 
     def stream(self, workspace: str, source: str, scope: str) -> Stream | None:
         self._lock(workspace, source, scope)
+        p = self.dialect.p
         row = self.conn.execute(
             "SELECT workspace, source, scope, seed_ms, checkpoint_ms, checkpoint_version, completed_ms, lease_id"
-            " FROM import_sync_streams WHERE workspace = ? AND source = ? AND scope = ?",
+            f" FROM import_sync_streams WHERE workspace = {p} AND source = {p} AND scope = {p}",
             (workspace, source, scope),
         ).fetchone()
         return None if row is None else Stream(*row)
@@ -120,7 +92,7 @@ class StreamTx:
         row = self.conn.execute(
             "SELECT lease_id, workspace, source, scope, window_start_ms, window_end_ms, checkpoint_version,"
             " acquired_ms, expires_ms, status, ended_ms FROM import_sync_leases"
-            " WHERE lease_id = ? AND workspace = ?",
+            f" WHERE lease_id = {self.dialect.p} AND workspace = {self.dialect.p}",
             (lease_id, workspace),
         ).fetchone()
         return None if row is None else Lease(*row)
@@ -128,40 +100,45 @@ class StreamTx:
     def start(self, lease: Lease) -> None:
         """Record a new active lease and make it the stream's holder (a new stream starts at the lease's
         window)."""
+        d = self.dialect
         self.conn.execute(
             "INSERT INTO import_sync_streams (workspace, source, scope, seed_ms, checkpoint_version, lease_id)"
-            " VALUES (?, ?, ?, ?, 0, ?)"
+            f" VALUES ({d.marks(4)}, 0, {d.p})"
             " ON CONFLICT (workspace, source, scope) DO UPDATE SET lease_id = excluded.lease_id",
             (lease.workspace, lease.source, lease.scope, lease.window_start_ms, lease.lease_id),
         )
         self.conn.execute(
-            "INSERT INTO import_sync_leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO import_sync_leases VALUES ({d.marks(11)})",
             (lease.lease_id, lease.workspace, lease.source, lease.scope, lease.window_start_ms,
              lease.window_end_ms, lease.checkpoint_version, lease.acquired_ms, lease.expires_ms, "active", None),
         )  # fmt: skip
 
     def end(self, lease: Lease, status: str, now_ms: int) -> None:
         """An active lease ends (completed, abandoned, expired): the stream has no holder afterwards."""
+        p = self.dialect.p
         self.conn.execute(
-            "UPDATE import_sync_leases SET status = ?, ended_ms = ? WHERE lease_id = ? AND status = 'active'",
+            f"UPDATE import_sync_leases SET status = {p}, ended_ms = {p} WHERE lease_id = {p} AND status = 'active'",
             (status, now_ms, lease.lease_id),
         )
         self.conn.execute(
             "UPDATE import_sync_streams SET lease_id = NULL"
-            " WHERE workspace = ? AND source = ? AND scope = ? AND lease_id = ?",
+            f" WHERE workspace = {p} AND source = {p} AND scope = {p} AND lease_id = {p}",
             (lease.workspace, lease.source, lease.scope, lease.lease_id),
         )
 
     def extend(self, lease: Lease, expires_ms: int) -> None:
+        p = self.dialect.p
         self.conn.execute(
-            "UPDATE import_sync_leases SET expires_ms = ? WHERE lease_id = ?", (expires_ms, lease.lease_id)
+            f"UPDATE import_sync_leases SET expires_ms = {p} WHERE lease_id = {p}",
+            (expires_ms, lease.lease_id),
         )
 
     def advance(self, lease: Lease, now_ms: int) -> None:
         """The stream's checkpoint moves to the end of the lease's window, one version on."""
+        p = self.dialect.p
         self.conn.execute(
-            "UPDATE import_sync_streams SET checkpoint_ms = ?, checkpoint_version = checkpoint_version + 1,"
-            " completed_ms = ? WHERE workspace = ? AND source = ? AND scope = ?",
+            f"UPDATE import_sync_streams SET checkpoint_ms = {p}, checkpoint_version = checkpoint_version + 1,"
+            f" completed_ms = {p} WHERE workspace = {p} AND source = {p} AND scope = {p}",
             (lease.window_end_ms, now_ms, lease.workspace, lease.source, lease.scope),
         )
 
@@ -175,7 +152,7 @@ class ImportSyncStore(Protocol):
 
 class _ImportSyncSql:
     dialect: Dialect
-    db: Database | PortableDatabase
+    db: Database | NativeDatabase
 
     @contextmanager
     def transaction(self) -> Iterator[StreamTx]:
@@ -198,7 +175,7 @@ class SqliteImportSyncStore(_ImportSyncSql):
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        db.migrate(COMPONENT, MIGRATIONS)
+        db.migrate(COMPONENT, sqlite_control_schema.IMPORT_SYNC)
 
 
 class PostgresImportSyncStore(_ImportSyncSql):
@@ -206,6 +183,6 @@ class PostgresImportSyncStore(_ImportSyncSql):
 
     dialect = POSTGRES
 
-    def __init__(self, db: PortableDatabase) -> None:
+    def __init__(self, db: NativeDatabase) -> None:
         self.db = db
-        db.migrate(COMPONENT, PG_MIGRATIONS)
+        db.migrate(COMPONENT, pg_schema.IMPORT_SYNC)

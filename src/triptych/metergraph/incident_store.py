@@ -1,8 +1,9 @@
 """Incident persistence. Embedded: one SQLite file (``metergraph-incidents.db``) apart from the telemetry
 store, so detector writes never queue behind ingest transactions and a telemetry engine swap leaves them
 alone (``SqliteIncidentStore``). Server mode: the ``metergraph`` schema of the PostgreSQL database
-(``PostgresIncidentStore``, decision record 0160). Both run the SQL of ``_IncidentSql``; where the
-engines differ they ask the dialect (``control_sql.py``).
+(``PostgresIncidentStore``, decision record 0160). Both run the SQL of ``_IncidentSql``, spelled by the
+store's dialect (``control_sql.py``) and sent as written; each engine's DDL is in ``sqlite_control_schema.py``
+and ``pg_schema.py``.
 
 At most one incident per (workspace, kind, grain, series) is open at a time (a partial unique index), so
 two workers sweeping the same workspace cannot open the same episode twice. A save holds its workspace's
@@ -12,6 +13,7 @@ announces is judged against the row as the previous save left it.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,47 +21,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
-from triptych.metergraph.control_pg import pg_ddl
-from triptych.metergraph.control_sql import POSTGRES, SQLITE, Connection, Dialect, limit_clause, limit_params
+from triptych.core.pg import NativeDatabase
+from triptych.metergraph import pg_schema, sqlite_control_schema
+from triptych.metergraph.control_sql import POSTGRES, SQLITE, Connection, Dialect
 
 COMPONENT = "incidents"
-
-MIGRATIONS = [
-    """
-    CREATE TABLE incidents (
-        id TEXT PRIMARY KEY,
-        workspace TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        grain TEXT NOT NULL,
-        series TEXT NOT NULL,              -- JSON list of the series' dimension values
-        route TEXT, provider TEXT, model TEXT, environment TEXT,
-        status TEXT NOT NULL,              -- open | resolved
-        severity TEXT NOT NULL,
-        title TEXT NOT NULL,
-        window_start_ms INTEGER NOT NULL,
-        window_end_ms INTEGER NOT NULL,
-        first_seen_ms INTEGER NOT NULL,
-        last_seen_ms INTEGER NOT NULL,
-        resolved_ms INTEGER,
-        occurrences INTEGER NOT NULL,
-        generation INTEGER NOT NULL,
-        clear_windows INTEGER NOT NULL DEFAULT 0,
-        last_trigger_bucket INTEGER,
-        diagnosis TEXT NOT NULL
-    );
-    CREATE UNIQUE INDEX incidents_one_open ON incidents (workspace, kind, grain, series) WHERE status = 'open';
-    CREATE INDEX incidents_by_workspace ON incidents (workspace, status, last_seen_ms);
-    CREATE TABLE incident_cursors (
-        workspace TEXT NOT NULL,
-        grain TEXT NOT NULL,
-        anchor_bucket INTEGER NOT NULL,     -- the newest window seen (event time, never moves back)
-        evaluated_through INTEGER NOT NULL, -- the newest complete window judged
-        PRIMARY KEY (workspace, grain)
-    );
-    """,
-]
-PG_MIGRATIONS = [pg_ddl(MIGRATIONS[0])]
 
 
 @dataclass
@@ -100,17 +66,21 @@ class Incident:
 
 
 _COLUMNS = tuple(Incident.__dataclass_fields__)
-_UPSERT = (
-    f"INSERT INTO incidents ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})"
-    " ON CONFLICT (id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("id", "workspace", "first_seen_ms"))
-)
 
 
-_INSERT_NEW = (
-    f"INSERT INTO incidents ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})"
-    " ON CONFLICT DO NOTHING"
-)
+@functools.cache
+def _insert(d: Dialect, new: bool) -> str:
+    """The INSERT of an incident's row (``Incident.params``): a new episode's, which leaves a row another
+    worker opened a moment ago as it is, or an update of a known one."""
+    insert = f"INSERT INTO incidents ({', '.join(_COLUMNS)}) VALUES ({', '.join(map(d.named, _COLUMNS))})"
+    if new:
+        return insert + " ON CONFLICT DO NOTHING"
+    kept = ("id", "workspace", "first_seen_ms")
+    return (
+        insert
+        + " ON CONFLICT (id) DO UPDATE SET "
+        + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in kept)
+    )
 
 
 # Called inside ``save``'s transaction with each transition (``incident.opened|updated|resolved``): the
@@ -139,7 +109,7 @@ class IncidentStore(Protocol):
     """Incidents and the detectors' cursors of one engine."""
 
     @property
-    def db(self) -> Database | PortableDatabase:
+    def db(self) -> Database | NativeDatabase:
         """The database the webhook store shares: deliveries commit with the change they announce."""
         ...
 
@@ -165,7 +135,7 @@ class IncidentStore(Protocol):
 
 
 class _IncidentSql:
-    """The incident SQL both engines run, over ``db`` (a ``Database`` or a ``PortableDatabase``)."""
+    """The incident SQL both engines run, over ``db`` (a ``Database`` or a ``NativeDatabase``)."""
 
     dialect: Dialect
     db: Any
@@ -177,15 +147,17 @@ class _IncidentSql:
         self.outbox_committed: Callable[[], None] | None = None
 
     def cursor(self, workspace: str, grain: str) -> tuple[int, int] | None:
+        p = self.dialect.p
         row = self.db.conn.execute(
-            "SELECT anchor_bucket, evaluated_through FROM incident_cursors WHERE workspace = ? AND grain = ?",
+            f"SELECT anchor_bucket, evaluated_through FROM incident_cursors WHERE workspace = {p} AND grain = {p}",
             (workspace, grain),
         ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
 
     def open_incidents(self, workspace: str, grain: str) -> list[Incident]:
+        p = self.dialect.p
         rows = self.db.conn.execute(
-            "SELECT * FROM incidents WHERE workspace = ? AND grain = ? AND status = 'open'",
+            f"SELECT * FROM incidents WHERE workspace = {p} AND grain = {p} AND status = 'open'",
             (workspace, grain),
         )
         return [Incident.from_row(r) for r in rows]
@@ -200,15 +172,16 @@ class _IncidentSql:
     ) -> None:
         """The sweep's changed incidents and its new cursor, together or not at all. An incident in
         ``created`` is new: if another worker opened the same episode a moment ago, its row stays."""
-        announced = False
+        announced, d = False, self.dialect
         with self.db.transaction() as conn:
-            self.dialect.lock(conn, "metergraph-incidents", workspace)
+            d.lock(conn, "metergraph-incidents", workspace)
             for incident in incidents:
-                sql = _INSERT_NEW if incident.id in created else _UPSERT
+                sql = _insert(d, incident.id in created)
                 before = None
                 if self.outbox is not None:
                     before = conn.execute(
-                        "SELECT status, severity, occurrences FROM incidents WHERE id = ?", (incident.id,)
+                        f"SELECT status, severity, occurrences FROM incidents WHERE id = {d.p}",
+                        (incident.id,),
                     ).fetchone()
                 written = conn.execute(sql, incident.params()).rowcount > 0
                 event = transition(before, incident, written) if self.outbox is not None else None
@@ -217,7 +190,7 @@ class _IncidentSql:
                     announced = True
             if cursor is not None:
                 conn.execute(
-                    "INSERT INTO incident_cursors VALUES (?, ?, ?, ?) ON CONFLICT (workspace, grain) DO UPDATE"
+                    f"INSERT INTO incident_cursors VALUES ({d.marks(4)}) ON CONFLICT (workspace, grain) DO UPDATE"
                     " SET anchor_bucket = excluded.anchor_bucket, evaluated_through = excluded.evaluated_through",
                     (workspace, grain, *cursor),
                 )
@@ -230,10 +203,10 @@ class _IncidentSql:
         """The workspace's incidents, open ones first, then the most recently seen; with ``environments``,
         only those environments' and the workspace-wide (no series) ones."""
         where, params = self._visible(workspace, environments)
+        bound, bound_params = self.dialect.limit(limit)
         rows = self.db.conn.execute(
-            f"SELECT * FROM incidents WHERE {where} ORDER BY status = 'open' DESC, last_seen_ms DESC, id"
-            + limit_clause(limit),
-            [*params, *limit_params(limit)],
+            f"SELECT * FROM incidents WHERE {where} ORDER BY status = 'open' DESC, last_seen_ms DESC, id{bound}",
+            [*params, *bound_params],
         )
         return [Incident.from_row(r) for r in rows]
 
@@ -248,22 +221,22 @@ class _IncidentSql:
         ).fetchone()
         return int(row[0]), int(row[1]), int(row[2])
 
-    @staticmethod
-    def _visible(workspace: str, environments: Sequence[str] | None) -> tuple[str, list[Any]]:
+    def _visible(self, workspace: str, environments: Sequence[str] | None) -> tuple[str, list[Any]]:
+        mine = f"workspace = {self.dialect.p}"
         if environments is None:
-            return "workspace = ?", [workspace]
-        marks = ", ".join("?" * len(environments))
-        where = (
-            f"workspace = ? AND (series = '[]' OR environment IN ({marks}))"
-            if environments
-            else ("workspace = ? AND series = '[]'")
-        )
-        return where, [workspace, *environments]
+            return mine, [workspace]
+        if not environments:
+            return f"{mine} AND series = '[]'", [workspace]
+        allowed, params = self.dialect.one_of("environment", environments)
+        return f"{mine} AND (series = '[]' OR {allowed})", [workspace, *params]
 
     def prune(self, before_ms: int) -> None:
         """Forget incidents resolved before ``before_ms`` (older than any window a read may ask for)."""
         with self.db.transaction() as conn:
-            conn.execute("DELETE FROM incidents WHERE status = 'resolved' AND resolved_ms < ?", (before_ms,))
+            conn.execute(
+                f"DELETE FROM incidents WHERE status = 'resolved' AND resolved_ms < {self.dialect.p}",
+                (before_ms,),
+            )
 
 
 class SqliteIncidentStore(_IncidentSql):
@@ -274,7 +247,7 @@ class SqliteIncidentStore(_IncidentSql):
 
     def __init__(self, path: Path) -> None:
         super().__init__()
-        self.db = Database(path, MIGRATIONS, component=COMPONENT)
+        self.db = Database(path, sqlite_control_schema.INCIDENTS, component=COMPONENT)
 
     def close(self) -> None:
         self.db.close()
@@ -285,10 +258,10 @@ class PostgresIncidentStore(_IncidentSql):
 
     dialect = POSTGRES
 
-    def __init__(self, db: PortableDatabase) -> None:
+    def __init__(self, db: NativeDatabase) -> None:
         super().__init__()
         self.db = db
-        db.migrate(COMPONENT, PG_MIGRATIONS)
+        db.migrate(COMPONENT, pg_schema.INCIDENTS)
 
     def close(self) -> None:
         """Nothing: the database belongs to the ``Metergraph`` that opened it."""

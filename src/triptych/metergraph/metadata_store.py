@@ -4,12 +4,14 @@ sessions, route configuration, ingest batch records, the call-id sequence and im
 ``MetadataStore`` is what the services need of it. ``SqliteMetadataStore`` keeps it in the metergraph file
 (``sqlite_schema.py``), beside the embedded engine's calls or in front of ClickHouse's;
 ``postgres_metadata_store.PostgresMetadataStore`` in PostgreSQL (server mode). Both run the SQL of
-``MetadataSql``, written once in the dialect SQLite 3.35+ and PostgreSQL share (``core.pg.PortableDatabase``
-runs it there); each engine brings its DDL. The calls themselves are a ``call_store.CallStore``'s.
+``MetadataSql``, written once in what SQLite 3.35+ and PostgreSQL share with its placeholders from the
+store's dialect (``control_sql.py``), and sent as written; each engine brings its DDL. The calls themselves
+are a ``call_store.CallStore``'s.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Sequence
@@ -18,6 +20,7 @@ from typing import Any, Protocol
 
 from triptych.core.db import Database
 from triptych.metergraph import import_events
+from triptych.metergraph.control_sql import SQLITE, Dialect
 from triptych.metergraph.import_events import ImportKey, SqlConnection
 
 # The health counters of ``batch_health``, over the batches received since a time.
@@ -108,7 +111,7 @@ class MetadataStore(Protocol):
 
 
 class SqlDatabase(Protocol):
-    """``core.db.Database`` or ``core.pg.PortableDatabase``: ``?`` placeholders, rows read by name."""
+    """``core.db.Database`` or ``core.pg.NativeDatabase``: statements sent as written, rows read by name."""
 
     @property
     def conn(self) -> SqlConnection: ...
@@ -123,41 +126,54 @@ def _count(condition: str) -> str:
 _PROCESSED, _FAILED = _count("status = 'processed'"), _count("status = 'failed'")
 _PERMANENT, _RECOVERABLE = _count("failure_class = 'permanent'"), _count("failure_class = 'recoverable'")
 _UNCLASSIFIED = _count("status = 'failed' AND failure_class IS NULL")
-_HEALTH_SQL = (
-    f"SELECT {_PROCESSED} AS processed, {_FAILED} AS failed, {_PERMANENT} AS permanent,"
-    f" {_RECOVERABLE} AS recoverable, {_UNCLASSIFIED} AS unclassified,"
-    " MAX(received_ms) AS last_received, MAX(processed_ms) AS last_processed,"
-    " SUM(accepted) AS accepted, SUM(ignored) AS ignored, MAX(dropped) AS dropped,"
-    " MAX(transport_errors) AS transport_errors, SUM(unknown_attributes) AS unknown_attributes,"
-    " SUM(content_dropped) AS content_dropped"
-    " FROM ingest_batches WHERE workspace = ? AND received_ms >= ?"
-)
+
+
+@functools.cache
+def _health_sql(p: str) -> str:
+    """``batch_health``'s statement with the placeholder ``p``."""
+    return (
+        f"SELECT {_PROCESSED} AS processed, {_FAILED} AS failed, {_PERMANENT} AS permanent,"
+        f" {_RECOVERABLE} AS recoverable, {_UNCLASSIFIED} AS unclassified,"
+        " MAX(received_ms) AS last_received, MAX(processed_ms) AS last_processed,"
+        " SUM(accepted) AS accepted, SUM(ignored) AS ignored, MAX(dropped) AS dropped,"
+        " MAX(transport_errors) AS transport_errors, SUM(unknown_attributes) AS unknown_attributes,"
+        " SUM(content_dropped) AS content_dropped"
+        f" FROM ingest_batches WHERE workspace = {p} AND received_ms >= {p}"
+    )
 
 
 class MetadataSql:
-    """``MetadataStore``'s SQL, the same on every engine; a subclass opens ``db`` with its DDL."""
+    """``MetadataStore``'s SQL, written once and spelled by the engine's ``dialect``; a subclass opens
+    ``db`` with its DDL."""
 
     db: SqlDatabase
     # The keys' listing order: creation time, then the order they were stored in.
     key_order = "created_at"
 
-    def __init__(self) -> None:
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
         self._ids = threading.Lock()
 
     def ensure_workspace(self, conn: SqlConnection, workspace: str, now_iso: str) -> None:
+        p = self.dialect.p
         conn.execute(
-            "INSERT INTO workspaces (id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            f"INSERT INTO workspaces (id, created_at) VALUES ({p}, {p}) ON CONFLICT DO NOTHING",
             (workspace, now_iso),
         )
 
     def workspace(self, workspace: str) -> dict[str, Any] | None:
-        row = self.db.conn.execute("SELECT * FROM workspaces WHERE id = ?", (workspace,)).fetchone()
+        row = self.db.conn.execute(
+            f"SELECT * FROM workspaces WHERE id = {self.dialect.p}", (workspace,)
+        ).fetchone()
         return dict(row) if row else None
 
     def set_retain_content(self, workspace: str, retain: bool, now_iso: str) -> None:
+        p = self.dialect.p
         with self.db.transaction() as conn:
             self.ensure_workspace(conn, workspace, now_iso)
-            conn.execute("UPDATE workspaces SET retain_content = ? WHERE id = ?", (int(retain), workspace))
+            conn.execute(
+                f"UPDATE workspaces SET retain_content = {p} WHERE id = {p}", (int(retain), workspace)
+            )
 
     def insert_key(
         self, key_id: str, workspace: str, kind: str, role: str | None, environments: Sequence[str] | None,
@@ -167,14 +183,14 @@ class MetadataSql:
             self.ensure_workspace(conn, workspace, now_iso)
             conn.execute(
                 "INSERT INTO keys (id, workspace, kind, role, environments, token_hash, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f" VALUES ({self.dialect.marks(7)})",
                 (key_id, workspace, kind, role, json.dumps(list(environments)) if environments else None,
                  token_hash, now_iso),
             )  # fmt: skip
 
     def key_by_hash(self, token_hash: str) -> dict[str, Any] | None:
         row = self.db.conn.execute(
-            "SELECT * FROM keys WHERE token_hash = ? AND revoked_at IS NULL", (token_hash,)
+            f"SELECT * FROM keys WHERE token_hash = {self.dialect.p} AND revoked_at IS NULL", (token_hash,)
         ).fetchone()
         return dict(row) if row else None
 
@@ -182,29 +198,33 @@ class MetadataSql:
         sql = "SELECT id, workspace, kind, role, environments, created_at, revoked_at FROM keys"
         args: tuple[Any, ...] = ()
         if workspace is not None:
-            sql += " WHERE workspace = ?"
+            sql += f" WHERE workspace = {self.dialect.p}"
             args = (workspace,)
         return [dict(r) for r in self.db.conn.execute(f"{sql} ORDER BY {self.key_order}", args)]
 
     def revoke_key(self, key_id: str, now_iso: str) -> bool:
+        p = self.dialect.p
         with self.db.transaction() as conn:
             cur = conn.execute(
-                "UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now_iso, key_id)
+                f"UPDATE keys SET revoked_at = {p} WHERE id = {p} AND revoked_at IS NULL", (now_iso, key_id)
             )
             return bool(cur.rowcount > 0)
 
     def insert_session(
         self, token_hash: str, workspace: str, app: str, repository: str, sdk_version: str, expires_at: int
     ) -> None:
+        d = self.dialect
         with self.db.transaction() as conn:
-            conn.execute("DELETE FROM sessions WHERE expires_at < ?", (expires_at - 7 * 86_400,))
+            conn.execute(f"DELETE FROM sessions WHERE expires_at < {d.p}", (expires_at - 7 * 86_400,))
             conn.execute(
-                "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO sessions VALUES ({d.marks(6)})",
                 (token_hash, workspace, app, repository, sdk_version, expires_at),
             )
 
     def session_by_hash(self, token_hash: str) -> dict[str, Any] | None:
-        row = self.db.conn.execute("SELECT * FROM sessions WHERE token_hash = ?", (token_hash,)).fetchone()
+        row = self.db.conn.execute(
+            f"SELECT * FROM sessions WHERE token_hash = {self.dialect.p}", (token_hash,)
+        ).fetchone()
         return dict(row) if row else None
 
     # -- routes ---------------------------------------------------------------------------------
@@ -216,7 +236,7 @@ class MetadataSql:
         with self.db.transaction() as conn:
             conn.execute(
                 "INSERT INTO routes (workspace, route, description, constraints, config, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)"
+                f" VALUES ({self.dialect.marks(6)})"
                 " ON CONFLICT (workspace, route) DO UPDATE SET description = excluded.description,"
                 " constraints = excluded.constraints, config = excluded.config, updated_at = excluded.updated_at",
                 (workspace, route, description, json.dumps(constraints or {}, sort_keys=True),
@@ -224,12 +244,15 @@ class MetadataSql:
             )  # fmt: skip
 
     def route_config(self, workspace: str) -> dict[str, Any]:
-        rows = self.db.conn.execute("SELECT route, config FROM routes WHERE workspace = ?", (workspace,))
+        rows = self.db.conn.execute(
+            f"SELECT route, config FROM routes WHERE workspace = {self.dialect.p}", (workspace,)
+        )
         return {r["route"]: json.loads(r["config"]) for r in rows}
 
     def configured_routes(self, workspace: str) -> list[dict[str, Any]]:
         rows = self.db.conn.execute(
-            "SELECT route, description, constraints, updated_at FROM routes WHERE workspace = ? ORDER BY route",
+            "SELECT route, description, constraints, updated_at FROM routes"
+            f" WHERE workspace = {self.dialect.p} ORDER BY route",
             (workspace,),
         )
         return [{**dict(r), "constraints": json.loads(r["constraints"])} for r in rows]
@@ -242,7 +265,7 @@ class MetadataSql:
     ) -> None:  # fmt: skip
         with self.db.transaction() as conn:
             if confirm:
-                import_events.confirm(conn, workspace, confirm)
+                import_events.confirm(conn, workspace, confirm, self.dialect)
             self.record_batch_in(conn, workspace, source, accepted, batch, now_iso)
 
     def record_batch_in(
@@ -255,7 +278,7 @@ class MetadataSql:
         conn.execute(
             "INSERT INTO ingest_batches (workspace, source, received_ms, processed_ms, status, accepted,"
             " ignored, dropped, transport_errors, unknown_attributes, content_dropped)"
-            " VALUES (?, ?, ?, ?, 'processed', ?, ?, ?, ?, ?, ?)",
+            f" VALUES ({self.dialect.marks(4)}, 'processed', {self.dialect.marks(6)})",
             (workspace, source, batch["received_ms"], batch["processed_ms"], accepted, batch["ignored"],
              batch["dropped"], batch["transport_errors"], batch["unknown_attributes"], batch["content_dropped"]),
         )  # fmt: skip
@@ -264,17 +287,18 @@ class MetadataSql:
         with self.db.transaction() as conn:
             conn.execute(
                 "INSERT INTO ingest_batches (workspace, source, received_ms, status, failure_class)"
-                " VALUES (?, ?, ?, 'failed', ?)",
+                f" VALUES ({self.dialect.marks(3)}, 'failed', {self.dialect.p})",
                 (workspace, source, received_ms, failure_class),
             )
 
     def batch_health(self, workspace: str, since_ms: int) -> dict[str, Any]:
-        row = self.db.conn.execute(_HEALTH_SQL, (workspace, since_ms)).fetchone()
+        row = self.db.conn.execute(_health_sql(self.dialect.p), (workspace, since_ms)).fetchone()
         return {k: row[k] for k in BATCH_HEALTH}
 
     def recent_batches(self, workspace: str, limit: int) -> list[tuple[str, int]]:
+        p = self.dialect.p
         rows = self.db.conn.execute(
-            "SELECT status, received_ms FROM ingest_batches WHERE workspace = ? ORDER BY id DESC LIMIT ?",
+            f"SELECT status, received_ms FROM ingest_batches WHERE workspace = {p} ORDER BY id DESC LIMIT {p}",
             (workspace, limit),
         )
         return [(str(r[0]), int(r[1])) for r in rows]
@@ -284,22 +308,23 @@ class MetadataSql:
     def reserve_call_ids(self, n: int) -> int:
         # One statement moves the sequence (two workers' transactions cannot read the same value); queued
         # on a lock in this process rather than on SQLite's busy handler (which sleeps).
+        p = self.dialect.p
         with self._ids, self.db.transaction() as conn:
             row = conn.execute(
-                "UPDATE clickhouse_call_ids SET next_id = next_id + ? RETURNING next_id - ?", (n, n)
+                f"UPDATE clickhouse_call_ids SET next_id = next_id + {p} RETURNING next_id - {p}", (n, n)
             ).fetchone()
             if row is None:  # a SQLite file whose sequence never moved (PostgreSQL's starts with its row)
-                conn.execute("INSERT INTO clickhouse_call_ids VALUES (?)", (1 + n,))
+                conn.execute(f"INSERT INTO clickhouse_call_ids VALUES ({p})", (1 + n,))
                 return 1
         return int(row[0])
 
     def claim_imports(self, workspace: str, keys: Sequence[ImportKey | None]) -> list[bool]:
         with self.db.transaction() as conn:
-            return import_events.claim(conn, workspace, keys, stored=False)
+            return import_events.claim(conn, workspace, keys, stored=False, dialect=self.dialect)
 
     def release_imports(self, workspace: str, keys: Sequence[ImportKey]) -> None:
         with self.db.transaction() as conn:
-            import_events.release(conn, workspace, keys)
+            import_events.release(conn, workspace, keys, self.dialect)
 
 
 _ID_SEQUENCE_DDL = "CREATE TABLE IF NOT EXISTS clickhouse_call_ids (next_id INTEGER NOT NULL)"
@@ -309,7 +334,7 @@ class SqliteMetadataStore(MetadataSql):
     """``MetadataStore`` in the metergraph SQLite file (``db``, shared with the embedded call store)."""
 
     def __init__(self, db: Database) -> None:
-        super().__init__()
+        super().__init__(SQLITE)
         self.db: Database = db
         # The ClickHouse engine's call ids (its name kept from when only that engine drew from it).
         with db.transaction() as conn:

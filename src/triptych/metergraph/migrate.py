@@ -19,7 +19,7 @@ from psycopg import Connection, sql
 
 from triptych.core.db import Database
 from triptych.core.errors import Invalid
-from triptych.core.pg import PortableDatabase, one, redacted
+from triptych.core.pg import NativeDatabase, one, redacted
 from triptych.core.transfer import Copied, Progress, remove_database, snapshot
 from triptych.metergraph.control_pg import close_control_database, open_control_database, schema_url
 from triptych.metergraph.control_stores import ANALYSIS_FILE
@@ -83,7 +83,7 @@ def _open_sqlite(stack: ExitStack, data_dir: Path, name: str) -> Database:
     return db
 
 
-def _migrate_postgres(db: PortableDatabase) -> None:
+def _migrate_postgres(db: NativeDatabase) -> None:
     PostgresIncidentStore(db)
     PostgresWebhookStore(db)
     PostgresReportStore(db)

@@ -4,7 +4,8 @@ Embedded: its own SQLite file (``metergraph-analysis.db``) next to the telemetry
 run's progress never waits on the ingest writer's lock (``SqliteReportStore``). Server mode: Metergraph's
 PostgreSQL schema (``PostgresReportStore``), where every worker of every machine sees every run: a run
 started through one worker is listed, cancelled and read through any other. Both run the SQL of
-``_ReportSql``. The workspace is part of every key, so one workspace can never read another's rows; the
+``_ReportSql``, spelled by the store's dialect (``control_sql.py``) and sent as written; each engine's DDL is
+in ``sqlite_control_schema.py`` and ``pg_schema.py``. The workspace is part of every key, so one workspace can never read another's rows; the
 numbering of a workspace's reports and runs (``seq``) is taken under that workspace's lock only.
 """
 
@@ -16,57 +17,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
-from triptych.metergraph.control_pg import pg_ddl
+from triptych.core.pg import NativeDatabase
+from triptych.metergraph import pg_schema, sqlite_control_schema
 from triptych.metergraph.control_sql import POSTGRES, SQLITE, Dialect
 
 COMPONENT = "analysis"
 
-MIGRATIONS = [
-    """
-    CREATE TABLE reports (
-        workspace TEXT NOT NULL,
-        analysis_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,              -- import order, newest first in lists
-        schema_version INTEGER NOT NULL,
-        generated_at TEXT NOT NULL,
-        imported_at TEXT NOT NULL,
-        import_source TEXT NOT NULL,       -- analysis_run | cli_import
-        outcome TEXT NOT NULL,
-        environment TEXT,                  -- NULL: not tied to one environment
-        sha256 TEXT NOT NULL,
-        bytes INTEGER NOT NULL,
-        artifact BLOB NOT NULL,
-        PRIMARY KEY (workspace, analysis_id)
-    );
-    CREATE INDEX reports_newest ON reports (workspace, seq);
-    CREATE TABLE analysis_runs (
-        workspace TEXT NOT NULL,
-        run_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        kind TEXT NOT NULL,                -- analysis | classification
-        analysis_id TEXT NOT NULL,
-        request_key TEXT,
-        request_hash TEXT,
-        status TEXT NOT NULL,              -- queued | running | succeeded | failed | cancelled
-        created_at TEXT NOT NULL,
-        started_at TEXT,
-        finished_at TEXT,
-        error_code TEXT,
-        error_message TEXT,
-        progress TEXT NOT NULL DEFAULT '{}',
-        arguments TEXT NOT NULL DEFAULT '{}',
-        cancel_requested INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (workspace, run_id)
-    );
-    CREATE INDEX runs_newest ON analysis_runs (workspace, seq);
-    CREATE UNIQUE INDEX runs_request_key ON analysis_runs (workspace, request_key) WHERE request_key IS NOT NULL;
-    """,
-    # 2: the live run's process writes a heartbeat (wall-clock ms); a restarting server fails only runs
-    # whose heartbeat stopped, not those another worker is running.
-    "ALTER TABLE analysis_runs ADD COLUMN heartbeat_ms INTEGER;",
-]
-PG_MIGRATIONS = [pg_ddl(m) for m in MIGRATIONS]
 
 _REPORT_COLUMNS = (
     "analysis_id, schema_version, generated_at, imported_at, import_source, outcome, environment, sha256, bytes,"
@@ -153,9 +109,10 @@ class _ReportSql:
             return self._insert_report(conn, workspace, report, artifact)
 
     def _insert_report(self, conn: Any, workspace: str, report: StoredReport, artifact: bytes) -> bool:
-        self.dialect.lock(conn, "metergraph-reports", workspace)  # one numbering (seq) at a time
+        d = self.dialect
+        d.lock(conn, "metergraph-reports", workspace)  # one numbering (seq) at a time
         row = conn.execute(
-            "SELECT sha256 FROM reports WHERE workspace = ? AND analysis_id = ?",
+            f"SELECT sha256 FROM reports WHERE workspace = {d.p} AND analysis_id = {d.p}",
             (workspace, report.analysis_id),
         ).fetchone()
         if row is not None:
@@ -163,10 +120,10 @@ class _ReportSql:
                 return False
             raise ReportExists(report.analysis_id)
         seq = conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) + 1 FROM reports WHERE workspace = ?", (workspace,)
+            f"SELECT COALESCE(MAX(seq), 0) + 1 FROM reports WHERE workspace = {d.p}", (workspace,)
         ).fetchone()[0]
         conn.execute(
-            f"INSERT INTO reports (workspace, {_REPORT_COLUMNS}, artifact) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO reports (workspace, {_REPORT_COLUMNS}, artifact) VALUES ({d.marks(12)})",
             (workspace, report.analysis_id, report.schema_version, report.generated_at, report.imported_at,
              report.import_source, report.outcome, report.environment, report.sha256, report.bytes, seq, artifact),
         )  # fmt: skip
@@ -180,67 +137,75 @@ class _ReportSql:
         environments: tuple[str, ...] | None = None,
     ) -> list[StoredReport]:
         """Newest first; ``environments`` (a restricted key's allowlist) keeps only reports tied to one of them."""
-        sql = f"SELECT {_REPORT_COLUMNS} FROM reports WHERE workspace = ?"
+        p = self.dialect.p
+        sql = f"SELECT {_REPORT_COLUMNS} FROM reports WHERE workspace = {p}"
         params: list[Any] = [workspace]
         if environments is not None:
-            # An empty allowlist matches nothing (PostgreSQL has no empty ``IN ()``).
-            sql += (
-                f" AND environment IN ({', '.join('?' * len(environments))})"
-                if environments
-                else " AND 1 = 0"
-            )
-            params.extend(environments)
+            if environments:
+                allowed, values = self.dialect.one_of("environment", environments)
+                sql += f" AND {allowed}"
+                params.extend(values)
+            else:
+                sql += " AND 1 = 0"  # an empty allowlist matches nothing
         if before_seq is not None:
-            sql += " AND seq < ?"
+            sql += f" AND seq < {p}"
             params.append(before_seq)
-        sql += " ORDER BY seq DESC LIMIT ?"
+        sql += f" ORDER BY seq DESC LIMIT {p}"
         params.append(limit)
         return [StoredReport(**dict(r)) for r in self.db.conn.execute(sql, params)]
 
     def report(self, workspace: str, analysis_id: str) -> StoredReport | None:
+        p = self.dialect.p
         row = self.db.conn.execute(
-            f"SELECT {_REPORT_COLUMNS} FROM reports WHERE workspace = ? AND analysis_id = ?",
+            f"SELECT {_REPORT_COLUMNS} FROM reports WHERE workspace = {p} AND analysis_id = {p}",
             (workspace, analysis_id),
         ).fetchone()
         return None if row is None else StoredReport(**dict(row))
 
     def artifact(self, workspace: str, analysis_id: str) -> bytes | None:
+        p = self.dialect.p
         row = self.db.conn.execute(
-            "SELECT artifact FROM reports WHERE workspace = ? AND analysis_id = ?", (workspace, analysis_id)
+            f"SELECT artifact FROM reports WHERE workspace = {p} AND analysis_id = {p}",
+            (workspace, analysis_id),
         ).fetchone()
         return None if row is None else bytes(row["artifact"])
 
     # -- runs ------------------------------------------------------------------------------------
 
     def insert_run(self, workspace: str, run: dict[str, Any]) -> None:
+        d = self.dialect
         with self.db.transaction() as conn:
-            self.dialect.lock(conn, "metergraph-runs", workspace)  # one numbering (seq) at a time
+            d.lock(conn, "metergraph-runs", workspace)  # one numbering (seq) at a time
             seq = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM analysis_runs WHERE workspace = ?", (workspace,)
+                f"SELECT COALESCE(MAX(seq), 0) + 1 FROM analysis_runs WHERE workspace = {d.p}", (workspace,)
             ).fetchone()[0]
             conn.execute(
                 "INSERT INTO analysis_runs (workspace, run_id, seq, kind, analysis_id, request_key, request_hash,"
-                " status, created_at, progress, arguments, heartbeat_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                f" status, created_at, progress, arguments, heartbeat_ms) VALUES ({d.marks(12)})",
                 (workspace, run["run_id"], seq, run["kind"], run["analysis_id"], run.get("request_key"),
                  run.get("request_hash"), run["status"], run["created_at"], json.dumps(run.get("progress") or {}),
                  json.dumps(run.get("arguments") or {}, sort_keys=True), run.get("heartbeat_ms")),
             )  # fmt: skip
 
     def run(self, workspace: str, run_id: str) -> dict[str, Any] | None:
+        p = self.dialect.p
         row = self.db.conn.execute(
-            "SELECT * FROM analysis_runs WHERE workspace = ? AND run_id = ?", (workspace, run_id)
+            f"SELECT * FROM analysis_runs WHERE workspace = {p} AND run_id = {p}", (workspace, run_id)
         ).fetchone()
         return None if row is None else _run_row(row)
 
     def run_by_request_key(self, workspace: str, request_key: str) -> dict[str, Any] | None:
+        p = self.dialect.p
         row = self.db.conn.execute(
-            "SELECT * FROM analysis_runs WHERE workspace = ? AND request_key = ?", (workspace, request_key)
+            f"SELECT * FROM analysis_runs WHERE workspace = {p} AND request_key = {p}",
+            (workspace, request_key),
         ).fetchone()
         return None if row is None else _run_row(row)
 
     def active_run(self, workspace: str, kind: str) -> dict[str, Any] | None:
+        p = self.dialect.p
         row = self.db.conn.execute(
-            "SELECT * FROM analysis_runs WHERE workspace = ? AND kind = ? AND status IN ('queued', 'running')"
+            f"SELECT * FROM analysis_runs WHERE workspace = {p} AND kind = {p} AND status IN ('queued', 'running')"
             " ORDER BY seq DESC LIMIT 1",
             (workspace, kind),
         ).fetchone()
@@ -250,31 +215,34 @@ class _ReportSql:
         self, workspace: str, limit: int, before: tuple[str, int] | None = None
     ) -> list[dict[str, Any]]:
         """Newest first by (created_at, seq); ``before`` is the key of the last run already listed."""
-        sql = "SELECT * FROM analysis_runs WHERE workspace = ?"
+        p = self.dialect.p
+        sql = f"SELECT * FROM analysis_runs WHERE workspace = {p}"
         params: list[Any] = [workspace]
         if before is not None:
-            sql += " AND (created_at < ? OR (created_at = ? AND seq < ?))"
+            sql += f" AND (created_at < {p} OR (created_at = {p} AND seq < {p}))"
             params.extend([before[0], before[0], before[1]])
-        sql += " ORDER BY created_at DESC, seq DESC LIMIT ?"
+        sql += f" ORDER BY created_at DESC, seq DESC LIMIT {p}"
         params.append(limit)
         return [_run_row(r) for r in self.db.conn.execute(sql, params)]
 
     def update_run(self, workspace: str, run_id: str, **fields: Any) -> None:
         if "progress" in fields:
             fields["progress"] = json.dumps(fields["progress"], sort_keys=True)
-        assignments = ", ".join(f"{name} = ?" for name in fields)
+        p = self.dialect.p
+        assignments = ", ".join(f"{name} = {p}" for name in fields)
         with self.db.transaction() as conn:
             conn.execute(
-                f"UPDATE analysis_runs SET {assignments} WHERE workspace = ? AND run_id = ?",
+                f"UPDATE analysis_runs SET {assignments} WHERE workspace = {p} AND run_id = {p}",
                 (*fields.values(), workspace, run_id),
             )
 
     def start_run(self, workspace: str, run_id: str, started_at: str) -> None:
         """queued -> running; raises ``RunEnded`` when the run was cancelled or failed meanwhile."""
+        p = self.dialect.p
         with self.db.transaction() as conn:
             cursor = conn.execute(
-                "UPDATE analysis_runs SET status = 'running', started_at = ?"
-                " WHERE workspace = ? AND run_id = ? AND status = 'queued' AND cancel_requested = 0",
+                f"UPDATE analysis_runs SET status = 'running', started_at = {p}"
+                f" WHERE workspace = {p} AND run_id = {p} AND status = 'queued' AND cancel_requested = 0",
                 (started_at, workspace, run_id),
             )
             if cursor.rowcount == 0:
@@ -290,27 +258,30 @@ class _ReportSql:
         message: str | None = None,
     ) -> None:
         """A queued or running run ends (cancelled or failed); a run already ended keeps its state."""
+        p = self.dialect.p
         with self.db.transaction() as conn:
             conn.execute(
-                "UPDATE analysis_runs SET status = ?, error_code = ?, error_message = ?, finished_at = ?"
-                " WHERE workspace = ? AND run_id = ? AND status IN ('queued', 'running')",
+                f"UPDATE analysis_runs SET status = {p}, error_code = {p}, error_message = {p}, finished_at = {p}"
+                f" WHERE workspace = {p} AND run_id = {p} AND status IN ('queued', 'running')",
                 (status, code, message, finished_at, workspace, run_id),
             )
 
     def request_cancel(self, workspace: str, run_id: str) -> bool:
+        p = self.dialect.p
         with self.db.transaction() as conn:
             cursor = conn.execute(
                 "UPDATE analysis_runs SET cancel_requested = 1"
-                " WHERE workspace = ? AND run_id = ? AND status IN ('queued', 'running')",
+                f" WHERE workspace = {p} AND run_id = {p} AND status IN ('queued', 'running')",
                 (workspace, run_id),
             )
             return int(cursor.rowcount) > 0
 
     def cancel_requested(self, workspace: str, run_id: str) -> bool:
         """True once the run was asked to stop, or was ended elsewhere (failed as abandoned)."""
+        p = self.dialect.p
         row = self.db.conn.execute(
             "SELECT cancel_requested <> 0 OR status NOT IN ('queued', 'running') FROM analysis_runs"
-            " WHERE workspace = ? AND run_id = ?",
+            f" WHERE workspace = {p} AND run_id = {p}",
             (workspace, run_id),
         ).fetchone()
         return bool(row is None or row[0])
@@ -319,10 +290,11 @@ class _ReportSql:
         self, workspace: str, run_id: str, finished_at: str, report: StoredReport, artifact: bytes
     ) -> None:
         """The run's end: the report and the run's final state commit together, or neither does."""
+        p = self.dialect.p
         with self.db.transaction() as conn:
             ended = conn.execute(
-                "UPDATE analysis_runs SET status = 'succeeded', finished_at = ?"
-                " WHERE workspace = ? AND run_id = ? AND status = 'running' AND cancel_requested = 0",
+                f"UPDATE analysis_runs SET status = 'succeeded', finished_at = {p}"
+                f" WHERE workspace = {p} AND run_id = {p} AND status = 'running' AND cancel_requested = 0",
                 (finished_at, workspace, run_id),
             )
             if ended.rowcount == 0:
@@ -330,19 +302,21 @@ class _ReportSql:
             self._insert_report(conn, workspace, report, artifact)
 
     def heartbeat(self, workspace: str, run_id: str, now_ms: int) -> None:
+        p = self.dialect.p
         with self.db.transaction() as conn:
             conn.execute(
-                "UPDATE analysis_runs SET heartbeat_ms = ? WHERE workspace = ? AND run_id = ?",
+                f"UPDATE analysis_runs SET heartbeat_ms = {p} WHERE workspace = {p} AND run_id = {p}",
                 (now_ms, workspace, run_id),
             )
 
     def fail_abandoned_runs(self, finished_at: str, stale_before_ms: int) -> int:
         """Runs left queued or running whose heartbeat stopped before ``stale_before_ms`` can never
         finish (their process is gone): mark them failed."""
+        p = self.dialect.p
         with self.db.transaction() as conn:
             cursor = conn.execute(
-                "UPDATE analysis_runs SET status = 'failed', error_code = 'server_restarted', finished_at = ?"
-                " WHERE status IN ('queued', 'running') AND COALESCE(heartbeat_ms, 0) < ?",
+                f"UPDATE analysis_runs SET status = 'failed', error_code = 'server_restarted', finished_at = {p}"
+                f" WHERE status IN ('queued', 'running') AND COALESCE(heartbeat_ms, 0) < {p}",
                 (finished_at, stale_before_ms),
             )
             return int(cursor.rowcount)
@@ -355,7 +329,7 @@ class SqliteReportStore(_ReportSql):
     db: Database
 
     def __init__(self, path: Path) -> None:
-        self.db = Database(path, MIGRATIONS, component=COMPONENT)
+        self.db = Database(path, sqlite_control_schema.ANALYSIS, component=COMPONENT)
 
     def close(self) -> None:
         self.db.close()
@@ -366,9 +340,9 @@ class PostgresReportStore(_ReportSql):
 
     dialect = POSTGRES
 
-    def __init__(self, db: PortableDatabase) -> None:
+    def __init__(self, db: NativeDatabase) -> None:
         self.db = db
-        db.migrate(COMPONENT, PG_MIGRATIONS)
+        db.migrate(COMPONENT, pg_schema.ANALYSIS)
 
     def close(self) -> None:
         """Nothing: the database belongs to the ``Metergraph`` that opened it."""

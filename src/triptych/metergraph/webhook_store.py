@@ -2,7 +2,8 @@
 SQLite file ``metergraph-incidents.db``, or Metergraph's PostgreSQL schema in server mode) so a delivery
 row commits in the same transaction as the incident change it announces (``IncidentStore.save`` calls
 the outbox hook with its open connection). ``SqliteWebhookStore`` and ``PostgresWebhookStore`` run the
-SQL of ``_WebhookSql``; where the engines differ they ask the dialect (``control_sql.py``).
+SQL of ``_WebhookSql``, spelled by the store's dialect (``control_sql.py``) and sent as written; each
+engine's DDL is in ``sqlite_control_schema.py`` and ``pg_schema.py``.
 
 A delivery is one event for one endpoint: its body is stored as the exact bytes sent, so every attempt
 (and a resend after a restart) carries the same ``delivery_id``. Senders claim due rows with a lease
@@ -16,48 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
-from triptych.metergraph.control_pg import pg_ddl
+from triptych.core.pg import NativeDatabase
+from triptych.metergraph import pg_schema, sqlite_control_schema
 from triptych.metergraph.control_sql import POSTGRES, SQLITE, Connection, Dialect
 
 COMPONENT = "webhooks"
 
-MIGRATIONS = [
-    """
-    CREATE TABLE webhook_endpoints (
-        id TEXT PRIMARY KEY,
-        workspace TEXT NOT NULL,
-        url TEXT NOT NULL,
-        description TEXT,
-        secret TEXT NOT NULL,              -- sealed with the data directory's webhook key (webhook_secrets.py)
-        created_ms INTEGER NOT NULL
-    );
-    CREATE INDEX webhook_endpoints_by_workspace ON webhook_endpoints (workspace);
-    CREATE TABLE webhook_deliveries (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT NOT NULL UNIQUE,           -- the delivery id the receiver deduplicates by
-        endpoint_id TEXT NOT NULL,
-        workspace TEXT NOT NULL,
-        event_type TEXT NOT NULL,
-        incident_id TEXT,
-        body TEXT NOT NULL,                -- the exact JSON sent at every attempt
-        status TEXT NOT NULL,              -- pending | delivered | failed | cancelled
-        attempts INTEGER NOT NULL DEFAULT 0,
-        created_ms INTEGER NOT NULL,
-        next_attempt_ms INTEGER NOT NULL,
-        lease_until_ms INTEGER NOT NULL DEFAULT 0,
-        last_attempt_ms INTEGER,
-        last_status INTEGER,               -- the receiver's HTTP status, if it answered
-        last_error TEXT,
-        last_response TEXT,                -- the start of the receiver's answer
-        finished_ms INTEGER
-    );
-    CREATE INDEX webhook_deliveries_due ON webhook_deliveries (status, next_attempt_ms);
-    CREATE INDEX webhook_deliveries_by_endpoint ON webhook_deliveries (endpoint_id, seq);
-    CREATE INDEX webhook_deliveries_by_workspace ON webhook_deliveries (workspace, seq);
-    """,
-]
-PG_MIGRATIONS = [pg_ddl(MIGRATIONS[0])]
 
 _ENDPOINT_COLUMNS = "id, workspace, url, description, created_ms"
 
@@ -111,12 +76,12 @@ class _WebhookSql:
     ) -> None:
         with self.db.transaction() as conn:
             conn.execute(
-                "INSERT INTO webhook_endpoints VALUES (?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO webhook_endpoints VALUES ({self.dialect.marks(6)})",
                 (endpoint_id, workspace, url, description, sealed, now_ms),
             )
 
     def endpoints(self, workspace: str | None = None) -> list[dict[str, Any]]:
-        where, params = ("WHERE workspace = ?", [workspace]) if workspace else ("", [])
+        where, params = (f"WHERE workspace = {self.dialect.p}", [workspace]) if workspace else ("", [])
         rows = self.db.conn.execute(
             f"SELECT {_ENDPOINT_COLUMNS} FROM webhook_endpoints {where} ORDER BY workspace, created_ms, id",
             params,
@@ -126,7 +91,8 @@ class _WebhookSql:
     def endpoint(self, endpoint_id: str) -> tuple[dict[str, Any], str] | None:
         """The endpoint and its sealed secret."""
         row = self.db.conn.execute(
-            f"SELECT {_ENDPOINT_COLUMNS}, secret FROM webhook_endpoints WHERE id = ?", (endpoint_id,)
+            f"SELECT {_ENDPOINT_COLUMNS}, secret FROM webhook_endpoints WHERE id = {self.dialect.p}",
+            (endpoint_id,),
         ).fetchone()
         if row is None:
             return None
@@ -135,59 +101,64 @@ class _WebhookSql:
 
     def remove_endpoint(self, endpoint_id: str, now_ms: int) -> int | None:
         """Delete the endpoint and cancel its pending deliveries (their count); None if there is none."""
+        p = self.dialect.p
         with self.db.transaction() as conn:
-            if conn.execute("DELETE FROM webhook_endpoints WHERE id = ?", (endpoint_id,)).rowcount == 0:
+            if conn.execute(f"DELETE FROM webhook_endpoints WHERE id = {p}", (endpoint_id,)).rowcount == 0:
                 return None
             return int(
                 conn.execute(
-                    "UPDATE webhook_deliveries SET status = 'cancelled', finished_ms = ?, lease_until_ms = 0"
-                    " WHERE endpoint_id = ? AND status = 'pending'",
+                    f"UPDATE webhook_deliveries SET status = 'cancelled', finished_ms = {p}, lease_until_ms = 0"
+                    f" WHERE endpoint_id = {p} AND status = 'pending'",
                     (now_ms, endpoint_id),
                 ).rowcount
             )
 
     # -- the outbox -------------------------------------------------------------------------------
 
-    @staticmethod
-    def workspace_endpoints(conn: Connection, workspace: str) -> list[str]:
+    def workspace_endpoints(self, conn: Connection, workspace: str) -> list[str]:
         """Inside the incident transaction: the ids of the endpoints an event of ``workspace`` goes to."""
-        rows = conn.execute("SELECT id FROM webhook_endpoints WHERE workspace = ? ORDER BY id", (workspace,))
+        rows = conn.execute(
+            f"SELECT id FROM webhook_endpoints WHERE workspace = {self.dialect.p} ORDER BY id", (workspace,)
+        )
         return [str(r[0]) for r in rows]
 
-    @staticmethod
-    def enqueue(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    def enqueue(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
         """Inside the caller's transaction: pending deliveries, due at once."""
+        n = self.dialect.named
         conn.executemany(
             "INSERT INTO webhook_deliveries (id, endpoint_id, workspace, event_type, incident_id, body, status,"
-            " created_ms, next_attempt_ms) VALUES (:id, :endpoint_id, :workspace, :event_type, :incident_id,"
-            " :body, 'pending', :created_ms, :created_ms)",
+            f" created_ms, next_attempt_ms) VALUES ({n('id')}, {n('endpoint_id')}, {n('workspace')},"
+            f" {n('event_type')}, {n('incident_id')}, {n('body')}, 'pending', {n('created_ms')}, {n('created_ms')})",
             rows,
         )
 
     def record(self, row: dict[str, Any]) -> None:
         """A delivery already attempted (``webhook test``), kept in the history."""
+        n = self.dialect.named
         with self.db.transaction() as conn:
             self.enqueue(conn, [row])
             conn.execute(
-                "UPDATE webhook_deliveries SET status = :status, attempts = 1, last_attempt_ms = :created_ms,"
-                " finished_ms = :created_ms, last_status = :last_status, last_error = :last_error,"
-                " last_response = :last_response WHERE id = :id",
+                f"UPDATE webhook_deliveries SET status = {n('status')}, attempts = 1,"
+                f" last_attempt_ms = {n('created_ms')}, finished_ms = {n('created_ms')},"
+                f" last_status = {n('last_status')}, last_error = {n('last_error')},"
+                f" last_response = {n('last_response')} WHERE id = {n('id')}",
                 row,
             )
 
     def claim(self, now_ms: int, lease_ms: int, limit: int) -> list[Claimed]:
         """Due deliveries nobody holds, leased to the caller until ``now_ms + lease_ms``."""
+        p = self.dialect.p
         with self.db.transaction() as conn:
             rows = conn.execute(
                 "SELECT d.id, d.endpoint_id, e.url, e.secret, d.body, d.event_type, d.attempts, d.created_ms"
                 " FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id"
-                " WHERE d.status = 'pending' AND d.next_attempt_ms <= ? AND d.lease_until_ms <= ?"
-                " ORDER BY d.next_attempt_ms, d.seq LIMIT ?" + self.dialect.skip_locked("d"),
+                f" WHERE d.status = 'pending' AND d.next_attempt_ms <= {p} AND d.lease_until_ms <= {p}"
+                f" ORDER BY d.next_attempt_ms, d.seq LIMIT {p}" + self.dialect.skip_locked("d"),
                 (now_ms, now_ms, limit),
             ).fetchall()
             conn.executemany(
-                "UPDATE webhook_deliveries SET lease_until_ms = ?, attempts = attempts + 1, last_attempt_ms = ?"
-                " WHERE id = ?",
+                f"UPDATE webhook_deliveries SET lease_until_ms = {p}, attempts = attempts + 1,"
+                f" last_attempt_ms = {p} WHERE id = {p}",
                 [(now_ms + lease_ms, now_ms, r["id"]) for r in rows],
             )
         return [
@@ -198,12 +169,13 @@ class _WebhookSql:
 
     def finish(self, outcomes: list[dict[str, Any]]) -> None:
         """Attempts' outcomes: ``status`` delivered, failed (given up) or pending (``next_attempt_ms``)."""
+        n = self.dialect.named
         with self.db.transaction() as conn:
             conn.executemany(
-                "UPDATE webhook_deliveries SET status = :status, next_attempt_ms = :next_attempt_ms,"
-                " lease_until_ms = 0, last_status = :last_status, last_error = :last_error,"
-                " last_response = :last_response, finished_ms = :finished_ms"
-                " WHERE id = :id AND status = 'pending'",  # a removed endpoint's rows stay cancelled
+                f"UPDATE webhook_deliveries SET status = {n('status')}, next_attempt_ms = {n('next_attempt_ms')},"
+                f" lease_until_ms = 0, last_status = {n('last_status')}, last_error = {n('last_error')},"
+                f" last_response = {n('last_response')}, finished_ms = {n('finished_ms')}"
+                f" WHERE id = {n('id')} AND status = 'pending'",  # a removed endpoint's rows stay cancelled
                 outcomes,
             )
 
@@ -226,13 +198,13 @@ class _WebhookSql:
         where, params = [], []
         for column, value in (("workspace", workspace), ("endpoint_id", endpoint_id), ("status", status)):
             if value is not None:
-                where.append(f"{column} = ?")
+                where.append(f"{column} = {self.dialect.p}")
                 params.append(value)
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         rows = self.db.conn.execute(
             "SELECT id, endpoint_id, workspace, event_type, incident_id, status, attempts, created_ms,"
             " next_attempt_ms, last_attempt_ms, last_status, last_error, last_response, finished_ms"
-            f" FROM webhook_deliveries {clause} ORDER BY seq DESC LIMIT ?",
+            f" FROM webhook_deliveries {clause} ORDER BY seq DESC LIMIT {self.dialect.p}",
             [*params, limit],
         )
         return [dict(r) for r in rows]
@@ -242,14 +214,14 @@ class _WebhookSql:
         with self.db.transaction() as conn:
             return int(
                 conn.execute(
-                    "DELETE FROM webhook_deliveries WHERE status != 'pending' AND finished_ms < ?",
+                    f"DELETE FROM webhook_deliveries WHERE status != 'pending' AND finished_ms < {self.dialect.p}",
                     (before_ms,),
                 ).rowcount
             )
 
     def body(self, delivery_id: str) -> str | None:
         row = self.db.conn.execute(
-            "SELECT body FROM webhook_deliveries WHERE id = ?", (delivery_id,)
+            f"SELECT body FROM webhook_deliveries WHERE id = {self.dialect.p}", (delivery_id,)
         ).fetchone()
         return None if row is None else str(row[0])
 
@@ -261,7 +233,7 @@ class SqliteWebhookStore(_WebhookSql):
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        db.migrate(COMPONENT, MIGRATIONS)
+        db.migrate(COMPONENT, sqlite_control_schema.WEBHOOKS)
 
 
 class PostgresWebhookStore(_WebhookSql):
@@ -269,11 +241,11 @@ class PostgresWebhookStore(_WebhookSql):
 
     dialect = POSTGRES
 
-    def __init__(self, db: PortableDatabase) -> None:
+    def __init__(self, db: NativeDatabase) -> None:
         self.db = db
-        db.migrate(COMPONENT, PG_MIGRATIONS)
+        db.migrate(COMPONENT, pg_schema.WEBHOOKS)
 
 
-def webhook_store(db: Database | PortableDatabase) -> WebhookStore:
+def webhook_store(db: Database | NativeDatabase) -> WebhookStore:
     """The webhook store of the incident store's database, on its engine."""
-    return PostgresWebhookStore(db) if isinstance(db, PortableDatabase) else SqliteWebhookStore(db)
+    return PostgresWebhookStore(db) if isinstance(db, NativeDatabase) else SqliteWebhookStore(db)

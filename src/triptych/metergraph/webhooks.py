@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
+from triptych.core.pg import NativeDatabase
 from triptych.metergraph.control_sql import Connection
 from triptych.metergraph.errors import InvalidArgument, NotFoundError
 from triptych.metergraph.incident_store import Incident
@@ -180,7 +180,7 @@ class WebhookService:
 
     def __init__(
         self,
-        db: Database | PortableDatabase,
+        db: Database | NativeDatabase,
         data_dir: Path,
         settings: WebhookSettings,
         clock: Callable[[], datetime],

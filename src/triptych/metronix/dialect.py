@@ -1,52 +1,6 @@
-"""What Metronix's SQL says differently on each engine, once.
+"""Metronix's SQL dialect is ``core.dialect``'s (Metergraph's control stores share its spellings); the
+names stay importable here for Metronix's stores (agent memory, review, the knowledge base)."""
 
-Agent memory (records, caches' loaders, counters, review) and the knowledge base write each statement
-once, in the SQL SQLite 3.35+ and PostgreSQL share, with the few spellings that differ taken from the
-store's ``Dialect`` — the way ``metergraph/call_filters.py`` builds one WHERE for two engines. Each
-engine's store sends its statements as written: SQLite's ``sqlite3`` connection, PostgreSQL's psycopg
-through ``core.pg.NativeDatabase`` (nothing is rewritten on the way).
+from triptych.core.dialect import POSTGRES, SQLITE, Dialect
 
-What the two engines already spell alike is written plainly in the statements, not here: ``ON CONFLICT
-... DO UPDATE SET c = excluded.c`` and ``DO NOTHING`` (upserts), ``RETURNING``, ``IS NOT DISTINCT FROM``,
-``CAST(... AS TEXT)``, JSON kept as text (both engines store the text the service wrote, so answers are
-byte for byte the same), and timestamps as ISO text made in Python (no ``now()`` in SQL).
-"""
-
-from __future__ import annotations
-
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
-
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    name: str
-    # One positional placeholder: sqlite3's ``?``, psycopg's ``%s``.
-    p: str
-    # Whether a list of values is one array parameter (PostgreSQL's ``= ANY(%s)``: one statement text
-    # whatever the list's length, so psycopg prepares it once) or one placeholder per value (SQLite).
-    arrays: bool
-    # What a SELECT appends to hold the rows it read until commit: PostgreSQL's ``FOR UPDATE``; nothing
-    # on SQLite, whose one writer at a time holds the whole database.
-    lock_rows: str
-
-    def marks(self, n: int) -> str:
-        """``n`` placeholders, comma-separated (a VALUES row)."""
-        return ",".join([self.p] * n)
-
-    def one_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-        """``column`` equal to one of ``values`` (never empty), and the parameters that clause takes."""
-        if self.arrays:
-            return f"{column} = ANY({self.p})", [list(values)]
-        return f"{column} IN ({self.marks(len(values))})", list(values)
-
-    def none_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-        """``column`` equal to none of ``values`` (never empty, no NULLs), and its parameters."""
-        if self.arrays:
-            return f"{column} <> ALL({self.p})", [list(values)]
-        return f"{column} NOT IN ({self.marks(len(values))})", list(values)
-
-
-SQLITE = Dialect("sqlite", p="?", arrays=False, lock_rows="")
-POSTGRES = Dialect("postgresql", p="%s", arrays=True, lock_rows=" FOR UPDATE")
+__all__ = ["POSTGRES", "SQLITE", "Dialect"]

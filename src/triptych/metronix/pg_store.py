@@ -29,7 +29,7 @@ from psycopg.rows import TupleRow, dict_row
 from triptych.core.keyword_index import Changes, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.pg import PgDatabase, named_rows, one
-from triptych.core.search import PATCH_LIMIT, Vector, VectorIndex
+from triptych.core.search import HNSW_THRESHOLD, PATCH_LIMIT, Vector, VectorIndex
 from triptych.metronix import pg_keywords
 from triptych.metronix.dialect import POSTGRES
 from triptych.metronix.knowledge_model import (
@@ -55,6 +55,12 @@ Conn = Connection[TupleRow]
 # so both walk candidate lists of the same length (recall@100 at 100,000 chunks: 0.936 here, 0.957 for
 # usearch with its denser graph; 0.914 at the former 40/limit).
 EF_SEARCH = 128
+# Workspaces below this many chunks are searched exactly by PostgreSQL (every vector of the workspace, read
+# through its b-tree index, and sorted), as the in-process mirror does below the same size: pgvector's
+# HNSW index covers the whole table, so a walk filtered to one workspace reads the others' rows too, the
+# more the smaller the workspace's share (100 of a 1,000-chunk workspace among 20,000 chunks: 2,030 rows
+# and 24,000 buffers, 107 ms, against 1.5 ms exactly; docs/decisions/0270-small-workspaces-exact-in-postgresql.md).
+EXACT_BELOW = HNSW_THRESHOLD
 # Labels of identical documents read with a search's hits: a search lists MAX_DUPLICATE_LABELS (20)
 # besides the hit, which the first 21 in label order always hold, whichever of them is the hit.
 SAME_TEXT_READ = MAX_DUPLICATE_LABELS + 1
@@ -281,16 +287,16 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         return self.hnsw_search(workspace_id, query, limit)
 
     def hnsw_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
-        """The ``limit`` nearest chunks through pgvector's HNSW index, in one round trip.
+        """The ``limit`` nearest chunks by PostgreSQL, in one round trip: exactly for a workspace below
+        ``EXACT_BELOW`` chunks, else through pgvector's HNSW index.
 
-        The iterative scan keeps walking the graph until ``limit`` rows of this workspace are found, so
-        the workspace filter never makes ``top_k`` short."""
-        vector = self._vector()
-        search = pgsql.SQL(
-            "SELECT id, -({v} <#> %(q)s) FROM kb_chunks WHERE workspace_id = %(ws)s"
-            " AND vector_dims(embedding) = {dim} ORDER BY {v} <#> %(q)s, id LIMIT %(k)s"
-        ).format(v=vector, dim=pgsql.Literal(self.dim))
-        params = {"q": np.asarray(query, dtype=np.float32), "ws": workspace_id, "k": limit}
+        One statement chooses: a count of the workspace's chunks stopped at ``EXACT_BELOW`` gates two
+        branches, of which PostgreSQL runs one (a one-time filter). The exact branch orders by the score
+        (``-distance DESC``), an order the HNSW index cannot give, so the planner reads the workspace's
+        rows through its b-tree index. In the HNSW branch the iterative scan keeps walking the graph
+        until ``limit`` rows of this workspace are found, so the workspace filter never makes ``top_k``
+        short. Both branches order ties by id; the two are merged in Python (one of them is empty)."""
+        search, params = self.nearest_statement(workspace_id, query, limit)
         # One round trip, not five (BEGIN, two settings, query, COMMIT): settings and query go in one
         # pipeline closed by a single Sync, which PostgreSQL runs as one implicit transaction, so the
         # transaction-local settings hold for the query and end with it.
@@ -303,7 +309,29 @@ class PostgresKnowledgeStore(KnowledgeQueries):
                 )
                 cursor = conn.execute(search, params)
             rows = cursor.fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
+        return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda hit: (-hit[1], hit[0]))
+
+    def nearest_statement(
+        self, workspace_id: str, query: Vector, limit: int
+    ) -> tuple[pgsql.Composed, dict[str, Any]]:
+        """``hnsw_search``'s statement and its parameters (tests read its plan)."""
+        vector = self._vector()
+        statement = pgsql.SQL(
+            "WITH small AS (SELECT count(*) < %(exact)s AS yes FROM (SELECT 1 FROM kb_chunks"
+            "  WHERE workspace_id = %(ws)s LIMIT %(exact)s) AS s)"
+            " (SELECT id, -({v} <#> %(q)s) AS score FROM kb_chunks WHERE (SELECT yes FROM small)"
+            "  AND workspace_id = %(ws)s AND vector_dims(embedding) = {dim} ORDER BY score DESC, id LIMIT %(k)s)"
+            " UNION ALL"
+            " (SELECT id, -({v} <#> %(q)s) FROM kb_chunks WHERE NOT (SELECT yes FROM small)"
+            "  AND workspace_id = %(ws)s AND vector_dims(embedding) = {dim}"
+            "  ORDER BY {v} <#> %(q)s, id LIMIT %(k)s)"
+        ).format(v=vector, dim=pgsql.Literal(self.dim))
+        return statement, {
+            "q": np.asarray(query, dtype=np.float32),
+            "ws": workspace_id,
+            "k": limit,
+            "exact": EXACT_BELOW,
+        }
 
     def _refresh_in_background(self, workspace_id: str) -> None:
         """Load the workspace's mirror off the request path, once at a time per workspace."""

@@ -89,10 +89,18 @@ class ChannelService:
         memory = self.tenancy.memory(channel.memory_id)
         return node_urn(memory.root, memory.slug, channel.loc) if memory else channel.loc
 
-    def _bootstrap(self, memory: Memory, app: App | None, loc: str, name: str, actor: str) -> Channel:
-        """The chat-root node and the Channel row, in one transaction."""
+    def _bootstrap(
+        self, memory: Memory, app: App | None, loc: str, name: str, actor: str, *, existing: bool = False
+    ) -> Channel:
+        """The chat-root node and the Channel row, in one transaction. ``existing``: a Channel already
+        at ``loc`` is the one wanted (the team chat's create-or-get), not a collision."""
         now = self.clock()
         with self.team.atomic(write_keys.memory(memory.id)):
+            # Read again under the host memory's key: two first posts both saw no Channel before it;
+            # the second one to get here finds the first's committed Channel and posts into it.
+            found = self.team.channel_at(memory.id, loc) if existing else None
+            if found is not None:
+                return found
             if self.graph.node_by_loc(memory.id, loc) is not None:
                 raise UrnAlreadyExists(f"{node_urn(memory.root, memory.slug, loc)} already exists")
             root = NodeRecord(
@@ -111,7 +119,7 @@ class ChannelService:
         memory = self.agents.team_memory(app)
         channel = self.team.channel_at(memory.id, TEAM_LOC)
         if channel is None and create:
-            channel = self._bootstrap(memory, app, TEAM_LOC, "team", actor)
+            channel = self._bootstrap(memory, app, TEAM_LOC, "team", actor, existing=True)
         return memory, channel
 
     def create_channel(

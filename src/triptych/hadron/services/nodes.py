@@ -384,6 +384,34 @@ class NodeService:
             changes[names[key]] = value
         return replace(node, **changes, revision=node.revision + 1, updated_at=now, updated_by=actor)
 
+    def _subtree_at(self, mem: Memory, loc: str) -> list[NodeRecord]:
+        """The live node at ``loc`` and its descendants, root first; ``[node_not_found]`` without it."""
+        subtree = self.graph.subtree(mem.id, loc)
+        if not subtree or subtree[0].loc != loc:
+            raise NotFound("node", node_urn(mem.root, mem.slug, loc))
+        return subtree
+
+    def committed(self, mem: Memory, node: NodeRecord) -> NodeRecord | None:
+        """``node`` as committed now if it is still live at its address in ``mem``; else ``None``."""
+        current = self.graph.node_by_id(node.id)
+        if current is None or current.memory_id != mem.id or current.loc != node.loc:
+            return None
+        return current
+
+    def _as_committed(self, mem: Memory, node: NodeRecord) -> NodeRecord:
+        """``node`` read again under ``mem``'s key (called inside its transaction): the write builds on
+        the last committed revision, never on the one read before the key was held. A node moved or
+        deleted meanwhile is no longer at the address the caller named: ``[node_not_found]``, rather
+        than written back into the memory it left (docs/decisions/0280)."""
+        current = self.committed(mem, node)
+        if current is None:
+            raise NotFound(
+                "node",
+                node_urn(mem.root, mem.slug, node.loc),
+                hint="It was moved or deleted meanwhile: look it up again (hadron_get_node)",
+            )
+        return current
+
     def update(
         self,
         caller: HadronCaller,
@@ -401,6 +429,7 @@ class NodeService:
         self._check_fields({k: fields.values.get(k) for k in fields.present})
         now = self.clock()
         with self.graph.atomic(write_keys.memory(mem.id)):
+            node = self._as_committed(mem, node)
             updated = self._apply(node, fields, now, caller.actor)
             schemas.validate(mem.schema, updated.object_type, updated.properties)
             self.graph.update_node(updated)
@@ -420,6 +449,7 @@ class NodeService:
         self.access.write_memory(caller, mem)
         self._guard(mem, node.loc)
         with self.graph.atomic(write_keys.memory(mem.id)):
+            node = self._as_committed(mem, node)
             merged = {**(node.data or {}), **patch}
             updated = replace(
                 node,
@@ -443,6 +473,7 @@ class NodeService:
         self.access.write_memory(caller, mem)
         self._guard(mem, ref.loc)
         with self.graph.atomic(write_keys.memory(mem.id)):
+            node = self._as_committed(mem, node)
             record = self._edge(caller, mem, node.id, edge, 0)
             stored = self.graph.upsert_edge(record)
             created = stored.id == record.id
@@ -545,17 +576,19 @@ class NodeService:
         self._guard(dst, new, True)
         if src.id == dst.id and (new == old or new.startswith(old + ":")):
             raise BadInput(f"cannot move {old!r} onto itself or under its own subtree")
-        subtree = self.graph.subtree(src.id, old)
-        if not subtree or subtree[0].loc != old:
-            raise NotFound("node", node_urn(src.root, src.slug, old))
         cross = src.id != dst.id
         if cross:
-            self._check_cross_memory_move(src, dst, subtree)
-        moving = {n.id for n in subtree}
-        relocated = [(n, new + n.loc[len(old) :]) for n in subtree]
+            self._check_cross_memory_move(src, dst, self._subtree_at(src, old))
         now = self.clock()
         # Both memories' keys, taken in one fixed order: a reverse move waits, never deadlocks.
         with self.graph.atomic(write_keys.memory(src.id), write_keys.memory(dst.id)):
+            # The subtree as committed once the keys are held: one moved, grown or deleted meanwhile
+            # moves as it now is (or is not found), never as it was read before (docs/decisions/0280).
+            subtree = self._subtree_at(src, old)
+            if cross:
+                self._check_cross_memory_move(src, dst, subtree)
+            moving = {n.id for n in subtree}
+            relocated = [(n, new + n.loc[len(old) :]) for n in subtree]
             taken = {
                 loc: nid
                 for loc, nid in self.graph.live_locs(dst.id, [loc for _, loc in relocated]).items()
@@ -627,23 +660,24 @@ class NodeService:
         """Returns (memory, loc, nodes deleted, cross-memory edges removed)."""
         ref = self.parse_ref(urn, qualified=True)
         mem = self.memory_of(caller, state, ref)
-        subtree = self.graph.subtree(mem.id, ref.loc)
-        if not subtree or subtree[0].loc != ref.loc:
-            raise NotFound("node", node_urn(mem.root, mem.slug, ref.loc))
+        self._subtree_at(mem, ref.loc)  # not found before not writable, as for every node write
         self.access.write_memory(caller, mem)
         self._guard(mem, ref.loc, True)  # a recursive delete containing an address too
-        if len(subtree) > 1 and not recursive:
-            raise Conflict(
-                f"{node_urn(mem.root, mem.slug, ref.loc)} has {len(subtree) - 1} descendant(s)",
-                hint="Pass recursive: true to delete the whole subtree",
-                details={"descendants": len(subtree) - 1},
-            )
-        ids = [n.id for n in subtree]
         now = self.clock()
         removed = 0
         # The memory's key only: the cross-memory edges removed are rows of other memories' nodes, but
         # nothing of theirs is numbered or counted (no log entry, generation or revision).
         with self.graph.atomic(write_keys.memory(mem.id)):
+            # Read under the key: a node moved out meanwhile (now another memory's, under its key) is
+            # not deleted by id, and a child added meanwhile is counted (docs/decisions/0280).
+            subtree = self._subtree_at(mem, ref.loc)
+            if len(subtree) > 1 and not recursive:
+                raise Conflict(
+                    f"{node_urn(mem.root, mem.slug, ref.loc)} has {len(subtree) - 1} descendant(s)",
+                    hint="Pass recursive: true to delete the whole subtree",
+                    details={"descendants": len(subtree) - 1},
+                )
+            ids = [n.id for n in subtree]
             if hard:
                 idset = set(ids)
                 crossing = [e.id for e, source_memory in self.graph.incoming_edges(ids)

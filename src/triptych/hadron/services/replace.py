@@ -24,7 +24,13 @@ from typing import Any
 from triptych.core.regex import LinearPattern, RegexRefused
 from triptych.hadron import write_keys
 from triptych.hadron.access import require_identity
-from triptych.hadron.domain.loc import is_id, is_other_than_node_urn, parse_node_ref, require_qualified_node
+from triptych.hadron.domain.loc import (
+    is_id,
+    is_other_than_node_urn,
+    node_urn,
+    parse_node_ref,
+    require_qualified_node,
+)
 from triptych.hadron.domain.model import Memory, NodeRecord
 from triptych.hadron.domain.urn import UrnError
 from triptych.hadron.errors import BadInput, LocProtected
@@ -155,8 +161,20 @@ class ReplaceService:
         written: dict[str, tuple[Memory, list[NodeRecord]]] = {}
         # Every memory it rewrites, their keys in one fixed order.
         with self.graph.atomic(*(write_keys.memory(m.id) for m, _, _ in changed)):
-            for memory, node, updated in changed:
-                updated = replace(updated, revision=node.revision + 1, updated_at=now, updated_by=actor)
+            for memory, node, _ in changed:
+                # Replaced in the node as committed under the keys (docs/decisions/0280): one moved or
+                # deleted meanwhile is unavailable, never written back where it was read.
+                current = self.nodes.committed(memory, node)
+                entry = next(r for r in result.results if r["nodeId"] == node.id)
+                updated, counts = self._replaced(current, request.fields, replacer) if current else (node, {})
+                if current is None or not counts:
+                    result.results.remove(entry)
+                    if current is None:
+                        result.unavailable.append(node_urn(memory.root, memory.slug, node.loc))
+                    continue
+                entry["replacements"] = sum(counts.values())
+                entry["fields"] = [{"field": f, "matches": n} for f, n in counts.items()]
+                updated = replace(updated, revision=current.revision + 1, updated_at=now, updated_by=actor)
                 self.graph.update_node(updated)
                 self.graph.add_revision(updated, "replace_text", actor, request.reason)
                 written.setdefault(memory.id, (memory, []))[1].append(updated)
