@@ -74,10 +74,14 @@ def _same(hits: list[tuple[str, float]], expected: list[tuple[str, float]]) -> N
 
 
 def _settled(service: KnowledgeService, workspace: str) -> None:
-    """Server mode: the worker's vector copy of ``workspace`` loaded (the search after it reads it)."""
-    store = service.store
+    """The background loads a search of ``workspace`` started are over (the search after it reads what
+    they installed): server mode's vector copy, and the keyword index on every engine. They run in
+    threads of their own, so waiting for one says nothing of the other: under load the keyword index
+    may still be loading when the vectors are in, and a search then answers ``"keyword": "sql"``."""
+    store: Any = service.store
     if isinstance(store, PostgresKnowledgeStore):
         assert store.wait_ready(workspace, timeout=60)
+    store.keywords.await_load(workspace, timeout=60)
 
 
 def _resident(store: Any, workspace: str) -> tuple[bool, bool]:
@@ -120,7 +124,6 @@ def test_a_budget_under_two_workspaces_forgets_the_least_recently_used_and_its_s
     if server:  # asked for again, more recently than ws-a was used: loaded in the background
         _same(_search(service, "ws-b")[0], before["ws-b"])
     _settled(service, "ws-b")
-    service.store.keywords.await_load("ws-b")  # type: ignore[attr-defined]
     hits, how = _search(service, "ws-b")
     _same(hits, before["ws-b"])
     assert how == {"dense": "exact", "keyword": "bm25"}
@@ -139,7 +142,6 @@ def test_the_partition_just_installed_is_never_the_one_forgotten(
     _search(service, "ws-a")
     _settled(service, "ws-a")
     store: Any = service.store
-    store.keywords.await_load("ws-a")
     generation = store.generation("ws-a")
     budget.limit = 1  # smaller than any partition
     store.index.clear()
@@ -273,7 +275,6 @@ def test_a_workspace_searched_once_is_answered_by_postgresql_and_evicts_nothing(
     for workspace in ("ws-b", "ws-a"):  # ws-a used last
         _search(service, workspace)
         _settled(service, workspace)
-        store.keywords.await_load(workspace)
         expected = expected or _search(service, workspace)[0]
     budget.limit = max(_bytes(budget, "ws-a"), _bytes(budget, "ws-b")) + 1
     budget.enforce(None)  # ws-b, the least recently used, goes
@@ -284,12 +285,10 @@ def test_a_workspace_searched_once_is_answered_by_postgresql_and_evicts_nothing(
     _same(hits, expected)
     assert how == {"dense": "pgvector", "keyword": "sql"}
     _settled(service, "ws-b")
-    store.keywords.await_load("ws-b")
     assert _resident(store, "ws-b") == (False, False) and _resident(store, "ws-a") == (True, True)
     # Asked for again, more recently than ws-a was used: it is the hotter one now, and is loaded.
     _search(service, "ws-b")
     _settled(service, "ws-b")
-    store.keywords.await_load("ws-b")
     assert _resident(store, "ws-b") == (True, True) and _resident(store, "ws-a") == (False, False)
     hits, how = _search(service, "ws-b")
     _same(hits, expected)
