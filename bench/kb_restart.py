@@ -21,7 +21,7 @@ random unit vectors (seeded): a restart's cost does not depend on what the vecto
 100,000 texts would take hours on 2 cores.
 
 Run from the repository root:
-    flock /tmp/triptych-bench.lock nice -n 5 .venv/bin/python bench/kb_restart.py --base /work/main/src
+    flock /tmp/triptych-bench.lock nice -n 5 .venv/bin/python bench/kb_restart.py --base /path/to/main/src
 """
 
 from __future__ import annotations

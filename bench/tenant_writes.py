@@ -11,7 +11,7 @@ memory, one in-process gate too); with ``--main-src`` a third, ``main``: the sam
 that path (the branch's base), imported by the worker processes in place of this tree's.
 
     flock /tmp/triptych-bench.lock nice -n 5 .venv/bin/python bench/tenant_writes.py
-        [--surface memory,hadron,team] [--writes 60] [--rounds 2] [--main-src /work/main/src]
+        [--surface memory,hadron,team] [--writes 60] [--rounds 2] [--main-src /path/to/main/src]
 
 Prints, per surface and arm: writes/s over the round (all clients), p50/p95/mean latency per write (the
 mean minus the per-tenant arm's mean is the waiting the global lock adds per write), and the throughput
