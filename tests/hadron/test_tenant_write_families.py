@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hadron.two_workers import caller, owner
 from lock_waits import STUCK, Held, advisory_waiters, in_thread, tenant_keys_held_by_waiters, until
 
 from triptych.hadron import write_keys
 from triptych.hadron.abstract_store import Abstract
-from triptych.hadron.identity import HadronCaller
 from triptych.hadron.lock_store import MemoryLock
 from triptych.hadron.services.nodes import NodeFields
 from triptych.hadron.services.sessions import SessionStart
@@ -55,14 +55,6 @@ def workers(tmp_path: Path, database_url: str | None) -> Iterator[tuple[Hadron, 
     yield first, second
     second.close()
     first.close()
-
-
-def owner(root: str) -> str:
-    return "owner-" + root.split(".")[0]
-
-
-def caller(hadron: Hadron, root: str) -> HadronCaller:
-    return HadronCaller("user", owner(root), user=hadron.tenancy.user_by_handle(owner(root)))
 
 
 def memory_id(hadron: Hadron, root: str, slug: str) -> str:

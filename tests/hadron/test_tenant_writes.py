@@ -16,10 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hadron.two_workers import caller, owner
 from lock_waits import STUCK, advisory_waiters, in_thread, until
 
 from triptych.hadron import write_keys
-from triptych.hadron.identity import HadronCaller
 from triptych.hadron.search_store import NodeFilter
 from triptych.hadron.services.nodes import NodeFields
 from triptych.hadron.surface import Hadron
@@ -43,14 +43,6 @@ def workers(tmp_path: Path, database_url: str | None) -> Iterator[tuple[Hadron, 
     yield first, second
     second.close()
     first.close()
-
-
-def owner(root: str) -> str:
-    return "owner-" + root.split(".")[0]
-
-
-def caller(hadron: Hadron, root: str) -> HadronCaller:
-    return HadronCaller("user", owner(root), user=hadron.tenancy.user_by_handle(owner(root)))
 
 
 def write(hadron: Hadron, root: str, loc: str, name: str) -> None:
