@@ -80,8 +80,9 @@ def memory_client(url: str, number: int, arm: str) -> Callable[[int, int], None]
     return one
 
 
-def hadron_client(url: str, number: int, arm: str, data: str) -> Callable[[int, int], None]:
-    """This worker's Hadron; a write is one node created in tenant ``t``'s organization's memory."""
+def _open_hadron(url: str, number: int, arm: str, data: str) -> tuple[Hadron, list[HadronCaller], list[Any]]:
+    """This worker's Hadron (under the emulated global lock for the ``global`` arm), each tenant's owner as
+    a caller, and a selection session per caller."""
     hadron = Hadron.open(Path(data) / f"w{number}" / "hadron.db", database_url=url)
     if arm == "global":
         hadron.stores.db.__class__ = GlobalLockDatabase
@@ -90,6 +91,12 @@ def hadron_client(url: str, number: int, arm: str, data: str) -> Callable[[int, 
         for t in range(TENANTS)
     ]
     states = [hadron.selections.session(c, f"bench-{number}", None) for c in callers]
+    return hadron, callers, states
+
+
+def hadron_client(url: str, number: int, arm: str, data: str) -> Callable[[int, int], None]:
+    """This worker's Hadron; a write is one node created in tenant ``t``'s organization's memory."""
+    hadron, callers, states = _open_hadron(url, number, arm, data)
 
     def one(tenant: int, i: int) -> None:
         fields = NodeFields({"name": f"note {number} {i}"}, frozenset({"name"}))
@@ -102,14 +109,7 @@ def hadron_client(url: str, number: int, arm: str, data: str) -> Callable[[int, 
 def team_client(url: str, number: int, arm: str, data: str) -> Callable[[int, int], None]:
     """This worker's Hadron; a write is a post to tenant ``t``'s App Channel (even ``i``) or a work session
     started in that App (odd ``i``)."""
-    hadron = Hadron.open(Path(data) / f"w{number}" / "hadron.db", database_url=url)
-    if arm == "global":
-        hadron.stores.db.__class__ = GlobalLockDatabase
-    callers = [
-        HadronCaller("user", f"owner{t}", user=hadron.tenancy.user_by_handle(f"owner{t}"))
-        for t in range(TENANTS)
-    ]
-    states = [hadron.selections.session(c, f"bench-{number}", None) for c in callers]
+    hadron, callers, states = _open_hadron(url, number, arm, data)
     admin = hadron.admin()
     apps = [admin.app(f"hrn:app:org{t}.example:bot") for t in range(TENANTS)]
     rooms = [admin.memory(f"hrn:mem:org{t}.example:room") for t in range(TENANTS)]
