@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triptych import __version__
-from triptych.core.config import Settings, load_settings
 from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.core.datadir import describe, is_fresh
 from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
 
 if TYPE_CHECKING:
+    from triptych.core.config import Settings
     from triptych.core.logs import LogFormat
 
 SURFACES = ("metronix", "metergraph")
@@ -44,6 +44,8 @@ environment, metergraph (the same as `triptych metergraph-mcp`):
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from triptych.core.config import load_settings
+
     return load_settings(
         host=getattr(args, "host", None),
         port=getattr(args, "port", None),
@@ -336,11 +338,12 @@ OTHER_ENVIRONMENT = (
 
 def settings_sections(data_dir: Path | None = None) -> list[tuple[str, list[Any]]]:
     """Every setting the server reads, by section, with its value and source (``triptych config``)."""
+    from triptych.core.config import load_settings
     from triptych.core.settings_report import OtherSetting, other_rows, rows
     from triptych.metergraph.detectors import load_incident_settings
     from triptych.metergraph.providers import load_provider_settings
     from triptych.metergraph.settings import load_metergraph_settings
-    from triptych.metergraph.webhooks import load_webhook_settings
+    from triptych.metergraph.webhook_http import load_webhook_settings
 
     return [
         ("server", rows(load_settings(data_dir=data_dir), {"data_dir": data_dir})),
@@ -753,6 +756,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "serve" and "data_dir" in vars(args) and not bridge:
         # Every command on the embedded data names the directory it uses (and says when it is new), so a
         # key minted into the wrong directory is noticed at once. serve says it in its banner.
+        from triptych.core.config import load_settings
+
         data_dir = load_settings(data_dir=args.data_dir).data_dir
         print(f"triptych: {describe(data_dir, is_fresh(data_dir))}", file=sys.stderr, flush=True)
     result: int = args.func(args)
