@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -194,13 +195,22 @@ def _where_data_lives(settings: Settings, fresh: bool) -> str:
 
 
 def _app(settings: Settings, worker: bool) -> Any:
-    from triptych.app import create_app
+    # The cyclic collector is off while the product imports and builds itself: it ran its full passes
+    # over a heap growing by a hundred thousand objects, 0.2-0.3 s of the start's CPU. What the start
+    # built lives as long as the process, so it is frozen out of every later pass rather than collected
+    # (a collection would cost 0.18 s to free ~1.8 MB of import-time cycles): docs/decisions/0310.
+    gc.disable()
+    try:
+        from triptych.app import create_app
 
-    if worker:
-        from triptych.supervisor import die_with_supervisor
+        if worker:
+            from triptych.supervisor import die_with_supervisor
 
-        die_with_supervisor()  # before the slow start: no orphan if the supervisor is gone meanwhile
-    return create_app(settings)
+            die_with_supervisor()  # before the slow start: no orphan if the supervisor is gone meanwhile
+        return create_app(settings)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def _run_worker(app: Any, settings: Settings, sock: Any) -> int:

@@ -9,6 +9,7 @@ each command names its function by module and name, and ``later`` imports it whe
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,14 @@ class Later:
     name: str
 
     def resolve(self) -> Command:
-        command: Command = getattr(importlib.import_module(self.module), self.name)
+        # As ``triptych serve`` builds its app (cli._app): no cyclic collection while the command's
+        # modules import, and what they built frozen out of later passes.
+        gc.disable()
+        try:
+            command: Command = getattr(importlib.import_module(self.module), self.name)
+        finally:
+            gc.freeze()
+            gc.enable()
         return command
 
     def __call__(self, args: argparse.Namespace) -> int:
