@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import signal
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triptych import __version__
+from triptych.core.commands import uncollected_startup
 from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.core.datadir import describe, is_fresh
 from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
@@ -74,7 +74,9 @@ def _problem(exc: ValueError) -> str:
     return "; ".join(lines) + " (the settings are listed under Configuration in README.md)"
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _start(args: argparse.Namespace) -> int | tuple[Settings, Any, Any, bool]:
+    """The settings, the worker socket (a worker of ``serve --workers N``), the app (None: this process
+    is to supervise workers) and whether the data directory was new; or the exit status of a refusal."""
     from triptych.core.db import check_writable
     from triptych.core.errors import StorageUnavailable
     from triptych.supervisor import worker_socket
@@ -91,7 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _log_to_stderr(settings.log_level, settings.log_format)
     sock = worker_socket()
     if sock is None and args.workers > 1:
-        return _serve_workers(args, settings)
+        return settings, None, None, False
     fresh = is_fresh(settings.data_dir)  # before create_app makes the databases
     try:
         check_writable(settings.data_dir)
@@ -106,6 +108,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    return settings, sock, app, fresh
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    with uncollected_startup():
+        started = _start(args)
+    if isinstance(started, int):
+        return started
+    settings, sock, app, fresh = started
+    if app is None:  # `serve --workers N`: this process supervises them
+        return _serve_workers(args, settings)
     if sock is not None:  # a worker of `serve --workers N`: the supervisor speaks for all of them
         return _run_worker(app, settings, sock)
     import uvicorn
@@ -195,22 +208,13 @@ def _where_data_lives(settings: Settings, fresh: bool) -> str:
 
 
 def _app(settings: Settings, worker: bool) -> Any:
-    # The cyclic collector is off while the product imports and builds itself: it ran its full passes
-    # over a heap growing by a hundred thousand objects, 0.2-0.3 s of the start's CPU. What the start
-    # built lives as long as the process, so it is frozen out of every later pass rather than collected
-    # (a collection would cost 0.18 s to free ~1.8 MB of import-time cycles): docs/decisions/0310.
-    gc.disable()
-    try:
-        from triptych.app import create_app
+    from triptych.app import create_app
 
-        if worker:
-            from triptych.supervisor import die_with_supervisor
+    if worker:
+        from triptych.supervisor import die_with_supervisor
 
-            die_with_supervisor()  # before the slow start: no orphan if the supervisor is gone meanwhile
-        return create_app(settings)
-    finally:
-        gc.freeze()
-        gc.enable()
+        die_with_supervisor()  # before the slow start: no orphan if the supervisor is gone meanwhile
+    return create_app(settings)
 
 
 def _run_worker(app: Any, settings: Settings, sock: Any) -> int:
