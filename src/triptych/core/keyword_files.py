@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from triptych.core.vector_files import write_atomically
+from triptych.core.vector_files import distinct, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def _unpack(data: bytes, fingerprint: KeywordFingerprint, header: dict[str, obje
     words = bytes(chunks[5]).decode("utf-8").split("\0")
     if words.pop() != "" or len(words) != terms or len(set(words)) != terms:
         return None
-    if n and (int(ids.max()) != fingerprint.max_id or np.unique(ids).size != n):
+    if n and (int(ids.max()) != fingerprint.max_id or not distinct(ids)):
         return None
     if not np.all(np.isfinite(lengths)) or (n and float(lengths.min()) < 0):
         return None
