@@ -26,7 +26,7 @@ import threading
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -71,6 +71,23 @@ def distinct(ids: npt.NDArray[np.int64]) -> bool:
         return True
     ordered = np.sort(ids)
     return bool(np.all(ordered[1:] != ordered[:-1]))
+
+
+def matching_header(
+    source: IO[bytes], target: Path, expected: dict[str, Any], what: str
+) -> dict[str, Any] | None:
+    """A saved file's header line, read from ``source``, if it is a JSON object holding ``expected``'s
+    values (format, fingerprint), else None, the reason logged with ``what`` the file holds."""
+    line = source.readline(HEADER_LIMIT)
+    header = json.loads(line) if line.endswith(b"\n") else None
+    if not isinstance(header, dict):
+        log.warning("the saved %s %s has no header: not used", what, target)
+        return None
+    found = {key: header.get(key) for key in expected}
+    if found != expected:
+        log.info("the saved %s %s is stale (%s, expected %s): not used", what, target, found, expected)
+        return None
+    return header
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,17 +223,9 @@ class VectorFiles:
         try:
             n, dim = fingerprint.count, fingerprint.dim
             with open(target, "rb") as source:
-                line = source.readline(HEADER_LIMIT)
-                header = json.loads(line) if line.endswith(b"\n") else None
-                if not isinstance(header, dict):
-                    log.warning("the saved vector columns %s have no header: reading the database", target)
-                    return None
                 expected = {"magic": COLUMNS_MAGIC, "format": FORMAT, **asdict(fingerprint)}
-                found = {key: header.get(key) for key in expected}
-                if found != expected:
-                    log.info(
-                        "the saved vector columns %s are stale (%s, expected %s)", target, found, expected
-                    )
+                header = matching_header(source, target, expected, "vector columns")
+                if header is None:
                     return None
                 data = bytearray(8 * n + 4 * dim * n)  # writable: the index appends to a copy, never to it
                 complete = source.readinto(data) == len(data) and not source.read(1)
