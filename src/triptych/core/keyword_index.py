@@ -267,6 +267,8 @@ class KeywordIndex(PartitionCache[_Partition]):
         stems(list({w for _, columns in documents for text, _ in columns for w in text_terms(text)}))
         for doc_id, columns in documents:
             self._add(part, doc_id, columns)
+        if self._files is not None:  # flat, as the next read of its file gives it: one form, less memory
+            part = unpacked(packed(part), part.generation)
         # Saved as built (its rows may be newer than ``generation``: the file is then stale at once, never
         # wrong): what took a minute at 100,000 chunks loads in a fraction of a second next time.
         if self._save(key, part):
