@@ -10,8 +10,7 @@ starts). One official 2.x client per endpoint, each connected (``initialize`` do
 HTTP client library (httpx2, keep-alive). The four are timed round-robin, one call each per round, so
 a noisy neighbour slows all four alike. Reported per endpoint: p50 and p95 of the client round trip,
 the p50 of the server's own time for the call (``_meta["triptych/server_ms"]``), and the ratio of
-the p50 to ``/health``'s p50. ``--profile DIR`` runs py-spy (``--py-spy PATH``) on the server
-process during the timed rounds and writes a speedscope profile there.
+the p50 to ``/health``'s p50. Where the server's part goes: ``bench/mcp_profile.py``.
 """
 
 from __future__ import annotations
