@@ -38,6 +38,7 @@ INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"nam
 # The stateless revision the official 2.x client speaks where the server accepts it (Metronix's /mcp):
 # no initialize, each request carries its envelope.
 MODERN = "2026-07-28"
+RATE = 1_000_000
 ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": MODERN,
     "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
@@ -88,6 +89,8 @@ async def caller(client: httpx.AsyncClient, surface: str, key: str) -> Callable[
 async def run(surface: str, calls: int, sort: str | None) -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="mcp-profile-"))
     os.environ["TRIPTYCH_DATA_DIR"] = str(data_dir)
+    # Above the per-minute read limit of an agent key (600) the calls would be refused; the check still runs.
+    os.environ.setdefault("MG_AGENT_RATE_PER_MINUTE", str(RATE))
     from triptych.app import create_app
     from triptych.core.config import load_settings
     from triptych.metergraph.service import Metergraph
