@@ -162,3 +162,17 @@ def test_with_a_tracer_provider_the_sdk_spans_stay() -> None:
 
 def text_error(exc: Any) -> dict[str, Any]:
     return text_result(str(exc), is_error=True)
+
+
+async def test_a_coroutine_hidden_behind_a_plain_wrapper_is_an_error_that_names_the_tool() -> None:
+    async def handler(context: str, args: Args) -> dict[str, Any]:
+        return {}
+
+    def plain_wrapper(context: str, args: Args) -> Any:
+        return handler(context, args)
+
+    toolbox = Toolbox(
+        [Tool("hidden", "A wrapped handler.", Args, plain_wrapper)], surface="test", error_codes={}
+    )
+    with pytest.raises(TypeError, match="hidden: a plain handler returned a coroutine"):
+        await toolbox.call("hidden", {"query": "q"}, bind)

@@ -263,7 +263,13 @@ class Toolbox(Generic[C]):
             with context as bound:
                 return tool.handler(bound, args)
 
-        return await anyio.to_thread.run_sync(run)
+        output = await anyio.to_thread.run_sync(run)
+        if inspect.iscoroutine(output):  # a wrapper hid a coroutine handler: say so, not "invalid result"
+            output.close()
+            raise TypeError(
+                f"{tool.name}: a plain handler returned a coroutine (a wrapper that is not async?)"
+            )
+        return output
 
 
 # A tool result: the SDK's model, or its wire form (``text_result``), which the SDK validates and dumps
