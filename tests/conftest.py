@@ -1,4 +1,5 @@
-"""Session fixtures: one auth-disabled and one auth-enabled `triptych serve`, shared by the contract tests."""
+"""Session fixtures: the `triptych serve` processes the contract tests share (auth off, auth on, Metergraph,
+the Hadron world), one per session (per xdist worker) and engine, and the engines themselves."""
 
 from __future__ import annotations
 
@@ -71,26 +72,64 @@ def engine_env(request: pytest.FixtureRequest, engine: str) -> dict[str, str]:
     return {"TRIPTYCH_DATABASE_URL": cluster.create_database()}
 
 
-@pytest.fixture(scope="session")
-def open_server(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, storage_engine: str
+# Shared servers are session fixtures of their own per engine, started on first use and kept to the end:
+# not one session fixture over the parametrized ``storage_engine``, which pytest tears down and starts
+# again at every switch of engine, and under ``--dist loadfile`` a worker switches at nearly every file
+# (each file runs its sqlite tests, then its postgresql ones). The fixture a test names picks its engine's.
+# The PostgreSQL ones depend on ``postgres`` itself, so they stop before the cluster does.
+OPEN_ENV = {"TRIPTYCH_AUTH_ENABLED": "false"}
+AUTH_ENV = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET}
+
+
+def _serve(
+    tmp_path_factory: pytest.TempPathFactory, name: str, env: dict[str, str]
 ) -> Iterator[ServerProcess]:
-    """Auth disabled: the local development configuration."""
-    env = {"TRIPTYCH_AUTH_ENABLED": "false", **engine_env(request, storage_engine)}
-    server = ServerProcess(tmp_path_factory.mktemp(f"open-{storage_engine}") / "data", env).start()
+    server = ServerProcess(tmp_path_factory.mktemp(name) / "data", env).start()
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
-def auth_server(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, storage_engine: str
+def open_server_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from _serve(tmp_path_factory, "open-sqlite", OPEN_ENV)
+
+
+@pytest.fixture(scope="session")
+def open_server_postgresql(
+    tmp_path_factory: pytest.TempPathFactory, postgres: PostgresCluster
 ) -> Iterator[ServerProcess]:
-    """Auth enabled with the upstream product's variable names (AUTH_ENABLED, METRONIX_SECRET_KEY)."""
-    env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, **engine_env(request, storage_engine)}
-    server = ServerProcess(tmp_path_factory.mktemp(f"auth-{storage_engine}") / "data", env).start()
-    yield server
-    server.stop()
+    yield from _serve(
+        tmp_path_factory, "open-postgresql", {**OPEN_ENV, "TRIPTYCH_DATABASE_URL": postgres.create_database()}
+    )
+
+
+@pytest.fixture(scope="session")
+def auth_server_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from _serve(tmp_path_factory, "auth-sqlite", AUTH_ENV)
+
+
+@pytest.fixture(scope="session")
+def auth_server_postgresql(
+    tmp_path_factory: pytest.TempPathFactory, postgres: PostgresCluster
+) -> Iterator[ServerProcess]:
+    yield from _serve(
+        tmp_path_factory, "auth-postgresql", {**AUTH_ENV, "TRIPTYCH_DATABASE_URL": postgres.create_database()}
+    )
+
+
+@pytest.fixture(scope="module")
+def open_server(request: pytest.FixtureRequest, storage_engine: str) -> ServerProcess:
+    """Auth disabled: the local development configuration (one server per session and engine)."""
+    server: ServerProcess = request.getfixturevalue(f"open_server_{storage_engine}")
+    return server
+
+
+@pytest.fixture(scope="module")
+def auth_server(request: pytest.FixtureRequest, storage_engine: str) -> ServerProcess:
+    """Auth enabled with the upstream product's variable names (AUTH_ENABLED, METRONIX_SECRET_KEY), one
+    server per session and engine."""
+    server: ServerProcess = request.getfixturevalue(f"auth_server_{storage_engine}")
+    return server
 
 
 @pytest.fixture(scope="session")
@@ -112,19 +151,32 @@ def metergraph_engine(request: pytest.FixtureRequest) -> dict[str, str]:
     return {"TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": endpoint.database_url()}
 
 
+def _hadron_world(tmp_path_factory: pytest.TempPathFactory, engine: str, url: str | None) -> Iterator[Any]:
+    from hadron.world import start_world
+
+    world = start_world(tmp_path_factory.mktemp(f"hadron-shared-{engine}"), url)
+    yield world
+    world.server.stop()
+
+
 @pytest.fixture(scope="session")
-def shared_hadron_world(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, storage_engine: str
+def shared_hadron_world_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield from _hadron_world(tmp_path_factory, "sqlite", None)
+
+
+@pytest.fixture(scope="session")
+def shared_hadron_world_postgresql(
+    tmp_path_factory: pytest.TempPathFactory, postgres: PostgresCluster
 ) -> Iterator[Any]:
+    yield from _hadron_world(tmp_path_factory, "postgresql", postgres.create_database())
+
+
+@pytest.fixture(scope="module")
+def shared_hadron_world(request: pytest.FixtureRequest, storage_engine: str) -> Any:
     """The Hadron world of tests/hadron/world.py behind one server per session (per xdist worker) and
     storage engine, for modules whose tests each write under locations of their own (``fresh()``) and
     never list or count what the world holds as a whole (docs/decisions/0300-shared-test-servers.md)."""
-    from hadron.world import start_world
-
-    url = engine_env(request, storage_engine).get("TRIPTYCH_DATABASE_URL")
-    world = start_world(tmp_path_factory.mktemp(f"hadron-shared-{storage_engine}"), url)
-    yield world
-    world.server.stop()
+    return request.getfixturevalue(f"shared_hadron_world_{storage_engine}")
 
 
 @pytest.fixture(scope="session")
