@@ -8,9 +8,10 @@ import base64
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import file_times
 import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
 from harness import SECRET, ServerProcess
@@ -31,11 +32,20 @@ ENGINES = ("sqlite", "postgresql")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    file_times.configure(config)
     config.addinivalue_line(
         "markers",
         "engines(*names): run the test against each storage engine named (sqlite, postgresql) through the "
         "`storage_engine` fixture and the servers that depend on it; unmarked tests run on sqlite only",
     )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Only in an xdist worker: the controller schedules whole files in the order the workers collected
+    # them (tasks.py passes --no-loadscope-reorder), and a serial run gains nothing from the order.
+    if hasattr(config, "workerinput"):
+        file_times.longest_first(items)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -72,64 +82,63 @@ def engine_env(request: pytest.FixtureRequest, engine: str) -> dict[str, str]:
     return {"TRIPTYCH_DATABASE_URL": cluster.create_database()}
 
 
-# Shared servers are session fixtures of their own per engine, started on first use and kept to the end:
-# not one session fixture over the parametrized ``storage_engine``, which pytest tears down and starts
-# again at every switch of engine, and under ``--dist loadfile`` a worker switches at nearly every file
-# (each file runs its sqlite tests, then its postgresql ones). The fixture a test names picks its engine's.
-# The PostgreSQL ones depend on ``postgres`` itself, so they stop before the cluster does.
-OPEN_ENV = {"TRIPTYCH_AUTH_ENABLED": "false"}
-AUTH_ENV = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET}
+class ServerPool:
+    """The session's shared servers, one per configuration and engine, started on first use.
 
+    Under ``--dist loadfile`` a worker runs whole files one after another, and each file runs its sqlite
+    tests before its postgresql ones: a session fixture parametrized by ``storage_engine`` is torn down each
+    time the engine changes, which restarted ``open_server``/``auth_server`` twice per file. Held here,
+    outside the parametrized fixtures, each starts once per worker and engine (docs/decisions/0232)."""
 
-def _serve(
-    tmp_path_factory: pytest.TempPathFactory, name: str, env: dict[str, str]
-) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp(name) / "data", env).start()
-    yield server
-    server.stop()
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.tmp_path_factory = tmp_path_factory
+        self.servers: dict[tuple[str, str], ServerProcess] = {}
+
+    def get(self, name: str, engine: str, env: Callable[[], dict[str, str]]) -> ServerProcess:
+        key = (name, engine)
+        if key not in self.servers:
+            data = self.tmp_path_factory.mktemp(f"{name}-{engine}") / "data"
+            self.servers[key] = ServerProcess(data, env()).start()
+        return self.servers[key]
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.stop()
 
 
 @pytest.fixture(scope="session")
-def open_server_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from _serve(tmp_path_factory, "open-sqlite", OPEN_ENV)
+def server_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
+    pool = ServerPool(tmp_path_factory)
+    yield pool
+    pool.stop()
 
 
 @pytest.fixture(scope="session")
-def open_server_postgresql(
-    tmp_path_factory: pytest.TempPathFactory, postgres: PostgresCluster
-) -> Iterator[ServerProcess]:
-    yield from _serve(
-        tmp_path_factory, "open-postgresql", {**OPEN_ENV, "TRIPTYCH_DATABASE_URL": postgres.create_database()}
+def open_server(
+    request: pytest.FixtureRequest, storage_engine: str, server_pool: ServerPool
+) -> ServerProcess:
+    """Auth disabled: the local development configuration."""
+    return server_pool.get(
+        "open",
+        storage_engine,
+        lambda: {"TRIPTYCH_AUTH_ENABLED": "false", **engine_env(request, storage_engine)},
     )
 
 
 @pytest.fixture(scope="session")
-def auth_server_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from _serve(tmp_path_factory, "auth-sqlite", AUTH_ENV)
-
-
-@pytest.fixture(scope="session")
-def auth_server_postgresql(
-    tmp_path_factory: pytest.TempPathFactory, postgres: PostgresCluster
-) -> Iterator[ServerProcess]:
-    yield from _serve(
-        tmp_path_factory, "auth-postgresql", {**AUTH_ENV, "TRIPTYCH_DATABASE_URL": postgres.create_database()}
+def auth_server(
+    request: pytest.FixtureRequest, storage_engine: str, server_pool: ServerPool
+) -> ServerProcess:
+    """Auth enabled with the upstream product's variable names (AUTH_ENABLED, METRONIX_SECRET_KEY)."""
+    return server_pool.get(
+        "auth",
+        storage_engine,
+        lambda: {
+            "AUTH_ENABLED": "true",
+            "METRONIX_SECRET_KEY": SECRET,
+            **engine_env(request, storage_engine),
+        },
     )
-
-
-@pytest.fixture(scope="module")
-def open_server(request: pytest.FixtureRequest, storage_engine: str) -> ServerProcess:
-    """Auth disabled: the local development configuration (one server per session and engine)."""
-    server: ServerProcess = request.getfixturevalue(f"open_server_{storage_engine}")
-    return server
-
-
-@pytest.fixture(scope="module")
-def auth_server(request: pytest.FixtureRequest, storage_engine: str) -> ServerProcess:
-    """Auth enabled with the upstream product's variable names (AUTH_ENABLED, METRONIX_SECRET_KEY), one
-    server per session and engine."""
-    server: ServerProcess = request.getfixturevalue(f"auth_server_{storage_engine}")
-    return server
 
 
 @pytest.fixture(scope="session")
@@ -151,6 +160,10 @@ def metergraph_engine(request: pytest.FixtureRequest) -> dict[str, str]:
     return {"TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": endpoint.database_url()}
 
 
+# The shared Hadron world and Metergraph servers (docs/decisions/0300) survive an engine switch as
+# ``server_pool``'s do, as session fixtures of their own per engine, started on first use; not in the pool,
+# because each depends on its engine's fixture (``postgres``, ``clickhouse``) and so stops before it, and
+# the world is more than its server (keys, ids). The fixture a module names picks its engine's.
 def _hadron_world(tmp_path_factory: pytest.TempPathFactory, engine: str, url: str | None) -> Iterator[Any]:
     from hadron.world import start_world
 
