@@ -155,6 +155,23 @@ def strategies(store: PostgresKnowledgeStore, dim: int, workspace: str) -> dict[
     }
 
 
+def plan_of(store: PostgresKnowledgeStore, query: np.ndarray) -> list[str]:
+    """The scans of ``kb_chunks`` the store's statement ran for the big workspace (by which index)."""
+    statement, params = store.nearest_statement("big", query, K)
+    with store.db.transaction() as conn:
+        store.walk_settings(conn, params)
+        row = conn.execute(pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + statement, params).fetchone()
+    assert row is not None
+    found: list[str] = []
+    pending = [row[0][0]["Plan"]]
+    while pending:
+        node = pending.pop()
+        pending.extend(node.get("Plans", []))
+        if node.get("Actual Loops", 0) and "Index Name" in node:
+            found.append(f"{node['Node Type']} {node['Index Name']}: {node.get('Actual Rows')} rows")
+    return found
+
+
 def measure(
     run: dict[str, Search], queries: np.ndarray, truth: list[np.ndarray], limit: int
 ) -> dict[str, Any]:
@@ -191,9 +208,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--big", type=int, default=40_000, help="chunks of the workspace searched")
-    parser.add_argument("--others", type=int, default=8, help="other workspaces in the table")
-    parser.add_argument("--other-chunks", type=int, default=20_000, help="chunks of each other workspace")
+    parser.add_argument("--big", type=int, default=30_000, help="chunks of the workspace searched")
+    parser.add_argument("--others", type=int, default=6, help="other workspaces in the table")
+    parser.add_argument("--other-chunks", type=int, default=15_000, help="chunks of each other workspace")
     parser.add_argument("--dim", type=int, default=384, help="the bundled model's dimension")
     parser.add_argument("--clusters", type=int, default=200, help="topic centres shared by the workspaces")
     parser.add_argument("--latent", type=int, default=24, help="dimensions of the latent space")
@@ -265,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for q in queries[:5]:  # the caches warmed for every strategy alike
             for search in run.values():
                 search(q, K)
+        common.log(f"the store's statement reads: {plan_of(store, queries[0])}")
         results: list[dict[str, Any]] = []
         for limit in args.limits:
             for name, figures in measure(run, queries, truth, limit).items():

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql as pgsql
 
+from triptych.core.errors import StorageUnavailable
 from triptych.core.pg import PgDatabase, one
 from triptych.metronix import pg_store
 from triptych.metronix.pg_store import PostgresKnowledgeStore
@@ -156,3 +157,19 @@ def test_a_walk_that_comes_back_short_is_answered_by_the_exact_scan(
     found = store.hnsw_search("far", query, 10)
     assert [i for i, _ in found] == _exact(far_ids, far, query, 10)
     assert _ran(store, "far", query, 10) == (True, True)
+
+
+def test_a_pgvector_older_than_0_8_is_refused_in_one_line(database_url: str) -> None:
+    # The catalog says 0.7.4 (the server's library is newer; the version installed in a database is
+    # what ALTER EXTENSION ... UPDATE moves, and what the check reads).
+    PgDatabase(database_url).close()  # the extension created
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("UPDATE pg_extension SET extversion = '0.7.4' WHERE extname = 'vector'")
+    with pytest.raises(StorageUnavailable) as refused:
+        PostgresKnowledgeStore(PgDatabase(database_url), DIM)
+    error = refused.value
+    assert "pgvector 0.7.4" in error.message and "0.8 or newer" in error.message
+    assert "\n" not in error.message and "ALTER EXTENSION vector UPDATE" in str(error.hint)
+    assert error.details["reason"] == "extension_too_old"
+    with psycopg.connect(database_url) as conn:  # nothing was written
+        assert conn.execute("SELECT to_regclass('kb_chunks')").fetchone() == (None,)

@@ -15,6 +15,7 @@ transaction), so another worker's copy applies just those instead of reloading t
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -26,9 +27,10 @@ from psycopg import Connection
 from psycopg import sql as pgsql
 from psycopg.rows import TupleRow, dict_row
 
+from triptych.core.errors import StorageUnavailable
 from triptych.core.keyword_index import Changes, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
-from triptych.core.pg import PgDatabase, named_rows, one
+from triptych.core.pg import PgDatabase, named_rows, one, redacted
 from triptych.core.search import HNSW_THRESHOLD, PATCH_LIMIT, Vector, VectorIndex
 from triptych.metronix import pg_keywords
 from triptych.metronix.dialect import POSTGRES
@@ -66,6 +68,9 @@ EXACT_BELOW = HNSW_THRESHOLD
 # not move it. About what the exact scan of a workspace at EXACT_BELOW reads, so a walk that cannot find
 # its workspace's rows costs at most about one more such scan.
 MAX_SCAN_TUPLES = 20_000
+# pgvector's first version with iterative index scans: a walk filtered to a workspace keeps going until it
+# has found that workspace's rows (decision 0330). Older versions refuse the settings that ask for it.
+PGVECTOR_NEEDED = (0, 8)
 # Labels of identical documents read with a search's hits: a search lists MAX_DUPLICATE_LABELS (20)
 # besides the hit, which the first 21 in label order always hold, whichever of them is the hit.
 SAME_TEXT_READ = MAX_DUPLICATE_LABELS + 1
@@ -89,6 +94,11 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         self.db = db
         self.dim = dim
         self.exact_below = EXACT_BELOW if exact_below is None else exact_below
+        try:
+            self._check_pgvector()
+        except StorageUnavailable:
+            db.close()
+            raise
         db.migrate(COMPONENT, MIGRATIONS)
         self._ensure_vector_index()
         self.keywords = KeywordIndex(self._load_keyword_documents, idf="smooth")
@@ -99,6 +109,23 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         self._refresh_lock = threading.Lock()
         self._gate = WriteGate()
         self._ready: set[str] = set()  # workspaces whose BM25 postings are all stored (pg_keywords)
+
+    def _check_pgvector(self) -> None:
+        """``StorageUnavailable`` in one line when the database's pgvector predates ``PGVECTOR_NEEDED``:
+        every search of a workspace not in a worker's memory would fail on its settings otherwise."""
+        with self.db.connection() as conn:
+            row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        found = str(one(row)[0])
+        if tuple(int(part) for part in re.findall(r"\d+", found)[:2]) >= PGVECTOR_NEEDED:
+            return
+        needed = ".".join(map(str, PGVECTOR_NEEDED))
+        raise StorageUnavailable(
+            f"The PostgreSQL database {redacted(self.db.url)} has pgvector {found}; Metronix needs"
+            f" {needed} or newer (its iterative index scans): nothing was written",
+            hint=f"Install pgvector {needed} or newer on the database server (README: Server mode), run"
+            " ALTER EXTENSION vector UPDATE in the database, then start triptych again",
+            details={"reason": "extension_too_old", "extension": "vector", "found": found, "needed": needed},
+        )
 
     def _vector(self) -> pgsql.Composable:
         # The column cast to this model's dimension: the expression the HNSW index is built on.
