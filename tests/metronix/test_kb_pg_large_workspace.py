@@ -171,5 +171,5 @@ def test_a_pgvector_older_than_0_8_is_refused_in_one_line(database_url: str) -> 
     assert "pgvector 0.7.4" in error.message and "0.8 or newer" in error.message
     assert "\n" not in error.message and "ALTER EXTENSION vector UPDATE" in str(error.hint)
     assert error.details["reason"] == "extension_too_old"
-    with psycopg.connect(database_url) as conn:  # nothing was written
+    with psycopg.connect(database_url) as conn:  # the knowledge base left unmigrated
         assert conn.execute("SELECT to_regclass('kb_chunks')").fetchone() == (None,)

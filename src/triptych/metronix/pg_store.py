@@ -121,7 +121,7 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         needed = ".".join(map(str, PGVECTOR_NEEDED))
         raise StorageUnavailable(
             f"The PostgreSQL database {redacted(self.db.url)} has pgvector {found}; Metronix needs"
-            f" {needed} or newer (its iterative index scans): nothing was written",
+            f" {needed} or newer (its iterative index scans)",
             hint=f"Install pgvector {needed} or newer on the database server (README: Server mode), run"
             " ALTER EXTENSION vector UPDATE in the database, then start triptych again",
             details={"reason": "extension_too_old", "extension": "vector", "found": found, "needed": needed},
