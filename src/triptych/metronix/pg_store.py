@@ -327,11 +327,14 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         search, params = self.nearest_statement(workspace_id, query, limit)
         # One round trip, not five (BEGIN, settings, query, COMMIT): settings and query go in one
         # pipeline closed by a single Sync, which PostgreSQL runs as one implicit transaction, so the
-        # transaction-local settings hold for the query and end with it.
+        # transaction-local settings hold for the query and end with it. Never prepared: a prepared
+        # statement's generic plan, chosen after five runs, is made without the parameters' values (the
+        # workspace, the LIMITs, the branch each one-time filter picks), and the planner needs them to
+        # walk the HNSW index rather than sort; an unnamed statement is planned with them each time.
         with self.db.connection() as conn:
             with conn.pipeline():
                 self.walk_settings(conn, params)
-                cursor = conn.execute(search, params)
+                cursor = conn.execute(search, params, prepare=False)
             rows = cursor.fetchall()
         return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda hit: (-hit[1], hit[0]))
 
