@@ -18,8 +18,8 @@ query), its p50 measured around its one round trip, at each of ``--limits``: 10,
 - ``strict (before)``: the store's statement before 0330, the iterative scan in ``strict_order``;
 - ``0330 (after)``: the store's ``hnsw_search`` (a ``relaxed_order`` pool re-ranked exactly, the exact
   scan if the walk comes back short);
-- ``0330, prepared``: the same statement prepared as psycopg does by default after five runs (the store
-  does not: a generic plan is made without the workspace and the limits);
+- ``0330, planned each run``: the same statement never prepared (the store lets psycopg prepare it from
+  its fifth run on a connection, and PostgreSQL then keeps a generic plan);
 - ``exact``: every vector of the workspace ordered by score (what 0270 does below the threshold);
 - ``partial index`` (``--partial-index``, measured last): the alternative to 0330, an HNSW index of the
   big workspace alone (a partial index; its build time is logged), walked and re-ranked as 0330 does.
@@ -162,19 +162,20 @@ def strategies(store: PostgresKnowledgeStore, dim: int, workspace: str) -> dict[
         "no iterative scan": sql("off", filtered),
         "strict (before)": sql("strict_order", before),
         "0330 (after)": lambda q, k: [i for i, _ in store.hnsw_search(workspace, q, k)],
-        "0330, prepared": lambda q, k: prepared_walk(store, workspace, q, k),
+        "0330, planned each run": lambda q, k: planned_walk(store, workspace, q, k),
         "exact": sql(None, exact),
     }
 
 
-def prepared_walk(store: PostgresKnowledgeStore, workspace: str, query: np.ndarray, k: int) -> list[int]:
-    """``hnsw_search`` as psycopg runs a statement by default: prepared from its fifth run on a
-    connection, after which PostgreSQL may keep a generic plan made without the parameters' values."""
+def planned_walk(store: PostgresKnowledgeStore, workspace: str, query: np.ndarray, k: int) -> list[int]:
+    """``hnsw_search`` with its statement planned on every run (never prepared), against psycopg's
+    default, which prepares it from its fifth run on a connection (PostgreSQL may then keep a generic
+    plan, made without the parameters' values)."""
     statement, params = store.nearest_statement(workspace, query, k)
     with store.db.connection() as conn:
         with conn.pipeline():
             store.walk_settings(conn, params)
-            cursor = conn.execute(statement, params)
+            cursor = conn.execute(statement, params, prepare=False)
         return [int(r[0]) for r in sorted(cursor.fetchall(), key=lambda r: (-r[1], r[0]))]
 
 

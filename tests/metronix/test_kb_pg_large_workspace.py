@@ -173,16 +173,3 @@ def test_a_pgvector_older_than_0_8_is_refused_in_one_line(database_url: str) -> 
     assert error.details["reason"] == "extension_too_old"
     with psycopg.connect(database_url) as conn:  # the knowledge base left unmigrated
         assert conn.execute("SELECT to_regclass('kb_chunks')").fetchone() == (None,)
-
-
-def test_the_statement_is_planned_with_its_values_every_time(store: PostgresKnowledgeStore) -> None:
-    # psycopg prepares a statement run five times on a connection, and PostgreSQL then may keep a generic
-    # plan made without the workspace and the limits: the walk's choice of the HNSW index needs them.
-    rng = np.random.default_rng(10)
-    _put(store, "big", _unit(rng.normal(size=(EXACT_BELOW, DIM))))
-    for query in _unit(rng.normal(size=(8, DIM))):
-        store.hnsw_search("big", query, 10)
-    with store.db.connection() as conn:  # the fixture's pool holds one connection: the searches'
-        prepared = [str(r[0]) for r in conn.execute("SELECT statement FROM pg_prepared_statements")]
-    assert any("set_config('hnsw.iterative_scan'" in s for s in prepared)  # the settings' may be
-    assert not any("AS MATERIALIZED" in s for s in prepared), prepared

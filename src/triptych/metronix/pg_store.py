@@ -327,14 +327,13 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         search, params = self.nearest_statement(workspace_id, query, limit)
         # One round trip, not five (BEGIN, settings, query, COMMIT): settings and query go in one
         # pipeline closed by a single Sync, which PostgreSQL runs as one implicit transaction, so the
-        # transaction-local settings hold for the query and end with it. Never prepared: a prepared
-        # statement's generic plan, chosen after five runs, is made without the parameters' values (the
-        # workspace, the LIMITs, the branch each one-time filter picks), and the planner needs them to
-        # walk the HNSW index rather than sort; an unnamed statement is planned with them each time.
+        # transaction-local settings hold for the query and end with it. psycopg prepares the statement
+        # from its fifth run on a connection; the generic plan PostgreSQL then keeps walks the same index
+        # and returns the same rows, faster than planning each run (bench/pg_large_workspace.py).
         with self.db.connection() as conn:
             with conn.pipeline():
                 self.walk_settings(conn, params)
-                cursor = conn.execute(search, params, prepare=False)
+                cursor = conn.execute(search, params)
             rows = cursor.fetchall()
         return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda hit: (-hit[1], hit[0]))
 
