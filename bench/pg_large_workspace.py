@@ -185,7 +185,7 @@ def partial_statement(dim: int) -> pgsql.Composed:
     return pgsql.SQL(
         "WITH walk AS MATERIALIZED (SELECT id, {v} <#> %(q)s AS distance FROM kb_chunks"
         " WHERE workspace_id = 'big' AND vector_dims(embedding) = {d} ORDER BY {v} <#> %(q)s LIMIT %(pool)s)"
-        " SELECT id, -distance FROM walk ORDER BY distance, id LIMIT %(k)s"
+        " SELECT id, -distance FROM walk ORDER BY distance + 0, id LIMIT %(k)s"
     ).format(v=v, d=pgsql.Literal(dim))
 
 

@@ -72,14 +72,20 @@ def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _nodes(child)
 
 
-def _ran(store: PostgresKnowledgeStore, workspace: str, query: np.ndarray, k: int) -> tuple[bool, bool]:
-    """Whether the walk of the HNSW index and the exact scan read ``kb_chunks``, from the statement's
-    plan under the search's own settings (a node never executed has no loops)."""
+def _plan(store: PostgresKnowledgeStore, workspace: str, query: np.ndarray, k: int) -> dict[str, Any]:
+    """The statement's executed plan under the search's own settings."""
     statement, params = store.nearest_statement(workspace, query, k)
     with store.db.transaction() as conn:
         store.walk_settings(conn, params)
         row = one(conn.execute(pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + statement, params).fetchone())
-    root = row[0][0]["Plan"]
+    plan: dict[str, Any] = row[0][0]["Plan"]
+    return plan
+
+
+def _ran(store: PostgresKnowledgeStore, workspace: str, query: np.ndarray, k: int) -> tuple[bool, bool]:
+    """Whether the walk of the HNSW index and the exact scan read ``kb_chunks``, from the statement's
+    plan (a node never executed has no loops)."""
+    root = _plan(store, workspace, query, k)
     walked = any(
         str(n.get("Index Name", "")).startswith("kb_chunks_hnsw") and n.get("Actual Loops", 0) > 0
         for n in _nodes(root)
@@ -137,8 +143,15 @@ def test_a_large_workspace_s_walk_finds_the_exact_top_k_and_only_its_own_chunks(
             assert [s for _, s in found] == pytest.approx(expected, abs=1e-5)
         for name, vectors in tenants.items():
             assert [i for i, _ in store.hnsw_search(name, query, 10)] == _exact(ids[name], vectors, query, 10)
-    # The walk answered, not the exact scan behind it.
+    # The walk answered, not the exact scan behind it, and its whole pool was ranked: the walk's rows
+    # come in pgvector's relaxed order, which the planner would otherwise take for sorted and stop at
+    # the first k + 1.
     assert _ran(store, "big", queries[0], 10) == (True, False)
+    root = _plan(store, "big", queries[0], 10)
+    walked = [n for n in _nodes(root) if str(n.get("Index Name", "")).startswith("kb_chunks_hnsw")]
+    ranked = [n for n in root["Plans"] if n.get("Parent Relationship") == "Member"][0]
+    read = max(n["Actual Rows"] for n in _nodes(ranked) if n.get("Node Type") == "CTE Scan")
+    assert read == walked[0]["Actual Rows"] == pg_store.EF_SEARCH
     assert store.hnsw_search("nowhere", queries[0], 10) == []
 
 

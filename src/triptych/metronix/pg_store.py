@@ -357,7 +357,9 @@ class PostgresKnowledgeStore(KnowledgeQueries):
 
         - the walk (``exact_below`` chunks or more): pgvector's HNSW index, filtered to the workspace,
           in its iterative scan's ``relaxed_order``, reads a pool of ``ef_search`` candidates of this
-          workspace (at least ``limit``), which are then ordered exactly by score (decision 0330).
+          workspace (at least ``limit``), which are then ordered exactly by score (decision 0330): by
+          ``distance + 0``, as pgvector's documentation does, since the planner takes the walk's rows
+          for ordered by ``distance`` and would otherwise keep the first ``limit`` as they came;
           ``strict_order`` would hand over the first ``limit`` in the walk's order, which loses some a
           longer pool keeps; ``relaxed_order`` is pgvector's answer for recall, its re-sort ours;
         - the exact scan: every vector of the workspace ordered by score (an order the HNSW index cannot
@@ -376,7 +378,7 @@ class PostgresKnowledgeStore(KnowledgeQueries):
             "  AND vector_dims(embedding) = {dim} ORDER BY {v} <#> %(q)s LIMIT %(pool)s),"
             " short AS (SELECT (SELECT count(*) FROM walk) < least(%(k)s, (SELECT n FROM size)) AS yes)"
             " (SELECT id, -distance AS score FROM walk WHERE NOT (SELECT yes FROM short)"
-            "  ORDER BY distance, id LIMIT %(k)s)"
+            "  ORDER BY distance + 0, id LIMIT %(k)s)"
             " UNION ALL"
             " (SELECT id, -({v} <#> %(q)s) FROM kb_chunks WHERE (SELECT yes FROM short)"
             "  AND workspace_id = %(ws)s AND vector_dims(embedding) = {dim} ORDER BY 2 DESC, id LIMIT %(k)s)"
