@@ -273,7 +273,9 @@ def _workers(args: list[str]) -> list[str]:
         return []
     configured = os.environ.get("TRIPTYCH_TEST_WORKERS")
     workers = int(configured) if configured else min(os.cpu_count() or 1, 4)
-    return ["--numprocesses", str(workers), "--dist", "loadfile"] if workers > 1 else []
+    # Files in the order tests/file_times.py gives (the longest first), not xdist's count of tests per file.
+    loadfile = ["--numprocesses", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
+    return loadfile if workers > 1 else []
 
 
 def bench(args: list[str]) -> int:

@@ -171,8 +171,10 @@ def memory_kb() -> dict[str, int]:
     return found
 
 
-def p50(values: Sequence[float]) -> float:
-    return round(float(np.percentile(values, 50)), 2)
+def p50(values: Sequence[float]) -> float | None:
+    """The median in ms, or None when nothing was timed (a budget holding every workspace leaves no
+    non-resident one to search)."""
+    return round(float(np.percentile(values, 50)), 2) if values else None
 
 
 def measure(engine: str, target: str, budget_mb: float, args: argparse.Namespace) -> dict[str, Any]:
@@ -270,6 +272,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--pg-exact-below", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="10 workspaces, 5,000 chunks, 10 MB budget")
+    parser.add_argument(
+        "--data", type=Path, default=None,
+        help="keep the SQLite data set in this directory and reuse it when it is there (a million chunks take"
+        " ten minutes to write); its saved index files are reused too, as a restarted worker would",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--measure", nargs=3, metavar=("ENGINE", "TARGET", "BUDGET_MB"), help=argparse.SUPPRESS
@@ -303,8 +310,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="index-budget-") as tmp:
         if "sqlite" in engines:
-            path = Path(tmp) / "metronix.db"
-            build_sqlite(path, args)
+            path = (args.data or Path(tmp)) / "metronix.db"
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                build_sqlite(path, args)
             for budget in (0.0, args.budget_mb):
                 run("sqlite", str(path), budget)
         if "postgresql" in engines:
@@ -325,11 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "\nengine          budget  RSS end  peak   accounted  resident p50 (x)   non-resident p50 (x)   evictions"
     )
     for r in results:
-        ratio = lambda v: f"{v / baseline:.2f}x" if baseline else "-"  # noqa: E731
+        ratio = lambda v: f"{v / baseline:.2f}x" if baseline and v is not None else "-"  # noqa: E731
         print(
             f"{r['engine']:<15} {r['budget_mb'] or 'none':>6}  {r['rss_mb_end']:>6}  {r['peak_rss_mb']:>6}"
-            f"  {r['index_mb_accounted_end']:>8}  {r['resident_p50_ms']:>7} ({ratio(r['resident_p50_ms'])})"
-            f"  {r['non_resident_p50_ms']:>9} ({ratio(r['non_resident_p50_ms'])})  {r['evictions']}"
+            f"  {r['index_mb_accounted_end']:>8}  {str(r['resident_p50_ms']):>7} ({ratio(r['resident_p50_ms'])})"
+            f"  {str(r['non_resident_p50_ms']):>9} ({ratio(r['non_resident_p50_ms'])})  {r['evictions']}"
         )
     out = args.out or Path(f"/tmp/triptych-bench/index_budget-{time.strftime('%Y%m%d-%H%M%S')}.json")
     common.write_json(

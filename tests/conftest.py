@@ -7,8 +7,9 @@ import base64
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import file_times
 import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
 from harness import SECRET, ServerProcess
@@ -27,11 +28,20 @@ ENGINES = ("sqlite", "postgresql")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    file_times.configure(config)
     config.addinivalue_line(
         "markers",
         "engines(*names): run the test against each storage engine named (sqlite, postgresql) through the "
         "`storage_engine` fixture and the servers that depend on it; unmarked tests run on sqlite only",
     )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Only in an xdist worker: the controller schedules whole files in the order the workers collected
+    # them (tasks.py passes --no-loadscope-reorder), and a serial run gains nothing from the order.
+    if hasattr(config, "workerinput"):
+        file_times.longest_first(items)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -68,26 +78,63 @@ def engine_env(request: pytest.FixtureRequest, engine: str) -> dict[str, str]:
     return {"TRIPTYCH_DATABASE_URL": cluster.create_database()}
 
 
+class ServerPool:
+    """The session's shared servers, one per configuration and engine, started on first use.
+
+    Under ``--dist loadfile`` a worker runs whole files one after another, and each file runs its sqlite
+    tests before its postgresql ones: a session fixture parametrized by ``storage_engine`` is torn down each
+    time the engine changes, which restarted ``open_server``/``auth_server`` twice per file. Held here,
+    outside the parametrized fixtures, each starts once per worker and engine (docs/decisions/0232)."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.tmp_path_factory = tmp_path_factory
+        self.servers: dict[tuple[str, str], ServerProcess] = {}
+
+    def get(self, name: str, engine: str, env: Callable[[], dict[str, str]]) -> ServerProcess:
+        key = (name, engine)
+        if key not in self.servers:
+            data = self.tmp_path_factory.mktemp(f"{name}-{engine}") / "data"
+            self.servers[key] = ServerProcess(data, env()).start()
+        return self.servers[key]
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def server_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
+    pool = ServerPool(tmp_path_factory)
+    yield pool
+    pool.stop()
+
+
 @pytest.fixture(scope="session")
 def open_server(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, storage_engine: str
-) -> Iterator[ServerProcess]:
+    request: pytest.FixtureRequest, storage_engine: str, server_pool: ServerPool
+) -> ServerProcess:
     """Auth disabled: the local development configuration."""
-    env = {"TRIPTYCH_AUTH_ENABLED": "false", **engine_env(request, storage_engine)}
-    server = ServerProcess(tmp_path_factory.mktemp(f"open-{storage_engine}") / "data", env).start()
-    yield server
-    server.stop()
+    return server_pool.get(
+        "open",
+        storage_engine,
+        lambda: {"TRIPTYCH_AUTH_ENABLED": "false", **engine_env(request, storage_engine)},
+    )
 
 
 @pytest.fixture(scope="session")
 def auth_server(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, storage_engine: str
-) -> Iterator[ServerProcess]:
+    request: pytest.FixtureRequest, storage_engine: str, server_pool: ServerPool
+) -> ServerProcess:
     """Auth enabled with the upstream product's variable names (AUTH_ENABLED, METRONIX_SECRET_KEY)."""
-    env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, **engine_env(request, storage_engine)}
-    server = ServerProcess(tmp_path_factory.mktemp(f"auth-{storage_engine}") / "data", env).start()
-    yield server
-    server.stop()
+    return server_pool.get(
+        "auth",
+        storage_engine,
+        lambda: {
+            "AUTH_ENABLED": "true",
+            "METRONIX_SECRET_KEY": SECRET,
+            **engine_env(request, storage_engine),
+        },
+    )
 
 
 @pytest.fixture(scope="session")

@@ -8,11 +8,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triptych import __version__
-from triptych.core.config import Settings, load_settings
 from triptych.core.datadir import HELP as DATA_DIR_HELP
+
+if TYPE_CHECKING:  # the settings models load when a command runs, not when the parser is built
+    from triptych.core.config import Settings
 
 # metergraph/service.py's COLUMNS_DIR, spelled here: importing that module loads all of Metergraph (1.4 s of
 # every backup); a test keeps the two equal.
@@ -122,6 +124,7 @@ def _guarded(bar: Any, verb: str, noun: str, where: Path, job: Callable[[], Any]
 
 def cmd_backup(args: argparse.Namespace) -> int:
     from triptych.core.backup import backup, plan
+    from triptych.core.config import load_settings
 
     settings = load_settings(data_dir=args.data_dir)
     rules = layout(settings)
@@ -164,6 +167,7 @@ def _size(path: Path) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     from triptych.core.backup import BackupRefused, read_manifest, restore
+    from triptych.core.config import load_settings
 
     settings = load_settings(data_dir=args.data_dir)
     try:

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triptych import __version__
-from triptych.core.config import Settings, load_settings
+from triptych.core.commands import uncollected_startup
 from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.core.datadir import describe, is_fresh
 from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
 
 if TYPE_CHECKING:
+    from triptych.core.config import Settings
     from triptych.core.logs import LogFormat
 
 SURFACES = ("metronix", "metergraph")
@@ -44,6 +45,8 @@ environment, metergraph (the same as `triptych metergraph-mcp`):
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from triptych.core.config import load_settings
+
     return load_settings(
         host=getattr(args, "host", None),
         port=getattr(args, "port", None),
@@ -71,7 +74,9 @@ def _problem(exc: ValueError) -> str:
     return "; ".join(lines) + " (the settings are listed under Configuration in README.md)"
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _start(args: argparse.Namespace) -> int | tuple[Settings, Any, Any, bool]:
+    """The settings, the worker socket (a worker of ``serve --workers N``), the app (None: this process
+    is to supervise workers) and whether the data directory was new; or the exit status of a refusal."""
     from triptych.core.db import check_writable
     from triptych.core.errors import StorageUnavailable
     from triptych.supervisor import worker_socket
@@ -88,7 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _log_to_stderr(settings.log_level, settings.log_format)
     sock = worker_socket()
     if sock is None and args.workers > 1:
-        return _serve_workers(args, settings)
+        return settings, None, None, False
     fresh = is_fresh(settings.data_dir)  # before create_app makes the databases
     try:
         check_writable(settings.data_dir)
@@ -103,6 +108,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    return settings, sock, app, fresh
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    with uncollected_startup():
+        started = _start(args)
+    if isinstance(started, int):
+        return started
+    settings, sock, app, fresh = started
+    if app is None:  # `serve --workers N`: this process supervises them
+        return _serve_workers(args, settings)
     if sock is not None:  # a worker of `serve --workers N`: the supervisor speaks for all of them
         return _run_worker(app, settings, sock)
     import uvicorn
@@ -336,11 +352,12 @@ OTHER_ENVIRONMENT = (
 
 def settings_sections(data_dir: Path | None = None) -> list[tuple[str, list[Any]]]:
     """Every setting the server reads, by section, with its value and source (``triptych config``)."""
+    from triptych.core.config import load_settings
     from triptych.core.settings_report import OtherSetting, other_rows, rows
     from triptych.metergraph.detectors import load_incident_settings
     from triptych.metergraph.providers import load_provider_settings
     from triptych.metergraph.settings import load_metergraph_settings
-    from triptych.metergraph.webhooks import load_webhook_settings
+    from triptych.metergraph.webhook_http import load_webhook_settings
 
     return [
         ("server", rows(load_settings(data_dir=data_dir), {"data_dir": data_dir})),
@@ -753,6 +770,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "serve" and "data_dir" in vars(args) and not bridge:
         # Every command on the embedded data names the directory it uses (and says when it is new), so a
         # key minted into the wrong directory is noticed at once. serve says it in its banner.
+        from triptych.core.config import load_settings
+
         data_dir = load_settings(data_dir=args.data_dir).data_dir
         print(f"triptych: {describe(data_dir, is_fresh(data_dir))}", file=sys.stderr, flush=True)
     result: int = args.func(args)

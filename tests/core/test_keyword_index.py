@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from triptych.core.keyword_index import Document, KeywordIndex
+from triptych.core.keyword_index import Document, KeywordIndex, packed, unpacked
 
 WORDS = (
     "alpha beta gamma delta running runner runs painted painting paints garden gardens camping trip "
@@ -123,12 +123,18 @@ def test_own_writes_apply_in_place_and_foreign_writes_reload() -> None:
     assert table.loads == ["w", "w", "w"]
 
 
-def test_after_updates_scores_still_equal_a_fresh_fts5_over_the_live_rows() -> None:
+@pytest.mark.parametrize("flat", [False, True], ids=["built", "flat"])
+def test_after_updates_scores_still_equal_a_fresh_fts5_over_the_live_rows(flat: bool) -> None:
+    """Also for a partition whose postings came as flat arrays (as a saved file or a compaction gives
+    them): the writes' postings go beside them, and a term in both ranks by both."""
     rows = _corpus(120, seed=4)
     table = Table()
     table.parts["w"] = _docs(rows)
     index = KeywordIndex(table.load)
     index.search("w", 1, "violin", None)
+    if flat:
+        index._install("w", unpacked(packed(index._parts["w"]), 1))
+        assert index._parts["w"].flat is not None and not index._parts["w"].terms
     live = {seq: (content, tags) for seq, content, tags in rows}
     generation = 1
     rnd = random.Random(8)
@@ -144,6 +150,9 @@ def test_after_updates_scores_still_equal_a_fresh_fts5_over_the_live_rows() -> N
     ours = index.search("w", generation, "violin trip", None)
     assert [s for s, _ in ours] == [s for s, _ in expected]
     assert [round(s, 6) for _, s in ours] == [round(s, 6) for _, s in expected]
+    if flat:
+        assert table.loads == ["w"]  # the writes went in place
+        assert index._parts["w"].terms  # beside the flat postings
 
 
 def test_compaction_after_many_replacements_keeps_a_fresh_loads_ranking() -> None:

@@ -223,6 +223,39 @@ def test_a_keyword_partition_changed_since_it_was_saved_is_saved_when_forgotten_
     assert hits == before and hits[0][0] == "late"
 
 
+# Only the embedded engine saves vector columns (server mode: PostgreSQL answers for a forgotten workspace).
+@pytest.mark.engines("sqlite")
+def test_a_forgotten_partition_without_a_graph_is_saved_as_columns_and_read_back_without_the_database(
+    service: KnowledgeService, budget: MemoryBudget, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store = service.store
+    assert isinstance(store, SqliteKnowledgeStore)
+    _fill(service, "ws-a", 12, 1)
+    _fill(service, "ws-b", 4, 2)
+    before, how = _search(service, "ws-a")  # read from the database: nothing saved yet
+    assert how["dense"] == "exact"
+    files = VectorFiles(vectors_dir(tmp_path / "metronix.db"))
+    token = search.partition_token("ws-a")
+    assert not files.columns_path(token).exists()
+
+    budget.limit = 1
+    _search(service, "ws-b")  # ws-a's partitions go; the vectors are saved as columns on their way out
+    assert _resident(store, "ws-a") == (False, False)
+    assert files.columns_path(token).exists() and not files.path(token).exists()
+    read: list[str] = []
+    real = store.index._loader
+    monkeypatch.setattr(store.index, "_loader", lambda key: (read.append(key), real(key))[1])
+    hits, how = _search(service, "ws-a")
+    assert how == {"dense": "exact", "keyword": "bm25"} and read == []  # from the file, not the database
+    assert hits == before
+
+    # A write makes the file stale: the next load reads the database (and the next eviction saves again).
+    service.store_document(LOCAL, "ws-a", QUERY, doc_label="late")
+    store.index.forget("ws-a")
+    hits, _ = _search(service, "ws-a")
+    assert read == ["ws-a"] and hits[0][0] == "late"
+
+
 def _two_workspaces(service: KnowledgeService) -> PostgresKnowledgeStore:
     store = service.store
     assert isinstance(store, PostgresKnowledgeStore)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from platformdirs import user_data_path
-
 HELP = (
     "data directory (env TRIPTYCH_DATA_DIR; default: the user data directory, e.g. ~/.local/share/triptych)"
 )
 
 
 def default_data_dir() -> Path:
+    from platformdirs import user_data_path  # here: HELP is read by every command's parser
+
     return user_data_path("triptych", appauthor=False)
 
 

@@ -16,7 +16,6 @@ text: a file is parsed, never executed, so a hostile one can at worst be refused
 
 from __future__ import annotations
 
-import json
 import logging
 import zlib
 from dataclasses import asdict, dataclass
@@ -25,13 +24,12 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from triptych.core.vector_files import write_atomically
+from triptych.core.vector_files import distinct, matching_header, write_atomically
 
 log = logging.getLogger(__name__)
 
 MAGIC = "triptych-keyword-index"
 FORMAT = 1
-HEADER_LIMIT = 4096  # bytes: a header line longer than this is not ours
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,22 +104,11 @@ class KeywordFiles:
             return None
         try:
             with open(target, "rb") as source:
-                line = source.readline(HEADER_LIMIT)
-                header = json.loads(line) if line.endswith(b"\n") else None
+                expected = {"magic": MAGIC, "format": FORMAT, **asdict(fingerprint)}
+                header = matching_header(source, target, expected, "keyword index")
+                if header is None:
+                    return None
                 data = source.read()
-            if not isinstance(header, dict):
-                log.warning("the saved keyword index %s has no header: rebuilding", target)
-                return None
-            expected = {"magic": MAGIC, "format": FORMAT, **asdict(fingerprint)}
-            found = {key: header.get(key) for key in expected}
-            if found != expected:
-                log.info(
-                    "the saved keyword index %s is stale (%s, expected %s): rebuilding",
-                    target,
-                    found,
-                    expected,
-                )
-                return None
             packed = _unpack(data, fingerprint, header)
             if packed is None:
                 log.warning("the saved keyword index %s is corrupt: rebuilding", target)
@@ -162,7 +149,7 @@ def _unpack(data: bytes, fingerprint: KeywordFingerprint, header: dict[str, obje
     words = bytes(chunks[5]).decode("utf-8").split("\0")
     if words.pop() != "" or len(words) != terms or len(set(words)) != terms:
         return None
-    if n and (int(ids.max()) != fingerprint.max_id or np.unique(ids).size != n):
+    if n and (int(ids.max()) != fingerprint.max_id or not distinct(ids)):
         return None
     if not np.all(np.isfinite(lengths)) or (n and float(lengths.min()) < 0):
         return None

@@ -57,6 +57,11 @@ B = 0.75
 DOCUMENT_BYTES = 120
 TERM_BYTES = 280
 POSTING_BYTES = 9
+# A partition whose postings are flat arrays (read from its file, or compacted), measured the same way:
+# per term its string, dictionary entry and place in the vocabulary (the arrays count as they are); per
+# document its id, length and flag until a write builds the position dictionary (then DOCUMENT_BYTES).
+FLAT_TERM_BYTES = 120
+FLAT_DOCUMENT_BYTES = 16
 # How ``document_terms`` turns text into terms: part of a saved index's fingerprint, with the SQLite
 # whose FTS5 porter stemmer made the stems. Bump it whenever the terms or their weights would change.
 TERMS_VERSION = 1
@@ -75,14 +80,22 @@ class _Postings:
 @dataclass
 class _Partition:
     ids: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
-    position: dict[int, int] = field(default_factory=dict)
+    # Each live document's position; None until a write needs it (a partition read from a file or
+    # compacted builds it then: a search never reads it).
+    position: dict[int, int] | None = field(default_factory=dict)
     lengths: array = field(default_factory=lambda: array("f"))  # type: ignore[type-arg]
     alive: bytearray = field(default_factory=bytearray)
+    # Postings as flat arrays (read from the partition's file, or what a build or a compaction packed),
+    # never changed in place, with each term's index into ``flat.starts``...
+    flat: Packed | None = None
+    flat_terms: dict[str, int] = field(default_factory=dict)
+    # ... and the postings of documents added since, term by term (every posting of a partition built
+    # document by document without files). A term may have postings in both: flat ones first.
     terms: dict[str, _Postings] = field(default_factory=dict)
     live: int = 0
     total_length: float = 0.0
     generation: int = -1
-    postings: int = 0  # entries over every term's lists: what the memory budget counts
+    postings: int = 0  # entries over every term's lists, flat and added: what the memory budget counts
     saved: int = -1  # the generation last saved to (or loaded from) the partition's file
 
 
@@ -92,57 +105,111 @@ def _array(typecode: str, values: bytes | memoryview) -> array:  # type: ignore[
     return out
 
 
+_NO_POSITIONS = np.zeros(0, dtype=np.int32)
+_NO_WEIGHTS = np.zeros(0, dtype=np.float32)
+
+
+def _positions(part: _Partition) -> dict[int, int]:
+    """The live documents' positions, built on first use for a partition that came flat (every
+    document of which is live)."""
+    if part.position is None:
+        part.position = {doc_id: i for i, doc_id in enumerate(part.ids)}
+    return part.position
+
+
+def _postings_of(part: _Partition, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """A term's postings (positions, weights), flat ones first; copies of what writes append to, so
+    they can be read outside the lock. None when the partition has none."""
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    i = part.flat_terms.get(term)
+    if i is not None and part.flat is not None:
+        lo, hi = int(part.flat.starts[i]), int(part.flat.starts[i + 1])
+        found.append((part.flat.positions[lo:hi], part.flat.weights[lo:hi]))
+    added = part.terms.get(term)
+    if added is not None:
+        found.append(
+            (
+                np.frombuffer(added.positions, dtype=np.int32).copy(),
+                np.frombuffer(added.weights, dtype=np.float32).copy(),
+            )
+        )
+    if not found:
+        return None
+    if len(found) == 1:
+        return found[0]
+    return np.concatenate([p for p, _ in found]), np.concatenate([w for _, w in found])
+
+
 def packed(part: _Partition) -> Packed:
     """The partition's live documents and their postings as flat arrays, positions renumbered (what a
-    compaction keeps and a file holds: scores depend on live documents only, ties on ids)."""
+    compaction keeps and a file holds: scores depend on live documents only, ties on ids). Terms in the
+    order they came (flat ones first), each term's postings in the order they were added."""
     alive = np.frombuffer(part.alive, dtype=np.bool_)
     keep = np.flatnonzero(alive)
     renumber = np.cumsum(alive, dtype=np.int64).astype(np.int32) - 1
-    terms: list[str] = []
-    counts: list[int] = []
+    names = list(part.flat_terms)
+    owners: list[np.ndarray] = []  # each posting's term, as an index into ``names``
     positions: list[np.ndarray] = []
     weights: list[np.ndarray] = []
+    if part.flat is not None and part.flat.positions.size:
+        owners.append(np.repeat(np.arange(len(names), dtype=np.int64), np.diff(part.flat.starts)))
+        positions.append(part.flat.positions)
+        weights.append(part.flat.weights)
     for term, postings in part.terms.items():
+        owner = part.flat_terms.get(term)
+        if owner is None:
+            owner = len(names)
+            names.append(term)
         at = np.frombuffer(postings.positions, dtype=np.int32)
-        live = alive[at]
-        if live.any():
-            terms.append(term)
-            positions.append(renumber[at[live]])
-            weights.append(np.frombuffer(postings.weights, dtype=np.float32)[live])
-            counts.append(positions[-1].size)
-    starts = np.zeros(len(terms) + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
+        owners.append(np.full(at.size, owner, dtype=np.int64))
+        positions.append(at)
+        weights.append(np.frombuffer(postings.weights, dtype=np.float32))
+    if positions:
+        owner_of, at, weight = np.concatenate(owners), np.concatenate(positions), np.concatenate(weights)
+    else:
+        owner_of, at, weight = np.zeros(0, dtype=np.int64), _NO_POSITIONS, _NO_WEIGHTS
+    live = alive[at]
+    owner_of, at, weight = owner_of[live], at[live], weight[live]
+    order = np.argsort(owner_of, kind="stable")  # by term; within one, as added
+    counts = np.bincount(owner_of, minlength=len(names))
+    present = np.flatnonzero(counts)
+    starts = np.zeros(present.size + 1, dtype=np.int64)
+    np.cumsum(counts[present], out=starts[1:])
     return Packed(
         ids=np.frombuffer(part.ids, dtype=np.int64)[keep].copy(),
         lengths=np.frombuffer(part.lengths, dtype=np.float32)[keep].copy(),
-        terms=terms,
+        terms=[names[i] for i in present.tolist()],
         starts=starts,
-        positions=np.concatenate(positions) if positions else np.zeros(0, dtype=np.int32),
-        weights=np.concatenate(weights) if weights else np.zeros(0, dtype=np.float32),
+        positions=np.ascontiguousarray(renumber[at[order]], dtype=np.int32),
+        weights=np.ascontiguousarray(weight[order], dtype=np.float32),
     )
 
 
 def unpacked(flat: Packed, generation: int) -> _Partition:
-    """A partition holding exactly ``flat`` (every document live), as of ``generation``."""
+    """A partition holding exactly ``flat`` (every document live), as of ``generation``. Its postings
+    stay the flat arrays they are (a file's body is read, checked and used as it is): a term costs a
+    dictionary entry, so a load is a few copies of the documents' arrays, not a list per term."""
     ids = flat.ids.astype(np.int64, copy=False)
-    part = _Partition(
+    return _Partition(
         ids=_array("q", ids.tobytes()),
-        position={doc_id: i for i, doc_id in enumerate(ids.tolist())},
+        position=None,
         lengths=_array("f", flat.lengths.astype(np.float32, copy=False).tobytes()),
-        alive=bytearray(b"\x01" * len(ids)),
+        alive=bytearray(b"\x01") * len(ids),
+        flat=Packed(
+            ids=flat.ids,
+            lengths=flat.lengths,
+            terms=flat.terms,
+            starts=np.ascontiguousarray(flat.starts, dtype=np.int64),
+            positions=np.ascontiguousarray(flat.positions, dtype=np.int32),
+            weights=np.ascontiguousarray(flat.weights, dtype=np.float32),
+        ),
+        flat_terms=dict(zip(flat.terms, range(len(flat.terms)), strict=True)),
         live=len(ids),
         # Lengths are token counts, exact in float32 and float64: the running sum ``_add`` keeps.
         total_length=float(flat.lengths.sum(dtype=np.float64)),
         generation=generation,
         postings=int(flat.positions.size),
     )
-    positions = np.ascontiguousarray(flat.positions, dtype=np.int32).data.cast("B")
-    weights = np.ascontiguousarray(flat.weights, dtype=np.float32).data.cast("B")
-    starts = flat.starts.tolist()
-    for i, term in enumerate(flat.terms):
-        lo, hi = 4 * starts[i], 4 * starts[i + 1]
-        part.terms[term] = _Postings(_array("i", positions[lo:hi]), _array("f", weights[lo:hi]))
-    return part
 
 
 def document_terms(columns: Sequence[tuple[str, float]]) -> tuple[dict[str, float], float]:
@@ -200,6 +267,8 @@ class KeywordIndex(PartitionCache[_Partition]):
         stems(list({w for _, columns in documents for text, _ in columns for w in text_terms(text)}))
         for doc_id, columns in documents:
             self._add(part, doc_id, columns)
+        if self._files is not None:  # flat, as the next read of its file gives it: one form, less memory
+            part = unpacked(packed(part), part.generation)
         # Saved as built (its rows may be newer than ``generation``: the file is then stale at once, never
         # wrong): what took a minute at 100,000 chunks loads in a fraction of a second next time.
         if self._save(key, part):
@@ -250,14 +319,23 @@ class KeywordIndex(PartitionCache[_Partition]):
                     part.saved = part.generation
 
     def _measure(self, part: _Partition) -> int:
-        return estimate_bytes(len(part.ids), len(part.terms), part.postings)
+        flat = part.flat
+        if flat is None:
+            return estimate_bytes(len(part.ids), len(part.terms), part.postings)
+        # Flat postings: their arrays as they are and a dictionary entry per term; what was added since
+        # as a partition built document by document holds it.
+        arrays = flat.ids.nbytes + flat.lengths.nbytes + flat.starts.nbytes + flat.positions.nbytes
+        arrays += flat.weights.nbytes + len(flat.terms) * FLAT_TERM_BYTES
+        documents = len(part.ids) * (FLAT_DOCUMENT_BYTES if part.position is None else DOCUMENT_BYTES)
+        added = len(part.terms) * TERM_BYTES + (part.postings - int(flat.positions.size)) * POSTING_BYTES
+        return arrays + documents + added
 
     @staticmethod
     def _add(part: _Partition, doc_id: int, columns: Sequence[tuple[str, float]]) -> None:
         weighted, length = document_terms(columns)
         pos = len(part.ids)
+        _positions(part)[doc_id] = pos
         part.ids.append(doc_id)
-        part.position[doc_id] = pos
         part.lengths.append(length)
         part.alive.append(1)
         part.live += 1
@@ -282,7 +360,7 @@ class KeywordIndex(PartitionCache[_Partition]):
     @staticmethod
     def _remove(part: _Partition, doc_id: int) -> None:
         # Postings keep the dead position; searches mask it out. A reload compacts.
-        pos = part.position.pop(doc_id, None)
+        pos = _positions(part).pop(doc_id, None)
         if pos is None or not part.alive[pos]:
             return
         part.alive[pos] = 0
@@ -342,14 +420,7 @@ class KeywordIndex(PartitionCache[_Partition]):
             live, total = part.live, part.total_length
             alive = np.frombuffer(part.alive, dtype=np.bool_).copy()
             lengths = np.frombuffer(part.lengths, dtype=np.float32).copy()
-            lists = [
-                (
-                    np.frombuffer(p.positions, dtype=np.int32).copy(),
-                    np.frombuffer(p.weights, dtype=np.float32).copy(),
-                )
-                for s in query_stems
-                if (p := part.terms.get(s)) is not None
-            ]
+            lists = [p for s in query_stems if (p := _postings_of(part, s)) is not None]
             ids = np.frombuffer(part.ids, dtype=np.int64).copy()
         if not lists or live <= 0 or (k is not None and k <= 0):
             return []

@@ -39,7 +39,10 @@ class MemoryBudget:
     that needs it, by the same paths as after a start (docs/decisions/0190-index-memory-budget.md).
 
     Its lock is a leaf: the caches call it under their own locks, and it only ever *tries* a cache's
-    lock (a cache busy in another thread is skipped this round), so no two locks wait on each other.
+    lock, so no two locks wait on each other. When the next partition to go belongs to a cache busy in
+    another thread, the round stops there, over the limit, rather than forget a more recently used
+    partition in its place; the next use of any partition (``pending``) or install or write (``enforce``)
+    tries again. A long hold of a cache's lock is a load in a search, which enforces as soon as it ends.
     """
 
     def __init__(self, limit: int | None = None) -> None:
@@ -56,6 +59,7 @@ class MemoryBudget:
         self._sizes: OrderedDict[tuple[int, str], int] = OrderedDict()  # of partitions forgotten, as measured
         self._serials = itertools.count(1)
         self._gone: list[int] = []  # serials of caches collected since the last purge
+        self._pending = False  # a round stopped at a busy cache: the next use of a partition enforces
         self.evictions: dict[str, int] = {}  # by cache kind, since the process started
         self.on_evict: Callable[[str, int], None] | None = None  # (kind, how many): /metrics' counter
 
@@ -100,6 +104,12 @@ class MemoryBudget:
                 self._order.move_to_end((serial, key))
                 self._used[(serial, key)] = time.monotonic()
 
+    @property
+    def pending(self) -> bool:
+        """Whether a round stopped at a busy cache (its user then calls ``enforce``, outside its lock).
+        Read without the lock: a stale answer only leaves the round to the next use."""
+        return self._pending
+
     def drop(self, serial: int, key: str) -> None:
         with self._lock:
             old = self._order.pop((serial, key), None)
@@ -137,6 +147,7 @@ class MemoryBudget:
         evicted: list[tuple[PartitionCache[Any], str, Any]] = []
         with self._lock:
             self._purge()
+            self._pending = False
             if self._total <= self.limit:
                 return
             for entry, (ref, nbytes) in list(self._order.items()):
@@ -147,7 +158,11 @@ class MemoryBudget:
                     continue
                 part = cache._evict(entry[1])
                 if part is _BUSY:
-                    continue  # its cache is locked by another thread: another round gets it
+                    # Its cache is locked by another thread (a load in a search, say). Going on would
+                    # forget a more recently used partition in its place: stop, over the limit, until
+                    # that thread's own install or the next use of any partition enforces again.
+                    self._pending = True
+                    break
                 del self._order[entry]
                 self._used.pop(entry, None)
                 self._total -= nbytes
@@ -321,13 +336,16 @@ class PartitionCache(Generic[P]):
         """
         with self._lock:
             part = self._parts.get(key)
-            if part is not None and part.generation >= generation:
+            loaded = part is None or part.generation < generation
+            if not loaded:
                 if self._budget is not None:
                     self._budget.touch(self._serial, key)
-                return part
-            part = self._load(key, generation)
-            self._install(key, part)
-        self._within_budget(key)
+            else:
+                part = self._load(key, generation)
+                self._install(key, part)
+        if loaded or (self._budget is not None and self._budget.pending):
+            self._within_budget(key)  # outside the lock: an eviction may save what it forgets
+        assert part is not None
         return part
 
     def _update(self, key: str, before: int, after: int, change: Callable[[P], None]) -> None:

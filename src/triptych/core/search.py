@@ -286,9 +286,26 @@ class VectorIndex(PartitionCache[_Partition]):
         return part
 
     def _fetch(self, key: str, generation: int) -> _Partition:
+        columns = self._read_columns(key)
+        if columns is not None:
+            return columns
         ids, matrix, graph, saved = self._read(key)
         # A saved file is exactly as of its own generation, which may be newer than the one asked for.
         return self._partition(ids, matrix, max(generation, saved), graph)
+
+    def _read_columns(self, key: str) -> _Partition | None:
+        """The partition from its saved columns (a graph-less partition the budget forgot), if current:
+        as the index holds it, so no transpose (core/vector_files.py)."""
+        if self._files is None or self._describe is None:
+            return None
+        fingerprint = self._describe(key)
+        saved = self._files.load_columns(partition_token(key), fingerprint) if fingerprint else None
+        if saved is None or fingerprint is None:
+            return None
+        part = _Partition(ids=saved.ids, columns=saved.columns)
+        part.position = {item: i for i, item in enumerate(part.ids)}
+        part.generation = part.saved = fingerprint.generation
+        return part
 
     def _adopted(self, key: str, part: _Partition) -> None:
         if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:
@@ -303,9 +320,26 @@ class VectorIndex(PartitionCache[_Partition]):
 
     def _evicted(self, key: str, part: _Partition) -> None:
         """A graph changed since it was saved is saved before it goes (``save_all``'s rule, for one
-        partition): the next search of the partition loads it in a second instead of building it."""
-        if part.hnsw is not None and part.saved != part.generation and not part.building:
+        partition): the next search of the partition loads it in a second instead of building it. A
+        partition without a graph is saved as its vector columns: reading them back is one copy, where
+        the database's rows cost a read of every chunk and a transpose (decision 0320)."""
+        if part.saved == part.generation or part.building:
+            return
+        if part.hnsw is not None:
             self._save(key, part.generation, list(part.ids), np.ascontiguousarray(part.columns.T), part.hnsw)
+        elif self._files is not None and self._describe is not None and part.ids:
+            try:
+                described = self._describe(key)
+            except Exception:  # the database closed under a late eviction: the next load reads it
+                log.warning(
+                    "reading the fingerprint of %s failed: its vectors are not saved", key, exc_info=True
+                )
+                return
+            if described is not None:
+                fingerprint = replace(
+                    described, generation=part.generation, count=len(part.ids), max_id=max(part.ids)
+                )
+                self._files.save_columns(partition_token(key), fingerprint, list(part.ids), part.columns)
 
     def _save(self, key: str, generation: int, ids: list[int], matrix: Vector, graph: object) -> bool:
         """Save a graph built (or patched) as of ``generation`` with its vectors, if files are kept."""

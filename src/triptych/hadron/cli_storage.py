@@ -1,5 +1,6 @@
-"""``triptych hadron source ...`` (Git sources of memories) and ``triptych hadron key ...`` (the server key
-of encrypted memories): the operator's side of issue 18. Each command prints what it did."""
+"""What ``triptych hadron source ...`` (Git sources of memories) and ``triptych hadron key ...`` (the server
+key of encrypted memories) do: the operator's side of issue 18. Each command prints what it did; their
+arguments are declared in ``hadron/cli.py`` (docs/decisions/0310)."""
 
 from __future__ import annotations
 
@@ -122,37 +123,10 @@ def _key_rotate(path: Path, a: argparse.Namespace) -> str:
     )
 
 
-def register(groups: Any, data_dir: dict[str, Any]) -> None:
-    def command(parent: Any, name: str, help_text: str, action: Action) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = parent.add_parser(name, help=help_text)
-        parser.add_argument("--data-dir", **data_dir)
-        parser.set_defaults(func=_run(action))
-        return parser
-
-    source = groups.add_parser("source", help="Git sources of memories").add_subparsers(
-        dest="source_command", required=True
-    )
-    p = command(source, "attach", "back a memory by a Git repository (any URL git can clone)", _source_attach)
-    p.add_argument("memory", help="hrn:mem:<root>:<slug> or id")
-    p.add_argument("url", help="repository URL: https://, ssh, file:// or a local path")
-    p.add_argument("--branch", help="the branch to sync (default: the repository's default branch)")
-    p = command(source, "detach", "stop backing a memory by its repository (nodes stay)", _source_detach)
-    p.add_argument("memory")
-    command(source, "list", "list the memories' Git sources and their last sync", _source_list)
-    p = command(source, "sync", "run one sync now (what hadron_sync_graph does)", _source_sync)
-    p.add_argument("memory")
-
-    key = groups.add_parser("key", help="the server key of encrypted memories").add_subparsers(
-        dest="key_command", required=True
-    )
-    p = command(key, "new", "write a new random key to a file (never overwrites)", _key_new)
-    p.add_argument("file")
-    p = command(
-        key,
-        "rotate",
-        f"re-encrypt every encrypted memory under a new key (the old one from {ENV_KEY_FILE})",
-        _key_rotate,
-    )
-    p.add_argument(
-        "--new-key-file", required=True, help="the new key (make one with `triptych hadron key new`)"
-    )
+# The commands ``hadron/cli.py`` names: (parsed arguments) -> exit status.
+source_attach = _run(_source_attach)
+source_detach = _run(_source_detach)
+source_list = _run(_source_list)
+source_sync = _run(_source_sync)
+key_new = _run(_key_new)
+key_rotate = _run(_key_rotate)

@@ -1,5 +1,8 @@
 """``triptych metergraph ...`` (keys, app tokens, content retention, route config, classification) and
 ``triptych metergraph-mcp`` (the stdio bridge). ``register(subparsers)`` adds both to the CLI.
+
+Declaring the arguments imports nothing of Metergraph's services: each command imports what it runs when
+it runs (docs/decisions/0310), so ``triptych --help`` and every other command stay light.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from triptych.core.datadir import HELP as DATA_DIR_HELP
 from triptych.metergraph import report_cli, webhook_cli
 from triptych.metergraph.bridge_help import BRIDGE_ENVIRONMENT
 from triptych.metergraph.contract import ROLES
-from triptych.metergraph.errors import MetergraphError
 
 
 def _open(args: argparse.Namespace) -> Any:
@@ -26,6 +28,8 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def cmd_key_create(args: argparse.Namespace) -> int:
+    from triptych.metergraph.errors import MetergraphError
+
     mg = _open(args)
     try:
         key_id, token = mg.keys.create_agent_key(args.workspace, args.role, args.environment)
@@ -93,6 +97,7 @@ def cmd_retain_content(args: argparse.Namespace) -> int:
 
 
 def cmd_route_set(args: argparse.Namespace) -> int:
+    from triptych.metergraph.errors import MetergraphError
     from triptych.metergraph.keys import _now
     from triptych.metergraph.workspace import route_settings
 

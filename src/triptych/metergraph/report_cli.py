@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from triptych.metergraph.errors import MetergraphError
-
 
 def _open(args: argparse.Namespace) -> Any:
     from triptych.core.config import load_settings
@@ -19,6 +17,8 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def cmd_report_import(args: argparse.Namespace) -> int:
+    from triptych.metergraph.errors import MetergraphError
+
     try:
         raw = Path(args.file).read_bytes()
     except OSError as exc:

@@ -10,7 +10,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from triptych.metergraph.errors import MetergraphError
+# webhooks.DELIVERY_STATUSES, spelled here: importing webhooks for one option's choices loads Metergraph's
+# incident and HTTP machinery into every command (tests/test_cli_light.py keeps the two equal).
+DELIVERY_STATUSES = ("pending", "delivered", "failed", "cancelled")
 
 
 @contextmanager
@@ -34,6 +36,8 @@ def _webhooks(args: argparse.Namespace) -> Iterator[Any]:
 
 def _guarded(command: Callable[[argparse.Namespace, Any], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
+        from triptych.metergraph.errors import MetergraphError
+
         with _webhooks(args) as webhooks:
             try:
                 return command(args, webhooks)
@@ -85,8 +89,6 @@ def cmd_deliveries(args: argparse.Namespace, webhooks: Any) -> int:
 
 def register(sub: Any, data_dir: dict[str, Any]) -> None:
     """Adds ``webhook`` to ``triptych metergraph``."""
-    from triptych.metergraph.webhooks import DELIVERY_STATUSES
-
     hook = sub.add_parser("webhook", help="incident webhooks: endpoints that receive signed incident events")
     hook_sub = hook.add_subparsers(dest="webhook_command", required=True)
     add = hook_sub.add_parser("add", help="add an endpoint; prints its signing secret once on stdout")

@@ -119,6 +119,9 @@ class SqliteKnowledgeStore(KnowledgeQueries):
             describe=self._keyword_fingerprint,
         )
         self._gate = WriteGate()
+        # The last extent read per workspace: a load reads it twice (vectors, keywords), and a count over
+        # a workspace's chunks takes a millisecond per 10,000 (a write bumps the generation it is keyed by).
+        self._extents: dict[str, tuple[int, int, int]] = {}
         self._hash_bodies()
 
     def _hash_bodies(self) -> None:
@@ -201,10 +204,18 @@ class SqliteKnowledgeStore(KnowledgeQueries):
 
     def _extent(self, workspace_id: str) -> tuple[int, int, int]:
         """The workspace's generation, chunk count and highest chunk id, as the database has them now."""
-        count, max_id = self.db.conn.execute(
-            "SELECT count(*), coalesce(max(id), 0) FROM chunks WHERE workspace_id = ?", (workspace_id,)
+        known = self._extents.get(workspace_id)
+        if known is not None and known[0] == self._generation(workspace_id):
+            return known
+        # One statement: the three figures of one state of the workspace, whatever commits meanwhile.
+        generation, count, max_id = self.db.conn.execute(
+            "SELECT (SELECT generation FROM workspaces WHERE id = ?), count(*), coalesce(max(id), 0)"
+            " FROM chunks WHERE workspace_id = ?",
+            (workspace_id, workspace_id),
         ).fetchone()
-        return self._generation(workspace_id), int(count), int(max_id)
+        found = (int(generation or 0), int(count), int(max_id))
+        self._extents[workspace_id] = found
+        return found
 
     def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
         rows = self.db.conn.execute(

@@ -1,0 +1,96 @@
+"""A graph-less vector partition saved as columns (core/vector_files.VectorFiles.save_columns): read back as
+the index holds it, and refused (None, so the partition is read from the database) when stale, torn,
+corrupt or not ours."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from triptych.core.vector_files import Fingerprint, VectorFiles
+
+DIM = 8
+IDS = [3, 5, 9, 12]
+
+
+def _saved(tmp_path: Path) -> tuple[VectorFiles, Fingerprint, np.ndarray]:
+    files = VectorFiles(tmp_path)
+    rng = np.random.default_rng(1)
+    columns = rng.normal(size=(DIM, len(IDS))).astype(np.float32)
+    fingerprint = Fingerprint("model", DIM, generation=7, count=len(IDS), max_id=max(IDS))
+    assert files.save_columns("p", fingerprint, IDS, columns[:, :])
+    return files, fingerprint, columns
+
+
+def test_columns_come_back_as_saved(tmp_path: Path) -> None:
+    files, fingerprint, columns = _saved(tmp_path)
+    saved = files.load_columns("p", fingerprint)
+    assert saved is not None
+    assert saved.ids == IDS
+    assert saved.columns.shape == (DIM, len(IDS)) and np.array_equal(saved.columns, columns)
+    assert saved.columns.flags.writeable
+
+
+def _rewrite(path: Path, change: Callable[[dict[str, object], bytearray], None]) -> None:
+    line, body = path.read_bytes().split(b"\n", 1)
+    header = json.loads(line)
+    data = bytearray(body)
+    change(header, data)
+    path.write_bytes(json.dumps(header).encode() + b"\n" + bytes(data))
+
+
+def _flip(header: dict[str, object], data: bytearray) -> None:
+    data[-3] ^= 0xFF
+
+
+def _truncate(header: dict[str, object], data: bytearray) -> None:
+    del data[-4:]
+
+
+def _longer(header: dict[str, object], data: bytearray) -> None:
+    data.extend(b"\0" * 4)
+
+
+def _duplicate_ids(header: dict[str, object], data: bytearray) -> None:
+    data[0:8] = data[8:16]  # two columns claim one id: checksummed as if written so
+    header["crc32"] = zlib.crc32(bytes(data))
+
+
+def _garbage_header(header: dict[str, object], data: bytearray) -> None:
+    header.clear()
+    header["magic"] = ["not", "ours"]
+
+
+@pytest.mark.parametrize("change", [_flip, _truncate, _longer, _duplicate_ids, _garbage_header])
+def test_a_torn_corrupt_or_foreign_file_is_refused(
+    tmp_path: Path, change: Callable[[dict[str, object], bytearray], None]
+) -> None:
+    files, fingerprint, _ = _saved(tmp_path)
+    _rewrite(files.columns_path("p"), change)
+    assert files.load_columns("p", fingerprint) is None
+
+
+def test_a_file_of_another_generation_or_model_is_not_used(tmp_path: Path) -> None:
+    files, fingerprint, _ = _saved(tmp_path)
+    assert files.load_columns("p", Fingerprint("model", DIM, 8, len(IDS), max(IDS))) is None
+    assert files.load_columns("p", Fingerprint("other", DIM, 7, len(IDS), max(IDS))) is None
+    assert files.load_columns("q", fingerprint) is None  # none saved
+
+
+def test_a_saved_graph_replaces_the_columns_and_removal_takes_both(tmp_path: Path) -> None:
+    from usearch.index import Index
+
+    files, fingerprint, columns = _saved(tmp_path)
+    graph = Index(ndim=DIM, metric="ip", dtype="f16")
+    graph.add(np.asarray(IDS, dtype=np.uint64), np.ascontiguousarray(columns.T))
+    assert files.save("p", fingerprint, IDS, np.ascontiguousarray(columns.T), graph)
+    assert files.path("p").exists() and not files.columns_path("p").exists()
+    assert files.save_columns("p", fingerprint, IDS, columns)
+    assert files.columns_path("p").exists() and not files.path("p").exists()
+    files.remove("p")
+    assert not files.columns_path("p").exists()
