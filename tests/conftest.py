@@ -1,4 +1,5 @@
-"""Session fixtures: one auth-disabled and one auth-enabled `triptych serve`, shared by the contract tests."""
+"""Session fixtures: the `triptych serve` processes the contract tests share (auth off, auth on, Metergraph,
+the Hadron world), one per session (per xdist worker) and engine, and the engines themselves."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import file_times
 import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
 from harness import SECRET, ServerProcess
 from postgres import PostgresCluster
+from provider_server import ProviderServer
+from shared_metergraph import shared_metergraph_env
 
 # The default data directory is the user's (core/datadir.py): a test that forgets to pass its own never
 # writes into the real home, and every process the tests start inherits this.
@@ -154,6 +158,84 @@ def metergraph_engine(request: pytest.FixtureRequest) -> dict[str, str]:
         return {}
     endpoint: ClickHouseEndpoint = request.getfixturevalue("clickhouse")
     return {"TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": endpoint.database_url()}
+
+
+# The shared Hadron world and Metergraph servers (docs/decisions/0300) survive an engine switch as
+# ``server_pool``'s do, as session fixtures of their own per engine, started on first use; not in the pool,
+# because each depends on its engine's fixture (``postgres``, ``clickhouse``) and so stops before it, and
+# the world is more than its server (keys, ids). The fixture a module names picks its engine's.
+def _hadron_world(tmp_path_factory: pytest.TempPathFactory, engine: str, url: str | None) -> Iterator[Any]:
+    from hadron.world import start_world
+
+    world = start_world(tmp_path_factory.mktemp(f"hadron-shared-{engine}"), url)
+    yield world
+    world.server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_hadron_world_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield from _hadron_world(tmp_path_factory, "sqlite", None)
+
+
+@pytest.fixture(scope="session")
+def shared_hadron_world_postgresql(
+    tmp_path_factory: pytest.TempPathFactory, postgres: PostgresCluster
+) -> Iterator[Any]:
+    yield from _hadron_world(tmp_path_factory, "postgresql", postgres.create_database())
+
+
+@pytest.fixture(scope="module")
+def shared_hadron_world(request: pytest.FixtureRequest, storage_engine: str) -> Any:
+    """The Hadron world of tests/hadron/world.py behind one server per session (per xdist worker) and
+    storage engine, for modules whose tests each write under locations of their own (``fresh()``) and
+    never list or count what the world holds as a whole (docs/decisions/0300-shared-test-servers.md)."""
+    return request.getfixturevalue(f"shared_hadron_world_{storage_engine}")
+
+
+@pytest.fixture(scope="session")
+def replay_provider() -> Iterator[ProviderServer]:
+    """The local OpenAI and Anthropic APIs the shared Metergraph servers replay on, one per session."""
+    with ProviderServer() as provider:
+        yield provider
+
+
+def _shared_metergraph(
+    tmp_path_factory: pytest.TempPathFactory,
+    provider: ProviderServer,
+    engine: str,
+    engine_env: dict[str, str],
+) -> Iterator[ServerProcess]:
+    env = {**shared_metergraph_env(provider.openai_url, provider.anthropic_url), **engine_env}
+    server = ServerProcess(tmp_path_factory.mktemp(f"mg-shared-{engine}") / "data", env).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_metergraph_sqlite(
+    tmp_path_factory: pytest.TempPathFactory, replay_provider: ProviderServer
+) -> Iterator[ServerProcess]:
+    """The session's shared Metergraph server on the embedded engine (tests/shared_metergraph.py)."""
+    yield from _shared_metergraph(tmp_path_factory, replay_provider, "sqlite", {})
+
+
+@pytest.fixture(scope="session")
+def shared_metergraph_clickhouse(
+    tmp_path_factory: pytest.TempPathFactory, replay_provider: ProviderServer, clickhouse: ClickHouseEndpoint
+) -> Iterator[ServerProcess]:
+    """The session's shared Metergraph server on ClickHouse, a database of the session's endpoint (it
+    depends on the endpoint, so it stops before the endpoint closes)."""
+    env = {"TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": clickhouse.database_url()}
+    yield from _shared_metergraph(tmp_path_factory, replay_provider, "clickhouse", env)
+
+
+@pytest.fixture(scope="module", params=("sqlite", "clickhouse"))
+def shared_metergraph(request: pytest.FixtureRequest) -> ServerProcess:
+    """Each Metergraph engine's shared server in turn, started on first use and kept for the session:
+    for a module whose tests each take a workspace of their own (a fresh tenant, no process of its own).
+    A module that needs other settings, a restart or its own data directory uses ``metergraph_engine``."""
+    server: ServerProcess = request.getfixturevalue(f"shared_metergraph_{request.param}")
+    return server
 
 
 @pytest.fixture

@@ -85,6 +85,26 @@ def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
         thread.join()
 
 
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+def _record_start(env: dict[str, str]) -> None:
+    """With ``TRIPTYCH_TEST_SERVER_LOG`` set, one line per server start (the xdist worker, the test running
+    and which engine variables were passed) appended to that file: how the suite's server starts are counted."""
+    path = os.environ.get("TRIPTYCH_TEST_SERVER_LOG")
+    if not path:
+        return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+    engines = sorted(k for k in env if k in ("TRIPTYCH_DATABASE_URL", "TRIPTYCH_METERGRAPH_CLICKHOUSE_URL"))
+    with open(path, "a") as log:
+        log.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')}\t{test}\t{','.join(engines) or 'sqlite'}\n")
+
+
 @dataclass
 class ServerProcess:
     """A real `triptych serve` subprocess; its log is in ``log_path`` for post-mortems."""
@@ -122,16 +142,21 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 cwd=self.cwd,
             )
+        _record_start(self.env)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited early:\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        # One client for every poll, and a bare connect until the port listens: a new client per poll
+        # (an SSL context each) cost the test process as much CPU as the start itself on a loaded machine.
+        with httpx.Client(timeout=1.0) as http:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"server exited early:\n{self.log()}")
+                if _listening(self.port):
+                    try:
+                        if http.get(self.url + "/health").status_code == 200:
+                            return self
+                    except httpx.HTTPError:
+                        pass
+                time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"server did not become healthy:\n{self.log()}")
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
 
 import pytest
-from hadron.world import World, start_world, user_headers
+from hadron.world import World, user_headers
 from harness import ROOT
 
 MCP1_PYTHON = ROOT / ".venv-mcp1" / "bin" / "python"
@@ -32,15 +31,14 @@ asyncio.run(main(sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])))
 """
 
 
-# The contract holds on both storage engines: each runs this module against its own server.
+# The contract holds on both storage engines: each runs this module against its engine's shared world.
 pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[World]:
-    w = start_world(tmp_path_factory.mktemp("hadron-clients"), module_database_url)
-    yield w
-    w.server.stop()
+def world(shared_hadron_world: World) -> World:
+    """The session's shared world (tests/conftest.py): every test here works under locations of its own."""
+    return shared_hadron_world
 
 
 def run_1x(

@@ -6,10 +6,9 @@ organization, an App key)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
-from hadron.world import Session, World, as_app, as_user, fresh, node, start_world
+from hadron.world import Session, World, as_app, as_user, fresh, node
 
 SPECS = "hrn:mem:acme.com:specs"
 TEAM = "hrn:mem:acme.com:team"
@@ -20,10 +19,9 @@ pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[World]:
-    w = start_world(tmp_path_factory.mktemp("hadron-live"), module_database_url)
-    yield w
-    w.server.stop()
+def world(shared_hadron_world: World) -> World:
+    """The session's shared world (tests/conftest.py): every test here works under locations of its own."""
+    return shared_hadron_world
 
 
 def edge(memory: str, loc: str) -> str:

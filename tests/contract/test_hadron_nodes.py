@@ -3,10 +3,8 @@ roles and an app key: who can read and write what, revisions, edges, moves and d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from hadron.world import World, as_app, as_user, fresh, node, start_world
+from hadron.world import World, as_app, as_user, fresh, node
 
 SPECS = "hrn:mem:acme.com:specs"
 TEAM = "hrn:mem:acme.com:team"
@@ -14,15 +12,14 @@ BOTMEM = "hrn:mem:acme.com:botmem"
 PLANS = "hrn:mem:globex.com:plans"
 
 
-# The contract holds on both storage engines: each runs this module against its own server.
+# The contract holds on both storage engines: each runs this module against its engine's shared world.
 pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[World]:
-    w = start_world(tmp_path_factory.mktemp("hadron-nodes"), module_database_url)
-    yield w
-    w.server.stop()
+def world(shared_hadron_world: World) -> World:
+    """The session's shared world (tests/conftest.py): every test here works under locations of its own."""
+    return shared_hadron_world
 
 
 async def test_create_get_update_keep_revisions(world: World) -> None:

@@ -8,14 +8,13 @@ import asyncio
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, McpSession, ServerProcess, mcp_session, open_metergraph
+from harness import McpSession, ServerProcess, mcp_session, open_metergraph
 from mcp.shared.exceptions import MCPError
 
 from triptych.metergraph.contract import TOOLS_BY_NAME
@@ -23,8 +22,7 @@ from triptych.metergraph.service import Metergraph
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from provider_server import ProviderServer  # noqa: E402
-
-PUBLIC = "https://metergraph.example.test"
+from shared_metergraph import PUBLIC_URL as PUBLIC  # noqa: E402
 
 
 class Env:
@@ -63,17 +61,9 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Env]:
-    with ProviderServer() as provider:
-        data = tmp_path_factory.mktemp("mg-analysis") / "data"
-        server = ServerProcess(
-            data,
-            {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "TRIPTYCH_PUBLIC_URL": PUBLIC,
-             "MG_REPLAY_OPENAI_BASE_URL": provider.openai_url, "MG_REPLAY_OPENAI_API_KEY": "sk-test",
-             **metergraph_engine},
-        ).start()  # fmt: skip
-        yield Env(server, provider)
-        server.stop()
+def env(shared_metergraph: ServerProcess, replay_provider: ProviderServer) -> Env:
+    """The session's shared server (tests/shared_metergraph.py); each test analyses a workspace of its own."""
+    return Env(shared_metergraph, replay_provider)
 
 
 async def follow(mcp: McpSession, run_id: str, timeout: float = 180) -> dict[str, Any]:

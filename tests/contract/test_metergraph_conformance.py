@@ -16,28 +16,21 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, bearer, mcp_session, open_metergraph
+from harness import ServerProcess, bearer, mcp_session, open_metergraph
 
 from triptych.metergraph.contract import TOOL_CONTRACT, TOOLS_BY_NAME, WARNING_CODES
 from triptych.metergraph.schemas import validate
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "metergraph"))
 from report_support import artifact  # noqa: E402
-
-STATIC_INGEST = "static-ingest-token-for-conformance"
+from shared_metergraph import STATIC_INGEST  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]
-) -> Iterator[ServerProcess]:
-    data = tmp_path_factory.mktemp("mgconformance") / "data"
-    env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "MG_TOKENS": STATIC_INGEST,
-           "MG_WORKSPACE": "static-ws", "MG_INCIDENT_COST_MIN_USD": "0.5", "MG_AGENT_RATE_PER_MINUTE": "0",
-           **metergraph_engine}  # fmt: skip
-    started = ServerProcess(data, env).start()
-    yield started
-    started.stop()
+def server(shared_metergraph: ServerProcess) -> ServerProcess:
+    """The session's shared server (tests/shared_metergraph.py): MG_TOKENS is ``STATIC_INGEST`` for the
+    workspace ``static-ws``, incidents open from $0.50; every other test takes a workspace of its own."""
+    return shared_metergraph
 
 
 def agent_key(server: ServerProcess, workspace: str, role: str) -> str:

@@ -8,7 +8,6 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,10 @@ def _server(tmp_path_factory: pytest.TempPathFactory, **env: str) -> ServerProce
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    started = _server(tmp_path_factory)
-    yield started
-    started.stop()
+def server(shared_metergraph_sqlite: ServerProcess) -> ServerProcess:
+    """The session's shared server (tests/shared_metergraph.py); each test syncs a workspace of its own.
+    Tests that need other lease settings start their own (``_server``)."""
+    return shared_metergraph_sqlite
 
 
 class Sync:

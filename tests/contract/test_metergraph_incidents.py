@@ -11,29 +11,23 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, bearer, mcp_session, open_metergraph
+from harness import ServerProcess, bearer, mcp_session, open_metergraph
 from mcp import Client, MCPError, StdioServerParameters
 
 HOUR = timedelta(hours=1)
 
 
 @pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]
-) -> Iterator[ServerProcess]:
-    data = tmp_path_factory.mktemp("mgincidents") / "data"
-    # Sweeps happen when incidents are read (a long tick keeps the background sweep out of the way).
-    env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "MG_INCIDENT_TICK_SECONDS": "3600",
-           "MG_INCIDENT_COST_MIN_USD": "0.5", "MG_AGENT_RATE_PER_MINUTE": "0", **metergraph_engine}  # fmt: skip
-    started = ServerProcess(data, env).start()
-    yield started
-    started.stop()
+def server(shared_metergraph: ServerProcess) -> ServerProcess:
+    """The session's shared server (tests/shared_metergraph.py): incidents are swept when they are read (a
+    long tick keeps the background sweep out of the way) and open from $0.50; each World is a workspace of
+    its own."""
+    return shared_metergraph
 
 
 class World:

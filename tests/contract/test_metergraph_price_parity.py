@@ -22,12 +22,11 @@ import subprocess
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import SECRET, ServerProcess, client_python, mcp_session, open_metergraph
+from harness import ServerProcess, client_python, mcp_session, open_metergraph
 
 TOLERANCE = 1e-6
 OPENAI = ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano", "gpt-5", "gpt-5-mini", "gpt-5.2",
@@ -208,15 +207,10 @@ REFERENCE_SCRIPT = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]
-) -> Iterator[ServerProcess]:
-    data = tmp_path_factory.mktemp("parity") / "data"
-    env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "MG_AGENT_RATE_PER_MINUTE": "100000",
-           **metergraph_engine}  # fmt: skip
-    process = ServerProcess(data, env).start()
-    yield process
-    process.stop()
+def server(shared_metergraph: ServerProcess) -> ServerProcess:
+    """The session's shared server (tests/shared_metergraph.py): agent reads unlimited (the test reads every
+    page of traces); the workspace is the test's own."""
+    return shared_metergraph
 
 
 def _run(python: Path, script: str, arg: Path, env: dict[str, str], cwd: Path) -> str:

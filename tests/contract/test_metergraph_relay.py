@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -16,20 +15,15 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess
+from harness import ServerProcess
 from provider_server import ProviderServer
 from relay_support import mint, relay, stored_calls, traces
 
 
 @pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]
-) -> Iterator[ServerProcess]:
-    data = tmp_path_factory.mktemp("mgrelay") / "data"
-    env = {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, **metergraph_engine}
-    started = ServerProcess(data, env).start()
-    yield started
-    started.stop()
+def server(shared_metergraph: ServerProcess) -> ServerProcess:
+    """The session's shared server (tests/shared_metergraph.py); each test relays into a workspace of its own."""
+    return shared_metergraph
 
 
 def _portkey_row(n: int, provider: str, model: str, cents: float | None, usage: dict[str, Any],

@@ -8,14 +8,13 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import jsonschema
 import pytest
-from harness import SECRET, ServerProcess, mcp_session, open_metergraph
+from harness import ServerProcess, mcp_session, open_metergraph
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from provider_server import ProviderServer
@@ -94,18 +93,10 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Env]:
-    with ProviderServer(slow_seconds=5) as provider:
-        data = tmp_path_factory.mktemp("replay") / "data"
-        server = ServerProcess(
-            data,
-            {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET,
-             "MG_REPLAY_OPENAI_BASE_URL": provider.openai_url, "MG_REPLAY_OPENAI_API_KEY": "sk-local",
-             "MG_REPLAY_ANTHROPIC_BASE_URL": provider.anthropic_url, "MG_REPLAY_ANTHROPIC_API_KEY": "sk-ant-local",
-             **metergraph_engine},
-        ).start()  # fmt: skip
-        yield Env(server, provider)
-        server.stop()
+def env(shared_metergraph: ServerProcess, replay_provider: ProviderServer) -> Env:
+    """The session's shared server (tests/shared_metergraph.py), replaying on the session's local OpenAI and
+    Anthropic; each test takes a workspace of its own."""
+    return Env(shared_metergraph, replay_provider)
 
 
 def ws() -> str:

@@ -10,20 +10,18 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, mcp_session, open_metergraph
+from harness import ServerProcess, mcp_session, open_metergraph
 from mcp import Client, StdioServerParameters
 
 from triptych.metergraph.contract import TOOLS_BY_NAME
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "metergraph"))
 from report_support import NARRATIVE, artifact, raw  # noqa: E402
-
-PUBLIC = "https://metergraph.example.test"
+from shared_metergraph import PUBLIC_URL as PUBLIC  # noqa: E402
 
 
 class Env:
@@ -47,19 +45,12 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Env]:
-    data = tmp_path_factory.mktemp("mg-reports") / "data"
-    server = ServerProcess(
-        data,
-        {
-            "AUTH_ENABLED": "true",
-            "METRONIX_SECRET_KEY": SECRET,
-            "TRIPTYCH_PUBLIC_URL": PUBLIC,
-            **metergraph_engine,
-        },
-    ).start()
-    yield Env(server)
-    server.stop()
+def env(shared_metergraph_sqlite: ServerProcess) -> Env:
+    """The session's shared server (tests/shared_metergraph.py), its app links under ``PUBLIC``; each test
+    imports into a workspace of its own. The embedded engine only: reports live in the metadata database
+    (SQLite or PostgreSQL) whichever engine holds the calls, and no test here reads a call, so a ClickHouse
+    run repeated these exactly (docs/decisions/0300-shared-test-servers.md)."""
+    return Env(shared_metergraph_sqlite)
 
 
 @pytest.fixture(scope="module")

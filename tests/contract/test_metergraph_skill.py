@@ -18,16 +18,14 @@ import json
 import re
 import subprocess
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, bearer, client_python, mcp_session, open_metergraph
+from harness import ServerProcess, bearer, client_python, mcp_session, open_metergraph
 from mcp.shared.exceptions import MCPError
-from provider_server import ProviderServer
 
 from triptych.metergraph.contract import TOOLS_BY_NAME
 
@@ -192,19 +190,10 @@ def fill(value: Any, values: dict[str, Any]) -> Any:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[World]:
-    with ProviderServer() as provider:
-        data = tmp_path_factory.mktemp("mgskill") / "data"
-        server = ServerProcess(
-            data,
-            {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, "MG_AGENT_RATE_PER_MINUTE": "0",
-             "MG_REPLAY_OPENAI_BASE_URL": provider.openai_url, "MG_REPLAY_OPENAI_API_KEY": "sk-local",
-             **metergraph_engine},
-        ).start()  # fmt: skip
-        try:
-            yield World(server)
-        finally:
-            server.stop()
+def world(shared_metergraph: ServerProcess) -> World:
+    """A workspace of its own on the session's shared server (tests/shared_metergraph.py), which replays on
+    the session's local OpenAI."""
+    return World(shared_metergraph)
 
 
 def test_the_skill_asks_for_the_calls_of_the_product_s_contract() -> None:

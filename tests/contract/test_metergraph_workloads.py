@@ -8,13 +8,12 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
-from harness import SECRET, ServerProcess, mcp_session, open_metergraph
+from harness import ServerProcess, mcp_session, open_metergraph
 from mcp import Client, StdioServerParameters
 
 RUN_FIELDS = {"run_id", "analysis_id", "status", "kind", "created_at", "started_at", "finished_at", "error_code",
@@ -62,13 +61,9 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Env]:
-    server = ServerProcess(
-        tmp_path_factory.mktemp("workloads") / "data",
-        {"AUTH_ENABLED": "true", "METRONIX_SECRET_KEY": SECRET, **metergraph_engine},
-    ).start()
-    yield Env(server)
-    server.stop()
+def env(shared_metergraph: ServerProcess) -> Env:
+    """The session's shared server (tests/shared_metergraph.py); each test classifies a workspace of its own."""
+    return Env(shared_metergraph)
 
 
 def ws() -> str:

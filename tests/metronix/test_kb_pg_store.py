@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pytest
-from psycopg import sql as pgsql
 
 from triptych.core.pg import PgDatabase, one
-from triptych.metronix import pg_store
 from triptych.metronix.pg_store import (
     COMPONENT,
     KEYWORD_LOG_KEEP,
@@ -82,46 +79,6 @@ def test_vector_search_settings_hold_for_its_query_and_end_with_it(store: Postgr
 
 def _ids(hits: list[tuple[int, float]]) -> list[int]:
     return [chunk_id for chunk_id, _ in hits]
-
-
-def _reads_chunks(node: dict[str, Any]) -> bool:
-    """Whether this plan node or one below it read ``kb_chunks`` (a node never executed has no loops)."""
-    if node.get("Relation Name") == "kb_chunks" and node.get("Actual Loops", 0) > 0:
-        return True
-    return any(_reads_chunks(child) for child in node.get("Plans", []))
-
-
-def _branches_run(store: PostgresKnowledgeStore, workspace: str, query: np.ndarray) -> list[bool]:
-    """Which of the nearest-chunks statement's two branches (exact, HNSW) read the table, from its plan."""
-    statement, params = store.nearest_statement(workspace, query, 10)
-    with store.db.connection() as conn:
-        plan = conn.execute(pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + statement, params).fetchone()
-    members = [n for n in one(plan)[0][0]["Plan"]["Plans"] if n.get("Parent Relationship") == "Member"]
-    return [_reads_chunks(member) for member in members]
-
-
-def test_a_small_workspace_is_searched_exactly_and_a_large_one_through_the_hnsw_index(
-    store: PostgresKnowledgeStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    vectors = _unit(400, seed=6)
-    _put(store, "ws", "doc-a", vectors[:30])  # 30 of the table's 400 rows
-    _put(store, "crowd", "doc-b", vectors[30:])
-    query = _unit(1, seed=7)[0]
-    scores = vectors[:30] @ query
-    exact = [int(i) + 1 for i in np.argsort(-scores)]
-
-    # Below EXACT_BELOW: every vector of the workspace, none of the index; the exact order and scores.
-    found = store.hnsw_search("ws", query, 30)
-    assert _ids(found) == exact
-    assert [score for _, score in found] == pytest.approx(sorted(scores.tolist(), reverse=True), abs=1e-5)
-    assert _ids(store.hnsw_search("ws", query, 5)) == exact[:5]
-    assert _branches_run(store, "ws", query) == [True, False]
-
-    # At EXACT_BELOW and above: pgvector's index, its iterative scan still finding every row asked for.
-    monkeypatch.setattr(pg_store, "EXACT_BELOW", 30)
-    found = store.hnsw_search("ws", query, 30)
-    assert sorted(_ids(found)) == sorted(exact)
-    assert _branches_run(store, "ws", query) == [False, True]
 
 
 def test_the_mirror_answers_as_pgvector_s_index_and_follows_its_own_writes_in_place(

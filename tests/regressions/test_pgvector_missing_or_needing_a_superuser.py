@@ -1,6 +1,7 @@
 """A newcomer's PostgreSQL without pgvector, or a database owned by a normal user (``CREATE EXTENSION
 vector`` needs a superuser), ended ``migrate --to`` and ``serve`` in a 30-line traceback. Now each says
-in one line what is wrong and what to run; so does a user who may not create tables at all."""
+in one line what is wrong and what to run; so does a user who may not create tables at all, and a
+pgvector older than 0.8."""
 
 from __future__ import annotations
 
@@ -102,3 +103,23 @@ def test_serve_as_a_user_who_may_not_create_tables_says_what_to_grant(
     assert started.returncode == 1 and "Traceback" not in started.stderr, started.stderr
     assert "may not create tables" in started.stderr
     assert f'psql -d {database} -c "GRANT CREATE ON SCHEMA public TO {role}"' in started.stderr
+
+
+def test_serve_on_a_pgvector_older_than_0_8_names_the_versions_and_the_update(
+    postgres: PostgresCluster, tmp_path: Path
+) -> None:
+    # Its iterative index scans keep a search of a large workspace within the workspace (decision 0330);
+    # an older pgvector refused their settings in every such search. The catalog stands in for an old
+    # installation (the server's library is 0.8; ALTER EXTENSION ... UPDATE moves what the catalog says).
+    url = postgres.create_database("oldvec")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+        conn.execute("UPDATE pg_extension SET extversion = '0.7.4' WHERE extname = 'vector'")
+    started = run("serve", "--port", "0", env={"TRIPTYCH_DATABASE_URL": url,
+                                               "TRIPTYCH_DATA_DIR": str(tmp_path / "data")})  # fmt: skip
+    assert started.returncode == 1
+    assert "Traceback" not in started.stderr, started.stderr
+    lines = [line for line in started.stderr.splitlines() if "pgvector" in line]
+    assert len(lines) == 1, started.stderr
+    assert "pgvector 0.7.4" in lines[0] and "0.8 or newer" in lines[0], lines[0]
+    assert "ALTER EXTENSION vector UPDATE" in lines[0], lines[0]

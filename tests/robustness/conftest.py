@@ -18,22 +18,39 @@ from robustness.target import SECRETS, ClientThread, Target, error_code, result_
 TARGET_ENGINES = ("embedded", "server")
 
 
-@pytest.fixture(scope="package", params=TARGET_ENGINES)
-def target(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Target]:
-    engines: dict[str, str] = {}
-    if request.param == "server":
-        cluster: PostgresCluster = request.getfixturevalue("postgres")
-        endpoint: ClickHouseEndpoint = request.getfixturevalue("clickhouse")
-        engines = {
-            "TRIPTYCH_DATABASE_URL": cluster.create_database("robust"),
-            "TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": endpoint.database_url(),
-        }
-    t = start_target(tmp_path_factory.mktemp(f"robust-{request.param}"), engines)
+def _target(tmp_path_factory: pytest.TempPathFactory, name: str, engines: dict[str, str]) -> Iterator[Target]:
+    t = start_target(tmp_path_factory.mktemp(f"robust-{name}"), engines)
     try:
         _plant_secrets(t)
         yield t
     finally:
         t.server.stop()
+
+
+# One target per engine for the session, started on first use: a fixture parametrized at package scope
+# was torn down and started again at every switch of engine, and under ``--dist loadfile`` a worker
+# switches at every file (docs/decisions/0300-shared-test-servers.md).
+@pytest.fixture(scope="session")
+def target_embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    yield from _target(tmp_path_factory, "embedded", {})
+
+
+@pytest.fixture(scope="session")
+def target_server(
+    tmp_path_factory: pytest.TempPathFactory, postgres: PostgresCluster, clickhouse: ClickHouseEndpoint
+) -> Iterator[Target]:
+    engines = {
+        "TRIPTYCH_DATABASE_URL": postgres.create_database("robust"),
+        "TRIPTYCH_METERGRAPH_CLICKHOUSE_URL": clickhouse.database_url(),
+    }
+    yield from _target(tmp_path_factory, "server", engines)
+
+
+@pytest.fixture(scope="module", params=TARGET_ENGINES)
+def target(request: pytest.FixtureRequest) -> Target:
+    """The attacked server on each engine in turn."""
+    t: Target = request.getfixturevalue(f"target_{request.param}")
+    return t
 
 
 def _plant_secrets(t: Target) -> None:

@@ -26,14 +26,16 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, cast
 
 import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server._otel import OpenTelemetryMiddleware
+from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from triptych import __version__
@@ -261,31 +263,48 @@ class Toolbox(Generic[C]):
             with context as bound:
                 return tool.handler(bound, args)
 
-        return await anyio.to_thread.run_sync(run)
+        output = await anyio.to_thread.run_sync(run)
+        if inspect.iscoroutine(output):  # a wrapper hid a coroutine handler: say so, not "invalid result"
+            output.close()
+            raise TypeError(
+                f"{tool.name}: a plain handler returned a coroutine (a wrapper that is not async?)"
+            )
+        return output
 
 
+# A tool result: the SDK's model, or its wire form (``text_result``), which the SDK validates and dumps
+# for the wire just the same.
+ToolResult = types.CallToolResult | dict[str, Any]
 # May raise ``MCPError`` instead, for a refusal the surface's contract answers as a JSON-RPC error.
-ErrorRenderer = Callable[[TriptychError], types.CallToolResult]
+ErrorRenderer = Callable[[TriptychError], ToolResult]
 # A handler's output as a tool result (``tool_result`` unless the surface writes its own text).
-ResultRenderer = Callable[[Any], types.CallToolResult]
+ResultRenderer = Callable[[Any], ToolResult]
 # Whether ``tools/list`` shows the tool to the request's caller.
 Visible = Callable[[ServerRequestContext[Any, Any], Tool[C]], bool]
 # The SDK's request context (``request`` is None on stdio) and the tool: the handler's context.
 SessionBind = Callable[[ServerRequestContext[Any, Any], Tool[C]], AbstractContextManager[C]]
 
 
-def json_result(payload: dict[str, Any]) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False, default=str))],
-        structured_content=payload,
-    )
+def text_result(text: str, data: dict[str, Any] | None = None, *, is_error: bool = False) -> dict[str, Any]:
+    """A tool result with one text and, when given, the same facts as structured content, in its wire form:
+    what ``CallToolResult(...).model_dump(by_alias=True, mode="json", exclude_none=True)`` gives. The SDK
+    validates a handler's result and dumps it for the wire itself, so building the model first only walked
+    the whole document twice more on every call (decision 0340)."""
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
+    if data is not None:
+        result["structuredContent"] = data
+    result["isError"] = is_error
+    result["resultType"] = "complete"
+    return result
 
 
-def tool_result(output: dict[str, Any] | ToolOutput) -> types.CallToolResult:
+def json_result(payload: dict[str, Any]) -> dict[str, Any]:
+    return text_result(json.dumps(payload, ensure_ascii=False, default=str), payload)
+
+
+def tool_result(output: dict[str, Any] | ToolOutput) -> dict[str, Any]:
     if isinstance(output, ToolOutput):
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=output.text)], structured_content=output.data
-        )
+        return text_result(output.text, output.data)
     return json_result(output)
 
 
@@ -320,7 +339,7 @@ def build_server(
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> ToolResult:
         started = time.perf_counter()
         # The session's task group runs this call, outside the HTTP request's context: its log lines get
         # the request's id from the request itself.
@@ -340,20 +359,37 @@ def build_server(
                 REQUEST_ID.reset(request_token)
         # How long the server spent on the call, in the result's protocol metadata (not the payload,
         # whose shape the contracts fix): clients that time only round trips can subtract transport.
-        result.meta = {SERVER_TIME_META: round((time.perf_counter() - started) * 1000, 2)}
+        meta = {SERVER_TIME_META: round((time.perf_counter() - started) * 1000, 2)}
+        if isinstance(result, dict):
+            result["_meta"] = meta
+        else:
+            result.meta = meta
         return result
 
-    return Server(
+    server: Server[Any] = Server(
         name,
         version=__version__,
         instructions=instructions,
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        # The SDK takes a result's wire form as well as its model (``HandlerResult``); its signature names
+        # only the model.
+        on_call_tool=cast(Callable[..., Awaitable[types.CallToolResult]], call_tool),
         # The SDK checks a call's Mcp-Param-* headers against the tool's schema; without this lookup it
         # runs the whole tools/list handler and serializes every definition on every call (a third of
         # the event loop's time under a memory_store load, py-spy).
         get_tool_input_schema=input_schemas(toolbox.definitions).get,
     )
+    if not tracing_configured():
+        # The SDK wraps every message in an OpenTelemetry span, a no-op without a tracer provider that
+        # still costs each request a span, a context attach and a trace-context lookup (decision 0340).
+        server.middleware = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
+    return server
+
+
+def tracing_configured() -> bool:
+    """Whether an OpenTelemetry tracer provider is installed (``opentelemetry-instrument``, or one set
+    before the app is built): only then are the SDK's per-message spans recorded anywhere."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def _pattern_matches(value: str, allowed: Sequence[str]) -> bool:

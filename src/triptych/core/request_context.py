@@ -10,9 +10,9 @@ line per request to the ``triptych.requests`` logger.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -31,12 +31,23 @@ STATE_KEY = "request_id"
 _USABLE = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
 log = logging.getLogger("triptych.requests")
+# How many paths ``RequestContext`` remembers the surface of before it starts again.
+_REMEMBERED_PATHS = 1024
 
 
 def request_id(headers: Mapping[str, str]) -> str:
     """The client's request id if usable (a log line must not carry whatever a client sends), else new."""
     given = headers.get(HEADER, "")
-    return given if _USABLE.fullmatch(given) else uuid.uuid4().hex
+    return given if given and _USABLE.fullmatch(given) else new_request_id()
+
+
+def new_request_id() -> str:
+    """A random (version 4) UUID as 32 hex digits, as ``uuid.uuid4().hex`` writes it, without building
+    the ``UUID`` object on every request."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return raw.hex()
 
 
 def request_id_of(scope: Mapping[str, Any] | None) -> str | None:
@@ -54,8 +65,20 @@ class RequestContext:
     def __init__(self, app: ASGIApp, doors: Sequence[tuple[str, str]]) -> None:
         self.app = app
         self.doors = sorted(doors, key=lambda door: len(door[0]), reverse=True)
+        # The answer per path, remembered: the walk over every door's prefix cost more than the rest of
+        # this middleware. Bounded, since paths with ids in them are as many as clients make up.
+        self._surfaces: dict[str, str] = {}
 
     def surface_of(self, path: str) -> str:
+        surface = self._surfaces.get(path)
+        if surface is None:
+            surface = self._match(path)
+            if len(self._surfaces) >= _REMEMBERED_PATHS:
+                self._surfaces.clear()
+            self._surfaces[path] = surface
+        return surface
+
+    def _match(self, path: str) -> str:
         for prefix, surface in self.doors:
             if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
                 return surface

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
-import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestId
@@ -33,7 +32,7 @@ from starlette.types import Receive, Scope, Send
 from triptych.core import jsonbody
 from triptych.core.config import Settings
 from triptych.core.errors import TriptychError
-from triptych.core.mcp import PRINCIPAL_KEY, ArgumentsInvalid, UnknownTool, build_server, guard
+from triptych.core.mcp import PRINCIPAL_KEY, ArgumentsInvalid, UnknownTool, build_server, guard, text_result
 from triptych.core.mcp_exchange import StatelessExchange
 from triptych.metergraph.errors import (
     BY_KIND,
@@ -70,28 +69,28 @@ def _error(msg_id: Any, code: int, message: str, data: Any = None) -> dict[str, 
     return {"jsonrpc": "2.0", "id": msg_id, "error": error}
 
 
-def tool_result(document: dict[str, Any], is_error: bool = False) -> types.CallToolResult:
-    """A result whose text is the document as sorted, compact JSON (the contract's examples)."""
-    text = json.dumps(document, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], structured_content=document, is_error=is_error
-    )
+def _text(document: dict[str, Any]) -> str:
+    # The document as sorted, compact JSON (the contract's examples).
+    return json.dumps(document, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def render_result(document: dict[str, Any]) -> types.CallToolResult:
-    result = tool_result(document)
-    text = result.content[0]
-    assert isinstance(text, types.TextContent)
-    check_response_size(len(text.text))  # over 5 MiB: a response_too_large tool result
-    return result
+def tool_result(document: dict[str, Any], is_error: bool = False) -> dict[str, Any]:
+    """A result whose text is the document as sorted, compact JSON, in its wire form."""
+    return text_result(_text(document), document, is_error=is_error)
 
 
-def error_renderer(tool_names: Sequence[str]) -> Callable[[TriptychError], types.CallToolResult]:
+def render_result(document: dict[str, Any]) -> dict[str, Any]:
+    text = _text(document)
+    check_response_size(len(text))  # over 5 MiB: a response_too_large tool result
+    return text_result(text, document)
+
+
+def error_renderer(tool_names: Sequence[str]) -> Callable[[TriptychError], dict[str, Any]]:
     """Refusals as the contract answers them: a call that does not fit the tools' schemas is a protocol
     error (-32602), an unexpected failure -32603, anything else a tool result with ``error.code``."""
     names = sorted(tool_names)
 
-    def render(exc: TriptychError) -> types.CallToolResult:
+    def render(exc: TriptychError) -> dict[str, Any]:
         if isinstance(exc, UnknownTool):
             raise MCPError(INVALID_PARAMS, "Unknown tool", {"tools": names})
         if isinstance(exc, ArgumentsInvalid):

@@ -6,6 +6,7 @@ enforces the limit on its own share of the traffic.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -36,10 +37,17 @@ class RateLimiter:
                 raise RateLimited("too many requests for this key: slow down and retry in a few seconds")
             self._buckets[key] = (tokens - 1, now)
 
-    def wrap(
-        self, handler: Callable[[AgentPrincipal, Any], dict[str, Any]]
-    ) -> Callable[[AgentPrincipal, Any], dict[str, Any]]:
-        def limited(principal: AgentPrincipal, args: Any) -> dict[str, Any]:
+    def wrap(self, handler: Callable[[AgentPrincipal, Any], Any]) -> Callable[[AgentPrincipal, Any], Any]:
+        """``handler`` behind the limit; a coroutine handler stays one (``Toolbox`` runs it on the loop)."""
+        if inspect.iscoroutinefunction(handler):
+
+            async def limited_on_loop(principal: AgentPrincipal, args: Any) -> Any:
+                self.check(principal)  # the lock is held for a dict update only, never across I/O
+                return await handler(principal, args)
+
+            return limited_on_loop
+
+        def limited(principal: AgentPrincipal, args: Any) -> Any:
             self.check(principal)
             return handler(principal, args)
 

@@ -9,7 +9,7 @@ unknown arguments, wrong types, out-of-range values) are JSON-RPC -32602 protoco
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
@@ -214,7 +214,9 @@ def get_workspace_context(s: Services, p: P, a: NoArgs) -> Doc:
     return s.workspace.context(p)
 
 
-def get_capabilities(s: Services, p: P, a: NoArgs) -> Doc:
+async def get_capabilities(s: Services, p: P, a: NoArgs) -> Doc:
+    # On the event loop: the document is built from the contract table, the settings and the key, with no
+    # I/O and no lock, so a worker thread would only add its hop (decision 0340).
     return s.workspace.capabilities(p)
 
 
@@ -306,7 +308,11 @@ MetergraphDeclared = DeclaredTool[Services, AgentPrincipal]
 
 
 def _declare(
-    name: str, title: str, description: str, args: type[BaseModel], handler: Callable[[Services, P, Any], Doc]
+    name: str,
+    title: str,
+    description: str,
+    args: type[BaseModel],
+    handler: Callable[[Services, P, Any], Doc | Awaitable[Doc]],
 ) -> MetergraphDeclared:
     contract = TOOLS_BY_NAME[name]  # read-only and open-world flags come from the contract table
     return DeclaredTool(name, description, args, handler, read_only=not contract.mutates, title=title,

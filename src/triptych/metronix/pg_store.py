@@ -15,6 +15,7 @@ transaction), so another worker's copy applies just those instead of reloading t
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -26,9 +27,10 @@ from psycopg import Connection
 from psycopg import sql as pgsql
 from psycopg.rows import TupleRow, dict_row
 
+from triptych.core.errors import StorageUnavailable
 from triptych.core.keyword_index import Changes, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
-from triptych.core.pg import PgDatabase, named_rows, one
+from triptych.core.pg import PgDatabase, named_rows, one, redacted
 from triptych.core.search import HNSW_THRESHOLD, PATCH_LIMIT, Vector, VectorIndex
 from triptych.metronix import pg_keywords
 from triptych.metronix.dialect import POSTGRES
@@ -61,6 +63,14 @@ EF_SEARCH = 128
 # more the smaller the workspace's share (100 of a 1,000-chunk workspace among 20,000 chunks: 2,030 rows
 # and 24,000 buffers, 107 ms, against 1.5 ms exactly; docs/decisions/0270-small-workspaces-exact-in-postgresql.md).
 EXACT_BELOW = HNSW_THRESHOLD
+# Tuples of the whole table the HNSW walk of a larger workspace visits at most before it gives up and the
+# exact scan answers (decision 0330): pgvector's default, set here so that a server's configuration does
+# not move it. About what the exact scan of a workspace at EXACT_BELOW reads, so a walk that cannot find
+# its workspace's rows costs at most about one more such scan.
+MAX_SCAN_TUPLES = 20_000
+# pgvector's first version with iterative index scans: a walk filtered to a workspace keeps going until it
+# has found that workspace's rows (decision 0330). Older versions refuse the settings that ask for it.
+PGVECTOR_NEEDED = (0, 8)
 # Labels of identical documents read with a search's hits: a search lists MAX_DUPLICATE_LABELS (20)
 # besides the hit, which the first 21 in label order always hold, whichever of them is the hit.
 SAME_TEXT_READ = MAX_DUPLICATE_LABELS + 1
@@ -77,10 +87,18 @@ class PostgresKnowledgeStore(KnowledgeQueries):
 
     sql = KnowledgeSql(POSTGRES, prefix="kb_")
 
-    def __init__(self, db: PgDatabase, dim: int, mirror: bool = True) -> None:
-        """``mirror=False`` searches vectors through pgvector's index only (tests of that path)."""
+    def __init__(self, db: PgDatabase, dim: int, mirror: bool = True, exact_below: int | None = None) -> None:
+        """``mirror=False`` searches vectors through pgvector's index only (tests of that path);
+        ``exact_below`` moves the size from which PostgreSQL walks its HNSW index (tests and benchmarks;
+        default ``EXACT_BELOW``, read when the store opens)."""
         self.db = db
         self.dim = dim
+        self.exact_below = EXACT_BELOW if exact_below is None else exact_below
+        try:
+            self._check_pgvector()
+        except StorageUnavailable:
+            db.close()
+            raise
         db.migrate(COMPONENT, MIGRATIONS)
         self._ensure_vector_index()
         self.keywords = KeywordIndex(self._load_keyword_documents, idf="smooth")
@@ -91,6 +109,23 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         self._refresh_lock = threading.Lock()
         self._gate = WriteGate()
         self._ready: set[str] = set()  # workspaces whose BM25 postings are all stored (pg_keywords)
+
+    def _check_pgvector(self) -> None:
+        """``StorageUnavailable`` in one line when the database's pgvector predates ``PGVECTOR_NEEDED``:
+        every search of a workspace not in a worker's memory would fail on its settings otherwise."""
+        with self.db.connection() as conn:
+            row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        found = str(one(row)[0])
+        if tuple(int(part) for part in re.findall(r"\d+", found)[:2]) >= PGVECTOR_NEEDED:
+            return
+        needed = ".".join(map(str, PGVECTOR_NEEDED))
+        raise StorageUnavailable(
+            f"The PostgreSQL database {redacted(self.db.url)} has pgvector {found}; Metronix needs"
+            f" {needed} or newer (its iterative index scans)",
+            hint=f"Install pgvector {needed} or newer on the database server (README: Server mode), run"
+            " ALTER EXTENSION vector UPDATE in the database, then start triptych again",
+            details={"reason": "extension_too_old", "extension": "vector", "found": found, "needed": needed},
+        )
 
     def _vector(self) -> pgsql.Composable:
         # The column cast to this model's dimension: the expression the HNSW index is built on.
@@ -288,49 +323,73 @@ class PostgresKnowledgeStore(KnowledgeQueries):
 
     def hnsw_search(self, workspace_id: str, query: Vector, limit: int) -> list[tuple[int, float]]:
         """The ``limit`` nearest chunks by PostgreSQL, in one round trip: exactly for a workspace below
-        ``EXACT_BELOW`` chunks, else through pgvector's HNSW index.
-
-        One statement chooses: a count of the workspace's chunks stopped at ``EXACT_BELOW`` gates two
-        branches, of which PostgreSQL runs one (a one-time filter). The exact branch orders by the score
-        (``-distance DESC``), an order the HNSW index cannot give, so the planner reads the workspace's
-        rows through its b-tree index. In the HNSW branch the iterative scan keeps walking the graph
-        until ``limit`` rows of this workspace are found, so the workspace filter never makes ``top_k``
-        short. Both branches order ties by id; the two are merged in Python (one of them is empty)."""
+        ``exact_below`` chunks, else through pgvector's HNSW index (``nearest_statement``)."""
         search, params = self.nearest_statement(workspace_id, query, limit)
-        # One round trip, not five (BEGIN, two settings, query, COMMIT): settings and query go in one
+        # One round trip, not five (BEGIN, settings, query, COMMIT): settings and query go in one
         # pipeline closed by a single Sync, which PostgreSQL runs as one implicit transaction, so the
-        # transaction-local settings hold for the query and end with it.
+        # transaction-local settings hold for the query and end with it. psycopg prepares the statement
+        # from its fifth run on a connection; the generic plan PostgreSQL then keeps walks the same index
+        # and returns the same rows, faster than planning each run (bench/pg_large_workspace.py).
         with self.db.connection() as conn:
             with conn.pipeline():
-                conn.execute(
-                    "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
-                    " set_config('hnsw.ef_search', %s, true)",
-                    (str(max(EF_SEARCH, min(limit, 1000))),),
-                )
+                self.walk_settings(conn, params)
                 cursor = conn.execute(search, params)
             rows = cursor.fetchall()
         return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda hit: (-hit[1], hit[0]))
 
+    @staticmethod
+    def walk_settings(conn: Conn, params: dict[str, Any]) -> None:
+        """pgvector's settings for ``nearest_statement``'s walk, local to the transaction (tests read its
+        plan under them)."""
+        conn.execute(
+            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+            " set_config('hnsw.ef_search', %s, true), set_config('hnsw.max_scan_tuples', %s, true)",
+            (str(params["pool"]), str(MAX_SCAN_TUPLES)),
+        )
+
     def nearest_statement(
         self, workspace_id: str, query: Vector, limit: int
     ) -> tuple[pgsql.Composed, dict[str, Any]]:
-        """``hnsw_search``'s statement and its parameters (tests read its plan)."""
+        """``hnsw_search``'s statement and its parameters (tests read its plan).
+
+        A count of the workspace's chunks, stopped at ``exact_below`` (or ``limit`` if larger), chooses
+        the branch; PostgreSQL runs only the branches whose one-time filters hold:
+
+        - the walk (``exact_below`` chunks or more): pgvector's HNSW index, filtered to the workspace,
+          in its iterative scan's ``relaxed_order``, reads a pool of ``ef_search`` candidates of this
+          workspace (at least ``limit``), which are then ordered exactly by score (decision 0330): by
+          ``distance + 0``, as pgvector's documentation does, since the planner takes the walk's rows
+          for ordered by ``distance`` and would otherwise keep the first ``limit`` as they came;
+          ``strict_order`` would hand over the first ``limit`` in the walk's order, which loses some a
+          longer pool keeps; ``relaxed_order`` is pgvector's answer for recall, its re-sort ours;
+        - the exact scan: every vector of the workspace ordered by score (an order the HNSW index cannot
+          give, so the planner reads the workspace's b-tree range), for a workspace below ``exact_below``
+          and for one whose walk came back with fewer than ``limit`` rows (it stops after
+          ``MAX_SCAN_TUPLES`` tuples of the whole table, so a workspace holding a small share of it may
+          not fill its pool): a search never answers short of what the workspace holds.
+
+        Ties go by id in each branch; the two are merged in Python (one of them is empty)."""
         vector = self._vector()
         statement = pgsql.SQL(
-            "WITH small AS (SELECT count(*) < %(exact)s AS yes FROM (SELECT 1 FROM kb_chunks"
-            "  WHERE workspace_id = %(ws)s LIMIT %(exact)s) AS s)"
-            " (SELECT id, -({v} <#> %(q)s) AS score FROM kb_chunks WHERE (SELECT yes FROM small)"
-            "  AND workspace_id = %(ws)s AND vector_dims(embedding) = {dim} ORDER BY score DESC, id LIMIT %(k)s)"
+            "WITH size AS (SELECT count(*) AS n FROM (SELECT 1 FROM kb_chunks"
+            "  WHERE workspace_id = %(ws)s LIMIT %(count)s) AS s),"
+            " walk AS MATERIALIZED (SELECT id, {v} <#> %(q)s AS distance FROM kb_chunks"
+            "  WHERE (SELECT n FROM size) >= %(exact)s AND workspace_id = %(ws)s"
+            "  AND vector_dims(embedding) = {dim} ORDER BY {v} <#> %(q)s LIMIT %(pool)s),"
+            " short AS (SELECT (SELECT count(*) FROM walk) < least(%(k)s, (SELECT n FROM size)) AS yes)"
+            " (SELECT id, -distance AS score FROM walk WHERE NOT (SELECT yes FROM short)"
+            "  ORDER BY distance + 0, id LIMIT %(k)s)"
             " UNION ALL"
-            " (SELECT id, -({v} <#> %(q)s) FROM kb_chunks WHERE NOT (SELECT yes FROM small)"
-            "  AND workspace_id = %(ws)s AND vector_dims(embedding) = {dim}"
-            "  ORDER BY {v} <#> %(q)s, id LIMIT %(k)s)"
+            " (SELECT id, -({v} <#> %(q)s) FROM kb_chunks WHERE (SELECT yes FROM short)"
+            "  AND workspace_id = %(ws)s AND vector_dims(embedding) = {dim} ORDER BY 2 DESC, id LIMIT %(k)s)"
         ).format(v=vector, dim=pgsql.Literal(self.dim))
         return statement, {
             "q": np.asarray(query, dtype=np.float32),
             "ws": workspace_id,
             "k": limit,
-            "exact": EXACT_BELOW,
+            "pool": max(EF_SEARCH, min(limit, 1000)),
+            "exact": self.exact_below,
+            "count": max(self.exact_below, limit),
         }
 
     def _refresh_in_background(self, workspace_id: str) -> None:
