@@ -43,7 +43,7 @@ from postgres import PostgresCluster  # noqa: E402  (the tests' throwaway Postgr
 from test_memory_tenant_writes import record  # noqa: E402  (the same record as the tests write)
 
 import triptych  # noqa: E402
-from triptych.core.pg import PgDatabase, PortableDatabase  # noqa: E402
+from triptych.core.pg import NativeDatabase, PgDatabase  # noqa: E402
 from triptych.hadron.identity import HadronCaller  # noqa: E402
 from triptych.hadron.services.nodes import NodeFields  # noqa: E402
 from triptych.hadron.services.sessions import SessionStart  # noqa: E402
@@ -56,7 +56,7 @@ CLIENTS_PER_TENANT = 2
 WORKERS = 2
 
 
-class GlobalLockDatabase(PortableDatabase):
+class GlobalLockDatabase(NativeDatabase):
     """The "before" arm: every write takes the store-wide key, whatever tenant it names."""
 
     def lock_statement(self, tenant: str | Sequence[str] | None) -> tuple[bytes, tuple[str, ...]] | None:

@@ -97,19 +97,52 @@ def test_adapters_reach_stores_only_through_services() -> None:
     assert not leaks, leaks
 
 
-def test_only_hadron_s_sql_is_rewritten_on_its_way_to_postgresql() -> None:
-    """Metronix's and Metergraph's stores spell their SQL for each engine through a dialect and send it as
-    written (``core.pg.NativeDatabase``, docs/decisions/0220 and 0240); the ``?``-to-``%s`` rewrite
-    (``PortableDatabase``, ``PortableConnection``) is left to Hadron until it moves too."""
-    portable = {"PortableDatabase", "PortableConnection"}
-    users = sorted(
-        module
+# The handles that rewrote SQLite's spellings into psycopg's as each statement ran, gone with 0290.
+REWRITING_HANDLES = {"PortableDatabase", "PortableConnection"}
+# What a store's statements reach PostgreSQL through, sent as written.
+NATIVE_HANDLES = {"NativeDatabase", "NativeConnection"}
+
+
+def rewrites(node: ast.AST) -> str | None:
+    """What in ``node`` would put a rewriting handle between a store's SQL and psycopg, if anything."""
+    names = {a.name for a in node.names} if isinstance(node, ast.ImportFrom) else set()
+    if isinstance(node, ast.ClassDef):
+        names.add(node.name)
+        bases = {
+            b.id if isinstance(b, ast.Name) else b.attr
+            for b in node.bases
+            if isinstance(b, ast.Name | ast.Attribute)
+        }
+        if bases & NATIVE_HANDLES:
+            return f"class {node.name} subclasses {sorted(bases & NATIVE_HANDLES)}"
+    if isinstance(node, ast.Name | ast.Attribute):
+        names.add(node.id if isinstance(node, ast.Name) else node.attr)
+    if names & REWRITING_HANDLES:
+        return f"names {sorted(names & REWRITING_HANDLES)}"
+    if (  # a placeholder rewrite by hand: ``sql.replace("?", "%s")``
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "replace"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == "?"
+    ):
+        return 'calls .replace("?", ...)'
+    return None
+
+
+def test_no_store_s_sql_is_rewritten_on_its_way_to_postgresql() -> None:
+    """Every store spells its SQL for each engine through a dialect (``core.dialect`` and the surfaces'
+    extensions of it) and sends it as written through ``core.pg.NativeDatabase`` (docs/decisions/0220,
+    0240 and 0290): no rewriting handle (``PortableDatabase``, ``PortableConnection``) comes back, no class
+    wraps the native handle to rewrite on the way, and no module turns ``?`` into ``%s`` by hand."""
+    found = sorted(
+        f"{module}:{node.lineno}: {what}"
         for module, path in PATHS.items()
-        if layer(module) != "hadron" and module != "triptych.core.pg"
         for node in ast.walk(ast.parse(path.read_text(), str(path)))
-        if isinstance(node, ast.ImportFrom) and any(a.name in portable for a in node.names)
+        if (what := rewrites(node)) is not None and hasattr(node, "lineno")
     )
-    assert not users, users
+    assert not found, found
 
 
 # No circle is left (the last, webhooks <-> webhook_delivery, went with webhook_http.py); none may come back.

@@ -236,7 +236,7 @@ async def test_node_writes_honour_the_schema_and_validate_reports_old_records(wo
         with hadron.graph.atomic() as tx:
             tx.execute(
                 "INSERT INTO node_embeddings (node_id, model, dim, vector, status, error, updated_at) "
-                "VALUES (?, 'm', 384, NULL, 'failed', 'model timed out', '2026-01-01')",
+                f"VALUES ({hadron.stores.graph.dialect.p}, 'm', 384, NULL, 'failed', 'model timed out', '2026-01-01')",
                 (node.id,),
             )
     finally:

@@ -191,8 +191,9 @@ async def test_a_restored_selection_is_reauthorized(world: World, tmp_path: Path
         memory = hadron.tenancy.memory_by_key("acme.com", "team")
         bob = hadron.tenancy.user_by_handle("bob")
         assert memory and bob
+        p = hadron.stores.graph.dialect.p
         hadron.tenancy.conn.execute(
-            "DELETE FROM memory_access WHERE memory_id = ? AND principal_id = ?", (memory.id, bob.id)
+            f"DELETE FROM memory_access WHERE memory_id = {p} AND principal_id = {p}", (memory.id, bob.id)
         )
     finally:
         hadron.close()

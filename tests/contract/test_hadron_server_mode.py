@@ -119,7 +119,8 @@ async def test_an_encrypted_memory_reads_back_through_either_worker(workers: lis
         assert (await alice_two.ok("hadron_get_node", loc=node(VAULT, loc))).data["content"] == "launch codes"
     hadron = Hadron.open(one.server.data_dir / "hadron.db", database_url=one.database_url)
     try:  # what the database holds for it is sealed
-        stored = hadron.db.conn.execute("SELECT content FROM nodes WHERE loc = ?", (loc,)).fetchone()[0]
+        sql = f"SELECT content FROM nodes WHERE loc = {hadron.stores.graph.dialect.p}"
+        stored = hadron.db.conn.execute(sql, (loc,)).fetchone()[0]
         assert "launch codes" not in stored and stored.startswith(PREFIX)
     finally:
         hadron.close()

@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import psycopg
 import pytest
 from harness import free_port, run_threads, shared_file
 from postgres import PostgresCluster
 
 from triptych.core.errors import StorageUnavailable
-from triptych.core.pg import NativeDatabase, PgDatabase, PortableDatabase, redacted
+from triptych.core.pg import NativeDatabase, PgDatabase, redacted
 from triptych.metronix import pg_store
 from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.store import KnowledgeStore, NewDocument, SqliteKnowledgeStore
@@ -39,12 +40,11 @@ def test_migrations_from_an_empty_database_apply_every_version_once(postgres: Po
         db.close()
 
 
-def test_a_native_store_s_statements_reach_postgresql_as_written_and_a_portable_one_s_are_rewritten(
-    postgres: PostgresCluster,
-) -> None:
-    """Metronix's stores send psycopg's spellings unchanged (``NativeDatabase``): a ``?`` in a literal
-    stays one; ``PortableDatabase`` (Hadron's stores) still turns ``?`` into ``%s``.
-    Both take the same write lock and read rows by position and by name."""
+def test_a_store_s_statements_reach_postgresql_as_written(postgres: PostgresCluster) -> None:
+    """Every store sends psycopg's spellings unchanged (``NativeDatabase``, docs/decisions/0290): a ``?``
+    in a literal stays one and ``%%`` is psycopg's literal ``%``, nothing is rewritten on the way (a ``?``
+    placeholder is a syntax error). It takes the store's write lock and reads rows by position and by
+    name."""
     pg = PgDatabase(postgres.create_database())
     try:
         native = NativeDatabase(pg, write_lock="test-store")
@@ -55,8 +55,8 @@ def test_a_native_store_s_statements_reach_postgresql_as_written_and_a_portable_
             ).fetchone()
         assert (row["mark"], row["value"], row[2]) == ("?", "x", 2)
         assert held[0] == 2  # the store's key shared and the (store, tenant) pair: docs/decisions/0170
-        portable = PortableDatabase(pg)
-        assert portable.conn.execute("SELECT ? AS value", ("y",)).fetchone()["value"] == "y"
+        with pytest.raises(psycopg.errors.SyntaxError):
+            native.conn.execute("SELECT ? AS value")
     finally:
         pg.close()
 

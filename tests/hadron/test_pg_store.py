@@ -98,3 +98,34 @@ def test_two_tenants_in_one_database_never_meet_in_a_store_query(
     assert {n.memory_id for n in store.nodes_matching([globex.id], ["name"], "deal", False, 100)} == {
         globex.id
     }
+
+
+def test_a_memory_s_survey_walks_its_loc_index_in_order_without_sorting(
+    tenants: tuple[Hadron, dict[str, HadronCaller]], database_url: str | None
+) -> None:
+    """One memory is an equality, not a one-element array (``hadron/dialect.py``, ``one_of``): PostgreSQL
+    plans ``memory_id = ANY('{m}')`` as a set, so the survey's ``ORDER BY loc LIMIT`` read and sorted the
+    whole memory instead of walking ``nodes_live_loc`` (docs/decisions/0290). The plan is read with
+    sequential scans off, so that a table of six rows shows the plan a large one gets."""
+    assert database_url is not None
+    hadron, _ = tenants
+    acme = hadron.admin().memory("hrn:mem:acme.com:plans")
+    store = hadron.search.store
+    sent: list[tuple[str, Sequence[object]]] = []
+    conn = hadron.stores.db.conn
+    execute = conn.execute
+
+    def recording(query: str, params: Sequence[object] = ()) -> object:
+        sent.append((query, params))
+        return execute(query, params)
+
+    conn.execute = recording  # type: ignore[method-assign,assignment]
+    try:
+        assert len(store.survey(NodeFilter((acme.id,)), 2)) == 2
+    finally:
+        del conn.execute
+    [(query, params)] = [(q, p) for q, p in sent if "ORDER BY n.loc" in q]
+    with psycopg.connect(database_url) as pg:
+        pg.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in pg.execute(("EXPLAIN " + query).encode(), params).fetchall())
+    assert "nodes_live_loc" in plan and "Sort" not in plan, plan

@@ -9,12 +9,11 @@ version and the others find it applied.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -260,19 +259,16 @@ class Result:
         return iter(self.fetchall())
 
 
-# A ``:name`` placeholder of SQLite's named style, not the second colon of a ``::type`` cast.
-_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-
-
 class NativeConnection:
     """A store's ``conn``: ``execute(sql, params)`` of statements written for psycopg (``%s`` or
-    ``%(name)s`` placeholders, ``%%`` for a literal ``%``), sent as written; rows read by position and by
-    name. Inside the database's ``transaction()`` statements run on the transaction's connection;
-    outside, each borrows a pooled one."""
+    ``%(name)s`` placeholders, ``%%`` for a literal ``%``), sent as written: nothing rewrites a statement
+    on its way (docs/decisions/0290). Rows read by position and by name. Inside the database's
+    ``transaction()`` statements run on the transaction's connection; outside, each borrows a pooled
+    one."""
 
     row_factory: Any = None  # accepted and ignored: rows always read both ways
 
-    def __init__(self, db: StoreDatabase[Any]) -> None:
+    def __init__(self, db: NativeDatabase) -> None:
         self._db = db
 
     def cursor(self) -> Self:
@@ -284,17 +280,13 @@ class NativeConnection:
         return getattr(self._db._local, "conn", None) is not None
 
     @staticmethod
-    def _sql(query: str, named: bool = False) -> bytes:
-        return query.encode()
-
-    @staticmethod
     def _params(params: Sequence[Any] | Mapping[str, Any]) -> tuple[Any, ...] | Mapping[str, Any]:
         return params if isinstance(params, Mapping) else tuple(params)
 
     def execute(self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Result:
         def run(conn: psycopg.Connection[Any]) -> Result:
             with conn.cursor(row_factory=named_rows) as cursor:
-                cursor.execute(self._sql(query, isinstance(params, Mapping)), self._params(params))
+                cursor.execute(query.encode(), self._params(params))
                 rows = cursor.fetchall() if cursor.description is not None else []
                 return Result(rows, cursor.rowcount)
 
@@ -307,7 +299,7 @@ class NativeConnection:
             if not batch:
                 return Result([], 0)
             with conn.cursor() as cursor:
-                cursor.executemany(self._sql(query, isinstance(batch[0], Mapping)), batch)
+                cursor.executemany(query.encode(), batch)
                 return Result([], cursor.rowcount)
 
         return self._db.run(run)
@@ -318,27 +310,10 @@ def tenant_keys(tenant: str | Sequence[str]) -> tuple[str, ...]:
     return (tenant,) if isinstance(tenant, str) else tuple(sorted(set(tenant)))
 
 
-class PortableConnection(NativeConnection):
-    """What a store written against SQLite's ``conn.execute(sql, params)`` needs, on PostgreSQL: ``?``
-    placeholders become ``%s`` (and SQLite's ``:name``, ``%(name)s``) when each statement runs."""
-
-    @staticmethod
-    def _sql(query: str, named: bool = False) -> bytes:
-        escaped = query.replace("%", "%%")
-        if named:  # SQLite's ``:name`` placeholders (a dict of parameters); ``::type`` casts stay
-            return _NAMED.sub(r"%(\1)s", escaped).encode()
-        return escaped.replace("?", "%s").encode()
-
-
-C = TypeVar("C", bound=NativeConnection)
-
-
-class StoreDatabase(Generic[C]):
+class NativeDatabase:
     """A ``PgDatabase`` as a store uses it: ``conn``, ``transaction()`` (with the store's write lock),
-    ``batched()`` and ``migrate()``, the shape of ``core.db.Database``. ``NativeDatabase`` sends
-    statements as written; ``PortableDatabase`` rewrites SQLite's spellings first."""
-
-    _conn: C
+    ``batched()`` and ``migrate()``, the shape of ``core.db.Database``. A store's SQL is written for
+    PostgreSQL (psycopg's placeholders, from its dialect): nothing is rewritten (docs/decisions/0290)."""
 
     def __init__(self, pg: PgDatabase, write_lock: str | None = None) -> None:
         self.pg = pg
@@ -347,9 +322,10 @@ class StoreDatabase(Generic[C]):
         # of different tenants do not wait for each other (``lock_statement``).
         self._write_lock = write_lock
         self._local = threading.local()
+        self._conn = NativeConnection(self)
 
     @property
-    def conn(self) -> C:
+    def conn(self) -> NativeConnection:
         return self._conn
 
     def run(self, work: Callable[[psycopg.Connection[Any]], Result]) -> Result:
@@ -391,7 +367,7 @@ class StoreDatabase(Generic[C]):
         return getattr(self._local, "tenants", None)
 
     @contextmanager
-    def transaction(self, tenant: str | Sequence[str] | None = None) -> Iterator[C]:
+    def transaction(self, tenant: str | Sequence[str] | None = None) -> Iterator[NativeConnection]:
         """BEGIN ... COMMIT, or ROLLBACK on any exception; this thread's statements join it meanwhile.
         ``tenant``: the tenant (or tenants) the transaction writes to, if it writes to named ones
         (``lock_statement``)."""
@@ -434,20 +410,3 @@ class StoreDatabase(Generic[C]):
 
     def close(self) -> None:
         """Nothing: the ``PgDatabase`` belongs to whoever opened it (it closes its pool)."""
-
-
-class NativeDatabase(StoreDatabase[NativeConnection]):
-    """A store whose SQL is written for PostgreSQL (psycopg's placeholders): nothing is rewritten."""
-
-    def __init__(self, pg: PgDatabase, write_lock: str | None = None) -> None:
-        super().__init__(pg, write_lock)
-        self._conn = NativeConnection(self)
-
-
-class PortableDatabase(StoreDatabase[PortableConnection]):
-    """A store whose SQL is in the dialect SQLite and PostgreSQL share, ``?`` placeholders included
-    (Hadron's stores today)."""
-
-    def __init__(self, pg: PgDatabase, write_lock: str | None = None) -> None:
-        super().__init__(pg, write_lock)
-        self._conn = PortableConnection(self)

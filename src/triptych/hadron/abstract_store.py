@@ -40,7 +40,7 @@ class AbstractSql(EngineStore):
         """The abstract of a node of ``memory_id`` (its write key)."""
         with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.execute(
-                f"INSERT INTO node_abstracts ({_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE "
+                f"INSERT INTO node_abstracts ({_COLUMNS}) VALUES ({self.dialect.marks(5)}) ON CONFLICT (node_id) DO UPDATE "
                 "SET abstract = excluded.abstract, content_hash = excluded.content_hash, "
                 "method = excluded.method, updated_at = excluded.updated_at",
                 (
@@ -53,27 +53,29 @@ class AbstractSql(EngineStore):
             )
 
     def delete(self, memory_id: str, node_ids: Sequence[str]) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.memory(memory_id)) as tx:
-            tx.executemany("DELETE FROM node_abstracts WHERE node_id = ?", [(n,) for n in node_ids])
+            tx.executemany(f"DELETE FROM node_abstracts WHERE node_id = {p}", [(n,) for n in node_ids])
 
     def get(self, node_ids: Sequence[str]) -> dict[str, Abstract]:
         out: dict[str, Abstract] = {}
         ids = list(node_ids)
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
+            among, params = self.dialect.one_of("node_id", chunk)
             rows = self.conn.execute(
-                f"SELECT {_COLUMNS} FROM node_abstracts WHERE node_id IN ({', '.join('?' * len(chunk))})",
-                tuple(chunk),
+                f"SELECT {_COLUMNS} FROM node_abstracts WHERE {among}", params
             ).fetchall()
             out.update({r[0]: Abstract(*r) for r in rows})
         return out
 
     def live_nodes(self, memory_id: str) -> Iterator[tuple[str, str, str | None, Abstract]]:
         """Every live node of the memory that has an abstract, as (id, loc, content, abstract), in loc order."""
+        p = self.dialect.p
         cursor = self.conn.execute(
             "SELECT n.id, n.loc, n.content, a.node_id, a.abstract, a.content_hash, a.method, a.updated_at "
             "FROM nodes n JOIN node_abstracts a ON a.node_id = n.id "
-            "WHERE n.memory_id = ? AND n.deleted_at IS NULL ORDER BY n.loc",
+            f"WHERE n.memory_id = {p} AND n.deleted_at IS NULL ORDER BY n.loc",
             (memory_id,),
         )
         for row in cursor:

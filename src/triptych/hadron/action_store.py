@@ -72,12 +72,13 @@ class ActionRunSql(EngineStore):
             run.outcome, run.error, run.output_chars, run.output_sha256,
         )  # fmt: skip
         with self.atomic(write_keys.memory(run.memory_id)) as tx:
-            tx.execute(f"INSERT INTO action_runs ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", values)
+            tx.execute(f"INSERT INTO action_runs ({_COLUMNS}) VALUES ({self.dialect.marks(15)})", values)
 
     def runs(self, node_id: str, limit: int = 10) -> list[ActionRun]:
+        p = self.dialect.p
         rows = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM action_runs WHERE node_id = ? "
-            f"ORDER BY started_at DESC, {self.dialect.insertion_order} DESC LIMIT ?",
+            f"SELECT {_COLUMNS} FROM action_runs WHERE node_id = {p} "
+            f"ORDER BY started_at DESC, {self.dialect.insertion_order} DESC LIMIT {p}",
             (node_id, limit),
         ).fetchall()
         return [_run(r) for r in rows]

@@ -6,8 +6,8 @@ Each store protocol has one class per engine (``SqliteGraphStore``, ``PostgresGr
 subclasses of the aggregate's engine-neutral SQL (``GraphSql``...; ``dialect.py``), never of each other.
 
 **The write lock lives here, and only here.** On PostgreSQL every Hadron write transaction first takes
-the advisory lock ``WRITE_LOCK`` (``PortableDatabase(write_lock=...)``, opened once in ``_open_postgres``),
-at one of two levels (``PortableDatabase.lock_statement``, docs/decisions/0171 and 0180): a write holds the
+the advisory lock ``WRITE_LOCK`` (``NativeDatabase(write_lock=...)``, opened once in ``_open_postgres``),
+at one of two levels (``NativeDatabase.lock_statement``, docs/decisions/0171 and 0180): a write holds the
 store's key shared and the key of each tenant it touches (``write_keys``: a memory, an App's team, a root,
 an organization's members, an owner's scopes), all taken in one statement in one fixed order, so writes
 to different tenants run at once and two to one tenant queue; a single-row write (``write_keys.ROWS``)
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triptych.core.db import Database
-from triptych.core.pg import PgDatabase, PortableDatabase
+from triptych.core.pg import NativeDatabase, PgDatabase
 from triptych.hadron import pg_schema
 from triptych.hadron.abstract_store import AbstractStore, PostgresAbstractStore, SqliteAbstractStore
 from triptych.hadron.action_store import ActionRunStore, PostgresActionRunStore, SqliteActionRunStore
@@ -48,9 +48,9 @@ WRITE_LOCK = "hadron"
 @dataclass
 class Stores:
     """Every Hadron store of one process, over one database handle (``db``): on PostgreSQL the one
-    ``PortableDatabase`` they share, so a service call's writes to several stores are one transaction."""
+    ``NativeDatabase`` they share, so a service call's writes to several stores are one transaction."""
 
-    db: Database | PortableDatabase
+    db: Database | NativeDatabase
     tenancy: TenancyStore
     # The aggregates' SQL classes: the surface sets their codec (sealing.py) whichever engine runs them.
     graph: GraphSql
@@ -90,10 +90,10 @@ def open_stores(path: Path, database_url: str | None, dim: int | None, model: st
     )
 
 
-def _open_postgres(pg: PgDatabase) -> PortableDatabase:
+def _open_postgres(pg: PgDatabase) -> NativeDatabase:
     """Hadron's handle on ``pg``, migrated: one per process, shared by every Hadron store so that the
     writes of one service call (graph, team, search) join one transaction, each under ``WRITE_LOCK``."""
-    db = PortableDatabase(pg, write_lock=WRITE_LOCK)
+    db = NativeDatabase(pg, write_lock=WRITE_LOCK)
     db.migrate(PG_COMPONENT, pg_schema.HADRON)
     return db
 

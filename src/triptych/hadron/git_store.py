@@ -56,8 +56,9 @@ class GitSql(EngineStore):
     """The SQL both engines run."""
 
     def source(self, memory_id: str) -> GitSource | None:
+        p = self.dialect.p
         row = self.conn.execute(
-            "SELECT memory_id, url, branch, commit_sha, synced_at, last_error FROM git_sources WHERE memory_id = ?",
+            f"SELECT memory_id, url, branch, commit_sha, synced_at, last_error FROM git_sources WHERE memory_id = {p}",
             (memory_id,),
         ).fetchone()
         return GitSource(*row) if row else None
@@ -71,35 +72,41 @@ class GitSql(EngineStore):
     def attach(self, memory_id: str, url: str, branch: str | None) -> None:
         with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.execute(
-                "INSERT INTO git_sources (memory_id, url, branch, attached_at) VALUES (?, ?, ?, ?) "
+                f"INSERT INTO git_sources (memory_id, url, branch, attached_at) VALUES ({self.dialect.marks(4)}) "
                 "ON CONFLICT (memory_id) DO UPDATE SET url = excluded.url, branch = excluded.branch, "
                 "last_error = NULL",
                 (memory_id, url, branch, utcnow()),
             )
 
     def detach(self, memory_id: str) -> bool:
+        p = self.dialect.p
         with self.atomic(write_keys.memory(memory_id)) as tx:
-            tx.execute("DELETE FROM git_files WHERE memory_id = ?", (memory_id,))
-            return bool(tx.execute("DELETE FROM git_sources WHERE memory_id = ?", (memory_id,)).rowcount > 0)
+            tx.execute(f"DELETE FROM git_files WHERE memory_id = {p}", (memory_id,))
+            return bool(
+                tx.execute(f"DELETE FROM git_sources WHERE memory_id = {p}", (memory_id,)).rowcount > 0
+            )
 
     def files(self, memory_id: str) -> dict[str, TrackedFile]:
+        p = self.dialect.p
         rows = self.conn.execute(
-            "SELECT path, node_id, blob, revision FROM git_files WHERE memory_id = ?", (memory_id,)
+            f"SELECT path, node_id, blob, revision FROM git_files WHERE memory_id = {p}", (memory_id,)
         ).fetchall()
         return {r[0]: TrackedFile(r[0], r[1], r[2], r[3]) for r in rows}
 
     def put_files(self, memory_id: str, files: Sequence[TrackedFile]) -> None:
         with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.executemany(
-                "INSERT INTO git_files VALUES (?, ?, ?, ?, ?) ON CONFLICT (memory_id, path) DO UPDATE SET "
+                f"INSERT INTO git_files VALUES ({self.dialect.marks(5)}) ON CONFLICT (memory_id, path) DO UPDATE SET "
                 "node_id = excluded.node_id, blob = excluded.blob, revision = excluded.revision",
                 [(memory_id, f.path, f.node_id, f.blob, f.revision) for f in files],
             )
 
     def drop_files(self, memory_id: str, paths: Sequence[str]) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.memory(memory_id)) as tx:
             tx.executemany(
-                "DELETE FROM git_files WHERE memory_id = ? AND path = ?", [(memory_id, p) for p in paths]
+                f"DELETE FROM git_files WHERE memory_id = {p} AND path = {p}",
+                [(memory_id, path) for path in paths],
             )
 
     def files_of_nodes(self, node_ids: Sequence[str]) -> dict[str, tuple[str, TrackedFile]]:
@@ -107,28 +114,31 @@ class GitSql(EngineStore):
         out: dict[str, tuple[str, TrackedFile]] = {}
         for start in range(0, len(node_ids), 500):
             chunk = node_ids[start : start + 500]
+            among, params = self.dialect.one_of("node_id", chunk)
             rows = self.conn.execute(
-                "SELECT memory_id, path, node_id, blob, revision FROM git_files "
-                f"WHERE node_id IN ({', '.join('?' * len(chunk))})",
-                tuple(chunk),
+                f"SELECT memory_id, path, node_id, blob, revision FROM git_files WHERE {among}", params
             ).fetchall()
             out.update({r[2]: (r[0], TrackedFile(r[1], r[2], r[3], r[4])) for r in rows})
         return out
 
     def drop_nodes(self, memory_id: str, node_ids: Sequence[str]) -> None:
         """Forget the files of ``node_ids``, nodes that came from ``memory_id``'s repository."""
+        p = self.dialect.p
         with self.atomic(write_keys.memory(memory_id)) as tx:
-            tx.executemany("DELETE FROM git_files WHERE node_id = ?", [(n,) for n in node_ids])
+            tx.executemany(f"DELETE FROM git_files WHERE node_id = {p}", [(n,) for n in node_ids])
 
     def synced(self, memory_id: str, commit: str | None, error: str | None) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.memory(memory_id)) as tx:
             if commit is not None:
                 tx.execute(
-                    "UPDATE git_sources SET commit_sha = ?, synced_at = ?, last_error = NULL WHERE memory_id = ?",
+                    f"UPDATE git_sources SET commit_sha = {p}, synced_at = {p}, last_error = NULL WHERE memory_id = {p}",
                     (commit, utcnow(), memory_id),
                 )
             else:
-                tx.execute("UPDATE git_sources SET last_error = ? WHERE memory_id = ?", (error, memory_id))
+                tx.execute(
+                    f"UPDATE git_sources SET last_error = {p} WHERE memory_id = {p}", (error, memory_id)
+                )
 
 
 class SqliteGitStore(GitSql):

@@ -20,7 +20,6 @@ _EDGE_COLUMNS = (
     "is_runnable, position, priority, condition_json, data_json"
 )
 _EDGE_WIDTH = len(_EDGE_COLUMNS.split(", "))
-_EDGE_MARKS = ", ".join("?" * _EDGE_WIDTH)
 _EDGE_COLUMNS_OF_E = ", ".join(f"e.{c}" for c in _EDGE_COLUMNS.split(", "))  # joined with its source node
 EDGE_COMPONENT = "hadron-edges"
 
@@ -46,15 +45,17 @@ class GraphSql(EngineStore):
     codec: NodeCodec | None = None
 
     def node_by_loc(self, memory_id: str, loc: str) -> NodeRecord | None:
+        p = self.dialect.p
         row = self.conn.execute(
-            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = ? AND loc = ? AND deleted_at IS NULL",
+            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = {p} AND loc = {p} AND deleted_at IS NULL",
             (memory_id, loc),
         ).fetchone()
         return self._read(row) if row else None
 
     def node_by_id(self, node_id: str) -> NodeRecord | None:
         row = self.conn.execute(
-            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE id = ? AND deleted_at IS NULL", (node_id,)
+            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE id = {self.dialect.p} AND deleted_at IS NULL",
+            (node_id,),
         ).fetchone()
         return self._read(row) if row else None
 
@@ -69,51 +70,57 @@ class GraphSql(EngineStore):
         node = self._seal(node)
         with self.atomic(write_keys.memory(node.memory_id)) as tx:
             tx.execute(
-                f"INSERT INTO nodes ({_NODE_COLUMNS}, parent_loc) VALUES ({', '.join('?' * 21)})",
+                f"INSERT INTO nodes ({_NODE_COLUMNS}, parent_loc) VALUES ({self.dialect.marks(21)})",
                 (*_node_values(node), node.loc.rpartition(":")[0]),
             )
 
     def update_node(self, node: NodeRecord) -> None:
         values = _node_values(self._seal(node))
         columns = _NODE_COLUMNS.split(", ")[1:]
-        assignments = ", ".join(f"{c} = ?" for c in columns)
+        p = self.dialect.p
+        assignments = ", ".join(f"{c} = {p}" for c in columns)
         with self.atomic(write_keys.memory(node.memory_id)) as tx:
             tx.execute(
-                f"UPDATE nodes SET {assignments}, parent_loc = ? WHERE id = ?",
+                f"UPDATE nodes SET {assignments}, parent_loc = {p} WHERE id = {p}",
                 (*values[1:], node.loc.rpartition(":")[0], node.id),
             )
 
     def replace_edges(self, source_id: str, edges: Sequence[EdgeRecord]) -> None:
         with self.atomic() as tx:
-            tx.execute("DELETE FROM edges WHERE source_id = ?", (source_id,))
+            tx.execute(f"DELETE FROM edges WHERE source_id = {self.dialect.p}", (source_id,))
             tx.executemany(
-                f"INSERT INTO edges ({_EDGE_COLUMNS}) VALUES ({_EDGE_MARKS})",
+                f"INSERT INTO edges ({_EDGE_COLUMNS}) VALUES ({self.dialect.marks(_EDGE_WIDTH)})",
                 [_edge_values(e) for e in edges],
             )
 
     def upsert_edge(self, edge: EdgeRecord) -> EdgeRecord:
+        p = self.dialect.p
         with self.atomic() as tx:
             row = tx.execute(
-                f"SELECT {_EDGE_COLUMNS} FROM edges WHERE source_id = ? AND loc = ?",
+                f"SELECT {_EDGE_COLUMNS} FROM edges WHERE source_id = {p} AND loc = {p}",
                 (edge.source_id, edge.loc),
             ).fetchone()
             if row is not None:
                 return _edge(row)
             position = tx.execute(
-                "SELECT COALESCE(MAX(position), -1) + 1 FROM edges WHERE source_id = ?", (edge.source_id,)
+                f"SELECT COALESCE(MAX(position), -1) + 1 FROM edges WHERE source_id = {p}", (edge.source_id,)
             ).fetchone()[0]
             edge = replace(edge, position=position)
-            tx.execute(f"INSERT INTO edges ({_EDGE_COLUMNS}) VALUES ({_EDGE_MARKS})", _edge_values(edge))
+            tx.execute(
+                f"INSERT INTO edges ({_EDGE_COLUMNS}) VALUES ({self.dialect.marks(_EDGE_WIDTH)})",
+                _edge_values(edge),
+            )
         return edge
 
     def nodes_at(self, memory_ids: Sequence[str], loc: str) -> list[NodeRecord]:
         """The live nodes at ``loc`` in any of ``memory_ids`` (a bare loc read across memories)."""
         out: list[NodeRecord] = []
         for chunk in _chunks(list(memory_ids)):
+            among, params = self.dialect.one_of("memory_id", chunk)
             rows = self.conn.execute(
-                f"SELECT {_NODE_COLUMNS} FROM nodes WHERE loc = ? AND deleted_at IS NULL "
-                f"AND memory_id IN ({', '.join('?' * len(chunk))}) ORDER BY memory_id",
-                (loc, *chunk),
+                f"SELECT {_NODE_COLUMNS} FROM nodes WHERE loc = {self.dialect.p} AND deleted_at IS NULL "
+                f"AND {among} ORDER BY memory_id",
+                (loc, *params),
             ).fetchall()
             out.extend(self._read(r) for r in rows)
         return out
@@ -122,16 +129,17 @@ class GraphSql(EngineStore):
         """An edge whose source node is live (an edge of a deleted node is gone with it)."""
         row = self.conn.execute(
             f"SELECT {_EDGE_COLUMNS_OF_E} FROM edges e JOIN nodes n ON n.id = e.source_id "
-            "WHERE e.id = ? AND n.deleted_at IS NULL",
+            f"WHERE e.id = {self.dialect.p} AND n.deleted_at IS NULL",
             (edge_id,),
         ).fetchone()
         return _edge(row) if row else None
 
     def edges_at(self, memory_id: str, loc: str) -> list[EdgeRecord]:
         """The edges with loc ``loc`` whose live source node is in ``memory_id`` (an edge URN's candidates)."""
+        p = self.dialect.p
         rows = self.conn.execute(
             f"SELECT {_EDGE_COLUMNS_OF_E} FROM edges e JOIN nodes n ON n.id = e.source_id "
-            "WHERE e.loc = ? AND n.memory_id = ? AND n.deleted_at IS NULL ORDER BY n.loc, e.id",
+            f"WHERE e.loc = {p} AND n.memory_id = {p} AND n.deleted_at IS NULL ORDER BY n.loc, e.id",
             (loc, memory_id),
         ).fetchall()
         return [_edge(r) for r in rows]
@@ -140,17 +148,17 @@ class GraphSql(EngineStore):
         """Rewrite one edge's fields (its source and position stay)."""
         columns = _EDGE_COLUMNS.split(", ")[2:]
         values = _edge_values(edge)[2:]
-        assignments = ", ".join(f"{c} = ?" for c in columns)
+        p = self.dialect.p
+        assignments = ", ".join(f"{c} = {p}" for c in columns)
         with self.atomic() as tx:
-            tx.execute(f"UPDATE edges SET {assignments} WHERE id = ?", (*values, edge.id))
+            tx.execute(f"UPDATE edges SET {assignments} WHERE id = {p}", (*values, edge.id))
 
     def edges_from(self, source_ids: Sequence[str]) -> dict[str, list[EdgeRecord]]:
         out: dict[str, list[EdgeRecord]] = {}
         for chunk in _chunks(list(source_ids)):
+            among, params = self.dialect.one_of("source_id", chunk)
             rows = self.conn.execute(
-                f"SELECT {_EDGE_COLUMNS} FROM edges WHERE source_id IN ({', '.join('?' * len(chunk))}) "
-                "ORDER BY source_id, position",
-                tuple(chunk),
+                f"SELECT {_EDGE_COLUMNS} FROM edges WHERE {among} ORDER BY source_id, position", params
             ).fetchall()
             for row in rows:
                 out.setdefault(row[1], []).append(_edge(row))
@@ -174,22 +182,24 @@ class GraphSql(EngineStore):
         with self.atomic() as tx:
             tx.executemany(
                 "INSERT INTO node_revisions (node_id, revision, operation, actor, at, reason, snapshot) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f"VALUES ({self.dialect.marks(7)})",
                 rows,
             )
 
     def revisions(self, node_id: str, limit: int = 20) -> list[Revision]:
+        p = self.dialect.p
         rows = self.conn.execute(
-            "SELECT node_id, revision, operation, actor, at, reason FROM node_revisions WHERE node_id = ? "
-            "ORDER BY id DESC LIMIT ?",
+            f"SELECT node_id, revision, operation, actor, at, reason FROM node_revisions WHERE node_id = {p} "
+            f"ORDER BY id DESC LIMIT {p}",
             (node_id, limit),
         ).fetchall()
         return [Revision(*r) for r in rows]
 
     def children(self, memory_id: str, parent: str, limit: int = 1000) -> list[NodeRecord]:
+        p = self.dialect.p
         rows = self.conn.execute(
-            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = ? AND parent_loc = ? "
-            "AND deleted_at IS NULL ORDER BY seq IS NULL, seq, loc LIMIT ?",
+            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = {p} AND parent_loc = {p} "
+            f"AND deleted_at IS NULL ORDER BY seq IS NULL, seq, loc LIMIT {p}",
             (memory_id, parent, limit),
         ).fetchall()
         return [self._read(r) for r in rows]
@@ -197,17 +207,18 @@ class GraphSql(EngineStore):
     def branch_locs(self, memory_id: str, parent: str) -> list[str]:
         """The distinct parent locs of the live nodes at or below ``parent`` ("": the whole memory), in
         order: every loc under which something lives, whether or not a node sits there."""
+        p = self.dialect.p
         if not parent:
             rows = self.conn.execute(
-                "SELECT DISTINCT parent_loc FROM nodes WHERE memory_id = ? AND deleted_at IS NULL "
+                f"SELECT DISTINCT parent_loc FROM nodes WHERE memory_id = {p} AND deleted_at IS NULL "
                 "ORDER BY parent_loc",
                 (memory_id,),
             ).fetchall()
         else:
             # A range on the (memory_id, parent_loc) index: the parent itself, then `<parent>:...`.
             rows = self.conn.execute(
-                "SELECT DISTINCT parent_loc FROM nodes WHERE memory_id = ? AND deleted_at IS NULL "
-                "AND parent_loc >= ? AND parent_loc < ? ORDER BY parent_loc",
+                f"SELECT DISTINCT parent_loc FROM nodes WHERE memory_id = {p} AND deleted_at IS NULL "
+                f"AND parent_loc >= {p} AND parent_loc < {p} ORDER BY parent_loc",
                 (memory_id, parent, _upper(parent)),
             ).fetchall()
         return [r[0] for r in rows if r[0] == parent or r[0].startswith(parent + ":") or not parent]
@@ -216,9 +227,10 @@ class GraphSql(EngineStore):
         """The node at ``loc`` (if live) and every live descendant, parents before children."""
         root = self.node_by_loc(memory_id, loc)
         # A range on the (memory_id, loc) index; an OR with the root's equality would scan the memory.
+        p = self.dialect.p
         rows = self.conn.execute(
-            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = ? AND deleted_at IS NULL "
-            "AND loc > ? AND loc < ? ORDER BY length(loc), loc",
+            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = {p} AND deleted_at IS NULL "
+            f"AND loc > {p} AND loc < {p} ORDER BY length(loc), loc",
             (memory_id, loc + ":", _upper(loc)),
         ).fetchall()
         return ([root] if root else []) + [self._read(r) for r in rows]
@@ -226,82 +238,93 @@ class GraphSql(EngineStore):
     def live_locs(self, memory_id: str, locs: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         for chunk in _chunks(list(locs)):
+            among, params = self.dialect.one_of("loc", chunk)
             rows = self.conn.execute(
-                f"SELECT loc, id FROM nodes WHERE memory_id = ? AND deleted_at IS NULL "
-                f"AND loc IN ({', '.join('?' * len(chunk))})",
-                (memory_id, *chunk),
+                f"SELECT loc, id FROM nodes WHERE memory_id = {self.dialect.p} AND deleted_at IS NULL "
+                f"AND {among}",
+                (memory_id, *params),
             ).fetchall()
             out.update({r[0]: r[1] for r in rows})
         return out
 
     def count_descendants(self, memory_id: str, loc: str) -> int:
+        p = self.dialect.p
         row = self.conn.execute(
-            "SELECT COUNT(*) FROM nodes WHERE memory_id = ? AND deleted_at IS NULL AND loc > ? AND loc < ?",
+            f"SELECT COUNT(*) FROM nodes WHERE memory_id = {p} AND deleted_at IS NULL AND loc > {p} AND loc < {p}",
             (memory_id, loc + ":", _upper(loc)),
         ).fetchone()
         return int(row[0])
 
     def relocate(self, moves: Sequence[tuple[str, str, str, str]], actor: str, at: str) -> None:
         """Apply ``(node_id, memory_id, loc, name)`` moves and point edges at their new addresses."""
+        p = self.dialect.p
         with self.atomic() as tx:
             tx.executemany(
-                "UPDATE nodes SET memory_id = ?, loc = ?, parent_loc = ?, name = ?, revision = revision + 1, "
-                "updated_at = ?, updated_by = ? WHERE id = ?",
+                f"UPDATE nodes SET memory_id = {p}, loc = {p}, parent_loc = {p}, name = {p}, "
+                f"revision = revision + 1, updated_at = {p}, updated_by = {p} WHERE id = {p}",
                 [(m, loc, loc.rpartition(":")[0], name, at, actor, nid) for nid, m, loc, name in moves],
             )
             tx.executemany(
-                "UPDATE edges SET target_memory_id = ?, target_loc = ? WHERE target_id = ?",
+                f"UPDATE edges SET target_memory_id = {p}, target_loc = {p} WHERE target_id = {p}",
                 [(m, loc, nid) for nid, m, loc, _ in moves],
             )
 
     def retarget_dangling(self, source_ids: Sequence[str], src: str, old: str, dst: str, new: str) -> int:
         """Edges of moved nodes whose unresolved target lay inside the moved subtree follow it."""
         changed = 0
+        p = self.dialect.p
         with self.atomic() as tx:
             for chunk in _chunks(list(source_ids)):
+                among, params = self.dialect.one_of("source_id", chunk)
                 cursor = tx.execute(
-                    "UPDATE edges SET target_memory_id = ?, target_loc = ? || substr(target_loc, ?) "
-                    f"WHERE source_id IN ({', '.join('?' * len(chunk))}) AND target_id IS NULL "
-                    "AND target_memory_id = ? AND (target_loc = ? OR (target_loc > ? AND target_loc < ?))",
-                    (dst, new, len(old) + 1, *chunk, src, old, old + ":", _upper(old)),
+                    f"UPDATE edges SET target_memory_id = {p}, target_loc = {p} || substr(target_loc, {p}) "
+                    f"WHERE {among} AND target_id IS NULL AND target_memory_id = {p} "
+                    f"AND (target_loc = {p} OR (target_loc > {p} AND target_loc < {p}))",
+                    (dst, new, len(old) + 1, *params, src, old, old + ":", _upper(old)),
                 )
                 changed += cursor.rowcount
         return changed
 
     def soft_delete(self, node_ids: Sequence[str], at: str) -> None:
+        p = self.dialect.p
         with self.atomic() as tx:
             tx.executemany(
-                "UPDATE nodes SET deleted_at = ?, revision = revision + 1, updated_at = ? WHERE id = ?",
+                f"UPDATE nodes SET deleted_at = {p}, revision = revision + 1, updated_at = {p} WHERE id = {p}",
                 [(at, at, nid) for nid in node_ids],
             )
 
     def hard_delete(self, node_ids: Sequence[str]) -> None:
         with self.atomic() as tx:
             for chunk in _chunks(list(node_ids)):
-                marks = ", ".join("?" * len(chunk))
-                tx.execute(f"DELETE FROM edges WHERE source_id IN ({marks})", tuple(chunk))
-                tx.execute(f"DELETE FROM node_embeddings WHERE node_id IN ({marks})", tuple(chunk))
-                tx.execute(f"DELETE FROM nodes WHERE id IN ({marks})", tuple(chunk))
+                for table, column in (
+                    ("edges", "source_id"),
+                    ("node_embeddings", "node_id"),
+                    ("nodes", "id"),
+                ):
+                    among, params = self.dialect.one_of(column, chunk)
+                    tx.execute(f"DELETE FROM {table} WHERE {among}", params)
 
     def incoming_edges(self, node_ids: Sequence[str]) -> list[tuple[EdgeRecord, str]]:
         """Edges targeting any of ``node_ids``, each with its source node's memory id."""
         out: list[tuple[EdgeRecord, str]] = []
         for chunk in _chunks(list(node_ids)):
+            among, params = self.dialect.one_of("e.target_id", chunk)
             rows = self.conn.execute(
                 f"SELECT {_EDGE_COLUMNS_OF_E}, n.memory_id FROM edges e JOIN nodes n ON n.id = e.source_id "
-                f"WHERE e.target_id IN ({', '.join('?' * len(chunk))})",
-                tuple(chunk),
+                f"WHERE {among}",
+                params,
             ).fetchall()
             out.extend((_edge(r), r[_EDGE_WIDTH]) for r in rows)
         return out
 
     def delete_edges(self, edge_ids: Sequence[str]) -> None:
         with self.atomic() as tx:
-            tx.executemany("DELETE FROM edges WHERE id = ?", [(e,) for e in edge_ids])
+            tx.executemany(f"DELETE FROM edges WHERE id = {self.dialect.p}", [(e,) for e in edge_ids])
 
     def objects(self, memory_id: str, object_type: str) -> list[NodeRecord]:
+        p = self.dialect.p
         rows = self.conn.execute(
-            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = ? AND object_type = ? "
+            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = {p} AND object_type = {p} "
             "AND deleted_at IS NULL ORDER BY created_at, id",
             (memory_id, object_type),
         ).fetchall()
@@ -309,7 +332,8 @@ class GraphSql(EngineStore):
 
     def memory_nodes(self, memory_id: str) -> Iterator[NodeRecord]:
         cursor = self.conn.execute(
-            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = ? AND deleted_at IS NULL ORDER BY loc",
+            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE memory_id = {self.dialect.p} AND deleted_at IS NULL "
+            "ORDER BY loc",
             (memory_id,),
         )
         for row in cursor:
@@ -318,7 +342,8 @@ class GraphSql(EngineStore):
     def failed_embeddings(self, memory_id: str) -> list[tuple[str, str, str | None]]:
         rows = self.conn.execute(
             "SELECT n.id, n.loc, e.error FROM node_embeddings e JOIN nodes n ON n.id = e.node_id "
-            "WHERE n.memory_id = ? AND n.deleted_at IS NULL AND e.status = 'failed' ORDER BY n.loc",
+            f"WHERE n.memory_id = {self.dialect.p} AND n.deleted_at IS NULL AND e.status = 'failed' "
+            "ORDER BY n.loc",
             (memory_id,),
         ).fetchall()
         return [(r[0], r[1], r[2]) for r in rows]

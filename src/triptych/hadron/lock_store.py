@@ -42,17 +42,20 @@ class LockSql(EngineStore):
 
     def lock(self, memory_id: str, now: str) -> MemoryLock | None:
         """The memory's lock unless it has expired."""
+        p = self.dialect.p
         row = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memory_locks WHERE memory_id = ? AND expires_at > ?", (memory_id, now)
+            f"SELECT {_COLUMNS} FROM memory_locks WHERE memory_id = {p} AND expires_at > {p}",
+            (memory_id, now),
         ).fetchone()
         return MemoryLock(*row) if row else None
 
     def acquire(self, wanted: MemoryLock, now: str) -> tuple[MemoryLock, bool]:
         """Take or renew the lock for ``wanted.holder``; returns (the lock that stands, whether it is theirs).
         A live lock of another holder stands unchanged; an expired one is replaced."""
+        p = self.dialect.p
         with self.atomic(write_keys.memory(wanted.memory_id)) as tx:
             row = tx.execute(
-                f"SELECT {_COLUMNS} FROM memory_locks WHERE memory_id = ?", (wanted.memory_id,)
+                f"SELECT {_COLUMNS} FROM memory_locks WHERE memory_id = {p}", (wanted.memory_id,)
             ).fetchone()
             current = MemoryLock(*row) if row else None
             if current is not None and current.holder != wanted.holder and current.expires_at > now:
@@ -62,9 +65,9 @@ class LockSql(EngineStore):
                     wanted.memory_id, wanted.holder, wanted.locked_by, wanted.reason, current.locked_at,
                     wanted.expires_at,
                 )  # fmt: skip
-            tx.execute("DELETE FROM memory_locks WHERE memory_id = ?", (wanted.memory_id,))
+            tx.execute(f"DELETE FROM memory_locks WHERE memory_id = {p}", (wanted.memory_id,))
             tx.execute(
-                f"INSERT INTO memory_locks ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO memory_locks ({_COLUMNS}) VALUES ({self.dialect.marks(6)})",
                 (wanted.memory_id, wanted.holder, wanted.locked_by, wanted.reason, wanted.locked_at,
                  wanted.expires_at),
             )  # fmt: skip
@@ -72,19 +75,22 @@ class LockSql(EngineStore):
 
     def release(self, memory_id: str, holder: str | None, now: str) -> bool:
         """Remove a live lock (``holder``'s, or anyone's when None); True when one was removed."""
+        p = self.dialect.p
         with self.atomic(write_keys.memory(memory_id)) as tx:
             if holder is None:
                 cursor = tx.execute(
-                    "DELETE FROM memory_locks WHERE memory_id = ? AND expires_at > ?", (memory_id, now)
+                    f"DELETE FROM memory_locks WHERE memory_id = {p} AND expires_at > {p}", (memory_id, now)
                 )
             else:
                 cursor = tx.execute(
-                    "DELETE FROM memory_locks WHERE memory_id = ? AND holder = ? AND expires_at > ?",
+                    f"DELETE FROM memory_locks WHERE memory_id = {p} AND holder = {p} AND expires_at > {p}",
                     (memory_id, holder, now),
                 )
             removed = cursor.rowcount > 0
             # An expired row is nobody's lock: clear it on the way.
-            tx.execute("DELETE FROM memory_locks WHERE memory_id = ? AND expires_at <= ?", (memory_id, now))
+            tx.execute(
+                f"DELETE FROM memory_locks WHERE memory_id = {p} AND expires_at <= {p}", (memory_id, now)
+            )
         return removed
 
 

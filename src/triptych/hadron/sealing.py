@@ -35,7 +35,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from triptych.core.db import Database
-from triptych.core.pg import PortableDatabase
+from triptych.core.pg import NativeDatabase
+from triptych.hadron.dialect import dialect_of
 from triptych.hadron.domain.model import NodeRecord
 from triptych.hadron.errors import EncryptionKeyMismatch, EncryptionKeyMissing
 from triptych.hadron.store import utcnow
@@ -222,7 +223,7 @@ class NodeSealer:
 # ─── the key in use, checked at startup, and rotation ───────────────────────
 
 
-def attach(db: Database | PortableDatabase) -> None:
+def attach(db: Database | NativeDatabase) -> None:
     db.migrate("hadron-keys", MIGRATIONS)
 
 
@@ -231,7 +232,7 @@ def active_key_id(conn: Any) -> str | None:
     return str(row[0]) if row else None
 
 
-def check_key(db: Database | PortableDatabase, key: ServerKey | None) -> None:
+def check_key(db: Database | NativeDatabase, key: ServerKey | None) -> None:
     """Startup: refuse a missing or wrong key while encrypted memories exist, and record the key in use."""
     attach(db)
     conn = db.conn
@@ -248,8 +249,9 @@ def check_key(db: Database | PortableDatabase, key: ServerKey | None) -> None:
     if active == key.id:
         seal_clear_rows(db, key)
         return
+    p = dialect_of(db).p
     if active is not None and encrypted:
-        retired = conn.execute("SELECT retired_at FROM hadron_keys WHERE key_id = ?", (key.id,)).fetchone()
+        retired = conn.execute(f"SELECT retired_at FROM hadron_keys WHERE key_id = {p}", (key.id,)).fetchone()
         why = f" (it was retired by a key rotation at {retired[0]})" if retired else ""
         raise KeyConfigError(
             f"the configured Hadron key (id {key.id}) is not the key this database is sealed with "
@@ -257,15 +259,15 @@ def check_key(db: Database | PortableDatabase, key: ServerKey | None) -> None:
         )
     # Store-wide (the write_lock held exclusively): the key in use is one for the whole store.
     with db.transaction() as tx:  # nothing is sealed under another key: this one is the key in use
-        tx.execute("UPDATE hadron_keys SET retired_at = ? WHERE retired_at IS NULL", (utcnow(),))
+        tx.execute(f"UPDATE hadron_keys SET retired_at = {p} WHERE retired_at IS NULL", (utcnow(),))
         tx.execute(
-            "INSERT INTO hadron_keys VALUES (?, ?, NULL) ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL",
+            f"INSERT INTO hadron_keys VALUES ({p}, {p}, NULL) ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL",
             (key.id, utcnow()),
         )
     seal_clear_rows(db, key)
 
 
-def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
+def seal_clear_rows(db: Database | NativeDatabase, key: ServerKey) -> int:
     """Seal what an encrypted memory still holds in clear (rows written before this build sealed them),
     once per memory; with ``secure_delete``, then a VACUUM, so no clear byte is left in a free page."""
     conn = db.conn
@@ -282,7 +284,8 @@ def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
         return body if body.startswith(PREFIX) else seal(memory_id, owner, "body", body)
 
     sealed = 0
-    postgres = isinstance(db, PortableDatabase)
+    postgres = isinstance(db, NativeDatabase)
+    p = dialect_of(db).p
     if not postgres:
         conn.execute("PRAGMA secure_delete = ON")
     try:
@@ -293,15 +296,17 @@ def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
             todo = [r[0] for r in tx.execute(unsealed).fetchall()]
             for memory_id in todo:
                 rows = tx.execute(
-                    "SELECT id, content, data FROM nodes WHERE memory_id = ?", (memory_id,)
+                    f"SELECT id, content, data FROM nodes WHERE memory_id = {p}", (memory_id,)
                 ).fetchall()
                 for node_id, content, data in rows:
                     new = _seal_clear_fields(seal, memory_id, node_id, content, data)
                     if new != (content, data):
-                        tx.execute("UPDATE nodes SET content = ?, data = ? WHERE id = ?", (*new, node_id))
+                        tx.execute(
+                            f"UPDATE nodes SET content = {p}, data = {p} WHERE id = {p}", (*new, node_id)
+                        )
                         sealed += 1
                     for rev_id, snapshot in tx.execute(
-                        "SELECT id, snapshot FROM node_revisions WHERE node_id = ?", (node_id,)
+                        f"SELECT id, snapshot FROM node_revisions WHERE node_id = {p}", (node_id,)
                     ).fetchall():
                         snap = json.loads(snapshot)
                         if "content" not in snap and "data" not in snap:
@@ -310,17 +315,17 @@ def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
                         snap["content"], snap["data"] = _seal_clear_fields(seal, memory_id, node_id, *old)
                         if (snap["content"], snap["data"]) != old:
                             tx.execute(
-                                "UPDATE node_revisions SET snapshot = ? WHERE id = ?",
+                                f"UPDATE node_revisions SET snapshot = {p} WHERE id = {p}",
                                 (json.dumps(snap, ensure_ascii=False, sort_keys=True), rev_id),
                             )
-                sealed += _each_message_body(tx, memory_id, seal_body)
-                tx.execute("INSERT INTO hadron_sealed_memories VALUES (?, ?)", (memory_id, utcnow()))
+                sealed += _each_message_body(tx, p, memory_id, seal_body)
+                tx.execute(f"INSERT INTO hadron_sealed_memories VALUES ({p}, {p})", (memory_id, utcnow()))
         if postgres:
             # An UPDATE leaves the clear row version in the table until a vacuum: FULL rewrites the
             # tables, with no copy of a dead version (the WAL's segments recycle on their own). Also
             # when a worker starting at the same time sealed them: its vacuum kept the versions this
             # worker's open transaction could still see.
-            _await_older_transactions(conn)
+            _await_older_transactions(conn, p)
             conn.execute("VACUUM FULL nodes, node_revisions, channel_messages")
         elif sealed:
             # Pages freed before this (an old full-text index, rows moved by an update) may still hold
@@ -333,7 +338,7 @@ def seal_clear_rows(db: Database | PortableDatabase, key: ServerKey) -> int:
     return sealed
 
 
-def _await_older_transactions(conn: Any, timeout: float = 30.0) -> None:
+def _await_older_transactions(conn: Any, p: str, timeout: float = 30.0) -> None:
     """Wait (bounded) until no other session of this database holds a transaction or snapshot begun before
     now: VACUUM keeps every row version such a session could still see, so a worker starting at the same
     time, whose check found nothing left to seal and so runs no vacuum, would leave the clear versions
@@ -344,18 +349,19 @@ def _await_older_transactions(conn: Any, timeout: float = 30.0) -> None:
     older = (
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
         "AND backend_type = 'client backend' AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL) "
-        "AND xact_start < ?"
+        f"AND xact_start < {p}"
     )
     deadline = time.monotonic() + timeout
     while conn.execute(older, (since,)).fetchone()[0] and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
-def _each_message_body(tx: Any, memory_id: str, change: Callable[[str, str, str], str]) -> int:
-    """Rewrite the body of every message of the memory's Channels through ``change(memory, owner, body)``."""
+def _each_message_body(tx: Any, p: str, memory_id: str, change: Callable[[str, str, str], str]) -> int:
+    """Rewrite the body of every message of the memory's Channels through ``change(memory, owner, body)``
+    (``p``: the engine's placeholder)."""
     rows = tx.execute(
         "SELECT m.channel_id, m.seq, m.body FROM channel_messages m JOIN channels c ON c.id = m.channel_id "
-        "WHERE c.memory_id = ?",
+        f"WHERE c.memory_id = {p}",
         (memory_id,),
     ).fetchall()
     changed = 0
@@ -363,7 +369,7 @@ def _each_message_body(tx: Any, memory_id: str, change: Callable[[str, str, str]
         new = change(memory_id, f"{channel_id}#{seq}", body)
         if new != body:
             tx.execute(
-                "UPDATE channel_messages SET body = ? WHERE channel_id = ? AND seq = ?",
+                f"UPDATE channel_messages SET body = {p} WHERE channel_id = {p} AND seq = {p}",
                 (new, channel_id, seq),
             )
             changed += 1
@@ -392,7 +398,7 @@ class Rotation:
     messages: int
 
 
-def rotate(db: Database | PortableDatabase, old: ServerKey, new: ServerKey) -> Rotation:
+def rotate(db: Database | NativeDatabase, old: ServerKey, new: ServerKey) -> Rotation:
     """Re-seal every node and revision of every encrypted memory under ``new``, in one transaction."""
     check_key(db, old)
     if old.id == new.id:
@@ -406,20 +412,23 @@ def rotate(db: Database | PortableDatabase, old: ServerKey, new: ServerKey) -> R
         return reseal(memory_id, owner, "body", body) if body.startswith(PREFIX) else body
 
     nodes = revisions = messages = 0
+    p = dialect_of(db).p
     # Store-wide (the write_lock held exclusively): a rotation re-seals every encrypted memory under the
     # new key in one transaction; no memory may be read or written half-rotated.
     with db.transaction() as tx:
         memories = [r[0] for r in tx.execute("SELECT id FROM memories WHERE encrypted = 1").fetchall()]
         for memory_id in memories:
             rows = tx.execute(
-                "SELECT id, content, data FROM nodes WHERE memory_id = ?", (memory_id,)
+                f"SELECT id, content, data FROM nodes WHERE memory_id = {p}", (memory_id,)
             ).fetchall()
             for node_id, content, data in rows:
                 content, data = _reseal_fields(reseal, memory_id, node_id, content, data)
-                tx.execute("UPDATE nodes SET content = ?, data = ? WHERE id = ?", (content, data, node_id))
+                tx.execute(
+                    f"UPDATE nodes SET content = {p}, data = {p} WHERE id = {p}", (content, data, node_id)
+                )
                 nodes += 1
                 for rev_id, snapshot in tx.execute(
-                    "SELECT id, snapshot FROM node_revisions WHERE node_id = ?", (node_id,)
+                    f"SELECT id, snapshot FROM node_revisions WHERE node_id = {p}", (node_id,)
                 ).fetchall():
                     snap = json.loads(snapshot)
                     if "content" not in snap and "data" not in snap:
@@ -428,15 +437,15 @@ def rotate(db: Database | PortableDatabase, old: ServerKey, new: ServerKey) -> R
                         reseal, memory_id, node_id, snap.get("content"), snap.get("data")
                     )
                     tx.execute(
-                        "UPDATE node_revisions SET snapshot = ? WHERE id = ?",
+                        f"UPDATE node_revisions SET snapshot = {p} WHERE id = {p}",
                         (json.dumps(snap, ensure_ascii=False, sort_keys=True), rev_id),
                     )
                     revisions += 1
-            messages += _each_message_body(tx, memory_id, reseal_body)
+            messages += _each_message_body(tx, p, memory_id, reseal_body)
         now = utcnow()
-        tx.execute("UPDATE hadron_keys SET retired_at = ? WHERE key_id = ?", (now, old.id))
+        tx.execute(f"UPDATE hadron_keys SET retired_at = {p} WHERE key_id = {p}", (now, old.id))
         tx.execute(
-            "INSERT INTO hadron_keys VALUES (?, ?, NULL) ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL",
+            f"INSERT INTO hadron_keys VALUES ({p}, {p}, NULL) ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL",
             (new.id, now),
         )
     return Rotation(old.id, new.id, len(memories), nodes, revisions, messages)

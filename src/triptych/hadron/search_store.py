@@ -21,11 +21,11 @@ import numpy as np
 from triptych.core.db import Database
 from triptych.core.keyword_index import Changes, Document, KeywordIndex
 from triptych.core.partitions import WriteGate
-from triptych.core.pg import PortableDatabase
+from triptych.core.pg import NativeDatabase
 from triptych.core.regex import LinearPattern
 from triptych.core.search import Vector, VectorIndex
 from triptych.hadron import write_keys
-from triptych.hadron.dialect import POSTGRES, SQLITE, EngineStore
+from triptych.hadron.dialect import POSTGRES, SQLITE, Dialect, EngineStore
 from triptych.hadron.domain.model import NodeRecord, Scope
 from triptych.hadron.domain.where import Predicate
 from triptych.hadron.sealing import PREFIX as SEALED_PREFIX
@@ -56,20 +56,20 @@ class NodeFilter:
         return any(x is not None for x in (self.object_type, self.runnable, self.subtree, self.where))
 
 
-def _conditions(f: NodeFilter, alias: str = "n") -> tuple[str, list[Any]]:
-    marks = ", ".join("?" * len(f.memory_ids))
-    sql = [f"{alias}.deleted_at IS NULL", f"{alias}.memory_id IN ({marks})"]
-    params: list[Any] = list(f.memory_ids)
+def _conditions(f: NodeFilter, d: Dialect, alias: str = "n") -> tuple[str, list[Any]]:
+    p = d.p
+    among, params = d.one_of(f"{alias}.memory_id", f.memory_ids)
+    sql = [f"{alias}.deleted_at IS NULL", among]
     if f.object_type is not None:
-        sql.append(f"{alias}.object_type = ?")
+        sql.append(f"{alias}.object_type = {p}")
         params.append(f.object_type)
     if f.runnable is not None:
-        types = ", ".join("?" * len(RUNNABLE_TYPES))
-        sql.append(f"({alias}.node_type IN ({types})) = ?")
-        params += [*RUNNABLE_TYPES, bool(f.runnable)]
+        runnable, types = d.one_of(f"{alias}.node_type", RUNNABLE_TYPES)
+        sql.append(f"({runnable}) = {p}")
+        params += [*types, bool(f.runnable)]
     if f.subtree is not None:
         memory_id, loc = f.subtree
-        sql.append(f"{alias}.memory_id = ? AND {alias}.loc > ? AND {alias}.loc < ?")
+        sql.append(f"{alias}.memory_id = {p} AND {alias}.loc > {p} AND {alias}.loc < {p}")
         params += [memory_id, loc + ":", loc + ";"]
     if f.where is not None:
         sql.append(f"hadron_where({alias}.properties, {alias}.data)")
@@ -107,14 +107,15 @@ class NodeKeywords:
     rather than missed. An index older than the log's horizon (it keeps 50,000 entries) reloads.
     """
 
-    def __init__(self, db: Database | PortableDatabase) -> None:
+    def __init__(self, db: Database | NativeDatabase, dialect: Dialect) -> None:
         self.db = db
+        self.dialect = dialect
         self.index = KeywordIndex(self._documents, idf="smooth")
 
     def _documents(self, memory_id: str) -> list[Document]:
         rows = self.db.conn.execute(
             "SELECT rowid, name, description, content, tags FROM nodes "
-            "WHERE memory_id = ? AND deleted_at IS NULL",
+            f"WHERE memory_id = {self.dialect.p} AND deleted_at IS NULL",
             (memory_id,),
         ).fetchall()
         return [_document(r) for r in rows]
@@ -134,7 +135,8 @@ class NodeKeywords:
         for i in range(0, max(len(ids), 1), 500):
             part = ids[i : i + 500]
             # One b-tree probe per memory (node_text_changes_by_memory), and one for the oldest entry.
-            probes = "".join(", (SELECT max(seq) FROM node_text_changes WHERE memory_id = ?)" for _ in part)
+            probe = f", (SELECT max(seq) FROM node_text_changes WHERE memory_id = {self.dialect.p})"
+            probes = probe * len(part)
             row = self.db.conn.execute(
                 f"SELECT (SELECT min(seq) FROM node_text_changes){probes}", part
             ).fetchone()
@@ -169,25 +171,25 @@ class NodeKeywords:
         """The memory's nodes logged after ``seen`` up to ``head``: each removed, and re-added as it is
         now if it is live in the memory."""
         conn = self.db.conn
+        p = self.dialect.p
         changed = sorted(
             {
                 int(r[0])
                 for r in conn.execute(
-                    "SELECT node_rowid FROM node_text_changes WHERE memory_id = ? AND seq > ? AND seq <= ?",
+                    f"SELECT node_rowid FROM node_text_changes WHERE memory_id = {p} AND seq > {p} AND seq <= {p}",
                     (memory_id, seen, head),
                 )
             }
         )
         live: list[Document] = []
         for i in range(0, len(changed), 5000):
-            part = changed[i : i + 5000]
-            marks = ", ".join("?" * len(part))
+            among, params = self.dialect.one_of("rowid", changed[i : i + 5000])
             live += [
                 _document(r)
                 for r in conn.execute(
-                    f"SELECT rowid, name, description, content, tags FROM nodes WHERE rowid IN ({marks}) "
-                    "AND memory_id = ? AND deleted_at IS NULL",
-                    (*part, memory_id),
+                    f"SELECT rowid, name, description, content, tags FROM nodes WHERE {among} "
+                    f"AND memory_id = {p} AND deleted_at IS NULL",
+                    (*params, memory_id),
                 )
             ]
         return live, changed
@@ -250,15 +252,15 @@ class SearchSql(EngineStore):
     other conditions select)."""
 
     def __init__(
-        self, db: Database | PortableDatabase, dim: int | None = None, model: str | None = None
+        self, db: Database | NativeDatabase, dim: int | None = None, model: str | None = None
     ) -> None:
         super().__init__(db)
         self.model = model
         self.index = VectorIndex(dim, self._load_vectors) if dim else None
-        self.keywords = NodeKeywords(db)
+        self.keywords = NodeKeywords(db, self.dialect)
         # Embedding writes and their hand-off to the index, in commit order: per memory on PostgreSQL,
         # whose writers of two memories run at once (docs/decisions/0180); one gate on SQLite's one writer.
-        self._gate = WriteGate(keyed=isinstance(db, PortableDatabase))
+        self._gate = WriteGate(keyed=isinstance(db, NativeDatabase))
         # Opens the sealed nodes of encrypted memories (sealing.py), as the graph store does.
         self.codec: NodeCodec | None = None
 
@@ -281,8 +283,8 @@ class SearchSql(EngineStore):
         """``columns`` of the live nodes ``n`` passing ``f`` (its ``where`` included), then ``tail``
         (more conditions, an order), at most ``limit`` rows: the filter applies before the limit."""
         conn = self._prepare(f)
-        cond, params = _conditions(f)
-        bound = " LIMIT ?" if limit is not None else ""
+        cond, params = _conditions(f, self.dialect)
+        bound = f" LIMIT {self.dialect.p}" if limit is not None else ""
         return list(
             conn.execute(
                 f"SELECT {columns} FROM nodes n WHERE {cond}{tail}{bound}",
@@ -295,18 +297,17 @@ class SearchSql(EngineStore):
     def nodes_by_rowid(self, rowids: Sequence[int]) -> dict[int, NodeRecord]:
         if not rowids:
             return {}
-        marks = ", ".join("?" * len(rowids))
+        among, params = self.dialect.one_of("rowid", rowids)
         rows = self.conn.execute(
-            f"SELECT rowid, {_NODE_COLUMNS} FROM nodes WHERE rowid IN ({marks}) AND deleted_at IS NULL",
-            tuple(rowids),
+            f"SELECT rowid, {_NODE_COLUMNS} FROM nodes WHERE {among} AND deleted_at IS NULL", params
         ).fetchall()
         return {int(r[0]): self._read(tuple(r)[1:]) for r in rows}
 
     def rowids_of(self, node_ids: Sequence[str]) -> dict[str, int]:
         if not node_ids:
             return {}
-        marks = ", ".join("?" * len(node_ids))
-        rows = self.conn.execute(f"SELECT id, rowid FROM nodes WHERE id IN ({marks})", tuple(node_ids))
+        among, params = self.dialect.one_of("id", node_ids)
+        rows = self.conn.execute(f"SELECT id, rowid FROM nodes WHERE {among}", params)
         return {r[0]: int(r[1]) for r in rows}
 
     # ── the four modes ────────────────────────────────────────────────
@@ -362,8 +363,8 @@ class SearchSql(EngineStore):
         """Which of ``rowids`` pass the filter."""
         if not rowids:
             return set()
-        marks = ", ".join("?" * len(rowids))
-        return {int(r[0]) for r in self._select(f, "n.rowid", f" AND n.rowid IN ({marks})", rowids)}
+        among, params = self.dialect.one_of("n.rowid", rowids)
+        return {int(r[0]) for r in self._select(f, "n.rowid", f" AND {among}", params)}
 
     def all_rowids(self, f: NodeFilter, memory_id: str) -> list[int]:
         one = NodeFilter((memory_id,), f.object_type, f.runnable, f.subtree, f.where)
@@ -373,7 +374,7 @@ class SearchSql(EngineStore):
 
     def generation(self, memory_id: str) -> int:
         row = self.conn.execute(
-            "SELECT generation FROM vector_generations WHERE memory_id = ?", (memory_id,)
+            f"SELECT generation FROM vector_generations WHERE memory_id = {self.dialect.p}", (memory_id,)
         ).fetchone()
         return int(row[0]) if row else 0
 
@@ -385,9 +386,10 @@ class SearchSql(EngineStore):
         return len(self.index.sync(memory_id, generation).ids) if generation else 0
 
     def _load_vectors(self, memory_id: str) -> tuple[list[int], Vector]:
+        p = self.dialect.p
         rows = self.conn.execute(
             "SELECT n.rowid, e.vector FROM node_embeddings e JOIN nodes n ON n.id = e.node_id "
-            "WHERE n.memory_id = ? AND n.deleted_at IS NULL AND e.status = 'ok' AND e.model = ? "
+            f"WHERE n.memory_id = {p} AND n.deleted_at IS NULL AND e.status = 'ok' AND e.model = {p} "
             "ORDER BY n.rowid",
             (memory_id, self.model),
         ).fetchall()
@@ -419,24 +421,22 @@ class SearchSql(EngineStore):
     def embedding_hashes(self, node_ids: Sequence[str]) -> dict[str, str | None]:
         if not node_ids:
             return {}
-        marks = ", ".join("?" * len(node_ids))
+        among, params = self.dialect.one_of("node_id", node_ids)
         rows = self.conn.execute(
-            f"SELECT node_id, text_hash FROM node_embeddings WHERE model = ? AND status = 'ok' "
-            f"AND node_id IN ({marks})",
-            (self.model, *node_ids),
+            f"SELECT node_id, text_hash FROM node_embeddings WHERE model = {self.dialect.p} AND status = 'ok' "
+            f"AND {among}",
+            (self.model, *params),
         ).fetchall()
         return {r[0]: r[1] for r in rows}
 
     def _memories_of(self, node_ids: Sequence[str], embedded: bool = False) -> list[str]:
         """The memories ``node_ids`` live in (with ``embedded``: only those of nodes that have an
         embedding row), read before a write so that it can take their keys."""
-        marks = ", ".join("?" * len(node_ids))
+        among, params = self.dialect.one_of("id", node_ids)
         having = (
             " AND EXISTS (SELECT 1 FROM node_embeddings e WHERE e.node_id = nodes.id)" if embedded else ""
         )
-        rows = self.conn.execute(
-            f"SELECT DISTINCT memory_id FROM nodes WHERE id IN ({marks}){having}", tuple(node_ids)
-        )
+        rows = self.conn.execute(f"SELECT DISTINCT memory_id FROM nodes WHERE {among}{having}", params)
         return sorted(str(r[0]) for r in rows.fetchall())
 
     def put_embeddings(self, rows: Sequence[tuple[str, Vector | None, str | None, str, str]]) -> None:
@@ -457,7 +457,9 @@ class SearchSql(EngineStore):
             for node_id, vec, error, text_hash, at in rows
         ]  # fmt: skip
         ids = [r[0] for r in rows]
-        marks = ", ".join("?" * len(ids))
+        p = self.dialect.p
+        among, params = self.dialect.one_of("id", ids)
+        embedded, embedded_params = self.dialect.one_of("node_id", ids)
         # The keys of the memories the nodes live in (one, from a node write): each memory's generation
         # is read before and after under its key, so the difference is this write's own.
         locked = self._memories_of(ids)
@@ -469,13 +471,13 @@ class SearchSql(EngineStore):
         ):
             where = {
                 r[0]: (r[1], int(r[2]))
-                for r in tx.execute(f"SELECT id, memory_id, rowid FROM nodes WHERE id IN ({marks})", ids)
+                for r in tx.execute(f"SELECT id, memory_id, rowid FROM nodes WHERE {among}", params)
             }
             had = {
                 r[0]
                 for r in tx.execute(
-                    f"SELECT node_id FROM node_embeddings WHERE status = 'ok' AND model = ? AND node_id IN ({marks})",
-                    (self.model, *ids),
+                    f"SELECT node_id FROM node_embeddings WHERE status = 'ok' AND model = {p} AND {embedded}",
+                    (self.model, *embedded_params),
                 )
             }
             # A node moved meanwhile to a memory whose key this write does not hold keeps its row (written
@@ -487,7 +489,7 @@ class SearchSql(EngineStore):
             # embedding was computed gets none).
             tx.executemany(
                 "INSERT INTO node_embeddings (node_id, model, dim, vector, status, error, updated_at, text_hash) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                f"VALUES ({self.dialect.marks(8)}) "
                 "ON CONFLICT (node_id) DO UPDATE SET model = excluded.model, dim = excluded.dim, "
                 "vector = excluded.vector, status = excluded.status, error = excluded.error, "
                 "updated_at = excluded.updated_at, text_hash = excluded.text_hash",
@@ -517,7 +519,9 @@ class SearchSql(EngineStore):
         if not memories:
             return
         with self.atomic(*(write_keys.memory(m) for m in memories)) as tx:
-            tx.executemany("DELETE FROM node_embeddings WHERE node_id = ?", [(n,) for n in node_ids])
+            tx.executemany(
+                f"DELETE FROM node_embeddings WHERE node_id = {self.dialect.p}", [(n,) for n in node_ids]
+            )
 
     # ── entity search (hadron_search) ─────────────────────────────────
 
@@ -527,21 +531,22 @@ class SearchSql(EngineStore):
         """Live nodes in ``memory_ids`` whose columns contain ``needle`` (case-insensitive), or id match."""
         if not memory_ids:
             return []
-        marks = ", ".join("?" * len(memory_ids))
-        params: list[Any] = list(memory_ids)
+        p = self.dialect.p
+        among, params = self.dialect.one_of("memory_id", memory_ids)
         tests: list[str] = []
         if exact_id:
-            tests.append("id = ?")
+            tests.append(f"id = {p}")
             params.append(needle)
+        # The pattern is a parameter: the statement holds no literal ``%`` (psycopg would want ``%%``).
         pattern = "%" + needle.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         for column in columns:
-            tests.append(f"lower({column}) LIKE ? ESCAPE '\\'")
+            tests.append(f"lower({column}) LIKE {p} ESCAPE '\\'")
             params.append(pattern)
         if not tests:
             return []
         rows = self.conn.execute(
-            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE deleted_at IS NULL AND memory_id IN ({marks}) "
-            f"AND ({' OR '.join(tests)}) LIMIT ?",
+            f"SELECT {_NODE_COLUMNS} FROM nodes WHERE deleted_at IS NULL AND {among} "
+            f"AND ({' OR '.join(tests)}) LIMIT {p}",
             (*params, limit),
         ).fetchall()
         return [self._read(r) for r in rows]
@@ -549,10 +554,10 @@ class SearchSql(EngineStore):
     def live_locs_in(self, memory_ids: Sequence[str], loc: str) -> set[str]:
         if not memory_ids:
             return set()
-        marks = ", ".join("?" * len(memory_ids))
+        among, params = self.dialect.one_of("memory_id", memory_ids)
         rows = self.conn.execute(
-            f"SELECT memory_id FROM nodes WHERE loc = ? AND deleted_at IS NULL AND memory_id IN ({marks})",
-            (loc, *memory_ids),
+            f"SELECT memory_id FROM nodes WHERE loc = {self.dialect.p} AND deleted_at IS NULL AND {among}",
+            (loc, *params),
         ).fetchall()
         return {r[0] for r in rows}
 
@@ -574,7 +579,7 @@ class SearchSql(EngineStore):
         with self.atomic(write_keys.scopes(scope.owner_type, scope.owner_id)) as tx:
             tx.execute(
                 "INSERT INTO scopes (id, name, description, owner_type, owner_id, memory_ids, created_by, "
-                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"created_at, updated_at) VALUES ({self.dialect.marks(9)})",
                 (
                     scope.id, scope.name, scope.description, scope.owner_type, scope.owner_id,
                     json.dumps(list(scope.memory_ids)), scope.created_by, scope.created_at, scope.updated_at,
@@ -582,9 +587,10 @@ class SearchSql(EngineStore):
             )  # fmt: skip
 
     def update_scope(self, scope: Scope) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.scopes(scope.owner_type, scope.owner_id)) as tx:
             tx.execute(
-                "UPDATE scopes SET name = ?, description = ?, memory_ids = ?, updated_at = ? WHERE id = ?",
+                f"UPDATE scopes SET name = {p}, description = {p}, memory_ids = {p}, updated_at = {p} WHERE id = {p}",
                 (
                     scope.name,
                     scope.description,
@@ -595,23 +601,31 @@ class SearchSql(EngineStore):
             )
 
     def delete_scope(self, scope_id: str, at: str) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.ROWS) as tx:  # one row, by id
-            tx.execute("UPDATE scopes SET deleted_at = ? WHERE id = ? AND deleted_at IS NULL", (at, scope_id))
+            tx.execute(
+                f"UPDATE scopes SET deleted_at = {p} WHERE id = {p} AND deleted_at IS NULL", (at, scope_id)
+            )
 
     def scope(self, scope_id: str) -> Scope | None:
-        row = self.conn.execute(self._SCOPE + " WHERE id = ? AND deleted_at IS NULL", (scope_id,)).fetchone()
+        p = self.dialect.p
+        row = self.conn.execute(
+            self._SCOPE + f" WHERE id = {p} AND deleted_at IS NULL", (scope_id,)
+        ).fetchone()
         return self._scope(row) if row else None
 
     def scope_named(self, owner_type: str, owner_id: str, name: str) -> Scope | None:
+        p = self.dialect.p
         row = self.conn.execute(
-            self._SCOPE + " WHERE owner_type = ? AND owner_id = ? AND name = ? AND deleted_at IS NULL",
+            self._SCOPE + f" WHERE owner_type = {p} AND owner_id = {p} AND name = {p} AND deleted_at IS NULL",
             (owner_type, owner_id, name),
         ).fetchone()
         return self._scope(row) if row else None
 
     def scopes_of(self, owner_type: str, owner_id: str) -> list[Scope]:
+        p = self.dialect.p
         rows = self.conn.execute(
-            self._SCOPE + " WHERE owner_type = ? AND owner_id = ? AND deleted_at IS NULL ORDER BY name",
+            self._SCOPE + f" WHERE owner_type = {p} AND owner_id = {p} AND deleted_at IS NULL ORDER BY name",
             (owner_type, owner_id),
         ).fetchall()
         return [self._scope(r) for r in rows]
@@ -634,7 +648,7 @@ class SqliteSearchStore(SearchSql):
         """Nodes whose name (score 1.0), description (0.67) or content (0.33) matches, best field first."""
         conn = self._prepare(f)
         conn.create_function("hadron_regex", 1, lambda text: int(text is not None and pattern.search(text)))
-        cond, params = _conditions(f)
+        cond, params = _conditions(f, self.dialect)
         points = " ".join(
             f"WHEN hadron_regex(n.{field}) THEN {len(REGEX_FIELDS) - i}"
             for i, field in enumerate(REGEX_FIELDS)
@@ -642,7 +656,7 @@ class SqliteSearchStore(SearchSql):
         rows = conn.execute(
             "SELECT rowid, s FROM (SELECT n.rowid AS rowid, n.memory_id AS m, n.loc AS loc, "
             f"CASE {points} ELSE 0 END AS s "
-            f"FROM nodes n WHERE {cond}) WHERE s > 0 ORDER BY s DESC, loc LIMIT ?",
+            f"FROM nodes n WHERE {cond}) WHERE s > 0 ORDER BY s DESC, loc LIMIT {self.dialect.p}",
             (*params, limit),
         ).fetchall()
         return [regex_hit(r[0], r[1]) for r in rows]
@@ -665,7 +679,7 @@ class PostgresSearchStore(SearchSql):
     ) -> list[Sequence[Any]]:
         if f.where is None:
             return super()._select(f, columns, tail, tail_params, limit)
-        cond, params = _conditions(replace(f, where=None))
+        cond, params = _conditions(replace(f, where=None), self.dialect)
         rows = self.conn.execute(
             f"SELECT {columns}, n.properties, n.data FROM nodes n WHERE {cond}{tail}", (*params, *tail_params)
         ).fetchall()

@@ -5,7 +5,7 @@ the graph (nodes, edges, revisions) in one SQLite file, ``hadron.db``, or in Pos
 below), with the helpers and node rows the stores share. Their SQL is written once for both engines, in
 ``tenancy_store.TenancySql`` and ``graph_store.GraphSql`` (``dialect.py``), and run by a class per engine:
 ``SqliteTenancyStore``/``SqliteGraphStore`` on a ``core.db.Database`` over ``sqlite_schema``,
-``PostgresTenancyStore``/``PostgresGraphStore`` on a ``core.pg.PortableDatabase`` over ``pg_schema``.
+``PostgresTenancyStore``/``PostgresGraphStore`` on a ``core.pg.NativeDatabase`` over ``pg_schema``.
 Every multi-row write runs inside one transaction; the services open it through ``atomic()``.
 """
 

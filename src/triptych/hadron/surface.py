@@ -15,7 +15,7 @@ from triptych.core.embed import Embedder
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.mcp import register
 from triptych.core.mcp_sources import sources_path
-from triptych.core.pg import PortableDatabase
+from triptych.core.pg import NativeDatabase
 from triptych.core.surface import Mounted, Shared
 from triptych.hadron import gitrepo
 from triptych.hadron.access import AccessPolicy
@@ -134,7 +134,7 @@ class Hadron:
         )
         nodes.moved = gitsync.mirror_move
         push = PushService(tenancy, team.store, access, team.channels)
-        if not isinstance(stores.db, PortableDatabase):
+        if not isinstance(stores.db, NativeDatabase):
             team.channels.posted.append(push.publish)  # one process: server mode hears NOTIFY instead
         return cls(
             stores,
@@ -202,7 +202,7 @@ class Hadron:
         """Deliver chat push (a server does; the CLI does not): the dispatcher, and in server mode the
         ``LISTEN`` that hears every worker's posts."""
         self.push.start()
-        if isinstance(self.stores.db, PortableDatabase) and self.listener is None:
+        if isinstance(self.stores.db, NativeDatabase) and self.listener is None:
             self.listener = PgChatListener(self.stores.db.pg.url, self.push.publish)
             self.listener.start()
 
@@ -215,7 +215,7 @@ class Hadron:
         self.stores.close()
 
     @property
-    def db(self) -> Database | PortableDatabase:
+    def db(self) -> Database | NativeDatabase:
         """The database every store of this surface writes through (``hadron.db`` or PostgreSQL)."""
         return self.stores.db
 

@@ -160,17 +160,19 @@ class TeamSql(ChannelSql):
     def add_agent(self, agent: Agent, at: str) -> None:
         with self.atomic(write_keys.team(agent.app_id)) as tx:
             tx.execute(
-                "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO agents VALUES ({self.dialect.marks(9)})",
                 (agent.id, agent.app_id, agent.slug, agent.name, agent.persona_role, agent.system_prompt,
                  int(agent.is_team_agent), agent.memory_id, at),
             )  # fmt: skip
 
     def agent(self, agent_id: str) -> Agent | None:
-        row = self.conn.execute(_AGENT + " WHERE g.id = ?", (agent_id,)).fetchone()
+        p = self.dialect.p
+        row = self.conn.execute(_AGENT + f" WHERE g.id = {p}", (agent_id,)).fetchone()
         return _agent(row) if row else None
 
     def agent_by_slug(self, app_id: str, slug: str) -> Agent | None:
-        row = self.conn.execute(_AGENT + " WHERE g.app_id = ? AND g.slug = ?", (app_id, slug)).fetchone()
+        p = self.dialect.p
+        row = self.conn.execute(_AGENT + f" WHERE g.app_id = {p} AND g.slug = {p}", (app_id, slug)).fetchone()
         return _agent(row) if row else None
 
     def agents(self, app_ids: Sequence[str] | None = None) -> list[Agent]:
@@ -179,28 +181,28 @@ class TeamSql(ChannelSql):
         if app_ids is None:
             rows = self.conn.execute(_AGENT + " ORDER BY a.root, a.slug, g.slug").fetchall()
         else:
-            marks = ", ".join("?" * len(app_ids))
+            among, params = self.dialect.one_of("g.app_id", app_ids)
             rows = self.conn.execute(
-                _AGENT + f" WHERE g.app_id IN ({marks}) ORDER BY a.root, a.slug, g.slug", tuple(app_ids)
+                _AGENT + f" WHERE {among} ORDER BY a.root, a.slug, g.slug", params
             ).fetchall()
         return [_agent(r) for r in rows]
 
     def add_ai_config(self, config: AiServiceConfig, at: str) -> None:
         with self.atomic(write_keys.team(config.app_id)) as tx:
             tx.execute(
-                "INSERT INTO ai_service_configs VALUES (?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO ai_service_configs VALUES ({self.dialect.marks(6)})",
                 (config.id, config.app_id, config.name, config.provider, config.model, at),
             )
 
     def ai_configs(self, app_ids: Sequence[str]) -> list[AiServiceConfig]:
         if not app_ids:
             return []
-        marks = ", ".join("?" * len(app_ids))
+        among, params = self.dialect.one_of("c.app_id", app_ids)
         rows = self.conn.execute(
             "SELECT c.id, c.app_id, c.name, c.provider, c.model, "
             "a.root, a.slug FROM ai_service_configs c "
-            f"JOIN apps a ON a.id = c.app_id WHERE c.app_id IN ({marks}) ORDER BY c.name, c.id",
-            tuple(app_ids),
+            f"JOIN apps a ON a.id = c.app_id WHERE {among} ORDER BY c.name, c.id",
+            params,
         ).fetchall()
         return [AiServiceConfig(r[0], r[1], r[2], r[3], r[4], ai_config_urn(r[5], r[6], r[2])) for r in rows]
 
@@ -210,20 +212,22 @@ class TeamSql(ChannelSql):
         with self.atomic(write_keys.team(worker.app_id)) as tx:
             tx.execute(
                 "INSERT INTO workers (id, app_id, agent_id, name, name_key, slug, role, prompt_override, held_by, "
-                "retired_at, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"retired_at, created_at, created_by) VALUES ({self.dialect.marks(12)})",
                 (worker.id, worker.app_id, worker.agent_id, worker.name, worker.name.casefold(), worker.slug,
                  worker.role, worker.prompt_override, worker.held_by, worker.retired_at, worker.created_at,
                  created_by),
             )  # fmt: skip
 
     def worker(self, worker_id: str) -> Worker | None:
-        row = self.conn.execute(_WORKER + " WHERE w.id = ?", (worker_id,)).fetchone()
+        p = self.dialect.p
+        row = self.conn.execute(_WORKER + f" WHERE w.id = {p}", (worker_id,)).fetchone()
         return _worker(row) if row else None
 
     def worker_named(self, app_id: str, name: str) -> Worker | None:
         """By name (case-insensitive) or by slug: the two ways a person spells a worker."""
+        p = self.dialect.p
         row = self.conn.execute(
-            _WORKER + " WHERE w.app_id = ? AND (w.name_key = ? OR w.slug = ?)",
+            _WORKER + f" WHERE w.app_id = {p} AND (w.name_key = {p} OR w.slug = {p})",
             (app_id, name.casefold(), name.lower()),
         ).fetchone()
         return _worker(row) if row else None
@@ -231,28 +235,35 @@ class TeamSql(ChannelSql):
     def workers(
         self, app_id: str, include_retired: bool, limit: int, offset: int
     ) -> tuple[list[Worker], int]:
-        where = " WHERE w.app_id = ?" + ("" if include_retired else " AND w.retired_at IS NULL")
+        p = self.dialect.p
+        where = f" WHERE w.app_id = {p}" + ("" if include_retired else " AND w.retired_at IS NULL")
         total = self.conn.execute("SELECT COUNT(*) FROM workers w" + where, (app_id,)).fetchone()[0]
         rows = self.conn.execute(
-            _WORKER + where + " ORDER BY w.name_key LIMIT ? OFFSET ?", (app_id, limit, offset)
+            _WORKER + where + f" ORDER BY w.name_key LIMIT {p} OFFSET {p}", (app_id, limit, offset)
         ).fetchall()
         return [_worker(r) for r in rows], int(total)
 
     def all_workers(self, app_id: str) -> list[Worker]:
-        return [_worker(r) for r in self.conn.execute(_WORKER + " WHERE w.app_id = ?", (app_id,)).fetchall()]
+        p = self.dialect.p
+        return [
+            _worker(r) for r in self.conn.execute(_WORKER + f" WHERE w.app_id = {p}", (app_id,)).fetchall()
+        ]
 
     def set_prompt_override(self, worker_id: str, text: str | None) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.ROWS) as tx:
-            tx.execute("UPDATE workers SET prompt_override = ? WHERE id = ?", (text, worker_id))
+            tx.execute(f"UPDATE workers SET prompt_override = {p} WHERE id = {p}", (text, worker_id))
 
     def set_holder(self, worker_id: str, user_id: str | None) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.ROWS) as tx:
-            tx.execute("UPDATE workers SET held_by = ? WHERE id = ?", (user_id, worker_id))
+            tx.execute(f"UPDATE workers SET held_by = {p} WHERE id = {p}", (user_id, worker_id))
 
     def retire(self, worker_id: str, at: str) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.ROWS) as tx:
             tx.execute(
-                "UPDATE workers SET retired_at = COALESCE(retired_at, ?) WHERE id = ?", (at, worker_id)
+                f"UPDATE workers SET retired_at = COALESCE(retired_at, {p}) WHERE id = {p}", (at, worker_id)
             )
 
     # ── worker sessions ──────────────────────────────────────────────────────
@@ -261,59 +272,66 @@ class TeamSql(ChannelSql):
         values = tuple(getattr(session, c) for c in _SESSION_COLUMNS.split(", "))
         with self.atomic(write_keys.team(session.app_id)) as tx:
             tx.execute(
-                f"INSERT INTO work_sessions ({_SESSION_COLUMNS}) VALUES ({', '.join('?' * len(values))})",
+                f"INSERT INTO work_sessions ({_SESSION_COLUMNS}) VALUES ({self.dialect.marks(len(values))})",
                 values,
             )
 
     def session(self, session_id: str) -> WorkSession | None:
+        p = self.dialect.p
         row = self.conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE id = ?", (session_id,)
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE id = {p}", (session_id,)
         ).fetchone()
         return _session(row) if row else None
 
     def heartbeat(self, session_id: str, at: str) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.ROWS) as tx:
             tx.execute(
-                "UPDATE work_sessions SET last_active_at = ? WHERE id = ? AND ended_at IS NULL AND last_active_at < ?",
+                f"UPDATE work_sessions SET last_active_at = {p} WHERE id = {p} AND ended_at IS NULL AND last_active_at < {p}",
                 (at, session_id, at),
             )
 
     def end_session(self, session_id: str, at: str, reason: str, fields: dict[str, Any]) -> None:
-        sets = ", ".join(f"{k} = ?" for k in fields)
+        p = self.dialect.p
+        sets = ", ".join(f"{k} = {p}" for k in fields)
         with self.atomic(write_keys.ROWS) as tx:
             tx.execute(
                 # Ending is the driver's last act: it is also the last heartbeat.
-                "UPDATE work_sessions SET ended_at = ?, end_reason = ?, "
-                "last_active_at = CASE WHEN last_active_at > ? THEN last_active_at ELSE ? END"
-                f"{', ' if sets else ''}{sets} WHERE id = ? AND ended_at IS NULL",
+                f"UPDATE work_sessions SET ended_at = {p}, end_reason = {p}, "
+                f"last_active_at = CASE WHEN last_active_at > {p} THEN last_active_at ELSE {p} END"
+                f"{', ' if sets else ''}{sets} WHERE id = {p} AND ended_at IS NULL",
                 (at, reason, at, at, *fields.values(), session_id),
             )
 
     def expire_sessions(self, at: str) -> int:
         """End sessions past a hard ``expiresAt``; the cleanup write overwrites the heartbeat, as upstream."""
+        p = self.dialect.p
         with self.atomic(write_keys.ROWS) as tx:
             cursor = tx.execute(
-                "UPDATE work_sessions SET ended_at = ?, end_reason = 'expired', last_active_at = ? "
-                "WHERE ended_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?",
+                f"UPDATE work_sessions SET ended_at = {p}, end_reason = 'expired', last_active_at = {p} "
+                f"WHERE ended_at IS NULL AND expires_at IS NOT NULL AND expires_at <= {p}",
                 (at, at, at),
             )
             return int(cursor.rowcount)
 
     def set_pr_number(self, session_id: str, number: int) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.ROWS) as tx:
-            tx.execute("UPDATE work_sessions SET pr_number = ? WHERE id = ?", (number, session_id))
+            tx.execute(f"UPDATE work_sessions SET pr_number = {p} WHERE id = {p}", (number, session_id))
 
     def worker_sessions(self, worker_id: str) -> list[WorkSession]:
+        p = self.dialect.p
         rows = self.conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? "
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = {p} "
             f"ORDER BY started_at, {self.dialect.insertion_order}",
             (worker_id,),
         ).fetchall()
         return [_session(r) for r in rows]
 
     def last_handoff(self, worker_id: str) -> WorkSession | None:
+        p = self.dialect.p
         row = self.conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = ? AND handoff IS NOT NULL "
+            f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE worker_id = {p} AND handoff IS NOT NULL "
             # NULLS LAST: SQLite's order for a NULL, which PostgreSQL sorts first when descending.
             f"ORDER BY ended_at DESC NULLS LAST, {self.dialect.insertion_order} DESC LIMIT 1",
             (worker_id,),
@@ -324,40 +342,49 @@ class TeamSql(ChannelSql):
         self, user_id: str | None, app_id: str | None, include_ended: bool, limit: int
     ) -> list[WorkSession]:
         """A user's sessions, or (``user_id`` None) an App's key-started ones, newest first."""
+        p = self.dialect.p
         args: list[Any]
         if user_id is not None:
-            where, args = "user_id = ?", [user_id]
+            where, args = f"user_id = {p}", [user_id]
         else:
-            where, args = "user_id IS NULL AND app_id = ?", [app_id]
+            where, args = f"user_id IS NULL AND app_id = {p}", [app_id]
         if not include_ended:
             where += " AND ended_at IS NULL"
         rows = self.conn.execute(
             f"SELECT {_SESSION_COLUMNS} FROM work_sessions WHERE {where} "
-            f"ORDER BY started_at DESC, {self.dialect.insertion_order} DESC LIMIT ?",
+            f"ORDER BY started_at DESC, {self.dialect.insertion_order} DESC LIMIT {p}",
             (*args, limit),
         ).fetchall()
         return [_session(r) for r in rows]
 
     def add_event(self, session_id: str, at: str, kind: str, ref: str | None) -> None:
         with self.atomic(write_keys.ROWS) as tx:
-            tx.execute("INSERT INTO session_events VALUES (?, ?, ?, ?)", (session_id, at, kind, ref))
+            tx.execute(
+                f"INSERT INTO session_events VALUES ({self.dialect.marks(4)})", (session_id, at, kind, ref)
+            )
 
     def events(self, session_id: str) -> list[str]:
+        p = self.dialect.p
         rows = self.conn.execute(
-            "SELECT at FROM session_events WHERE session_id = ? ORDER BY at", (session_id,)
+            f"SELECT at FROM session_events WHERE session_id = {p} ORDER BY at", (session_id,)
         ).fetchall()
         return [r[0] for r in rows]
 
     def attribute_node(self, node_id: str, session_id: str, at: str) -> None:
+        p = self.dialect.p
         with self.atomic(write_keys.ROWS) as tx:
             tx.execute(
-                "INSERT INTO session_nodes VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (node_id, session_id, at)
+                f"INSERT INTO session_nodes VALUES ({self.dialect.marks(3)}) ON CONFLICT DO NOTHING",
+                (node_id, session_id, at),
             )
-            tx.execute("INSERT INTO session_events VALUES (?, ?, 'node', ?)", (session_id, at, node_id))
+            tx.execute(
+                f"INSERT INTO session_events VALUES ({p}, {p}, 'node', {p})", (session_id, at, node_id)
+            )
 
     def node_session(self, node_id: str) -> str | None:
+        p = self.dialect.p
         row = self.conn.execute(
-            "SELECT session_id FROM session_nodes WHERE node_id = ?", (node_id,)
+            f"SELECT session_id FROM session_nodes WHERE node_id = {p}", (node_id,)
         ).fetchone()
         return str(row[0]) if row else None
 
@@ -367,7 +394,7 @@ class TeamSql(ChannelSql):
         with self.atomic(write_keys.team(item.app_id)) as tx:
             tx.execute(
                 "INSERT INTO work_items (id, app_id, session_id, user_id, worker_id, tool, kind, ref, action, "
-                "detail, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"detail, created_at) VALUES ({self.dialect.marks(11)})",
                 (item.id, item.app_id, item.session_id, item.user_id, item.worker_id, item.tool, item.kind,
                  item.ref, item.action, _dumps(item.detail) if item.detail is not None else None, item.created_at),
             )  # fmt: skip
@@ -382,16 +409,18 @@ class TeamSql(ChannelSql):
         limit: int,
         offset: int,
     ) -> tuple[list[WorkItem], int]:
-        where = "app_id = ?"
+        p = self.dialect.p
+        where = f"app_id = {p}"
         args: list[Any] = [app_id]
         if refs is not None:
             if not refs:
                 return [], 0
-            where += f" AND ref IN ({', '.join('?' * len(refs))})"
-            args += list(refs)
+            among, values = self.dialect.one_of("ref", refs)
+            where += f" AND {among}"
+            args += values
         for column, value in (("session_id", session_id), ("tool", tool), ("kind", kind)):
             if value is not None:
-                where += f" AND {column} = ?"
+                where += f" AND {column} = {p}"
                 args.append(value)
         # SQLite's planner, seeing ORDER BY n, would walk the whole App newest first and filter; the ref
         # (or session) index finds the few matches directly, and sorting them is cheap. PostgreSQL's
@@ -409,7 +438,7 @@ class TeamSql(ChannelSql):
         count = f"SELECT COUNT(*) FROM {table} WHERE {where}"
         rows = self.conn.execute(
             _ITEM.replace("FROM work_items", f", ({count}) FROM {table}")
-            + f" WHERE {where} ORDER BY n DESC LIMIT ? OFFSET ?",
+            + f" WHERE {where} ORDER BY n DESC LIMIT {p} OFFSET {p}",
             (*args, *args, limit, offset),
         ).fetchall()
         if rows:
@@ -436,5 +465,6 @@ class PostgresTeamStore(TeamSql):
     def announce(self, event: ChatEvent) -> None:
         """``NOTIFY`` every worker (``pg_listen``), in the post's own transaction: PostgreSQL delivers it
         at commit, and never for a post rolled back."""
+        p = self.dialect.p
         with self.atomic() as tx:
-            tx.execute("SELECT pg_notify(?, ?)", (NOTIFY_CHANNEL, event.payload()))
+            tx.execute(f"SELECT pg_notify({p}, {p})", (NOTIFY_CHANNEL, event.payload()))

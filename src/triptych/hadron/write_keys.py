@@ -1,7 +1,7 @@
 """The tenants a Hadron write locks in server mode, by name (docs/decisions/0180).
 
 On PostgreSQL every Hadron write transaction takes the advisory lock ``engines.WRITE_LOCK`` at one of
-two levels (``core.pg.PortableDatabase.lock_statement``): the store's key shared plus the key of each
+two levels (``core.pg.NativeDatabase.lock_statement``): the store's key shared plus the key of each
 tenant it writes to, or the store's key exclusively for the few writes that span the store. A tenant is
 what the data it writes needs serialized:
 
