@@ -103,7 +103,7 @@ def test_two_tenants_in_one_database_never_meet_in_a_store_query(
 def test_a_memory_s_survey_walks_its_loc_index_in_order_without_sorting(
     tenants: tuple[Hadron, dict[str, HadronCaller]], database_url: str | None
 ) -> None:
-    """One memory is an equality, not a one-element array (``hadron/dialect.py``, ``one_of``): PostgreSQL
+    """One memory is an equality, not a one-element array (``core/dialect.py``, ``one_of``): PostgreSQL
     plans ``memory_id = ANY('{m}')`` as a set, so the survey's ``ORDER BY loc LIMIT`` read and sorted the
     whole memory instead of walking ``nodes_live_loc`` (docs/decisions/0290). The plan is read with
     sequential scans off, so that a table of six rows shows the plan a large one gets."""

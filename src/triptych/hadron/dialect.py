@@ -23,10 +23,10 @@ statements hold none (a LIKE pattern is a parameter).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from triptych.core import dialect as core
 from triptych.core.db import Database
@@ -50,16 +50,6 @@ class Dialect(core.Dialect):
     def indexed(self, table: str, index: str) -> str:
         """``table`` read through ``index`` where the engine's planner needs telling."""
         return f"{table} INDEXED BY {index}" if self.index_hints else table
-
-    def one_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-        """``core.Dialect.one_of``, except that one value is an equality, as ``IN (%s)`` was before:
-        PostgreSQL plans ``= ANY('{x}')`` as a set, so an index on (column, order) no longer yields its
-        order and no constant narrows the plan. A memory's survey (``ORDER BY loc LIMIT``) then read and
-        sorted every live node of the memory: 87 ms against 0.03 ms at 50,000 nodes (PostgreSQL 18)."""
-        if len(values) == 1:
-            return f"{column} = {self.p}", [values[0]]
-        # Named: a slots dataclass's methods cannot call the zero-argument ``super()``.
-        return core.Dialect.one_of(self, column, values)
 
 
 SQLITE = Dialect.of(core.SQLITE, insertion_order="rowid", index_hints=True)
