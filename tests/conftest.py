@@ -42,6 +42,17 @@ os.environ.setdefault("TRIPTYCH_HADRON_KEY", base64.urlsafe_b64encode(bytes(rang
 TWO_MACHINES = "two-machines"  # PostgreSQL and ClickHouse shared by two servers behind a balancer
 ENGINES = ("sqlite", "postgresql", TWO_MACHINES)
 METERGRAPH_ENGINES = ("sqlite", "clickhouse", TWO_MACHINES)
+# The files that run through two machines in every run, a few per surface; every other test marked for
+# two machines runs there with TRIPTYCH_TWO_MACHINES=all (all of them cost minutes of CI: decision 0350).
+TWO_MACHINES_ALWAYS = {
+    "test_metronix_kb.py",
+    "test_metronix_rest.py",
+    "test_metronix_auth.py",
+    "test_hadron_nodes.py",
+    "test_hadron_live_tools.py",
+    "test_metergraph_workloads.py",
+    "test_metergraph_analysis.py",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,19 +81,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Session scope: each engine's servers start once, whichever tests share them.
     # Its own name: tests/metergraph has an `engine` fixture of its own (sqlite, clickhouse).
     if "storage_engine" in metafunc.fixturenames:
-        marker = metafunc.definition.get_closest_marker("engines")
-        names = marker.args if marker else ("sqlite",)
-        unknown = set(names) - set(ENGINES)
-        if unknown:
-            raise ValueError(f"unknown engines {sorted(unknown)}; known: {ENGINES}")
+        names = _engines(metafunc, "engines", ("sqlite",), ENGINES)
         metafunc.parametrize("storage_engine", names, indirect=True, scope="session")
     if "shared_metergraph" in metafunc.fixturenames:
-        marker = metafunc.definition.get_closest_marker("metergraph_engines")
-        names = marker.args if marker else ("sqlite", "clickhouse")
-        unknown = set(names) - set(METERGRAPH_ENGINES)
-        if unknown:
-            raise ValueError(f"unknown Metergraph engines {sorted(unknown)}; known: {METERGRAPH_ENGINES}")
+        names = _engines(metafunc, "metergraph_engines", ("sqlite", "clickhouse"), METERGRAPH_ENGINES)
         metafunc.parametrize("shared_metergraph", names, indirect=True, scope="module")
+
+
+def _engines(
+    metafunc: pytest.Metafunc, marker: str, default: tuple[str, ...], known: tuple[str, ...]
+) -> list[str]:
+    """The engines a test's closest ``marker`` names (``default`` without one); two machines only for the
+    files that always run there, or for all with TRIPTYCH_TWO_MACHINES=all."""
+    mark = metafunc.definition.get_closest_marker(marker)
+    names = list(mark.args if mark else default)
+    unknown = set(names) - set(known)
+    if unknown:
+        raise ValueError(f"unknown engines {sorted(unknown)}; known: {known}")
+    everywhere = os.environ.get("TRIPTYCH_TWO_MACHINES") == "all"
+    if not everywhere and metafunc.definition.path.name not in TWO_MACHINES_ALWAYS:
+        names = [n for n in names if n != TWO_MACHINES]
+    return names
 
 
 @pytest.fixture(scope="session")
@@ -286,7 +305,8 @@ def shared_metergraph(request: pytest.FixtureRequest) -> ServerProcess:
 # Two pairs per session (per xdist worker), each started on first use: auth off (``open_server``), and one
 # for everything with auth on (``auth_server``, the Hadron world, the Metergraph server), whose settings
 # are the union of those three's and change nothing another surface sees (the JWT secret is the same
-# ``SECRET``; the Metergraph settings are read by Metergraph alone). Four server starts, not eight.
+# ``SECRET``; the Metergraph settings are read by Metergraph alone). Four server starts, not eight. Each
+# request goes to the next machine (``per_request``), so consecutive calls of one client cross machines.
 
 
 @dataclass
@@ -308,9 +328,11 @@ def two_machines_open(
         clickhouse.database_url(),
         hadron_world=False,
         env={"TRIPTYCH_AUTH_ENABLED": "false"},
+        per_request=True,
     )
     yield machines
     machines.stop()
+    _both_served(machines)
 
 
 @pytest.fixture(scope="session")
@@ -331,9 +353,18 @@ def two_machines_shared(
         "METRONIX_SECRET_KEY": SECRET,
         **shared_metergraph_env(replay_provider.openai_url, replay_provider.anthropic_url),
     }
-    machines = start_machines(root, database_url, clickhouse.database_url(), hadron_world=False, env=env)
+    machines = start_machines(
+        root, database_url, clickhouse.database_url(), hadron_world=False, env=env, per_request=True
+    )
     yield TwoMachinesShared(machines, database_url, keys)
     machines.stop()
+    _both_served(machines)
+
+
+def _both_served(machines: Machines) -> None:
+    """The tests went through both machines (what the mode is for), unless too few requests were made."""
+    served = machines.balancer.served
+    assert len(served) < 2 or set(served) == {0, 1}, f"one machine served every request: {set(served)}"
 
 
 @pytest.fixture

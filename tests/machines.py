@@ -74,9 +74,11 @@ def start_machines(
     hadron_world: bool = True,
     count: int = 2,
     env: dict[str, str] | None = None,
+    per_request: bool = False,
 ) -> Machines:
-    """``count`` machines started at once (each knows the others' URLs), the balancer in front; ``env``
-    is added to (or overrides) what every machine is given."""
+    """``count`` machines started at once (each knows the others' URLs), the balancer in front (each
+    request to the next machine with ``per_request``, else each connection); ``env`` is added to (or
+    overrides) what every machine is given."""
     dirs = [root / f"machine-{chr(ord('a') + i)}" / "data" for i in range(count)]
     for d in dirs:
         d.mkdir(parents=True)
@@ -102,5 +104,5 @@ def start_machines(
         for server in servers:
             server.stop()
         raise RuntimeError(f"the machines did not start: {[str(e) for e in errors]}")
-    balancer = Balancer([("127.0.0.1", s.port) for s in servers]).start()
+    balancer = Balancer([("127.0.0.1", s.port) for s in servers], per_request).start()
     return Machines(servers, balancer, database_url, key)
