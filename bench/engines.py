@@ -161,7 +161,7 @@ def bulk_load(store: PostgresKnowledgeStore, corpus: Any, bar: Any) -> None:
     with store.db.connection() as conn:  # the graph in memory while it is built (this cluster only)
         conn.execute("ALTER SYSTEM SET maintenance_work_mem = '512MB'")
         conn.execute("SELECT pg_reload_conf()")
-    store._ensure_vector_index()
+    store.vectors.ensure_index()
     # Statistics now, as autovacuum would after a while: without them the planner takes the workspace
     # for a few rows and sorts all 100,000 by distance instead of walking the HNSW index (1.2-2.4 s).
     with store.db.connection() as conn:

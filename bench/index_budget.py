@@ -140,7 +140,7 @@ def build_postgres(url: str, args: argparse.Namespace) -> None:
     with store.db.connection() as conn:
         conn.execute("ALTER SYSTEM SET maintenance_work_mem = '512MB'")
         conn.execute("SELECT pg_reload_conf()")
-    store._ensure_vector_index()
+    store.vectors.ensure_index()
     # The BM25 postings, as a start after an upgrade fills them (rows written by this version's
     # ``put_document`` carry them already): timed, it is what an upgrade costs once per workspace.
     started = time.perf_counter()

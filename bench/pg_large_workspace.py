@@ -320,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             conn.execute("ALTER SYSTEM SET maintenance_work_mem = '1GB'")
             conn.execute("SELECT pg_reload_conf()")
         started = time.perf_counter()
-        store._ensure_vector_index()
+        store.vectors.ensure_index()
         with store.db.connection() as conn:
             conn.execute("VACUUM ANALYZE kb_chunks")
         build_s = time.perf_counter() - started

@@ -15,7 +15,7 @@ from psycopg import sql as pgsql
 
 from triptych.core.errors import StorageUnavailable
 from triptych.core.pg import PgDatabase, one
-from triptych.metronix import pg_store
+from triptych.metronix import pg_store, pg_vectors
 from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.store import NewDocument
 
@@ -165,7 +165,7 @@ def test_a_walk_that_comes_back_short_is_answered_by_the_exact_scan(
     far = _unit(-query + rng.normal(scale=0.3, size=(EXACT_BELOW * 2, DIM)))
     far_ids = _put(store, "far", far)
     _put(store, "crowd", _unit(query + rng.normal(scale=0.3, size=(ROWS, DIM))))
-    monkeypatch.setattr(pg_store, "MAX_SCAN_TUPLES", 1)
+    monkeypatch.setattr(pg_vectors, "MAX_SCAN_TUPLES", 1)  # read by the walk's settings
 
     found = store.hnsw_search("far", query, 10)
     assert [i for i, _ in found] == _exact(far_ids, far, query, 10)

@@ -5,7 +5,7 @@ COMPONENT = "metronix_kb"
 MIGRATIONS = [
     # Timestamps and metadata stay text, as in the embedded engine: answers are the same byte for byte
     # (jsonb would reorder a document's metadata keys). ``embedding`` has no fixed dimension so a model
-    # change can re-embed in place; the HNSW index is per dimension (``_ensure_vector_index``).
+    # change can re-embed in place; the HNSW index is per dimension (``pg_vectors.PgVectors.ensure_index``).
     """
     CREATE TABLE kb_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     CREATE TABLE kb_workspaces (
