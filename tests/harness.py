@@ -188,6 +188,12 @@ def open_metergraph(server: ServerProcess) -> Any:
     )
 
 
+def cli_env(server: ServerProcess) -> dict[str, str]:
+    """The environment of a `triptych` command run beside ``server``, as an operator on its machine would:
+    the server's settings (its engines among them), so the command writes where the server reads."""
+    return {**os.environ, **server.env}
+
+
 def metergraph_key(
     data_dir: Path, workspace: str, role: str = "debug", app: bool = False, database_url: str | None = None
 ) -> str:

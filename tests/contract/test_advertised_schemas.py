@@ -215,6 +215,7 @@ def test_the_metronix_reference_parses_into_every_tool_and_its_stated_values() -
     assert sum(s.has_default for s in stated) >= 40
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 async def test_every_default_and_limit_the_metronix_reference_states_is_advertised(
     open_server: ServerProcess,
 ) -> None:
@@ -230,6 +231,7 @@ async def test_every_default_and_limit_the_metronix_reference_states_is_advertis
     assert found == []
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 async def test_every_default_and_limit_the_hadron_reference_states_is_advertised(
     open_server: ServerProcess,
 ) -> None:

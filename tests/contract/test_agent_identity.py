@@ -10,6 +10,7 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+import pytest
 from harness import TRIPTYCH, ServerProcess, mcp_session
 from mcp import Client, StdioServerParameters
 
@@ -18,6 +19,7 @@ def ws() -> str:
     return "agent-" + uuid.uuid4().hex[:8]
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 async def test_the_header_agent_owns_what_the_connection_writes(open_server: ServerProcess) -> None:
     workspace = ws()
     url = open_server.url + "/mcp"
@@ -77,6 +79,7 @@ async def test_review_resolutions_name_the_header_agent_in_the_audit_log(open_se
     assert actors == [("agent:curator",)]
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 async def test_an_invalid_header_is_dropped_and_binds_nothing(open_server: ServerProcess) -> None:
     workspace = ws()
     async with mcp_session(open_server.url + "/mcp", {"X-Agent-Id": "not valid/agent"}) as mcp:

@@ -32,7 +32,7 @@ asyncio.run(main(sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])))
 
 
 # The contract holds on both storage engines: each runs this module against its engine's shared world.
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+pytestmark = pytest.mark.engines("sqlite", "postgresql", "two-machines")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ TEAM = "hrn:mem:acme.com:team"
 VAULT = "hrn:mem:acme.com:vault"
 PLANS = "hrn:mem:globex.com:plans"
 
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+pytestmark = pytest.mark.engines("sqlite", "postgresql", "two-machines")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ PLANS = "hrn:mem:globex.com:plans"
 
 
 # The contract holds on both storage engines: each runs this module against its engine's shared world.
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+pytestmark = pytest.mark.engines("sqlite", "postgresql", "two-machines")
 
 
 @pytest.fixture(scope="module")

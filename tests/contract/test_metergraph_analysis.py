@@ -60,6 +60,10 @@ class Env:
         assert response.status_code == 202, response.text
 
 
+# Each Metergraph engine, and two machines sharing PostgreSQL and ClickHouse (tests/conftest.py).
+pytestmark = pytest.mark.metergraph_engines("sqlite", "clickhouse", "two-machines")
+
+
 @pytest.fixture(scope="module")
 def env(shared_metergraph: ServerProcess, replay_provider: ProviderServer) -> Env:
     """The session's shared server (tests/shared_metergraph.py); each test analyses a workspace of its own."""

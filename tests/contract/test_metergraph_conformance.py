@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import ServerProcess, bearer, mcp_session, open_metergraph
+from harness import ServerProcess, bearer, cli_env, mcp_session, open_metergraph
 
 from triptych.metergraph.contract import TOOL_CONTRACT, TOOLS_BY_NAME, WARNING_CODES
 from triptych.metergraph.schemas import validate
@@ -24,6 +24,9 @@ from triptych.metergraph.schemas import validate
 sys.path.insert(0, str(Path(__file__).parent.parent / "metergraph"))
 from report_support import artifact  # noqa: E402
 from shared_metergraph import STATIC_INGEST  # noqa: E402
+
+# Each Metergraph engine, and two machines sharing PostgreSQL and ClickHouse (tests/conftest.py).
+pytestmark = pytest.mark.metergraph_engines("sqlite", "clickhouse", "two-machines")
 
 
 @pytest.fixture(scope="module")
@@ -416,7 +419,7 @@ def test_the_products_conformance_checks_hold_for_triptychs_profile(
     path.write_text(json.dumps(artifact()))
     imported = subprocess.run(
         [sys.executable, "-m", "triptych", "metergraph", "report", "import", str(path), "--workspace", workspace,
-         "--data-dir", str(server.data_dir)], capture_output=True, text=True, timeout=120,
+         "--data-dir", str(server.data_dir)], capture_output=True, text=True, timeout=120, env=cli_env(server),
     )  # fmt: skip
     assert imported.returncode == 0, imported.stderr
     debug = agent_key(server, workspace, "debug")
@@ -438,7 +441,7 @@ async def test_route_constraints_set_from_the_cli_come_back_over_mcp_and_rest(se
     done = subprocess.run(
         [sys.executable, "-m", "triptych", "metergraph", "route", "set", "support", "--workspace", workspace,
          "--config", json.dumps(config), "--data-dir", str(server.data_dir)], capture_output=True, text=True,
-        timeout=120,
+        timeout=120, env=cli_env(server),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     key = agent_key(server, workspace, "metadata")

@@ -22,6 +22,10 @@ from mcp import Client, MCPError, StdioServerParameters
 HOUR = timedelta(hours=1)
 
 
+# Each Metergraph engine, and two machines sharing PostgreSQL and ClickHouse (tests/conftest.py).
+pytestmark = pytest.mark.metergraph_engines("sqlite", "clickhouse", "two-machines")
+
+
 @pytest.fixture(scope="module")
 def server(shared_metergraph: ServerProcess) -> ServerProcess:
     """The session's shared server (tests/shared_metergraph.py): incidents are swept when they are read (a

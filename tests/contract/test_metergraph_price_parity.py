@@ -206,6 +206,10 @@ REFERENCE_SCRIPT = textwrap.dedent(
 )
 
 
+# Each Metergraph engine, and two machines sharing PostgreSQL and ClickHouse (tests/conftest.py).
+pytestmark = pytest.mark.metergraph_engines("sqlite", "clickhouse", "two-machines")
+
+
 @pytest.fixture(scope="module")
 def server(shared_metergraph: ServerProcess) -> ServerProcess:
     """The session's shared server (tests/shared_metergraph.py): agent reads unlimited (the test reads every

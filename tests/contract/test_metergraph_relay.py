@@ -19,6 +19,9 @@ from harness import ServerProcess
 from provider_server import ProviderServer
 from relay_support import mint, relay, stored_calls, traces
 
+# Each Metergraph engine, and two machines sharing PostgreSQL and ClickHouse (tests/conftest.py).
+pytestmark = pytest.mark.metergraph_engines("sqlite", "clickhouse", "two-machines")
+
 
 @pytest.fixture(scope="module")
 def server(shared_metergraph: ServerProcess) -> ServerProcess:

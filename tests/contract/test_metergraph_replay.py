@@ -92,6 +92,10 @@ class Env:
         return trace
 
 
+# Each Metergraph engine, and two machines sharing PostgreSQL and ClickHouse (tests/conftest.py).
+pytestmark = pytest.mark.metergraph_engines("sqlite", "clickhouse", "two-machines")
+
+
 @pytest.fixture(scope="module")
 def env(shared_metergraph: ServerProcess, replay_provider: ProviderServer) -> Env:
     """The session's shared server (tests/shared_metergraph.py), replaying on the session's local OpenAI and

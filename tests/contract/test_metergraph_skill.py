@@ -189,6 +189,10 @@ def fill(value: Any, values: dict[str, Any]) -> Any:
     return value
 
 
+# Each Metergraph engine, and two machines sharing PostgreSQL and ClickHouse (tests/conftest.py).
+pytestmark = pytest.mark.metergraph_engines("sqlite", "clickhouse", "two-machines")
+
+
 @pytest.fixture(scope="module")
 def world(shared_metergraph: ServerProcess) -> World:
     """A workspace of its own on the session's shared server (tests/shared_metergraph.py), which replays on

@@ -60,6 +60,10 @@ class Env:
             mg.close()
 
 
+# Each Metergraph engine, and two machines sharing PostgreSQL and ClickHouse (tests/conftest.py).
+pytestmark = pytest.mark.metergraph_engines("sqlite", "clickhouse", "two-machines")
+
+
 @pytest.fixture(scope="module")
 def env(shared_metergraph: ServerProcess) -> Env:
     """The session's shared server (tests/shared_metergraph.py); each test classifies a workspace of its own."""

@@ -245,6 +245,7 @@ def test_models_lists_the_rag_and_extractive_models(rag_server: ServerProcess) -
     assert [m.id for m in models.data] == ["triptych-rag", "triptych-extractive"]
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 def test_without_an_llm_the_answer_is_extractive_and_only_quotes_passages(
     open_server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -301,6 +302,7 @@ def test_with_auth_the_token_grant_chooses_the_workspace_and_says_which(
     assert "Mallory" in Upstream.received[-1]["messages"][0]["content"]
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 def test_without_auth_the_header_chooses_and_the_default_workspace_is_named(
     open_server: ServerProcess,
 ) -> None:

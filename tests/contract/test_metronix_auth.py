@@ -50,7 +50,7 @@ DOORS = {
 }
 
 
-@pytest.mark.engines("sqlite", "postgresql")  # server mode's /mcp is another endpoint class
+@pytest.mark.engines("sqlite", "postgresql", "two-machines")  # server mode's /mcp is another endpoint class
 @pytest.mark.parametrize("door", DOORS)
 @pytest.mark.parametrize(
     ("authorization", "challenge"),
@@ -83,6 +83,7 @@ def test_every_door_without_a_valid_bearer_jwt_is_401_with_the_references_challe
     assert error["code"] == ("invalid_api_key" if path.startswith("/v1/") else "AUTH_REQUIRED")
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 def test_hadron_keeps_its_own_challenge_on_the_same_server(auth_server: ServerProcess) -> None:
     # Hadron never answers 401 without credentials (an anonymous caller may ask hadron_server_info), and
     # every 401 it sends is for a header it was given: its challenge stays error="invalid_token".
@@ -93,13 +94,14 @@ def test_hadron_keeps_its_own_challenge_on_the_same_server(auth_server: ServerPr
     assert refused.status_code == 401 and refused.headers["www-authenticate"] == INVALID_TOKEN
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 def test_a_valid_token_opens_the_endpoint(auth_server: ServerProcess) -> None:
     headers = {**MCP_HEADERS, **bearer(token(workspaces=["A"]))}
     response = httpx.post(auth_server.url + "/mcp", json=INITIALIZE, headers=headers)
     assert response.status_code == 200
 
 
-@pytest.mark.engines("sqlite", "postgresql")  # tenancy holds inside every query of both
+@pytest.mark.engines("sqlite", "postgresql", "two-machines")  # tenancy holds inside every query of both
 async def test_an_ungranted_workspace_is_refused_without_revealing_whether_it_exists(
     auth_server: ServerProcess,
 ) -> None:
@@ -120,7 +122,7 @@ async def test_an_ungranted_workspace_is_refused_without_revealing_whether_it_ex
     ].replace(missing, "W")
 
 
-@pytest.mark.engines("sqlite", "postgresql")  # tenancy holds inside every query of both
+@pytest.mark.engines("sqlite", "postgresql", "two-machines")  # tenancy holds inside every query of both
 async def test_nothing_stored_in_workspace_a_reaches_a_caller_of_workspace_b(
     auth_server: ServerProcess,
 ) -> None:
@@ -150,6 +152,7 @@ async def test_nothing_stored_in_workspace_a_reaches_a_caller_of_workspace_b(
     assert status.data["documents"] == {"total": 1}
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 async def test_an_omitted_workspace_selects_the_first_granted_one(auth_server: ServerProcess) -> None:
     first, second = "first-" + uuid.uuid4().hex[:6], "second-" + uuid.uuid4().hex[:6]
     async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[first, second]))) as mcp:
@@ -167,7 +170,7 @@ async def test_an_omitted_workspace_selects_the_first_granted_one(auth_server: S
     assert named.error_code == "WORKSPACE_NOT_FOUND"  # naming "default" explicitly is asking for it
 
 
-@pytest.mark.engines("sqlite", "postgresql")  # tenancy holds inside every query of both
+@pytest.mark.engines("sqlite", "postgresql", "two-machines")  # tenancy holds inside every query of both
 async def test_a_viewer_may_read_but_not_write(auth_server: ServerProcess) -> None:
     workspace = "view-" + uuid.uuid4().hex[:6]
     async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[workspace]))) as editor:
@@ -187,7 +190,7 @@ async def test_a_viewer_may_read_but_not_write(auth_server: ServerProcess) -> No
     assert again.data["content"] == "Readable by viewers."
 
 
-@pytest.mark.engines("sqlite", "postgresql")  # tenancy holds inside every query of both
+@pytest.mark.engines("sqlite", "postgresql", "two-machines")  # tenancy holds inside every query of both
 async def test_an_admin_token_without_workspaces_reaches_every_workspace(auth_server: ServerProcess) -> None:
     workspace = "adm-" + uuid.uuid4().hex[:6]
     async with mcp_session(auth_server.url + "/mcp", bearer(token(workspaces=[workspace]))) as editor:

@@ -12,7 +12,7 @@ from harness import ServerProcess, mcp_session
 
 ERROR_KEYS = {"code", "message", "hint", "details"}
 # The same refusals on both storage engines (tests that start their own server choose theirs).
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+pytestmark = pytest.mark.engines("sqlite", "postgresql", "two-machines")
 
 
 def ws() -> str:

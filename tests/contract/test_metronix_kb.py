@@ -9,7 +9,7 @@ import pytest
 from harness import ServerProcess, mcp_session
 
 # Every knowledge-base tool answers the same on both storage engines.
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+pytestmark = pytest.mark.engines("sqlite", "postgresql", "two-machines")
 
 KB_TOOLS = {"metronix_search_fast", "metronix_get", "metronix_store", "metronix_status", "metronix_sync"}
 MEMORY_TOOLS = {

@@ -15,7 +15,7 @@ import pytest
 from harness import ServerProcess, ToolResult, bearer, mcp_session, token
 
 # The same answers on both storage engines (server mode, issue 16).
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+pytestmark = pytest.mark.engines("sqlite", "postgresql", "two-machines")
 
 MEMORY_TOOLS = (
     "memory_store",

@@ -10,7 +10,7 @@ from harness import ServerProcess, bearer, mcp_session, token
 from hermes_metronix import drive_hermes
 
 # The same answers on both storage engines (server mode, issue 16).
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+pytestmark = pytest.mark.engines("sqlite", "postgresql", "two-machines")
 
 
 def ws() -> str:

@@ -18,7 +18,7 @@ from harness import McpSession, ServerProcess, ToolResult, mcp_session
 from psycopg.rows import dict_row
 
 # The same answers on both storage engines (server mode, issue 16).
-pytestmark = pytest.mark.engines("sqlite", "postgresql")
+pytestmark = pytest.mark.engines("sqlite", "postgresql", "two-machines")
 
 DARK, LIGHT = "User prefers dark mode", "User prefers light mode"
 NIGHTLY = "The deploy pipeline runs on GitHub Actions every night at 2am"

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 from harness import ROOT, TRIPTYCH, ServerProcess, bearer, mcp_session, metergraph_key, token
 from mcp import Client, StdioServerParameters
 
@@ -16,6 +17,7 @@ MCP1_PYTHON = ROOT / ".venv-mcp1" / "bin" / "python"
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 def test_the_contracts_python_example_works_with_the_1x_client(auth_server: ServerProcess) -> None:
     assert MCP1_PYTHON.exists(), "the 1.x client venv is missing: run `python3 tasks.py test`"
     workspace = "mcp1-" + uuid.uuid4().hex[:6]
@@ -58,6 +60,7 @@ async def test_stdio_serves_the_same_tools_with_logs_on_stderr(tmp_path: Path) -
     assert json.loads(got.content[0].text)["content"] == "Over stdio."  # type: ignore[union-attr]
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 async def test_hadron_and_metergraph_endpoints_answer_initialize_and_tools_list(
     open_server: ServerProcess,
 ) -> None:
@@ -67,12 +70,14 @@ async def test_hadron_and_metergraph_endpoints_answer_initialize_and_tools_list(
         assert sorted(await mcp.tool_names()) == sorted(TOOLS)
     # Metergraph's agent surface needs an agent key even with auth off; a Debug key sees every
     # contract tool but replay.
-    key = metergraph_key(open_server.data_dir, "default", "debug")
+    db = open_server.env.get("TRIPTYCH_DATABASE_URL")  # server mode: the keys are there
+    key = metergraph_key(open_server.data_dir, "default", "debug", database_url=db)
     async with mcp_session(open_server.url + "/v1/agent/mcp", bearer(key)) as mcp:
         names = await mcp.tool_names()
     assert "metergraph_get_usage_aggregates" in names and "metergraph_replay_trace" not in names
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 def test_legacy_initialize_over_plain_http_on_every_endpoint(open_server: ServerProcess) -> None:
     body = {
         "jsonrpc": "2.0",
@@ -85,7 +90,8 @@ def test_legacy_initialize_over_plain_http_on_every_endpoint(open_server: Server
         },
     }
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    agent = bearer(metergraph_key(open_server.data_dir, "default", "metadata"))
+    db = open_server.env.get("TRIPTYCH_DATABASE_URL")  # server mode: the keys are there
+    agent = bearer(metergraph_key(open_server.data_dir, "default", "metadata", database_url=db))
     for path, name in (("/mcp", "metronix"), ("/hadron/mcp", "hadron"), ("/v1/agent/mcp", "metergraph")):
         extra = agent if path == "/v1/agent/mcp" else {}
         response = httpx.post(open_server.url + path, json=body, headers={**headers, **extra})
@@ -95,6 +101,7 @@ def test_legacy_initialize_over_plain_http_on_every_endpoint(open_server: Server
         assert payload["result"]["serverInfo"]["name"] == name
 
 
+@pytest.mark.engines("sqlite", "two-machines")
 def test_health_answers_200_once_ready(open_server: ServerProcess) -> None:
     response = httpx.get(open_server.url + "/health")
     assert response.status_code == 200

@@ -11,6 +11,10 @@ one that does (``TRIPTYCH_PEERS``, decision record 0200). A machine told of peer
 Metergraph secrets refuses to start (0201). The last test kills one machine with ``kill -9`` while
 clients write through the balancer: every acknowledged write is read back through the survivor, and the
 clients carry on there.
+
+The contract suites themselves run through two machines too, as the ``two-machines`` engine of the
+shared servers (tests/conftest.py, decision record 0350), behind the balancer's per-request mode, which
+one test here checks on its own.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+from balancer import Balancer
 from clickhouse_endpoint import ClickHouseEndpoint
 from hadron.push_client import NOTIFIED_WITHIN, Inbox, Subscriber, plain_then_mention, stream_opened
 from hadron.team_world import CREW
@@ -204,6 +209,33 @@ async def test_a_hadron_session_whose_connections_alternate_between_the_machines
         listed = await s.ok("hadron_list_nodes", parentRel=node(SPECS, loc))
     assert {0, 1} <= set(machines.balancer.served[before:]), machines.balancer.served[before:]
     assert len(listed.data["nodes"]) == 6
+
+
+async def test_the_balancer_per_request_sends_each_request_of_one_kept_connection_to_the_next_machine(
+    machines: Machines,
+) -> None:
+    """The mode the contract suites run through (tests/conftest.py, decision 0350): a client that keeps
+    its connection, as the MCP clients do, alternates anyway; an MCP session held by one machine is
+    relayed by the other, and a streamed (SSE) answer comes back whole."""
+    per_request = Balancer([("127.0.0.1", s.port) for s in machines.servers], per_request=True).start()
+    try:
+        with httpx.Client(base_url=per_request.url, timeout=30.0) as http:
+            assert [http.get("/health").status_code for _ in range(4)] == [200] * 4
+        assert per_request.served == [A, B, A, B]
+        loc = "req" + uuid.uuid4().hex[:8]
+        async with httpx2.AsyncClient(headers=user_headers("alice"), timeout=60.0) as http2:
+            async with Client(
+                streamable_http_client(per_request.url + "/hadron/mcp", http_client=http2)
+            ) as c:
+                s = Session(c)
+                await s.ok("hadron_set_active_memory", memoryUrn=SPECS)
+                for n in range(3):
+                    await s.ok("hadron_create_node", loc=f"{loc}:n{n}", name=f"N{n}")
+                listed = await s.ok("hadron_list_nodes", parentRel=node(SPECS, loc))
+        assert len(listed.data["nodes"]) == 3
+        assert per_request.served.count(A) >= 3 and per_request.served.count(B) >= 3
+    finally:
+        per_request.stop()
 
 
 async def test_a_post_through_one_machine_is_pushed_to_a_subscriber_whose_connections_alternate(
