@@ -128,6 +128,7 @@ async def test_an_opened_incident_reaches_the_receiver_signed(data_dir: Path, re
         assert tested.returncode == 0, tested.stderr
         answer = json.loads(tested.stdout)
         assert (answer["status"], answer["response"]) == (200, '{"ok": true}')
+        assert receiver.wait_for(lambda r: len(r.received) >= 1)  # recorded after it answered
         [test_event] = receiver.received
         assert test_event.verifies(secret) and test_event.json()["type"] == "webhook.test"
 

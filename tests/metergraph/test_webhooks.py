@@ -248,6 +248,8 @@ def test_the_test_event_reports_the_receivers_answer(sqlite_world: World, receiv
     endpoint, secret = hooks.add("w1", receiver.url)
     result = hooks.test(endpoint["id"])
     assert (result["status"], result["error"], result["response"]) == (200, None, '{"ok": true}')
+    # The receiver records a request after it has answered it: wait for the record, not the answer.
+    assert receiver.wait_for(lambda r: len(r.received) >= 1)
     [got] = receiver.received
     assert got.verifies(secret) and got.json()["type"] == "webhook.test" and got.json()["incident"] is None
     receiver.status = 410
