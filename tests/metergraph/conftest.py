@@ -6,13 +6,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from mg_support import NOW, module_engine_settings  # noqa: E402
+from mg_support import NOW, open_engine  # noqa: E402
 
 from triptych.metergraph.service import Metergraph  # noqa: E402
 from triptych.metergraph.settings import load_metergraph_settings  # noqa: E402
@@ -26,16 +25,9 @@ def engine(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture(scope="module")
-def module_clickhouse_url(clickhouse: Any) -> str:
-    """A ClickHouse database for the module's tests, one at a time (``module_engine_settings`` empties it)."""
-    return str(clickhouse.database_url())
-
-
 @pytest.fixture
 def mg(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> Iterator[Metergraph]:
-    settings = module_engine_settings(request, engine)
-    service = Metergraph.open(tmp_path, load_metergraph_settings(max_rows=50, **settings), clock=lambda: NOW)
+    service = open_engine(request, engine, tmp_path, max_rows=50)
     yield service
     service.close()
 

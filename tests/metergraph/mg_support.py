@@ -52,27 +52,6 @@ def engine_settings(request: pytest.FixtureRequest, engine: str) -> dict[str, An
     return {}
 
 
-def module_engine_settings(request: pytest.FixtureRequest, engine: str) -> dict[str, Any]:
-    """``engine_settings`` for a test's one Metergraph, whose ClickHouse database is the module's, emptied
-    before each test (every table truncated). A new database per test cost half a second of schema
-    creation and migrations each, a hundred times a run; an emptied one is what a new one holds, and the
-    open that follows runs the product's path for an existing database, as every server restart does.
-    Tests that open two services at once, or that test creation and migration, keep ``engine_settings``."""
-    if engine != "clickhouse":
-        return {}
-    endpoint = request.getfixturevalue("clickhouse")
-    url: str = request.getfixturevalue("module_clickhouse_url")
-    database = url.rsplit("/", 1)[1]
-    listed = endpoint.engine.run(
-        "SELECT name FROM system.tables WHERE database = {db:String} AND engine NOT LIKE '%View'",
-        "TabSeparated",
-        {"db": database},
-    )
-    for table in listed.decode().split():
-        endpoint.engine.run(f"TRUNCATE TABLE `{database}`.`{table}`", "TabSeparated", {})
-    return {"clickhouse_url": url}
-
-
 def open_engine(request: pytest.FixtureRequest, engine: str, path: Path, **settings: Any) -> Metergraph:
     """The Metergraph services on ``engine``: embedded SQLite, or ClickHouse (the chdb endpoint)."""
     settings.update(engine_settings(request, engine))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from mg_support import NOW, agent, app, module_engine_settings, row
+from mg_support import NOW, agent, app, engine_settings, row
 from provider_server import ProviderServer
 
 from triptych.core.embed import LocalEmbedder
@@ -59,7 +59,7 @@ def mg(
     provider: ProviderServer,
     embedder: LocalEmbedder,
 ) -> Iterator[Metergraph]:
-    service = open_mg(tmp_path, provider, embedder, **module_engine_settings(request, engine))
+    service = open_mg(tmp_path, provider, embedder, **engine_settings(request, engine))
     yield service
     service.close()
 

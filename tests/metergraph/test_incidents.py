@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from mg_support import NOW, agent, app, module_engine_settings
+from mg_support import NOW, agent, app, engine_settings
 
 from triptych.metergraph import histogram
 from triptych.metergraph.call_model import SUMS, AggRow
@@ -110,7 +110,7 @@ class Clocked:
 
 @pytest.fixture
 def clocked(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> Iterator[Clocked]:
-    world = Clocked(tmp_path, module_engine_settings(request, engine))
+    world = Clocked(tmp_path, engine_settings(request, engine))
     yield world
     world.mg.close()
 

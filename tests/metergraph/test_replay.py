@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mg_support import NOW, agent, app, embedded_only, module_engine_settings, row
+from mg_support import NOW, agent, app, embedded_only, engine_settings, row
 from provider_server import ProviderServer
 
 from triptych.metergraph.errors import (
@@ -65,7 +65,7 @@ def open_mg(
 def mgr(
     request: pytest.FixtureRequest, engine: str, tmp_path: Path, provider: ProviderServer
 ) -> Iterator[Metergraph]:
-    service = open_mg(tmp_path, provider, module_engine_settings(request, engine))
+    service = open_mg(tmp_path, provider, engine_settings(request, engine))
     yield service
     service.close()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mg_support import NOW, agent, app, module_engine_settings
+from mg_support import NOW, agent, app, engine_settings
 from webhook_receiver import Receiver
 
 from triptych.metergraph.detectors import load_incident_settings
@@ -94,7 +94,7 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def world(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path, module_engine_settings(request, engine))
+    w = World(tmp_path, engine_settings(request, engine))
     yield w
     w.mg.close()
 
