@@ -102,7 +102,9 @@ class ClickHouseConnection:
             # the second finds the tables there and backfills nothing, so an upgrade never counts the
             # stored calls twice.
             with _schema_lock(lock_dir, shared):
-                missing = [table for table in BACKFILLED if not self.exists(table)]
+                # A new database has no calls to backfill from: the views feed its tables from the start.
+                new = not self.exists("calls")
+                missing = [] if new else [table for table in BACKFILLED if not self.exists(table)]
                 calls: set[str] | None = None  # the calls table's columns, read once it exists
                 for statement in statements(self.retention_days):
                     column = ADDED_COLUMNS.get(statement)
