@@ -50,7 +50,7 @@ CALL_TYPES: dict[str, str] = {
     "price_catalog": _DIM, "price_id": _DIM, "cost_provenance": _DIM,
 }  # fmt: skip
 # Columns a calls table of an earlier version lacks, added when a store opens it (NULL for its calls),
-# by the column each adds: a store skips those its table has (``ClickHouseClient``), since each ALTER,
+# by the column each adds: an open skips those its table has (``ClickHouseConnection``), since each ALTER,
 # even one that changes nothing, costs the server a metadata round of its own at every open.
 ADDED_COLUMNS = {
     f"ALTER TABLE calls ADD COLUMN IF NOT EXISTS {name} {CALL_TYPES[name]}": name for name in PRICING_COLUMNS
