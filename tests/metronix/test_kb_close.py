@@ -10,6 +10,7 @@ known step by wrapping the store's own loaders and ``_build_hnsw``, which then r
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -77,6 +78,32 @@ def _new_store_threads(before: set[threading.Thread]) -> list[str]:
     return [t.name for t in threading.enumerate() if t not in before and t.name.startswith(STORE_THREADS)]
 
 
+def _connections(store: SqliteKnowledgeStore, monkeypatch: pytest.MonkeyPatch) -> list[sqlite3.Connection]:
+    """The store's SQLite connections: those open now and every one its threads open from now on."""
+    made = [conn for _, conn in store.db._all]
+    connect = store.db._connect
+
+    def recorded() -> sqlite3.Connection:
+        conn = connect()
+        made.append(conn)
+        return conn
+
+    monkeypatch.setattr(store.db, "_connect", recorded)
+    return made
+
+
+def _open(connections: Sequence[sqlite3.Connection]) -> int:
+    """How many of ``connections`` still answer a query."""
+    still = 0
+    for conn in connections:
+        try:
+            conn.execute("SELECT 1")
+        except sqlite3.ProgrammingError:
+            continue
+        still += 1
+    return still
+
+
 def test_closing_during_the_loads_waits_for_their_reads_installs_nothing_and_leaves_no_thread(
     open_store: Open, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -102,6 +129,7 @@ def test_closing_during_the_loads_waits_for_their_reads_installs_nothing_and_lea
 
     monkeypatch.setattr(store.index, "_loader", vectors)
     monkeypatch.setattr(store.keywords, "_loader", keywords)
+    connections = _connections(store, monkeypatch)
     generation = store.generation(WS)
     store.index.load_in_background(WS, generation)
     store.keywords.load_in_background(WS, generation)
@@ -113,7 +141,7 @@ def test_closing_during_the_loads_waits_for_their_reads_installs_nothing_and_lea
     assert not store.index.resident(WS) and not store.keywords.resident(WS)  # and were not installed
     assert not store.index.loading(WS) and not store.keywords.loading(WS)
     assert _new_store_threads(before) == []
-    assert store.db._all == []  # every connection closed, the loads' too
+    assert len(connections) >= 3 and _open(connections) == 0  # every connection closed, the loads' too
 
 
 def test_closing_during_a_graph_build_stops_it_and_saves_no_graph(
@@ -148,13 +176,14 @@ def test_closing_during_a_graph_build_stops_it_and_saves_no_graph(
 
 
 def test_a_store_closed_at_every_stage_of_its_loads_and_build_never_crashes_or_leaves_a_thread(
-    open_store: Open,
+    open_store: Open, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Close right after the loads start, after the vectors are in (their graph building), and after both
     are in: the interleavings around each stage vary from round to round."""
     before = set(threading.enumerate())
     for round_ in range(18):
         store = open_store()
+        connections = _connections(store, monkeypatch)
         generation = store.generation(WS)
         store.index.load_in_background(WS, generation)
         store.keywords.load_in_background(WS, generation)
@@ -164,4 +193,4 @@ def test_a_store_closed_at_every_stage_of_its_loads_and_build_never_crashes_or_l
             store.keywords.await_load(WS, timeout=30)
         store.close()
         assert _new_store_threads(before) == [], f"round {round_}"
-        assert store.db._all == []
+        assert _open(connections) == 0, f"round {round_}"

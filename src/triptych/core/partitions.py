@@ -240,9 +240,12 @@ class PartitionCache(Generic[P]):
         # Set by ``stop``: background work checks it between steps and ends.
         self.stopping = threading.Event()
         # Threads doing this cache's work now (loads, graph builds, an eviction's save), how many sections
-        # each: ``stop`` waits for them before its store closes the database under them.
+        # each: ``stop`` waits for them before its store closes the database under them. Under a lock of
+        # their own, a leaf (nothing is called while it is held): an eviction's save enters from a thread
+        # that may hold another cache's lock, and must not wait for this cache's.
+        self._work_lock = threading.Lock()
         self._working: dict[threading.Thread, int] = {}
-        self._idle = threading.Condition(self._lock)  # notified when a thread leaves ``_working``
+        self._idle = threading.Condition(self._work_lock)  # notified when a thread leaves ``_working``
         self._spawned: set[threading.Thread] = set()  # the threads ``_spawn`` started (ended ones pruned)
 
     def _measure(self, part: P) -> int:
@@ -293,7 +296,7 @@ class PartitionCache(Generic[P]):
 
     def _enter(self, thread: threading.Thread | None = None) -> bool:
         """Count a section of this cache's work in ``thread`` (this one by default); False once stopped."""
-        with self._lock:
+        with self._work_lock:
             if self.stopping.is_set():
                 return False
             thread = thread or threading.current_thread()
@@ -301,7 +304,7 @@ class PartitionCache(Generic[P]):
             return True
 
     def _leave(self, thread: threading.Thread | None = None) -> None:
-        with self._lock:
+        with self._work_lock:
             thread = thread or threading.current_thread()
             left = self._working.get(thread, 1) - 1
             if left > 0:
@@ -326,7 +329,7 @@ class PartitionCache(Generic[P]):
         except BaseException:
             self._leave(thread)
             raise
-        with self._lock:
+        with self._work_lock:
             self._spawned = {t for t in self._spawned if t.is_alive()}
             self._spawned.add(thread)
         return True
@@ -349,9 +352,8 @@ class PartitionCache(Generic[P]):
         Returns the threads still inside this cache's work after the wait (normally none): their
         database connections must be left open."""
         deadline = time.monotonic() + timeout
-        with self._lock:
+        with self._work_lock:
             self.stopping.set()
-            self._loaded.notify_all()
             me = threading.current_thread()
             self._idle.wait_for(
                 lambda: not any(t is not me for t in self._working), max(0.0, deadline - time.monotonic())
