@@ -65,6 +65,8 @@ FLAT_DOCUMENT_BYTES = 16
 # How ``document_terms`` turns text into terms: part of a saved index's fingerprint, with the SQLite
 # whose FTS5 porter stemmer made the stems. Bump it whenever the terms or their weights would change.
 TERMS_VERSION = 1
+# Documents a load indexes between two checks whether its store is closing (``PartitionCache.stop``).
+STOP_CHECK_EVERY = 1024
 
 
 def estimate_bytes(documents: int, terms: int, postings: int) -> int:
@@ -262,15 +264,19 @@ class KeywordIndex(PartitionCache[_Partition]):
             part.saved = part.generation
             return part
         part = _Partition(generation=generation)
+        self._check_stop()
         documents = list(self._loader(key))
         # Stem the whole vocabulary in one probe instead of one per document.
         stems(list({w for _, columns in documents for text, _ in columns for w in text_terms(text)}))
-        for doc_id, columns in documents:
+        for count, (doc_id, columns) in enumerate(documents):
+            if count % STOP_CHECK_EVERY == 0:  # a minute at 100,000 chunks: a closing store stops it
+                self._check_stop()
             self._add(part, doc_id, columns)
         if self._files is not None:  # flat, as the next read of its file gives it: one form, less memory
             part = unpacked(packed(part), part.generation)
         # Saved as built (its rows may be newer than ``generation``: the file is then stale at once, never
         # wrong): what took a minute at 100,000 chunks loads in a fraction of a second next time.
+        self._check_stop()
         if self._save(key, part):
             part.saved = part.generation
         return part
@@ -279,6 +285,7 @@ class KeywordIndex(PartitionCache[_Partition]):
         """The partition's saved file and the database's fingerprint, if the file matches it."""
         if self._files is None or self._describe is None:
             return None
+        self._check_stop()
         fingerprint = self._describe(key)
         if fingerprint is None:
             return None

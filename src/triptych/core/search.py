@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from triptych.core import embed as _embed  # noqa: F401  (onnxruntime before usearch, see embed.py)
-from triptych.core.partitions import MemoryBudget, PartitionCache
+from triptych.core.partitions import MemoryBudget, PartitionCache, Stopped
 from triptych.core.vector_files import Fingerprint, VectorFiles
 
 Vector = npt.NDArray[np.float32]
@@ -33,6 +33,9 @@ HNSW_THRESHOLD = 20_000
 # Changes made while a graph was building that are patched into it when it is adopted (under the lock
 # every search takes); more than this and the graph is built again.
 PATCH_LIMIT = 2_000
+# Vectors added to a graph per call while it builds: between two batches the build checks whether its
+# store is closing and ends (the whole of 100,000 vectors takes minutes on two busy cores).
+BUILD_BATCH = 4_096
 RRF_K = 60
 ID_BYTES = 240  # a vector partition's memory per id besides its vector (list entry, int, dict slot)
 
@@ -267,10 +270,12 @@ class VectorIndex(PartitionCache[_Partition]):
         """The partition's ids, vectors, graph and generation from its saved file if that is current,
         else its ids and vectors from the database (no graph, generation -1)."""
         if self._files is not None and self._describe is not None:
+            self._check_stop()
             fingerprint = self._describe(key)
             saved = self._files.load(partition_token(key), fingerprint) if fingerprint else None
             if saved is not None and fingerprint is not None:
                 return saved.ids, saved.matrix, saved.graph, fingerprint.generation
+        self._check_stop()
         ids, matrix = self._loader(key)
         return ids, matrix, None, -1
 
@@ -298,6 +303,7 @@ class VectorIndex(PartitionCache[_Partition]):
         as the index holds it, so no transpose (core/vector_files.py)."""
         if self._files is None or self._describe is None:
             return None
+        self._check_stop()
         fingerprint = self._describe(key)
         saved = self._files.load_columns(partition_token(key), fingerprint) if fingerprint else None
         if saved is None or fingerprint is None:
@@ -410,9 +416,10 @@ class VectorIndex(PartitionCache[_Partition]):
         that search and every other one behind the lock. The graph is adopted only if the partition has
         not changed meanwhile; otherwise the next change schedules a fresh build.
         """
-        if part.building or key in self._building:
+        if part.building or key in self._building or self.stopping.is_set():
             # One build per key: a partition installed while an older one's graph is building gets
-            # its own when that build ends (a re-embedding installs one every batch).
+            # its own when that build ends (a re-embedding installs one every batch). None once the
+            # store is closing.
             return
         part.building = True
         part.touched = set()
@@ -420,16 +427,26 @@ class VectorIndex(PartitionCache[_Partition]):
         ids, matrix, generation = list(part.ids), np.ascontiguousarray(part.columns.T), part.generation
 
         def build() -> None:
-            with BUILDS:
-                try:
-                    graph = self._build_hnsw(ids, matrix)
-                except Exception:  # the exact path keeps serving; a later change retries
-                    log.warning("building the vector graph of %s failed", key, exc_info=True)
-                    graph = None
-            # Saved before it is adopted (nothing else holds it yet), as of the copy it was built from:
-            # minutes of work the next start loads in a second. Writes since then make the file stale
-            # until the next save (``save_all`` at a clean stop).
-            saved = graph is not None and self._save(key, generation, ids, matrix, graph)
+            try:
+                with BUILDS:
+                    try:
+                        graph = self._build_hnsw(ids, matrix)
+                    except Stopped:
+                        raise
+                    except Exception:  # the exact path keeps serving; a later change retries
+                        log.warning("building the vector graph of %s failed", key, exc_info=True)
+                        graph = None
+                # Saved before it is adopted (nothing else holds it yet), as of the copy it was built
+                # from: minutes of work the next start loads in a second. Writes since then make the
+                # file stale until the next save (``save_all`` at a clean stop).
+                self._check_stop()
+                saved = graph is not None and self._save(key, generation, ids, matrix, graph)
+                self._check_stop()
+            except Stopped:  # the store is closing: nothing adopted, nothing more read
+                with self._lock:
+                    part.building = False
+                    self._building.discard(key)
+                raise
             with self._lock:
                 part.building = False
                 self._building.discard(key)
@@ -452,7 +469,9 @@ class VectorIndex(PartitionCache[_Partition]):
                     self._build_in_background(key, part)  # too much changed: start over
             self._within_budget(key)
 
-        threading.Thread(target=build, name=f"hnsw-{key}", daemon=True).start()
+        if not self._spawn(build, f"hnsw-{key}"):  # stopped in between
+            part.building = False
+            self._building.discard(key)
 
     @staticmethod
     def _patch(graph: object, part: _Partition, touched: set[int]) -> None:
@@ -468,12 +487,19 @@ class VectorIndex(PartitionCache[_Partition]):
             graph.add(np.asarray(present, dtype=np.uint64), np.ascontiguousarray(columns.T))  # type: ignore[attr-defined]
 
     def _build_hnsw(self, ids: Sequence[int], matrix: Vector) -> object:
+        """The graph of ``ids`` and their vectors, added in batches: between two the build ends
+        (``Stopped``) if the store is closing. usearch's progress callback could stop it sooner, but it
+        takes the GIL every vector or two, and a busy server holds the GIL for milliseconds at a time."""
         from usearch.index import Index
 
         index = Index(
             ndim=self.dim, metric="ip", dtype="f16", connectivity=16, expansion_add=128, expansion_search=128
         )
-        index.add(np.asarray(ids, dtype=np.uint64), matrix, threads=2)
+        keys = np.asarray(ids, dtype=np.uint64)
+        for start in range(0, len(keys), BUILD_BATCH):
+            self._check_stop()
+            end = start + BUILD_BATCH
+            index.add(keys[start:end], matrix[start:end], threads=2)
         return index
 
     def apply(

@@ -266,8 +266,11 @@ class SqliteKnowledgeStore(KnowledgeQueries):
             conn.execute("UPDATE workspaces SET generation = generation + 1")
 
     def close(self) -> None:
+        # The background loads and graph builds read the database: they end first (bounded), and one
+        # still inside a query keeps its connection (decision 0390).
+        busy = self.index.stop() + self.keywords.stop()
         self.index.save_all()  # the next start loads the graphs instead of building them
         self.keywords.save_all()  # and the keyword postings
-        self.db.close()
+        self.db.close(spare=busy)
         self.index.clear()  # out of the process's memory budget now, not when collected
         self.keywords.clear()
