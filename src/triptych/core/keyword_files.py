@@ -56,6 +56,9 @@ class Packed:
     starts: npt.NDArray[np.int64]  # term i's postings are [starts[i], starts[i + 1])
     positions: npt.NDArray[np.int32]
     weights: npt.NDArray[np.float32]
+    # The terms as a file holds them (UTF-8, each ended by a NUL byte), where read from one: a partition
+    # looks its first search's terms up here instead of building a dictionary of them all.
+    vocabulary: bytes = b""
 
 
 class KeywordFiles:
@@ -159,11 +162,12 @@ def _unpack(
     starts = np.frombuffer(chunks[2], dtype=np.int64)
     positions = np.frombuffer(chunks[3], dtype=np.int32)
     weights = np.frombuffer(chunks[4], dtype=np.float32)
-    words = bytes(chunks[5]).decode("utf-8").split("\0")
+    vocabulary_bytes = bytes(chunks[5])
+    words = vocabulary_bytes.decode("utf-8").split("\0")
     if words.pop() != "" or len(words) != terms:
         return None
     if verified:
-        return Packed(ids, lengths, words, starts, positions, weights)
+        return Packed(ids, lengths, words, starts, positions, weights, vocabulary_bytes)
     if len(set(words)) != terms:
         return None
     if n and (int(ids.max()) != fingerprint.max_id or not distinct(ids)):
@@ -176,4 +180,4 @@ def _unpack(
         return None
     if not np.all(np.isfinite(weights)) or (postings and float(weights.min()) <= 0):
         return None
-    return Packed(ids, lengths, words, starts, positions, weights)
+    return Packed(ids, lengths, words, starts, positions, weights, vocabulary_bytes)
