@@ -218,7 +218,7 @@ class _Partition:
     columns: Vector = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     # Each id's column; None until something needs it (a write, a subset search, a graph patch): the
     # search of a partition just read back from its file does not, and 10,000 entries cost half a ms.
-    position: dict[int, int] | None = field(default_factory=dict)
+    position: dict[int, int] | None = None
     hnsw: object | None = None
     building: bool = False
     generation: int = -1
@@ -287,7 +287,7 @@ class VectorIndex(PartitionCache[_Partition]):
         self, ids: Sequence[int], matrix: Vector, generation: int, graph: object | None = None
     ) -> _Partition:
         columns = np.ascontiguousarray(matrix.reshape(len(ids), self.dim).T, dtype=np.float32)
-        part = _Partition(ids=list(ids), columns=columns, hnsw=graph, position=None)
+        part = _Partition(ids=list(ids), columns=columns, hnsw=graph)
         part.generation = generation
         if graph is not None:
             part.saved = generation
@@ -311,7 +311,7 @@ class VectorIndex(PartitionCache[_Partition]):
         saved = self._files.load_columns(partition_token(key), fingerprint) if fingerprint else None
         if saved is None or fingerprint is None:
             return None
-        part = _Partition(ids=saved.ids, columns=saved.columns, position=None)
+        part = _Partition(ids=saved.ids, columns=saved.columns)
         part.generation = fingerprint.generation
         # A file from before headers were padded was copied: saved again at eviction, it maps next time.
         part.saved = fingerprint.generation if saved.aligned else -1
