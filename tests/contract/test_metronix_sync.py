@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -39,6 +40,10 @@ def http_source(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     yield url, resources
     process.terminate()
     process.wait(timeout=10)
+
+
+# Sleeps without reading stdin, so it outlives the closing of its stdin: only a kill stops it.
+SILENT = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
 
 
 def register(data_dir: Path, *args: str) -> None:
@@ -137,12 +142,19 @@ async def test_a_broken_source_fails_alone_and_loses_nothing_already_ingested(
         str(docs),
         "--arg=--garbage",
     )
+    pid_file = tmp_path / "silent.pid"
+    register(data, "silent", "--command", sys.executable, "--arg=-c", "--arg", SILENT, "--arg", str(pid_file))
     server = ServerProcess(data, {"TRIPTYCH_SYNC_TIMEOUT": "3"}).start()
     try:
         async with mcp_session(server.url + "/mcp") as mcp:
             first = await mcp.call("metronix_sync")
             docs.unlink()  # the stdio source now crashes on every request
             second = await mcp.call("metronix_sync", source="docs")
+            write(docs, {"docs://a": ("Alpha", "Alpha explains the new holiday policy.")})
+            # ... and now prints garbage instead of speaking MCP.
+            register(data, "docs", "--command", sys.executable, "--arg", str(SCRIPT), "--arg", str(docs),
+                     "--arg=--garbage")  # fmt: skip
+            third = await mcp.call("metronix_sync", source="docs")
             kept = await mcp.call("metronix_get", doc_label="mcp:docs:docs://a")
             unknown = await mcp.call("metronix_sync", source="nope")
     finally:
@@ -151,9 +163,20 @@ async def test_a_broken_source_fails_alone_and_loses_nothing_already_ingested(
     details = {d["source"]: d for d in first.data["details"]}
     assert first.data["success"] is False and first.data["sources_synced"] == 2
     assert details["docs"]["added"] == 1 and details["wiki"]["added"] == 1
-    for broken in ("missing", "closed", "garbage"):
+    for broken in ("missing", "closed", "garbage", "silent"):
         assert details[broken]["error"], broken
         assert details[broken]["added"] == 0
     assert second.data["details"][0]["error"] and second.data["details"][0]["removed"] == 0
+    # Garbage on stdout, or no answer at all, fails the handshake within the timeout (not the SDK's
+    # 10 s discover probe on top of it), and says so.
+    for failed in (details["garbage"], details["silent"], third.data["details"][0]):
+        assert failed["error"] == (
+            "the source did not answer MCP initialize within 3 s: check its command: "
+            "it must start an MCP server that writes only JSON-RPC to stdout"
+        )
+        assert failed["updated"] == failed["removed"] == 0
+    # The child that ignored its closed stdin was killed and reaped before the sync answered.
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
     assert kept.data["content"] == "Alpha explains the holiday policy."
     assert unknown.error_code == "INVALID_PARAMS" and "nope" in unknown.data["error"]["message"]

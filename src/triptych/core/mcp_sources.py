@@ -12,6 +12,7 @@ The file has the shape MCP hosts already use::
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -104,9 +106,33 @@ def save_sources(path: Path, sources: dict[str, Source]) -> None:
     os.replace(tmp, path)
 
 
+class HandshakeTimeout(TimeoutError):
+    """The source did not finish the MCP handshake (start or connect, discover, initialize) in time."""
+
+
 @asynccontextmanager
 async def connect(source: Source, timeout: float) -> AsyncIterator[Client]:
-    """An MCP client session to ``source`` (stdio or streamable HTTP); ``timeout`` bounds each request."""
+    """An MCP client session to ``source`` (stdio or streamable HTTP).
+
+    ``timeout`` bounds each request and the whole handshake: the SDK's discover probe waits 10 s whatever
+    the read timeout, so a source that printed garbage or never answered held the caller 10 s + timeout.
+    """
+    # One scope around the whole session, its deadline lifted once the handshake is done: a scope around
+    # the entry alone would close while the transport's task group, opened inside it, is still open.
+    # On the deadline the SDK's shielded shutdown still runs: a stdio child is killed and reaped.
+    with anyio.CancelScope(deadline=anyio.current_time() + timeout) as handshake:
+        async with _client(source, timeout) as client:
+            handshake.deadline = math.inf
+            yield client
+    if handshake.cancelled_caught:
+        what = "its command: it must start an MCP server that writes only JSON-RPC to stdout"
+        if not source.command:
+            what = "its url: it must be an MCP streamable HTTP endpoint"
+        raise HandshakeTimeout(f"the source did not answer MCP initialize within {timeout:g} s: check {what}")
+
+
+@asynccontextmanager
+async def _client(source: Source, timeout: float) -> AsyncIterator[Client]:
     if source.command:
         params = StdioServerParameters(command=source.command, args=source.args, env=source.env or None)
         async with Client(params, read_timeout_seconds=timeout) as client:

@@ -74,7 +74,7 @@ class SyncService:
         self.knowledge = knowledge
         self.clock = clock  # when a sync finished, as the store records it
         self.sources_file = sources_file
-        # Per request to a source; connecting and listing together get twice that.
+        # Per request to a source and for the MCP handshake; listing all pages gets twice that.
         self.timeout = timeout
 
     async def sync(
@@ -152,9 +152,15 @@ class SyncService:
             else:
                 report.added += 1
 
-        async with connect(source, self.timeout) as client:
-            with anyio.fail_after(2 * self.timeout):  # connecting and listing; each read has its own limit
-                resources = await self._list(client)
+        async with connect(source, self.timeout) as client:  # the handshake is bounded by connect
+            try:
+                with anyio.fail_after(2 * self.timeout):  # all pages; each read has its own limit
+                    resources = await self._list(client)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"the source did not list its resources within {2 * self.timeout:g} s: "
+                    "check the source, or raise TRIPTYCH_SYNC_TIMEOUT"
+                ) from None
             seen.update(label_for(source.name, r.uri) for r in resources)
             async with anyio.create_task_group() as group:
                 for resource in resources:
@@ -178,7 +184,7 @@ class SyncService:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
-        return "timed out"
+        return str(exc) or "timed out"
     if isinstance(exc, BaseExceptionGroup):
         inner = exc.exceptions[0] if exc.exceptions else exc
         return _describe(inner)
