@@ -144,7 +144,8 @@ async def test_a_broken_source_fails_alone_and_loses_nothing_already_ingested(
     )
     pid_file = tmp_path / "silent.pid"
     register(data, "silent", "--command", sys.executable, "--arg=-c", "--arg", SILENT, "--arg", str(pid_file))
-    server = ServerProcess(data, {"TRIPTYCH_SYNC_TIMEOUT": "3"}).start()
+    # A healthy stdio source must finish its handshake within the timeout, on a loaded CI machine too.
+    server = ServerProcess(data, {"TRIPTYCH_SYNC_TIMEOUT": "6"}).start()
     try:
         async with mcp_session(server.url + "/mcp") as mcp:
             first = await mcp.call("metronix_sync")
@@ -171,7 +172,7 @@ async def test_a_broken_source_fails_alone_and_loses_nothing_already_ingested(
     # 10 s discover probe on top of it), and says so.
     for failed in (details["garbage"], details["silent"], third.data["details"][0]):
         assert failed["error"] == (
-            "the source did not answer MCP initialize within 3 s: check its command: "
+            "the source did not answer MCP initialize within 6 s: check its command: "
             "it must start an MCP server that writes only JSON-RPC to stdout"
         )
         assert failed["updated"] == failed["removed"] == 0
