@@ -8,15 +8,13 @@ graph threshold is lowered so a memory of 12 nodes gets one."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hadron.letters import LetterEmbedder
+from held_builds import hold_builds
 
 from triptych.core import search
-from triptych.core.search import VectorIndex
 from triptych.hadron.identity import HadronCaller
 from triptych.hadron.services.nodes import NodeFields
 from triptych.hadron.services.search import FindQuery
@@ -36,22 +34,7 @@ def test_closing_hadron_during_a_graph_build_stops_it_and_leaves_no_thread(
     tmp_path: Path, database_url: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(search, "HNSW_THRESHOLD", 8)
-    real = VectorIndex._build_hnsw
-    building = threading.Event()
-    outcomes: list[str] = []
-
-    def held(self: VectorIndex, ids: Sequence[int], matrix: np.ndarray) -> object:
-        building.set()
-        self.stopping.wait(30)  # the close has begun: the real build now stops at its first batch
-        try:
-            graph = real(self, ids, matrix)
-        except Exception as exc:
-            outcomes.append(type(exc).__name__)
-            raise
-        outcomes.append("built")
-        return graph
-
-    monkeypatch.setattr(VectorIndex, "_build_hnsw", held)
+    held = hold_builds(monkeypatch)
     before = set(threading.enumerate())
     hadron = Hadron.open(tmp_path / "hadron.db", LetterEmbedder(), database_url=database_url)  # type: ignore[arg-type]
     admin = hadron.admin()
@@ -73,12 +56,12 @@ def test_closing_hadron_during_a_graph_build_stops_it_and_leaves_no_thread(
         caller, state, FindQuery("badge facade", mode="hybrid", memory_urn="hrn:mem:acme.com:specs")
     )
     assert found.hits
-    assert building.wait(30)
+    assert held.building.wait(30)
     running = _owned(before)
     for prefix in ("hnsw-", "hadron-query-embed"):
         assert any(n.startswith(prefix) for n in running), running
 
     hadron.close()
 
-    assert outcomes == ["Stopped"]  # the build ended at its first batch: nothing adopted
+    assert held.outcomes == ["Stopped"]  # the build ended at its first batch: nothing adopted
     assert _owned(before) == []

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
+from held_builds import hold_builds
 from word_vectors import WordVectors
 
 from triptych.core import search
 from triptych.core.auth import local_principal
 from triptych.core.config import load_settings
 from triptych.core.pg import PgDatabase
-from triptych.core.search import VectorIndex
 from triptych.metronix import knowledge_model, pg_keywords
 from triptych.metronix.entities import extract_entities
 from triptych.metronix.memory import content_hash
@@ -81,25 +80,10 @@ def test_closing_the_surface_during_its_warm_up_and_graph_builds_leaves_no_threa
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = set(threading.enumerate())
-    real = VectorIndex._build_hnsw
-    building = threading.Event()
-    outcomes: list[str] = []
-
-    def held(self: VectorIndex, ids: Sequence[int], matrix: np.ndarray) -> object:
-        building.set()
-        self.stopping.wait(30)  # the close has begun: the real build now stops at its first batch
-        try:
-            graph = real(self, ids, matrix)
-        except Exception as exc:
-            outcomes.append(type(exc).__name__)
-            raise
-        outcomes.append("built")
-        return graph
-
-    monkeypatch.setattr(VectorIndex, "_build_hnsw", held)
+    held = hold_builds(monkeypatch)
     metronix = Metronix.open(load_settings(data_dir=data_dir), WordVectors())
     metronix.start()  # the warm-up loads the memory's indexes: their graph starts building
-    assert building.wait(30)
+    assert held.building.wait(30)
     # Both services' query embeddings run in their executors, beside the held build.
     found = metronix.knowledge.hybrid(WS, "zebra river", 3)
     recalled = metronix.memory.search(local_principal(), workspace_id=WS, query="zebra river", agent_id=None)
@@ -110,7 +94,9 @@ def test_closing_the_surface_during_its_warm_up_and_graph_builds_leaves_no_threa
 
     metronix.close()
 
-    assert outcomes and set(outcomes) == {"Stopped"}  # every build that began ended at its first batch
+    assert held.outcomes and set(held.outcomes) == {
+        "Stopped"
+    }  # every build that began ended at its first batch
     assert _owned(before) == []
     assert not metronix.memory.store.caches.index.resident(WS)  # forgotten: out of the memory budget
 
