@@ -103,9 +103,8 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         # The fill of an upgraded database's postings (``warm``): ``stop`` ends it between workspaces.
         self._postings: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._postings_lock = (
-            threading.Lock()
-        )  # a ``warm`` racing ``stop`` starts the fill or sees it stopped
+        # A ``warm`` racing ``stop`` either starts the fill before ``stop`` reads it, or starts none.
+        self._postings_lock = threading.Lock()
 
     # -- the engine's part of the shared SQL ---------------------------------------
 
