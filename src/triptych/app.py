@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
@@ -93,6 +94,11 @@ def create_app(settings: Settings, embedder: Embedder | None = None) -> Starlett
                 for surface in surfaces:
                     for close in surface.on_close:
                         close()
+                left = lingering_threads()
+                if left:  # each owner stops and joins what it started (decision 0420): name any it missed
+                    log.warning("threads still running after the surfaces closed: %s", ", ".join(left))
+                else:
+                    log.info("surfaces closed, no background thread left")
 
     routes: list[BaseRoute] = [route for surface in surfaces for route in surface.routes]
     routes.append(Route("/health", health, methods=["GET"]))
@@ -102,6 +108,19 @@ def create_app(settings: Settings, embedder: Embedder | None = None) -> Starlett
     doors = [(_static_prefix(route), name) for name, surface in named.items() for route in surface.routes]
     middleware = [Middleware(RequestContext, doors=doors), Middleware(LastResort, shapes=shapes)]
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+
+
+# The server's own pools, which it stops after the lifespan ends: AnyIO's worker threads (synchronous
+# handlers) and the event loop's default executor.
+SERVER_THREADS = ("AnyIO worker thread", "asyncio_")
+
+
+def lingering_threads() -> list[str]:
+    """The names of the threads alive besides this one, the main thread and the server's own pools."""
+    mine = (threading.current_thread(), threading.main_thread())
+    return sorted(
+        t.name for t in threading.enumerate() if t not in mine and not t.name.startswith(SERVER_THREADS)
+    )
 
 
 def _resident() -> dict[str, tuple[int, int]]:

@@ -1,5 +1,6 @@
 """SIGTERM stops a server gracefully, alone or with workers: new connections are refused at once (not
-queued to be reset later), the request in flight finishes with its answer, and the process exits 0.
+queued to be reset later), the request in flight finishes with its answer, and the process exits 0 with
+no thread of its stores and services left running (decision 0420).
 
 The request in flight is made certain, not timed: it is sent with ``Expect: 100-continue`` and its body
 held back, so the server has read its headers and its handler waits for the body (the ``100 Continue``
@@ -89,6 +90,11 @@ def test_sigterm_refuses_new_connections_and_the_request_in_flight_completes_wit
     assert answer.startswith(b"HTTP/1.1 200"), answer[:500]
     assert b'"results"' in answer
     assert stoppable.process.wait(timeout=60) == 0, stoppable.log()
+    # Every store and service stopped and joined the threads it started (the search's embedding threads,
+    # the warm-up, graph builds): the app says which threads are left once the surfaces are closed.
+    log = stoppable.log()
+    assert "threads still running after the surfaces closed" not in log, log
+    assert "no background thread left" in log, log
 
 
 @pytest.fixture

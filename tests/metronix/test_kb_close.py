@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from held_builds import hold_builds
 from word_vectors import DIM, WordVectors
 
 from triptych.core import search
 from triptych.core.auth import local_principal
-from triptych.core.search import VectorIndex
 from triptych.metronix import knowledge_model
 from triptych.metronix.knowledge import KnowledgeService
 from triptych.metronix.store import SqliteKnowledgeStore, vectors_dir
@@ -149,28 +149,13 @@ def test_closing_during_a_graph_build_stops_it_and_saves_no_graph(
 ) -> None:
     before = set(threading.enumerate())
     store = open_store()
-    real = VectorIndex._build_hnsw
-    building = threading.Event()
-    outcomes: list[str] = []
-
-    def held(self: VectorIndex, ids: Sequence[int], matrix: np.ndarray) -> object:
-        building.set()
-        self.stopping.wait(30)  # the close has begun: the real build now stops at its first batch
-        try:
-            graph = real(self, ids, matrix)
-        except Exception as exc:
-            outcomes.append(type(exc).__name__)
-            raise
-        outcomes.append("built")
-        return graph
-
-    monkeypatch.setattr(VectorIndex, "_build_hnsw", held)
+    held = hold_builds(monkeypatch)
     store.warm()  # loads both indexes; the vectors' graph starts building in the background
-    assert building.wait(30)
+    assert held.building.wait(30)
 
     store.close()
 
-    assert outcomes == ["Stopped"]
+    assert held.outcomes == ["Stopped"]
     assert list(vectors_dir(store.db.path).glob("*.vectors")) == []  # no graph saved, half-built or not
     assert _new_store_threads(before) == []
 

@@ -169,8 +169,13 @@ class GaugeSampler:
         while not self._stop.wait(self.every_s):
             refresh_gauges()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
+        """End the sampling and wait (bounded) for a round in flight: a gauge may query a store that the
+        surfaces close right after this."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
 
 
 def exposition() -> bytes:

@@ -67,7 +67,13 @@ class Stores:
         return "postgresql" if self.pg is not None else "sqlite"
 
     def close(self) -> None:
-        self.db.close()
+        # The search index's graph builds first (bounded): a build left running would add to a usearch
+        # graph, and read numpy buffers, of an index already gone (decision 0420).
+        busy = self.search.stop()
+        if isinstance(self.db, Database):
+            self.db.close(spare=busy)  # a thread still inside a query keeps its connection (0390)
+        else:
+            self.db.close()
         if self.pg is not None:
             self.pg.close()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -263,6 +264,16 @@ class SearchSql(EngineStore):
         self._gate = WriteGate(keyed=isinstance(db, NativeDatabase))
         # Opens the sealed nodes of encrypted memories (sealing.py), as the graph store does.
         self.codec: NodeCodec | None = None
+
+    def stop(self) -> list[threading.Thread]:
+        """End the indexes' background work (the vector graphs' builds), bounded, and forget their
+        partitions; returns the threads still at work (normally none). Loads after this raise ``Stopped``."""
+        busy = self.index.stop() if self.index is not None else []
+        busy += self.keywords.index.stop()
+        if self.index is not None:
+            self.index.clear()
+        self.keywords.index.clear()
+        return busy
 
     def _read(self, row: Sequence[Any]) -> NodeRecord:
         node = _node(row)

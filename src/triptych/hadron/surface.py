@@ -210,9 +210,10 @@ class Hadron:
         if self.listener is not None:
             self.listener.stop()
         self.push.stop()
+        self.search.close()
         if self.derived.abstracts.llm is not None:
             self.derived.abstracts.llm.close()
-        self.stores.close()
+        self.stores.close()  # stops the search index's graph builds, then closes the database
 
     @property
     def db(self) -> Database | NativeDatabase:

@@ -82,6 +82,11 @@ class KnowledgeService:
             embedder, store.embedding_model, "the index was built", adopt=self._adopt_model
         )
 
+    def close(self) -> None:
+        """Stop the query-embedding threads, joined (an embedding in flight finishes first). The store is
+        its owner's to close, after this."""
+        self._query_embedding.shutdown(wait=True, cancel_futures=True)
+
     def _adopt_model(self) -> None:
         """An index that never recorded a model, or holds no chunk, takes the configured one."""
         stored = self.store.embedding_model()

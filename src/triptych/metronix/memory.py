@@ -133,5 +133,7 @@ class MemoryService:
             self.store.set_embedding_model(self.embedder.name, self.embedder.dim)
 
     def close(self) -> None:
-        """Stop the embedding worker threads (the store's connections belong to its database)."""
+        """Stop the store's graph builds and the embedding worker threads, joined (the store's connections
+        belong to its database, closed by its owner after this)."""
+        self.store.close()
         self.recall.close()

@@ -162,6 +162,20 @@ class MemoryCaches:
             put=[record_attributes(record, seq, entities)],
         )
 
+    def stop(self) -> list[threading.Thread]:
+        """Stop every cache's background work (the vector graphs' builds) and wait for it, bounded: a
+        build left running would add to a usearch graph, and read numpy buffers, of a store already gone.
+        Loads after this raise ``Stopped``. Returns the threads still at work (normally none)."""
+        busy: list[threading.Thread] = []
+        for cache in (*self._text_caches(), self.attributes):
+            busy += cache.stop()
+        return busy
+
+    def clear(self) -> None:
+        """Leave the process's memory budget now (after ``stop``), not when collected."""
+        for cache in (*self._text_caches(), self.attributes):
+            cache.clear()
+
     def warm(self, workspaces: Sequence[str]) -> None:
         """Load every cache of ``workspaces``."""
         for workspace in workspaces:

@@ -18,6 +18,7 @@ the keyword (BM25) side from an in-process ``KeywordIndex`` over the same rows, 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -27,7 +28,7 @@ import psycopg
 import psycopg.errors
 
 from triptych.core.db import Database
-from triptych.core.partitions import WriteGate, gated_by
+from triptych.core.partitions import Stopped, WriteGate, gated_by
 from triptych.core.pg import NativeDatabase, PgDatabase
 from triptych.core.search import Vector
 from triptych.metronix import memory_schema_pg, memory_schema_sqlite
@@ -56,6 +57,8 @@ class MemoryStore(Protocol):
     @property
     def reviews(self) -> ReviewStore: ...
     def warm(self) -> None: ...
+    def stop(self) -> list[threading.Thread]: ...
+    def close(self) -> None: ...
     def snapshot(
         self, pinned: Mapping[str, tuple[int, int]] | None = None
     ) -> AbstractContextManager[None]: ...
@@ -128,11 +131,21 @@ class _EngineStore(MemoryWrites):
     def warm(self) -> None:
         """Load the vector, keyword, adjacency and attribute caches of every workspace that holds records
         (best effort: a server closing meanwhile ends it, and a search loads whatever is missing itself)."""
-        errors: tuple[type[Exception], ...] = (*self.closed_errors, ValueError)
+        errors: tuple[type[Exception], ...] = (*self.closed_errors, ValueError, Stopped)
         try:
             self.caches.warm(self.workspaces())
         except errors:
             return
+
+    def stop(self) -> list[threading.Thread]:
+        """Stop the caches' background work (graph builds) and wait for it, bounded; loads after this
+        raise ``Stopped``. The database is its owner's: this store closes none of it."""
+        return self.caches.stop()
+
+    def close(self) -> None:
+        """``stop``, then forget the cached partitions (out of the memory budget now)."""
+        self.stop()
+        self.caches.clear()
 
 
 class SqliteMemoryStore(_EngineStore):

@@ -15,6 +15,7 @@ in-process path.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 
 from psycopg import Connection
@@ -135,14 +136,18 @@ def fill(db: PgDatabase, workspace_id: str) -> bool:
     return True
 
 
-def fill_all(db: PgDatabase) -> None:
-    """``fill`` every workspace not ready (a start after an upgrade, or after ``triptych migrate``)."""
+def fill_all(db: PgDatabase, stopping: threading.Event | None = None) -> None:
+    """``fill`` every workspace not ready (a start after an upgrade, or after ``triptych migrate``), until
+    ``stopping`` is set: the store is closing, and the next start fills the rest. A workspace's fill is
+    one transaction, so one cut short would only be rolled back: the check is between two."""
     with db.connection() as conn:
         pending = [
             str(r[0])
             for r in conn.execute("SELECT DISTINCT workspace_id FROM kb_chunks WHERE term_length IS NULL")
         ]
     for workspace_id in pending:
+        if stopping is not None and stopping.is_set():
+            return
         try:
             fill(db, workspace_id)
         except Exception:  # the in-process path keeps answering; the next start tries again

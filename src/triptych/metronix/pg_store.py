@@ -26,7 +26,7 @@ from psycopg.rows import dict_row
 
 from triptych.core.errors import StorageUnavailable
 from triptych.core.keyword_index import KeywordIndex
-from triptych.core.partitions import WriteGate, gated
+from triptych.core.partitions import STOP_WAIT, WriteGate, gated
 from triptych.core.pg import PgDatabase, named_rows
 from triptych.core.search import Vector
 from triptych.metronix import pg_keyword_log, pg_keywords
@@ -100,6 +100,11 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         self._use_mirror = mirror
         self._gate = WriteGate()
         self._ready: set[str] = set()  # workspaces whose BM25 postings are all stored (pg_keywords)
+        # The fill of an upgraded database's postings (``warm``): ``stop`` ends it between workspaces.
+        self._postings: threading.Thread | None = None
+        self._stopping = threading.Event()
+        # A ``warm`` racing ``stop`` either starts the fill before ``stop`` reads it, or starts none.
+        self._postings_lock = threading.Lock()
 
     # -- the engine's part of the shared SQL ---------------------------------------
 
@@ -201,9 +206,13 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         search loads what is missing)."""
         with self.db.connection() as conn:
             workspaces = conn.execute("SELECT id, generation FROM kb_workspaces").fetchall()
-        threading.Thread(  # an upgraded database's postings, once
-            target=pg_keywords.fill_all, args=(self.db,), name="kb-postings", daemon=True
-        ).start()
+        with self._postings_lock:
+            if self._stopping.is_set():
+                return
+            self._postings = threading.Thread(  # an upgraded database's postings, once
+                target=pg_keywords.fill_all, args=(self.db, self._stopping), name="kb-postings", daemon=True
+            )
+            self._postings.start()
         for workspace, generation in workspaces:
             if self._use_mirror:
                 self.mirror.refresh_in_background(str(workspace))
@@ -306,8 +315,21 @@ class PostgresKnowledgeStore(KnowledgeQueries):
                 " DO UPDATE SET value = (kb_meta.value::bigint + 1)::text"
             )
 
+    def stop(self) -> list[threading.Thread]:
+        """End the store's background work, bounded (``STOP_WAIT``): the mirror's refreshes and graph
+        builds, a keyword load, the postings' fill (at its next workspace). Each holds a pooled connection
+        or a usearch graph; the threads still at work after the wait are returned (normally none)."""
+        with self._postings_lock:
+            self._stopping.set()
+            postings = self._postings
+        busy = self.mirror.close() + self.keywords.stop()
+        if postings is not None:
+            postings.join(STOP_WAIT)
+            if postings.is_alive():
+                busy.append(postings)
+        return busy
+
     def close(self) -> None:
-        self.mirror.close()  # first: a load in flight holds a pooled connection
-        self.keywords.stop()  # and so does a keyword load
+        self.stop()  # first: every piece of background work holds a pooled connection
         self.db.close()
         self.keywords.clear()

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 
+from triptych.core.partitions import STOP_WAIT
 from triptych.core.pg import PgDatabase, one
 from triptych.core.search import PATCH_LIMIT, Vector, VectorIndex
 from triptych.metronix.pg_vectors import PgVectors
@@ -26,6 +27,7 @@ class VectorMirror:
         self._refreshing: dict[str, threading.Thread] = {}
         self._epochs: dict[str, str] = {}  # per mirrored workspace: the re-embedding it was loaded after
         self._lock = threading.Lock()
+        self._closed = False  # ``close`` began: no refresh starts
 
     def apply(
         self, workspace_id: str, before: int, added: list[tuple[int, Vector]], removed: list[int]
@@ -41,7 +43,7 @@ class VectorMirror:
         """Load the workspace's mirror off the request path, once at a time per workspace."""
         with self._lock:
             running = self._refreshing.get(workspace_id)
-            if running is not None and running.is_alive():
+            if self._closed or (running is not None and running.is_alive()):
                 return
             thread = threading.Thread(
                 target=self.refresh, args=(workspace_id,), name=f"kb-mirror-{workspace_id}", daemon=True
@@ -104,12 +106,18 @@ class VectorMirror:
         with self.db.connection() as conn:
             return self.vectors.copy(conn, workspace_id, after=0)
 
-    def close(self) -> None:
-        """Wait for the loads in flight (each holds a pooled connection), then leave the process's memory
-        budget now, not when collected."""
+    def close(self) -> list[threading.Thread]:
+        """Start no refresh, stop the index (a refresh's install then starts no graph build, and one in
+        flight ends at its next batch), wait for the refreshes in flight (each holds a pooled
+        connection), then leave the process's memory budget now, not when collected. Returns the threads
+        still at work after the bounded waits (normally none)."""
         with self._lock:
+            self._closed = True
             running = list(self._refreshing.values())
+        deadline = time.monotonic() + STOP_WAIT
+        busy = self.index.stop()
         for thread in running:
-            thread.join(30)
-        self.index.stop()  # and for a graph build: none outlives the store
+            thread.join(max(0.0, deadline - time.monotonic()))
+        busy += [thread for thread in running if thread.is_alive()]
         self.index.clear()
+        return busy

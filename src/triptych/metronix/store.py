@@ -9,6 +9,7 @@ workspace's BM25 statistics are its own: one tenant's documents never move anoth
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -101,6 +102,7 @@ class KnowledgeStore(Protocol):
     def warm(self) -> None: ...
     def iter_chunks(self, batch: int = 256) -> Iterator[list[tuple[int, str | None, str]]]: ...
     def replace_embeddings(self, rows: Sequence[tuple[int, Vector]]) -> None: ...
+    def stop(self) -> list[threading.Thread]: ...
     def close(self) -> None: ...
 
 
@@ -162,6 +164,8 @@ class SqliteKnowledgeStore(KnowledgeQueries):
         chunks): a search meanwhile answers with what is loaded instead of waiting, and says so."""
         try:
             for (workspace,) in self.db.conn.execute("SELECT id FROM workspaces").fetchall():
+                if self.index.stopping.is_set():  # the store is closing: no more reads
+                    return
                 generation = self._generation(workspace)
                 self.index.preload(workspace, generation)
                 self.keywords.preload(workspace, generation)
@@ -275,10 +279,15 @@ class SqliteKnowledgeStore(KnowledgeQueries):
             )
             conn.execute("UPDATE workspaces SET generation = generation + 1")
 
+    def stop(self) -> list[threading.Thread]:
+        """End the background loads and graph builds (bounded); the threads still at work are returned
+        (normally none). ``close`` calls it; an owner closing several stores calls it on each first."""
+        return self.index.stop() + self.keywords.stop()
+
     def close(self) -> None:
         # The background loads and graph builds read the database: they end first (bounded), and one
         # still inside a query keeps its connection (decision 0390).
-        busy = self.index.stop() + self.keywords.stop()
+        busy = self.stop()
         self.index.save_all()  # the next start loads the graphs instead of building them
         self.keywords.save_all()  # and the keyword postings
         self.db.close(spare=busy)

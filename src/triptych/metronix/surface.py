@@ -19,6 +19,7 @@ from triptych.core.http import McpEndpoint
 from triptych.core.lastresort import jsonrpc_internal_error
 from triptych.core.mcp import Tool, build_server, register
 from triptych.core.mcp_sources import sources_path
+from triptych.core.partitions import STOP_WAIT
 from triptych.core.pg import PgDatabase
 from triptych.core.surface import Mounted, Shared
 from triptych.metronix.access import Caller, caller_bind, jwt_authenticator
@@ -150,8 +151,16 @@ class Metronix:
         )
 
     def close(self) -> None:
+        """Stop the background work of every store and service, then close the database: the caches'
+        loads and graph builds first (a warm-up still running then ends at its next load), the warm-up,
+        the services' embedding threads, and last the store that owns the connections (decision 0420)."""
+        self.memory.store.stop()
+        self.knowledge.store.stop()
         if self.warming is not None:
-            self.warming.join()
+            self.warming.join(STOP_WAIT)
+            if self.warming.is_alive():
+                log.warning("the index warm-up did not end within %.0f s of the close", STOP_WAIT)
+        self.knowledge.close()
         self.memory.close()
         self.knowledge.store.close()
 

@@ -101,6 +101,10 @@ class SearchService:
         # A hybrid search embeds its query while the keyword side runs (onnxruntime releases the GIL).
         self._query_embedding = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hadron-query-embed")
 
+    def close(self) -> None:
+        """Stop the query-embedding threads, joined (an embedding in flight finishes first)."""
+        self._query_embedding.shutdown(wait=True, cancel_futures=True)
+
     # ── which memories ──────────────────────────────────────────────────
 
     def _explicit(
