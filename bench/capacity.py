@@ -206,9 +206,19 @@ class Site:
 
     def restart(self, **env: str) -> None:
         """New worker processes (same data, ``env`` added): each RAM figure starts from workers that hold
-        nothing yet."""
+        nothing yet. A few tries: the free port the harness picks can be taken by another program on a
+        shared machine before the supervisor listens on it."""
         stop_all(self.server)
-        self.server = start_workers(ServerProcess(self.data, {**self.env, **env}), self.workers, timeout=600)
+        for attempt in range(3):
+            try:
+                self.server = start_workers(
+                    ServerProcess(self.data, {**self.env, **env}), self.workers, timeout=600
+                )
+                return
+            except RuntimeError as exc:
+                if attempt == 2 or "Address already in use" not in str(exc):
+                    raise
+                print("    the port was taken meanwhile: starting again", file=sys.stderr, flush=True)
 
     def rss(self) -> list[float]:
         return [rss_mb(pid) for pid in sorted(self.worker_pids())]
@@ -232,6 +242,12 @@ class Site:
                     pid = sample.labels.get("pid", str(self.supervisor()))
                     found.setdefault(pid, {})[sample.labels["index"]] = sample.value
         return [found.get(str(pid), {}) for pid in sorted(self.worker_pids())]
+
+    def index_kinds_mb(self) -> dict[str, float]:
+        """The workers' mean ``triptych_index_resident_bytes`` per index kind, in MB."""
+        workers = self.index_bytes()
+        names = sorted({kind for kinds in workers for kind in kinds})
+        return {k: round(statistics.fmean(w.get(k, 0.0) for w in workers) / 2**20, 3) for k in names}
 
     def evictions(self) -> int:
         """Index partitions forgotten by every worker so far (``triptych_index_evictions_total``)."""
@@ -519,6 +535,7 @@ async def grow(
     await settle_gauges()
     points = [(0, site.rss())]
     gauges = [(0, site.index_mb())]
+    kinds = [(0, site.index_kinds_mb())]
     db0 = site.db_bytes()
     hits: list[list[int]] = []
     began = time.perf_counter()
@@ -529,6 +546,7 @@ async def grow(
         await settle_gauges()
         points.append((hi, site.rss()))
         gauges.append((hi, site.index_mb()))
+        kinds.append((hi, site.index_kinds_mb()))
     db1 = site.db_bytes()
     slope, first = slope_of(points)
     index_slope, index_first = slope_of(gauges)
@@ -536,6 +554,7 @@ async def grow(
         "items": items,
         "rss_mb": {n: [round(x, 1) for x in r] for n, r in points},
         "index_resident_mb": {n: r for n, r in gauges},
+        "index_resident_mb_by_kind": {n: r for n, r in kinds},
         "results_per_search": hits,
         "rss_mb_per_1000_per_worker": round(1000 * slope, 2),
         "rss_mb_first_part_beyond_slope": round(first, 2),
@@ -723,7 +742,8 @@ async def budgeted(
                                 {"query": text(rng, 3), "workspace_id": name, "agent_id": "hermes"})  # fmt: skip
             await settle_gauges()
             point = {"tenants": t + 1, "rss_mb": [round(x, 1) for x in site.rss()], "index_mb": site.index_mb(),
-                     "evictions": site.evictions(), "results_per_search": hits}  # fmt: skip
+                     "index_mb_by_kind": site.index_kinds_mb(), "evictions": site.evictions(),
+                     "results_per_search": hits}  # fmt: skip
             points.append(point)
             print(f"    {json.dumps(point)}", file=sys.stderr, flush=True)
     finally:
@@ -830,17 +850,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"starting PostgreSQL, ClickHouse and serve --workers {args.workers} ...", file=sys.stderr, flush=True
     )
     site = Site(args.workers, root)
+    out = args.json or Path("/tmp/triptych-bench") / f"capacity-{time.strftime('%Y%m%d-%H%M%S')}.json"
     try:
         run_phases(site, args, skip, results, rng)
     except BaseException as exc:
         for leaf in leaves(exc):
             print(f"failed: {type(leaf).__name__}: {leaf}", file=sys.stderr)
+        results["failed"] = repr(exc)[:2000]
+        write_json(out, results)  # the phases that finished are worth keeping
+        print(f"partial results: {out}", file=sys.stderr)
         raise
     finally:
         site.close()
     results["machine"]["loadavg_at_end"] = os.getloadavg()
     results["seconds"] = round(time.perf_counter() - started)
-    out = args.json or Path("/tmp/triptych-bench") / f"capacity-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_json(out, results)
     print(json.dumps({k: v for k, v in results.items() if k not in ("tenant_writes", "families")}, indent=2))
     if "tenant_writes" in results:
