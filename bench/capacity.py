@@ -487,7 +487,7 @@ async def families(site: Site, calls: int, n_sessions: int, rng: np.random.Gener
     base = statistics.fmean(
         out[k]["cpu_ms_per_call"]["workers"] for k in ("health (baseline)", "health (baseline, again)")
     )
-    for result in out.values():
+    for result in [r for r in out.values() if isinstance(r, dict) and "cpu_ms_per_call" in r]:
         result["worker_cpu_vs_health"] = round(result["cpu_ms_per_call"]["workers"] / max(base, 1e-6), 1)
     with httpx2.Client(timeout=60) as http:
         parts = http.get(site.ch_url, params={"query": (
