@@ -5,7 +5,8 @@ mode (a throwaway PostgreSQL with pgvector from ``tests/postgres.py``; ClickHous
 ``tests/clickhouse_endpoint.py`` in its own process, so its CPU is its own).
 
     flock /tmp/triptych-bench.lock nice -n 5 .venv/bin/python bench/capacity.py [--workers 2]
-        [--calls 100] [--items 3000] [--nodes 1200] [--tenants 20] [--passes 2] [--json PATH]
+        [--calls 100] [--items 3000] [--nodes 1200] [--tenants 20] [--passes 2] [--budget-mb 24]
+        [--budget-tenants 10] [--budget-items 1000] [--skip ram,budget,families,tenants] [--json PATH]
 
 CPU per call: ``utime + stime`` from ``/proc/<pid>/stat`` of the workers (the supervisor's children), of
 PostgreSQL (the postmaster and its backends; a backend that starts during a phase counts whole), of the
@@ -20,10 +21,14 @@ RAM per item (first, on workers restarted for each item kind): a new tenant of `
 document) or memories, or ``--nodes`` Hadron nodes, written in four steps in this process straight through
 the engine's store classes (random unit vectors under the bundled model's name and size, synthetic text;
 no model run), searched through every worker after each step (which loads, then follows, its in-process
-indexes of that tenant); the figure is the least-squares slope of the workers' ``VmRSS``. Per resident
-tenant: ``--tenants`` workspaces of one chunk and one memory, searched through every worker. Database
-bytes per item: ``pg_database_size`` before and after (ClickHouse: the ``calls`` parts' bytes on disk per
-ingested row). The workers' idle CPU per second, before and after the families, gives a "net" figure too.
+indexes of that tenant); the figure is the least-squares slope of the workers' ``VmRSS``, and beside it
+the slope of their ``triptych_index_resident_bytes`` (the index budget's own account, from ``/metrics``).
+Per resident tenant: ``--tenants`` workspaces of one chunk and one memory, searched through every worker.
+Database bytes per item: ``pg_database_size`` before and after (ClickHouse: the ``calls`` parts' bytes on
+disk per ingested row). The workers' idle CPU per second, before and after the families, gives a "net" figure too.
+
+RAM under the index budget: workers restarted with ``TRIPTYCH_INDEX_MEMORY_MB=--budget-mb``, then tenants
+written and searched one after the other (``budgeted``): RSS against the gauge once the budget is full.
 
 Write throughput: ``memory_store`` and ``hadron_create_node`` from 8 clients (4 per worker), all to one
 tenant (workspace, Hadron memory) or spread over four, rounds alternating 1 4 4 1.
