@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import crashed_workers
 import file_times
 import pytest
 from clickhouse_endpoint import ClickHouseEndpoint
@@ -57,6 +58,7 @@ TWO_MACHINES_ALWAYS = {
 
 def pytest_configure(config: pytest.Config) -> None:
     file_times.configure(config)
+    crashed_workers.no_worker_restart(config)  # a crashed worker fails the run, never hangs it
     config.addinivalue_line(
         "markers",
         "engines(*names): run the test against each storage engine named (sqlite, postgresql, two-machines) "

@@ -139,18 +139,11 @@ def world(
 
 
 @pytest.fixture(scope="module")
-def plain_world(data_dir: tuple[Path, str, str], module_database_url: str | None) -> Iterator[World]:
-    """The same data with nothing enabled: the defaults an operator gets."""
-    data, key, other = data_dir
-    env = {
-        "TRIPTYCH_AUTH_ENABLED": "true",
-        "TRIPTYCH_JWT_SECRET": SECRET,
-        "TRIPTYCH_LLM_URL": "",
-        **engine(module_database_url),
-    }
-    w = World(ServerProcess(data, env).start(), key, other, database_url=module_database_url)
-    yield w
-    w.server.stop()
+def plain_world(shared_hadron_world: World) -> World:
+    """A world like this module's with nothing enabled, the defaults an operator gets: the session's shared
+    world (tests/conftest.py), whose server sets no action source and no LLM, on the same engine. Its
+    test writes under a location of its own, as every test of the shared world does."""
+    return shared_hadron_world
 
 
 PARAMS = {
@@ -285,10 +278,6 @@ async def test_an_mcp_tool_action_calls_a_registered_source_only_for_writers(
             "down": ({"kind": "mcp-tool", "source": "down", "tool": "lookup"}, "unreachable"),
             # An HTTP server that answers, but not as an MCP server: no tool answered (issue 28).
             "notmcp": ({"kind": "mcp-tool", "source": "notmcp", "tool": "lookup"}, "unreachable"),
-            "slow": (
-                {"kind": "mcp-tool", "source": "tools", "tool": "slow", "arguments": {"seconds": 30}},
-                "timeout",
-            ),
         }
         for name, (action, reason) in failures.items():
             await alice.ok(
@@ -324,6 +313,23 @@ async def test_an_mcp_tool_action_calls_a_registered_source_only_for_writers(
     async with as_user(world, "alice") as alice:
         runs = (await alice.ok("hadron_get_node", loc=node(SPECS, f"{loc}:lookup"))).data["runs"]
     assert [r["outcome"] for r in runs] == ["FORBIDDEN", "ok", "ok"]
+
+
+# The source's answer time alone decides this failure, whatever engine records the run: it waits out the
+# whole TRIPTYCH_SYNC_TIMEOUT, once, while the other failures above run on both engines.
+@pytest.mark.engines("sqlite")
+async def test_an_mcp_tool_action_whose_source_does_not_answer_in_time_fails_as_a_timeout(
+    world: World,
+) -> None:
+    loc = fresh()
+    action = {"kind": "mcp-tool", "source": "tools", "tool": "slow", "arguments": {"seconds": 30}}
+    async with as_user(world, "alice") as alice:
+        await alice.ok("hadron_set_active_memory", memoryUrn=SPECS)
+        await alice.ok("hadron_create_node", loc=f"{loc}:slow", name="slow", nodeType="action",
+                       data={"action": action})  # fmt: skip
+        failed = await alice.refused("hadron_run_action", "ACTION_TOOL_FAILED", loc=f"{loc}:slow")
+    assert failed.data["error"]["data"]["reason"] == "timeout", failed.text
+    assert failed.data["error"]["data"]["source"] == "tools"
 
 
 async def test_server_info_advertises_what_is_enabled_and_the_defaults_stay_inside(

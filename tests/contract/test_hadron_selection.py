@@ -4,25 +4,26 @@ reconnects with X-Hadron-Client-Id, and the contract's tool list."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from hadron.world import World, as_app, as_user, connect, start_world, user_headers
+from hadron.world import World, admin_of, as_app, as_user, connect, user_headers
 from harness import token
 
 from triptych.hadron.tools import TOOLS
 
-# The contract holds on both storage engines: each runs this module against its own server.
+# The contract holds on both storage engines.
 pytestmark = pytest.mark.engines("sqlite", "postgresql")
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, module_database_url: str | None) -> Iterator[World]:
-    w = start_world(tmp_path_factory.mktemp("hadron-selection"), module_database_url)
-    yield w
-    w.server.stop()
+def world(shared_hadron_world: World) -> World:
+    """The session's shared world (tests/conftest.py): the listings asserted here are of organizations,
+    memories, apps and grants, which the other modules on that world only read (they write nodes,
+    edges and objects under locations of their own); the one grant this module takes away it gives
+    back. Selections are kept per client id, and every client id here is a fresh one."""
+    return shared_hadron_world
 
 
 async def test_server_info_answers_before_authentication(world: World) -> None:
@@ -197,10 +198,17 @@ async def test_a_restored_selection_is_reauthorized(world: World, tmp_path: Path
         )
     finally:
         hadron.close()
-    async with as_user(world, "bob", client_id) as second:
-        info = await second.ok("hadron_server_info")
-        assert "dropped after re-authorization: active memory" in info.text
-        assert not [m for m in (await second.ok("hadron_list_memories")).data["memories"] if m["active"]]
+    try:
+        async with as_user(world, "bob", client_id) as second:
+            info = await second.ok("hadron_server_info")
+            assert "dropped after re-authorization: active memory" in info.text
+            assert not [m for m in (await second.ok("hadron_list_memories")).data["memories"] if m["active"]]
+    finally:  # the world is shared: bob gets his grant back, as the world was built
+        with admin_of(world.server.data_dir, world.database_url) as admin:
+            admin.grant("hrn:mem:acme.com:team", "read-only", user="bob")
+    async with as_user(world, "bob") as third:
+        listed = (await third.ok("hadron_list_memories")).data["memories"]
+        assert {m["urn"]: m["access"] for m in listed}["hrn:mem:acme.com:team"] == "read-only"
 
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

@@ -83,6 +83,17 @@ def call(day: int, **fields: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
+def metergraph_engine() -> dict[str, str]:
+    """The embedded engine only. The pages render what the services answer (``usage.aggregates`` and
+    ``usage.grouped``, reports, runs and webhooks from the metadata store); that ClickHouse answers every
+    usage and trace read exactly as the embedded engine does is tests/metergraph/test_engines_agree.py's,
+    and the same reads over MCP and REST on a ClickHouse server are the shared-server modules' (usage,
+    conformance, analysis, incidents). A second browser pass on ClickHouse ran the same page code on
+    the same answers (docs/decisions/0380)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory, metergraph_engine: dict[str, str]) -> Iterator[Site]:
     with ProviderServer() as provider:  # analysis runs replay on it through the real OpenAI client
         env = {"MG_AGENT_RATE_PER_MINUTE": "0", "MG_REPLAY_OPENAI_BASE_URL": provider.openai_url,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from pathlib import Path
 
 import pytest
 
+from triptych.core.keyword_files import KeywordFiles, KeywordFingerprint
 from triptych.core.keyword_index import Document, KeywordIndex, packed, unpacked
 
 WORDS = (
@@ -214,3 +216,31 @@ def test_follow_applies_a_log_and_reloads_when_the_log_cannot_say() -> None:
     table.parts["w"] = _docs([(5, "violin repair", "")])
     assert [s for s, _ in index.search("w", 4, "violin", None)] == [5]
     assert table.loads == ["w", "w"]
+
+
+def test_a_partition_read_from_its_file_ranks_alike_on_its_first_search_and_after(tmp_path: Path) -> None:
+    """The first search after a load finds its terms in the file's vocabulary (no dictionary of every term
+    yet), later ones in the dictionary: the same hits and scores either way. A term that ends another
+    ("art" in "cart", which comes first in the vocabulary) is found as itself; one absent is not found."""
+    rnd = random.Random(5)
+    words = "art cart start artist smart chart".split()
+    rows = [(1, "cart start smart", "")]
+    rows += [(i, " ".join(rnd.choice(words) for _ in range(rnd.randint(2, 9))), "") for i in range(2, 80)]
+    table = Table()
+    table.parts["w"] = _docs(rows)
+    index = KeywordIndex(table.load)
+    queries = ["art", "chart art", "ar", "smart artist"]
+    expected = [index.search("w", 1, query, None) for query in queries]
+    assert expected[0] and not expected[2]
+    files = KeywordFiles(tmp_path)
+    fingerprint = KeywordFingerprint("test", 1, len(rows), len(rows))
+    assert files.save("p", fingerprint, packed(index._parts["w"]))
+    for query, hits in zip(queries, expected, strict=True):
+        flat = files.load("p", fingerprint)
+        assert flat is not None and flat.terms[:2] == ["cart", "start"]
+        copy = KeywordIndex(lambda key: [])
+        copy._install("w", unpacked(flat, 1))
+        assert copy.search("w", 1, query, None) == hits  # from the vocabulary as the file holds it
+        assert copy._parts["w"].flat_terms is None
+        assert copy.search("w", 1, query, None) == hits  # from the dictionary
+        assert copy._parts["w"].flat_terms is not None

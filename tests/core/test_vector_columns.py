@@ -1,10 +1,12 @@
 """A graph-less vector partition saved as columns (core/vector_files.VectorFiles.save_columns): read back as
-the index holds it, and refused (None, so the partition is read from the database) when stale, torn,
-corrupt or not ours."""
+the index holds it, mapped read-only, and refused (None, so the partition is read from the database) when
+stale, torn, corrupt or not ours, also after a file read before was changed or truncated in place (its
+checks are skipped only for the same file, unchanged: ``VERIFIED``)."""
 
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triptych.core.vector_files import Fingerprint, VectorFiles
+from triptych.core.vector_files import ALIGN, VERIFIED, Fingerprint, VectorFiles, identity
 
 DIM = 8
 IDS = [3, 5, 9, 12]
@@ -33,7 +35,10 @@ def test_columns_come_back_as_saved(tmp_path: Path) -> None:
     assert saved is not None
     assert saved.ids == IDS
     assert saved.columns.shape == (DIM, len(IDS)) and np.array_equal(saved.columns, columns)
-    assert saved.columns.flags.writeable
+    # Mapped where the file is, and read-only: the index copies them before its first write.
+    assert saved.aligned and not saved.columns.flags.writeable and not saved.columns.flags.owndata
+    header = files.columns_path("p").read_bytes().split(b"\n", 1)[0]
+    assert (len(header) + 1) % ALIGN == 0  # padded: the arrays after it are aligned where mapped
 
 
 def _rewrite(path: Path, change: Callable[[dict[str, object], bytearray], None]) -> None:
@@ -94,3 +99,69 @@ def test_a_saved_graph_replaces_the_columns_and_removal_takes_both(tmp_path: Pat
     assert files.columns_path("p").exists() and not files.path("p").exists()
     files.remove("p")
     assert not files.columns_path("p").exists()
+
+
+def _identity(path: Path) -> tuple[int, int, int, int, int]:
+    with open(path, "rb") as source:
+        return identity(source.fileno())
+
+
+def _verified(files: VectorFiles, fingerprint: Fingerprint) -> Path:
+    """The saved file, its modification time put in the past (so a change in place moves it even where
+    timestamps are coarse), read back once: its identity is then known good."""
+    path = files.columns_path("p")
+    os.utime(path, ns=(10**18, 10**18))
+    assert files.load_columns("p", fingerprint) is not None
+    assert _identity(path) in VERIFIED
+    return path
+
+
+def test_a_file_read_before_then_changed_in_place_is_checked_again_and_refused(tmp_path: Path) -> None:
+    files, fingerprint, _ = _saved(tmp_path)
+    path = _verified(files, fingerprint)
+    with open(path, "r+b") as out:  # same inode, same size: one byte of the vectors flipped
+        out.seek(-3, os.SEEK_END)
+        byte = out.read(1)
+        out.seek(-3, os.SEEK_END)
+        out.write(bytes([byte[0] ^ 0xFF]))
+    assert _identity(path) not in VERIFIED
+    assert files.load_columns("p", fingerprint) is None
+
+
+def test_a_file_read_before_then_truncated_in_place_is_refused(tmp_path: Path) -> None:
+    files, fingerprint, _ = _saved(tmp_path)
+    path = _verified(files, fingerprint)
+    os.truncate(path, path.stat().st_size - 4)
+    assert files.load_columns("p", fingerprint) is None
+
+
+def test_a_file_saved_again_is_checked_again(tmp_path: Path) -> None:
+    files, fingerprint, columns = _saved(tmp_path)
+    _verified(files, fingerprint)
+    assert files.save_columns("p", fingerprint, IDS, columns)  # a new inode renamed over the old one
+    _rewrite(files.columns_path("p"), _flip)
+    assert files.load_columns("p", fingerprint) is None
+
+
+def test_columns_mapped_stay_readable_after_their_file_is_replaced_or_removed(tmp_path: Path) -> None:
+    files, fingerprint, columns = _saved(tmp_path)
+    saved = files.load_columns("p", fingerprint)
+    assert saved is not None
+    assert files.save_columns("p", fingerprint, IDS, columns * 2)  # renamed over: the mapping keeps its inode
+    files.remove("p")
+    assert np.array_equal(saved.columns, columns)
+
+
+def test_a_file_with_an_unpadded_header_is_read_as_a_copy(tmp_path: Path) -> None:
+    """As written before headers were padded: its floats may sit off their alignment where mapped."""
+    files, fingerprint, columns = _saved(tmp_path)
+
+    def unpadded(header: dict[str, object], data: bytearray) -> None:
+        header["pad"] = ""
+        while (len(json.dumps(header)) + 1) % 4 != 1:  # the body starts one byte past a multiple of 4
+            header["pad"] += "x"
+
+    _rewrite(files.columns_path("p"), unpadded)
+    saved = files.load_columns("p", fingerprint)
+    assert saved is not None and not saved.aligned
+    assert saved.ids == IDS and np.array_equal(saved.columns, columns) and saved.columns.flags.aligned

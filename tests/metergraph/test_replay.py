@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mg_support import NOW, agent, app, engine_settings, row
+from mg_support import NOW, agent, app, embedded_only, engine_settings, row
 from provider_server import ProviderServer
 
 from triptych.metergraph.errors import (
@@ -152,6 +152,10 @@ def test_an_anthropic_call_replays_on_the_messages_api(mgr: Metergraph, provider
     ],
 )
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
+# The provider client's failures, whatever engine retained the trace: the ClickHouse engine's part of a
+# replay (the retained request, read back) is proven by the tests above and below on both engines, one of
+# them with a failing provider (``test_a_replay_writes_nothing``).
+@embedded_only
 def test_provider_failures_are_bounded_outcomes(
     mgr: Metergraph, api: str, model: str, status: str, code: str
 ) -> None:
@@ -306,6 +310,7 @@ def test_the_output_cap_is_named_as_the_endpoint_wants(
         official.close()
 
 
+@embedded_only  # the provider connection's deadline, as the failures above
 def test_a_trickling_provider_is_hung_up_on_at_the_deadline(
     mgr: Metergraph, provider: ProviderServer
 ) -> None:

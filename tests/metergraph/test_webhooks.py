@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -39,11 +39,18 @@ class World:
         )  # fmt: skip
 
     def hour(self, h: int, workspace: str = "w1", **fields: Any) -> None:
-        start = ZERO + timedelta(hours=h)
-        rows = [{"ts": (start + timedelta(minutes=i)).isoformat(), "route": "support", "provider": "openai",
-                 "model": "gpt-4o", "input_tokens": 1000, "output_tokens": 100, "latency_ms": 500,
-                 "environment": "prod", **fields} for i in range(30)]  # fmt: skip
-        self.now = max(self.now, start + timedelta(minutes=31))
+        self.hours([h], workspace, **fields)
+
+    def hours(self, hours: Sequence[int], workspace: str = "w1", **fields: Any) -> None:
+        """``hour`` for each of ``hours`` in one batch: with no sweep between them, what is left to judge
+        is the same (the noted newest call, the stored calls), for one insert instead of one per hour."""
+        rows = []
+        for h in hours:
+            start = ZERO + timedelta(hours=h)
+            rows += [{"ts": (start + timedelta(minutes=i)).isoformat(), "route": "support", "provider": "openai",
+                      "model": "gpt-4o", "input_tokens": 1000, "output_tokens": 100, "latency_ms": 500,
+                      "environment": "prod", **fields} for i in range(30)]  # fmt: skip
+            self.now = max(self.now, start + timedelta(minutes=31))
         self.mg.ingest.ingest_document(app(workspace), {"rows": rows})
 
     def sweep(self, workspace: str = "w1") -> list[dict[str, Any]]:
@@ -52,8 +59,7 @@ class World:
 
     def cost_episode(self, workspace: str = "w1") -> None:
         """Opened (hour 24), updated (hour 25: a new window), resolved (hours 27 and 28 clear)."""
-        for h in range(24):
-            self.hour(h, workspace)
+        self.hours(range(24), workspace)
         self.sweep(workspace)
         for h, tokens in ((24, 60_000), (25, 60_000), (26, 1000), (27, 1000), (28, 1000)):
             self.hour(h, workspace, input_tokens=tokens)
@@ -198,8 +204,7 @@ def test_a_delivery_is_given_up_after_the_configured_time(tmp_path: Path, receiv
         w.mg.webhooks.add("w1", receiver.url)
         receiver.status = 500
         w.mg.webhooks.start()
-        for h in range(24):
-            w.hour(h)
+        w.hours(range(24))
         w.hour(24, input_tokens=60_000)
         w.sweep()
         assert receiver.wait_for(lambda r: len(r.received) >= 2)
@@ -332,8 +337,7 @@ def test_names_from_ingest_cannot_ping_a_chat_channel(sqlite_world: World, recei
     hooks = sqlite_world.mg.webhooks
     hooks.add("w1", receiver.url)
     hooks.start()
-    for h in range(24):
-        sqlite_world.hour(h, model="<!channel> & <https://evil.example|click>")
+    sqlite_world.hours(range(24), model="<!channel> & <https://evil.example|click>")
     sqlite_world.hour(24, model="<!channel> & <https://evil.example|click>", input_tokens=60_000)
     sqlite_world.sweep()
     body = receiver.wait_accepted(1)[0].json()  # the model has no price: an unpriced_model incident

@@ -9,6 +9,7 @@ when they are made), so other tests' stores never count against it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,75 @@ def test_a_forgotten_partition_without_a_graph_is_saved_as_columns_and_read_back
     store.index.forget("ws-a")
     hits, _ = _search(service, "ws-a")
     assert read == ["ws-a"] and hits[0][0] == "late"
+
+
+@pytest.mark.engines("sqlite")
+@pytest.mark.parametrize("damage", ["flipped", "truncated"])
+def test_saved_files_read_before_then_damaged_in_place_are_refused_and_the_database_read(
+    service: KnowledgeService,
+    budget: MemoryBudget,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    damage: str,
+) -> None:
+    """A saved file's checks are skipped only for the very file checked before (decision 0370): one changed
+    or cut short in place since is checked again, refused, and the partition read from the database."""
+    store = service.store
+    assert isinstance(store, SqliteKnowledgeStore)
+    _fill(service, "ws-a", 12, 1)
+    _fill(service, "ws-b", 4, 2)
+    before, _ = _search(service, "ws-a")
+    budget.limit = 1
+    _search(service, "ws-b")  # ws-a goes, its vectors saved as columns
+    folder = vectors_dir(tmp_path / "metronix.db")
+    token = search.partition_token("ws-a")
+    paths = [folder / f"{token}.columns", folder / f"{token}.keywords"]
+    for path in paths:  # in the past, so a change in place moves it even where timestamps are coarse
+        os.utime(path, ns=(10**18, 10**18))
+    assert _search(service, "ws-a")[0] == before  # read back from both files: now known good
+    _search(service, "ws-b")
+    assert _resident(store, "ws-a") == (False, False)
+    for path in paths:
+        if damage == "truncated":
+            os.truncate(path, path.stat().st_size - 8)
+        else:
+            with open(path, "r+b") as out:
+                out.seek(-9, os.SEEK_END)
+                byte = out.read(1)
+                out.seek(-9, os.SEEK_END)
+                out.write(bytes([byte[0] ^ 0x55]))
+    read: list[str] = []
+    real_vectors, real_keywords = store.index._loader, store.keywords._loader
+    monkeypatch.setattr(store.index, "_loader", lambda key: (read.append("vectors"), real_vectors(key))[1])
+    monkeypatch.setattr(
+        store.keywords, "_loader", lambda key: (read.append("keywords"), real_keywords(key))[1]
+    )
+    hits, how = _search(service, "ws-a")
+    assert sorted(read) == ["keywords", "vectors"] and how == {"dense": "exact", "keyword": "bm25"}
+    assert hits == before
+
+
+@pytest.mark.engines("sqlite")
+def test_a_partition_read_back_from_its_files_takes_writes_and_outlives_them(
+    service: KnowledgeService, budget: MemoryBudget, tmp_path: Path
+) -> None:
+    """Mapped files are read-only: a write to a partition read back from them goes into memory of its own,
+    and the partition keeps serving when its files are replaced or removed."""
+    store = service.store
+    assert isinstance(store, SqliteKnowledgeStore)
+    _fill(service, "ws-a", 12, 1)
+    _fill(service, "ws-b", 4, 2)
+    budget.limit = 1
+    _search(service, "ws-a")
+    _search(service, "ws-b")  # ws-a goes, its vectors saved as columns
+    budget.limit = None
+    before, _ = _search(service, "ws-a")  # ws-a from its files, and kept
+    assert _resident(store, "ws-a") == (True, True)
+    VectorFiles(vectors_dir(tmp_path / "metronix.db")).remove(search.partition_token("ws-a"))
+    assert _search(service, "ws-a")[0] == before
+    service.store_document(LOCAL, "ws-a", QUERY, doc_label="late")
+    hits, how = _search(service, "ws-a")
+    assert hits[0][0] == "late" and how == {"dense": "exact", "keyword": "bm25"}
 
 
 def _two_workspaces(service: KnowledgeService) -> PostgresKnowledgeStore:

@@ -11,7 +11,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -83,7 +83,7 @@ class Database:
         # every commit), for stores whose acknowledgement promises durability.
         self.synchronous = synchronous
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._all: list[tuple[threading.Thread, sqlite3.Connection]] = []  # each with the thread it serves
         self._all_lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         # Every ``checkpoint_every`` commits wake the checkpoint thread; the connections' own
@@ -112,7 +112,7 @@ class Database:
             conn = self._connect()
             self._local.conn = conn
             with self._all_lock:
-                self._all.append(conn)
+                self._all.append((threading.current_thread(), conn))
         return conn
 
     @contextmanager
@@ -160,11 +160,20 @@ class Database:
                 update = "UPDATE schema_version SET version = ? WHERE component = ?"
                 conn.execute(update, (version, component))
 
-    def close(self) -> None:
+    def close(self, spare: Collection[threading.Thread] = ()) -> None:
+        """Close every thread's connection but those of the threads in ``spare``: threads that may be
+        inside a query now (a store's background work that did not stop in time). Closing a connection
+        under a query another thread runs on it crashes the interpreter (CPython's sqlite3 reads the
+        closed handle); a spared connection is closed when its thread lets go of it."""
         if self._checkpointer is not None:
             self._checkpointer.close()
         with self._all_lock:
-            for conn in self._all:
+            for thread, conn in self._all:
+                if thread in spare:
+                    log.warning(
+                        "left the connection of %s to %s open: it may be in a query", thread.name, self.path
+                    )
+                    continue
                 try:
                     conn.close()
                 except sqlite3.Error:

@@ -12,6 +12,10 @@ Layout: one JSON header line, then the document ids (int64), their lengths in to
 term's first posting (int64, one more than there are terms), every posting's document position (int32)
 and weighted frequency (float32), and the terms in UTF-8, each ended by a NUL byte. Only numbers and
 text: a file is parsed, never executed, so a hostile one can at worst be refused.
+
+As the vector columns are, a file is mapped rather than read, and its checksum and structure are checked
+the first time its identity is seen in the process (``vector_files.VERIFIED``): a workspace the memory
+budget forgot reads it back at each search (docs/decisions/0370-mapped-columns-verified-once.md).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from triptych.core.vector_files import distinct, matching_header, write_atomically
+from triptych.core.vector_files import VERIFIED, distinct, identity, mapped, matching_header, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,9 @@ class Packed:
     starts: npt.NDArray[np.int64]  # term i's postings are [starts[i], starts[i + 1])
     positions: npt.NDArray[np.int32]
     weights: npt.NDArray[np.float32]
+    # The terms as a file holds them (UTF-8, each ended by a NUL byte), where read from one: a partition
+    # looks its first search's terms up here instead of building a dictionary of them all.
+    vocabulary: bytes = b""
 
 
 class KeywordFiles:
@@ -100,18 +107,24 @@ class KeywordFiles:
         """The saved index if it matches ``fingerprint``, its checksum and its own structure, else None
         (the reason logged)."""
         target = self.path(name)
-        if not target.exists():
+        try:
+            source = open(target, "rb")
+        except FileNotFoundError:
             return None
         try:
-            with open(target, "rb") as source:
+            with source:
                 expected = {"magic": MAGIC, "format": FORMAT, **asdict(fingerprint)}
                 header = matching_header(source, target, expected, "keyword index")
                 if header is None:
                     return None
-                data = source.read()
-            packed = _unpack(data, fingerprint, header)
+                start, found = source.tell(), identity(source.fileno())
+                data = mapped(source)
+            known = found in VERIFIED
+            packed = _unpack(memoryview(data)[start:], fingerprint, header, known)
             if packed is None:
                 log.warning("the saved keyword index %s is corrupt: rebuilding", target)
+            elif not known:
+                VERIFIED.add(found)
             return packed
         except Exception:
             log.warning("reading the saved keyword index %s failed: rebuilding", target, exc_info=True)
@@ -121,9 +134,12 @@ class KeywordFiles:
         self.path(name).unlink(missing_ok=True)
 
 
-def _unpack(data: bytes, fingerprint: KeywordFingerprint, header: dict[str, object]) -> Packed | None:
+def _unpack(
+    data: memoryview, fingerprint: KeywordFingerprint, header: dict[str, object], verified: bool = False
+) -> Packed | None:
     """The arrays of a file's body, or None when its sizes, checksum or structure are not what an index
-    of ``fingerprint`` can have (every position within the documents, every term's postings in order)."""
+    of ``fingerprint`` can have (every position within the documents, every term's postings in order).
+    ``verified``: these very bytes passed before (``VERIFIED``), so only the sizes are checked."""
     n = fingerprint.count
     terms, postings, vocabulary = header.get("terms"), header.get("postings"), header.get("vocabulary")
     if not all(isinstance(v, int) and v >= 0 for v in (terms, postings, vocabulary)):
@@ -132,22 +148,27 @@ def _unpack(data: bytes, fingerprint: KeywordFingerprint, header: dict[str, obje
     sizes = [8 * n, 4 * n, 8 * (terms + 1), 4 * postings, 4 * postings, vocabulary]
     if sum(sizes) != len(data):
         return None
-    view = memoryview(data)
     chunks = []
     checksum, offset = 0, 0
     for size in sizes:
-        chunks.append(view[offset : offset + size])
-        checksum = zlib.crc32(chunks[-1], checksum)
+        chunks.append(data[offset : offset + size])
+        if not verified:
+            checksum = zlib.crc32(chunks[-1], checksum)
         offset += size
-    if checksum != header.get("crc32"):
+    if not verified and checksum != header.get("crc32"):
         return None
     ids = np.frombuffer(chunks[0], dtype=np.int64)
     lengths = np.frombuffer(chunks[1], dtype=np.float32)
     starts = np.frombuffer(chunks[2], dtype=np.int64)
     positions = np.frombuffer(chunks[3], dtype=np.int32)
     weights = np.frombuffer(chunks[4], dtype=np.float32)
-    words = bytes(chunks[5]).decode("utf-8").split("\0")
-    if words.pop() != "" or len(words) != terms or len(set(words)) != terms:
+    vocabulary_bytes = bytes(chunks[5])
+    words = vocabulary_bytes.decode("utf-8").split("\0")
+    if words.pop() != "" or len(words) != terms:
+        return None
+    if verified:
+        return Packed(ids, lengths, words, starts, positions, weights, vocabulary_bytes)
+    if len(set(words)) != terms:
         return None
     if n and (int(ids.max()) != fingerprint.max_id or not distinct(ids)):
         return None
@@ -159,4 +180,4 @@ def _unpack(data: bytes, fingerprint: KeywordFingerprint, header: dict[str, obje
         return None
     if not np.all(np.isfinite(weights)) or (postings and float(weights.min()) <= 0):
         return None
-    return Packed(ids, lengths, words, starts, positions, weights)
+    return Packed(ids, lengths, words, starts, positions, weights, vocabulary_bytes)

@@ -65,6 +65,8 @@ FLAT_DOCUMENT_BYTES = 16
 # How ``document_terms`` turns text into terms: part of a saved index's fingerprint, with the SQLite
 # whose FTS5 porter stemmer made the stems. Bump it whenever the terms or their weights would change.
 TERMS_VERSION = 1
+# Documents a load indexes between two checks whether its store is closing (``PartitionCache.stop``).
+STOP_CHECK_EVERY = 1024
 
 
 def estimate_bytes(documents: int, terms: int, postings: int) -> int:
@@ -86,9 +88,10 @@ class _Partition:
     lengths: array = field(default_factory=lambda: array("f"))  # type: ignore[type-arg]
     alive: bytearray = field(default_factory=bytearray)
     # Postings as flat arrays (read from the partition's file, or what a build or a compaction packed),
-    # never changed in place, with each term's index into ``flat.starts``...
+    # never changed in place, with each term's index into ``flat.starts`` (a dictionary, built at the
+    # partition's second search or first packing: ``_flat_index``)...
     flat: Packed | None = None
-    flat_terms: dict[str, int] = field(default_factory=dict)
+    flat_terms: dict[str, int] | None = None
     # ... and the postings of documents added since, term by term (every posting of a partition built
     # document by document without files). A term may have postings in both: flat ones first.
     terms: dict[str, _Postings] = field(default_factory=dict)
@@ -97,6 +100,7 @@ class _Partition:
     generation: int = -1
     postings: int = 0  # entries over every term's lists, flat and added: what the memory budget counts
     saved: int = -1  # the generation last saved to (or loaded from) the partition's file
+    searched: bool = False  # searched since it was loaded
 
 
 def _array(typecode: str, values: bytes | memoryview) -> array:  # type: ignore[type-arg]
@@ -117,11 +121,36 @@ def _positions(part: _Partition) -> dict[int, int]:
     return part.position
 
 
+def _flat_terms(part: _Partition) -> dict[str, int]:
+    """Each flat term's index, built on first use."""
+    if part.flat_terms is None:
+        terms = part.flat.terms if part.flat is not None else []
+        part.flat_terms = dict(zip(terms, range(len(terms)), strict=True))
+    return part.flat_terms
+
+
+def _flat_index(part: _Partition, term: str) -> int | None:
+    """``term``'s index among the flat terms, or None. The first search after a load finds it in the
+    vocabulary as the file held it (a scan per query term, tens of microseconds) rather than build the
+    dictionary of every term first (a quarter of a millisecond at 5,000 terms: a search of a workspace
+    the memory budget forgot makes one search per load); later ones use the dictionary."""
+    flat = part.flat
+    if flat is None:
+        return None
+    if part.flat_terms is None and not part.searched and flat.vocabulary:
+        vocabulary, needle = flat.vocabulary, term.encode() + b"\0"
+        at = vocabulary.find(needle)
+        while at > 0 and vocabulary[at - 1] != 0:  # a match inside a longer term: look further on
+            at = vocabulary.find(needle, at + 1)
+        return None if at < 0 else vocabulary.count(b"\0", 0, at)
+    return _flat_terms(part).get(term)
+
+
 def _postings_of(part: _Partition, term: str) -> tuple[np.ndarray, np.ndarray] | None:
     """A term's postings (positions, weights), flat ones first; copies of what writes append to, so
     they can be read outside the lock. None when the partition has none."""
     found: list[tuple[np.ndarray, np.ndarray]] = []
-    i = part.flat_terms.get(term)
+    i = _flat_index(part, term)
     if i is not None and part.flat is not None:
         lo, hi = int(part.flat.starts[i]), int(part.flat.starts[i + 1])
         found.append((part.flat.positions[lo:hi], part.flat.weights[lo:hi]))
@@ -147,7 +176,8 @@ def packed(part: _Partition) -> Packed:
     alive = np.frombuffer(part.alive, dtype=np.bool_)
     keep = np.flatnonzero(alive)
     renumber = np.cumsum(alive, dtype=np.int64).astype(np.int32) - 1
-    names = list(part.flat_terms)
+    flat_terms = _flat_terms(part)
+    names = list(flat_terms)
     owners: list[np.ndarray] = []  # each posting's term, as an index into ``names``
     positions: list[np.ndarray] = []
     weights: list[np.ndarray] = []
@@ -156,7 +186,7 @@ def packed(part: _Partition) -> Packed:
         positions.append(part.flat.positions)
         weights.append(part.flat.weights)
     for term, postings in part.terms.items():
-        owner = part.flat_terms.get(term)
+        owner = flat_terms.get(term)
         if owner is None:
             owner = len(names)
             names.append(term)
@@ -187,8 +217,9 @@ def packed(part: _Partition) -> Packed:
 
 def unpacked(flat: Packed, generation: int) -> _Partition:
     """A partition holding exactly ``flat`` (every document live), as of ``generation``. Its postings
-    stay the flat arrays they are (a file's body is read, checked and used as it is): a term costs a
-    dictionary entry, so a load is a few copies of the documents' arrays, not a list per term."""
+    stay the flat arrays they are (a file's body is mapped, checked and used as it is): a term costs a
+    dictionary entry once searched twice, so a load is a few copies of the documents' arrays, not a list
+    per term."""
     ids = flat.ids.astype(np.int64, copy=False)
     return _Partition(
         ids=_array("q", ids.tobytes()),
@@ -202,8 +233,8 @@ def unpacked(flat: Packed, generation: int) -> _Partition:
             starts=np.ascontiguousarray(flat.starts, dtype=np.int64),
             positions=np.ascontiguousarray(flat.positions, dtype=np.int32),
             weights=np.ascontiguousarray(flat.weights, dtype=np.float32),
+            vocabulary=flat.vocabulary,
         ),
-        flat_terms=dict(zip(flat.terms, range(len(flat.terms)), strict=True)),
         live=len(ids),
         # Lengths are token counts, exact in float32 and float64: the running sum ``_add`` keeps.
         total_length=float(flat.lengths.sum(dtype=np.float64)),
@@ -262,15 +293,19 @@ class KeywordIndex(PartitionCache[_Partition]):
             part.saved = part.generation
             return part
         part = _Partition(generation=generation)
+        self._check_stop()
         documents = list(self._loader(key))
         # Stem the whole vocabulary in one probe instead of one per document.
         stems(list({w for _, columns in documents for text, _ in columns for w in text_terms(text)}))
-        for doc_id, columns in documents:
+        for count, (doc_id, columns) in enumerate(documents):
+            if count % STOP_CHECK_EVERY == 0:  # a minute at 100,000 chunks: a closing store stops it
+                self._check_stop()
             self._add(part, doc_id, columns)
         if self._files is not None:  # flat, as the next read of its file gives it: one form, less memory
             part = unpacked(packed(part), part.generation)
         # Saved as built (its rows may be newer than ``generation``: the file is then stale at once, never
         # wrong): what took a minute at 100,000 chunks loads in a fraction of a second next time.
+        self._check_stop()
         if self._save(key, part):
             part.saved = part.generation
         return part
@@ -279,6 +314,7 @@ class KeywordIndex(PartitionCache[_Partition]):
         """The partition's saved file and the database's fingerprint, if the file matches it."""
         if self._files is None or self._describe is None:
             return None
+        self._check_stop()
         fingerprint = self._describe(key)
         if fingerprint is None:
             return None
@@ -421,6 +457,7 @@ class KeywordIndex(PartitionCache[_Partition]):
             alive = np.frombuffer(part.alive, dtype=np.bool_).copy()
             lengths = np.frombuffer(part.lengths, dtype=np.float32).copy()
             lists = [p for s in query_stems if (p := _postings_of(part, s)) is not None]
+            part.searched = True
             ids = np.frombuffer(part.ids, dtype=np.int64).copy()
         if not lists or live <= 0 or (k is not None and k <= 0):
             return []

@@ -175,7 +175,7 @@ class MemoryBudget:
         for cache, key, part in evicted:
             counts[cache.kind] = counts.get(cache.kind, 0) + 1
             try:
-                cache._evicted(key, part)
+                cache._finish_eviction(key, part)
             except Exception:  # a save that failed costs a reload from the database, nothing else
                 log.warning("finishing the eviction of partition %s failed", key, exc_info=True)
         for kind, count in counts.items():
@@ -214,6 +214,16 @@ _BUSY: Final = object()  # ``_evict``'s answer when the cache's lock is held els
 # The process's accountant: every cache joins it unless given another (tests give their own).
 BUDGET = MemoryBudget()
 
+# How long ``PartitionCache.stop`` waits for the work in flight: a load checks for the stop between its
+# steps and a graph build between its batches, so this bounds only one step (a database read, a file
+# write), never a whole load or build.
+STOP_WAIT = 30.0
+
+
+class Stopped(Exception):
+    """Raised inside a cache's work once ``stop`` was called: its store is closing, so the work ends
+    without touching the database or installing what it read."""
+
 
 class PartitionCache(Generic[P]):
     # What the partitions hold, for the memory budget and /metrics ("vectors", "keywords", ...). A cache
@@ -227,6 +237,16 @@ class PartitionCache(Generic[P]):
         self._loaded = threading.Condition(self._lock)  # notified when a ``preload`` ends
         self._budget = (budget if budget is not None else BUDGET) if self.kind else None
         self._serial = self._budget.join(self) if self._budget is not None else 0
+        # Set by ``stop``: background work checks it between steps and ends.
+        self.stopping = threading.Event()
+        # Threads doing this cache's work now (loads, graph builds, an eviction's save), how many sections
+        # each: ``stop`` waits for them before its store closes the database under them. Under a lock of
+        # their own, a leaf (nothing is called while it is held): an eviction's save enters from a thread
+        # that may hold another cache's lock, and must not wait for this cache's.
+        self._work_lock = threading.Lock()
+        self._working: dict[threading.Thread, int] = {}
+        self._idle = threading.Condition(self._work_lock)  # notified when a thread leaves ``_working``
+        self._spawned: set[threading.Thread] = set()  # the threads ``_spawn`` started (ended ones pruned)
 
     def _measure(self, part: P) -> int:
         """The bytes ``part`` holds in memory (an estimate where exact figures cost a walk)."""
@@ -262,6 +282,95 @@ class PartitionCache(Generic[P]):
         """After ``part`` was forgotten by the budget, outside every lock (``VectorIndex`` saves an
         unsaved graph here, so the reload reads it instead of building it again)."""
 
+    def _finish_eviction(self, key: str, part: P) -> None:
+        """``_evicted`` as work of this cache (it may read this cache's database from any thread), or
+        nothing once the cache is stopped."""
+        if not self._enter():
+            return
+        try:
+            self._evicted(key, part)
+        finally:
+            self._leave()
+
+    # -- background work and stopping ------------------------------------------------
+
+    def _enter(self, thread: threading.Thread | None = None) -> bool:
+        """Count a section of this cache's work in ``thread`` (this one by default); False once stopped."""
+        with self._work_lock:
+            if self.stopping.is_set():
+                return False
+            thread = thread or threading.current_thread()
+            self._working[thread] = self._working.get(thread, 0) + 1
+            return True
+
+    def _leave(self, thread: threading.Thread | None = None) -> None:
+        with self._work_lock:
+            thread = thread or threading.current_thread()
+            left = self._working.get(thread, 1) - 1
+            if left > 0:
+                self._working[thread] = left
+            else:
+                self._working.pop(thread, None)
+                self._idle.notify_all()
+
+    def _check_stop(self) -> None:
+        """Between two steps of this cache's work: end it (``Stopped``) once ``stop`` was called."""
+        if self.stopping.is_set():
+            raise Stopped(f"the {self.kind or 'partition'} cache's store is closing")
+
+    def _spawn(self, work: Callable[[], None], name: str) -> bool:
+        """Run ``work`` in a daemon thread counted as this cache's work from before it starts (so a
+        ``stop`` right after this waits for it); False, and nothing started, once stopped."""
+        thread = threading.Thread(target=lambda: self._background(work), name=name, daemon=True)
+        if not self._enter(thread):
+            return False
+        try:
+            thread.start()
+        except BaseException:
+            self._leave(thread)
+            raise
+        with self._work_lock:
+            self._spawned = {t for t in self._spawned if t.is_alive()}
+            self._spawned.add(thread)
+        return True
+
+    def _background(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except Stopped:
+            pass
+        except Exception:
+            log.exception("background work of the %s cache failed", self.kind or "partition")
+        finally:
+            self._leave()
+
+    def stop(self, timeout: float = STOP_WAIT) -> list[threading.Thread]:
+        """Start no more background work and wait, up to ``timeout`` seconds, for the work in flight to
+        end: each piece checks ``stopping`` between its steps. Call it before closing what the work reads
+        (a SQLite connection closed under a query crashes the interpreter, CPython's sqlite3).
+
+        Returns the threads still inside this cache's work after the wait (normally none): their
+        database connections must be left open."""
+        deadline = time.monotonic() + timeout
+        with self._work_lock:
+            self.stopping.set()
+            me = threading.current_thread()
+            self._idle.wait_for(
+                lambda: not any(t is not me for t in self._working), max(0.0, deadline - time.monotonic())
+            )
+            busy = [t for t in self._working if t is not me]
+            done = [t for t in self._spawned if t.is_alive() and t not in busy and t is not me]
+        for thread in done:  # past their last step: let them end, so none outlives its store
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if busy:
+            log.warning(
+                "the %s cache's background work in %s did not end within %.0f s of its store closing",
+                self.kind or "partition",
+                ", ".join(t.name for t in busy),
+                timeout,
+            )
+        return busy
+
     def _load(self, key: str, generation: int) -> P:
         raise NotImplementedError
 
@@ -284,10 +393,10 @@ class PartitionCache(Generic[P]):
     def load_in_background(self, key: str, generation: int) -> None:
         """``preload`` in a thread of its own: searches meanwhile answer without the partition. The key
         is marked loading before the thread starts, so ``await_load`` right after this waits for it."""
-        if self._claim(key, generation):
-            threading.Thread(
-                target=self._load_claimed, args=(key, generation), name=f"load-{key}", daemon=True
-            ).start()
+        if self._claim(key, generation) and not self._spawn(
+            lambda: self._load_claimed(key, generation), f"load-{key}"
+        ):
+            self._unclaim(key)  # stopped in between
 
     def preload(self, key: str, generation: int) -> None:
         """Load the partition outside the lock, once at a time per key (a second caller returns at once),
@@ -300,26 +409,38 @@ class PartitionCache(Generic[P]):
 
     def _claim(self, key: str, generation: int) -> bool:
         with self._lock:
-            if key in self._loading or self.current(key, generation):
+            if key in self._loading or self.current(key, generation) or self.stopping.is_set():
                 return False
             self._loading.add(key)
             return True
 
+    def _unclaim(self, key: str) -> None:
+        with self._lock:
+            self._loading.discard(key)
+            self._loaded.notify_all()
+
     def _load_claimed(self, key: str, generation: int) -> None:
+        """Load a claimed partition as work of this cache: ``stop`` waits for it, and once stopped it
+        installs nothing and reads no more."""
+        if not self._enter():
+            self._unclaim(key)
+            return
         try:
             part = self._fetch(key, generation)
             with self._lock:
+                self._check_stop()
                 cached = self._parts.get(key)
                 if cached is None or cached.generation < part.generation:
                     self._install(key, part)
                     self._adopted(key, part)
             self._within_budget(key)
+        except Stopped:
+            pass
         except Exception:
             log.warning("loading partition %s failed", key, exc_info=True)
         finally:
-            with self._lock:
-                self._loading.discard(key)
-                self._loaded.notify_all()
+            self._leave()
+            self._unclaim(key)
 
     def await_load(self, key: str, timeout: float = 600.0) -> None:
         """Wait for a ``preload`` of the partition in progress, if any: a caller about to load it in

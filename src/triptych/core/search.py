@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from triptych.core import embed as _embed  # noqa: F401  (onnxruntime before usearch, see embed.py)
-from triptych.core.partitions import MemoryBudget, PartitionCache
+from triptych.core.partitions import MemoryBudget, PartitionCache, Stopped
 from triptych.core.vector_files import Fingerprint, VectorFiles
 
 Vector = npt.NDArray[np.float32]
@@ -33,6 +33,9 @@ HNSW_THRESHOLD = 20_000
 # Changes made while a graph was building that are patched into it when it is adopted (under the lock
 # every search takes); more than this and the graph is built again.
 PATCH_LIMIT = 2_000
+# Vectors added to a graph per call while it builds: between two batches the build checks whether its
+# store is closing and ends (the whole of 100,000 vectors takes minutes on two busy cores).
+BUILD_BATCH = 4_096
 RRF_K = 60
 ID_BYTES = 240  # a vector partition's memory per id besides its vector (list entry, int, dict slot)
 
@@ -216,7 +219,9 @@ class _Partition:
     # The vectors as columns (dim x n). With one BLAS thread, OpenBLAS's ``q @ columns`` ran 3x faster
     # than ``rows @ q`` here (0.6 vs 1.9 ms for 10,800 x 384): the two are different GEMV kernels.
     columns: Vector = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
-    position: dict[int, int] = field(default_factory=dict)
+    # Each id's column; None until something needs it (a write, a subset search, a graph patch): the
+    # search of a partition just read back from its file does not, and 10,000 entries cost half a ms.
+    position: dict[int, int] | None = None
     hnsw: object | None = None
     building: bool = False
     generation: int = -1
@@ -228,6 +233,13 @@ class _Partition:
     # Ids added or removed while the graph was being built: patched into it when the build ends.
     touched: set[int] = field(default_factory=set)
     saved: int = -1  # the generation last saved to (or loaded from) the partition's file
+
+
+def _positions(part: _Partition) -> dict[int, int]:
+    """``part.position``, built on first use (under the cache's lock)."""
+    if part.position is None:
+        part.position = {item: i for i, item in enumerate(part.ids)}
+    return part.position
 
 
 # How a dense search was answered: from the HNSW graph (approximate), exactly (numpy, while the graph
@@ -267,10 +279,12 @@ class VectorIndex(PartitionCache[_Partition]):
         """The partition's ids, vectors, graph and generation from its saved file if that is current,
         else its ids and vectors from the database (no graph, generation -1)."""
         if self._files is not None and self._describe is not None:
+            self._check_stop()
             fingerprint = self._describe(key)
             saved = self._files.load(partition_token(key), fingerprint) if fingerprint else None
             if saved is not None and fingerprint is not None:
                 return saved.ids, saved.matrix, saved.graph, fingerprint.generation
+        self._check_stop()
         ids, matrix = self._loader(key)
         return ids, matrix, None, -1
 
@@ -279,7 +293,6 @@ class VectorIndex(PartitionCache[_Partition]):
     ) -> _Partition:
         columns = np.ascontiguousarray(matrix.reshape(len(ids), self.dim).T, dtype=np.float32)
         part = _Partition(ids=list(ids), columns=columns, hnsw=graph)
-        part.position = {item: i for i, item in enumerate(part.ids)}
         part.generation = generation
         if graph is not None:
             part.saved = generation
@@ -295,16 +308,19 @@ class VectorIndex(PartitionCache[_Partition]):
 
     def _read_columns(self, key: str) -> _Partition | None:
         """The partition from its saved columns (a graph-less partition the budget forgot), if current:
-        as the index holds it, so no transpose (core/vector_files.py)."""
+        as the index holds it, so no transpose, and mapped rather than copied (core/vector_files.py). The
+        first write copies them into a buffer of its own (``_apply``), so nothing is ever written to them."""
         if self._files is None or self._describe is None:
             return None
+        self._check_stop()
         fingerprint = self._describe(key)
         saved = self._files.load_columns(partition_token(key), fingerprint) if fingerprint else None
         if saved is None or fingerprint is None:
             return None
         part = _Partition(ids=saved.ids, columns=saved.columns)
-        part.position = {item: i for i, item in enumerate(part.ids)}
-        part.generation = part.saved = fingerprint.generation
+        part.generation = fingerprint.generation
+        # A file from before headers were padded was copied: saved again at eviction, it maps next time.
+        part.saved = fingerprint.generation if saved.aligned else -1
         return part
 
     def _adopted(self, key: str, part: _Partition) -> None:
@@ -313,7 +329,8 @@ class VectorIndex(PartitionCache[_Partition]):
 
     def _measure(self, part: _Partition) -> int:
         # The vectors' buffer (its spare capacity too), the ids as a list of ints with their positions
-        # as a dict (240 bytes an id, measured with tracemalloc), and the graph's own figure from usearch.
+        # as a dict (240 bytes an id, measured with tracemalloc; counted before the dictionary is built on
+        # first use too, so a partition's figure does not move then), and the graph's own figure.
         vectors = part.buffer.nbytes if part.buffer is not None else part.columns.nbytes
         graph = int(getattr(part.hnsw, "memory_usage", 0)) if part.hnsw is not None else 0
         return int(vectors) + len(part.ids) * ID_BYTES + graph
@@ -410,9 +427,10 @@ class VectorIndex(PartitionCache[_Partition]):
         that search and every other one behind the lock. The graph is adopted only if the partition has
         not changed meanwhile; otherwise the next change schedules a fresh build.
         """
-        if part.building or key in self._building:
+        if part.building or key in self._building or self.stopping.is_set():
             # One build per key: a partition installed while an older one's graph is building gets
-            # its own when that build ends (a re-embedding installs one every batch).
+            # its own when that build ends (a re-embedding installs one every batch). None once the
+            # store is closing.
             return
         part.building = True
         part.touched = set()
@@ -420,16 +438,26 @@ class VectorIndex(PartitionCache[_Partition]):
         ids, matrix, generation = list(part.ids), np.ascontiguousarray(part.columns.T), part.generation
 
         def build() -> None:
-            with BUILDS:
-                try:
-                    graph = self._build_hnsw(ids, matrix)
-                except Exception:  # the exact path keeps serving; a later change retries
-                    log.warning("building the vector graph of %s failed", key, exc_info=True)
-                    graph = None
-            # Saved before it is adopted (nothing else holds it yet), as of the copy it was built from:
-            # minutes of work the next start loads in a second. Writes since then make the file stale
-            # until the next save (``save_all`` at a clean stop).
-            saved = graph is not None and self._save(key, generation, ids, matrix, graph)
+            try:
+                with BUILDS:
+                    try:
+                        graph = self._build_hnsw(ids, matrix)
+                    except Stopped:
+                        raise
+                    except Exception:  # the exact path keeps serving; a later change retries
+                        log.warning("building the vector graph of %s failed", key, exc_info=True)
+                        graph = None
+                # Saved before it is adopted (nothing else holds it yet), as of the copy it was built
+                # from: minutes of work the next start loads in a second. Writes since then make the
+                # file stale until the next save (``save_all`` at a clean stop).
+                self._check_stop()
+                saved = graph is not None and self._save(key, generation, ids, matrix, graph)
+                self._check_stop()
+            except Stopped:  # the store is closing: nothing adopted, nothing more read
+                with self._lock:
+                    part.building = False
+                    self._building.discard(key)
+                raise
             with self._lock:
                 part.building = False
                 self._building.discard(key)
@@ -452,7 +480,9 @@ class VectorIndex(PartitionCache[_Partition]):
                     self._build_in_background(key, part)  # too much changed: start over
             self._within_budget(key)
 
-        threading.Thread(target=build, name=f"hnsw-{key}", daemon=True).start()
+        if not self._spawn(build, f"hnsw-{key}"):  # stopped in between
+            part.building = False
+            self._building.discard(key)
 
     @staticmethod
     def _patch(graph: object, part: _Partition, touched: set[int]) -> None:
@@ -462,18 +492,26 @@ class VectorIndex(PartitionCache[_Partition]):
             return
         for item in touched:
             graph.remove(item)  # type: ignore[attr-defined]
-        present = [item for item in touched if item in part.position]
+        position = _positions(part)
+        present = [item for item in touched if item in position]
         if present:
-            columns = part.columns[:, [part.position[item] for item in present]]
+            columns = part.columns[:, [position[item] for item in present]]
             graph.add(np.asarray(present, dtype=np.uint64), np.ascontiguousarray(columns.T))  # type: ignore[attr-defined]
 
     def _build_hnsw(self, ids: Sequence[int], matrix: Vector) -> object:
+        """The graph of ``ids`` and their vectors, added in batches: between two the build ends
+        (``Stopped``) if the store is closing. usearch's progress callback could stop it sooner, but it
+        takes the GIL every vector or two, and a busy server holds the GIL for milliseconds at a time."""
         from usearch.index import Index
 
         index = Index(
             ndim=self.dim, metric="ip", dtype="f16", connectivity=16, expansion_add=128, expansion_search=128
         )
-        index.add(np.asarray(ids, dtype=np.uint64), matrix, threads=2)
+        keys = np.asarray(ids, dtype=np.uint64)
+        for start in range(0, len(keys), BUILD_BATCH):
+            self._check_stop()
+            end = start + BUILD_BATCH
+            index.add(keys[start:end], matrix[start:end], threads=2)
         return index
 
     def apply(
@@ -526,9 +564,10 @@ class VectorIndex(PartitionCache[_Partition]):
                 buffer[:, :n] = part.columns
                 part.buffer = buffer
             part.buffer[:, n : n + extra] = new_matrix.T
+            position = _positions(part)
             for i, (item, _) in enumerate(added_list):
                 part.ids.append(item)
-                part.position[item] = n + i
+                position[item] = n + i
             part.columns = part.buffer[:, : n + extra]  # published last: see _snapshot
             if part.hnsw is not None:
                 new_ids = [item for item, _ in added_list]
@@ -549,16 +588,23 @@ class VectorIndex(PartitionCache[_Partition]):
             time.sleep(0.01)
         return False
 
-    def _snapshot(self, key: str, generation: int) -> tuple[list[int], Vector, dict[int, int], object | None]:
-        """The partition's ids, vector columns, positions and graph, read together under the lock.
+    def _snapshot(self, key: str, generation: int) -> tuple[list[int], Vector, object | None]:
+        """The partition's ids, vector columns and graph, read together under the lock.
 
-        Searches run outside the lock. Appends extend ``ids`` and ``position`` in place and then
-        publish wider ``columns``; removals replace all three. So column ``i < n`` of a snapshot is
-        always ``ids[i]``; positions at or past ``n`` are newer than the snapshot.
+        Searches run outside the lock. Appends extend ``ids`` (and ``position``) in place and then
+        publish wider ``columns``; removals replace them all. So column ``i < n`` of a snapshot is
+        always ``ids[i]``.
         """
         part = self.sync(key, generation)
         with self._lock:
-            return part.ids, part.columns, part.position, part.hnsw
+            return part.ids, part.columns, part.hnsw
+
+    def _located(self, key: str, generation: int) -> tuple[list[int], Vector, dict[int, int]]:
+        """``_snapshot``'s ids and columns with each id's position (built on first use); positions at or
+        past the snapshot's column count are newer than it."""
+        part = self.sync(key, generation)
+        with self._lock:
+            return part.ids, part.columns, _positions(part)
 
     def size(self, key: str, generation: int) -> int:
         return int(self._snapshot(key, generation)[1].shape[1])
@@ -571,7 +617,7 @@ class VectorIndex(PartitionCache[_Partition]):
         self, key: str, generation: int, query: Vector, k: int
     ) -> tuple[list[tuple[int, float]], DenseMethod]:
         """``search`` and how it was answered: from the graph ("hnsw") or exactly ("exact")."""
-        ids, columns, _, hnsw = self._snapshot(key, generation)
+        ids, columns, hnsw = self._snapshot(key, generation)
         n = columns.shape[1]
         method: DenseMethod = "hnsw" if hnsw is not None else "exact"
         if n == 0 or k <= 0:
@@ -593,7 +639,7 @@ class VectorIndex(PartitionCache[_Partition]):
         self, key: str, generation: int, query: Vector, ids: Sequence[int], k: int
     ) -> list[tuple[int, float]]:
         """Exact nearest neighbours among ``ids`` only: filters decided elsewhere apply before top-k."""
-        all_ids, columns, position, _ = self._snapshot(key, generation)
+        all_ids, columns, position = self._located(key, generation)
         n = columns.shape[1]
         if k <= 0 or n == 0:
             return []
@@ -613,6 +659,6 @@ class VectorIndex(PartitionCache[_Partition]):
         return [(all_ids[positions[i]], float(scores[i])) for i in top]
 
     def vectors(self, key: str, generation: int, ids: Sequence[int]) -> dict[int, Vector]:
-        _, columns, position, _ = self._snapshot(key, generation)
+        _, columns, position = self._located(key, generation)
         n = columns.shape[1]
         return {item: columns[:, p].copy() for item in ids if (p := position.get(item, n)) < n}

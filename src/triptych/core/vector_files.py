@@ -15,15 +15,22 @@ A partition searched exactly (no graph: below ``HNSW_THRESHOLD``) that the memor
 as ``<name>.columns``: a JSON header line, the ids (int64) and the vectors as the in-memory index holds
 them, one column per id (float32, dim x count), so reading it back is one copy with no transpose
 (docs/decisions/0320-non-resident-search-reads-flat-files.md). Same checks: fingerprint, sizes, CRC32.
+
+A columns file is used in place: mapped read-only, not copied, its checksum and ids checked once per file
+identity in the process (``VERIFIED``), since a search of a workspace the memory budget forgot reads it
+back each time (docs/decisions/0370-mapped-columns-verified-once.md). Header lines are padded to
+``ALIGN`` bytes so the arrays after them are aligned where they are mapped.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import threading
 import zlib
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -39,6 +46,7 @@ MAGIC = "triptych-vector-index"
 COLUMNS_MAGIC = "triptych-vector-columns"
 FORMAT = 1
 HEADER_LIMIT = 4096  # bytes: a header line longer than this is not ours
+ALIGN = 64  # bytes: header lines are padded to a multiple of this, so a mapped body's arrays are aligned
 
 
 def write_atomically(target: Path, header: dict[str, Any], parts: list[bytes]) -> None:
@@ -48,10 +56,12 @@ def write_atomically(target: Path, header: dict[str, Any], parts: list[bytes]) -
     # Named after the whole target (``p….vectors`` and ``p….keywords`` of one workspace must not share a
     # temporary file) and the writing thread (a build's save and an eviction's may overlap).
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}-{threading.get_ident()}")
+    line = json.dumps(header).encode()
+    line += b" " * (-(len(line) + 1) % ALIGN) + b"\n"  # JSON allows the trailing spaces; readers strip them
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as out:
-            out.write(json.dumps(header).encode() + b"\n")
+            out.write(line)
             for part in parts:
                 out.write(part)
             out.flush()
@@ -60,6 +70,53 @@ def write_atomically(target: Path, header: dict[str, Any], parts: list[bytes]) -
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+Identity = tuple[int, int, int, int, int]
+
+
+def identity(fileno: int) -> Identity:
+    """What tells one file's bytes from another's without reading them: device, inode, size, and the
+    modification and status-change times in ns. Our writers never change a file in place (a save is a new
+    inode renamed over the old one), and any write in place moves the status-change time, which no
+    caller can set back."""
+    found = os.fstat(fileno)
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
+class VerifiedFiles:
+    """Identities of saved files whose checksum and structure were checked in this process (the last
+    ``keep``): a file read back again with the same identity holds the same bytes, so its checks are not
+    repeated. A write in place that keeps the size and lands within the file system's timestamp
+    granularity of the file's last change would go unnoticed: no writer of ours does that."""
+
+    def __init__(self, keep: int = 100_000) -> None:
+        self._keep = keep
+        self._known: OrderedDict[Identity, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, found: Identity) -> bool:
+        with self._lock:
+            return found in self._known
+
+    def add(self, found: Identity) -> None:
+        with self._lock:
+            self._known[found] = None
+            while len(self._known) > self._keep:
+                self._known.popitem(last=False)
+
+
+VERIFIED = VerifiedFiles()
+
+
+def mapped(source: IO[bytes]) -> mmap.mmap:
+    """``source``'s file mapped read-only (arrays over it are read-only too: nothing writes through it).
+
+    The mapping keeps the inode it opened: a save renaming a new file over the path, or a removal, leaves
+    it as it was. A truncation of the same inode in place (``truncate``, a copy over the file with ``cp``)
+    would make a search touching the lost pages die of SIGBUS: only our writers touch this folder, and
+    they never do that (docs/decisions/0370-mapped-columns-verified-once.md)."""
+    return mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def distinct(ids: npt.NDArray[np.int64]) -> bool:
@@ -111,7 +168,8 @@ class SavedIndex:
 @dataclass(frozen=True, slots=True)
 class SavedColumns:
     ids: list[int]
-    columns: npt.NDArray[np.float32]  # dim x count, one column per id
+    columns: npt.NDArray[np.float32]  # dim x count, one column per id; read-only where mapped
+    aligned: bool = True  # False: a file with an unpadded header, copied (saving it again maps next time)
 
 
 class VectorFiles:
@@ -216,30 +274,45 @@ class VectorFiles:
             return False
 
     def load_columns(self, name: str, fingerprint: Fingerprint) -> SavedColumns | None:
-        """The saved columns if they match ``fingerprint``, their sizes and checksum, else None (logged)."""
+        """The saved columns if they match ``fingerprint``, their sizes and checksum, else None (logged).
+
+        Mapped, not read: the exact search reads them where they are. The checksum and the ids are
+        checked the first time a file (by ``identity``) is read in the process, not at each reload."""
         target = self.columns_path(name)
-        if not target.exists():
+        try:
+            source = open(target, "rb")
+        except FileNotFoundError:
             return None
         try:
-            n, dim = fingerprint.count, fingerprint.dim
-            with open(target, "rb") as source:
+            with source:
+                n, dim = fingerprint.count, fingerprint.dim
                 expected = {"magic": COLUMNS_MAGIC, "format": FORMAT, **asdict(fingerprint)}
                 header = matching_header(source, target, expected, "vector columns")
                 if header is None:
                     return None
-                data = bytearray(8 * n + 4 * dim * n)  # writable: the index appends to a copy, never to it
-                complete = source.readinto(data) == len(data) and not source.read(1)
-            if not complete or zlib.crc32(data) != header.get("crc32"):
-                log.warning(
-                    "the saved vector columns %s are truncated or corrupt: reading the database", target
-                )
-                return None
-            ids = np.frombuffer(data, dtype=np.int64, count=n)
-            if n and (int(ids.max()) != fingerprint.max_id or not distinct(ids)):
-                log.warning("the saved vector columns %s hold other ids: reading the database", target)
-                return None
-            columns = np.frombuffer(data, dtype=np.float32, offset=8 * n).reshape(dim, n)
-            return SavedColumns(ids.tolist(), columns)
+                start, size = source.tell(), 8 * n + 4 * dim * n
+                found = identity(source.fileno())
+                if found[2] != start + size:
+                    log.warning("the saved vector columns %s are truncated: reading the database", target)
+                    return None
+                data = mapped(source)
+            body = memoryview(data)[start:]
+            if found not in VERIFIED:
+                if zlib.crc32(body) != header.get("crc32"):
+                    log.warning("the saved vector columns %s are corrupt: reading the database", target)
+                    return None
+                ids = np.frombuffer(data, dtype=np.int64, count=n, offset=start)
+                if n and (int(ids.max()) != fingerprint.max_id or not distinct(ids)):
+                    log.warning("the saved vector columns %s hold other ids: reading the database", target)
+                    return None
+                VERIFIED.add(found)
+            body.release()  # the arrays below hold the mapping alive; it is unmapped when they go
+            ids_list = np.frombuffer(data, dtype=np.int64, count=n, offset=start).tolist()
+            offset = start + 8 * n
+            columns = np.frombuffer(data, dtype=np.float32, count=dim * n, offset=offset).reshape(dim, n)
+            if offset % 4:  # a file written before headers were padded: BLAS wants aligned floats
+                return SavedColumns(ids_list, np.array(columns), aligned=False)
+            return SavedColumns(ids_list, columns)
         except Exception:
             log.warning(
                 "reading the saved vector columns %s failed: reading the database", target, exc_info=True

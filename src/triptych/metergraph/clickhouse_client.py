@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from triptych.core.errors import StorageUnavailable
 from triptych.metergraph.call_model import DEFAULT_RETENTION_DAYS
-from triptych.metergraph.clickhouse_schema import BACKFILLED, statements, ttl_statements
+from triptych.metergraph.clickhouse_schema import ADDED_COLUMNS, BACKFILLED, statements, ttl_statements
 from triptych.metergraph.clickhouse_version import refuse_if_too_old
 
 if TYPE_CHECKING:
@@ -102,8 +102,16 @@ class ClickHouseConnection:
             # the second finds the tables there and backfills nothing, so an upgrade never counts the
             # stored calls twice.
             with _schema_lock(lock_dir, shared):
-                missing = [table for table in BACKFILLED if not self.exists(table)]
+                # A new database has no calls to backfill from: the views feed its tables from the start.
+                new = not self.exists("calls")
+                missing = [] if new else [table for table in BACKFILLED if not self.exists(table)]
+                calls: set[str] | None = None  # the calls table's columns, read once it exists
                 for statement in statements(self.retention_days):
+                    column = ADDED_COLUMNS.get(statement)
+                    if column is not None:
+                        calls = self.column_names("calls") if calls is None else calls
+                        if column in calls:
+                            continue
                     self.client.command(statement)
                 # Tables created with another retention take this one (metadata only: merges expire).
                 for statement in ttl_statements(self.retention_days):
@@ -124,6 +132,13 @@ class ClickHouseConnection:
 
     def exists(self, table: str) -> bool:
         return bool(self.client.command("EXISTS TABLE {t:Identifier}", parameters={"t": table}))
+
+    def column_names(self, table: str) -> set[str]:
+        rows = self.client.query(
+            "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = {t:String}",
+            parameters={"t": table},
+        ).result_rows
+        return {str(row[0]) for row in rows}
 
     # -- the client, with connection failures as StorageUnavailable (ingest answers 503 + Retry-After) ----
 

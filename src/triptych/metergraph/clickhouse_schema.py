@@ -49,10 +49,13 @@ CALL_TYPES: dict[str, str] = {
     "cache_write_5m_tokens": _INT, "cache_write_1h_tokens": _INT, "gateway": _DIM, "reported_cost_source": _DIM,
     "price_catalog": _DIM, "price_id": _DIM, "cost_provenance": _DIM,
 }  # fmt: skip
-# Columns a calls table of an earlier version lacks, added when a store opens it (NULL for its calls).
-ADDED = tuple(
-    f"ALTER TABLE calls ADD COLUMN IF NOT EXISTS {name} {CALL_TYPES[name]}" for name in PRICING_COLUMNS
-)
+# Columns a calls table of an earlier version lacks, added when a store opens it (NULL for its calls),
+# by the column each adds: an open skips those its table has (``ClickHouseConnection``), since each ALTER,
+# even one that changes nothing, costs the server a metadata round of its own at every open.
+ADDED_COLUMNS = {
+    f"ALTER TABLE calls ADD COLUMN IF NOT EXISTS {name} {CALL_TYPES[name]}": name for name in PRICING_COLUMNS
+}
+ADDED = tuple(ADDED_COLUMNS)
 
 # The tags object's (key, raw JSON value) pairs: string values go to the map, the other keys to a list.
 _PAIRS = "JSONExtractKeysAndValuesRaw(ifNull(tags, '{}'))"

@@ -308,5 +308,6 @@ class PostgresKnowledgeStore(KnowledgeQueries):
 
     def close(self) -> None:
         self.mirror.close()  # first: a load in flight holds a pooled connection
+        self.keywords.stop()  # and so does a keyword load
         self.db.close()
         self.keywords.clear()

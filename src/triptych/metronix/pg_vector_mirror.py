@@ -111,4 +111,5 @@ class VectorMirror:
             running = list(self._refreshing.values())
         for thread in running:
             thread.join(30)
+        self.index.stop()  # and for a graph build: none outlives the store
         self.index.clear()

@@ -22,6 +22,7 @@ from triptych.core.keyword_index import TERMS_VERSION, KeywordIndex
 from triptych.core.partitions import WriteGate, gated
 from triptych.core.search import Vector, VectorIndex
 from triptych.core.vector_files import Fingerprint, VectorFiles
+from triptych.metronix import knowledge_model
 from triptych.metronix.dialect import SQLITE
 from triptych.metronix.knowledge_model import (
     BODY_WEIGHT,
@@ -217,6 +218,15 @@ class SqliteKnowledgeStore(KnowledgeQueries):
         self._extents[workspace_id] = found
         return found
 
+    def _large(self, workspace_id: str) -> bool:
+        """``KnowledgeQueries._large`` from the workspace's extent when one was read at its generation now
+        (a workspace the memory budget forgot was loaded before): a search that reloads it then counts
+        none of its chunks (half a millisecond per side at 10,000)."""
+        known = self._extents.get(workspace_id)
+        if known is None or known[0] != self._generation(workspace_id):
+            return super()._large(workspace_id)
+        return known[1] >= knowledge_model.BACKGROUND_LOAD_CHUNKS
+
     def _load_vectors(self, workspace_id: str) -> tuple[list[int], Vector]:
         rows = self.db.conn.execute(
             "SELECT id, embedding FROM chunks WHERE workspace_id = ? ORDER BY id", (workspace_id,)
@@ -266,8 +276,11 @@ class SqliteKnowledgeStore(KnowledgeQueries):
             conn.execute("UPDATE workspaces SET generation = generation + 1")
 
     def close(self) -> None:
+        # The background loads and graph builds read the database: they end first (bounded), and one
+        # still inside a query keeps its connection (decision 0390).
+        busy = self.index.stop() + self.keywords.stop()
         self.index.save_all()  # the next start loads the graphs instead of building them
         self.keywords.save_all()  # and the keyword postings
-        self.db.close()
+        self.db.close(spare=busy)
         self.index.clear()  # out of the process's memory budget now, not when collected
         self.keywords.clear()
