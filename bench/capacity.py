@@ -5,7 +5,8 @@ mode (a throwaway PostgreSQL with pgvector from ``tests/postgres.py``; ClickHous
 ``tests/clickhouse_endpoint.py`` in its own process, so its CPU is its own).
 
     flock /tmp/triptych-bench.lock nice -n 5 .venv/bin/python bench/capacity.py [--workers 2]
-        [--calls 100] [--items 3000] [--nodes 1200] [--tenants 20] [--passes 2] [--json PATH]
+        [--calls 100] [--items 3000] [--nodes 1200] [--tenants 20] [--passes 2] [--budget-mb 24]
+        [--budget-tenants 10] [--budget-items 1000] [--skip ram,budget,families,tenants] [--json PATH]
 
 CPU per call: ``utime + stime`` from ``/proc/<pid>/stat`` of the workers (the supervisor's children), of
 PostgreSQL (the postmaster and its backends; a backend that starts during a phase counts whole), of the
@@ -20,10 +21,14 @@ RAM per item (first, on workers restarted for each item kind): a new tenant of `
 document) or memories, or ``--nodes`` Hadron nodes, written in four steps in this process straight through
 the engine's store classes (random unit vectors under the bundled model's name and size, synthetic text;
 no model run), searched through every worker after each step (which loads, then follows, its in-process
-indexes of that tenant); the figure is the least-squares slope of the workers' ``VmRSS``. Per resident
-tenant: ``--tenants`` workspaces of one chunk and one memory, searched through every worker. Database
-bytes per item: ``pg_database_size`` before and after (ClickHouse: the ``calls`` parts' bytes on disk per
-ingested row). The workers' idle CPU per second, before and after the families, gives a "net" figure too.
+indexes of that tenant); the figure is the least-squares slope of the workers' ``VmRSS``, and beside it
+the slope of their ``triptych_index_resident_bytes`` (the index budget's own account, from ``/metrics``).
+Per resident tenant: ``--tenants`` workspaces of one chunk and one memory, searched through every worker.
+Database bytes per item: ``pg_database_size`` before and after (ClickHouse: the ``calls`` parts' bytes on
+disk per ingested row). The workers' idle CPU per second, before and after the families, gives a "net" figure too.
+
+RAM under the index budget: workers restarted with ``TRIPTYCH_INDEX_MEMORY_MB=--budget-mb``, then tenants
+written and searched one after the other (``budgeted``): RSS against the gauge once the budget is full.
 
 Write throughput: ``memory_store`` and ``hadron_create_node`` from 8 clients (4 per worker), all to one
 tenant (workspace, Hadron memory) or spread over four, rounds alternating 1 4 4 1.
@@ -56,6 +61,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from metergraph_bench import generate
 from metergraph_engines import start_clickhouse
+from prometheus_client.parser import text_string_to_metric_families
 from workers import children
 
 sys.path.insert(0, str(REPO / "tests"))
@@ -69,6 +75,7 @@ from test_memory_tenant_writes import record  # noqa: E402  (the record the test
 from test_server_workers import WORKER, start_workers, stop_all  # noqa: E402
 
 from triptych.core.embed import LOCAL_MODEL_NAME  # noqa: E402
+from triptych.core.metrics import SAMPLE_EVERY_S  # noqa: E402
 from triptych.core.pg import PgDatabase  # noqa: E402
 from triptych.hadron.identity import HadronCaller  # noqa: E402
 from triptych.hadron.services.nodes import NodeFields  # noqa: E402
@@ -202,13 +209,63 @@ class Site:
     def worker_pids(self) -> list[int]:
         return children(self.supervisor())
 
-    def restart(self) -> None:
-        """New worker processes (same data): each RAM figure starts from workers that hold nothing yet."""
+    def restart(self, **env: str) -> None:
+        """New worker processes (same data, ``env`` added): each RAM figure starts from workers that hold
+        nothing yet. A few tries: the free port the harness picks can be taken by another program on a
+        shared machine before the supervisor listens on it."""
         stop_all(self.server)
-        self.server = start_workers(ServerProcess(self.data, self.env), self.workers, timeout=600)
+        for attempt in range(3):
+            try:
+                self.server = start_workers(
+                    ServerProcess(self.data, {**self.env, **env}), self.workers, timeout=600
+                )
+                return
+            except RuntimeError as exc:
+                if attempt == 2 or "Address already in use" not in str(exc):
+                    raise
+                print("    the port was taken meanwhile: starting again", file=sys.stderr, flush=True)
 
     def rss(self) -> list[float]:
         return [rss_mb(pid) for pid in sorted(self.worker_pids())]
+
+    def index_mb(self) -> list[float]:
+        """Each worker's ``triptych_index_resident_bytes`` (every index kind summed), in MB, in the order of
+        ``rss``: the memory budget's own account of what the in-process indexes hold. Every worker samples
+        its gauges every ``SAMPLE_EVERY_S`` into the files a scrape sums, so a caller waits that long after
+        the searches it wants counted (``settle_gauges``)."""
+        return [round(sum(kinds.values()) / 2**20, 2) for kinds in self.index_bytes()]
+
+    def index_bytes(self) -> list[dict[str, float]]:
+        """Each worker's resident bytes by index kind ("vectors", "keywords", "attributes", "links")."""
+        with httpx2.Client(timeout=60) as http:
+            response = http.get(self.server.url + "/metrics")
+        response.raise_for_status()
+        found: dict[str, dict[str, float]] = {}
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                if sample.name == "triptych_index_resident_bytes":
+                    pid = sample.labels.get("pid", str(self.supervisor()))
+                    found.setdefault(pid, {})[sample.labels["index"]] = sample.value
+        return [found.get(str(pid), {}) for pid in sorted(self.worker_pids())]
+
+    def index_kinds_mb(self) -> dict[str, float]:
+        """The workers' mean ``triptych_index_resident_bytes`` per index kind, in MB."""
+        workers = self.index_bytes()
+        names = sorted({kind for kinds in workers for kind in kinds})
+        return {k: round(statistics.fmean(w.get(k, 0.0) for w in workers) / 2**20, 3) for k in names}
+
+    def evictions(self) -> int:
+        """Index partitions forgotten by every worker so far (``triptych_index_evictions_total``)."""
+        with httpx2.Client(timeout=60) as http:
+            text = http.get(self.server.url + "/metrics").text
+        return round(
+            sum(
+                sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.name == "triptych_index_evictions_total"
+            )
+        )
 
     def db_bytes(self) -> int:
         with psycopg.connect(self.url) as conn:
@@ -435,7 +492,7 @@ async def families(site: Site, calls: int, n_sessions: int, rng: np.random.Gener
     base = statistics.fmean(
         out[k]["cpu_ms_per_call"]["workers"] for k in ("health (baseline)", "health (baseline, again)")
     )
-    for result in out.values():
+    for result in [r for r in out.values() if isinstance(r, dict) and "cpu_ms_per_call" in r]:
         result["worker_cpu_vs_health"] = round(result["cpu_ms_per_call"]["workers"] / max(base, 1e-6), 1)
     with httpx2.Client(timeout=60) as http:
         parts = http.get(site.ch_url, params={"query": (
@@ -480,7 +537,10 @@ async def grow(
     per 1,000 items is the least-squares slope of the mean RSS over the items after the first part (RSS
     moves in steps as the allocator takes and returns memory: several points, not two); what the first
     part grew beyond that slope is the tenant's fixed cost of being resident."""
+    await settle_gauges()
     points = [(0, site.rss())]
+    gauges = [(0, site.index_mb())]
+    kinds = [(0, site.index_kinds_mb())]
     db0 = site.db_bytes()
     hits: list[list[int]] = []
     began = time.perf_counter()
@@ -488,21 +548,56 @@ async def grow(
         lo, hi = items * k // steps, items * (k + 1) // steps
         await load(lo, hi)
         hits.append(await search())
+        await settle_gauges()
         points.append((hi, site.rss()))
+        gauges.append((hi, site.index_mb()))
+        kinds.append((hi, site.index_kinds_mb()))
     db1 = site.db_bytes()
+    slope, first = slope_of(points)
+    index_slope, index_first = slope_of(gauges)
+    return {
+        "items": items,
+        "rss_mb": {n: [round(x, 1) for x in r] for n, r in points},
+        "index_resident_mb": {n: r for n, r in gauges},
+        "index_resident_mb_by_kind": {n: r for n, r in kinds},
+        "results_per_search": hits,
+        "rss_mb_per_1000_per_worker": round(1000 * slope, 2),
+        "rss_mb_first_part_beyond_slope": round(first, 2),
+        "index_mb_per_1000_per_worker": round(1000 * index_slope, 3),
+        "index_mb_first_part_beyond_slope": round(index_first, 3),
+        "rss_per_index_byte": round(slope / index_slope, 2) if index_slope > 0 else None,
+        "db_bytes_per_item": round((db1 - db0) / items),
+        "seconds": round(time.perf_counter() - began, 1),
+    }
+
+
+async def settle_gauges() -> None:
+    """Long enough for every worker to have sampled its gauges since the last search (GaugeSampler)."""
+    await asyncio.sleep(SAMPLE_EVERY_S + 1.0)
+
+
+def slope_of(points: list[tuple[int, list[float]]]) -> tuple[float, float]:
+    """The least-squares slope of the workers' mean over the items after the first part, and what the first
+    part grew beyond that slope (the tenant's fixed cost)."""
     xs = np.array([n for n, _ in points[1:]], dtype=np.float64)
     ys = np.array([statistics.fmean(r) for _, r in points[1:]], dtype=np.float64)
     slope = float(np.polyfit(xs, ys, 1)[0]) if len(xs) > 1 else 0.0
     first = statistics.fmean(points[1][1]) - statistics.fmean(points[0][1])
-    return {
-        "items": items,
-        "rss_mb": {n: [round(x, 1) for x in r] for n, r in points},
-        "results_per_search": hits,
-        "rss_mb_per_1000_per_worker": round(1000 * slope, 2),
-        "rss_mb_first_part_beyond_slope": round(first - slope * points[1][0], 2),
-        "db_bytes_per_item": round((db1 - db0) / items),
-        "seconds": round(time.perf_counter() - began, 1),
-    }
+    return slope, first - slope * points[1][0]
+
+
+async def fresh(site: Site, **env: str) -> None:
+    """New workers (``env`` added), their search paths warmed on other (small) tenants: what grows next is
+    the new tenant's, not the code's first allocations or what another phase freed."""
+    admin, alice = bearer(token("bench", "admin")), bearer(token("alice"))
+    site.restart(**env)
+    await touch(site, "/mcp", admin, "metronix_search_fast", {"query": "warm", "workspace_id": ws(1)})
+    await touch(
+        site, "/mcp", admin, "memory_search", {"query": "warm", "workspace_id": ws(1), "agent_id": "x"}
+    )
+    for mode in ("keyword", "hybrid"):
+        await touch(site, "/hadron/mcp", alice, "hadron_find_nodes",
+                    {"query": "warm", "memoryUrn": mem(1), "mode": mode})  # fmt: skip
 
 
 async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -518,22 +613,6 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
 
     try:
 
-        async def fresh() -> None:
-            """New workers, their search paths warmed on other (small) tenants: what grows next is the
-            new tenant's, not the code's first allocations or what another phase freed."""
-            site.restart()
-            await touch(site, "/mcp", admin, "metronix_search_fast", {"query": "warm", "workspace_id": ws(1)})
-            await touch(
-                site,
-                "/mcp",
-                admin,
-                "memory_search",
-                {"query": "warm", "workspace_id": ws(1), "agent_id": "x"},
-            )
-            for mode in ("keyword", "hybrid"):
-                await touch(site, "/hadron/mcp", alice, "hadron_find_nodes",
-                            {"query": "warm", "memoryUrn": mem(1), "mode": mode})  # fmt: skip
-
         async def documents(lo: int, hi: int) -> None:
             for d in range(lo // 10, hi // 10):  # 10 chunks per document
                 chunks = [text(rng, 120) for _ in range(10)]
@@ -545,7 +624,7 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
                 site, "/mcp", admin, "metronix_search_fast", {"query": text(rng, 3), "workspace_id": "ram-kb"}
             )
 
-        await fresh()
+        await fresh(site)
         out["kb chunks"] = await grow(site, items, documents, kb_search)
         show("kb chunks")
 
@@ -560,7 +639,7 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
             return await touch(site, "/mcp", admin, "memory_search",
                         {"query": text(rng, 3), "workspace_id": "ram-mem", "agent_id": "hermes"})  # fmt: skip
 
-        await fresh()
+        await fresh(site)
         out["memories"] = await grow(site, items, records, memory_search)
         show("memories")
 
@@ -584,7 +663,7 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
                                     {"query": text(rng, 3), "memoryUrn": f"hrn:mem:{ORG}:ram", "mode": mode})  # fmt: skip
             return hits
 
-        await fresh()
+        await fresh(site)
         out["hadron nodes"] = await grow(site, nodes, hadron_nodes, node_search)
         show("hadron nodes")
 
@@ -610,14 +689,14 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
                         async with on_worker(site, worker, admin, "/mcp") as client:
                             hits.append(hit_count(await tool(client, tool_name, args)))
             return hits
-            await asyncio.sleep(2.0)
 
         name = "resident tenants (a workspace of 1 chunk and 1 memory, searched)"
-        await fresh()
+        await fresh(site)
         out[name] = await grow(site, tenants, small_tenants, tenant_search)
-        out[name]["rss_mb_per_tenant_per_worker"] = round(
-            out[name].pop("rss_mb_per_1000_per_worker") / 1000, 3
-        )
+        for what in ("rss", "index"):
+            out[name][f"{what}_mb_per_tenant_per_worker"] = round(
+                out[name].pop(f"{what}_mb_per_1000_per_worker") / 1000, 4
+            )
         show(name)
     finally:
         kb.close()
@@ -625,6 +704,81 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
         if hadron is not None:
             hadron.close()
     return out
+
+
+# -- RAM under the index memory budget ---------------------------------------------------------------
+
+
+async def budgeted(
+    site: Site, budget_mb: float, tenants: int, items: int, rng: np.random.Generator
+) -> dict[str, Any]:
+    """Workers restarted with ``TRIPTYCH_INDEX_MEMORY_MB=budget_mb``; ``tenants`` new tenants, each a
+    workspace of ``items`` chunks and one of ``items`` agent memories (together several times the budget),
+    written one after the other and searched through every worker (the knowledge base twice: a workspace
+    asked for while the budget is full is answered by PostgreSQL and loaded only on its next request,
+    decision 0190's admission; agent memory always loads). After each tenant: the workers' RSS, their
+    ``triptych_index_resident_bytes`` and the evictions so far. What RSS does once the gauge sits at the
+    budget is the figure: the sizing rule's "rest + budget" term."""
+    admin = bearer(token("bench", "admin"))
+    kb = PostgresKnowledgeStore(PgDatabase(site.url, max_size=2), DIM)
+    memories = PostgresMemoryStore(PgDatabase(site.url, max_size=2), DIM)
+    points: list[dict[str, Any]] = []
+    began = time.perf_counter()
+    try:
+        await fresh(site, TRIPTYCH_INDEX_MEMORY_MB=str(budget_mb))
+        await settle_gauges()
+        points.append(
+            {"tenants": 0, "rss_mb": site.rss(), "index_mb": site.index_mb(), "evictions": site.evictions()}
+        )
+        for t in range(tenants):
+            name = f"budget-{t}"
+            for d in range(items // 10):
+                chunks = [text(rng, 120) for _ in range(10)]
+                kb.put_document(NewDocument(name, f"doc-{d}", None, "\n\n".join(chunks), "text", None, None,
+                                            {}, uuid.uuid4().hex, chunks, unit(rng, 10)))  # fmt: skip
+            vectors = unit(rng, items)
+            for k in range(items):
+                memories.insert(record(f"{text(rng, 30)} {k}", name), vectors[k], set(), enqueue=False)
+            hits = []
+            for _ in range(2):
+                hits += await touch(site, "/mcp", admin, "metronix_search_fast",
+                                    {"query": text(rng, 3), "workspace_id": name})  # fmt: skip
+            hits += await touch(site, "/mcp", admin, "memory_search",
+                                {"query": text(rng, 3), "workspace_id": name, "agent_id": "hermes"})  # fmt: skip
+            await settle_gauges()
+            point = {"tenants": t + 1, "rss_mb": [round(x, 1) for x in site.rss()], "index_mb": site.index_mb(),
+                     "index_mb_by_kind": site.index_kinds_mb(), "evictions": site.evictions(),
+                     "results_per_search": hits}  # fmt: skip
+            points.append(point)
+            print(f"    {json.dumps(point)}", file=sys.stderr, flush=True)
+    finally:
+        kb.close()
+        memories.db.pg.close()
+    rest = statistics.fmean(points[0]["rss_mb"])
+    peak_index = max(max(p["index_mb"]) for p in points)
+    # The tenants after the budget first filled (every worker's gauge within 10 % of it): RSS should stop
+    # growing there if the budget bounds it.
+    full = [p for p in points if p["index_mb"] and min(p["index_mb"]) >= 0.9 * budget_mb]
+    end = statistics.fmean(points[-1]["rss_mb"])
+    slope_full = None
+    if len(full) > 1:
+        xs = np.array([p["tenants"] for p in full], dtype=np.float64)
+        ys = np.array([statistics.fmean(p["rss_mb"]) for p in full], dtype=np.float64)
+        slope_full = round(float(np.polyfit(xs, ys, 1)[0]), 2)
+    return {
+        "budget_mb": budget_mb,
+        "tenants": tenants,
+        "items_per_tenant": items,
+        "points": points,
+        "rss_mb_at_rest": round(rest, 1),
+        "rss_mb_growth_at_end": round(end - rest, 1),
+        "rss_growth_per_budget_mb": round((end - rest) / budget_mb, 2),
+        "index_mb_peak": peak_index,
+        "tenants_after_budget_full": len(full),
+        "rss_mb_per_tenant_after_full": slope_full,
+        "evictions": points[-1]["evictions"],
+        "seconds": round(time.perf_counter() - began, 1),
+    }
 
 
 # -- one tenant vs four ----------------------------------------------------------------------------
@@ -681,7 +835,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tenants", type=int, default=20, help="resident tenants for RAM per tenant")
     p.add_argument("--writes", type=int, default=96, help="writes per tenant-spread round")
     p.add_argument("--rounds", type=int, default=4, help="tenant-spread rounds (1 4 4 1 ...)")
-    p.add_argument("--skip", default="", help="phases to skip: families,ram,tenants (comma-separated)")
+    p.add_argument(
+        "--budget-mb", type=float, default=24, help="TRIPTYCH_INDEX_MEMORY_MB for the budget phase"
+    )
+    p.add_argument("--budget-tenants", type=int, default=10, help="tenants written under the budget")
+    p.add_argument("--budget-items", type=int, default=1000, help="chunks, and memories, per budget tenant")
+    p.add_argument("--skip", default="", help="phases to skip: ram,budget,families,tenants (comma-separated)")
     p.add_argument(
         "--json", type=Path, help="results file (default /tmp/triptych-bench/capacity-<time>.json)"
     )
@@ -696,17 +855,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"starting PostgreSQL, ClickHouse and serve --workers {args.workers} ...", file=sys.stderr, flush=True
     )
     site = Site(args.workers, root)
+    out = args.json or Path("/tmp/triptych-bench") / f"capacity-{time.strftime('%Y%m%d-%H%M%S')}.json"
     try:
         run_phases(site, args, skip, results, rng)
     except BaseException as exc:
         for leaf in leaves(exc):
             print(f"failed: {type(leaf).__name__}: {leaf}", file=sys.stderr)
+        results["failed"] = repr(exc)[:2000]
+        write_json(out, results)  # the phases that finished are worth keeping
+        print(f"partial results: {out}", file=sys.stderr)
         raise
     finally:
         site.close()
     results["machine"]["loadavg_at_end"] = os.getloadavg()
     results["seconds"] = round(time.perf_counter() - started)
-    out = args.json or Path("/tmp/triptych-bench") / f"capacity-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_json(out, results)
     print(json.dumps({k: v for k, v in results.items() if k not in ("tenant_writes", "families")}, indent=2))
     if "tenant_writes" in results:
@@ -751,6 +913,12 @@ def run_phases(
     if "ram" not in skip:
         print("RAM and bytes per item:", file=sys.stderr, flush=True)
         results["per_item"] = asyncio.run(ram(site, args.items, args.nodes, args.tenants, rng))
+    if "budget" not in skip:
+        print(f"RAM under a {args.budget_mb} MB index budget:", file=sys.stderr, flush=True)
+        results["budget"] = asyncio.run(
+            budgeted(site, args.budget_mb, args.budget_tenants, args.budget_items, rng)
+        )
+        site.restart()  # the later phases on the default budget, as before
     if "families" not in skip:
         passes = []
         for n in range(args.passes):
