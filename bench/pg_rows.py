@@ -23,8 +23,8 @@ def add_workspace(conn: Any, workspace_id: str) -> None:
     )
 
 
-def add_document(conn: Any, document: NewDocument) -> None:
-    """One document and its chunks (its workspace row exists)."""
+def insert_document(conn: Any, document: NewDocument) -> int:
+    """The document's row; returns its id."""
     row = conn.execute(
         "INSERT INTO kb_documents (workspace_id, doc_label, title, content, source_type, url, date,"
         " metadata, content_hash, body_hash, created_at, updated_at)"
@@ -33,11 +33,17 @@ def add_document(conn: Any, document: NewDocument) -> None:
          document.content_hash, body_hash(document.content), NOW, NOW),
     ).fetchone()  # fmt: skip
     assert row is not None
+    return int(row[0])
+
+
+def add_document(conn: Any, document: NewDocument) -> None:
+    """One document and its chunks (its workspace row exists)."""
+    document_id = insert_document(conn, document)
     with conn.cursor().copy(COPY_CHUNKS) as copy:
         copy.set_types(["int8", "text", "int4", "text", "vector"])
         for ordinal, (text, vector) in enumerate(zip(document.chunks, document.embeddings, strict=True)):
             copy.write_row(
-                (row[0], document.workspace_id, ordinal, text, np.asarray(vector, dtype=np.float32))
+                (document_id, document.workspace_id, ordinal, text, np.asarray(vector, dtype=np.float32))
             )
 
 
@@ -51,14 +57,7 @@ def add_document_with_postings(conn: Any, document: NewDocument, first_id: int) 
     """``add_document`` with the BM25 postings a write stores (``pg_keywords``), chunk ids chosen here
     from ``first_id`` so the postings go in by COPY too; returns the next free id. The caller moves the
     identity sequence past the last id (``finish_ids``)."""
-    row = conn.execute(
-        "INSERT INTO kb_documents (workspace_id, doc_label, title, content, source_type, url, date,"
-        " metadata, content_hash, body_hash, created_at, updated_at)"
-        " VALUES (%s,%s,%s,%s,%s,NULL,NULL,'{}',%s,%s,%s,%s) RETURNING id",
-        (document.workspace_id, document.doc_label, document.title, document.content, document.source_type,
-         document.content_hash, body_hash(document.content), NOW, NOW),
-    ).fetchone()  # fmt: skip
-    assert row is not None
+    document_id = insert_document(conn, document)
     postings: list[tuple[str, int, str, float, float]] = []
     with conn.cursor().copy(COPY_CHUNKS_WITH_TERMS) as copy:
         copy.set_types(["int8", "int8", "text", "int4", "text", "vector", "float4"])
@@ -66,7 +65,7 @@ def add_document_with_postings(conn: Any, document: NewDocument, first_id: int) 
             chunk_id = first_id + ordinal
             weighted, length = document_terms(keyword_columns(document.title, text))
             copy.write_row(
-                (chunk_id, row[0], document.workspace_id, ordinal, text,
+                (chunk_id, document_id, document.workspace_id, ordinal, text,
                  np.asarray(vector, dtype=np.float32), length)
             )  # fmt: skip
             postings += [(document.workspace_id, chunk_id, t, w, length) for t, w in weighted.items()]
