@@ -247,6 +247,29 @@ def _positions(part: _Partition) -> dict[int, int]:
 DenseMethod = Literal["hnsw", "exact", "none"]
 
 
+def _partition_bytes(part: _Partition) -> int:
+    # The vectors' buffer (its spare capacity too), the ids as a list of ints with their positions as a
+    # dict (240 bytes an id, measured with tracemalloc; counted before the dictionary is built on first
+    # use too, so a partition's figure does not move then), and the graph's own figure.
+    vectors = part.buffer.nbytes if part.buffer is not None else part.columns.nbytes
+    graph = int(getattr(part.hnsw, "memory_usage", 0)) if part.hnsw is not None else 0
+    return int(vectors) + len(part.ids) * ID_BYTES + graph
+
+
+def _patch(graph: object, part: _Partition, touched: set[int]) -> None:
+    """Bring a graph built from an earlier copy of ``part`` up to it: the touched ids are taken out and
+    those still present put back with their current vectors (an id may have been reused)."""
+    if not touched:
+        return
+    for item in touched:
+        graph.remove(item)  # type: ignore[attr-defined]
+    position = _positions(part)
+    present = [item for item in touched if item in position]
+    if present:
+        columns = part.columns[:, [position[item] for item in present]]
+        graph.add(np.asarray(present, dtype=np.uint64), np.ascontiguousarray(columns.T))  # type: ignore[attr-defined]
+
+
 class VectorIndex(PartitionCache[_Partition]):
     """In-memory dense indexes, one per partition, rebuilt from the database when stale
     (``PartitionCache``: generations keep it coherent with the database)."""
@@ -328,12 +351,7 @@ class VectorIndex(PartitionCache[_Partition]):
             self._build_in_background(key, part)
 
     def _measure(self, part: _Partition) -> int:
-        # The vectors' buffer (its spare capacity too), the ids as a list of ints with their positions
-        # as a dict (240 bytes an id, measured with tracemalloc; counted before the dictionary is built on
-        # first use too, so a partition's figure does not move then), and the graph's own figure.
-        vectors = part.buffer.nbytes if part.buffer is not None else part.columns.nbytes
-        graph = int(getattr(part.hnsw, "memory_usage", 0)) if part.hnsw is not None else 0
-        return int(vectors) + len(part.ids) * ID_BYTES + graph
+        return _partition_bytes(part)
 
     def _evicted(self, key: str, part: _Partition) -> None:
         """A graph changed since it was saved is saved before it goes (``save_all``'s rule, for one
@@ -471,7 +489,7 @@ class VectorIndex(PartitionCache[_Partition]):
                     # Writes during the build are patched in rather than starting over: on a busy
                     # workspace (or one following other workers' writes) a build that had to finish
                     # unchanged would never be adopted.
-                    self._patch(graph, part, touched)
+                    _patch(graph, part, touched)
                     part.hnsw = graph
                     if saved and not touched:
                         part.saved = generation
@@ -483,20 +501,6 @@ class VectorIndex(PartitionCache[_Partition]):
         if not self._spawn(build, f"hnsw-{key}"):  # stopped in between
             part.building = False
             self._building.discard(key)
-
-    @staticmethod
-    def _patch(graph: object, part: _Partition, touched: set[int]) -> None:
-        """Bring a graph built from an earlier copy of ``part`` up to it: the touched ids are taken out
-        and those still present put back with their current vectors (an id may have been reused)."""
-        if not touched:
-            return
-        for item in touched:
-            graph.remove(item)  # type: ignore[attr-defined]
-        position = _positions(part)
-        present = [item for item in touched if item in position]
-        if present:
-            columns = part.columns[:, [position[item] for item in present]]
-            graph.add(np.asarray(present, dtype=np.uint64), np.ascontiguousarray(columns.T))  # type: ignore[attr-defined]
 
     def _build_hnsw(self, ids: Sequence[int], matrix: Vector) -> object:
         """The graph of ``ids`` and their vectors, added in batches: between two the build ends
