@@ -172,3 +172,23 @@ def test_closing_the_postgres_store_during_its_postings_fill_stops_it_between_wo
     finally:
         reopened.close()
     assert {str(w): int(n) for w, n in rows} == {filled[0]: 0, ({"ws-a", "ws-b"} - set(filled)).pop(): 8}
+
+
+@pytest.mark.engines("postgresql")
+def test_closing_the_postgres_store_during_its_mirror_s_graph_build_stops_the_build(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's mirror of a workspace above the (lowered) graph threshold builds its graph in the
+    background after a refresh; the close lands while it builds: the build ends at its first batch and
+    neither the refresh nor the build outlives the store."""
+    before = set(threading.enumerate())
+    held = hold_builds(monkeypatch)
+    store = PostgresKnowledgeStore(PgDatabase(database_url), WordVectors.dim, mirror=True)
+    _put(store, f"ws-mirror-{uuid.uuid4().hex[:8]}", 100)
+    store.warm()  # refreshes every workspace's mirror in the background, which then builds its graph
+    assert held.building.wait(30)
+
+    store.close()
+
+    assert held.outcomes == ["Stopped"]
+    assert _owned(before) == []
