@@ -296,18 +296,17 @@ class VectorFiles:
                     log.warning("the saved vector columns %s are truncated: reading the database", target)
                     return None
                 data = mapped(source)
-            body = memoryview(data)[start:]
+            ids = np.frombuffer(data, dtype=np.int64, count=n, offset=start)
             if found not in VERIFIED:
-                if zlib.crc32(body) != header.get("crc32"):
-                    log.warning("the saved vector columns %s are corrupt: reading the database", target)
-                    return None
-                ids = np.frombuffer(data, dtype=np.int64, count=n, offset=start)
+                with memoryview(data)[start:] as body:  # released: the arrays alone hold the mapping
+                    if zlib.crc32(body) != header.get("crc32"):
+                        log.warning("the saved vector columns %s are corrupt: reading the database", target)
+                        return None
                 if n and (int(ids.max()) != fingerprint.max_id or not distinct(ids)):
                     log.warning("the saved vector columns %s hold other ids: reading the database", target)
                     return None
                 VERIFIED.add(found)
-            body.release()  # the arrays below hold the mapping alive; it is unmapped when they go
-            ids_list = np.frombuffer(data, dtype=np.int64, count=n, offset=start).tolist()
+            ids_list = ids.tolist()
             offset = start + 8 * n
             columns = np.frombuffer(data, dtype=np.float32, count=dim * n, offset=offset).reshape(dim, n)
             if offset % 4:  # a file written before headers were padded: BLAS wants aligned floats
