@@ -310,6 +310,14 @@ class KeywordIndex(PartitionCache[_Partition]):
             part.saved = part.generation
         return part
 
+    def _saved(self, key: str) -> _Partition | None:
+        saved = self._read(key)
+        if saved is None:
+            return None
+        part = unpacked(saved[0], saved[1].generation)
+        part.saved = part.generation
+        return part
+
     def _read(self, key: str) -> tuple[Packed, KeywordFingerprint] | None:
         """The partition's saved file and the database's fingerprint, if the file matches it."""
         if self._files is None or self._describe is None:

@@ -298,18 +298,18 @@ class VectorIndex(PartitionCache[_Partition]):
         self._adopted(key, part)
         return part
 
-    def _read(self, key: str) -> tuple[list[int], Vector, object | None, int]:
-        """The partition's ids, vectors, graph and generation from its saved file if that is current,
-        else its ids and vectors from the database (no graph, generation -1)."""
-        if self._files is not None and self._describe is not None:
-            self._check_stop()
-            fingerprint = self._describe(key)
-            saved = self._files.load(partition_token(key), fingerprint) if fingerprint else None
-            if saved is not None and fingerprint is not None:
-                return saved.ids, saved.matrix, saved.graph, fingerprint.generation
+    def _saved(self, key: str) -> _Partition | None:
+        """The partition from its saved files if they match the database now: its columns (mapped), else
+        its graph and vectors; None without files, or stale ones."""
+        part = self._read_columns(key)
+        if part is not None or self._files is None or self._describe is None:
+            return part
         self._check_stop()
-        ids, matrix = self._loader(key)
-        return ids, matrix, None, -1
+        fingerprint = self._describe(key)
+        saved = self._files.load(partition_token(key), fingerprint) if fingerprint else None
+        if saved is None or fingerprint is None:
+            return None
+        return self._partition(saved.ids, saved.matrix, fingerprint.generation, saved.graph)
 
     def _partition(
         self, ids: Sequence[int], matrix: Vector, generation: int, graph: object | None = None
@@ -322,12 +322,14 @@ class VectorIndex(PartitionCache[_Partition]):
         return part
 
     def _fetch(self, key: str, generation: int) -> _Partition:
-        columns = self._read_columns(key)
-        if columns is not None:
-            return columns
-        ids, matrix, graph, saved = self._read(key)
-        # A saved file is exactly as of its own generation, which may be newer than the one asked for.
-        return self._partition(ids, matrix, max(generation, saved), graph)
+        part = self._saved(key)
+        if part is not None:
+            # A saved file is exactly as of its own generation, which may be newer than the one asked for.
+            part.generation = max(generation, part.generation)
+            return part
+        self._check_stop()
+        ids, matrix = self._loader(key)
+        return self._partition(ids, matrix, generation)
 
     def _read_columns(self, key: str) -> _Partition | None:
         """The partition from its saved columns (a graph-less partition the budget forgot), if current:

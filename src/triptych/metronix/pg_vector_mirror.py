@@ -10,20 +10,32 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from triptych.core.partitions import STOP_WAIT
 from triptych.core.pg import PgDatabase, one
 from triptych.core.search import PATCH_LIMIT, Vector, VectorIndex
+from triptych.core.vector_files import Fingerprint, VectorFiles
 from triptych.metronix.pg_vectors import PgVectors
 
 log = logging.getLogger(__name__)
 
 
 class VectorMirror:
-    def __init__(self, db: PgDatabase, vectors: PgVectors) -> None:
+    def __init__(
+        self,
+        db: PgDatabase,
+        vectors: PgVectors,
+        files: Path | None = None,
+        describe: Callable[[str], Fingerprint | None] | None = None,
+    ) -> None:
+        """``files`` and ``describe``: where the index saves what the budget forgets and each graph it
+        builds, and what a saved file must match to be read back (``pg_saved``)."""
         self.db = db
         self.vectors = vectors
-        self.index = VectorIndex(vectors.dim, self.load)
+        saved = VectorFiles(files) if files is not None and describe is not None else None
+        self.index = VectorIndex(vectors.dim, self.load, saved, describe if saved is not None else None)
         self._refreshing: dict[str, threading.Thread] = {}
         self._epochs: dict[str, str] = {}  # per mirrored workspace: the re-embedding it was loaded after
         self._lock = threading.Lock()
@@ -39,11 +51,22 @@ class VectorMirror:
             return
         self.index.apply(workspace_id, before, before + 1, added=added, removed=removed)
 
+    def admit(self, workspace_id: str) -> bool:
+        """Whether to load the workspace's mirror, not resident (``MemoryBudget.admit``; the load's end
+        is reported by ``refresh``): no while it is loading already."""
+        with self._lock:
+            running = self._refreshing.get(workspace_id)
+            if running is not None and running.is_alive():
+                return False
+        return self.index.admit(workspace_id)
+
     def refresh_in_background(self, workspace_id: str) -> None:
         """Load the workspace's mirror off the request path, once at a time per workspace."""
         with self._lock:
             running = self._refreshing.get(workspace_id)
             if self._closed or (running is not None and running.is_alive()):
+                if self._closed:
+                    self.index.loaded(workspace_id)
                 return
             thread = threading.Thread(
                 target=self.refresh, args=(workspace_id,), name=f"kb-mirror-{workspace_id}", daemon=True
@@ -55,6 +78,14 @@ class VectorMirror:
         """Bring the mirror up to the database: by difference when one is cached and no re-embedding
         happened since (another worker's writes then cost a read of the workspace's ids and of the new
         vectors, and the graph is patched, not rebuilt), else by loading the workspace whole."""
+        try:
+            self._refresh(workspace_id)
+        finally:
+            self.index.loaded(workspace_id)  # an admitted load is over, whatever became of it
+
+    def _refresh(self, workspace_id: str) -> None:
+        if self._closed:
+            return
         cached = self.index.cached(workspace_id)
         try:
             with self.db.connection() as conn, conn.transaction():
