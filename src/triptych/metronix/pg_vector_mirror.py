@@ -114,11 +114,17 @@ class VectorMirror:
                     ids, matrix = self.vectors.copy(conn, workspace_id, after=0)
                     self.index.install(workspace_id, generation, ids, matrix)
                     self._epochs[workspace_id] = epoch
-                    return
-                new_ids, matrix = self.vectors.copy(conn, workspace_id, after=top)
+                    whole = True
+                else:
+                    new_ids, matrix = self.vectors.copy(conn, workspace_id, after=top)
         except Exception:  # pgvector's index keeps serving; the next search retries
             log.warning("loading the vectors of workspace %s failed", workspace_id, exc_info=True)
             return
+        if whole:  # saved now, off the request path (a graph is saved when its build ends)
+            if not self._closed:
+                self.index.persist(workspace_id)
+            return
+        assert cached is not None
         removed = known.difference(present)
         added = list(zip(new_ids, matrix, strict=True))
         self.index.apply(workspace_id, cached[0], generation, added=added, removed=removed)
