@@ -461,8 +461,11 @@ class ColumnProjection:
             with self._handoff:
                 self._running = False
                 release = self._release_on_exit
-            if release:  # the close left the files to this thread
-                self._release()
+            if release:  # the close left the files to this thread, which has no caller to raise to
+                try:
+                    self._release()
+                except Exception:
+                    log.exception("metergraph columns: writing the state after a late catch-up failed")
 
     def close(self) -> list[threading.Thread]:
         """Stop the background catch-up (bounded by ``stop_wait``), then write the state and let go of the
