@@ -85,6 +85,8 @@ class Database:
         self._local = threading.local()
         self._all: list[tuple[threading.Thread, sqlite3.Connection]] = []  # each with the thread it serves
         self._all_lock = threading.Lock()
+        # Threads a close left their connections to (see ``close``), until they end.
+        self._spared: set[threading.Thread] = set()
         path.parent.mkdir(parents=True, exist_ok=True)
         # Every ``checkpoint_every`` commits wake the checkpoint thread; the connections' own
         # autocheckpoint is a fallback.
@@ -164,12 +166,16 @@ class Database:
         """Close every thread's connection but those of the threads in ``spare``: threads that may be
         inside a query now (a store's background work that did not stop in time). Closing a connection
         under a query another thread runs on it crashes the interpreter (CPython's sqlite3 reads the
-        closed handle); a spared connection is closed when its thread lets go of it."""
+        closed handle); a spared connection is closed when its thread lets go of it.
+
+        A thread stays spared by later closes while it runs: several stores share one file and each
+        closes it, and a spared thread that goes on to its next query opens a connection again."""
         if self._checkpointer is not None:
             self._checkpointer.close()
         with self._all_lock:
+            self._spared = {thread for thread in (*self._spared, *spare) if thread.is_alive()}
             for thread, conn in self._all:
-                if thread in spare:
+                if thread in self._spared:
                     log.warning(
                         "left the connection of %s to %s open: it may be in a query", thread.name, self.path
                     )

@@ -51,7 +51,8 @@ class Mounted:
     routes: list[BaseRoute] = field(default_factory=list)
     endpoints: list[Endpoint] = field(default_factory=list)
     on_startup: list[Callable[[], None]] = field(default_factory=list)
-    on_close: list[Callable[[], None]] = field(default_factory=list)
+    # What a close returns is not read: the lifespan names any thread still running itself (app.py).
+    on_close: list[Callable[[], object]] = field(default_factory=list)
     # Path prefix -> the JSON body of an unexpected 500 at that door, in its contract's shape
     # (core/lastresort.py); paths no surface claims get the root INTERNAL_ERROR shape.
     error_shapes: dict[str, dict[str, Any]] = field(default_factory=dict)

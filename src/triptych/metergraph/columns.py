@@ -25,6 +25,11 @@ watermark row that no longer exists in ``calls`` (another database) means a full
 Only the process holding ``LOCK`` (normally the server) uses the projection; another process on the
 same data directory (the CLI, a second server) gets ``None`` from :meth:`ColumnProjection.aggregate`,
 and the store answers it with the SQL scan.
+
+``close`` stops the background catch-up, which ends after its batch, waiting at most ``stop_wait``
+seconds (decision 0450). A catch-up still at work after that keeps what it uses: the lock, the files and
+its connection to the calls (the close returns the thread, so the database's owner leaves that open). It
+writes its state and lets go of ``LOCK`` itself when it ends.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from triptych.core.partitions import STOP_WAIT
 from triptych.metergraph.call_model import ELIGIBLE_CHARS, PROJECTED_FIELDS, AggRow, CallFilter
 from triptych.metergraph.column_scan import (
     COST_CLASSES,
@@ -355,6 +361,7 @@ class ColumnProjection:
         read_catch_up_limit: int = 100_000,
         chunk: int = 50_000,
         persist_every: float = 5.0,
+        stop_wait: float = STOP_WAIT,
     ) -> None:
         self.directory = directory
         self.source = source
@@ -376,6 +383,11 @@ class ColumnProjection:
         self._persisted_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.stop_wait = stop_wait  # how long ``close`` waits for the catch-up's batch
+        # Between a close that gave up waiting and the catch-up's end: which of them lets go of the files.
+        self._handoff = threading.Lock()
+        self._running = False
+        self._release_on_exit = False
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -433,22 +445,51 @@ class ColumnProjection:
         """Catch up in a background thread every ``interval`` seconds (the server calls this)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="metergraph-columns", daemon=True)
+            self._running = True
             self._thread.start()
 
     def _run(self) -> None:
-        while True:
-            try:
-                self.catch_up()
-            except Exception:  # keep the thread alive: reads fall back to SQL when it lags
-                log.exception("metergraph columns: catch-up failed")
-            if self._stop.wait(self.interval):
-                return
+        try:
+            while True:
+                try:
+                    self.catch_up()
+                except Exception:  # keep the thread alive: reads fall back to SQL when it lags
+                    log.exception("metergraph columns: catch-up failed")
+                if self._stop.wait(self.interval):
+                    return
+        finally:
+            with self._handoff:
+                self._running = False
+                release = self._release_on_exit
+            if release:  # the close left the files to this thread, which has no caller to raise to
+                try:
+                    self._release()
+                except Exception:
+                    log.exception("metergraph columns: writing the state after a late catch-up failed")
 
-    def close(self) -> None:
+    def close(self) -> list[threading.Thread]:
+        """Stop the background catch-up (bounded by ``stop_wait``), then write the state and let go of the
+        files. Returns the catch-up's thread if it is still at work (normally nothing): it may be inside a
+        query, so its connection must be left open, and it lets go of the files when it ends."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        thread = self._thread
+        if thread is not None:
+            thread.join(self.stop_wait)
+            with self._handoff:
+                if self._running:
+                    self._release_on_exit = True
+                    log.warning(
+                        "metergraph columns: the catch-up in %s did not end within %.0f s of the close;"
+                        " it keeps the projection's files until it ends",
+                        thread.name,
+                        self.stop_wait,
+                    )
+                    return [thread]
             self._thread = None
+        self._release()
+        return []
+
+    def _release(self) -> None:
         with self._lock:
             if self._state == "owner":
                 if self._dirty:
@@ -483,7 +524,7 @@ class ColumnProjection:
                 if progress is not None:
                     progress(done)
                 next_report += 1_000_000
-            if added < self.chunk:
+            if added < self.chunk or self._stop.is_set():  # stopped: the rest waits for the next start
                 return done
 
     def _catch_up_locked(self, limit: int | None = None) -> int:

@@ -6,6 +6,10 @@ database). Reads fold whatever is pending before they read a rollup, so answers 
 thread: it only keeps that catch-up small. It folds once ``pending_rows`` calls were noted since its last
 fold (a bound on the lag under sustained ingest) or once no batch came for ``idle_s`` (a quiet moment),
 and every ``poll_s`` otherwise, for calls other processes on the same file committed.
+
+Its close waits for the fold in progress to end at its next chunk, at most ``stop_wait`` seconds
+(decision 0450): one still at work after that is named, and returned so the database's owner leaves its
+connection open.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+
+from triptych.core.partitions import STOP_WAIT
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +30,18 @@ class RollupFolder:
     """Runs ``fold(stop)`` in a background thread after ingest (see the module docstring)."""
 
     def __init__(
-        self, fold: Fold, pending_rows: int = 50_000, idle_s: float = 0.5, poll_s: float = 5.0
+        self,
+        fold: Fold,
+        pending_rows: int = 50_000,
+        idle_s: float = 0.5,
+        poll_s: float = 5.0,
+        stop_wait: float = STOP_WAIT,
     ) -> None:
         self._fold = fold
         self.pending_rows = pending_rows
         self.idle_s = idle_s
         self.poll_s = poll_s
+        self.stop_wait = stop_wait
         self._pending = 0  # calls committed by this process since the last fold began
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -77,10 +89,21 @@ class RollupFolder:
             except Exception:  # keep the thread alive: reads fold what is pending themselves
                 log.exception("metergraph rollups: fold failed")
 
-    def close(self) -> None:
-        """Stop the thread (a fold in progress finishes its chunk first)."""
+    def close(self) -> list[threading.Thread]:
+        """Stop the thread: a fold in progress finishes its chunk first, waited for up to ``stop_wait``
+        seconds. Returns the thread if it is still at work after the wait (normally nothing): its
+        connection must be left open, since it may be inside a query."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return []
+        thread.join(self.stop_wait)
+        if not thread.is_alive():
+            return []
+        log.warning(
+            "metergraph rollups: the fold in %s did not end within %.0f s of the close",
+            thread.name,
+            self.stop_wait,
+        )
+        return [thread]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -88,7 +89,7 @@ class Metergraph:
     webhooks: WebhookService
     control: ControlStores
     # The data directory's metergraph file (the embedded engine's calls; the metadata, workloads and
-    # import sync unless they are on PostgreSQL), closed last.
+    # import sync unless they are on PostgreSQL), closed once its background threads are stopped.
     sqlite: Database
 
     @classmethod
@@ -225,14 +226,22 @@ class Metergraph:
             db,
         )
 
-    def close(self) -> None:
+    def close(self) -> list[threading.Thread]:
+        """Stop the background work, then close the stores (decision 0420). The columns' catch-up and the
+        rollup fold read the metergraph file: each is waited for at most ``STOP_WAIT``, and one still at
+        work keeps its connection (decision 0450). Returns those threads, normally none."""
         self.analysis.close()  # first: a running analysis reads through both stores
-        if self.columns is not None:
-            self.columns.close()  # first: its catch-up thread reads through the store
+        # First too: the catch-up reads through the calls store.
+        busy = self.columns.close() if self.columns is not None else []
         self.webhooks.close()  # before the incidents' file it reads
         self.incidents.close()  # so does the detectors' ticker
         self.providers.close()
+        if isinstance(self.calls, SqliteCallStore):
+            busy += self.calls.stop()  # the rollup fold writes through the file
+        # The file's first close: the stores sharing it close it again, and every close leaves the
+        # connections of the threads still at work open (``Database.close``).
+        self.sqlite.close(spare=busy)
         self.calls.close()
         self.metadata.close()
         self.control.close()  # after the metadata store, which may use its database
-        self.sqlite.close()
+        return busy

@@ -106,8 +106,11 @@ class SqliteCallStore(SqliteTraceReads):
     def fold_in_background(self, stop: Callable[[], bool]) -> int:
         """The folder's fold: this process's batches in memory; and every pending call, read back, once
         the watermark has waited ``stuck_s`` seconds on calls no process folds (another process
-        stopped, calls from before a restart, a CLI import). Expired calls go once an hour."""
+        stopped, calls from before a restart, a CLI import). Expired calls go once an hour. Once ``stop``
+        says so, it ends at its next step: the store is closing."""
         done = self.rollups.fold(stop, own_only=True)
+        if stop():
+            return done
         pending = self.rollups.pending()
         watermark = self.rollups.watermark()
         now = time.monotonic()
@@ -118,14 +121,15 @@ class SqliteCallStore(SqliteTraceReads):
         elif now - self._stuck[1] >= self.stuck_s:
             done += self.rollups.fold(stop)
             self._stuck = None
-        if self.retention_days is not None and now - self._purged_at >= PURGE_EVERY_S:
-            self.purge_expired(datetime.now(UTC))
+        if self.retention_days is not None and now - self._purged_at >= PURGE_EVERY_S and not stop():
+            self.purge_expired(datetime.now(UTC), stop)
         return done
 
-    def purge_expired(self, now: datetime) -> int:
+    def purge_expired(self, now: datetime, stop: Callable[[], bool] = lambda: False) -> int:
         """Delete the calls older than the retention window, their content and their rollup rows, a chunk
         per transaction; returns how many calls went. The newest call (largest id) always stays: ids are
-        one more than the largest, so a later call can never take an id the rollups have folded."""
+        one more than the largest, so a later call can never take an id the rollups have folded. ``stop``
+        is asked between chunks (the rest, and the rollup rows, wait for the next purge)."""
         self._purged_at = time.monotonic()
         if self.retention_days is None:
             return 0
@@ -146,12 +150,19 @@ class SqliteCallStore(SqliteTraceReads):
                     for table, (width, _) in ROLLUPS.items():
                         conn.execute(f"DELETE FROM {table} WHERE (bucket + 1) * ? <= ?", (width, horizon))
             gone += len(ids)
-            if len(ids) < PURGE_CHUNK:
+            if len(ids) < PURGE_CHUNK or stop():
                 return gone
 
+    def stop(self) -> list[threading.Thread]:
+        """End the background fold (bounded, ``RollupFolder.close``); returns its thread if it is still at
+        work (normally nothing). ``close`` calls it; an owner closing the file's other stores calls it
+        first, to leave that thread's connection open (decision 0450)."""
+        return self.folder.close()
+
     def close(self) -> None:
-        self.folder.close()  # first: it writes through the database
-        self.db.close()
+        # First: the fold writes through the database. Still at work after the wait, it keeps its
+        # connection (closing one under a query crashes CPython's sqlite3, decision 0390).
+        self.db.close(spare=self.stop())
 
     # -- ingest ---------------------------------------------------------------------------------
 
