@@ -70,4 +70,14 @@ MIGRATIONS = [
     ALTER TABLE kb_chunks ADD COLUMN term_length REAL;
     CREATE INDEX kb_chunks_without_terms ON kb_chunks (workspace_id) WHERE term_length IS NULL;
     """,
+    # The BM25 statement reads indexes only (docs/decisions/0440): the workspace's chunk count and total
+    # length from its range of ``kb_chunks_by_workspace``, which carries ``term_length`` (not its wide
+    # heap rows); the postings' weight and length from the primary key. Each rebuild holds its table's
+    # lock for the migration's transaction (the scripts run in one).
+    """
+    DROP INDEX kb_chunks_by_workspace;
+    CREATE INDEX kb_chunks_by_workspace ON kb_chunks (workspace_id, id) INCLUDE (term_length);
+    ALTER TABLE kb_chunk_terms DROP CONSTRAINT kb_chunk_terms_pkey,
+        ADD CONSTRAINT kb_chunk_terms_pkey PRIMARY KEY (workspace_id, term, chunk_id) INCLUDE (weight, length);
+    """,
 ]

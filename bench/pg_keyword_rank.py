@@ -1,0 +1,281 @@
+"""PostgreSQL's BM25 statement (``pg_keywords.RANK``) before and after its covering indexes (decision 0440),
+in the same run over the same rows.
+
+``--workspaces`` workspaces of ``--chunks`` chunks in all (``index_budget``'s synthetic documents: 40 words
+from a Zipf vocabulary, random 384-d vectors), written by COPY into a database at the knowledge schema of
+version ``--before-version`` ("before"); a copy of it (``CREATE DATABASE ... TEMPLATE``) is migrated to the
+latest version ("after", the migration timed); both are vacuumed and analyzed, as a bulk load should end.
+No HNSW index: the statement does not read it. Then, on the same queries (three common words, as
+``index_budget``'s), alternating the two databases query by query:
+
+1. cold: the cluster restarted (shared buffers empty; the OS page cache is not dropped), every workspace
+   ranked once in each database (``--restarts`` times, a new query each time);
+2. warm: ``--queries`` rounds over every workspace.
+
+Per query: the server's execution time and buffers (``EXPLAIN (ANALYZE, BUFFERS, TIMING OFF)``: shared
+buffers hit and read, heap fetches of the index-only scans), and, warm, the client's round trip of
+``pg_keywords.rank`` itself. Medians; ratios after/before.
+
+    flock /tmp/triptych-bench.lock nice -n 5 .venv/bin/python bench/pg_keyword_rank.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import common
+import numpy as np
+import pg_rows
+from index_budget import KeptCluster, documents, vocabulary
+
+from triptych.core.keyword_index import K1, B
+from triptych.core.pg import PgDatabase
+from triptych.metronix import pg_keywords
+from triptych.metronix.knowledge_schema_pg import COMPONENT, MIGRATIONS
+
+sys.path.insert(0, str(common.REPO / "tests"))
+from postgres import PostgresCluster  # noqa: E402  (the tests' throwaway PostgreSQL)
+
+
+def build(url: str, args: argparse.Namespace) -> None:
+    """The rows and postings a write stores, by COPY into the schema of ``--before-version``."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    db = PgDatabase(url, min_size=1, max_size=1)
+    db.migrate(COMPONENT, MIGRATIONS[: args.before_version])
+    started = time.perf_counter()
+    with db.transaction() as conn:
+        restore = pg_rows.set_aside_term_indexes(conn)
+        seen: set[str] = set()
+        next_id = 1
+        with common.progress(total=args.chunks, desc="rows", unit="chunk") as bar:
+            for document in documents(args.workspaces, args.chunks, args.dim):
+                if document.workspace_id not in seen:
+                    seen.add(document.workspace_id)
+                    pg_rows.add_workspace(conn, document.workspace_id)
+                next_id = pg_rows.add_document_with_postings(conn, document, next_id)
+                bar.update(len(document.chunks))
+        pg_rows.finish_ids(conn)
+    with db.connection() as conn:
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        for statement in restore:
+            conn.execute(statement)
+    db.close()
+    common.log(f"rows, postings and their indexes in {time.perf_counter() - started:.0f} s")
+
+
+def vacuum(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE kb_chunks, kb_chunk_terms")
+
+
+def sizes(url: str) -> dict[str, float]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'public' AND c.relname LIKE 'kb_chunk%' ORDER BY 1"
+        ).fetchall()
+    return {str(name): round(int(size) / 2**20, 1) for name, size in rows}
+
+
+def nodes(plan: dict[str, Any]) -> Any:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from nodes(child)
+
+
+# main's statement before decision 0440: the same, its CTEs inlined by the planner.
+RANK_BEFORE = pg_keywords.RANK.replace(" MATERIALIZED", "")
+# Each in its own database (cold figures read its pages first): main's schema and statement; main's
+# schema with the CTEs computed once; both (the migrated copy).
+VARIANTS = {"before": RANK_BEFORE, "once": pg_keywords.RANK, "after": pg_keywords.RANK}
+
+
+def explain(conn: Any, statement: str, params: dict[str, Any]) -> dict[str, float]:
+    """One execution of the statement under EXPLAIN: its time and buffers."""
+    found = conn.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) " + statement, params
+    ).fetchone()[0][0]
+    top = found["Plan"]
+    return {
+        "ms": float(found["Execution Time"]),
+        "buffers": float(top["Shared Hit Blocks"] + top["Shared Read Blocks"]),
+        "read": float(top["Shared Read Blocks"]),
+        "heap_fetches": float(sum(n.get("Heap Fetches", 0) for n in nodes(top))),
+    }
+
+
+def parameters(workspace: str, query: str) -> dict[str, Any]:
+    """``pg_keywords.rank``'s parameters."""
+    terms = pg_keywords.query_stems(query)
+    return {"ws": workspace, "terms": terms, "k": 10, "k1": K1, "k1p": K1 + 1.0, "b": B}
+
+
+def median(rows: Sequence[dict[str, float]], key: str) -> float:
+    return round(statistics.median(r[key] for r in rows), 2)
+
+
+def summary(rows: Sequence[dict[str, float]]) -> dict[str, float]:
+    return {key: median(rows, key) for key in rows[0]} | {"max_ms": round(max(r["ms"] for r in rows), 2)}
+
+
+def rotated(names: list[str], i: int) -> list[str]:
+    return names[i % len(names) :] + names[: i % len(names)]
+
+
+def measure(urls: dict[str, str], cluster: KeptCluster, args: argparse.Namespace) -> dict[str, Any]:
+    """Cold, then warm, figures of every variant, the variants' order rotating query by query."""
+    import psycopg
+
+    rng = np.random.default_rng(11)
+    words = vocabulary()[:300]  # common words: every query has hits
+    order = [f"ws-{w:03d}" for w in range(args.workspaces)]
+    names = list(VARIANTS)
+    cold: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for restart in range(args.restarts):
+        cluster.stop()
+        cluster.start()
+        connections = {n: psycopg.connect(cluster.url(urls[n]), autocommit=True) for n in names}
+        try:
+            for i, workspace in enumerate(order):
+                params = parameters(workspace, " ".join(rng.choice(words, size=3)))
+                for name in rotated(names, i + restart):
+                    cold[name].append(explain(connections[name], VARIANTS[name], params))
+        finally:
+            for conn in connections.values():
+                conn.close()
+    warm: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    connections = {n: psycopg.connect(cluster.url(urls[n]), autocommit=True) for n in names}
+    timed = {n: psycopg.connect(cluster.url(urls[n]), autocommit=True) for n in names}
+    try:
+        queries = [" ".join(rng.choice(words, size=3)) for _ in range(args.queries)]
+        for name in names:  # the pages of every workspace and query, into shared buffers
+            for workspace in order:
+                for query in queries:
+                    explain(connections[name], VARIANTS[name], parameters(workspace, query))
+        for q, query in enumerate(queries):
+            for i, workspace in enumerate(order):
+                params = parameters(workspace, query)
+                for name in rotated(names, i + q):
+                    started = time.perf_counter()
+                    timed[name].execute(VARIANTS[name], params).fetchall()  # as pg_keywords.rank runs it
+                    client = (time.perf_counter() - started) * 1000
+                    warm[name].append(
+                        {**explain(connections[name], VARIANTS[name], params), "client_ms": client}
+                    )
+    finally:
+        for conn in [*connections.values(), *timed.values()]:
+            conn.close()
+    return {"cold": {n: summary(r) for n, r in cold.items()}, "warm": {n: summary(r) for n, r in warm.items()},
+            "samples": {"cold": len(cold["before"]), "warm": len(warm["before"])}}  # fmt: skip
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workspaces", type=int, default=10)
+    parser.add_argument("--chunks", type=int, default=100_000, help="chunks in all (split evenly)")
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=20, help="warm rounds over every workspace")
+    parser.add_argument("--restarts", type=int, default=5, help="cold rounds, each after a restart")
+    parser.add_argument(
+        "--before-version", type=int, default=3,
+        help="the knowledge schema's version of the 'before' database (3: the one before decision 0440)",
+    )  # fmt: skip
+    parser.add_argument("--pg-shared-buffers", default="1GB")
+    parser.add_argument(
+        "--pg-data", type=Path, default=None,
+        help="keep the PostgreSQL cluster in this directory and reuse its two databases when they are built",
+    )  # fmt: skip
+    parser.add_argument(
+        "--quick", action="store_true", help="4 workspaces, 8,000 chunks, 5 rounds, 2 restarts"
+    )
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.workspaces, args.chunks, args.queries, args.restarts = 4, 8000, 5, 2
+    return args
+
+
+def prepare(cluster: KeptCluster, args: argparse.Namespace) -> dict[str, Any]:
+    """The three databases (built once per shape with ``--pg-data``): "before" written at the old schema,
+    "once" a copy of it, "after" a copy migrated (timed); all vacuumed and analyzed."""
+    import psycopg
+
+    marker = cluster.root / "built.json"
+    shape = {
+        "workspaces": args.workspaces,
+        "chunks": args.chunks,
+        "dim": args.dim,
+        "before": args.before_version,
+    }
+    built: dict[str, Any] = json.loads(marker.read_text()) if marker.exists() else {}
+    if built.get("shape") == shape:
+        return built
+    before = cluster.create_database("before").rsplit("/", 1)[1]
+    build(cluster.url(before), args)
+    built = {"shape": shape, "before": before}
+    for name in ("once", "after"):
+        built[name] = before.replace("before", name, 1)
+        with psycopg.connect(cluster.url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{built[name]}" TEMPLATE "{before}" STRATEGY file_copy'.encode())
+    db = PgDatabase(cluster.url(built["after"]), min_size=1, max_size=1)
+    started = time.perf_counter()
+    applied = db.migrate(COMPONENT, MIGRATIONS)
+    built["migration_s"] = round(time.perf_counter() - started, 2)
+    db.close()
+    common.log(f"{applied} migration(s) on the copy in {built['migration_s']} s")
+    for name in VARIANTS:
+        vacuum(cluster.url(built[name]))
+    marker.write_text(json.dumps(built))
+    return built
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    facts = common.machine_facts()
+    root = args.pg_data.resolve() if args.pg_data else None
+    cluster = KeptCluster(shared_buffers=args.pg_shared_buffers, **({"root": root} if root else {}))
+    cluster.start()
+    try:
+        built = prepare(cluster, args)
+        relations = {name: sizes(cluster.url(built[name])) for name in ("before", "after")}
+        results = measure({name: built[name] for name in VARIANTS}, cluster, args)
+    finally:
+        if root:
+            cluster.stop()
+        else:
+            PostgresCluster.stop(cluster)
+    results.update({"relations_mb": relations, "migration_s": built["migration_s"]})
+    print(f"\n{args.chunks:,} chunks in {args.workspaces} workspaces; migration {built['migration_s']} s")
+    for phase in ("cold", "warm"):
+        figures = results[phase]
+        print(f"{phase} ({results['samples'][phase]} queries per variant; medians, max_ms the slowest)")
+        for key in figures["before"]:
+            cells = [f"{name} {figures[name][key]:>9}" for name in VARIANTS]
+            ratios = [f"{figures[name][key] / figures['before'][key]:.2f}x" if figures["before"][key] else "-"
+                      for name in list(VARIANTS)[1:]]  # fmt: skip
+            print(f"  {key:<13} {'  '.join(cells)}  ({', '.join(ratios)})")
+    print(json.dumps(relations))
+    out = args.out or Path(f"/tmp/triptych-bench/pg_keyword_rank-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    common.write_json(out, {"machine": facts, "args": vars(args), **results})
+    common.log(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
