@@ -1,20 +1,27 @@
-"""PostgreSQL's BM25 statement (``pg_keywords.RANK``) before and after its covering indexes (decision 0440),
-in the same run over the same rows.
+"""PostgreSQL's BM25 statement (``pg_keywords.RANK``) before and after decision 0440, in the same run over
+the same rows.
 
 ``--workspaces`` workspaces of ``--chunks`` chunks in all (``index_budget``'s synthetic documents: 40 words
 from a Zipf vocabulary, random 384-d vectors), written by COPY into a database at the knowledge schema of
-version ``--before-version`` ("before"); a copy of it (``CREATE DATABASE ... TEMPLATE``) is migrated to the
-latest version ("after", the migration timed); both are vacuumed and analyzed, as a bulk load should end.
-No HNSW index: the statement does not read it. Then, on the same queries (three common words, as
-``index_budget``'s), alternating the two databases query by query:
+version ``--before-version``; two copies of it (``CREATE DATABASE ... TEMPLATE``), one of them migrated to
+the latest version (the migration timed); all three vacuumed and analyzed, as a bulk load should end. No
+HNSW index: the statement does not read it. Three variants, each on its own database:
+
+- before: main's statement (its CTEs inlined) on the old schema;
+- once: the statement with its CTEs computed once (``MATERIALIZED``) on the old schema;
+- after: that statement on the migrated schema (covering indexes).
+
+On the same queries (three common words, as ``index_budget``'s), the variants' order rotating query by query:
 
 1. cold: the cluster restarted (shared buffers empty; the OS page cache is not dropped), every workspace
-   ranked once in each database (``--restarts`` times, a new query each time);
-2. warm: ``--queries`` rounds over every workspace.
+   ranked once by each variant (``--restarts`` times, a new query each time);
+2. warm: ``--queries`` rounds over every workspace;
+3. written: in copies of "before" and "after", ``--write-chunks`` chunks written into one workspace through
+   the write path, its warm figures before any vacuum (the visibility map not yet updated) and after one.
 
 Per query: the server's execution time and buffers (``EXPLAIN (ANALYZE, BUFFERS, TIMING OFF)``: shared
-buffers hit and read, heap fetches of the index-only scans), and, warm, the client's round trip of
-``pg_keywords.rank`` itself. Medians; ratios after/before.
+buffers hit and read, heap fetches of the index-only scans), and, warm, the client's round trip of the
+statement as ``pg_keywords.rank`` runs it. Medians (and the slowest); ratios against "before".
 
     flock /tmp/triptych-bench.lock nice -n 5 .venv/bin/python bench/pg_keyword_rank.py
 """
@@ -183,6 +190,55 @@ def measure(urls: dict[str, str], cluster: KeptCluster, args: argparse.Namespace
             "samples": {"cold": len(cold["before"]), "warm": len(warm["before"])}}  # fmt: skip
 
 
+def written(cluster: KeptCluster, built: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Phase 3, in copies of "before" and "after": ``--write-chunks`` new chunks in the first workspace
+    through the write path (rows without a length, then ``pg_keywords.write``: the length by UPDATE, the
+    postings by COPY), then its warm figures (RANK on "after", main's on "before") before any vacuum (what
+    the visibility map says until autovacuum comes) and after a VACUUM."""
+    import dataclasses
+
+    import psycopg
+
+    rng = np.random.default_rng(13)
+    words = vocabulary()[:300]
+    queries = [" ".join(rng.choice(words, size=3)) for _ in range(args.queries)]
+    copies = {"before": f"{built['before']}_w", "after": f"{built['after']}_w"}
+    statements = {"before": RANK_BEFORE, "after": pg_keywords.RANK}
+    with psycopg.connect(cluster.url(), autocommit=True) as conn:
+        for name, copy in copies.items():
+            conn.execute(f'DROP DATABASE IF EXISTS "{copy}"'.encode())
+            conn.execute(f'CREATE DATABASE "{copy}" TEMPLATE "{built[name]}" STRATEGY file_copy'.encode())
+    figures: dict[str, Any] = {}
+    try:
+        for copy in copies.values():
+            db = PgDatabase(cluster.url(copy), min_size=1, max_size=1)  # pgvector's type registered
+            with db.transaction() as conn:
+                for document in documents(1, args.write_chunks, args.dim):  # ws-000
+                    document = dataclasses.replace(document, doc_label=f"new-{document.doc_label}")
+                    pg_rows.add_document(conn, document)
+                    ids = conn.execute(
+                        "SELECT id FROM kb_chunks WHERE document_id = (SELECT max(id) FROM kb_documents) ORDER BY id"
+                    ).fetchall()
+                    pg_keywords.write(conn, document.workspace_id, [int(r[0]) for r in ids])
+            db.close()
+        for state in ("written", "vacuumed"):
+            if state == "vacuumed":
+                for copy in copies.values():
+                    vacuum(cluster.url(copy))
+            rows: dict[str, list[dict[str, float]]] = {name: [] for name in copies}
+            for name, copy in copies.items():
+                with psycopg.connect(cluster.url(copy), autocommit=True) as conn:
+                    for query in queries:  # warm-up
+                        explain(conn, statements[name], parameters("ws-000", query))
+                    rows[name] = [explain(conn, statements[name], parameters("ws-000", q)) for q in queries]
+            figures[state] = {name: summary(r) for name, r in rows.items()}
+    finally:
+        with psycopg.connect(cluster.url(), autocommit=True) as conn:
+            for copy in copies.values():
+                conn.execute(f'DROP DATABASE IF EXISTS "{copy}"'.encode())
+    return figures
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -192,6 +248,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=20, help="warm rounds over every workspace")
     parser.add_argument("--restarts", type=int, default=5, help="cold rounds, each after a restart")
+    parser.add_argument(
+        "--write-chunks", type=int, default=1000,
+        help="chunks written into one workspace (copies of the databases) for the figures before a vacuum",
+    )  # fmt: skip
     parser.add_argument(
         "--before-version", type=int, default=3,
         help="the knowledge schema's version of the 'before' database (3: the one before decision 0440)",
@@ -255,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         built = prepare(cluster, args)
         relations = {name: sizes(cluster.url(built[name])) for name in ("before", "after")}
         results = measure({name: built[name] for name in VARIANTS}, cluster, args)
+        results["written"] = written(cluster, built, args)
     finally:
         if root:
             cluster.stop()
@@ -270,6 +331,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             ratios = [f"{figures[name][key] / figures['before'][key]:.2f}x" if figures["before"][key] else "-"
                       for name in list(VARIANTS)[1:]]  # fmt: skip
             print(f"  {key:<13} {'  '.join(cells)}  ({', '.join(ratios)})")
+    for state, figures in results["written"].items():
+        print(f"{args.write_chunks} chunks written into ws-000, {state} (warm, {args.queries} queries)")
+        for key in figures["before"]:
+            before, after = figures["before"][key], figures["after"][key]
+            print(
+                f"  {key:<13} before {before:>9}  after {after:>9}  ({f'{after / before:.2f}x' if before else '-'})"
+            )
     print(json.dumps(relations))
     out = args.out or Path(f"/tmp/triptych-bench/pg_keyword_rank-{time.strftime('%Y%m%d-%H%M%S')}.json")
     common.write_json(out, {"machine": facts, "args": vars(args), **results})
