@@ -32,6 +32,7 @@ import argparse
 import json
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -271,6 +272,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def search_meanwhile(url: str, workspaces: int, done: threading.Event, waits: list[float]) -> None:
+    """BM25 searches one after another (main's statement, which both schemas answer) until ``done``: the
+    longest tells how long the migration kept readers out."""
+    import psycopg
+
+    rng = np.random.default_rng(17)
+    words = vocabulary()[:300]
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not done.is_set():
+            params = parameters(
+                f"ws-{int(rng.integers(0, workspaces)):03d}", " ".join(rng.choice(words, size=3))
+            )
+            started = time.perf_counter()
+            conn.execute(RANK_BEFORE, params).fetchall()
+            waits.append((time.perf_counter() - started) * 1000)
+
+
 def prepare(cluster: KeptCluster, args: argparse.Namespace) -> dict[str, Any]:
     """The three databases (built once per shape with ``--pg-data``): "before" written at the old schema,
     "once" a copy of it, "after" a copy migrated (timed); all vacuumed and analyzed."""
@@ -294,11 +312,24 @@ def prepare(cluster: KeptCluster, args: argparse.Namespace) -> dict[str, Any]:
         with psycopg.connect(cluster.url(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{built[name]}" TEMPLATE "{before}" STRATEGY file_copy'.encode())
     db = PgDatabase(cluster.url(built["after"]), min_size=1, max_size=1)
+    done = threading.Event()
+    waits: list[float] = []
+    reader = threading.Thread(
+        target=search_meanwhile, args=(cluster.url(built["after"]), args.workspaces, done, waits)
+    )
+    reader.start()
     started = time.perf_counter()
-    applied = db.migrate(COMPONENT, MIGRATIONS)
-    built["migration_s"] = round(time.perf_counter() - started, 2)
-    db.close()
-    common.log(f"{applied} migration(s) on the copy in {built['migration_s']} s")
+    try:
+        applied = db.migrate(COMPONENT, MIGRATIONS)
+    finally:
+        built["migration_s"] = round(time.perf_counter() - started, 2)
+        done.set()
+        reader.join()
+        db.close()
+    built["search_during_migration"] = {"searches": len(waits), "max_ms": round(max(waits, default=0.0), 1)}
+    common.log(
+        f"{applied} migration(s) on the copy in {built['migration_s']} s: {built['search_during_migration']}"
+    )
     for name in VARIANTS:
         vacuum(cluster.url(built[name]))
     marker.write_text(json.dumps(built))
@@ -321,8 +352,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster.stop()
         else:
             PostgresCluster.stop(cluster)
-    results.update({"relations_mb": relations, "migration_s": built["migration_s"]})
-    print(f"\n{args.chunks:,} chunks in {args.workspaces} workspaces; migration {built['migration_s']} s")
+    meanwhile = built["search_during_migration"]
+    results.update(
+        {"relations_mb": relations, "migration_s": built["migration_s"], "search_during_migration": meanwhile}
+    )
+    print(
+        f"\n{args.chunks:,} chunks in {args.workspaces} workspaces; migration {built['migration_s']} s, during which"
+        f" {meanwhile['searches']} searches, the longest {meanwhile['max_ms']} ms"
+    )
     for phase in ("cold", "warm"):
         figures = results[phase]
         print(f"{phase} ({results['samples'][phase]} queries per variant; medians, max_ms the slowest)")

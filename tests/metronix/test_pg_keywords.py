@@ -189,6 +189,15 @@ def test_the_covering_indexes_arrive_by_migration_over_a_previous_versions_datab
             by_workspace = conn.execute(
                 "SELECT pg_get_indexdef('kb_chunks_by_workspace'::regclass)"
             ).fetchone()
+            indexes = conn.execute(
+                "SELECT tablename, indexname FROM pg_indexes WHERE tablename IN ('kb_chunks', 'kb_chunk_terms')"
+                " ORDER BY 1, 2"
+            ).fetchall()
+        assert indexes == [  # the old ones replaced, none left beside them
+            ("kb_chunk_terms", "kb_chunk_terms_by_chunk"), ("kb_chunk_terms", "kb_chunk_terms_pkey"),
+            ("kb_chunks", "kb_chunks_by_document"), ("kb_chunks", "kb_chunks_by_workspace"),
+            ("kb_chunks", f"kb_chunks_hnsw_{DIM}"), ("kb_chunks", "kb_chunks_pkey"), ("kb_chunks", "kb_chunks_without_terms"),
+        ]  # fmt: skip
         assert one(key)[0].endswith("(workspace_id, term, chunk_id) INCLUDE (weight, length)")
         assert one(by_workspace)[0].endswith("(workspace_id, id) INCLUDE (term_length)")
         _same(_rankings(db), ranked_before)

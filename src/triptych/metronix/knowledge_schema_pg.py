@@ -72,12 +72,16 @@ MIGRATIONS = [
     """,
     # The BM25 statement reads indexes only (docs/decisions/0440): the workspace's chunk count and total
     # length from its range of ``kb_chunks_by_workspace``, which carries ``term_length`` (not its wide
-    # heap rows); the postings' weight and length from the primary key. Each rebuild holds its table's
-    # lock for the migration's transaction (the scripts run in one).
+    # heap rows); the postings' weight and length from the primary key. The scripts run in a transaction:
+    # the new indexes are built first, under locks that let searches read on (writes wait), and the old
+    # ones swapped out last, under the exclusive lock a drop takes, held only to the commit.
     """
+    CREATE INDEX kb_chunks_by_workspace_covering ON kb_chunks (workspace_id, id) INCLUDE (term_length);
+    CREATE UNIQUE INDEX kb_chunk_terms_covering ON kb_chunk_terms (workspace_id, term, chunk_id)
+        INCLUDE (weight, length);
     DROP INDEX kb_chunks_by_workspace;
-    CREATE INDEX kb_chunks_by_workspace ON kb_chunks (workspace_id, id) INCLUDE (term_length);
+    ALTER INDEX kb_chunks_by_workspace_covering RENAME TO kb_chunks_by_workspace;
     ALTER TABLE kb_chunk_terms DROP CONSTRAINT kb_chunk_terms_pkey,
-        ADD CONSTRAINT kb_chunk_terms_pkey PRIMARY KEY (workspace_id, term, chunk_id) INCLUDE (weight, length);
+        ADD CONSTRAINT kb_chunk_terms_pkey PRIMARY KEY USING INDEX kb_chunk_terms_covering;
     """,
 ]
