@@ -29,6 +29,7 @@ statement as ``pg_keywords.rank`` runs it. Medians (and the slowest); ratios aga
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -47,6 +48,7 @@ from triptych.core.keyword_index import K1, B
 from triptych.core.pg import PgDatabase
 from triptych.metronix import pg_keywords
 from triptych.metronix.knowledge_schema_pg import COMPONENT, MIGRATIONS
+from triptych.metronix.store import NewDocument
 
 sys.path.insert(0, str(common.REPO / "tests"))
 from postgres import PostgresCluster  # noqa: E402  (the tests' throwaway PostgreSQL)
@@ -196,8 +198,6 @@ def written(cluster: KeptCluster, built: dict[str, Any], args: argparse.Namespac
     through the write path (rows without a length, then ``pg_keywords.write``: the length by UPDATE, the
     postings by COPY), then its warm figures (RANK on "after", main's on "before") before any vacuum (what
     the visibility map says until autovacuum comes) and after a VACUUM."""
-    import dataclasses
-
     import psycopg
 
     rng = np.random.default_rng(13)
@@ -213,14 +213,8 @@ def written(cluster: KeptCluster, built: dict[str, Any], args: argparse.Namespac
     try:
         for copy in copies.values():
             db = PgDatabase(cluster.url(copy), min_size=1, max_size=1)  # pgvector's type registered
-            with db.transaction() as conn:
-                for document in documents(1, args.write_chunks, args.dim):  # ws-000
-                    document = dataclasses.replace(document, doc_label=f"new-{document.doc_label}")
-                    pg_rows.add_document(conn, document)
-                    ids = conn.execute(
-                        "SELECT id FROM kb_chunks WHERE document_id = (SELECT max(id) FROM kb_documents) ORDER BY id"
-                    ).fetchall()
-                    pg_keywords.write(conn, document.workspace_id, [int(r[0]) for r in ids])
+            for document in documents(1, args.write_chunks, args.dim):  # ws-000
+                write(db, dataclasses.replace(document, doc_label=f"new-{document.doc_label}"))
             db.close()
         for state in ("written", "vacuumed"):
             if state == "vacuumed":
@@ -272,21 +266,50 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def search_meanwhile(url: str, workspaces: int, done: threading.Event, waits: list[float]) -> None:
+def search_meanwhile(
+    url: str, workspaces: int, prepare: bool, done: threading.Event, waits: list[tuple[float, float]]
+) -> None:
     """BM25 searches one after another (main's statement, which both schemas answer) until ``done``: the
-    longest tells how long the migration kept readers out."""
+    longest tells how long the migration kept readers out. Prepared, a statement locks the postings
+    before the chunks; parsed afresh, the other way round."""
     import psycopg
 
     rng = np.random.default_rng(17)
     words = vocabulary()[:300]
     with psycopg.connect(url, autocommit=True) as conn:
         while not done.is_set():
-            params = parameters(
-                f"ws-{int(rng.integers(0, workspaces)):03d}", " ".join(rng.choice(words, size=3))
-            )
+            workspace = f"ws-{int(rng.integers(0, workspaces)):03d}"
+            params = parameters(workspace, " ".join(rng.choice(words, size=3)))
             started = time.perf_counter()
-            conn.execute(RANK_BEFORE, params).fetchall()
-            waits.append((time.perf_counter() - started) * 1000)
+            conn.execute(RANK_BEFORE, params, prepare=prepare).fetchall()
+            waits.append((started, (time.perf_counter() - started) * 1000))
+
+
+def write_meanwhile(
+    url: str, args: argparse.Namespace, done: threading.Event, waits: list[tuple[float, float]]
+) -> None:
+    """Documents of 20 chunks written one after another through the write path until ``done``."""
+    db = PgDatabase(url, min_size=1, max_size=1)
+    try:
+        for document in documents(args.workspaces, args.chunks, args.dim):
+            if done.is_set():
+                return
+            started = time.perf_counter()
+            write(db, dataclasses.replace(document, doc_label=f"meanwhile-{document.doc_label}"))
+            waits.append((started, (time.perf_counter() - started) * 1000))
+    finally:
+        db.close()
+
+
+def write(db: PgDatabase, document: NewDocument) -> None:
+    """One document as a write stores it: its rows without a length, then ``pg_keywords.write`` (the
+    lengths by UPDATE, the postings by COPY), in one transaction."""
+    with db.transaction() as conn:
+        pg_rows.add_document(conn, document)
+        ids = conn.execute(
+            "SELECT id FROM kb_chunks WHERE document_id = (SELECT max(id) FROM kb_documents) ORDER BY id"
+        ).fetchall()
+        pg_keywords.write(conn, document.workspace_id, [int(r[0]) for r in ids])
 
 
 def prepare(cluster: KeptCluster, args: argparse.Namespace) -> dict[str, Any]:
@@ -313,22 +336,45 @@ def prepare(cluster: KeptCluster, args: argparse.Namespace) -> dict[str, Any]:
             conn.execute(f'CREATE DATABASE "{built[name]}" TEMPLATE "{before}" STRATEGY file_copy'.encode())
     db = PgDatabase(cluster.url(built["after"]), min_size=1, max_size=1)
     done = threading.Event()
-    waits: list[float] = []
-    reader = threading.Thread(
-        target=search_meanwhile, args=(cluster.url(built["after"]), args.workspaces, done, waits)
-    )
-    reader.start()
+    waits: dict[str, list[tuple[float, float]]] = {
+        "prepared searches": [],
+        "parsed searches": [],
+        "writes": [],
+    }
+    url = cluster.url(built["after"])
+    threads = [
+        threading.Thread(
+            target=search_meanwhile, args=(url, args.workspaces, True, done, waits["prepared searches"])
+        ),
+        threading.Thread(
+            target=search_meanwhile, args=(url, args.workspaces, False, done, waits["parsed searches"])
+        ),
+        threading.Thread(target=write_meanwhile, args=(url, args, done, waits["writes"])),
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)  # all three under way
     started = time.perf_counter()
     try:
         applied = db.migrate(COMPONENT, MIGRATIONS)
     finally:
         built["migration_s"] = round(time.perf_counter() - started, 2)
         done.set()
-        reader.join()
+        for thread in threads:
+            thread.join()
         db.close()
-    built["search_during_migration"] = {"searches": len(waits), "max_ms": round(max(waits, default=0.0), 1)}
+    # the longest of those started in the second before the migration (the load alone), and of those
+    # that ended during it (started before or in it)
+    built["meanwhile"] = {
+        kind: {
+            "before_max_ms": round(max((ms for t, ms in seen if t + ms / 1000 < started), default=0.0), 1),
+            "during": sum(t + ms / 1000 >= started for t, ms in seen),
+            "during_max_ms": round(max((ms for t, ms in seen if t + ms / 1000 >= started), default=0.0), 1),
+        }
+        for kind, seen in waits.items()
+    }
     common.log(
-        f"{applied} migration(s) on the copy in {built['migration_s']} s: {built['search_during_migration']}"
+        f"{applied} migration(s) on the copy in {built['migration_s']} s; meanwhile {built['meanwhile']}"
     )
     for name in VARIANTS:
         vacuum(cluster.url(built[name]))
@@ -352,14 +398,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster.stop()
         else:
             PostgresCluster.stop(cluster)
-    meanwhile = built["search_during_migration"]
     results.update(
-        {"relations_mb": relations, "migration_s": built["migration_s"], "search_during_migration": meanwhile}
+        {"relations_mb": relations, "migration_s": built["migration_s"], "meanwhile": built["meanwhile"]}
     )
-    print(
-        f"\n{args.chunks:,} chunks in {args.workspaces} workspaces; migration {built['migration_s']} s, during which"
-        f" {meanwhile['searches']} searches, the longest {meanwhile['max_ms']} ms"
-    )
+    print(f"\n{args.chunks:,} chunks in {args.workspaces} workspaces; migration {built['migration_s']} s")
+    for kind, seen in built["meanwhile"].items():
+        print(
+            f"  {kind}: {seen['during']} ended during it, the longest {seen['during_max_ms']} ms"
+            f" (the second before it: {seen['before_max_ms']} ms)"
+        )
     for phase in ("cold", "warm"):
         figures = results[phase]
         print(f"{phase} ({results['samples'][phase]} queries per variant; medians, max_ms the slowest)")
