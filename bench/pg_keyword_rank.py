@@ -288,14 +288,18 @@ def search_meanwhile(
 def write_meanwhile(
     url: str, args: argparse.Namespace, done: threading.Event, waits: list[tuple[float, float]]
 ) -> None:
-    """Documents of 20 chunks written one after another through the write path until ``done``."""
+    """Documents of 20 chunks written one after another through the write path until ``done``, into a
+    workspace of their own (the figures' workspaces keep the rows the other variants have)."""
     db = PgDatabase(url, min_size=1, max_size=1)
+    with db.transaction() as conn:
+        pg_rows.add_workspace(conn, "meanwhile")
     try:
         for document in documents(args.workspaces, args.chunks, args.dim):
             if done.is_set():
                 return
             started = time.perf_counter()
-            write(db, dataclasses.replace(document, doc_label=f"meanwhile-{document.doc_label}"))
+            label = f"{document.workspace_id}-{document.doc_label}"
+            write(db, dataclasses.replace(document, workspace_id="meanwhile", doc_label=label))
             waits.append((started, (time.perf_counter() - started) * 1000))
     finally:
         db.close()
