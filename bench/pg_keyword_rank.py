@@ -211,11 +211,22 @@ def written(cluster: KeptCluster, built: dict[str, Any], args: argparse.Namespac
             conn.execute(f'CREATE DATABASE "{copy}" TEMPLATE "{built[name]}" STRATEGY file_copy'.encode())
     figures: dict[str, Any] = {}
     try:
-        for copy in copies.values():
-            db = PgDatabase(cluster.url(copy), min_size=1, max_size=1)  # pgvector's type registered
-            for document in documents(1, args.write_chunks, args.dim):  # ws-000
-                write(db, dataclasses.replace(document, doc_label=f"new-{document.doc_label}"))
-            db.close()
+        # pgvector's type registered on their connections
+        databases = {
+            name: PgDatabase(cluster.url(copy), min_size=1, max_size=1) for name, copy in copies.items()
+        }
+        write_ms: dict[str, list[float]] = {name: [] for name in copies}
+        try:
+            for i, document in enumerate(documents(1, args.write_chunks, args.dim)):  # ws-000
+                document = dataclasses.replace(document, doc_label=f"new-{document.doc_label}")
+                for name in rotated(list(copies), i):
+                    started = time.perf_counter()
+                    write(databases[name], document)
+                    write_ms[name].append((time.perf_counter() - started) * 1000)
+        finally:
+            for db in databases.values():
+                db.close()
+        figures["write_ms"] = {name: round(statistics.median(ms), 2) for name, ms in write_ms.items()}
         for state in ("written", "vacuumed"):
             if state == "vacuumed":
                 for copy in copies.values():
@@ -419,6 +430,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ratios = [f"{figures[name][key] / figures['before'][key]:.2f}x" if figures["before"][key] else "-"
                       for name in list(VARIANTS)[1:]]  # fmt: skip
             print(f"  {key:<13} {'  '.join(cells)}  ({', '.join(ratios)})")
+    written_ms = results["write_ms"] = results["written"].pop("write_ms")
+    print(
+        f"a document of 20 chunks written: before {written_ms['before']} ms, after {written_ms['after']} ms (median)"
+    )
     for state, figures in results["written"].items():
         print(f"{args.write_chunks} chunks written into ws-000, {state} (warm, {args.queries} queries)")
         for key in figures["before"]:
