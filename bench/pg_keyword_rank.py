@@ -42,7 +42,7 @@ from typing import Any
 import common
 import numpy as np
 import pg_rows
-from index_budget import KeptCluster, documents, vocabulary
+from index_budget import KeptCluster, copy_documents, documents, vocabulary
 
 from triptych.core.keyword_index import K1, B
 from triptych.core.pg import PgDatabase
@@ -65,16 +65,7 @@ def build(url: str, args: argparse.Namespace) -> None:
     started = time.perf_counter()
     with db.transaction() as conn:
         restore = pg_rows.set_aside_term_indexes(conn)
-        seen: set[str] = set()
-        next_id = 1
-        with common.progress(total=args.chunks, desc="rows", unit="chunk") as bar:
-            for document in documents(args.workspaces, args.chunks, args.dim):
-                if document.workspace_id not in seen:
-                    seen.add(document.workspace_id)
-                    pg_rows.add_workspace(conn, document.workspace_id)
-                next_id = pg_rows.add_document_with_postings(conn, document, next_id)
-                bar.update(len(document.chunks))
-        pg_rows.finish_ids(conn)
+        copy_documents(conn, args, "rows")
     with db.connection() as conn:
         conn.execute("SET maintenance_work_mem = '1GB'")
         for statement in restore:
