@@ -124,10 +124,9 @@ def test_the_bm25_statement_reads_only_indexes_of_vacuumed_data(
         assert [(n["Node Type"], n["Index Name"]) for n in scans["kb_chunk_terms"]] == [
             ("Index Only Scan", "kb_chunk_terms_pkey")
         ] * 2
-        assert all(n["Heap Fetches"] == 0 and n["Actual Loops"] == 1 for s in scans.values() for n in s), (
-            query
-        )
+        assert all(n["Heap Fetches"] == 0 for s in scans.values() for n in s), query
         # the counts and frequencies are computed once, whatever side of a join their rows end on
+        assert scans["kb_chunks"][0]["Actual Loops"] == 1, query
         ctes = [n for n in _nodes(plan) if n.get("Subplan Name", "").startswith("CTE ")]
         assert sorted((n["Subplan Name"], n["Actual Loops"]) for n in ctes) == [
             ("CTE df", 1),
