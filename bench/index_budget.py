@@ -130,6 +130,21 @@ def build_sqlite(path: Path, args: argparse.Namespace) -> None:
     store.close()
 
 
+def copy_documents(conn: Any, args: argparse.Namespace, desc: str) -> None:
+    """Inside a transaction: the workspaces, rows and BM25 postings of ``documents``, by COPY (the
+    postings table's indexes set aside by the caller)."""
+    seen: set[str] = set()
+    next_id = 1
+    with common.progress(total=args.chunks, desc=desc, unit="chunk") as bar:
+        for document in documents(args.workspaces, args.chunks, args.dim):
+            if document.workspace_id not in seen:
+                seen.add(document.workspace_id)
+                pg_rows.add_workspace(conn, document.workspace_id)
+            next_id = pg_rows.add_document_with_postings(conn, document, next_id)
+            bar.update(len(document.chunks))
+    pg_rows.finish_ids(conn)
+
+
 def build_postgres(url: str, args: argparse.Namespace) -> None:
     """The rows and BM25 postings ``put_document`` writes, loaded with COPY (the postings table's
     indexes put back after it), then one HNSW build with the graph in memory (``maintenance_work_mem``)
@@ -143,16 +158,7 @@ def build_postgres(url: str, args: argparse.Namespace) -> None:
     with store.db.transaction() as conn:
         conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(f"kb_chunks_hnsw_{args.dim}")))
         restore = pg_rows.set_aside_term_indexes(conn)
-        seen: set[str] = set()
-        next_id = 1
-        with common.progress(total=args.chunks, desc="postgres rows", unit="chunk") as bar:
-            for document in documents(args.workspaces, args.chunks, args.dim):
-                if document.workspace_id not in seen:
-                    seen.add(document.workspace_id)
-                    pg_rows.add_workspace(conn, document.workspace_id)
-                next_id = pg_rows.add_document_with_postings(conn, document, next_id)
-                bar.update(len(document.chunks))
-        pg_rows.finish_ids(conn)
+        copy_documents(conn, args, "postgres rows")
     common.log(f"rows and postings copied in {time.perf_counter() - started:.0f} s")
     started = time.perf_counter()
     with store.db.connection() as conn:

@@ -70,4 +70,22 @@ MIGRATIONS = [
     ALTER TABLE kb_chunks ADD COLUMN term_length REAL;
     CREATE INDEX kb_chunks_without_terms ON kb_chunks (workspace_id) WHERE term_length IS NULL;
     """,
+    # The BM25 statement reads indexes only (docs/decisions/0440): here the workspace's chunk count and
+    # total length, from its range of ``kb_chunks_by_workspace`` carrying ``term_length`` (not from its
+    # wide heap rows). The new index is built first, under a lock that lets searches read on (writes
+    # wait), and the old one dropped last, under the exclusive lock a drop takes, held only to the commit.
+    # One table per script: a search locks the two tables in either order (a prepared statement takes
+    # the postings first), so a script swapping both could deadlock with it.
+    """
+    CREATE INDEX kb_chunks_by_workspace_covering ON kb_chunks (workspace_id, id) INCLUDE (term_length);
+    DROP INDEX kb_chunks_by_workspace;
+    ALTER INDEX kb_chunks_by_workspace_covering RENAME TO kb_chunks_by_workspace;
+    """,
+    # The postings' weight and length from their primary key (0440), swapped in as the one above.
+    """
+    CREATE UNIQUE INDEX kb_chunk_terms_covering ON kb_chunk_terms (workspace_id, term, chunk_id)
+        INCLUDE (weight, length);
+    ALTER TABLE kb_chunk_terms DROP CONSTRAINT kb_chunk_terms_pkey,
+        ADD CONSTRAINT kb_chunk_terms_pkey PRIMARY KEY USING INDEX kb_chunk_terms_covering;
+    """,
 ]

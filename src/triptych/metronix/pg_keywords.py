@@ -32,12 +32,16 @@ Conn = Connection[TupleRow]
 Posting = tuple[int, str, float, float]  # chunk id, stem, weighted frequency, the chunk's length
 
 # One query: the workspace's counts, each query term's document frequency, and every matching chunk's
-# score, best first, ties by id (``KeywordIndex.search``'s order).
+# score, best first, ties by id (``KeywordIndex.search``'s order). Both scans read indexes only
+# (``kb_chunks_by_workspace`` carries ``term_length``, the postings' key their weight and length: decision
+# 0440). The two CTEs are computed once each (MATERIALIZED): inlined, the counts' aggregate could land on
+# the inner side of a nested loop over the postings when the planner expects few rows, and run again for
+# every posting (measured: 167 times, 334,000 buffers, at 8,000 chunks).
 RANK = """
-    WITH stats AS (
+    WITH stats AS MATERIALIZED (
         SELECT count(*)::float8 AS n, coalesce(sum(term_length), 0)::float8 AS total
         FROM kb_chunks WHERE workspace_id = %(ws)s
-    ), df AS (
+    ), df AS MATERIALIZED (
         SELECT term, count(*)::float8 AS matched FROM kb_chunk_terms
         WHERE workspace_id = %(ws)s AND term = ANY(%(terms)s) GROUP BY term
     )
