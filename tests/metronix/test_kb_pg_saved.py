@@ -181,3 +181,41 @@ def test_a_start_warms_workspaces_one_after_another_while_the_budget_has_room(
         assert _search(restarted, "ws-a")[1] == IN_PROCESS
     finally:
         restarted.store.close()
+
+
+def test_a_load_at_a_newer_generation_never_takes_the_saved_files_of_an_older_one(
+    service: KnowledgeService, budget: MemoryBudget, database_url: str, tmp_path: Path
+) -> None:
+    """The fingerprint a search read is kept for its generation: a load asked for a newer one (a start's
+    warm-up that read the workspaces after another worker's write) must not take files of the older
+    generation for the newer one, or the index serves without that write for as long as it stays."""
+    store = service.store
+    assert isinstance(store, PostgresKnowledgeStore)
+    _fill(service, "ws-a", 6)
+    _loaded(service, "ws-a")  # saved at this generation
+    store.index.forget("ws-a")
+    store.keywords.forget("ws-a")
+    assert _search(service, "ws-a")[1] == IN_PROCESS  # read back: the fingerprint of this generation kept
+    store.index.forget("ws-a")  # forgotten by the budget again
+    store.keywords.forget("ws-a")
+    other = _open(database_url, tmp_path / "metronix-vectors")
+    try:
+        other.store_document(LOCAL, "ws-a", "zebra zebra river lantern lantern", doc_label="new")
+    finally:
+        other.store.close()
+    generation = store._generation("ws-a")
+    with store.db.connection() as conn:
+        new = {
+            int(r[0])
+            for r in conn.execute(
+                "SELECT c.id FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+                " WHERE d.doc_label = 'new'"
+            ).fetchall()
+        }
+    store.warm()  # reads the generation after the write
+    store.index.preload("ws-a", generation)
+    cached = store.index.cached("ws-a")
+    assert cached is not None
+    assert cached[0] < generation or new <= set(cached[1])  # never labelled newer than its rows
+    found = store.keyword_candidates("ws-a", "zebra", 50, generation)
+    assert found.method == "sql" or new <= {chunk for chunk, _ in found.hits}
