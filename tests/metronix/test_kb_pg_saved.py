@@ -94,6 +94,17 @@ def _forget_all_but(budget: MemoryBudget, keep: str) -> None:
     budget.enforce(None)
 
 
+def _write_elsewhere(store: PostgresKnowledgeStore, database_url: str, tmp_path: Path) -> None:
+    """ws-a forgotten by this worker, then written to by another worker of this machine (same files)."""
+    store.index.forget("ws-a")
+    store.keywords.forget("ws-a")
+    other = _open(database_url, tmp_path / "metronix-vectors")
+    try:
+        other.store_document(LOCAL, "ws-a", "zebra zebra river lantern lantern", doc_label="new")
+    finally:
+        other.store.close()
+
+
 def test_a_forgotten_workspace_is_read_back_from_its_saved_files_and_a_write_elsewhere_makes_them_stale(
     service: KnowledgeService,
     budget: MemoryBudget,
@@ -121,13 +132,7 @@ def test_a_forgotten_workspace_is_read_back_from_its_saved_files_and_a_write_els
     assert (hits, how) == (expected, IN_PROCESS) and read == []  # mapped back, no row of it read
 
     # Another worker (of this machine: the same files) writes to ws-a: the files no longer match.
-    store.index.forget("ws-a")
-    store.keywords.forget("ws-a")
-    other = _open(database_url, tmp_path / "metronix-vectors")
-    try:
-        other.store_document(LOCAL, "ws-a", "zebra zebra river lantern lantern", doc_label="new")
-    finally:
-        other.store.close()
+    _write_elsewhere(store, database_url, tmp_path)
     hits, how = _search(service, "ws-a")
     assert how == ENGINE and hits[0] == "new"  # PostgreSQL answers, with the write in it
     # Asked for again, with room for it now: loaded from the database, write and all.
@@ -196,13 +201,7 @@ def test_a_load_at_a_newer_generation_never_takes_the_saved_files_of_an_older_on
     store.index.forget("ws-a")
     store.keywords.forget("ws-a")
     assert _search(service, "ws-a")[1] == IN_PROCESS  # read back: the fingerprint of this generation kept
-    store.index.forget("ws-a")  # forgotten by the budget again
-    store.keywords.forget("ws-a")
-    other = _open(database_url, tmp_path / "metronix-vectors")
-    try:
-        other.store_document(LOCAL, "ws-a", "zebra zebra river lantern lantern", doc_label="new")
-    finally:
-        other.store.close()
+    _write_elsewhere(store, database_url, tmp_path)  # forgotten by the budget again, then written to
     generation = store._generation("ws-a")
     with store.db.connection() as conn:
         new = {
