@@ -218,3 +218,41 @@ def test_a_load_at_a_newer_generation_never_takes_the_saved_files_of_an_older_on
     assert cached[0] < generation or new <= set(cached[1])  # never labelled newer than its rows
     found = store.keyword_candidates("ws-a", "zebra", 50, generation)
     assert found.method == "sql" or new <= {chunk for chunk, _ in found.hits}
+
+
+def test_a_mirror_read_back_from_before_a_re_embedding_is_never_caught_up_by_difference(
+    service: KnowledgeService, budget: MemoryBudget, database_url: str, tmp_path: Path
+) -> None:
+    """A search that read its generation before another worker's re-embedding committed may map back
+    files of that generation (saved later by a third party: here another worker's eviction). The mirror
+    then holds vectors from before the re-embedding, and its next catch-up must load it whole: by
+    difference (no id changed) it would serve the old vectors as current."""
+    store = service.store
+    assert isinstance(store, PostgresKnowledgeStore)
+    _fill(service, "ws-a", 6)
+    other = _open(database_url, tmp_path / "metronix-vectors")
+    try:
+        _loaded(other, "ws-a")
+        other.store_document(LOCAL, "ws-a", "zebra orbit meadow", doc_label="late")  # unsaved there
+        _loaded(service, "ws-a")  # loaded whole here, before the re-embedding
+        before = store._generation("ws-a")
+        with store.db.connection() as conn:
+            ids, matrix = store.vectors.copy(conn, "ws-a", after=0)
+        query = matrix[0]
+        other.store.replace_embeddings([(i, -vector) for i, vector in zip(ids, matrix, strict=True)])
+        after = store._generation("ws-a")
+        store.dense_candidates("ws-a", query, 3, after)  # caught up: loaded whole, its files saved
+        assert store.mirror.wait_ready("ws-a", timeout=60)
+        budget.limit = 1
+        budget.enforce(None)  # both workers forget ws-a; the other saves its copy, of ``before``
+    finally:
+        other.store.close()
+    budget.limit = None
+    stale = store.dense_candidates("ws-a", query, 3, before)  # read its generation before the re-embedding
+    assert stale.method in ("exact", "pgvector")
+    store.dense_candidates("ws-a", query, 3, after)
+    assert store.mirror.wait_ready("ws-a", timeout=60)
+    found = store.dense_candidates("ws-a", query, 3, after)
+    assert found.method == "pgvector" or [c for c, _ in found.hits] == [
+        c for c, _ in store.vectors.search("ws-a", query, 3)
+    ]
