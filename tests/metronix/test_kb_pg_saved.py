@@ -94,6 +94,17 @@ def _forget_all_but(budget: MemoryBudget, keep: str) -> None:
     budget.enforce(None)
 
 
+def _write_elsewhere(store: PostgresKnowledgeStore, database_url: str, tmp_path: Path) -> None:
+    """ws-a forgotten by this worker, then written to by another worker of this machine (same files)."""
+    store.index.forget("ws-a")
+    store.keywords.forget("ws-a")
+    other = _open(database_url, tmp_path / "metronix-vectors")
+    try:
+        other.store_document(LOCAL, "ws-a", "zebra zebra river lantern lantern", doc_label="new")
+    finally:
+        other.store.close()
+
+
 def test_a_forgotten_workspace_is_read_back_from_its_saved_files_and_a_write_elsewhere_makes_them_stale(
     service: KnowledgeService,
     budget: MemoryBudget,
@@ -121,13 +132,7 @@ def test_a_forgotten_workspace_is_read_back_from_its_saved_files_and_a_write_els
     assert (hits, how) == (expected, IN_PROCESS) and read == []  # mapped back, no row of it read
 
     # Another worker (of this machine: the same files) writes to ws-a: the files no longer match.
-    store.index.forget("ws-a")
-    store.keywords.forget("ws-a")
-    other = _open(database_url, tmp_path / "metronix-vectors")
-    try:
-        other.store_document(LOCAL, "ws-a", "zebra zebra river lantern lantern", doc_label="new")
-    finally:
-        other.store.close()
+    _write_elsewhere(store, database_url, tmp_path)
     hits, how = _search(service, "ws-a")
     assert how == ENGINE and hits[0] == "new"  # PostgreSQL answers, with the write in it
     # Asked for again, with room for it now: loaded from the database, write and all.
@@ -181,3 +186,73 @@ def test_a_start_warms_workspaces_one_after_another_while_the_budget_has_room(
         assert _search(restarted, "ws-a")[1] == IN_PROCESS
     finally:
         restarted.store.close()
+
+
+def test_a_load_at_a_newer_generation_never_takes_the_saved_files_of_an_older_one(
+    service: KnowledgeService, budget: MemoryBudget, database_url: str, tmp_path: Path
+) -> None:
+    """The fingerprint a search read is kept for its generation: a load asked for a newer one (a start's
+    warm-up that read the workspaces after another worker's write) must not take files of the older
+    generation for the newer one, or the index serves without that write for as long as it stays."""
+    store = service.store
+    assert isinstance(store, PostgresKnowledgeStore)
+    _fill(service, "ws-a", 6)
+    _loaded(service, "ws-a")  # saved at this generation
+    store.index.forget("ws-a")
+    store.keywords.forget("ws-a")
+    assert _search(service, "ws-a")[1] == IN_PROCESS  # read back: the fingerprint of this generation kept
+    _write_elsewhere(store, database_url, tmp_path)  # forgotten by the budget again, then written to
+    generation = store._generation("ws-a")
+    with store.db.connection() as conn:
+        new = {
+            int(r[0])
+            for r in conn.execute(
+                "SELECT c.id FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+                " WHERE d.doc_label = 'new'"
+            ).fetchall()
+        }
+    store.warm()  # reads the generation after the write
+    store.index.preload("ws-a", generation)
+    cached = store.index.cached("ws-a")
+    assert cached is not None
+    assert cached[0] < generation or new <= set(cached[1])  # never labelled newer than its rows
+    found = store.keyword_candidates("ws-a", "zebra", 50, generation)
+    assert found.method == "sql" or new <= {chunk for chunk, _ in found.hits}
+
+
+def test_a_mirror_read_back_from_before_a_re_embedding_is_never_caught_up_by_difference(
+    service: KnowledgeService, budget: MemoryBudget, database_url: str, tmp_path: Path
+) -> None:
+    """A search that read its generation before another worker's re-embedding committed may map back
+    files of that generation (saved later by a third party: here another worker's eviction). The mirror
+    then holds vectors from before the re-embedding, and its next catch-up must load it whole: by
+    difference (no id changed) it would serve the old vectors as current."""
+    store = service.store
+    assert isinstance(store, PostgresKnowledgeStore)
+    _fill(service, "ws-a", 6)
+    other = _open(database_url, tmp_path / "metronix-vectors")
+    try:
+        _loaded(other, "ws-a")
+        other.store_document(LOCAL, "ws-a", "zebra orbit meadow", doc_label="late")  # unsaved there
+        _loaded(service, "ws-a")  # loaded whole here, before the re-embedding
+        before = store._generation("ws-a")
+        with store.db.connection() as conn:
+            ids, matrix = store.vectors.copy(conn, "ws-a", after=0)
+        query = matrix[0]
+        other.store.replace_embeddings([(i, -vector) for i, vector in zip(ids, matrix, strict=True)])
+        after = store._generation("ws-a")
+        store.dense_candidates("ws-a", query, 3, after)  # caught up: loaded whole, its files saved
+        assert store.mirror.wait_ready("ws-a", timeout=60)
+        budget.limit = 1
+        budget.enforce(None)  # both workers forget ws-a; the other saves its copy, of ``before``
+    finally:
+        other.store.close()
+    budget.limit = None
+    stale = store.dense_candidates("ws-a", query, 3, before)  # read its generation before the re-embedding
+    assert stale.method in ("exact", "pgvector")
+    store.dense_candidates("ws-a", query, 3, after)
+    assert store.mirror.wait_ready("ws-a", timeout=60)
+    found = store.dense_candidates("ws-a", query, 3, after)
+    assert found.method == "pgvector" or [c for c, _ in found.hits] == [
+        c for c, _ in store.vectors.search("ws-a", query, 3)
+    ]

@@ -286,7 +286,9 @@ class KeywordIndex(PartitionCache[_Partition]):
 
     def _load(self, key: str, generation: int) -> _Partition:
         saved = self._read(key)
-        if saved is not None:
+        # A file older than the generation asked for is of no use (server mode's fingerprint may be the one
+        # kept for an older search's generation: pg_saved.SavedExtents).
+        if saved is not None and saved[1].generation >= generation:
             flat, fingerprint = saved
             # A saved file is exactly as of its own generation, which may be newer than the one asked for.
             part = unpacked(flat, max(generation, fingerprint.generation))

@@ -347,7 +347,7 @@ class VectorIndex(PartitionCache[_Partition]):
 
     def _fetch(self, key: str, generation: int) -> _Partition:
         part = self._saved(key)
-        if part is not None:
+        if part is not None and part.generation >= generation:  # never older than asked (as KeywordIndex)
             # A saved file is exactly as of its own generation, which may be newer than the one asked for.
             part.generation = max(generation, part.generation)
             return part

@@ -37,7 +37,10 @@ class VectorMirror:
         saved = VectorFiles(files) if files is not None and describe is not None else None
         self.index = VectorIndex(vectors.dim, self.load, saved, describe if saved is not None else None)
         self._refreshing: dict[str, threading.Thread] = {}
-        self._epochs: dict[str, str] = {}  # per mirrored workspace: the re-embedding it was loaded after
+        # Per mirrored workspace: the re-embedding it was last loaded whole after, and at which generation.
+        # A partition older than that load (read back from files a stale search matched) may predate the
+        # re-embedding, so only one as new is caught up by difference.
+        self._epochs: dict[str, tuple[str, int]] = {}
         self._lock = threading.Lock()
         self._closed = False  # ``close`` began: no refresh starts
 
@@ -98,7 +101,10 @@ class VectorMirror:
                     (workspace_id,),
                 ).fetchone()
                 generation, epoch = int(one(state)[0] or 0), str(one(state)[1] or "")
-                whole = cached is None or not cached[1] or self._epochs.get(workspace_id) != epoch
+                loaded = self._epochs.get(workspace_id)
+                whole = not (
+                    cached and cached[1] and loaded and loaded[0] == epoch and cached[0] >= loaded[1]
+                )
                 if cached is not None and not whole:
                     # Within a workspace chunk ids grow in commit order (its writes hold the workspace
                     # row while they take ids), so what is new since the cached generation is above
@@ -113,7 +119,7 @@ class VectorMirror:
                 if whole or cached is None:
                     ids, matrix = self.vectors.copy(conn, workspace_id, after=0)
                     self.index.install(workspace_id, generation, ids, matrix)
-                    self._epochs[workspace_id] = epoch
+                    self._epochs[workspace_id] = (epoch, generation)
                     whole = True
                 else:
                     new_ids, matrix = self.vectors.copy(conn, workspace_id, after=top)
