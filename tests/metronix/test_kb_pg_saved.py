@@ -6,6 +6,7 @@ loads one workspace after another while the budget has room, and no further."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from triptych.core.partitions import MemoryBudget
 from triptych.core.pg import PgDatabase
 from triptych.core.vector_files import VectorFiles
 from triptych.metronix.knowledge import KnowledgeService
+from triptych.metronix.memory_store import PostgresMemoryStore
+from triptych.metronix.migrate import migrate_to_embedded
 from triptych.metronix.pg_store import PostgresKnowledgeStore
 
 pytestmark = pytest.mark.engines("postgresql")
@@ -156,8 +159,12 @@ def test_the_saved_files_of_one_database_are_never_read_for_another(
     store.close()
     # The same data directory pointed at another database whose workspace looks alike (same generation,
     # count and ids): here the same database under another id, as a restore into a new cluster gives.
-    with PgDatabase(database_url, max_size=1).transaction() as conn:
-        conn.execute("UPDATE kb_meta SET value = 'another' WHERE key = 'instance'")
+    db = PgDatabase(database_url, max_size=1)
+    try:
+        with db.transaction() as conn:
+            conn.execute("UPDATE kb_meta SET value = 'another' WHERE key = 'instance'")
+    finally:
+        db.close()
     reopened = _open(database_url, tmp_path / "metronix-vectors")
     try:
         hits, how = _search(reopened, "ws-a")
@@ -256,3 +263,23 @@ def test_a_mirror_read_back_from_before_a_re_embedding_is_never_caught_up_by_dif
     assert found.method == "pgvector" or [c for c, _ in found.hits] == [
         c for c, _ in store.vectors.search("ws-a", query, 3)
     ]
+
+
+def test_a_copy_to_the_embedded_engine_leaves_the_database_id_behind(
+    service: KnowledgeService, tmp_path: Path, database_url: str
+) -> None:
+    """``triptych migrate --from`` copies ``kb_meta`` but not ``instance``: taken back to PostgreSQL the
+    copy is another database, and its workers' files are never mistaken for the first one's."""
+    _fill(service, "ws-a", 2)
+    db = PgDatabase(database_url, max_size=1)
+    try:
+        PostgresMemoryStore(db, DIM).close()  # agent memory's tables, which a copy reads too
+        with db.connection() as conn:
+            assert conn.execute("SELECT value FROM kb_meta WHERE key = 'instance'").fetchone() is not None
+    finally:
+        db.close()
+    copied = migrate_to_embedded(database_url, tmp_path / "embedded", lambda table, total: lambda n: None)
+    assert copied.rows["documents"] == 2
+    with sqlite3.connect(tmp_path / "embedded" / "metronix.db") as db:
+        keys = {str(r[0]) for r in db.execute("SELECT key FROM meta")}
+    assert "instance" not in keys and "embedding_model" in keys
