@@ -247,7 +247,9 @@ class PostgresKnowledgeStore(KnowledgeQueries):
                 return
             self.keywords.preload(key, int(generation))  # from its saved file when that matches
             if self._use_mirror and not self.index.adopt_saved(key):
-                self.mirror.refresh(key)
+                # Through the mirror's own thread, so a search's admission and the close see it.
+                self.mirror.refresh_in_background(key)
+                self.mirror.finish(key)
 
     def vector_search(
         self, workspace_id: str, query: Vector, limit: int, generation: int | None = None

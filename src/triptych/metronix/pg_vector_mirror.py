@@ -56,37 +56,50 @@ class VectorMirror:
 
     def admit(self, workspace_id: str) -> bool:
         """Whether to load the workspace's mirror, not resident (``MemoryBudget.admit``; the load's end
-        is reported by ``refresh``): no while it is loading already."""
+        is reported when its thread ends): no while it is loading already."""
         with self._lock:
-            running = self._refreshing.get(workspace_id)
-            if running is not None and running.is_alive():
+            if workspace_id in self._refreshing:
                 return False
         return self.index.admit(workspace_id)
 
     def refresh_in_background(self, workspace_id: str) -> None:
-        """Load the workspace's mirror off the request path, once at a time per workspace."""
+        """Load the workspace's mirror off the request path, once at a time per workspace. A thread is in
+        ``_refreshing`` from before it starts until it has reported its load's end (``_refresh_thread``),
+        so an admission made meanwhile is ended by it, never left to ``LOAD_HOLD``."""
         with self._lock:
-            running = self._refreshing.get(workspace_id)
-            if self._closed or (running is not None and running.is_alive()):
-                if self._closed:
-                    self.index.loaded(workspace_id)
+            if self._closed:
+                self.index.loaded(workspace_id)
+                return
+            if workspace_id in self._refreshing:
                 return
             thread = threading.Thread(
-                target=self.refresh, args=(workspace_id,), name=f"kb-mirror-{workspace_id}", daemon=True
+                target=self._refresh_thread,
+                args=(workspace_id,),
+                name=f"kb-mirror-{workspace_id}",
+                daemon=True,
             )
             self._refreshing[workspace_id] = thread
-            thread.start()  # inside the lock: a caller in between would see it not alive and start another
+            thread.start()
 
-    def refresh(self, workspace_id: str) -> None:
-        """Bring the mirror up to the database: by difference when one is cached and no re-embedding
-        happened since (another worker's writes then cost a read of the workspace's ids and of the new
-        vectors, and the graph is patched, not rebuilt), else by loading the workspace whole."""
+    def _refresh_thread(self, workspace_id: str) -> None:
         try:
             self._refresh(workspace_id)
         finally:
-            self.index.loaded(workspace_id)  # an admitted load is over, whatever became of it
+            with self._lock:
+                self._refreshing.pop(workspace_id, None)
+                self.index.loaded(workspace_id)
+
+    def finish(self, workspace_id: str) -> None:
+        """Wait for the workspace's background refresh, if one runs (a start's warm-up: one at a time)."""
+        with self._lock:
+            running = self._refreshing.get(workspace_id)
+        if running is not None:
+            running.join()
 
     def _refresh(self, workspace_id: str) -> None:
+        """Bring the mirror up to the database: by difference when one is cached and no re-embedding
+        happened since (another worker's writes then cost a read of the workspace's ids and of the new
+        vectors, and the graph is patched, not rebuilt), else by loading the workspace whole."""
         if self._closed:
             return
         cached = self.index.cached(workspace_id)
