@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 from triptych.core.keyword_files import KeywordFingerprint
 from triptych.core.pg import PgDatabase, one
@@ -63,20 +64,34 @@ class SavedExtents:
         with self._lock:
             self._seen[workspace_id] = generation
 
-    def extent(self, workspace_id: str) -> Extent:
-        with self._lock:
-            known = self._extents.get(workspace_id)
-            if known is not None and known[2] == self._seen.get(workspace_id):
-                return known
+    def read(self, workspace_id: str) -> int:
+        """The workspace's generation, read with the rest of its extent in one statement, which is kept
+        for the check of its saved files that follows (a search of a workspace the worker does not hold:
+        one round trip instead of two)."""
         with self.db.connection() as conn:
-            row = one(conn.execute(EXTENT, {"ws": workspace_id}).fetchone())
-        found: Extent = (
+            found = self._found(one(conn.execute(EXTENT, {"ws": workspace_id}).fetchone()))
+        with self._lock:
+            self._extents[workspace_id] = found
+            self._seen[workspace_id] = found[2]
+        return found[2]
+
+    @staticmethod
+    def _found(row: Any) -> Extent:
+        return (
             None if row[0] is None else str(row[0]),
             int(row[1] or 0),
             int(row[2] or 0),
             int(row[3]),
             int(row[4]),
         )
+
+    def extent(self, workspace_id: str) -> Extent:
+        with self._lock:
+            known = self._extents.get(workspace_id)
+            if known is not None and known[2] == self._seen.get(workspace_id):
+                return known
+        with self.db.connection() as conn:
+            found = self._found(one(conn.execute(EXTENT, {"ws": workspace_id}).fetchone()))
         with self._lock:
             self._extents[workspace_id] = found
         return found

@@ -108,6 +108,7 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         self.vectors.ensure_index()
         self.extents = SavedExtents(db)
         files = saved_dir(saved, db) if saved is not None and mirror else None
+        self._files = files
         self.keywords = KeywordIndex(
             self._load_keyword_documents,
             idf="smooth",
@@ -206,6 +207,15 @@ class PostgresKnowledgeStore(KnowledgeQueries):
                 self.keywords.load_in_background(workspace_id, generation)
             return Candidates(pg_keywords.rank(self.db, workspace_id, query, limit), "sql")
         return bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
+
+    def generation(self, workspace_id: str) -> int:
+        """The workspace's write count. For a workspace this worker does not hold (with saved files to
+        check), read with its extent in the same statement (``SavedExtents.read``)."""
+        if self._files is None or (
+            self.index.resident(workspace_id) and self.keywords.resident(workspace_id)
+        ):
+            return self._generation(workspace_id)
+        return self.extents.read(workspace_id)
 
     def _postings_ready(self, workspace_id: str) -> bool:
         """Whether the workspace's postings are all stored; once they are, every write keeps them, so a
