@@ -165,3 +165,14 @@ def test_a_file_with_an_unpadded_header_is_read_as_a_copy(tmp_path: Path) -> Non
     saved = files.load_columns("p", fingerprint)
     assert saved is not None and not saved.aligned
     assert saved.ids == IDS and np.array_equal(saved.columns, columns) and saved.columns.flags.aligned
+
+
+def test_a_file_this_process_saved_is_known_good_until_it_changes(tmp_path: Path) -> None:
+    """Its identity after the rename is ``VERIFIED`` (a server-mode worker reads back at once what its
+    budget saved, decision 0236): the first read checks sizes only. A change in place still moves it."""
+    files, fingerprint, _ = _saved(tmp_path)
+    path = files.columns_path("p")
+    assert _identity(path) in VERIFIED
+    os.utime(path, ns=(10**18, 10**18))  # touched: a new identity, checked in full again
+    assert _identity(path) not in VERIFIED
+    assert files.load_columns("p", fingerprint) is not None and _identity(path) in VERIFIED

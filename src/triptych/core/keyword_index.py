@@ -286,7 +286,9 @@ class KeywordIndex(PartitionCache[_Partition]):
 
     def _load(self, key: str, generation: int) -> _Partition:
         saved = self._read(key)
-        if saved is not None:
+        # A file older than the generation asked for is of no use (server mode's fingerprint may be the one
+        # kept for an older search's generation: pg_saved.SavedExtents).
+        if saved is not None and saved[1].generation >= generation:
             flat, fingerprint = saved
             # A saved file is exactly as of its own generation, which may be newer than the one asked for.
             part = unpacked(flat, max(generation, fingerprint.generation))
@@ -308,6 +310,14 @@ class KeywordIndex(PartitionCache[_Partition]):
         self._check_stop()
         if self._save(key, part):
             part.saved = part.generation
+        return part
+
+    def _saved(self, key: str) -> _Partition | None:
+        saved = self._read(key)
+        if saved is None:
+            return None
+        part = unpacked(saved[0], saved[1].generation)
+        part.saved = part.generation
         return part
 
     def _read(self, key: str) -> tuple[Packed, KeywordFingerprint] | None:

@@ -57,6 +57,7 @@ class MemoryBudget:
         # Partitions asked for while not resident, and when (the last ``ASKED_KEEP``): ``admit``'s memory.
         self._asked: OrderedDict[tuple[int, str], float] = OrderedDict()
         self._sizes: OrderedDict[tuple[int, str], int] = OrderedDict()  # of partitions forgotten, as measured
+        self._loads: dict[tuple[int, str], float] = {}  # loads ``admit`` let start, and when
         self._serials = itertools.count(1)
         self._gone: list[int] = []  # serials of caches collected since the last purge
         self._pending = False  # a round stopped at a busy cache: the next use of a partition enforces
@@ -118,13 +119,22 @@ class MemoryBudget:
                 self._total -= old[1]
 
     def admit(self, serial: int, key: str) -> bool:
-        """Whether a partition asked for while not resident should be loaded, where the engine can answer
-        without it (server mode: pgvector, BM25 in SQL). Yes when there is room for it (its size when it
-        was last forgotten; unknown, any room at all), or when it was asked for
-        before more recently than the least recently used resident partition was used (it is the hotter
-        of the two, as LRU-2 counts). A workspace searched once in a while is then answered by the engine
-        and evicts nothing: a scan over more workspaces than the budget holds leaves the resident ones
-        resident instead of loading each one in turn to forget it before its next search."""
+        """Whether a partition asked for while not resident should be loaded now, where the engine can
+        answer without it (server mode: pgvector, BM25 in SQL). A load costs the worker seconds of CPU (a
+        copy of the partition and an index build) on the cores its searches need, so it has to pay back:
+
+        - one partition key's loads at a time in the process (a key's vectors and keywords together):
+          another key asked for meanwhile is answered by the engine, and asked again later;
+        - under a limit, only a partition asked for before (``ASKED_KEEP`` remembered), and then only
+          when there is room for it (its size when last forgotten, else the size of its cache's resident
+          partitions on average, counting the loads in flight) or when that earlier ask is more recent
+          than the least recently used resident partition's last use (it is the hotter of the two, as
+          LRU-2 counts).
+
+        A workspace searched once in a while is answered by the engine and evicts nothing, and a scan
+        over more workspaces than the budget holds leaves the resident ones resident instead of loading
+        each in turn to forget it before its next search (docs/decisions/0236). ``loaded`` ends the
+        admitted load; one never ended counts as over after ``LOAD_HOLD`` seconds."""
         with self._lock:
             now = time.monotonic()
             entry = (serial, key)
@@ -132,12 +142,41 @@ class MemoryBudget:
             self._asked[entry] = now
             while len(self._asked) > ASKED_KEEP:
                 self._asked.popitem(last=False)
-            if self.limit is None or not self._order:
-                return True
-            if self._total + self._sizes.get(entry, 0) <= self.limit:
-                return True  # room for it as it was when last forgotten (unknown: room if any is left)
-            coldest = self._used.get(next(iter(self._order)), now)
-            return before is not None and before > coldest
+            for held in [e for e, t in self._loads.items() if now - t >= LOAD_HOLD]:
+                del self._loads[held]
+            if any(held[1] != key for held in self._loads):
+                return False
+            if self.limit is not None and self._order:
+                if before is None:
+                    return False
+                if not self._room(entry) and before <= self._used.get(next(iter(self._order)), now):
+                    return False
+            self._loads[entry] = now
+            return True
+
+    def _room(self, entry: tuple[int, str]) -> bool:
+        """Whether ``entry``'s partition would fit beside the resident ones and the loads in flight
+        (under the lock)."""
+        assert self.limit is not None
+        same = [nbytes for (serial, _), (_, nbytes) in self._order.items() if serial == entry[0]]
+        typical = sum(same) // len(same) if same else 0
+
+        def size(e: tuple[int, str]) -> int:
+            return self._sizes.get(e, typical if e[0] == entry[0] else 0)
+
+        pending = sum(size(e) for e in self._loads if e != entry and e not in self._order)
+        return self._total + pending + size(entry) <= self.limit
+
+    def room(self, serial: int, key: str) -> bool:
+        """Whether ``key``'s partition would fit now (always, without a limit): a start's warm-up loads
+        partitions while this holds, and leaves the rest to ``admit``."""
+        with self._lock:
+            return self.limit is None or self._room((serial, key))
+
+    def loaded(self, serial: int, key: str) -> None:
+        """An admitted load of ``key``'s partition ended (installed, failed or given up)."""
+        with self._lock:
+            self._loads.pop((serial, key), None)
 
     def enforce(self, protect: tuple[int, str] | None) -> None:
         """Forget least recently used partitions until the total is under the limit, never ``protect``
@@ -209,6 +248,7 @@ class MemoryBudget:
 
 
 ASKED_KEEP = 10_000  # partitions ``admit`` remembers being asked for
+LOAD_HOLD = 120.0  # seconds after which an admitted load never reported ``loaded`` stops counting
 _BUSY: Final = object()  # ``_evict``'s answer when the cache's lock is held elsewhere
 
 # The process's accountant: every cache joins it unless given another (tests give their own).
@@ -379,7 +419,30 @@ class PartitionCache(Generic[P]):
         return self._load(key, generation)
 
     def _adopted(self, key: str, part: P) -> None:
-        """Called under the lock when ``load_in_background`` installs ``part``."""
+        """Called under the lock when ``load_in_background`` (or ``adopt_saved``) installs ``part``."""
+
+    def _saved(self, key: str) -> P | None:
+        """The partition from files this cache saved, if they match the database now (default: none)."""
+        return None
+
+    def adopt_saved(self, key: str) -> bool:
+        """Install ``key``'s partition from its saved files if they match the database now (a read of
+        its fingerprint, then a mapping: no database rows), and say whether it did. Server mode answers a
+        workspace the budget forgot this way, as the embedded engine does, when no other worker wrote to
+        it since; else the engine answers (docs/decisions/0236)."""
+        try:
+            part = self._saved(key)
+        except Stopped:
+            return False
+        if part is None:
+            return False
+        with self._lock:
+            cached = self._parts.get(key)
+            if cached is None or cached.generation < part.generation:
+                self._install(key, part)
+                self._adopted(key, part)
+        self._within_budget(key)
+        return True
 
     def current(self, key: str, generation: int) -> bool:
         """Whether the partition is cached as of ``generation`` or later: a search then waits for no load.
@@ -393,9 +456,9 @@ class PartitionCache(Generic[P]):
     def load_in_background(self, key: str, generation: int) -> None:
         """``preload`` in a thread of its own: searches meanwhile answer without the partition. The key
         is marked loading before the thread starts, so ``await_load`` right after this waits for it."""
-        if self._claim(key, generation) and not self._spawn(
-            lambda: self._load_claimed(key, generation), f"load-{key}"
-        ):
+        if not self._claim(key, generation):
+            self.loaded(key)  # loaded already, or stopped: nothing to wait for
+        elif not self._spawn(lambda: self._load_claimed(key, generation), f"load-{key}"):
             self._unclaim(key)  # stopped in between
 
     def preload(self, key: str, generation: int) -> None:
@@ -418,6 +481,7 @@ class PartitionCache(Generic[P]):
         with self._lock:
             self._loading.discard(key)
             self._loaded.notify_all()
+        self.loaded(key)
 
     def _load_claimed(self, key: str, generation: int) -> None:
         """Load a claimed partition as work of this cache: ``stop`` waits for it, and once stopped it
@@ -521,8 +585,20 @@ class PartitionCache(Generic[P]):
 
     def admit(self, key: str) -> bool:
         """Whether to load ``key``'s partition, not resident, that an engine could answer for instead
-        (``MemoryBudget.admit``); always, for a cache outside the budget."""
-        return self._budget is None or self._budget.admit(self._serial, key)
+        (``MemoryBudget.admit``; its load then ends with ``loaded``): no while it is loading already;
+        always, for a cache outside the budget."""
+        if self._budget is None:
+            return True
+        return key not in self._loading and self._budget.admit(self._serial, key)
+
+    def room(self, key: str) -> bool:
+        """Whether ``key``'s partition would fit in the budget now (``MemoryBudget.room``)."""
+        return self._budget is None or self._budget.room(self._serial, key)
+
+    def loaded(self, key: str) -> None:
+        """A load of ``key``'s partition ended, whether ``admit`` let it start or not."""
+        if self._budget is not None:
+            self._budget.loaded(self._serial, key)
 
 
 class WriteGate:

@@ -247,6 +247,30 @@ def _positions(part: _Partition) -> dict[int, int]:
 DenseMethod = Literal["hnsw", "exact", "none"]
 
 
+def _save_columns(
+    files: VectorFiles | None,
+    describe: Callable[[str], Fingerprint | None] | None,
+    key: str,
+    generation: int,
+    ids: list[int],
+    columns: Vector,
+) -> bool:
+    """Save a graph-less partition's ids and vector columns as of ``generation``, if files are kept:
+    reading them back is one mapping, where the database's rows cost a read of every chunk and a
+    transpose (decision 0320)."""
+    if files is None or describe is None or not ids:
+        return False
+    try:
+        described = describe(key)
+    except Exception:  # the database closed under a late eviction: the next load reads it
+        log.warning("reading the fingerprint of %s failed: its vectors are not saved", key, exc_info=True)
+        return False
+    if described is None:
+        return False
+    fingerprint = replace(described, generation=generation, count=len(ids), max_id=max(ids))
+    return files.save_columns(partition_token(key), fingerprint, ids, columns)
+
+
 def _partition_bytes(part: _Partition) -> int:
     # The vectors' buffer (its spare capacity too), the ids as a list of ints with their positions as a
     # dict (240 bytes an id, measured with tracemalloc; counted before the dictionary is built on first
@@ -298,18 +322,18 @@ class VectorIndex(PartitionCache[_Partition]):
         self._adopted(key, part)
         return part
 
-    def _read(self, key: str) -> tuple[list[int], Vector, object | None, int]:
-        """The partition's ids, vectors, graph and generation from its saved file if that is current,
-        else its ids and vectors from the database (no graph, generation -1)."""
-        if self._files is not None and self._describe is not None:
-            self._check_stop()
-            fingerprint = self._describe(key)
-            saved = self._files.load(partition_token(key), fingerprint) if fingerprint else None
-            if saved is not None and fingerprint is not None:
-                return saved.ids, saved.matrix, saved.graph, fingerprint.generation
+    def _saved(self, key: str) -> _Partition | None:
+        """The partition from its saved files if they match the database now: its columns (mapped), else
+        its graph and vectors; None without files, or stale ones."""
+        part = self._read_columns(key)
+        if part is not None or self._files is None or self._describe is None:
+            return part
         self._check_stop()
-        ids, matrix = self._loader(key)
-        return ids, matrix, None, -1
+        fingerprint = self._describe(key)
+        saved = self._files.load(partition_token(key), fingerprint) if fingerprint else None
+        if saved is None or fingerprint is None:
+            return None
+        return self._partition(saved.ids, saved.matrix, fingerprint.generation, saved.graph)
 
     def _partition(
         self, ids: Sequence[int], matrix: Vector, generation: int, graph: object | None = None
@@ -322,12 +346,14 @@ class VectorIndex(PartitionCache[_Partition]):
         return part
 
     def _fetch(self, key: str, generation: int) -> _Partition:
-        columns = self._read_columns(key)
-        if columns is not None:
-            return columns
-        ids, matrix, graph, saved = self._read(key)
-        # A saved file is exactly as of its own generation, which may be newer than the one asked for.
-        return self._partition(ids, matrix, max(generation, saved), graph)
+        part = self._saved(key)
+        if part is not None and part.generation >= generation:  # never older than asked (as KeywordIndex)
+            # A saved file is exactly as of its own generation, which may be newer than the one asked for.
+            part.generation = max(generation, part.generation)
+            return part
+        self._check_stop()
+        ids, matrix = self._loader(key)
+        return self._partition(ids, matrix, generation)
 
     def _read_columns(self, key: str) -> _Partition | None:
         """The partition from its saved columns (a graph-less partition the budget forgot), if current:
@@ -362,19 +388,21 @@ class VectorIndex(PartitionCache[_Partition]):
             return
         if part.hnsw is not None:
             self._save(key, part.generation, list(part.ids), np.ascontiguousarray(part.columns.T), part.hnsw)
-        elif self._files is not None and self._describe is not None and part.ids:
-            try:
-                described = self._describe(key)
-            except Exception:  # the database closed under a late eviction: the next load reads it
-                log.warning(
-                    "reading the fingerprint of %s failed: its vectors are not saved", key, exc_info=True
-                )
+        else:
+            _save_columns(self._files, self._describe, key, part.generation, list(part.ids), part.columns)
+
+    def persist(self, key: str) -> None:
+        """Save a graph-less partition's columns now unless they are (server mode, after its mirror
+        loads: its eviction then writes nothing in the search that causes it)."""
+        with self._lock:
+            part = self._parts.get(key)
+            if part is None or part.hnsw is not None or part.building or part.saved == part.generation:
                 return
-            if described is not None:
-                fingerprint = replace(
-                    described, generation=part.generation, count=len(part.ids), max_id=max(part.ids)
-                )
-                self._files.save_columns(partition_token(key), fingerprint, list(part.ids), part.columns)
+            generation, ids, columns = part.generation, list(part.ids), part.columns
+        if _save_columns(self._files, self._describe, key, generation, ids, columns):
+            with self._lock:
+                if part.generation == generation:
+                    part.saved = generation
 
     def _save(self, key: str, generation: int, ids: list[int], matrix: Vector, graph: object) -> bool:
         """Save a graph built (or patched) as of ``generation`` with its vectors, if files are kept."""

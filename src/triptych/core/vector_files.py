@@ -52,7 +52,10 @@ ALIGN = 64  # bytes: header lines are padded to a multiple of this, so a mapped 
 def write_atomically(target: Path, header: dict[str, Any], parts: list[bytes]) -> None:
     """Write a JSON header line and ``parts`` to a temporary file, fsync it and rename it over ``target``:
     a reader or a crash sees the old file or the new one, never half of one (the keyword files use it
-    too). On failure the temporary file is removed and the error raised."""
+    too). On failure the temporary file is removed and the error raised.
+
+    The file's identity after the rename is known good (``VERIFIED``): its reads in this process check
+    its sizes, not its checksum again, unless something changed it since (decision 0236)."""
     # Named after the whole target (``p….vectors`` and ``p….keywords`` of one workspace must not share a
     # temporary file) and the writing thread (a build's save and an eviction's may overlap).
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}-{threading.get_ident()}")
@@ -66,7 +69,8 @@ def write_atomically(target: Path, header: dict[str, Any], parts: list[bytes]) -
                 out.write(part)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(tmp, target)
+            os.replace(tmp, target)
+            VERIFIED.add(identity(out.fileno()))  # the inode renamed, as a reader will find it
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -280,11 +280,14 @@ def migrate_to_embedded(url: str, data_dir: Path, progress: Progress) -> Copied:
         try:
             with target.transaction() as out:
                 for table, source, columns, _ in TABLES:
-                    count = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(source))
+                    # Not the database's own id (it names its workers' saved indexes, pg_saved): a copy
+                    # taken back to PostgreSQL is another database, and gets an id of its own.
+                    where = sql.SQL(" WHERE key <> 'instance'" if source == "kb_meta" else "")
+                    count = sql.SQL("SELECT count(*) FROM {}{}").format(sql.Identifier(source), where)
                     total = int(one(conn.execute(count).fetchone())[0])
                     advance = progress(table, total)
-                    statement = sql.SQL("SELECT {} FROM {}").format(
-                        sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(source)
+                    statement = sql.SQL("SELECT {} FROM {}{}").format(
+                        sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(source), where
                     )
                     insert = (
                         f"INSERT OR REPLACE INTO {table} ({', '.join(columns)})"

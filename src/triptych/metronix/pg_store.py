@@ -18,6 +18,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from psycopg import sql as pgsql
 from psycopg.rows import dict_row
 
 from triptych.core.errors import StorageUnavailable
+from triptych.core.keyword_files import KeywordFiles
 from triptych.core.keyword_index import KeywordIndex
 from triptych.core.partitions import STOP_WAIT, WriteGate, gated
 from triptych.core.pg import PgDatabase, named_rows
@@ -41,6 +43,7 @@ from triptych.metronix.knowledge_model import (
 from triptych.metronix.knowledge_schema_pg import COMPONENT, MIGRATIONS
 from triptych.metronix.knowledge_sql import KnowledgeQueries, KnowledgeSql, Written, bm25_candidates
 from triptych.metronix.pg_keyword_log import KEYWORD_LOG_KEEP
+from triptych.metronix.pg_saved import SavedExtents, saved_dir
 from triptych.metronix.pg_vector_mirror import VectorMirror
 from triptych.metronix.pg_vectors import (
     EF_SEARCH,
@@ -79,10 +82,19 @@ class PostgresKnowledgeStore(KnowledgeQueries):
 
     sql = KnowledgeSql(POSTGRES, prefix="kb_")
 
-    def __init__(self, db: PgDatabase, dim: int, mirror: bool = True, exact_below: int | None = None) -> None:
+    def __init__(
+        self,
+        db: PgDatabase,
+        dim: int,
+        mirror: bool = True,
+        exact_below: int | None = None,
+        saved: Path | None = None,
+    ) -> None:
         """``mirror=False`` searches vectors through pgvector's index only (tests of that path);
         ``exact_below`` moves the size from which PostgreSQL walks its HNSW index (tests and benchmarks;
-        default ``EXACT_BELOW``, read when the store opens)."""
+        default ``EXACT_BELOW``, read when the store opens); ``saved``: the directory under which this
+        worker saves the indexes the budget forgets, and reads them back while they match the database
+        (``pg_saved``; the data directory's ``metronix-vectors``; None: nothing saved)."""
         self.db = db
         self.dim = dim
         self.exact_below = EXACT_BELOW if exact_below is None else exact_below
@@ -94,8 +106,16 @@ class PostgresKnowledgeStore(KnowledgeQueries):
             raise
         db.migrate(COMPONENT, MIGRATIONS)
         self.vectors.ensure_index()
-        self.keywords = KeywordIndex(self._load_keyword_documents, idf="smooth")
-        self.mirror = VectorMirror(db, self.vectors)
+        self.extents = SavedExtents(db)
+        files = saved_dir(saved, db) if saved is not None and mirror else None
+        self._files = files
+        self.keywords = KeywordIndex(
+            self._load_keyword_documents,
+            idf="smooth",
+            files=KeywordFiles(files) if files is not None else None,
+            describe=self.extents.keywords if files is not None else None,
+        )
+        self.mirror = VectorMirror(db, self.vectors, files, self.extents.vectors)
         self.index = self.mirror.index
         self._use_mirror = mirror
         self._gate = WriteGate()
@@ -157,13 +177,17 @@ class PostgresKnowledgeStore(KnowledgeQueries):
             return Candidates([], "pgvector")
         if self._use_mirror:
             self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
+            cached = self.index.cached(workspace_id)
+            if cached is None:  # forgotten: read back from its saved files while they match (pg_saved)
+                self.extents.seen(workspace_id, generation)
+                self.index.adopt_saved(workspace_id)
             if self.index.serves(workspace_id, generation):
                 hits, method = self.index.search_with_method(workspace_id, generation, query, limit)
                 return Candidates(hits, method)
             cached = self.index.cached(workspace_id)
             # Not resident: loaded if the memory budget admits it (core/partitions.MemoryBudget.admit);
             # resident but behind: caught up.
-            if (cached is None and self.index.admit(workspace_id)) or (
+            if (cached is None and self.mirror.admit(workspace_id)) or (
                 cached is not None and cached[0] < generation
             ):
                 self.mirror.refresh_in_background(workspace_id)
@@ -175,11 +199,23 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         the memory budget admits it."""
         self._gate.settle(lambda: self.keywords.generation(workspace_id) < generation)
         self._catch_up(workspace_id, generation)
+        if not self.keywords.resident(workspace_id):  # forgotten: its saved file, while it matches
+            self.extents.seen(workspace_id, generation)
+            self.keywords.adopt_saved(workspace_id)
         if not self.keywords.current(workspace_id, generation) and self._postings_ready(workspace_id):
             if self.keywords.resident(workspace_id) or self.keywords.admit(workspace_id):
                 self.keywords.load_in_background(workspace_id, generation)
             return Candidates(pg_keywords.rank(self.db, workspace_id, query, limit), "sql")
         return bm25_candidates(self.keywords, workspace_id, query, limit, generation, self._large)
+
+    def generation(self, workspace_id: str) -> int:
+        """The workspace's write count. For a workspace this worker does not hold (with saved files to
+        check), read with its extent in the same statement (``SavedExtents.read``)."""
+        if self._files is None or (
+            self.index.resident(workspace_id) and self.keywords.resident(workspace_id)
+        ):
+            return self._generation(workspace_id)
+        return self.extents.read(workspace_id)
 
     def _postings_ready(self, workspace_id: str) -> bool:
         """Whether the workspace's postings are all stored; once they are, every write keeps them, so a
@@ -202,10 +238,12 @@ class PostgresKnowledgeStore(KnowledgeQueries):
         )
 
     def warm(self) -> None:
-        """Load every workspace's keyword index, and its vector mirror in the background (best effort: a
-        search loads what is missing)."""
+        """Load the workspaces' keyword indexes and vector mirrors one after the other, while the memory
+        budget has room (best effort: PostgreSQL answers for the rest, and a search loads what it
+        admits). One at a time, in the caller's thread: a start's loads then take one core, not one
+        thread per workspace, beside the searches PostgreSQL answers meanwhile."""
         with self.db.connection() as conn:
-            workspaces = conn.execute("SELECT id, generation FROM kb_workspaces").fetchall()
+            workspaces = conn.execute("SELECT id, generation FROM kb_workspaces ORDER BY id").fetchall()
         with self._postings_lock:
             if self._stopping.is_set():
                 return
@@ -214,9 +252,14 @@ class PostgresKnowledgeStore(KnowledgeQueries):
             )
             self._postings.start()
         for workspace, generation in workspaces:
-            if self._use_mirror:
-                self.mirror.refresh_in_background(str(workspace))
-            self.keywords.preload(str(workspace), int(generation))
+            key = str(workspace)
+            if self._stopping.is_set() or not (self.index.room(key) and self.keywords.room(key)):
+                return
+            self.keywords.preload(key, int(generation))  # from its saved file when that matches
+            if self._use_mirror and not self.index.adopt_saved(key):
+                # Through the mirror's own thread, so a search's admission and the close see it.
+                self.mirror.refresh_in_background(key)
+                self.mirror.finish(key)
 
     def vector_search(
         self, workspace_id: str, query: Vector, limit: int, generation: int | None = None

@@ -158,7 +158,8 @@ class SqliteKnowledgeStore(KnowledgeQueries):
     # -- retrieval ------------------------------------------------------------
 
     def warm(self) -> None:
-        """Load every workspace's vector and keyword indexes (best effort: a search loads what is missing).
+        """Load the workspaces' vector and keyword indexes while the memory budget has room (best effort:
+        a search loads what is missing).
 
         Outside the caches' locks and vectors first (from the saved file, about a second at 100,000
         chunks): a search meanwhile answers with what is loaded instead of waiting, and says so."""
@@ -166,6 +167,8 @@ class SqliteKnowledgeStore(KnowledgeQueries):
             for (workspace,) in self.db.conn.execute("SELECT id FROM workspaces").fetchall():
                 if self.index.stopping.is_set():  # the store is closing: no more reads
                     return
+                if not (self.index.room(workspace) and self.keywords.room(workspace)):
+                    return  # the memory budget is full: a search loads the rest
                 generation = self._generation(workspace)
                 self.index.preload(workspace, generation)
                 self.keywords.preload(workspace, generation)

@@ -32,7 +32,7 @@ from triptych.metronix.memory_tools import MEMORY_TOOLS
 from triptych.metronix.openai_api import OPENAI_PATHS, answer_routes, openai_internal_error
 from triptych.metronix.pg_store import PostgresKnowledgeStore
 from triptych.metronix.rest import memory_routes
-from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, utcnow
+from triptych.metronix.store import KnowledgeStore, SqliteKnowledgeStore, utcnow, vectors_dir
 from triptych.metronix.sync import SyncService
 from triptych.metronix.tools import KNOWLEDGE_TOOLS, SYNC_TOOLS
 
@@ -72,7 +72,7 @@ class Metronix:
         if settings.database_url:
             # Server mode: the knowledge base and agent memory in PostgreSQL, shared by every worker.
             pg = PgDatabase(settings.database_url)
-            store = PostgresKnowledgeStore(pg, embedder.dim)
+            store = PostgresKnowledgeStore(pg, embedder.dim, saved=vectors_dir(settings.metronix_db))
             memory_store = PostgresMemoryStore(pg, embedder.dim)
         else:
             sqlite_store = SqliteKnowledgeStore(settings.metronix_db, embedder.dim)
