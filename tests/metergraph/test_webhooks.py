@@ -142,7 +142,9 @@ def test_each_transition_reaches_the_receiver_signed(world: World, receiver: Rec
     other, _ = hooks.add("w2", receiver.url)  # another workspace's endpoint hears nothing of w1
     hooks.start()
     world.cost_episode()
-    got = receiver.wait_accepted(3)
+    # Posted up to ``concurrency`` at once, so they may arrive in any order (decision 0077: no ordering
+    # guarantee); the incident's generation in each body orders them.
+    got = sorted(receiver.wait_accepted(3), key=lambda r: r.json()["incident"]["generation"])
     assert len(receiver.received) == 3
     assert all(r.verifies(secret) for r in got)
     bodies = [r.json() for r in got]
