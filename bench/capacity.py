@@ -90,6 +90,7 @@ from triptych.metronix.store import NewDocument  # noqa: E402
 
 DIM = 384  # the bundled model's
 TENANTS = 4
+WARM_UP_S = 15.0  # restarted workers' background index warm-up (a few seconds at these sizes)
 ORG = "acme.com"
 # A Zipf-ish vocabulary of pseudo-words, so keyword indexes hold a realistic spread of terms.
 _SYLLABLES = "ka lo mi nu pe ra si to vu xe ba de fi go hu ja ke li mo ny".split()
@@ -979,6 +980,8 @@ def run_phases(
                       flush=True)  # fmt: skip
                 if alternating:
                     site.restart(**env)
+                    # New workers warm every workspace's indexes in the background: over before counting.
+                    time.sleep(WARM_UP_S)
                 passes[label].append(asyncio.run(families(site, args.calls, args.sessions, rng)))
         if alternating:
             site.restart()  # the later phases without the variable
