@@ -32,6 +32,10 @@ written and searched one after the other (``budgeted``): RSS against the gauge o
 
 Write throughput: ``memory_store`` and ``hadron_create_node`` from 8 clients (4 per worker), all to one
 tenant (workspace, Hadron memory) or spread over four, rounds alternating 1 4 4 1.
+
+``--alternate-env KEY=VALUE`` (for example ``MALLOC_ARENA_MAX=2``): the budget and families phases run
+``--passes`` rounds, each on fresh workers without the variable (A), then with it (B); the families' B / A
+of the workers' CPU per call comes with each round's ratio and each arm's spread.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ from triptych.metronix.store import NewDocument  # noqa: E402
 
 DIM = 384  # the bundled model's
 TENANTS = 4
+WARM_UP_S = 15.0  # restarted workers' background index warm-up (a few seconds at these sizes)
 ORG = "acme.com"
 # A Zipf-ish vocabulary of pseudo-words, so keyword indexes hold a realistic spread of terms.
 _SYLLABLES = "ka lo mi nu pe ra si to vu xe ba de fi go hu ja ke li mo ny".split()
@@ -710,7 +715,13 @@ async def ram(site: Site, items: int, nodes: int, tenants: int, rng: np.random.G
 
 
 async def budgeted(
-    site: Site, budget_mb: float, tenants: int, items: int, rng: np.random.Generator
+    site: Site,
+    budget_mb: float,
+    tenants: int,
+    items: int,
+    rng: np.random.Generator,
+    env: dict[str, str] | None = None,
+    prefix: str = "budget",
 ) -> dict[str, Any]:
     """Workers restarted with ``TRIPTYCH_INDEX_MEMORY_MB=budget_mb``; ``tenants`` new tenants, each a
     workspace of ``items`` chunks and one of ``items`` agent memories (together several times the budget),
@@ -718,20 +729,21 @@ async def budgeted(
     asked for while the budget is full is answered by PostgreSQL and loaded only on its next request,
     decision 0190's admission; agent memory always loads). After each tenant: the workers' RSS, their
     ``triptych_index_resident_bytes`` and the evictions so far. What RSS does once the gauge sits at the
-    budget is the figure: the sizing rule's "rest + budget" term."""
+    budget is the figure: the sizing rule's "rest + budget" term. ``env`` is added to the workers'
+    environment; ``prefix`` names the tenants (each run of an alternation writes its own)."""
     admin = bearer(token("bench", "admin"))
     kb = PostgresKnowledgeStore(PgDatabase(site.url, max_size=2), DIM)
     memories = PostgresMemoryStore(PgDatabase(site.url, max_size=2), DIM)
     points: list[dict[str, Any]] = []
     began = time.perf_counter()
     try:
-        await fresh(site, TRIPTYCH_INDEX_MEMORY_MB=str(budget_mb))
+        await fresh(site, **(env or {}), TRIPTYCH_INDEX_MEMORY_MB=str(budget_mb))
         await settle_gauges()
         points.append(
             {"tenants": 0, "rss_mb": site.rss(), "index_mb": site.index_mb(), "evictions": site.evictions()}
         )
         for t in range(tenants):
-            name = f"budget-{t}"
+            name = f"{prefix}-{t}"
             for d in range(items // 10):
                 chunks = [text(rng, 120) for _ in range(10)]
                 kb.put_document(NewDocument(name, f"doc-{d}", None, "\n\n".join(chunks), "text", None, None,
@@ -842,10 +854,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget-items", type=int, default=1000, help="chunks, and memories, per budget tenant")
     p.add_argument("--skip", default="", help="phases to skip: ram,budget,families,tenants (comma-separated)")
     p.add_argument(
+        "--alternate-env",
+        metavar="KEY=VALUE",
+        help="run the budget and families phases --passes times on workers without, then with, KEY=VALUE "
+        "in their environment (A B A B ...; fresh workers each time) and report B / A",
+    )
+    p.add_argument(
         "--json", type=Path, help="results file (default /tmp/triptych-bench/capacity-<time>.json)"
     )
     args = p.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
+    if args.alternate_env:
+        key = args.alternate_env.partition("=")[0]
+        if "=" not in args.alternate_env or key in os.environ:
+            p.error("--alternate-env takes KEY=VALUE, with KEY absent from this process's environment")
     results: dict[str, Any] = {"machine": machine_facts(), "args": {k: str(v) for k, v in vars(args).items()}}
     rng = np.random.default_rng(5)
     random.seed(5)
@@ -904,6 +926,27 @@ def medians(passes: list[dict[str, Any]]) -> dict[str, Any]:
     return found
 
 
+def b_over_a(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per family, the workers' CPU per call with the variable over without: the ratio of the medians, each
+    round's own ratio (B of pass n over A of pass n), and each arm's spread (its largest pass over its
+    smallest), the run's noise to hold the ratios against."""
+    found: dict[str, Any] = {}
+    for name, first in a[0].items():
+        if not (isinstance(first, dict) and "cpu_ms_per_call" in first):
+            continue
+        xs = [p[name]["cpu_ms_per_call"]["workers"] for p in a]
+        ys = [p[name]["cpu_ms_per_call"]["workers"] for p in b]
+        found[name] = {
+            "workers_ms_a": xs,
+            "workers_ms_b": ys,
+            "b_over_a": round(statistics.median(ys) / max(statistics.median(xs), 1e-6), 3),
+            "per_round": [round(y / max(x, 1e-6), 3) for x, y in zip(xs, ys, strict=True)],
+            "a_spread": round(max(xs) / max(min(xs), 1e-6), 3),
+            "b_spread": round(max(ys) / max(min(ys), 1e-6), 3),
+        }
+    return found
+
+
 def run_phases(
     site: Site, args: argparse.Namespace, skip: set[str], results: dict[str, Any], rng: np.random.Generator
 ) -> None:
@@ -913,19 +956,41 @@ def run_phases(
     if "ram" not in skip:
         print("RAM and bytes per item:", file=sys.stderr, flush=True)
         results["per_item"] = asyncio.run(ram(site, args.items, args.nodes, args.tenants, rng))
+    # Without --alternate-env one arm, the workers' environment as it is; with it, A (without) and B (with).
+    arms: list[tuple[str, dict[str, str]]] = [("", {})]
+    if args.alternate_env:
+        key, _, value = args.alternate_env.partition("=")
+        arms = [("A", {}), ("B", {key: value})]
+    alternating = len(arms) > 1
     if "budget" not in skip:
-        print(f"RAM under a {args.budget_mb} MB index budget:", file=sys.stderr, flush=True)
-        results["budget"] = asyncio.run(
-            budgeted(site, args.budget_mb, args.budget_tenants, args.budget_items, rng)
-        )
+        runs = []
+        for n in range(args.passes if alternating else 1):
+            for label, env in arms:
+                print(f"RAM under a {args.budget_mb} MB index budget {label}:", file=sys.stderr, flush=True)
+                run = asyncio.run(budgeted(site, args.budget_mb, args.budget_tenants, args.budget_items, rng,
+                                           env, prefix=f"budget{n}{label}"))  # fmt: skip
+                runs.append({"arm": label, **run})
+        results["budget"] = runs if alternating else runs[0]
         site.restart()  # the later phases on the default budget, as before
     if "families" not in skip:
-        passes = []
+        passes: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in arms}
         for n in range(args.passes):
-            print(f"CPU per call, per family (pass {n + 1} of {args.passes}):", file=sys.stderr, flush=True)
-            passes.append(asyncio.run(families(site, args.calls, args.sessions, rng)))
-        results["families"] = passes
-        results["families_median"] = medians(passes)
+            for label, env in arms:
+                print(f"CPU per call, per family (pass {n + 1} of {args.passes}) {label}:", file=sys.stderr,
+                      flush=True)  # fmt: skip
+                if alternating:
+                    site.restart(**env)
+                    # New workers warm every workspace's indexes in the background: over before counting.
+                    time.sleep(WARM_UP_S)
+                passes[label].append(asyncio.run(families(site, args.calls, args.sessions, rng)))
+        if alternating:
+            site.restart()  # the later phases without the variable
+            results["families_median"] = {label: medians(p) for label, p in passes.items()}
+            results["families_b_over_a"] = b_over_a(passes["A"], passes["B"])
+            results["families"] = passes
+        else:
+            results["families"] = passes[""]
+            results["families_median"] = medians(passes[""])
     if "tenants" not in skip:
         print("writes, one tenant vs four:", file=sys.stderr, flush=True)
         results["tenant_writes"] = asyncio.run(tenant_writes(site, args.writes, args.rounds, rng))
