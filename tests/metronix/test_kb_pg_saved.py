@@ -97,6 +97,17 @@ def _forget_all_but(budget: MemoryBudget, keep: str) -> None:
     budget.enforce(None)
 
 
+def _two_loaded(service: KnowledgeService, documents: int) -> tuple[PostgresKnowledgeStore, list[str]]:
+    """ws-a and ws-b filled and loaded in that order; the store, and ws-a's hits in process."""
+    store = service.store
+    assert isinstance(store, PostgresKnowledgeStore)
+    _fill(service, "ws-a", documents)
+    _fill(service, "ws-b", documents)
+    expected = _loaded(service, "ws-a")
+    _loaded(service, "ws-b")
+    return store, expected
+
+
 def _write_elsewhere(store: PostgresKnowledgeStore, database_url: str, tmp_path: Path) -> None:
     """ws-a forgotten by this worker, then written to by another worker of this machine (same files)."""
     store.index.forget("ws-a")
@@ -115,12 +126,7 @@ def test_a_forgotten_workspace_is_read_back_from_its_saved_files_and_a_write_els
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = service.store
-    assert isinstance(store, PostgresKnowledgeStore)
-    _fill(service, "ws-a", 10)
-    _fill(service, "ws-b", 10)
-    expected = _loaded(service, "ws-a")
-    _loaded(service, "ws-b")  # ws-a is the least recently used now
+    store, expected = _two_loaded(service, 10)  # ws-a is the least recently used now
     token = search.partition_token("ws-a")
     [files] = (tmp_path / "metronix-vectors").iterdir()  # one database, one directory
     assert files.name.startswith("pg-")
@@ -144,18 +150,9 @@ def test_a_forgotten_workspace_is_read_back_from_its_saved_files_and_a_write_els
 
 
 def test_the_saved_files_of_one_database_are_never_read_for_another(
-    service: KnowledgeService,
-    budget: MemoryBudget,
-    database_url: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    service: KnowledgeService, budget: MemoryBudget, database_url: str, tmp_path: Path
 ) -> None:
-    store = service.store
-    assert isinstance(store, PostgresKnowledgeStore)
-    _fill(service, "ws-a", 6)
-    _fill(service, "ws-b", 6)
-    _loaded(service, "ws-a")
-    _loaded(service, "ws-b")
+    store, _ = _two_loaded(service, 6)
     store.close()
     # The same data directory pointed at another database whose workspace looks alike (same generation,
     # count and ids): here the same database under another id, as a restore into a new cluster gives.

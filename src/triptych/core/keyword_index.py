@@ -285,15 +285,11 @@ class KeywordIndex(PartitionCache[_Partition]):
         self._following = threading.Lock()
 
     def _load(self, key: str, generation: int) -> _Partition:
-        saved = self._read(key)
-        # A file older than the generation asked for is of no use (server mode's fingerprint may be the one
-        # kept for an older search's generation: pg_saved.SavedExtents).
-        if saved is not None and saved[1].generation >= generation:
-            flat, fingerprint = saved
-            # A saved file is exactly as of its own generation, which may be newer than the one asked for.
-            part = unpacked(flat, max(generation, fingerprint.generation))
-            part.saved = part.generation
-            return part
+        saved = self._saved(key)
+        # A saved file is exactly as of its own generation: newer than the one asked for serves, older is of
+        # no use (server mode's fingerprint may be the one kept for an older search's: pg_saved).
+        if saved is not None and saved.generation >= generation:
+            return saved
         part = _Partition(generation=generation)
         self._check_stop()
         documents = list(self._loader(key))

@@ -323,17 +323,30 @@ class VectorIndex(PartitionCache[_Partition]):
         return part
 
     def _saved(self, key: str) -> _Partition | None:
-        """The partition from its saved files if they match the database now: its columns (mapped), else
-        its graph and vectors; None without files, or stale ones."""
-        part = self._read_columns(key)
-        if part is not None or self._files is None or self._describe is None:
-            return part
+        """The partition from its saved files if they match the database now (None without files, or
+        stale ones): its columns (a graph-less partition the budget forgot), as the index holds them, so
+        no transpose, and mapped rather than copied (core/vector_files.py; the first write copies them into
+        a buffer of its own, ``_apply``, so nothing is ever written to them); else its graph and vectors."""
+        if self._files is None or self._describe is None:
+            return None
         self._check_stop()
         fingerprint = self._describe(key)
-        saved = self._files.load(partition_token(key), fingerprint) if fingerprint else None
-        if saved is None or fingerprint is None:
+        if fingerprint is None:
             return None
-        return self._partition(saved.ids, saved.matrix, fingerprint.generation, saved.graph)
+        token = partition_token(key)
+        columns = self._files.load_columns(token, fingerprint)
+        if columns is not None:
+            part = _Partition(ids=columns.ids, columns=columns.columns)
+            part.generation = fingerprint.generation
+            # A file from before headers were padded was copied: saved again at eviction, it maps next time.
+            part.saved = fingerprint.generation if columns.aligned else -1
+            return part
+        saved = self._files.load(token, fingerprint)
+        return (
+            None
+            if saved is None
+            else self._partition(saved.ids, saved.matrix, fingerprint.generation, saved.graph)
+        )
 
     def _partition(
         self, ids: Sequence[int], matrix: Vector, generation: int, graph: object | None = None
@@ -347,30 +360,13 @@ class VectorIndex(PartitionCache[_Partition]):
 
     def _fetch(self, key: str, generation: int) -> _Partition:
         part = self._saved(key)
-        if part is not None and part.generation >= generation:  # never older than asked (as KeywordIndex)
-            # A saved file is exactly as of its own generation, which may be newer than the one asked for.
-            part.generation = max(generation, part.generation)
+        # A saved file is exactly as of its own generation: newer than the one asked for serves, older never
+        # (as KeywordIndex).
+        if part is not None and part.generation >= generation:
             return part
         self._check_stop()
         ids, matrix = self._loader(key)
         return self._partition(ids, matrix, generation)
-
-    def _read_columns(self, key: str) -> _Partition | None:
-        """The partition from its saved columns (a graph-less partition the budget forgot), if current:
-        as the index holds it, so no transpose, and mapped rather than copied (core/vector_files.py). The
-        first write copies them into a buffer of its own (``_apply``), so nothing is ever written to them."""
-        if self._files is None or self._describe is None:
-            return None
-        self._check_stop()
-        fingerprint = self._describe(key)
-        saved = self._files.load_columns(partition_token(key), fingerprint) if fingerprint else None
-        if saved is None or fingerprint is None:
-            return None
-        part = _Partition(ids=saved.ids, columns=saved.columns)
-        part.generation = fingerprint.generation
-        # A file from before headers were padded was copied: saved again at eviction, it maps next time.
-        part.saved = fingerprint.generation if saved.aligned else -1
-        return part
 
     def _adopted(self, key: str, part: _Partition) -> None:
         if part.hnsw is None and len(part.ids) >= HNSW_THRESHOLD:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
 
 from triptych.core.keyword_files import KeywordFingerprint
 from triptych.core.pg import PgDatabase, one
@@ -68,30 +67,28 @@ class SavedExtents:
         """The workspace's generation, read with the rest of its extent in one statement, which is kept
         for the check of its saved files that follows (a search of a workspace the worker does not hold:
         one round trip instead of two)."""
-        with self.db.connection() as conn:
-            found = self._found(one(conn.execute(EXTENT, {"ws": workspace_id}).fetchone()))
-        with self._lock:
-            self._extents[workspace_id] = found
-            self._seen[workspace_id] = found[2]
-        return found[2]
-
-    @staticmethod
-    def _found(row: Any) -> Extent:
-        return (
-            None if row[0] is None else str(row[0]),
-            int(row[1] or 0),
-            int(row[2] or 0),
-            int(row[3]),
-            int(row[4]),
-        )
+        generation = self._query(workspace_id)[2]
+        self.seen(workspace_id, generation)
+        return generation
 
     def extent(self, workspace_id: str) -> Extent:
         with self._lock:
             known = self._extents.get(workspace_id)
             if known is not None and known[2] == self._seen.get(workspace_id):
                 return known
+        return self._query(workspace_id)
+
+    def _query(self, workspace_id: str) -> Extent:
+        """The workspace's extent as the database has it now, kept."""
         with self.db.connection() as conn:
-            found = self._found(one(conn.execute(EXTENT, {"ws": workspace_id}).fetchone()))
+            row = one(conn.execute(EXTENT, {"ws": workspace_id}).fetchone())
+        found: Extent = (
+            None if row[0] is None else str(row[0]),
+            int(row[1] or 0),
+            int(row[2] or 0),
+            int(row[3]),
+            int(row[4]),
+        )
         with self._lock:
             self._extents[workspace_id] = found
         return found

@@ -177,8 +177,7 @@ class PostgresKnowledgeStore(KnowledgeQueries):
             return Candidates([], "pgvector")
         if self._use_mirror:
             self._gate.settle(lambda: self.index.generation(workspace_id) < generation)
-            cached = self.index.cached(workspace_id)
-            if cached is None:  # forgotten: read back from its saved files while they match (pg_saved)
+            if not self.index.resident(workspace_id):  # forgotten: read back from its saved files (pg_saved)
                 self.extents.seen(workspace_id, generation)
                 self.index.adopt_saved(workspace_id)
             if self.index.serves(workspace_id, generation):
