@@ -125,7 +125,10 @@ def _ensure(
         # another Python version is left behind.
         print(f"creating {env.name} with Python {version or sys.version.split()[0]} ...", flush=True)
         if interpreter == sys.executable:
-            venv.EnvBuilder(with_pip=True, clear=True).create(env)
+            # Symlinks, as `python -m venv` makes on POSIX: a copied interpreter is a file this process
+            # writes while other setup threads fork, and a child that still holds it open makes its
+            # first exec fail with "Text file busy" (ETXTBSY; stop 37's CI).
+            venv.EnvBuilder(with_pip=True, clear=True, symlinks=os.name != "nt").create(env)
         else:
             _run(interpreter, "-m", "venv", "--clear", env)
     _run(_bin(env, "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip")
