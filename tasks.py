@@ -103,6 +103,14 @@ def _venv_version(env: Path) -> str:
     return ""
 
 
+def _new_venv(env: Path, with_pip: bool = True) -> None:
+    """A clean venv of this interpreter, linked to it rather than copied (as `python -m venv` does on
+    POSIX). A copied interpreter is a file this process writes while other setup threads fork: a child
+    still holding it open makes the new interpreter's first exec fail with "Text file busy" (ETXTBSY,
+    stop 37's CI)."""
+    venv.EnvBuilder(with_pip=with_pip, clear=True, symlinks=os.name != "nt").create(env)
+
+
 def _ensure(
     env: Path,
     inputs: list[Path],
@@ -125,10 +133,7 @@ def _ensure(
         # another Python version is left behind.
         print(f"creating {env.name} with Python {version or sys.version.split()[0]} ...", flush=True)
         if interpreter == sys.executable:
-            # Symlinks, as `python -m venv` makes on POSIX: a copied interpreter is a file this process
-            # writes while other setup threads fork, and a child that still holds it open makes its
-            # first exec fail with "Text file busy" (ETXTBSY; stop 37's CI).
-            venv.EnvBuilder(with_pip=True, clear=True, symlinks=os.name != "nt").create(env)
+            _new_venv(env)
         else:
             _run(interpreter, "-m", "venv", "--clear", env)
     _run(_bin(env, "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip")
