@@ -92,6 +92,13 @@ def _answers(service: KnowledgeService) -> list[tuple[list[str], dict[str, str]]
     return out
 
 
+def _dense_scores(service: KnowledgeService) -> list[list[float]]:
+    """Each query's five nearest similarities from the graph (float16 vectors: equal ones tie exactly)."""
+    store = service.store
+    vectors = service.embedder.embed(QUERIES)
+    return [[round(score, 4) for _, score in store.vector_search(WS, vector, 5)] for vector in vectors]
+
+
 def test_a_restart_loads_the_saved_graph_instead_of_building_it_and_answers_alike(
     open_service: Open, builds: list[int]
 ) -> None:
@@ -117,7 +124,7 @@ def test_a_corrupt_saved_index_is_ignored_and_rebuilt_from_the_database(
     first = open_service()
     _fill(first)
     _ready(first)
-    before = _answers(first)
+    dense_before = _dense_scores(first)
     first.store.close()
     (saved,) = vectors_dir(tmp_path / "metronix.db").glob("*.vectors")
     data = bytearray(saved.read_bytes())
@@ -127,7 +134,11 @@ def test_a_corrupt_saved_index_is_ignored_and_rebuilt_from_the_database(
     again = open_service()
     _ready(again)
     assert builds == [120, 120]  # the graph was built again
-    assert [labels for labels, _ in _answers(again)] == [labels for labels, _ in before]
+    assert all(retrieval["dense"] == "hnsw" for _, retrieval in _answers(again))
+    # A graph built again (two threads) may order equal scores otherwise, and hybrid ranks follow that
+    # order: so the rebuilt graph must find neighbours exactly as near, not the same labels (a run in
+    # four or so swapped doc-13 with a tie).
+    assert _dense_scores(again) == dense_before
 
 
 def test_a_saved_index_of_an_older_generation_or_another_model_is_not_used(
