@@ -105,3 +105,25 @@ def test_serve_names_a_bad_setting_in_one_line_without_a_traceback(
     lines = [line for line in run.stderr.splitlines() if line.startswith("triptych:")]
     assert len(lines) == 1 and f"invalid setting {name}:" in lines[0] and given in lines[0], run.stderr
     assert "Traceback" not in run.stderr and "errors.pydantic.dev" not in run.stderr
+
+
+def test_serve_on_a_port_another_server_holds_says_so_in_one_line_before_starting(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        run = subprocess.run(
+            [TRIPTYCH, "serve", "--port", str(port), "--data-dir", str(tmp_path / "data")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [
+        f"triptych: cannot listen on 127.0.0.1:{port}: Address already in use (another server holds that"
+        " port, perhaps a triptych serve started earlier: stop it, or choose another port with --port)"
+    ]
+    # Refused before the start: no "serving on" line, no data directory made.
+    assert not (tmp_path / "data").exists()

@@ -94,6 +94,13 @@ def _start(args: argparse.Namespace) -> int | tuple[Settings, Any, Any, bool]:
     sock = worker_socket()
     if sock is None and args.workers > 1:
         return settings, None, None, False
+    if sock is None:
+        # Before the slow start: uvicorn would only find the port taken after printing "serving on" and
+        # "ready", then stop with its own errno line.
+        taken = _cannot_listen(settings.host, settings.port)
+        if taken is not None:
+            print(f"triptych: {taken}", file=sys.stderr)
+            return 1
     fresh = is_fresh(settings.data_dir)  # before create_app makes the databases
     try:
         check_writable(settings.data_dir)
@@ -149,6 +156,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=REQUEST_GRACE,
     )
     return 0
+
+
+def _listen_refusal(host: str, port: int, exc: OSError) -> str:
+    import errno
+
+    said = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    if exc.errno != errno.EADDRINUSE:
+        return said
+    return (
+        f"{said} (another server holds that port, perhaps a triptych serve started earlier: stop it,"
+        " or choose another port with --port)"
+    )
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why ``serve`` could not listen on ``host:port``, or None. A bind without listening, released at
+    once, with the SO_REUSEADDR uvicorn sets too: a port held by a listening server is refused, one left
+    in TIME_WAIT by a server just stopped is not."""
+    import socket
+
+    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    except OSError as exc:
+        return _listen_refusal(host, port, exc)
+    finally:
+        probe.close()
+    return None
 
 
 def _machine_local_secrets(settings: Settings) -> str | None:
@@ -270,11 +306,7 @@ def _serve_workers(args: argparse.Namespace, settings: Settings) -> int:
         print(f"triptych: cannot start: {exc.message.replace(': nothing was written', '')}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(
-            f"triptych: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}"
-            " (is another server on that port? choose one with --port)",
-            file=sys.stderr,
-        )
+        print(f"triptych: {_listen_refusal(settings.host, settings.port, exc)}", file=sys.stderr)
         return 1
 
     def say(line: str) -> None:
