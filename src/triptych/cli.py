@@ -138,6 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    _say_reach(settings)
     # SIGTERM: uvicorn stops accepting, lets the requests in flight finish (an open stream is cut after
     # the grace, so a held Hadron stream cannot keep the process forever), then re-raises the signal:
     # ending there with 0 tells a service manager the stop was clean.
@@ -185,6 +186,33 @@ def _cannot_listen(host: str, port: int) -> str | None:
     finally:
         probe.close()
     return None
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _say_reach(settings: Settings) -> None:
+    """On an address other machines reach, what the defaults mean for them: the MCP endpoints refuse
+    their Host names (421) while TRIPTYCH_ALLOWED_HOSTS names loopback only, and with auth off anyone
+    reaching the port reads and writes. Said once at start, where the operator looks first."""
+    if settings.host in LOOPBACK or settings.host.startswith("127."):
+        return
+    said = []
+    if all(pattern.rsplit(":", 1)[0] in LOOPBACK for pattern in settings.allowed_hosts):
+        said.append(
+            "its MCP endpoints answer only the Host names in TRIPTYCH_ALLOWED_HOSTS"
+            f" ({','.join(settings.allowed_hosts)}), others get 421 Invalid Host header: add the names"
+            " clients use, e.g. TRIPTYCH_ALLOWED_HOSTS=127.0.0.1:*,localhost:*,triptych.internal:*"
+        )
+    if not settings.auth_enabled:
+        said.append(
+            "auth is off, so anyone who reaches the port reads and writes all its data:"
+            " set TRIPTYCH_AUTH_ENABLED=true and TRIPTYCH_JWT_SECRET"
+        )
+    if said:
+        print(
+            f"triptych: listening on {settings.host}, beyond this machine: {'; '.join(said)}", file=sys.stderr
+        )
 
 
 def _machine_local_secrets(settings: Settings) -> str | None:
@@ -318,6 +346,7 @@ def _serve_workers(args: argparse.Namespace, settings: Settings) -> int:
             f" (pids {', '.join(map(str, pids))}; {_where_data_lives(settings, fresh)};"
             f" auth {'on' if settings.auth_enabled else 'off'})"
         )
+        _say_reach(settings)
 
     command = [
         sys.executable,
