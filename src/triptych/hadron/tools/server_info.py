@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from triptych import __version__
+from triptych.hadron.identity import LOCAL_HANDLE
 from triptych.hadron.tools.base import Ctx, DeclaredTool, HadronTool, NoArgs, Services, ToolOutput
 
 # One token per feature this build really has; tokens are added when a feature ships, never early.
@@ -38,6 +39,17 @@ def server_info(svc: Services, ctx: Ctx, args: NoArgs) -> ToolOutput:
     org_data: dict[str, object] = {"urn": None, "rung": "unauthenticated"}
     if ctx.caller.kind == "anonymous":
         lines.append("organization: none (not authenticated)")
+    elif ctx.caller.kind == "user" and ctx.caller.user is None:
+        # An unknown subject reaches nothing; say who it is and how it comes to exist, instead of an
+        # ORG_REQUIRED with no memberships (what a newcomer's first call with auth off met).
+        handle = ctx.caller.handle
+        auth_off = (
+            ", and with auth off every call without a bearer is 'local'" if handle == LOCAL_HANDLE else ""
+        )
+        lines.append(
+            f"organization: none (no user '{handle}' on this server{auth_off}: create it with"
+            f" `triptych hadron user create {handle}`, then give it an organization or memories)"
+        )
     else:
         resolution = svc.selections.resolve_org(ctx.caller, state)
         if resolution.org is not None:
