@@ -38,11 +38,13 @@ import contextlib
 import dataclasses
 import email.parser
 import email.policy
+import importlib.util
 import json
 import os
 import re
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -413,6 +415,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--path", type=Path, default=Path(tempfile.mkdtemp(prefix="chdb-endpoint-")))
     args = parser.parse_args()
+    if importlib.util.find_spec("chdb") is None:
+        sys.exit("chdb is not installed (a test dependency): `.venv/bin/pip install -c constraints.txt chdb`")
     engine = Engine(args.path)
     server = EndpointServer(engine, args.port)
 
