@@ -708,9 +708,18 @@ def build_parser() -> argparse.ArgumentParser:
         "help": DATA_DIR_HELP,
     }
 
-    serve = sub.add_parser("serve", help="start the HTTP server (all three MCP endpoints)")
-    serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve = sub.add_parser(
+        "serve",
+        help="start the HTTP server (all three MCP endpoints)",
+        description="Start the HTTP server: Metronix at /mcp, Hadron at /hadron/mcp, Metergraph at"
+        " /v1/agent/mcp (and its ingest at /v1/ingest), GET /health (200 once ready).",
+        epilog="Every setting is also an environment variable; `triptych config` prints each with its value"
+        " and source. Serving other machines (--host 0.0.0.0) needs their Host names in"
+        " TRIPTYCH_ALLOWED_HOSTS and, to keep them out of your data, TRIPTYCH_AUTH_ENABLED=true with"
+        " TRIPTYCH_JWT_SECRET (README, Configuration and Server mode).",
+    )
+    serve.add_argument("--host", help="interface to bind (default 127.0.0.1, or TRIPTYCH_HOST)")
+    serve.add_argument("--port", type=int, help="port (default 8000, or TRIPTYCH_PORT)")
     serve.add_argument("--data-dir", **data_dir)
     serve.add_argument(
         "--workers",
