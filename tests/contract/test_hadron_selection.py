@@ -133,11 +133,14 @@ async def test_server_info_tells_a_caller_unknown_to_the_server_how_to_become_a_
     # nothing; server info says who it is and what makes it exist, not ORG_REQUIRED with no memberships.
     async with as_user(world, "ghost") as ghost:
         info = await ghost.ok("hadron_server_info")
-    assert (
-        "organization: none (no user 'ghost' on this server: create it with `triptych hadron user create"
-        " ghost`, then give it an organization or memories)"
-    ) in info.text
+        listed = await ghost.ok("hadron_list_memories")
+    said = (
+        "no user 'ghost' on this server: create it with `triptych hadron user create ghost`, then give it an"
+        " organization or memories"
+    )
+    assert f"organization: none ({said})" in info.text
     assert "ORG_REQUIRED" not in info.text
+    assert listed.text == f"No memories: {said}." and listed.data["memories"] == []
 
 
 async def test_org_ladder_and_set_active_org(world: World) -> None:

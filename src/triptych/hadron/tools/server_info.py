@@ -30,6 +30,20 @@ CAPABILITIES = (
 )
 
 
+def unknown_user(ctx: Ctx) -> str | None:
+    """For a caller whose subject has no Hadron user (with auth off: ``local`` before it is created), who
+    it is and the command that makes it: such a caller reaches nothing, and the tools it tries first say
+    so. None for any other caller."""
+    if ctx.caller.kind != "user" or ctx.caller.user is not None:
+        return None
+    handle = ctx.caller.handle
+    auth_off = ", and with auth off every call without a bearer is 'local'" if handle == LOCAL_HANDLE else ""
+    return (
+        f"no user '{handle}' on this server{auth_off}: create it with `triptych hadron user create {handle}`,"
+        " then give it an organization or memories"
+    )
+
+
 def server_info(svc: Services, ctx: Ctx, args: NoArgs) -> ToolOutput:
     # This build's tokens, then those of features that depend on the deployment (``Services.capabilities``).
     capabilities = (*CAPABILITIES, *svc.capabilities)
@@ -39,17 +53,9 @@ def server_info(svc: Services, ctx: Ctx, args: NoArgs) -> ToolOutput:
     org_data: dict[str, object] = {"urn": None, "rung": "unauthenticated"}
     if ctx.caller.kind == "anonymous":
         lines.append("organization: none (not authenticated)")
-    elif ctx.caller.kind == "user" and ctx.caller.user is None:
-        # An unknown subject reaches nothing; say who it is and how it comes to exist, instead of an
-        # ORG_REQUIRED with no memberships (what a newcomer's first call with auth off met).
-        handle = ctx.caller.handle
-        auth_off = (
-            ", and with auth off every call without a bearer is 'local'" if handle == LOCAL_HANDLE else ""
-        )
-        lines.append(
-            f"organization: none (no user '{handle}' on this server{auth_off}: create it with"
-            f" `triptych hadron user create {handle}`, then give it an organization or memories)"
-        )
+    elif (unknown := unknown_user(ctx)) is not None:
+        # Instead of an ORG_REQUIRED with no memberships, what a newcomer's first call with auth off met.
+        lines.append(f"organization: none ({unknown})")
     else:
         resolution = svc.selections.resolve_org(ctx.caller, state)
         if resolution.org is not None:
