@@ -13,6 +13,8 @@ from pathlib import Path
 
 from harness import ROOT, TRIPTYCH, ServerProcess, cli_env
 
+from triptych.core.embed import model_cache_dir
+
 QUICK_START = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", QUICK_START, re.S)
 # What each block run prints, in order (the setup block, `python3 tasks.py ...`, is what made this
@@ -43,7 +45,9 @@ def test_every_quick_start_block_runs_as_written(tmp_path: Path) -> None:
         "# Office chores\n\nMaria descales the espresso machine every first Monday of the month.\n"
     )
     (tmp_path / "logs").mkdir()
-    server = ServerProcess(tmp_path / "logs" / "data", {"HOME": str(home)}).start()
+    # A home of its own for ~/notes, keeping this machine's derived model (a new one costs seconds of CPU).
+    env = {"HOME": str(home), "TRIPTYCH_MODEL_CACHE": str(model_cache_dir())}
+    server = ServerProcess(tmp_path / "logs" / "data", env).start()
     env_file = tmp_path / "exports.sh"
     env_file.write_text("")
     try:
