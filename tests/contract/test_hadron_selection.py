@@ -140,6 +140,9 @@ async def test_server_info_tells_a_caller_unknown_to_the_server_how_to_become_a_
     )
     assert f"organization: none ({said})" in info.text
     assert "ORG_REQUIRED" not in info.text
+    # The structured answer is still the resolver's: authenticated, no organization.
+    assert info.data["organization"]["urn"] is None
+    assert info.data["organization"]["rung"] != "unauthenticated"
     assert listed.text == f"No memories: {said}." and listed.data["memories"] == []
 
 

@@ -53,12 +53,13 @@ def server_info(svc: Services, ctx: Ctx, args: NoArgs) -> ToolOutput:
     org_data: dict[str, object] = {"urn": None, "rung": "unauthenticated"}
     if ctx.caller.kind == "anonymous":
         lines.append("organization: none (not authenticated)")
-    elif (unknown := unknown_user(ctx)) is not None:
-        # Instead of an ORG_REQUIRED with no memberships, what a newcomer's first call with auth off met.
-        lines.append(f"organization: none ({unknown})")
     else:
         resolution = svc.selections.resolve_org(ctx.caller, state)
-        if resolution.org is not None:
+        if (unknown := unknown_user(ctx)) is not None:
+            # Instead of an ORG_REQUIRED with no memberships, what a newcomer's first call with auth off met
+            # (the structured rung below stays the resolver's).
+            lines.append(f"organization: none ({unknown})")
+        elif resolution.org is not None:
             lines.append(f"organization: {resolution.org.urn} (chosen by: {resolution.rung})")
         elif resolution.rung == "personal":
             lines.append("organization: none (no membership: your own user-owned memories)")
