@@ -38,11 +38,13 @@ import contextlib
 import dataclasses
 import email.parser
 import email.policy
+import importlib.util
 import json
 import os
 import re
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -409,11 +411,15 @@ class ClickHouseEndpoint:
 
 
 def main() -> None:
+    if importlib.util.find_spec("chdb") is None:  # before --path's default makes a folder
+        sys.exit("chdb is not installed (a test dependency): `.venv/bin/pip install -c constraints.txt chdb`")
     parser = argparse.ArgumentParser(description="Serve ClickHouse's HTTP interface over chdb on 127.0.0.1.")
     parser.add_argument("--port", type=int, default=8123)
-    parser.add_argument("--path", type=Path, default=Path(tempfile.mkdtemp(prefix="chdb-endpoint-")))
+    parser.add_argument("--path", type=Path, help="data folder (default: a new temporary folder)")
     args = parser.parse_args()
-    engine = Engine(args.path)
+    # Made only when not given: a default evaluated with the parser left an empty folder behind every run.
+    path = args.path or Path(tempfile.mkdtemp(prefix="chdb-endpoint-"))
+    engine = Engine(path)
     server = EndpointServer(engine, args.port)
 
     def stop(signum: int, frame: object) -> None:
@@ -423,7 +429,7 @@ def main() -> None:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    print(f"ClickHouse {engine.version} (chdb) at {server.url}, data in {args.path}", flush=True)
+    print(f"ClickHouse {engine.version} (chdb) at {server.url}, data in {path}", flush=True)
     try:
         server.serve_forever()
     finally:

@@ -105,3 +105,75 @@ def test_serve_names_a_bad_setting_in_one_line_without_a_traceback(
     lines = [line for line in run.stderr.splitlines() if line.startswith("triptych:")]
     assert len(lines) == 1 and f"invalid setting {name}:" in lines[0] and given in lines[0], run.stderr
     assert "Traceback" not in run.stderr and "errors.pydantic.dev" not in run.stderr
+
+
+def test_serve_on_a_port_another_server_holds_says_so_in_one_line_before_starting(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        run = subprocess.run(
+            [TRIPTYCH, "serve", "--port", str(port), "--data-dir", str(tmp_path / "data")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [
+        f"triptych: cannot listen on 127.0.0.1:{port}: Address already in use (another server holds that"
+        " port, perhaps a triptych serve started earlier: stop it, or choose another port with --port)"
+    ]
+    # Refused before the start: no "serving on" line, no data directory made.
+    assert not (tmp_path / "data").exists()
+
+
+def _start_lines(tmp_path: Path, env: dict[str, str]) -> list[str]:
+    """The lines ``serve --host 0.0.0.0`` writes on stderr up to and including its start line, then stops it."""
+    import os
+    import signal
+
+    from harness import free_port
+
+    server = subprocess.Popen(
+        [TRIPTYCH, "serve", "--host", "0.0.0.0", "--port", str(free_port()), "--data-dir", str(tmp_path)],
+        env={**os.environ, **env},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stderr is not None
+    lines: list[str] = []
+    try:
+        for line in server.stderr:
+            lines.append(line.rstrip("\n"))
+            if "Application startup complete" in line:  # past the start line and what follows it
+                break
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
+    return [line for line in lines if line.startswith("triptych")]
+
+
+def test_serve_beyond_this_machine_says_what_the_defaults_refuse_and_allow(tmp_path: Path) -> None:
+    lines = _start_lines(tmp_path, {})
+    assert lines[0].startswith("triptych 0.1.0: serving on http://0.0.0.0:"), lines
+    assert lines[1] == (
+        "triptych: listening on 0.0.0.0, beyond this machine: its MCP endpoints answer only the Host names in"
+        " TRIPTYCH_ALLOWED_HOSTS (127.0.0.1:*,localhost:*,[::1]:*), others get 421 Invalid Host header: add"
+        " the names clients use, e.g. TRIPTYCH_ALLOWED_HOSTS=127.0.0.1:*,localhost:*,triptych.internal:*;"
+        " auth is off, so anyone who reaches the port reads and writes all its data: set"
+        " TRIPTYCH_AUTH_ENABLED=true and TRIPTYCH_JWT_SECRET"
+    ), lines
+
+
+def test_serve_beyond_this_machine_with_its_names_allowed_and_auth_on_says_nothing_more(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "TRIPTYCH_ALLOWED_HOSTS": "127.0.0.1:*,triptych.internal:*",
+        "TRIPTYCH_AUTH_ENABLED": "true",
+        "TRIPTYCH_JWT_SECRET": "a-secret-of-thirty-two-bytes-or-more!",
+    }
+    lines = _start_lines(tmp_path, env)
+    assert len(lines) == 1 and lines[0].startswith("triptych 0.1.0: serving on http://0.0.0.0:"), lines

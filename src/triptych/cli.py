@@ -94,6 +94,13 @@ def _start(args: argparse.Namespace) -> int | tuple[Settings, Any, Any, bool]:
     sock = worker_socket()
     if sock is None and args.workers > 1:
         return settings, None, None, False
+    if sock is None:
+        # Before the slow start: uvicorn would only find the port taken after printing "serving on" and
+        # "ready", then stop with its own errno line.
+        taken = _cannot_listen(settings.host, settings.port)
+        if taken is not None:
+            print(f"triptych: {taken}", file=sys.stderr)
+            return 1
     fresh = is_fresh(settings.data_dir)  # before create_app makes the databases
     try:
         check_writable(settings.data_dir)
@@ -131,6 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    _say_reach(settings)
     # SIGTERM: uvicorn stops accepting, lets the requests in flight finish (an open stream is cut after
     # the grace, so a held Hadron stream cannot keep the process forever), then re-raises the signal:
     # ending there with 0 tells a service manager the stop was clean.
@@ -149,6 +157,62 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=REQUEST_GRACE,
     )
     return 0
+
+
+def _listen_refusal(host: str, port: int, exc: OSError) -> str:
+    import errno
+
+    said = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    if exc.errno != errno.EADDRINUSE:
+        return said
+    return (
+        f"{said} (another server holds that port, perhaps a triptych serve started earlier: stop it,"
+        " or choose another port with --port)"
+    )
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why ``serve`` could not listen on ``host:port``, or None. A bind without listening, released at
+    once, with the SO_REUSEADDR uvicorn sets too: a port held by a listening server is refused, one left
+    in TIME_WAIT by a server just stopped is not."""
+    import socket
+
+    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    except OSError as exc:
+        return _listen_refusal(host, port, exc)
+    finally:
+        probe.close()
+    return None
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _say_reach(settings: Settings) -> None:
+    """On an address other machines reach, what the defaults mean for them: the MCP endpoints refuse
+    their Host names (421) while TRIPTYCH_ALLOWED_HOSTS names loopback only, and with auth off anyone
+    reaching the port reads and writes. Said once at start, where the operator looks first."""
+    if settings.host in LOOPBACK or settings.host.startswith("127."):
+        return
+    said = []
+    if all(pattern.rsplit(":", 1)[0] in LOOPBACK for pattern in settings.allowed_hosts):
+        said.append(
+            "its MCP endpoints answer only the Host names in TRIPTYCH_ALLOWED_HOSTS"
+            f" ({','.join(settings.allowed_hosts)}), others get 421 Invalid Host header: add the names"
+            " clients use, e.g. TRIPTYCH_ALLOWED_HOSTS=127.0.0.1:*,localhost:*,triptych.internal:*"
+        )
+    if not settings.auth_enabled:
+        said.append(
+            "auth is off, so anyone who reaches the port reads and writes all its data:"
+            " set TRIPTYCH_AUTH_ENABLED=true and TRIPTYCH_JWT_SECRET"
+        )
+    if said:
+        print(
+            f"triptych: listening on {settings.host}, beyond this machine: {'; '.join(said)}", file=sys.stderr
+        )
 
 
 def _machine_local_secrets(settings: Settings) -> str | None:
@@ -270,11 +334,7 @@ def _serve_workers(args: argparse.Namespace, settings: Settings) -> int:
         print(f"triptych: cannot start: {exc.message.replace(': nothing was written', '')}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(
-            f"triptych: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}"
-            " (is another server on that port? choose one with --port)",
-            file=sys.stderr,
-        )
+        print(f"triptych: {_listen_refusal(settings.host, settings.port, exc)}", file=sys.stderr)
         return 1
 
     def say(line: str) -> None:
@@ -286,6 +346,7 @@ def _serve_workers(args: argparse.Namespace, settings: Settings) -> int:
             f" (pids {', '.join(map(str, pids))}; {_where_data_lives(settings, fresh)};"
             f" auth {'on' if settings.auth_enabled else 'off'})"
         )
+        _say_reach(settings)
 
     command = [
         sys.executable,
@@ -647,9 +708,18 @@ def build_parser() -> argparse.ArgumentParser:
         "help": DATA_DIR_HELP,
     }
 
-    serve = sub.add_parser("serve", help="start the HTTP server (all three MCP endpoints)")
-    serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve = sub.add_parser(
+        "serve",
+        help="start the HTTP server (all three MCP endpoints)",
+        description="Start the HTTP server: Metronix at /mcp, Hadron at /hadron/mcp, Metergraph at"
+        " /v1/agent/mcp (and its ingest at /v1/ingest), GET /health (200 once ready).",
+        epilog="Every setting is also an environment variable; `triptych config` prints each with its value"
+        " and source. Serving other machines (--host 0.0.0.0) needs their Host names in"
+        " TRIPTYCH_ALLOWED_HOSTS and, to keep them out of your data, TRIPTYCH_AUTH_ENABLED=true with"
+        " TRIPTYCH_JWT_SECRET (README, Configuration and Server mode).",
+    )
+    serve.add_argument("--host", help="interface to bind (default 127.0.0.1, or TRIPTYCH_HOST)")
+    serve.add_argument("--port", type=int, help="port (default 8000, or TRIPTYCH_PORT)")
     serve.add_argument("--data-dir", **data_dir)
     serve.add_argument(
         "--workers",

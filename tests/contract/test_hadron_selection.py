@@ -128,6 +128,24 @@ async def test_set_active_app_by_urn_or_unique_name_with_typed_refusals(world: W
         await dave.refused("hadron_set_active_app", "app_not_found", app="hrn:app:acme.com:bot")
 
 
+async def test_server_info_tells_a_caller_unknown_to_the_server_how_to_become_a_user(world: World) -> None:
+    # A bearer for a subject with no Hadron user (with auth off: 'local' before it is created) reaches
+    # nothing; server info says who it is and what makes it exist, not ORG_REQUIRED with no memberships.
+    async with as_user(world, "ghost") as ghost:
+        info = await ghost.ok("hadron_server_info")
+        listed = await ghost.ok("hadron_list_memories")
+    said = (
+        "no user 'ghost' on this server: create it with `triptych hadron user create ghost`, then give it an"
+        " organization or memories"
+    )
+    assert f"organization: none ({said})" in info.text
+    assert "ORG_REQUIRED" not in info.text
+    # The structured answer is still the resolver's: authenticated, no organization.
+    assert info.data["organization"]["urn"] is None
+    assert info.data["organization"]["rung"] != "unauthenticated"
+    assert listed.text == f"No memories: {said}." and listed.data["memories"] == []
+
+
 async def test_org_ladder_and_set_active_org(world: World) -> None:
     async with as_user(world, "carol") as carol:
         info = await carol.ok("hadron_server_info")

@@ -97,7 +97,9 @@ def other_rows(others: Iterable[OtherSetting], environ: Mapping[str, str] | None
 
 def table(sections: Sequence[tuple[str, list[SettingRow]]]) -> str:
     """The rows as aligned text, a heading per section."""
-    width = max((len(", ".join(r.names)) for _, section in sections for r in section), default=0)
+    # Aligned on the documented names: one setting with three upstream aliases pushed every value out
+    # past column 100; such a row runs over instead.
+    width = max((len(r.name) for _, section in sections for r in section), default=0)
     value_width = min(48, max((len(r.value) for _, section in sections for r in section), default=0))
     lines = []
     for heading, section in sections:

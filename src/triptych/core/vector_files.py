@@ -146,9 +146,17 @@ def matching_header(
         return None
     found = {key: header.get(key) for key in expected}
     if found != expected:
-        log.info("the saved %s %s is stale (%s, expected %s): not used", what, target, found, expected)
+        log.info("the saved %s %s is out of date (%s): not used", what, target, changed(found, expected))
         return None
     return header
+
+
+def changed(found: dict[str, Any], expected: dict[str, Any]) -> str:
+    """What differs between a saved file's header and the database, as ``key saved -> now``: the routine
+    case (another writer moved the workspace on) read as two whole headers at every start."""
+    return ", ".join(
+        f"{key} {found.get(key)!r} -> {value!r}" for key, value in expected.items() if found.get(key) != value
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,10 +231,9 @@ class VectorFiles:
             found = {key: header.get(key) for key in expected}
             if found != expected:
                 log.info(
-                    "the saved vector index %s is stale (%s, expected %s): rebuilding",
+                    "the saved vector index %s is out of date (%s): rebuilding",
                     target,
-                    found,
-                    expected,
+                    changed(found, expected),
                 )
                 return None
             sizes = [int(s) for s in header["sizes"]]

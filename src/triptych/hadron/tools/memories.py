@@ -13,6 +13,7 @@ from triptych.hadron.tools.base import (
     ToolArgs,
     ToolOutput,
 )
+from triptych.hadron.tools.server_info import unknown_user
 
 
 class SetActiveMemoryArgs(ToolArgs):
@@ -38,7 +39,12 @@ def list_memories(svc: Services, ctx: Ctx, args: NoArgs) -> ToolOutput:
             }
         )
     if not rows:
-        text = "No memories: your identity has no access to any memory yet."
+        unknown = unknown_user(ctx)
+        text = (
+            f"No memories: {unknown}."
+            if unknown
+            else "No memories: your identity has no access to any memory yet."
+        )
     else:
         lines = [f"{len(rows)} memories you can reach (URN — access — class — name):"]
         for row in rows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from triptych import __version__
+from triptych.hadron.identity import LOCAL_HANDLE
 from triptych.hadron.tools.base import Ctx, DeclaredTool, HadronTool, NoArgs, Services, ToolOutput
 
 # One token per feature this build really has; tokens are added when a feature ships, never early.
@@ -29,6 +30,20 @@ CAPABILITIES = (
 )
 
 
+def unknown_user(ctx: Ctx) -> str | None:
+    """For a caller whose subject has no Hadron user (with auth off: ``local`` before it is created), who
+    it is and the command that makes it: such a caller reaches nothing, and the tools it tries first say
+    so. None for any other caller."""
+    if ctx.caller.kind != "user" or ctx.caller.user is not None:
+        return None
+    handle = ctx.caller.handle
+    auth_off = ", and with auth off every call without a bearer is 'local'" if handle == LOCAL_HANDLE else ""
+    return (
+        f"no user '{handle}' on this server{auth_off}: create it with `triptych hadron user create {handle}`,"
+        " then give it an organization or memories"
+    )
+
+
 def server_info(svc: Services, ctx: Ctx, args: NoArgs) -> ToolOutput:
     # This build's tokens, then those of features that depend on the deployment (``Services.capabilities``).
     capabilities = (*CAPABILITIES, *svc.capabilities)
@@ -40,7 +55,11 @@ def server_info(svc: Services, ctx: Ctx, args: NoArgs) -> ToolOutput:
         lines.append("organization: none (not authenticated)")
     else:
         resolution = svc.selections.resolve_org(ctx.caller, state)
-        if resolution.org is not None:
+        if (unknown := unknown_user(ctx)) is not None:
+            # Instead of an ORG_REQUIRED with no memberships, what a newcomer's first call with auth off met
+            # (the structured rung below stays the resolver's).
+            lines.append(f"organization: none ({unknown})")
+        elif resolution.org is not None:
             lines.append(f"organization: {resolution.org.urn} (chosen by: {resolution.rung})")
         elif resolution.rung == "personal":
             lines.append("organization: none (no membership: your own user-owned memories)")
