@@ -177,3 +177,18 @@ def test_serve_beyond_this_machine_with_its_names_allowed_and_auth_on_says_nothi
     }
     lines = _start_lines(tmp_path, env)
     assert len(lines) == 1 and lines[0].startswith("triptych 0.1.0: serving on http://0.0.0.0:"), lines
+
+
+def test_serve_with_auth_on_and_a_short_jwt_secret_says_so_at_start(tmp_path: Path) -> None:
+    env = {
+        "TRIPTYCH_ALLOWED_HOSTS": "127.0.0.1:*,triptych.internal:*",
+        "TRIPTYCH_AUTH_ENABLED": "true",
+        "TRIPTYCH_JWT_SECRET": "hunter2",
+    }
+    lines = _start_lines(tmp_path, env)
+    assert lines[1:] == [
+        "triptych: TRIPTYCH_JWT_SECRET is 7 bytes, shorter than the 32 HS256 needs (RFC 7518): anyone holding"
+        " one token could guess it and mint an admin's. Make one with `python3 -c 'import secrets;"
+        " print(secrets.token_urlsafe(48))'` and mint tokens again"
+    ], lines
+    assert "hunter2" not in "\n".join(lines)

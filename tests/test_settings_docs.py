@@ -111,3 +111,5 @@ def test_config_prints_each_setting_its_value_and_source(tmp_path: Path) -> None
     assert "postgresql://user:***@db.example:5432/triptych" in lines["TRIPTYCH_DATABASE_URL"]
     # The values start in one column just past the longest documented name, not past the longest alias list.
     assert lines["TRIPTYCH_PORT"].index("8123") == lines["TRIPTYCH_LOG_LEVEL"].index("info") < 60
+    # A whole number of megabytes reads as the README writes it.
+    assert lines["TRIPTYCH_INDEX_MEMORY_MB"].split()[1:] == ["2048", "default"]

@@ -139,6 +139,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     _say_reach(settings)
+    _say_weak_secret(settings)
     # SIGTERM: uvicorn stops accepting, lets the requests in flight finish (an open stream is cut after
     # the grace, so a held Hadron stream cannot keep the process forever), then re-raises the signal:
     # ending there with 0 tells a service manager the stop was clean.
@@ -189,6 +190,22 @@ def _cannot_listen(host: str, port: int) -> str | None:
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+# RFC 7518 3.2: an HS256 key at least as long as the hash (32 bytes); a shorter one can be guessed
+# offline from any token it signed, and whoever guesses it mints admin tokens.
+HS256_KEY_BYTES = 32
+
+
+def _say_weak_secret(settings: Settings) -> None:
+    """With auth on, a JWT secret shorter than HS256 needs is said at start (tokens still verify)."""
+    secret = settings.jwt_secret
+    if not settings.auth_enabled or secret is None or len(secret.encode()) >= HS256_KEY_BYTES:
+        return
+    print(
+        f"triptych: TRIPTYCH_JWT_SECRET is {len(secret.encode())} bytes, shorter than the {HS256_KEY_BYTES}"
+        " HS256 needs (RFC 7518): anyone holding one token could guess it and mint an admin's. Make one"
+        " with `python3 -c 'import secrets; print(secrets.token_urlsafe(48))'` and mint tokens again",
+        file=sys.stderr,
+    )
 
 
 def _say_reach(settings: Settings) -> None:
@@ -347,6 +364,7 @@ def _serve_workers(args: argparse.Namespace, settings: Settings) -> int:
             f" auth {'on' if settings.auth_enabled else 'off'})"
         )
         _say_reach(settings)
+        _say_weak_secret(settings)
 
     command = [
         sys.executable,

@@ -59,6 +59,8 @@ def _shown(field: str, value: Any) -> str:
         return "*** (set)"
     if isinstance(value, list | tuple):
         return ",".join(map(str, value))
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # as the README and the variable write it: 2048, not 2048.0
     text = str(value)
     return redacted(text) if _URL.search(field) and "://" in text else text
 
