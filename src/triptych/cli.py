@@ -138,8 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    _say_reach(settings)
-    _say_weak_secret(settings)
+    _say_start_warnings(settings)
     # SIGTERM: uvicorn stops accepting, lets the requests in flight finish (an open stream is cut after
     # the grace, so a held Hadron stream cannot keep the process forever), then re-raises the signal:
     # ending there with 0 tells a service manager the stop was clean.
@@ -193,6 +192,12 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 # RFC 7518 3.2: an HS256 key at least as long as the hash (32 bytes); a shorter one can be guessed
 # offline from any token it signed, and whoever guesses it mints admin tokens.
 HS256_KEY_BYTES = 32
+
+
+def _say_start_warnings(settings: Settings) -> None:
+    """What would stop or expose a newcomer later, said beside the start line (decision 0470)."""
+    _say_reach(settings)
+    _say_weak_secret(settings)
 
 
 def _say_weak_secret(settings: Settings) -> None:
@@ -363,8 +368,7 @@ def _serve_workers(args: argparse.Namespace, settings: Settings) -> int:
             f" (pids {', '.join(map(str, pids))}; {_where_data_lives(settings, fresh)};"
             f" auth {'on' if settings.auth_enabled else 'off'})"
         )
-        _say_reach(settings)
-        _say_weak_secret(settings)
+        _say_start_warnings(settings)
 
     command = [
         sys.executable,

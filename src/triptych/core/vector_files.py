@@ -224,18 +224,12 @@ class VectorFiles:
         if not target.exists():
             return None
         try:
-            with open(target, "rb") as source:
-                header = json.loads(source.readline())
-                data = source.read()
             expected = {"magic": MAGIC, "format": FORMAT, **asdict(fingerprint)}
-            found = {key: header.get(key) for key in expected}
-            if found != expected:
-                log.info(
-                    "the saved vector index %s is out of date (%s): rebuilding",
-                    target,
-                    changed(found, expected),
-                )
-                return None
+            with open(target, "rb") as source:
+                header = matching_header(source, target, expected, "vector index")
+                if header is None:
+                    return None
+                data = source.read()
             sizes = [int(s) for s in header["sizes"]]
             if sum(sizes) != len(data) or sizes[0] != 8 * fingerprint.count:
                 log.warning("the saved vector index %s is truncated: rebuilding", target)
